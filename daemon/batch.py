@@ -1,0 +1,36 @@
+"""The unit of data that flows from readers and collectors into the pipeline."""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+
+import numpy as np
+import pandas as pd
+
+from detectors.schema import empty_events, empty_samples
+
+
+@dataclass
+class Batch:
+    """Samples (``ts, entity, metric, value``) and events (``ts, entity, kind, code, ...``) as frames."""
+
+    samples: pd.DataFrame = field(default_factory=empty_samples)
+    events: pd.DataFrame = field(default_factory=empty_events)
+
+    def __len__(self) -> int:
+        return len(self.samples) + len(self.events)
+
+
+def samples_from_codes(
+    ts: np.ndarray, entity_codes: np.ndarray, metric_codes: np.ndarray, values: np.ndarray,
+    entities: list[str], metrics: list[str],
+) -> pd.DataFrame:
+    """Build a samples frame from interned codes without creating a Python object per sample."""
+    return pd.DataFrame(
+        {
+            "ts": np.asarray(ts, dtype=np.float64),
+            "entity": pd.Categorical.from_codes(entity_codes, categories=list(entities), validate=False),
+            "metric": pd.Categorical.from_codes(metric_codes, categories=list(metrics), validate=False),
+            "value": np.asarray(values, dtype=np.float64),
+        }
+    )

@@ -1,0 +1,173 @@
+"""The ``raswarden`` command line."""
+
+from __future__ import annotations
+
+import argparse
+import contextlib
+import datetime as dt
+import logging
+import sys
+from collections import Counter
+from pathlib import Path
+
+from daemon import __version__
+
+
+def _fmt_ts(ts: float | None) -> str:
+    if ts is None:
+        return "-"
+    return dt.datetime.fromtimestamp(ts, dt.timezone.utc).strftime("%Y-%m-%d %H:%M:%SZ")
+
+
+def _progress(console):
+    """A rich progress bar on a terminal; nothing otherwise."""
+    if console is None or not console.is_terminal:
+        return contextlib.nullcontext(None)
+    from rich.progress import BarColumn, Progress, TextColumn, TimeRemainingColumn
+
+    return Progress(TextColumn("{task.description}"), BarColumn(), TextColumn("{task.percentage:>5.1f}%"),
+                    TimeRemainingColumn(), console=console, transient=True)
+
+
+def cmd_replay(args: argparse.Namespace) -> int:
+    from rich.console import Console
+
+    from daemon.pipeline import PipelineConfig
+    from daemon.replay import replay
+
+    err = Console(stderr=True)
+    out = Console()
+    config = PipelineConfig(interval_s=args.interval)
+    findings_fh = open(args.findings, "w") if args.findings else None
+    try:
+        with _progress(err) as bar:
+            tasks: dict[str, int] = {}
+
+            def progress(phase: str, done: float, total: float) -> None:
+                if bar is None:
+                    return
+                if phase not in tasks:
+                    tasks[phase] = bar.add_task("reading trace" if phase == "read" else "replaying ticks", total=total)
+                bar.update(tasks[phase], completed=done)
+
+            result = replay(args.trace, findings_out=findings_fh, db_url=args.db, config=config,
+                            progress=progress)
+    except FileNotFoundError as exc:
+        err.print(f"[red]error:[/red] {exc}")
+        return 2
+    finally:
+        if findings_fh:
+            findings_fh.close()
+    print_summary(out, result)
+    return 0
+
+
+def print_summary(console, result) -> None:
+    """The end-of-replay summary: what was read, what was rejected, incidents by rack/node/category."""
+    from rich.table import Table
+
+    s = result.stats
+    p = result.pipeline
+    console.print(
+        f"[bold]raswarden replay[/bold]: {s.files} files, {s.samples:,} samples, {s.events:,} RAS events, "
+        f"{s.ticks:,} ticks of {p.config.interval_s:g} s ({_fmt_ts(s.first_ts)} .. {_fmt_ts(s.last_ts)}), "
+        f"{s.wall_s:.1f} s wall"
+    )
+    if s.events_by_kind:
+        console.print("events by kind: " + ", ".join(f"{k} {v}" for k, v in sorted(s.events_by_kind.items())))
+    rejected = result.rejects.total
+    console.print(f"lines rejected: {rejected:,}; duplicate samples dropped: {s.duplicates:,}; "
+                  f"Xids merged across sources: {p.resolver.merged}")
+    if rejected:
+        t = Table(title="rejected input", show_lines=False)
+        t.add_column("format")
+        t.add_column("reason")
+        t.add_column("count", justify="right")
+        for (fmt, reason), n in sorted(result.rejects.counts.items()):
+            t.add_row(fmt, reason, str(n))
+        console.print(t)
+        for m in result.rejects.messages[:10]:
+            console.print(f"  {m}", markup=False, highlight=False)
+    unmapped = result.pipeline.mapper.unmapped_hosts
+    if unmapped:
+        console.print("addresses without a topology alias: " + ", ".join(sorted(unmapped)))
+    incidents = list(p.incidents.open.values()) + p.incidents.closed
+    if not incidents:
+        console.print("incidents: none")
+        return
+    t = Table(title=f"incidents ({len(incidents)})")
+    for col in ("rack", "entity", "category", "severity", "opened", "status", "evidence"):
+        t.add_column(col, overflow="fold")
+    for inc in sorted(incidents, key=lambda i: (i.rack or "", i.entity, i.opened_at)):
+        t.add_row(inc.rack or "-", inc.entity, inc.category, inc.severity.label, _fmt_ts(inc.opened_at),
+                  "open" if inc.open else f"closed ({inc.close_reason})", "; ".join(inc.evidence)[:160])
+    console.print(t)
+    by = Counter((i.rack or "-", i.category) for i in incidents)
+    console.print("by rack and category: " + ", ".join(f"{r}/{c} {n}" for (r, c), n in sorted(by.items())))
+
+
+def cmd_convert(args: argparse.Namespace) -> int:
+    import shutil
+
+    from daemon.formats import ColumnarWriter, ReadContext
+    from daemon.naming import SeriesMapper
+    from daemon.trace import Trace
+
+    trace = Trace.discover(args.trace)
+    mapper = SeriesMapper(topology=trace.topology())
+    ctx = ReadContext(mapper=mapper)
+    out = Path(args.out)
+    writer = ColumnarWriter(out, args.format)
+    for path, reader in trace.files:
+        for batch in reader.read(path, ctx):
+            writer.write(batch)
+    writer.close()
+    for extra in (trace.topology_path, trace.labels_path):
+        if extra is not None:
+            shutil.copyfile(extra, out / extra.name)
+    print(f"wrote {writer.rows['samples']:,} samples and {writer.rows['events']:,} events to {out} "
+          f"({args.format}); {mapper.rejects.total:,} lines rejected")
+    for m in mapper.rejects.messages[:10]:
+        print(f"  {m}", file=sys.stderr)
+    return 0
+
+
+def build_parser() -> argparse.ArgumentParser:
+    parser = argparse.ArgumentParser(
+        prog="raswarden",
+        description="Fault-recovery daemon for AI supernode clusters: flags sub-healthy accelerators, "
+                    "blades and links from RAS, link and thermal telemetry.",
+    )
+    parser.add_argument("--version", action="version", version=f"raswarden {__version__}")
+    parser.add_argument("-v", "--verbose", action="count", default=0, help="more log output (-vv for debug)")
+    sub = parser.add_subparsers(dest="command", required=True, metavar="COMMAND")
+
+    p = sub.add_parser("replay", help="run recorded telemetry through the whole pipeline",
+                       description="Replay trace directories or files (OpenMetrics, query_range JSON, journald "
+                                   "JSON, syslog/dmesg, rasdaemon SQLite, Parquet/CSV) through readers, rules, "
+                                   "health and incidents, with the trace's own clock.")
+    p.add_argument("trace", nargs="+", help="trace directories or files")
+    p.add_argument("--findings", metavar="FILE.jsonl", help="write every state transition as JSON lines")
+    p.add_argument("--db", metavar="URL", help="also record findings and incidents in this database "
+                                               "(e.g. sqlite:///replay.db or postgresql+psycopg://...)")
+    p.add_argument("--interval", type=float, default=30.0, help="tick interval in seconds (default 30)")
+    p.set_defaults(func=cmd_replay)
+
+    p = sub.add_parser("convert", help="write a trace in the long columnar form (Parquet or CSV)",
+                       description="Read trace files and write samples and events as ts, entity, metric, value "
+                                   "(samples.parquet, events.parquet), copying topology.yaml and labels.jsonl.")
+    p.add_argument("trace", nargs="+", help="trace directories or files")
+    p.add_argument("--out", required=True, metavar="DIR", help="output directory")
+    p.add_argument("--format", choices=("parquet", "csv"), default="parquet")
+    p.set_defaults(func=cmd_convert)
+    return parser
+
+
+def main(argv: list[str] | None = None) -> int:
+    parser = build_parser()
+    args = parser.parse_args(argv)
+    level = logging.WARNING if args.verbose == 0 else (logging.INFO if args.verbose == 1 else logging.DEBUG)
+    logging.basicConfig(level=level, format="%(levelname)s %(name)s: %(message)s")
+    if args.verbose == 0:
+        logging.getLogger("raswarden.input").setLevel(logging.ERROR)
+    return int(args.func(args) or 0)

@@ -1,0 +1,168 @@
+"""The long columnar form ``ts, entity, metric, value`` (Parquet or CSV), as ``raswarden convert`` writes it.
+
+Events travel beside the samples in the same form with the event columns
+(:data:`detectors.schema.EVENT_COLUMNS`); a file is told apart by its columns.
+"""
+
+from __future__ import annotations
+
+from pathlib import Path
+from typing import Iterator
+
+import numpy as np
+import pandas as pd
+import pyarrow as pa
+import pyarrow.parquet as pq
+
+from daemon import metrics
+from daemon.batch import Batch
+from daemon.formats.base import ReadContext
+from detectors.schema import EVENT_COLUMNS, SAMPLE_COLUMNS, events_frame
+
+FORMAT = "columnar"
+
+
+class ColumnarReader:
+    """Streams Parquet row groups or CSV chunks into batches; bad rows are rejected by row number."""
+
+    format = FORMAT
+
+    def read(self, path: Path, ctx: ReadContext) -> Iterator[Batch]:
+        if path.suffix == ".parquet":
+            yield from self._read_parquet(path, ctx)
+        else:
+            yield from self._read_csv(path, ctx)
+
+    def _read_parquet(self, path: Path, ctx: ReadContext) -> Iterator[Batch]:
+        try:
+            pf = pq.ParquetFile(path)
+        except (pa.ArrowException, OSError) as exc:
+            ctx.rejects.refuse(FORMAT, str(path), f"not a readable Parquet file: {exc}")
+            return
+        names = set(pf.schema_arrow.names)
+        is_events = "kind" in names
+        wanted = list(EVENT_COLUMNS if is_events else SAMPLE_COLUMNS)
+        missing = [c for c in wanted if c not in names and c not in ("pci", "device")]
+        if missing:
+            ctx.rejects.refuse(FORMAT, str(path), f"missing columns {missing}")
+            return
+        row = 0
+        try:
+            for rb in pf.iter_batches(batch_size=ctx.chunk_rows, columns=[c for c in wanted if c in names]):
+                frame = rb.to_pandas()
+                yield self._batch(frame, is_events, f"{path}:row", row, ctx)
+                row += len(frame)
+        except (pa.ArrowException, OSError) as exc:
+            ctx.rejects.reject(FORMAT, f"{path}:row {row}", f"file ends or breaks early: {exc}")
+
+    def _read_csv(self, path: Path, ctx: ReadContext) -> Iterator[Batch]:
+        bad_lines: list[list[str]] = []
+        try:
+            header = pd.read_csv(path, nrows=0).columns
+        except (pd.errors.ParserError, pd.errors.EmptyDataError, UnicodeDecodeError) as exc:
+            ctx.rejects.refuse(FORMAT, str(path), f"not a CSV with a header: {exc}")
+            return
+        is_events = "kind" in header
+        wanted = EVENT_COLUMNS if is_events else SAMPLE_COLUMNS
+        missing = [c for c in wanted if c not in header and c not in ("pci", "device")]
+        if missing:
+            ctx.rejects.refuse(FORMAT, str(path), f"missing columns {missing}")
+            return
+        row = 0
+        reader = pd.read_csv(
+            path, chunksize=ctx.chunk_rows, dtype=str, keep_default_na=False,
+            on_bad_lines=lambda fields: bad_lines.append(fields), engine="python",
+        )
+        try:
+            for frame in reader:
+                for fields in bad_lines:
+                    ctx.rejects.reject(FORMAT, f"{path}", "wrong number of fields", ",".join(fields))
+                bad_lines.clear()
+                yield self._batch(frame, is_events, f"{path}:line", row + 2, ctx)
+                row += len(frame)
+        except (pd.errors.ParserError, UnicodeDecodeError) as exc:
+            ctx.rejects.reject(FORMAT, f"{path}:line {row + 2}", f"file ends or breaks early: {exc}")
+
+    @staticmethod
+    def _batch(frame: pd.DataFrame, is_events: bool, where: str, first_row: int, ctx: ReadContext) -> Batch:
+        ts = pd.to_numeric(frame["ts"], errors="coerce").to_numpy(dtype=np.float64)
+        if is_events:
+            good = np.isfinite(ts)
+            for i in np.flatnonzero(~good)[:50]:
+                ctx.rejects.reject(FORMAT, f"{where} {first_row + i}", "ts is not a number")
+            f = frame[good]
+            code = pd.to_numeric(f["code"], errors="coerce") if "code" in f else None
+            rows = [
+                (float(t), str(e), str(k), None if code is None or pd.isna(c) else int(c), str(s), str(m), str(src),
+                 (p or None) if isinstance(p, str) else None, (d or None) if isinstance(d, str) else None)
+                for t, e, k, c, s, m, src, p, d in zip(
+                    ts[good], f["entity"], f["kind"], code if code is not None else [None] * len(f),
+                    f["severity"], f["message"], f["source"],
+                    f["pci"] if "pci" in f else [None] * len(f), f["device"] if "device" in f else [None] * len(f),
+                )
+            ]
+            return Batch(events=events_frame(rows))
+        value = pd.to_numeric(frame["value"], errors="coerce").to_numpy(dtype=np.float64)
+        good = np.isfinite(ts) & np.isfinite(value)
+        entity = frame["entity"].astype(str).to_numpy()
+        metric = frame["metric"].astype(str).to_numpy()
+        good &= (entity != "") & (metric != "")
+        bad = np.flatnonzero(~good)
+        for i in bad:
+            ctx.rejects.reject(FORMAT, f"{where} {first_row + i}", "ts or value is not a finite number, or a name is empty")
+        mapper = ctx.mapper
+        ent_u, ent_inv = np.unique(entity[good], return_inverse=True)
+        met_u, met_inv = np.unique(metric[good], return_inverse=True)
+        ent_codes = np.array([mapper.entity_code(e) for e in ent_u], dtype=np.int64)[ent_inv]
+        met_codes = np.array([mapper.metric_code(m) for m in met_u], dtype=np.int64)[met_inv]
+        from daemon.batch import samples_from_codes
+
+        out = samples_from_codes(ts[good], ent_codes, met_codes, value[good], mapper.entities, mapper.metrics)
+        metrics.SAMPLES_INGESTED.labels(FORMAT).inc(len(out))
+        return Batch(samples=out)
+
+
+class ColumnarWriter:
+    """Writes samples and events to ``samples.parquet``/``events.parquet`` (or ``.csv``) in a directory."""
+
+    def __init__(self, directory: Path, fmt: str = "parquet"):
+        self.directory = directory
+        self.fmt = fmt
+        directory.mkdir(parents=True, exist_ok=True)
+        self._writers: dict[str, pq.ParquetWriter] = {}
+        self._csv_started: set[str] = set()
+        self.rows = {"samples": 0, "events": 0}
+
+    def write(self, batch: Batch) -> None:
+        if len(batch.samples):
+            self._write("samples", batch.samples)
+        if len(batch.events):
+            self._write("events", batch.events)
+
+    def _write(self, name: str, frame: pd.DataFrame) -> None:
+        self.rows[name] += len(frame)
+        if self.fmt == "csv":
+            target = self.directory / f"{name}.csv"
+            frame.to_csv(target, mode="a", header=name not in self._csv_started, index=False)
+            self._csv_started.add(name)
+            return
+        if name == "samples":
+            table = pa.table({
+                "ts": pa.array(frame["ts"].to_numpy()),
+                "entity": pa.array(frame["entity"].astype(str).to_numpy()).dictionary_encode(),
+                "metric": pa.array(frame["metric"].astype(str).to_numpy()).dictionary_encode(),
+                "value": pa.array(frame["value"].to_numpy()),
+            })
+        else:
+            table = pa.Table.from_pandas(frame.astype({"code": "float64"}), preserve_index=False)
+        writer = self._writers.get(name)
+        if writer is None:
+            writer = self._writers[name] = pq.ParquetWriter(self.directory / f"{name}.parquet", table.schema)
+        else:
+            table = table.cast(writer.schema)
+        writer.write_table(table)
+
+    def close(self) -> None:
+        for writer in self._writers.values():
+            writer.close()
+        self._writers.clear()

@@ -1,0 +1,97 @@
+"""Hardware RAS facts in kernel log messages: NVIDIA Xid and NVSwitch SXid, PCIe AER, EDAC, MCE, mlx5 link.
+
+:func:`parse_kernel_message` takes one message (without the syslog/journald envelope) and returns a
+:class:`KernelEvent` or None. Everything that is not hardware RAS (OOM kills, segfaults, NCCL
+chatter, the driver's dump lines that follow an Xid) returns None.
+
+Line formats follow what the drivers print, e.g. (NVIDIA, "Xid Errors", docs.nvidia.com/deploy/xid-errors):
+``NVRM: Xid (PCI:0000:3b:00): 79, pid=0, GPU has fallen off the bus.``; the kernel's AER driver
+(drivers/pci/pcie/aer.c): ``nvidia 0000:3b:00.0: AER: PCIe Bus Error: severity=Corrected, type=Physical
+Layer, (Receiver ID)``; EDAC (drivers/edac/edac_mc.c): ``EDAC MC0: 1 CE memory read error on ...``;
+MCE (arch/x86/kernel/cpu/mce): ``mce: [Hardware Error]: CPU 3: Machine Check: 0 Bank 5: ...``;
+mlx5 (en_main.c ``mlx5e_update_carrier``): ``mlx5_core 0000:0c:00.0 ibp12s0: Link down``.
+"""
+
+from __future__ import annotations
+
+import re
+from dataclasses import dataclass
+
+from daemon.topology import normalize_pci
+
+
+@dataclass(frozen=True)
+class KernelEvent:
+    """One RAS fact from a kernel message; ``pci`` is the canonical PCI id when the line names one."""
+
+    kind: str
+    code: int | None
+    severity: str
+    message: str
+    pci: str | None = None
+    device: str | None = None  # e.g. the netdev of a link event
+
+
+_XID = re.compile(r"NVRM: Xid \(PCI:([0-9A-Fa-f:.]+)\): (\d+)(?:, (.*))?$")
+_SXID = re.compile(r"nvidia-nvswitch\d+: SXid \(PCI:([0-9A-Fa-f:.]+)\): (\d+), (Fatal|Non-fatal)[^,]*(?:, (.*))?$")
+_AER = re.compile(
+    r"(?:^|\s)([0-9a-f]{4}:[0-9a-f]{2}:[0-9a-f]{2}\.[0-7]): (?:AER: )?PCIe Bus Error: "
+    r"severity=(Corrected|Uncorrected \(Non-Fatal\)|Uncorrected \(Fatal\)|Uncorrectable \(Non-Fatal\)|"
+    r"Uncorrectable \(Fatal\)), type=([^,]+)"
+)
+_EDAC = re.compile(r"EDAC (?:\S+ )?MC(\d+): (\d+) (CE|UE) (.*)$")
+_MCE = re.compile(r"\[Hardware Error\]: (?:CPU (\d+): Machine Check(?: Exception)?: (\S+) Bank (\d+): ([0-9a-f]+)"
+                  r"|(Machine check events logged))")
+_MCE_FATAL = re.compile(r"Kernel panic - not syncing: (?:Fatal )?[Mm]achine check")
+_LINK = re.compile(r"mlx5_core ([0-9a-f]{4}:[0-9a-f]{2}:[0-9a-f]{2}\.[0-7]) (\S+): Link (down|up)\b")
+
+
+def parse_kernel_message(message: str) -> KernelEvent | None:
+    """Return the RAS event a kernel message reports, or None when it reports none."""
+    if "NVRM: Xid" in message:
+        m = _XID.search(message)
+        if not m:
+            return None
+        return KernelEvent("xid", int(m.group(2)), "error", (m.group(3) or "").strip(), normalize_pci(m.group(1)))
+    if "SXid" in message:
+        m = _SXID.search(message)
+        if not m:
+            return None
+        severity = "fatal" if m.group(3) == "Fatal" else "error"
+        return KernelEvent("sxid", int(m.group(2)), severity, (m.group(4) or "").strip(), normalize_pci(m.group(1)))
+    if "PCIe Bus Error" in message:
+        m = _AER.search(message)
+        if not m:
+            return None
+        sev = m.group(2)
+        severity = "corrected" if sev == "Corrected" else ("fatal" if "(Fatal)" in sev else "uncorrected")
+        return KernelEvent("aer", None, severity, f"{sev}, type={m.group(3)}", normalize_pci(m.group(1)))
+    if "EDAC" in message:
+        m = _EDAC.search(message)
+        if not m:
+            return None
+        severity = "corrected" if m.group(3) == "CE" else "uncorrected"
+        return KernelEvent("edac", int(m.group(2)), severity, f"MC{m.group(1)} {m.group(3)} {m.group(4)}".strip())
+    if "Hardware Error" in message:
+        m = _MCE.search(message)
+        if not m:
+            return None
+        if m.group(5):
+            return KernelEvent("mce", None, "corrected", "Machine check events logged")
+        exception = "Exception" in message
+        return KernelEvent(
+            "mce", int(m.group(3)), "fatal" if exception else "corrected",
+            f"CPU {m.group(1)} bank {m.group(3)} status 0x{m.group(4)}",
+        )
+    if _MCE_FATAL.search(message):
+        return KernelEvent("mce", None, "fatal", message.strip())
+    if "mlx5_core" in message and "Link" in message:
+        m = _LINK.search(message)
+        if not m:
+            return None
+        state = m.group(3)
+        return KernelEvent(
+            "link", None, "error" if state == "down" else "info", f"{m.group(2)} link {state}",
+            normalize_pci(m.group(1)), m.group(2),
+        )
+    return None

@@ -1,0 +1,216 @@
+"""Kernel logs: journald JSON export, syslog/kern.log text, and ``dmesg -T`` / ``dmesg --time-format iso``.
+
+Each record's message goes through :func:`daemon.formats.kernel_events.parse_kernel_message`;
+only hardware RAS becomes an event. The node is the record's host (``_HOSTNAME``, the syslog host
+field, or for dmesg, which has none, the file name ``<host>.dmesg[...]``), mapped through the
+topology's aliases. Times without a zone (dmesg -T, classic syslog) are read as UTC. A raw dmesg
+(``[ seconds]`` since boot, with no boot time) cannot be placed in time and is refused.
+"""
+
+from __future__ import annotations
+
+import datetime as dt
+import json
+import os
+import re
+from pathlib import Path
+from typing import Iterator
+
+from daemon import metrics
+from daemon.batch import Batch
+from daemon.formats.base import ReadContext, iter_lines
+from daemon.formats.kernel_events import parse_kernel_message
+from detectors.schema import events_frame
+
+UTC = dt.timezone.utc
+_MONOTONIC_PREFIX = re.compile(r"^\s*\[\s*\d+\.\d+\]\s?")
+_RFC3164 = re.compile(r"^([A-Z][a-z]{2}) +(\d{1,2}) (\d{2}):(\d{2}):(\d{2}) (\S+) ([^:\[]+)(?:\[\d+\])?: (.*)$")
+_RFC3339 = re.compile(r"^(\d{4}-\d{2}-\d{2}T\d{2}:\d{2}:\d{2}(?:[.,]\d+)?(?:Z|[+-]\d{2}:?\d{2})?) (\S+) ([^:\[]+)(?:\[\d+\])?: (.*)$")
+_DMESG_T = re.compile(r"^\[([A-Z][a-z]{2} [A-Z][a-z]{2} +\d{1,2} \d{2}:\d{2}:\d{2} \d{4})\] ?(.*)$")
+_DMESG_ISO = re.compile(r"^(\d{4}-\d{2}-\d{2}T\d{2}:\d{2}:\d{2}(?:[.,]\d+)?(?:[+-]\d{2}:?\d{2}|Z)?) (.*)$")
+_DMESG_RAW = re.compile(r"^\[\s*\d+\.\d+\] ")
+_MONTHS = {m: i for i, m in enumerate(
+    ["Jan", "Feb", "Mar", "Apr", "May", "Jun", "Jul", "Aug", "Sep", "Oct", "Nov", "Dec"], start=1)}
+
+
+def _iso_to_epoch(text: str) -> float:
+    stamp = dt.datetime.fromisoformat(text.replace(",", ".").replace("Z", "+00:00"))
+    if stamp.tzinfo is None:
+        stamp = stamp.replace(tzinfo=UTC)
+    return stamp.timestamp()
+
+
+class _EventRows:
+    """Accumulates event rows for one file and resolves the record's host to a node."""
+
+    def __init__(self, ctx: ReadContext, fmt: str, source: str):
+        self.ctx = ctx
+        self.fmt = fmt
+        self.source = source
+        self.rows: list[tuple] = []
+
+    def add(self, ts: float, host: str, message: str, position: str) -> None:
+        event = parse_kernel_message(message)
+        if event is None:
+            return
+        node = self.ctx.mapper.topology.resolve_host(host)
+        if node is None:
+            self.ctx.rejects.reject(self.fmt, position, f"host {host!r} is an address with no alias in the topology")
+            return
+        self.rows.append(
+            (ts, node, event.kind, event.code, event.severity, event.message, self.source, event.pci, event.device)
+        )
+        metrics.EVENTS_INGESTED.labels(self.fmt, event.kind).inc()
+
+    def take(self) -> Batch:
+        batch = Batch(events=events_frame(self.rows))
+        self.rows = []
+        return batch
+
+
+class JournalJsonReader:
+    """``journalctl -o json`` export: one JSON object per line; kernel records only."""
+
+    format = "journald"
+
+    def read(self, path: Path, ctx: ReadContext) -> Iterator[Batch]:
+        rows = _EventRows(ctx, self.format, "kernel")
+        src = str(path)
+        for first, lines in iter_lines(path, ctx.read_bytes):
+            for offset, line in enumerate(lines):
+                if not line.strip():
+                    continue
+                position = f"{src}:{first + offset}"
+                try:
+                    record = json.loads(line)
+                    if not isinstance(record, dict):
+                        raise ValueError("not an object")
+                except ValueError:
+                    ctx.rejects.reject(self.format, position, "not a JSON object", line)
+                    continue
+                if record.get("_TRANSPORT") != "kernel" and record.get("SYSLOG_IDENTIFIER") != "kernel":
+                    continue
+                message = record.get("MESSAGE")
+                if isinstance(message, list):  # journald exports non-UTF-8 messages as byte arrays
+                    try:
+                        message = bytes(message).decode("utf-8", errors="replace")
+                    except (TypeError, ValueError):
+                        message = None
+                host = record.get("_HOSTNAME")
+                try:
+                    ts = int(record["__REALTIME_TIMESTAMP"]) / 1e6
+                except (KeyError, TypeError, ValueError):
+                    ctx.rejects.reject(self.format, position, "missing or bad __REALTIME_TIMESTAMP", line)
+                    continue
+                if not isinstance(message, str) or not isinstance(host, str) or not host:
+                    ctx.rejects.reject(self.format, position, "kernel record without MESSAGE or _HOSTNAME", line)
+                    continue
+                rows.add(ts, host, message, position)
+            if len(rows.rows) >= ctx.chunk_rows:
+                yield rows.take()
+        if rows.rows:
+            yield rows.take()
+
+
+class TextLogReader:
+    """syslog / kern.log (RFC 3164 or RFC 3339 stamps) and dmesg -T / --time-format iso text."""
+
+    format = "kernlog"
+
+    def read(self, path: Path, ctx: ReadContext) -> Iterator[Batch]:
+        rows = _EventRows(ctx, self.format, "kernel")
+        src = str(path)
+        style: str | None = None
+        file_host = self._host_from_name(path)
+        year = dt.datetime.fromtimestamp(os.stat(path).st_mtime, UTC).year
+        last_month = 0
+        for first, lines in iter_lines(path, ctx.read_bytes):
+            for offset, line in enumerate(lines):
+                if not line.strip():
+                    continue
+                position = f"{src}:{first + offset}"
+                if style is None:
+                    style = self._detect(line)
+                    if style == "raw":
+                        ctx.rejects.refuse(
+                            self.format, position,
+                            "raw dmesg timestamps count seconds since boot and the file gives no boot time; "
+                            "record it with 'dmesg -T' or 'dmesg --time-format iso', or use journald",
+                        )
+                        return
+                    if style is None:
+                        ctx.rejects.reject(self.format, position, "not a syslog or dmesg line", line)
+                        continue
+                    if style.startswith("dmesg") and file_host is None:
+                        ctx.rejects.refuse(
+                            self.format, position,
+                            "dmesg output names no host: name the file '<host>.dmesg' (or '<host>.dmesg.log')",
+                        )
+                        return
+                parsed = self._parse(style, line, year, last_month)
+                if parsed is None:
+                    ctx.rejects.reject(self.format, position, f"line does not match the file's {style} format", line)
+                    continue
+                ts, host, ident, message, month = parsed
+                if month:
+                    if last_month and month < last_month:  # December -> January rollover
+                        year += 1
+                        ts = self._parse(style, line, year, month)[0]  # type: ignore[index]
+                    last_month = month
+                if ident is not None and ident.strip() != "kernel":
+                    continue
+                rows.add(ts, host or file_host or "", _MONOTONIC_PREFIX.sub("", message), position)
+            if len(rows.rows) >= ctx.chunk_rows:
+                yield rows.take()
+        if rows.rows:
+            yield rows.take()
+
+    @staticmethod
+    def _host_from_name(path: Path) -> str | None:
+        name = path.name
+        if ".dmesg" in name:
+            host = name.split(".dmesg", 1)[0]
+            return host or None
+        return None
+
+    @staticmethod
+    def _detect(line: str) -> str | None:
+        if _DMESG_RAW.match(line):
+            return "raw"
+        if _RFC3339.match(line):
+            return "rfc3339"
+        if _RFC3164.match(line):
+            return "rfc3164"
+        if _DMESG_T.match(line):
+            return "dmesg-T"
+        if _DMESG_ISO.match(line):
+            return "dmesg-iso"
+        return None
+
+    @staticmethod
+    def _parse(style: str, line: str, year: int, last_month: int):
+        """(ts, host, ident, message, month) or None."""
+        try:
+            if style == "rfc3339":
+                m = _RFC3339.match(line)
+                return (_iso_to_epoch(m.group(1)), m.group(2), m.group(3), m.group(4), 0) if m else None
+            if style == "rfc3164":
+                m = _RFC3164.match(line)
+                if not m or m.group(1) not in _MONTHS:
+                    return None
+                month = _MONTHS[m.group(1)]
+                stamp = dt.datetime(year, month, int(m.group(2)), int(m.group(3)), int(m.group(4)),
+                                    int(m.group(5)), tzinfo=UTC)
+                return stamp.timestamp(), m.group(6), m.group(7), m.group(8), month
+            if style == "dmesg-T":
+                m = _DMESG_T.match(line)
+                if not m:
+                    return None
+                stamp = dt.datetime.strptime(" ".join(m.group(1).split()), "%a %b %d %H:%M:%S %Y")
+                return stamp.replace(tzinfo=UTC).timestamp(), None, None, m.group(2), 0
+            if style == "dmesg-iso":
+                m = _DMESG_ISO.match(line)
+                return (_iso_to_epoch(m.group(1)), None, None, m.group(2), 0) if m else None
+        except ValueError:
+            return None
+        return None

@@ -1,0 +1,204 @@
+"""Health per entity: the state machine with hysteresis, staleness, and the node roll-up (ARCHITECTURE §4).
+
+* A hard fault enters ``failed`` at once. Otherwise an entity enters a worse state when its evidence
+  reached that level in ``enter_k`` of the last ``enter_n`` ticks.
+* It leaves for a better state after ``clear_ticks`` consecutive fresh ticks whose evidence is below
+  its state (``failed_clear_ticks`` from ``failed``).
+* ``unknown``: no telemetry for ``stale_after_s``; only a healthy or suspect entity becomes unknown
+  (a failed GPU that fell off the bus stays failed). Unknown is never acted on.
+* A node's health is the worst of its own and its accelerators' and host components'; its fabric
+  ports make it bad only when none of them is healthy (no path left).
+"""
+
+from __future__ import annotations
+
+from collections import deque
+from dataclasses import dataclass, field
+
+from detectors.rules import Evidence
+from detectors.schema import State, entity_kind, node_of
+
+
+@dataclass
+class HealthConfig:
+    """Hysteresis and staleness parameters (in ticks and seconds)."""
+
+    enter_k: int = 2
+    enter_n: int = 3
+    clear_ticks: int = 10
+    failed_clear_ticks: int = 20
+    stale_after_s: float = 150.0
+
+
+@dataclass
+class Transition:
+    """An entity's health changed."""
+
+    ts: float
+    entity: str
+    old: State
+    new: State
+    score: float
+    detector: str
+    category: str
+    reasons: list[str]
+
+
+@dataclass
+class EntityHealth:
+    """The tracked health of one entity."""
+
+    state: State = State.HEALTHY
+    since: float = 0.0
+    window: deque = field(default_factory=lambda: deque(maxlen=3))
+    below: int = 0
+    top: Evidence | None = None
+
+
+def _combine(evidence: list[Evidence]) -> Evidence:
+    """One entity's evidence of a tick folded into its worst, with every reason at that level."""
+    worst = max(evidence, key=lambda e: (e.level, e.hard, e.score))
+    reasons: list[str] = []
+    for e in sorted(evidence, key=lambda e: (-e.level, e.category, e.reasons)):
+        for r in e.reasons:
+            if r not in reasons:
+                reasons.append(r)
+    hard = any(e.hard and e.level == worst.level for e in evidence)
+    return Evidence(worst.entity, worst.level, worst.category, reasons, worst.detector, hard, worst.score)
+
+
+class HealthTracker:
+    """Tracks every entity's health tick by tick; returns the transitions."""
+
+    def __init__(self, config: HealthConfig | None = None):
+        self.config = config or HealthConfig()
+        self.entities: dict[str, EntityHealth] = {}
+        self.last_seen: dict[str, float] = {}
+
+    def state_of(self, entity: str) -> State:
+        h = self.entities.get(entity)
+        return h.state if h else State.HEALTHY
+
+    def observe(self, entities, now: float) -> None:
+        """Mark entities as having fresh telemetry at ``now``."""
+        last_seen = self.last_seen
+        for e in entities:
+            last_seen[e] = now
+
+    def is_fresh(self, entity: str, now: float) -> bool:
+        seen = self.last_seen.get(entity)
+        return seen is not None and now - seen <= self.config.stale_after_s
+
+    def update(self, now: float, evidence: list[Evidence]) -> list[Transition]:
+        """Advance every entity by one tick."""
+        cfg = self.config
+        by_entity: dict[str, list[Evidence]] = {}
+        for ev in evidence:
+            by_entity.setdefault(ev.entity, []).append(ev)
+        combined = {e: _combine(evs) for e, evs in by_entity.items()}
+        transitions: list[Transition] = []
+        candidates = set(combined) | {e for e, h in self.entities.items() if h.state != State.HEALTHY or any(h.window)}
+        candidates |= {e for e, t in self.last_seen.items() if now - t > cfg.stale_after_s}
+        for entity in sorted(candidates):
+            h = self.entities.get(entity)
+            if h is None:
+                h = self.entities[entity] = EntityHealth(since=now, window=deque(maxlen=cfg.enter_n))
+            ev = combined.get(entity)
+            level = ev.level if ev else State.HEALTHY
+            h.window.append(int(level))
+            fresh = self.is_fresh(entity, now) or ev is not None
+            new = self._next(h, ev, level, fresh)
+            if ev is not None and ev.level >= State.SUSPECT:
+                h.top = ev
+            if new != h.state:
+                top = ev if ev is not None else h.top
+                reasons = list(top.reasons) if top and new > State.HEALTHY else (
+                    ["no telemetry"] if new == State.UNKNOWN else ["recovered: no evidence for "
+                                                                   f"{h.below} ticks"])
+                transitions.append(Transition(
+                    now, entity, h.state, new,
+                    top.score if top and new > State.HEALTHY else 0.0,
+                    top.detector if top else "health",
+                    top.category if top else ("telemetry" if new == State.UNKNOWN else ""),
+                    reasons,
+                ))
+                h.state = new
+                h.since = now
+                h.below = 0
+                if new == State.HEALTHY:
+                    h.top = None
+            if h.state == State.HEALTHY and not any(h.window) and entity not in combined:
+                del self.entities[entity]
+        return transitions
+
+    def _next(self, h: EntityHealth, ev: Evidence | None, level: State, fresh: bool) -> State:
+        cfg = self.config
+        state = h.state
+        if ev is not None and ev.hard and level == State.FAILED:
+            h.below = 0
+            return State.FAILED
+        if not fresh:
+            h.below = 0
+            return State.UNKNOWN if state in (State.HEALTHY, State.SUSPECT, State.UNKNOWN) else state
+        if state == State.UNKNOWN:
+            state = State.HEALTHY
+        candidate = State.HEALTHY
+        for lvl in (State.FAILED, State.SUBHEALTHY, State.SUSPECT):
+            if sum(1 for x in h.window if x >= lvl) >= cfg.enter_k:
+                candidate = lvl
+                break
+        if candidate > state:
+            h.below = 0
+            return candidate
+        if level < state:
+            h.below += 1
+            needed = cfg.failed_clear_ticks if state == State.FAILED else cfg.clear_ticks
+            if h.below >= needed:
+                return State(max(int(candidate), int(level)))
+        else:
+            h.below = 0
+        return state
+
+
+@dataclass
+class RollupState:
+    """A node's derived health and why."""
+
+    state: State
+    reasons: list[str]
+    category: str
+    score: float
+
+
+def rollup_nodes(tracker: HealthTracker, nodes, ports_by_node: dict[str, set[str]]) -> dict[str, RollupState]:
+    """Derived health of each node from its own state, its accelerators and components, and its ports."""
+    children: dict[str, list[tuple[str, EntityHealth]]] = {}
+    for entity, h in tracker.entities.items():
+        if "/" in entity and h.state in (State.SUSPECT, State.SUBHEALTHY, State.FAILED):
+            children.setdefault(node_of(entity), []).append((entity, h))
+    out: dict[str, RollupState] = {}
+    for node in nodes:
+        own = tracker.entities.get(node)
+        state = own.state if own else State.HEALTHY
+        reasons = list(own.top.reasons) if own and own.top and state > State.HEALTHY else []
+        category = own.top.category if own and own.top else ""
+        score = own.top.score if own and own.top else 0.0
+        bad_ports = []
+        for entity, h in sorted(children.get(node, [])):
+            short = entity.split("/", 1)[1]
+            if entity_kind(entity) == "port":
+                bad_ports.append((entity, h))
+                continue
+            if h.state > state or (state == State.UNKNOWN and h.state >= State.SUBHEALTHY):
+                state, category = h.state, (h.top.category if h.top else category)
+                score = max(score, h.top.score if h.top else 0.0)
+            if h.state >= State.SUBHEALTHY:
+                reasons.append(f"{short} {h.state.label}: " + "; ".join(h.top.reasons if h.top else []))
+        ports = ports_by_node.get(node, set())
+        if ports and len(bad_ports) == len(ports) and all(h.state >= State.SUBHEALTHY for _, h in bad_ports):
+            worst = min(h.state for _, h in bad_ports)
+            if worst > state:
+                state, category = worst, "fabric_link"
+            reasons.append(f"no healthy fabric port left ({len(ports)} of {len(ports)} bad)")
+        out[node] = RollupState(state, reasons, category, score)
+    return out

@@ -1,0 +1,119 @@
+"""Incidents: what operators and playbooks act on (ARCHITECTURE §4).
+
+An incident opens when an entity enters ``subhealthy`` or ``failed``; its fingerprint is entity +
+category, so a second transition of the same kind updates it instead of opening another. It
+carries the evidence and closes when the entity recovers (or an operator closes it). Nodes get an
+incident of their own when their own evidence is bad, when two or more of their accelerators are
+bad (escalation), or when no fabric port is left healthy; a node whose telemetry has been gone for
+``telemetry_after_s`` gets a ``telemetry`` incident, never a hardware one.
+"""
+
+from __future__ import annotations
+
+import hashlib
+from dataclasses import dataclass, field
+
+from detectors.schema import State, entity_kind
+
+
+@dataclass
+class Incident:
+    """One open or closed incident."""
+
+    id: str
+    fingerprint: str
+    entity: str
+    kind: str
+    category: str
+    severity: State
+    opened_at: float
+    updated_at: float
+    rack: str | None = None
+    evidence: list[str] = field(default_factory=list)
+    closed_at: float | None = None
+    close_reason: str = ""
+
+    @property
+    def open(self) -> bool:
+        return self.closed_at is None
+
+
+def incident_id(fingerprint: str, opened_at: float) -> str:
+    """Stable id: the same trace gives the same ids on every replay."""
+    digest = hashlib.sha1(f"{fingerprint}@{opened_at:.3f}".encode()).hexdigest()[:10]
+    return f"inc-{digest}"
+
+
+class IncidentBook:
+    """Opens, updates and closes incidents from health transitions."""
+
+    def __init__(self, rack_of=lambda node: None, telemetry_after_s: float = 900.0):
+        self.rack_of = rack_of
+        self.telemetry_after_s = telemetry_after_s
+        self.open: dict[str, Incident] = {}
+        self.closed: list[Incident] = []
+        self.changed: list[Incident] = []
+
+    def take_changed(self) -> list[Incident]:
+        out, self.changed = self.changed, []
+        return out
+
+    def _node(self, entity: str) -> str:
+        return entity.split("/", 1)[0]
+
+    def raise_(self, ts: float, entity: str, category: str, state: State, reasons: list[str]) -> Incident:
+        """Open an incident (or update the open one with the same fingerprint)."""
+        fingerprint = f"{entity}|{category}"
+        inc = self.open.get(fingerprint)
+        if inc is None:
+            inc = Incident(
+                incident_id(fingerprint, ts), fingerprint, entity, entity_kind(entity), category, state, ts, ts,
+                self.rack_of(self._node(entity)), list(reasons),
+            )
+            self.open[fingerprint] = inc
+        else:
+            inc.severity = max(inc.severity, state)
+            inc.updated_at = ts
+            for r in reasons:
+                if r not in inc.evidence:
+                    inc.evidence.append(r)
+        self.changed.append(inc)
+        return inc
+
+    def resolve(self, ts: float, entity: str, reason: str, category: str | None = None) -> list[Incident]:
+        """Close an entity's open incidents (of one category, or all)."""
+        done = []
+        for fp, inc in list(self.open.items()):
+            if inc.entity == entity and (category is None or inc.category == category):
+                inc.closed_at = ts
+                inc.updated_at = ts
+                inc.close_reason = reason
+                del self.open[fp]
+                self.closed.append(inc)
+                self.changed.append(inc)
+                done.append(inc)
+        return done
+
+    def on_entity(self, ts: float, entity: str, new: State, category: str, reasons: list[str]) -> None:
+        """React to a non-node entity's transition."""
+        if new in (State.SUBHEALTHY, State.FAILED):
+            self.raise_(ts, entity, category or "gpu_compute", new, reasons)
+        elif new == State.HEALTHY:
+            self.resolve(ts, entity, "recovered")
+
+    def on_node(self, ts: float, node: str, new: State, category: str, reasons: list[str], escalate: bool) -> None:
+        """React to a node's roll-up transition; only escalations open a node incident."""
+        if new in (State.SUBHEALTHY, State.FAILED) and escalate:
+            self.raise_(ts, node, category or "host", new, reasons)
+        elif new in (State.HEALTHY, State.SUSPECT):
+            self.resolve(ts, node, "recovered")
+
+    def on_stale(self, ts: float, node: str, stale_since: float | None) -> None:
+        """Open or close a node's telemetry incident."""
+        fingerprint = f"{node}|telemetry"
+        if stale_since is not None and ts - stale_since >= self.telemetry_after_s:
+            if fingerprint not in self.open:
+                self.raise_(ts, node, "telemetry", State.UNKNOWN,
+                            [f"no telemetry for {(ts - stale_since) / 60:.0f} min"])
+        elif stale_since is None and fingerprint in self.open:
+            self.resolve(ts, node, "telemetry back", "telemetry")

@@ -1,0 +1,237 @@
+"""The tick: one batch of samples and events in, health transitions, findings and incidents out.
+
+The same :meth:`Pipeline.tick` runs in live, replay and simulation mode (ARCHITECTURE §1); only the
+clock and the source of batches differ. Nothing in here reads a wall clock.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+from typing import Callable
+
+import numpy as np
+import pandas as pd
+
+from daemon.batch import Batch
+from daemon.health import HealthConfig, HealthTracker, Transition, rollup_nodes
+from daemon.incidents import Incident, IncidentBook
+from daemon.naming import SeriesMapper
+from daemon.resolve import EventResolver
+from daemon.store import Store
+from detectors.counters import CounterTracker
+from detectors.rules import RuleDetector, TickInput
+from detectors.schema import EVENT_COLUMNS, State, entity_kind, events_frame, is_counter, node_of
+
+
+@dataclass
+class PipelineConfig:
+    """Tick and detection parameters."""
+
+    interval_s: float = 30.0
+    reboot_grace_s: float = 600.0
+    telemetry_incident_after_s: float = 900.0
+    health: HealthConfig = field(default_factory=HealthConfig)
+
+
+@dataclass
+class Finding:
+    """One visible state transition, in the JSON-lines form of ARCHITECTURE §8."""
+
+    ts: float
+    entity: str
+    kind: str
+    state: str
+    score: float
+    detector: str
+    reasons: list[str]
+
+    def as_dict(self) -> dict:
+        return {"ts": self.ts, "entity": self.entity, "kind": self.kind, "state": self.state,
+                "score": round(self.score, 4), "detector": self.detector, "reasons": self.reasons}
+
+
+@dataclass
+class TickResult:
+    findings: list[Finding]
+    incidents: list[Incident]
+    events: int
+    samples: int
+
+
+class Pipeline:
+    """Streaming state of one raswarden: counters, rules, health, incidents."""
+
+    def __init__(
+        self,
+        mapper: SeriesMapper | None = None,
+        config: PipelineConfig | None = None,
+        store: Store | None = None,
+        on_finding: Callable[[Finding], None] | None = None,
+    ):
+        self.mapper = mapper or SeriesMapper()
+        self.config = config or PipelineConfig()
+        self.store = store
+        self.on_finding = on_finding
+        self.resolver = EventResolver(self.mapper, window_s=max(120.0, 4 * self.config.interval_s))
+        self.counters = CounterTracker()
+        self.rules = RuleDetector().fit()
+        self.health = HealthTracker(self.config.health)
+        self.incidents = IncidentBook(self.mapper.topology.rack_of, self.config.telemetry_incident_after_s)
+        self.grace_until: dict[str, float] = {}
+        self.node_seen: dict[str, float] = {}
+        self.node_stale_since: dict[str, float] = {}
+        self.ports_by_node: dict[str, set[str]] = {}
+        self.reported: dict[str, State] = {}
+        self.events_by_kind: dict[str, int] = {}
+        self.known_entities: set[str] = set()
+        self.new_entities: list[dict] = []
+
+    # ------------------------------------------------------------------------------------------
+    def tick(self, now: float, batch: Batch) -> TickResult:
+        """Process the batch of tick ``(now - interval, now]``."""
+        samples = batch.samples
+        counters, gauges, xid_gauge = self._split(samples)
+        events = self.resolver.resolve(batch.events)
+        gauge_xids = self.resolver.xid_gauge_events(xid_gauge)
+        if gauge_xids:
+            extra = events_frame(gauge_xids)
+            events = extra if events.empty else pd.concat([events, extra], ignore_index=True)
+            events = events.sort_values(["ts", "entity", "source"], kind="stable").reset_index(drop=True)
+        events = self.resolver.merge_xids(events, now)
+        for kind in events["kind"]:
+            self.events_by_kind[kind] = self.events_by_kind.get(kind, 0) + 1
+
+        seen = self._seen_entities(samples)
+        self._track_nodes(now, seen, events)
+        increases = self.counters.update(counters)
+        if not increases.empty and increases["resets"].any():
+            for entity in increases.loc[increases["resets"] > 0, "entity"]:
+                self.grace_until[node_of(entity)] = now + self.config.reboot_grace_s
+        grace = frozenset(n for n, t in self.grace_until.items() if t >= now)
+
+        evidence = self.rules.update(TickInput(now, events, increases, gauges, grace))
+        self.health.observe(seen, now)
+        self.health.observe({e for e in events["entity"]}, now) if not events.empty else None
+        transitions = self.health.update(now, evidence)
+        findings = self._findings(now, transitions)
+        for node in sorted(self.node_seen):
+            self.incidents.on_stale(now, node, self.node_stale_since.get(node))
+        changed = self.incidents.take_changed()
+        if self.store is not None:
+            self.store.upsert_entities(self.new_entities)
+            self.new_entities = []
+            self.store.record_tick(
+                [dict(f.as_dict(), reasons=list(f.reasons)) for f in findings], changed,
+                [{"entity": f.entity, "state": f.state, "since": f.ts, "score": f.score, "reasons": f.reasons}
+                 for f in findings],
+            )
+        if self.on_finding is not None:
+            for f in findings:
+                self.on_finding(f)
+        return TickResult(findings, changed, len(events), len(samples))
+
+    # ------------------------------------------------------------------------------------------
+    def _split(self, samples: pd.DataFrame) -> tuple[pd.DataFrame, pd.DataFrame, pd.DataFrame]:
+        """Counter samples, per-(entity, metric) gauge last/max, and the xid_last gauge rows."""
+        if samples.empty:
+            empty = pd.DataFrame({"entity": [], "metric": [], "last": [], "max": []})
+            return samples, empty, pd.DataFrame({"entity": [], "ts": [], "value": []})
+        metric_cats = samples["metric"].cat.categories
+        counter_cat = np.array([is_counter(m) for m in metric_cats], dtype=bool)
+        codes = samples["metric"].cat.codes.to_numpy()
+        is_ctr = counter_cat[codes]
+        counters = samples[is_ctr]
+        g = samples[~is_ctr]
+        xid_mask = (g["metric"] == "xid_last").to_numpy()
+        xid = g[xid_mask][["entity", "ts", "value"]]
+        xid = pd.DataFrame({"entity": xid["entity"].astype(str).to_numpy(), "ts": xid["ts"].to_numpy(),
+                            "value": xid["value"].to_numpy()})
+        g = g[~xid_mask]
+        if g.empty:
+            gauges = pd.DataFrame({"entity": [], "metric": [], "last": [], "max": []})
+        else:
+            grouped = g.groupby(["entity", "metric"], observed=True, sort=True)["value"]
+            agg = pd.DataFrame({"last": grouped.last(), "max": grouped.max()}).reset_index()
+            gauges = pd.DataFrame({"entity": agg["entity"].astype(str).to_numpy(),
+                                   "metric": agg["metric"].astype(str).to_numpy(),
+                                   "last": agg["last"].to_numpy(), "max": agg["max"].to_numpy()})
+        return counters, gauges, xid
+
+    def _seen_entities(self, samples: pd.DataFrame) -> list[str]:
+        if samples.empty:
+            return []
+        codes = np.unique(samples["entity"].cat.codes.to_numpy())
+        cats = samples["entity"].cat.categories
+        seen = [cats[c] for c in codes]
+        for e in seen:
+            if e not in self.known_entities:
+                self._register(e)
+        return seen
+
+    def _register(self, entity: str) -> None:
+        self.known_entities.add(entity)
+        kind = entity_kind(entity)
+        node = node_of(entity)
+        if kind == "port":
+            self.ports_by_node.setdefault(node, set()).add(entity)
+        self.new_entities.append({"id": entity, "kind": kind, "node": node,
+                                  "rack": self.mapper.topology.rack_of(node), "first_seen": 0.0, "attrs": {}})
+
+    def _track_nodes(self, now: float, seen: list[str], events: pd.DataFrame) -> None:
+        """Node freshness, and reboot grace for a node whose telemetry comes back after a gap."""
+        nodes = {node_of(e) for e in seen}
+        stale_after = self.config.health.stale_after_s
+        for node in nodes:
+            last = self.node_seen.get(node)
+            if last is not None and now - last > stale_after:
+                self.grace_until[node] = now + self.config.reboot_grace_s
+            self.node_seen[node] = now
+            self.node_stale_since.pop(node, None)
+            if node not in self.known_entities:
+                self._register(node)
+        for node, last in self.node_seen.items():
+            if now - last > stale_after and node not in self.node_stale_since:
+                self.node_stale_since[node] = last
+        # A node is fresh when any of its entities is: mark the node itself observed.
+        self.health.observe(nodes, now)
+
+    def _findings(self, now: float, transitions: list[Transition]) -> list[Finding]:
+        findings: list[Finding] = []
+        touched_nodes: set[str] = set()
+        for t in transitions:
+            kind = entity_kind(t.entity)
+            touched_nodes.add(node_of(t.entity))
+            if kind == "node":
+                continue  # reported through the roll-up below
+            if kind != "port" or t.new != State.UNKNOWN:
+                if t.new != State.UNKNOWN:
+                    self.incidents.on_entity(now, t.entity, t.new, t.category, t.reasons)
+            self._report(findings, now, t.entity, kind, t.new, t.score, t.detector, t.reasons)
+        if touched_nodes:
+            rolled = rollup_nodes(self.health, sorted(touched_nodes), self.ports_by_node)
+            for node, r in rolled.items():
+                own = self.health.state_of(node)
+                bad_children = sum(
+                    1 for e, h in self.health.entities.items()
+                    if node_of(e) == node and "/" in e and entity_kind(e) == "accelerator"
+                    and h.state >= State.SUBHEALTHY
+                )
+                escalate = own >= State.SUBHEALTHY or bad_children >= 2 or "fabric" in r.category
+                prev = self.reported.get(node, State.HEALTHY)
+                if r.state != prev and r.state != State.UNKNOWN:
+                    self.incidents.on_node(now, node, r.state, r.category, r.reasons, escalate)
+                detector = "rules" if own >= State.SUSPECT else "rollup"
+                self._report(findings, now, node, "node", r.state, r.score, detector,
+                             r.reasons or ["recovered"])
+        return findings
+
+    def _report(self, out: list[Finding], now: float, entity: str, kind: str, state: State, score: float,
+                detector: str, reasons: list[str]) -> None:
+        """Append a finding when the visible state changed (unknown is not a finding)."""
+        if state == State.UNKNOWN:
+            return
+        prev = self.reported.get(entity, State.HEALTHY)
+        if state == prev:
+            return
+        self.reported[entity] = state
+        out.append(Finding(now, entity, kind, state.label, float(score), detector, list(reasons)))

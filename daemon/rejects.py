@@ -1,0 +1,46 @@
+"""Bookkeeping for bad input: every rejected line is counted, and the first few are logged by position.
+
+Bad input never stops a reader: it calls :meth:`RejectLog.reject` with the source and the position
+(``file:line``, ``file#table:id``) and goes on with the next record.
+"""
+
+from __future__ import annotations
+
+import logging
+from collections import Counter
+from dataclasses import dataclass, field
+
+from daemon import metrics
+
+log = logging.getLogger("raswarden.input")
+
+
+@dataclass
+class RejectLog:
+    """Counts rejected input by (format, reason) and keeps the first messages for the summary."""
+
+    max_logged_per_reason: int = 5
+    counts: Counter = field(default_factory=Counter)
+    messages: list[str] = field(default_factory=list)
+
+    def reject(self, fmt: str, position: str, reason: str, excerpt: str = "") -> None:
+        """Record one rejected record of format ``fmt`` at ``position`` (e.g. ``trace/a.om:1234``)."""
+        key = (fmt, reason)
+        self.counts[key] += 1
+        metrics.INPUT_REJECTED.labels(fmt, reason).inc()
+        if self.counts[key] <= self.max_logged_per_reason:
+            text = f"{position}: {reason}"
+            if excerpt:
+                text += f": {excerpt[:120]!r}"
+            self.messages.append(text)
+            log.warning("rejected %s", text)
+            if self.counts[key] == self.max_logged_per_reason:
+                log.warning("further '%s' rejections from %s input are counted, not logged", reason, fmt)
+
+    def refuse(self, fmt: str, position: str, reason: str) -> None:
+        """Record that a whole file was refused (e.g. a raw dmesg with no boot time)."""
+        self.reject(fmt, position, reason)
+
+    @property
+    def total(self) -> int:
+        return sum(self.counts.values())

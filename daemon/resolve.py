@@ -1,0 +1,95 @@
+"""Resolve events to the entity they concern, and merge the same fact seen by two sources.
+
+Kernel lines name hardware by PCI address or netdev; the collector's job (ARCHITECTURE §4) is to
+map that to an accelerator (through dcgm-exporter's ``pci_bus_id`` label or the topology) or a
+fabric port (through the topology). An address that maps to nothing stays on the node, with the
+address in the message, rather than inventing an entity.
+
+dcgm-exporter's ``DCGM_FI_DEV_XID_ERRORS`` is a gauge holding the last Xid; a change to a non-zero
+value is an Xid event. The first value seen is a baseline (it may be an old Xid), not an event. When
+the kernel line and the gauge report the same Xid on the same GPU within ``window_s``, they are one
+event.
+"""
+
+from __future__ import annotations
+
+import numpy as np
+import pandas as pd
+
+from daemon.naming import SeriesMapper
+from detectors.schema import EVENT_COLUMNS, events_frame
+
+
+class EventResolver:
+    """Maps kernel-log locators to entities and merges duplicate Xids."""
+
+    def __init__(self, mapper: SeriesMapper, window_s: float = 120.0):
+        self.mapper = mapper
+        self.window_s = window_s
+        self.unresolved = 0
+        self._xid_last: dict[str, float] = {}
+        self._recent_xid: dict[tuple[str, int], float] = {}
+        self.merged = 0
+
+    def _entity(self, node: str, kind: str, pci: str | None, device: str | None) -> str:
+        topo = self.mapper.topology
+        if kind == "link":
+            port = (topo.pci_port.get((node, pci)) if pci else None) or (
+                topo.netdev_port.get((node, device)) if device else None)
+            return port or node
+        if pci is None:
+            return node
+        acc = self.mapper.accelerator_at(node, pci)
+        if acc is not None:
+            return acc
+        port = topo.pci_port.get((node, pci))
+        return port or node
+
+    def resolve(self, events: pd.DataFrame) -> pd.DataFrame:
+        """Events with ``entity`` set to the accelerator/port where the locator says so."""
+        if events.empty:
+            return events
+        rows = []
+        for r in events.itertuples(index=False, name=None):
+            rec = dict(zip(EVENT_COLUMNS, r))
+            if "/" not in rec["entity"] and (rec["pci"] or rec["device"]):
+                entity = self._entity(rec["entity"], rec["kind"], rec["pci"], rec["device"])
+                if entity == rec["entity"]:
+                    self.unresolved += 1
+                    where = rec["pci"] or rec["device"]
+                    rec["message"] = f"{rec['message']} (device {where} not mapped to an accelerator or port)"
+                rec["entity"] = entity
+            rows.append(tuple(rec[c] for c in EVENT_COLUMNS))
+        return events_frame(rows)
+
+    def xid_gauge_events(self, gauges: pd.DataFrame) -> list[tuple]:
+        """Xid events from changes of the ``xid_last`` gauge (rows: entity, ts, value)."""
+        out = []
+        for entity, ts, value in zip(gauges["entity"], gauges["ts"], gauges["value"]):
+            prev = self._xid_last.get(entity)
+            self._xid_last[entity] = value
+            if prev is None or value == prev or value <= 0 or np.isnan(value):
+                continue
+            out.append((float(ts), entity, "xid", int(value), "error",
+                        "reported by dcgm-exporter DCGM_FI_DEV_XID_ERRORS", "dcgm-exporter", None, None))
+        return out
+
+    def merge_xids(self, events: pd.DataFrame, now: float) -> pd.DataFrame:
+        """Drop an Xid already reported for the same GPU and code within the window."""
+        if events.empty:
+            return events
+        keep = np.ones(len(events), dtype=bool)
+        for i, (kind, entity, code, ts) in enumerate(zip(events["kind"], events["entity"], events["code"],
+                                                         events["ts"])):
+            if kind != "xid" or pd.isna(code):
+                continue
+            key = (entity, int(code))
+            seen = self._recent_xid.get(key)
+            if seen is not None and abs(ts - seen) <= self.window_s:
+                keep[i] = False
+                self.merged += 1
+                continue
+            self._recent_xid[key] = ts
+        if len(self._recent_xid) > 10_000:
+            self._recent_xid = {k: t for k, t in self._recent_xid.items() if now - t <= self.window_s}
+        return events[keep].reset_index(drop=True)

@@ -1,0 +1,212 @@
+"""Persistent state (SQLModel): entities, health, findings, incidents, the action journal, the alert outbox.
+
+SQLite in WAL mode under /var/lib/raswarden by default; PostgreSQL by URL
+(``postgresql+psycopg://...``) for several management nodes. The schema is created and upgraded
+by alembic migrations (``daemon/migrations``), never by ``create_all``.
+"""
+
+from __future__ import annotations
+
+import json
+from importlib import resources
+from pathlib import Path
+from typing import Any, Iterable
+
+from alembic import command
+from alembic.config import Config
+from sqlalchemy import JSON, Column, UniqueConstraint, event
+from sqlalchemy.engine import Engine
+from sqlalchemy.pool import StaticPool
+from sqlmodel import Field, Session, SQLModel, create_engine, select
+
+DEFAULT_URL = "sqlite:////var/lib/raswarden/raswarden.db"
+
+
+class EntityRow(SQLModel, table=True):
+    __tablename__ = "entity"
+    id: str = Field(primary_key=True)
+    kind: str
+    node: str = Field(index=True)
+    rack: str | None = None
+    first_seen: float
+    attrs: dict = Field(default_factory=dict, sa_column=Column(JSON, nullable=False))
+
+
+class HealthRow(SQLModel, table=True):
+    __tablename__ = "health"
+    entity: str = Field(primary_key=True)
+    state: str
+    since: float
+    score: float = 0.0
+    reasons: list = Field(default_factory=list, sa_column=Column(JSON, nullable=False))
+
+
+class FindingRow(SQLModel, table=True):
+    __tablename__ = "finding"
+    id: int | None = Field(default=None, primary_key=True)
+    ts: float = Field(index=True)
+    entity: str = Field(index=True)
+    kind: str
+    state: str
+    score: float
+    detector: str
+    reasons: list = Field(default_factory=list, sa_column=Column(JSON, nullable=False))
+
+
+class IncidentRow(SQLModel, table=True):
+    __tablename__ = "incident"
+    id: str = Field(primary_key=True)
+    fingerprint: str = Field(index=True)
+    entity: str = Field(index=True)
+    kind: str
+    category: str
+    severity: str
+    status: str = Field(index=True)  # open | closed
+    opened_at: float
+    updated_at: float
+    closed_at: float | None = None
+    rack: str | None = None
+    close_reason: str = ""
+    evidence: list = Field(default_factory=list, sa_column=Column(JSON, nullable=False))
+
+
+class ActionRow(SQLModel, table=True):
+    """The action journal: planned -> started -> done/failed, one row per step attempt."""
+
+    __tablename__ = "action"
+    __table_args__ = (UniqueConstraint("idempotency_key"),)
+    id: int | None = Field(default=None, primary_key=True)
+    idempotency_key: str
+    incident_id: str = Field(index=True)
+    playbook: str
+    step: str
+    status: str = Field(index=True)
+    ts: float
+    detail: dict = Field(default_factory=dict, sa_column=Column(JSON, nullable=False))
+
+
+class OutboxRow(SQLModel, table=True):
+    """Alerts waiting for delivery; removed only once delivered or given up."""
+
+    __tablename__ = "alert_outbox"
+    __table_args__ = (UniqueConstraint("idempotency_key", "receiver"),)
+    id: int | None = Field(default=None, primary_key=True)
+    idempotency_key: str
+    receiver: str = Field(index=True)
+    group_key: str
+    status: str = Field(index=True)  # pending | delivered | failed
+    attempts: int = 0
+    next_attempt_at: float = 0.0
+    created_at: float
+    last_error: str = ""
+    payload: dict = Field(default_factory=dict, sa_column=Column(JSON, nullable=False))
+
+
+def _sqlite_pragmas(dbapi_conn, _record) -> None:
+    cur = dbapi_conn.cursor()
+    cur.execute("PRAGMA journal_mode=WAL")
+    cur.execute("PRAGMA synchronous=NORMAL")
+    cur.execute("PRAGMA busy_timeout=5000")
+    cur.execute("PRAGMA foreign_keys=ON")
+    cur.close()
+
+
+def make_engine(url: str) -> Engine:
+    """An engine for ``url``; SQLite gets WAL and a busy timeout, in-memory SQLite one shared connection."""
+    if url.startswith("sqlite"):
+        if url in ("sqlite://", "sqlite:///:memory:"):
+            engine = create_engine(url, connect_args={"check_same_thread": False}, poolclass=StaticPool)
+        else:
+            path = url.split(":///", 1)[1] if ":///" in url else ""
+            if path:
+                Path(path).parent.mkdir(parents=True, exist_ok=True)
+            engine = create_engine(url, connect_args={"check_same_thread": False})
+        event.listen(engine, "connect", _sqlite_pragmas)
+        return engine
+    return create_engine(url, pool_pre_ping=True)
+
+
+def alembic_config(engine: Engine) -> Config:
+    """Alembic configuration pointing at the packaged migrations and at ``engine``."""
+    cfg = Config()
+    cfg.set_main_option("script_location", str(resources.files("daemon") / "migrations"))
+    cfg.set_main_option("sqlalchemy.url", engine.url.render_as_string(hide_password=False).replace("%", "%%"))
+    cfg.attributes["engine"] = engine
+    return cfg
+
+
+class Store:
+    """Typed access to the state database."""
+
+    def __init__(self, url: str = DEFAULT_URL, migrate: bool = True):
+        self.url = url
+        self.engine = make_engine(url)
+        if migrate:
+            self.migrate()
+
+    def migrate(self) -> None:
+        """Bring the schema to the newest migration."""
+        with self.engine.begin() as conn:
+            cfg = alembic_config(self.engine)
+            cfg.attributes["connection"] = conn
+            command.upgrade(cfg, "head")
+
+    def session(self) -> Session:
+        return Session(self.engine)
+
+    def record_tick(
+        self,
+        findings: Iterable[dict[str, Any]],
+        incidents: Iterable[Any],
+        health: Iterable[dict[str, Any]] = (),
+    ) -> None:
+        """Persist one tick's findings, changed incidents and health rows in one transaction."""
+        findings = list(findings)
+        incidents = list(incidents)
+        health = list(health)
+        if not (findings or incidents or health):
+            return
+        with self.session() as s:
+            for f in findings:
+                s.add(FindingRow(**f))
+            for inc in incidents:
+                s.merge(IncidentRow(
+                    id=inc.id, fingerprint=inc.fingerprint, entity=inc.entity, kind=inc.kind,
+                    category=inc.category, severity=inc.severity.label, status="open" if inc.open else "closed",
+                    opened_at=inc.opened_at, updated_at=inc.updated_at, closed_at=inc.closed_at, rack=inc.rack,
+                    close_reason=inc.close_reason, evidence=list(inc.evidence),
+                ))
+            for h in health:
+                s.merge(HealthRow(**h))
+            s.commit()
+
+    def upsert_entities(self, rows: Iterable[dict[str, Any]]) -> None:
+        """Insert entities not yet known (first sight wins)."""
+        rows = list(rows)
+        if not rows:
+            return
+        with self.session() as s:
+            known = set(s.exec(select(EntityRow.id)).all())
+            for r in rows:
+                if r["id"] not in known:
+                    s.add(EntityRow(**r))
+            s.commit()
+
+    def incidents(self, status: str | None = None) -> list[IncidentRow]:
+        with self.session() as s:
+            q = select(IncidentRow).order_by(IncidentRow.opened_at, IncidentRow.id)
+            if status:
+                q = q.where(IncidentRow.status == status)
+            return list(s.exec(q).all())
+
+    def findings(self) -> list[FindingRow]:
+        with self.session() as s:
+            return list(s.exec(select(FindingRow).order_by(FindingRow.id)).all())
+
+    def close(self) -> None:
+        self.engine.dispose()
+
+
+def dumps(obj: Any) -> str:
+    """Compact, key-sorted JSON (the form findings and payloads are compared in)."""
+    return json.dumps(obj, sort_keys=True, separators=(",", ":"))

@@ -1,0 +1,200 @@
+"""Put recorded telemetry in time order with bounded memory, and cut it into tick batches.
+
+Readers deliver rows in file order: concatenated scrapes are time-major, ``promtool tsdb
+dump-openmetrics`` writes one series after another. :class:`TimeSpill` partitions every incoming
+chunk by time bucket into Arrow IPC files on disk (one file per chunk and bucket), then replays the
+buckets in order, sorting one bucket at a time. Memory is bounded by a chunk plus a bucket,
+whatever the trace length.
+
+Tick ``k`` covers ``(k*interval - interval, k*interval]`` (ARCHITECTURE §1). Within a bucket rows are
+sorted by (time, entity, metric, value) on the *names*, never on interning order, and exact
+duplicates (same entity, metric and time) are dropped, so the batches — and so the findings — are
+the same whatever the file order, chunk size or speed.
+"""
+
+from __future__ import annotations
+
+import shutil
+import tempfile
+from collections import defaultdict
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Iterator
+
+import numpy as np
+import pandas as pd
+import pyarrow as pa
+import pyarrow.feather as feather
+
+from daemon.batch import Batch
+from detectors.schema import EVENT_COLUMNS, empty_events, empty_samples, events_frame
+
+
+def tick_index(ts: np.ndarray, interval: float) -> np.ndarray:
+    """Index ``k`` of the tick ``(k*interval - interval, k*interval]`` each time falls in."""
+    return np.ceil(np.asarray(ts, dtype=np.float64) / interval).astype(np.int64)
+
+
+@dataclass
+class TimeSpill:
+    """An on-disk, time-partitioned buffer; ``add`` chunks in any order, then iterate ``ticks``."""
+
+    interval: float = 30.0
+    bucket_ticks: int = 120
+    directory: Path | None = None
+    duplicates: int = 0
+    _files: dict[int, list[Path]] = field(default_factory=lambda: defaultdict(list))
+    _event_rows: dict[int, list[pd.DataFrame]] = field(default_factory=lambda: defaultdict(list))
+    _owned: bool = False
+    _seq: int = 0
+    _first: int | None = None
+    _last: int | None = None
+
+    def __post_init__(self) -> None:
+        if self.directory is None:
+            self.directory = Path(tempfile.mkdtemp(prefix="raswarden-spill-"))
+            self._owned = True
+        else:
+            Path(self.directory).mkdir(parents=True, exist_ok=True)
+
+    def _span(self, ticks: np.ndarray) -> None:
+        lo, hi = int(ticks.min()), int(ticks.max())
+        self._first = lo if self._first is None else min(self._first, lo)
+        self._last = hi if self._last is None else max(self._last, hi)
+
+    def add(self, batch: Batch) -> None:
+        """Partition a batch's rows by bucket and spill them."""
+        if len(batch.samples):
+            self._add_samples(batch.samples)
+        if len(batch.events):
+            ev = batch.events
+            ticks = tick_index(ev["ts"].to_numpy(), self.interval)
+            self._span(ticks)
+            buckets = ticks // self.bucket_ticks
+            for b in np.unique(buckets):
+                # Events are few (kernel lines, RAS records): kept in memory per bucket.
+                self._event_rows[int(b)].append(ev[buckets == b])
+
+    def _add_samples(self, frame: pd.DataFrame) -> None:
+        ticks = tick_index(frame["ts"].to_numpy(), self.interval)
+        self._span(ticks)
+        buckets = ticks // self.bucket_ticks
+        order = np.argsort(buckets, kind="stable")
+        sorted_buckets = buckets[order]
+        cuts = np.flatnonzero(np.diff(sorted_buckets)) + 1
+        starts = np.concatenate(([0], cuts))
+        ends = np.concatenate((cuts, [len(order)]))
+        ent = frame["entity"].cat
+        met = frame["metric"].cat
+        ent_dict = pa.array(np.asarray(ent.categories, dtype=object), type=pa.string())
+        met_dict = pa.array(np.asarray(met.categories, dtype=object), type=pa.string())
+        ts = frame["ts"].to_numpy()
+        val = frame["value"].to_numpy()
+        ent_codes = ent.codes.to_numpy() if hasattr(ent.codes, "to_numpy") else np.asarray(ent.codes)
+        met_codes = met.codes.to_numpy() if hasattr(met.codes, "to_numpy") else np.asarray(met.codes)
+        for s, e in zip(starts, ends):
+            idx = order[s:e]
+            table = pa.table({
+                "ts": ts[idx],
+                "entity": pa.DictionaryArray.from_arrays(pa.array(ent_codes[idx].astype(np.int32)), ent_dict),
+                "metric": pa.DictionaryArray.from_arrays(pa.array(met_codes[idx].astype(np.int32)), met_dict),
+                "value": val[idx],
+            })
+            bucket = int(sorted_buckets[s])
+            path = Path(self.directory) / f"b{bucket}-{self._seq}.arrow"
+            self._seq += 1
+            feather.write_feather(table, path, compression="uncompressed")
+            self._files[bucket].append(path)
+
+    def _load_samples(self, bucket: int) -> pd.DataFrame:
+        paths = self._files.pop(bucket, [])
+        if not paths:
+            return empty_samples()
+        tables = [feather.read_table(p, memory_map=False) for p in paths]
+        for p in paths:
+            p.unlink(missing_ok=True)
+        table = pa.concat_tables(tables).unify_dictionaries().combine_chunks()
+        frame = pd.DataFrame({
+            "ts": table.column("ts").to_numpy(),
+            "entity": _sorted_categorical(table.column("entity")),
+            "metric": _sorted_categorical(table.column("metric")),
+            "value": table.column("value").to_numpy(),
+        })
+        order = np.lexsort((
+            frame["value"].to_numpy(),
+            frame["metric"].cat.codes.to_numpy(),
+            frame["entity"].cat.codes.to_numpy(),
+            frame["ts"].to_numpy(),
+        ))
+        frame = frame.iloc[order].reset_index(drop=True)
+        dup = frame.duplicated(subset=["ts", "entity", "metric"], keep="first").to_numpy()
+        if dup.any():
+            self.duplicates += int(dup.sum())
+            frame = frame[~dup].reset_index(drop=True)
+        return frame
+
+    def _load_events(self, bucket: int) -> pd.DataFrame:
+        parts = self._event_rows.pop(bucket, [])
+        if not parts:
+            return empty_events()
+        frame = pd.concat(parts, ignore_index=True)
+        frame = frame.sort_values(
+            ["ts", "entity", "kind", "code", "message", "source"], kind="stable", na_position="first"
+        ).reset_index(drop=True)
+        return events_frame(list(frame[list(EVENT_COLUMNS)].itertuples(index=False, name=None)))
+
+    @property
+    def span(self) -> tuple[int, int] | None:
+        """First and last tick index seen, or None when nothing was added."""
+        if self._first is None or self._last is None:
+            return None
+        return self._first, self._last
+
+    def ticks(self) -> Iterator[tuple[float, Batch]]:
+        """Every tick from the first to the last, in order, with its (possibly empty) batch."""
+        if self.span is None:
+            return
+        first, last = self.span
+        for bucket in range(first // self.bucket_ticks, last // self.bucket_ticks + 1):
+            samples = self._load_samples(bucket)
+            events = self._load_events(bucket)
+            s_ticks = tick_index(samples["ts"].to_numpy(), self.interval)
+            e_ticks = tick_index(events["ts"].to_numpy(), self.interval)
+            s_cuts = np.searchsorted(s_ticks, np.arange(bucket * self.bucket_ticks, (bucket + 1) * self.bucket_ticks + 1))
+            e_cuts = np.searchsorted(e_ticks, np.arange(bucket * self.bucket_ticks, (bucket + 1) * self.bucket_ticks + 1))
+            for j in range(self.bucket_ticks):
+                k = bucket * self.bucket_ticks + j
+                if k < first or k > last:
+                    continue
+                yield k * self.interval, Batch(
+                    samples=samples.iloc[s_cuts[j] : s_cuts[j + 1]],
+                    events=events.iloc[e_cuts[j] : e_cuts[j + 1]],
+                )
+
+    def close(self) -> None:
+        """Remove spilled files (the whole directory when this spill created it)."""
+        if self._owned and self.directory is not None:
+            shutil.rmtree(self.directory, ignore_errors=True)
+        else:
+            for paths in self._files.values():
+                for p in paths:
+                    p.unlink(missing_ok=True)
+        self._files.clear()
+        self._event_rows.clear()
+
+    def __enter__(self) -> "TimeSpill":
+        return self
+
+    def __exit__(self, *exc) -> None:
+        self.close()
+
+
+def _sorted_categorical(column: pa.ChunkedArray) -> pd.Categorical:
+    """A categorical whose categories are in name order, so code order is name order."""
+    arr = column.combine_chunks() if isinstance(column, pa.ChunkedArray) else column
+    cats = np.asarray(arr.dictionary.to_pylist(), dtype=object)
+    codes = arr.indices.to_numpy(zero_copy_only=False)
+    order = np.argsort(cats, kind="stable")
+    rank = np.empty(len(order), dtype=np.int64)
+    rank[order] = np.arange(len(order))
+    return pd.Categorical.from_codes(rank[codes], categories=list(cats[order]), validate=False)

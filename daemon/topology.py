@@ -1,0 +1,156 @@
+"""The optional topology file: racks, supernodes, cooling loops, nodes, their devices and aliases.
+
+Format (``topology.yaml``)::
+
+    racks:
+      - name: r01
+        supernode: sn01            # optional
+        cooling: cdu01             # optional
+        nodes:
+          - name: sn01-b01
+            scheduler_name: node1  # optional, the name Slurm knows
+            aliases: [10.1.0.11, "127.0.0.11"]
+            accelerators:
+              - {index: 0, pci_bus_id: "00000000:3B:00.0", uuid: GPU-..., model: NVIDIA H100 80GB HBM3}
+            ports:
+              - {device: mlx5_0, port: 1, pci: "0000:0c:00.0", netdev: ibp12s0, switchport: leaf01/1}
+
+Without a topology, nodes and their devices are inferred from telemetry labels (ARCHITECTURE §3).
+"""
+
+from __future__ import annotations
+
+import ipaddress
+from dataclasses import dataclass, field
+from pathlib import Path
+
+import yaml
+
+
+class TopologyError(ValueError):
+    """The topology file is malformed; the message names the path inside the file."""
+
+
+def normalize_pci(address: str) -> str | None:
+    """Canonical PCI id ``dddd:bb:dd`` (domain, bus, device; lower case, no function).
+
+    Accepts dcgm-exporter's ``00000000:3B:00.0``, the kernel's ``0000:3b:00.0`` and the Xid form
+    ``0000:3b:00``. Returns None for anything else.
+    """
+    text = address.strip().lower()
+    if text.startswith("pci:"):
+        text = text[4:]
+    parts = text.split(":")
+    if len(parts) == 2:
+        parts = ["0000", *parts]
+    if len(parts) != 3:
+        return None
+    domain, bus, devfn = parts
+    device = devfn.split(".", 1)[0]
+    try:
+        d, b, v = int(domain, 16), int(bus, 16), int(device, 16)
+    except ValueError:
+        return None
+    if d > 0xFFFFFFFF or b > 0xFF or v > 0x1F:
+        return None
+    return f"{d & 0xFFFF:04x}:{b:02x}:{v:02x}"
+
+
+def is_address(host: str) -> bool:
+    """True when ``host`` is an IP address rather than a host name."""
+    try:
+        ipaddress.ip_address(host.strip("[]"))
+    except ValueError:
+        return False
+    return True
+
+
+@dataclass
+class Topology:
+    """Nodes and their place in racks, supernodes and cooling loops, with lookup tables."""
+
+    node_rack: dict[str, str] = field(default_factory=dict)
+    rack_supernode: dict[str, str] = field(default_factory=dict)
+    rack_cooling: dict[str, str] = field(default_factory=dict)
+    scheduler_name: dict[str, str] = field(default_factory=dict)
+    aliases: dict[str, str] = field(default_factory=dict)
+    pci_accelerator: dict[tuple[str, str], str] = field(default_factory=dict)
+    pci_port: dict[tuple[str, str], str] = field(default_factory=dict)
+    netdev_port: dict[tuple[str, str], str] = field(default_factory=dict)
+    port_switchport: dict[str, str] = field(default_factory=dict)
+
+    @classmethod
+    def load(cls, path: str | Path) -> "Topology":
+        """Read and validate a topology file."""
+        path = Path(path)
+        try:
+            doc = yaml.safe_load(path.read_text())
+        except yaml.YAMLError as exc:
+            raise TopologyError(f"{path}: not valid YAML: {exc}") from exc
+        return cls.from_dict(doc or {}, source=str(path))
+
+    @classmethod
+    def from_dict(cls, doc: dict, source: str = "topology") -> "Topology":
+        topo = cls()
+        if not isinstance(doc, dict):
+            raise TopologyError(f"{source}: the top level must be a mapping")
+        for alias, node in (doc.get("aliases") or {}).items():
+            topo.aliases[str(alias)] = str(node)
+        for r, rack in enumerate(doc.get("racks") or []):
+            where = f"{source}: racks[{r}]"
+            if not isinstance(rack, dict) or "name" not in rack:
+                raise TopologyError(f"{where}: each rack needs a name")
+            rack_name = str(rack["name"])
+            if rack.get("supernode"):
+                topo.rack_supernode[rack_name] = str(rack["supernode"])
+            if rack.get("cooling"):
+                topo.rack_cooling[rack_name] = str(rack["cooling"])
+            for n, node in enumerate(rack.get("nodes") or []):
+                topo._add_node(rack_name, node, f"{where}.nodes[{n}]")
+        return topo
+
+    def _add_node(self, rack: str, node: dict | str, where: str) -> None:
+        if isinstance(node, str):
+            node = {"name": node}
+        if not isinstance(node, dict) or "name" not in node:
+            raise TopologyError(f"{where}: each node needs a name")
+        name = str(node["name"])
+        self.node_rack[name] = rack
+        if node.get("scheduler_name"):
+            self.scheduler_name[name] = str(node["scheduler_name"])
+        for alias in node.get("aliases") or []:
+            self.aliases[str(alias)] = name
+        for a, acc in enumerate(node.get("accelerators") or []):
+            if not isinstance(acc, dict) or "index" not in acc:
+                raise TopologyError(f"{where}.accelerators[{a}]: needs an index")
+            entity = f"{name}/gpu{int(acc['index'])}"
+            if acc.get("pci_bus_id"):
+                pci = normalize_pci(str(acc["pci_bus_id"]))
+                if pci is None:
+                    raise TopologyError(f"{where}.accelerators[{a}].pci_bus_id: not a PCI address")
+                self.pci_accelerator[(name, pci)] = entity
+        for p, port in enumerate(node.get("ports") or []):
+            if not isinstance(port, dict) or "device" not in port:
+                raise TopologyError(f"{where}.ports[{p}]: needs a device")
+            entity = f"{name}/{port['device']}:{port.get('port', 1)}"
+            if port.get("pci"):
+                pci = normalize_pci(str(port["pci"]))
+                if pci is None:
+                    raise TopologyError(f"{where}.ports[{p}].pci: not a PCI address")
+                self.pci_port[(name, pci)] = entity
+            if port.get("netdev"):
+                self.netdev_port[(name, str(port["netdev"]))] = entity
+            if port.get("switchport"):
+                self.port_switchport[entity] = str(port["switchport"])
+
+    def rack_of(self, node: str) -> str | None:
+        """Rack of a node, or None when the topology does not place it."""
+        return self.node_rack.get(node)
+
+    def resolve_host(self, host: str) -> str | None:
+        """Node name for a host name or address; None for an address without an alias."""
+        if host in self.aliases:
+            return self.aliases[host]
+        if is_address(host):
+            return None
+        return host

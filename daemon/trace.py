@@ -1,0 +1,85 @@
+"""A recorded trace: the telemetry files, the optional topology.yaml and labels.jsonl (ARCHITECTURE §8)."""
+
+from __future__ import annotations
+
+import json
+import logging
+from dataclasses import dataclass, field
+from pathlib import Path
+
+from daemon.formats import Reader, sniff
+from daemon.topology import Topology
+
+log = logging.getLogger("raswarden.trace")
+
+
+@dataclass
+class Label:
+    """One ground-truth label."""
+
+    entity: str
+    kind: str
+    fault: str
+    onset: float
+    failure: float | None
+
+    @property
+    def benign(self) -> bool:
+        return self.fault.startswith("benign_")
+
+
+@dataclass
+class Trace:
+    """The files of one or more trace paths, sorted by name so discovery is deterministic."""
+
+    files: list[tuple[Path, Reader]] = field(default_factory=list)
+    skipped: list[Path] = field(default_factory=list)
+    topology_path: Path | None = None
+    labels_path: Path | None = None
+
+    @classmethod
+    def discover(cls, paths: list[str | Path]) -> "Trace":
+        trace = cls()
+        found: list[Path] = []
+        for raw in paths:
+            p = Path(raw)
+            if p.is_dir():
+                found.extend(sorted(q for q in p.rglob("*") if q.is_file()))
+            elif p.is_file():
+                found.append(p)
+            else:
+                raise FileNotFoundError(f"{p}: no such file or directory")
+        for p in found:
+            name = p.name
+            if name in ("topology.yaml", "topology.yml"):
+                trace.topology_path = p
+            elif name == "labels.jsonl":
+                trace.labels_path = p
+            elif name.startswith(".") or name.endswith((".md", ".yaml", ".yml", "-wal", "-shm")):
+                trace.skipped.append(p)
+            else:
+                reader = sniff(p)
+                if reader is None:
+                    trace.skipped.append(p)
+                    log.warning("%s: not a telemetry format raswarden reads; skipped", p)
+                else:
+                    trace.files.append((p, reader))
+        return trace
+
+    def topology(self) -> Topology:
+        return Topology.load(self.topology_path) if self.topology_path else Topology()
+
+    def labels(self) -> list[Label]:
+        if self.labels_path is None:
+            return []
+        out = []
+        for n, line in enumerate(self.labels_path.read_text().splitlines(), start=1):
+            if not line.strip():
+                continue
+            try:
+                d = json.loads(line)
+                out.append(Label(d["entity"], d.get("kind", ""), d["fault"], float(d["onset"]),
+                                 None if d.get("failure") is None else float(d["failure"])))
+            except (ValueError, KeyError, TypeError) as exc:
+                log.warning("%s:%d: bad label: %s", self.labels_path, n, exc)
+        return out

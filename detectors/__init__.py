@@ -1,0 +1,1 @@
+"""Pure computation: feature frames, detectors and their catalogs. Never imports ``daemon``."""

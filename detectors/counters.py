@@ -1,0 +1,136 @@
+"""Streaming counter state: per-series increases with resets and wraps handled, and decaying counts.
+
+Counters stay counters in the samples (ARCHITECTURE §4); this module turns them into increases.
+A decrease is a 32- or 64-bit wrap when the previous value sat near the top of that range and the
+new one near the bottom, and otherwise a reset (reboot, driver reload, counter clear), in which
+case the increase is the new value itself (what was counted since the reset). Neither ever turns
+into a huge rate. Memory is one slot per series, whatever the run length.
+"""
+
+from __future__ import annotations
+
+import numpy as np
+import pandas as pd
+
+WRAP32 = float(2**32)
+WRAP64 = float(2**64)
+
+
+def counter_increases(prev: np.ndarray, cur: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
+    """Increase from ``prev`` to ``cur`` elementwise, and a mask of resets.
+
+    NaN ``prev`` (first sight of a series) gives an increase of 0.
+    """
+    delta = cur - prev
+    first = np.isnan(prev)
+    down = delta < 0
+    wrap32 = down & (prev >= 0.75 * WRAP32) & (prev < WRAP32) & (cur < 0.25 * WRAP32)
+    wrap64 = down & ~wrap32 & (prev >= 0.75 * WRAP64) & (cur < 0.25 * WRAP64)
+    reset = down & ~wrap32 & ~wrap64
+    out = np.where(wrap32, cur + WRAP32 - prev, delta)
+    out = np.where(wrap64, cur + WRAP64 - prev, out)
+    out = np.where(reset, cur, out)
+    out = np.where(first, 0.0, out)
+    return out, reset
+
+
+class CounterTracker:
+    """Keeps the last value of every counter series and reports increases tick by tick."""
+
+    def __init__(self) -> None:
+        self._slot: dict[tuple[str, str], int] = {}
+        self._last = np.empty(0, dtype=np.float64)
+
+    def __len__(self) -> int:
+        return len(self._slot)
+
+    def _slots(self, keys: list[tuple[str, str]]) -> np.ndarray:
+        out = np.empty(len(keys), dtype=np.int64)
+        grow = 0
+        for i, key in enumerate(keys):
+            slot = self._slot.get(key)
+            if slot is None:
+                slot = self._slot[key] = len(self._slot)
+                grow += 1
+            out[i] = slot
+        if grow:
+            self._last = np.concatenate((self._last, np.full(grow, np.nan)))
+        return out
+
+    def update(self, samples: pd.DataFrame) -> pd.DataFrame:
+        """Increases per (entity, metric) over this batch of counter samples (sorted by time).
+
+        Returns columns ``entity, metric, increase, resets, last``.
+        """
+        if samples.empty:
+            return pd.DataFrame({"entity": [], "metric": [], "increase": [], "resets": [], "last": []})
+        ent = samples["entity"]
+        met = samples["metric"]
+        ent_codes, ent_names = _codes(ent)
+        met_codes, met_names = _codes(met)
+        val = samples["value"].to_numpy(dtype=np.float64)
+        combined = ent_codes.astype(np.int64) * (len(met_names) + 1) + met_codes
+        keys, inverse = np.unique(combined, return_inverse=True)
+        pairs = [(str(ent_names[k // (len(met_names) + 1)]), str(met_names[k % (len(met_names) + 1)])) for k in keys]
+        slots = self._slots(pairs)  # type: ignore[arg-type]
+        # Walk rows in order; consecutive rows of a series chain their increases.
+        order = np.lexsort((np.arange(len(val)), inverse))
+        g = inverse[order]
+        v = val[order]
+        prev = np.empty_like(v)
+        starts = np.ones(len(g), dtype=bool)
+        starts[1:] = g[1:] != g[:-1]
+        prev[1:] = v[:-1]
+        prev[starts] = self._last[slots[g[starts]]]
+        inc, reset = counter_increases(prev, v)
+        total = np.bincount(g, weights=inc, minlength=len(keys))
+        resets = np.bincount(g, weights=reset.astype(np.float64), minlength=len(keys))
+        ends = np.ones(len(g), dtype=bool)
+        ends[:-1] = g[1:] != g[:-1]
+        last = np.empty(len(keys))
+        last[g[ends]] = v[ends]
+        self._last[slots] = last
+        return pd.DataFrame({
+            "entity": [p[0] for p in pairs],
+            "metric": [p[1] for p in pairs],
+            "increase": total,
+            "resets": resets.astype(np.int64),
+            "last": last,
+        })
+
+
+class DecayingCount:
+    """Exponentially decaying event counts per key: about "how many in the last ``horizon`` seconds"."""
+
+    def __init__(self, horizon: float):
+        self.horizon = horizon
+        self._values: dict[str, float] = {}
+        self._stamp: dict[str, float] = {}
+
+    def add(self, key: str, now: float, count: float) -> float:
+        """Decay ``key`` to ``now``, add ``count``, and return the new value."""
+        value = self.value(key, now) + count
+        self._values[key] = value
+        self._stamp[key] = now
+        return value
+
+    def value(self, key: str, now: float) -> float:
+        """The decayed count of ``key`` at ``now`` (0 when unseen)."""
+        old = self._values.get(key)
+        if old is None:
+            return 0.0
+        return old * float(np.exp(-(now - self._stamp[key]) / self.horizon))
+
+    def prune(self, now: float, floor: float = 0.01) -> None:
+        """Forget keys whose count decayed below ``floor`` (keeps memory bounded)."""
+        for key in [k for k in self._values if self.value(k, now) < floor]:
+            del self._values[key]
+            del self._stamp[key]
+
+
+def _codes(column: pd.Series) -> tuple[np.ndarray, np.ndarray]:
+    """Integer codes and their names for a categorical (or plain) column."""
+    if isinstance(column.dtype, pd.CategoricalDtype):
+        return column.cat.codes.to_numpy(), np.asarray(column.cat.categories, dtype=object)
+    codes, names = pd.factorize(column)
+    return codes, np.asarray(names, dtype=object)

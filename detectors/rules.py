@@ -1,0 +1,329 @@
+"""The rule detector: hard facts and shipped thresholds, each finding with its reasons.
+
+Rules (ARCHITECTURE §5):
+
+* Xid events by NVIDIA's resolution buckets (``catalogs/xid.csv``): ``failed`` (48, 64, 79, 95,
+  119/120, ...), ``subhealthy`` (63, 74, 92, 94, ...), ``application`` (13, 31, 43: the job's fault,
+  flagged ``suspect`` only when they repeat on one GPU across processes while its peers see none),
+  and 154 by the recovery action the driver names. An Xid not in the catalog is ``suspect`` and counted.
+* ECC: any double-bit increase is ``failed``; correctable errors above ``sbe_per_hour``; a row-remap
+  failure flag is ``failed``; an uncorrectable row remap or DBE page retirement is ``subhealthy``.
+* PCIe: AER fatal ``failed``, uncorrected ``subhealthy``, corrected above ``aer_corrected_per_hour``;
+  replays above the DCGM budget.
+* Fabric: ``link_downed`` increase, a port not ACTIVE, or an mlx5 "Link down" is ``failed`` (not during a
+  node's reboot grace); symbol errors above 120/h (the IBTA 1e-12 BER limit NVSentinel uses) and link
+  error recoveries above ``link_recovery_per_hour`` are ``subhealthy``.
+* Thermal: GPU temperature at the slowdown limit or thermal throttling ``subhealthy``, at the
+  shutdown limit ``failed``.
+* Host: EDAC uncorrected, fatal MCE ``failed``; corrected MCE ``suspect``.
+
+Discrete events hold their evidence for a while (``event_hold_s``; ``failed_hold_s`` for hard
+faults) so that the health hysteresis sees them; level rules hold only while the level lasts.
+"""
+
+from __future__ import annotations
+
+import csv
+import re
+from collections import defaultdict, deque
+from dataclasses import dataclass, field
+from importlib import resources
+
+import numpy as np
+import pandas as pd
+
+from detectors.counters import DecayingCount
+from detectors.schema import State, entity_kind, node_of
+
+_PID = re.compile(r"pid=('?[^,]*'?)")
+_SCORE = {State.FAILED: 1.0, State.SUBHEALTHY: 0.75, State.SUSPECT: 0.4}
+PORT_ACTIVE = 4.0
+_PORT_STATES = {0: "NOP", 1: "DOWN", 2: "INIT", 3: "ARMED", 4: "ACTIVE", 5: "ACTIVE_DEFER"}
+
+
+@dataclass(frozen=True)
+class XidRule:
+    """One row of the Xid catalog."""
+
+    code: int
+    mnemonic: str
+    state: str
+    category: str
+    meaning: str
+
+
+def load_xid_catalog() -> dict[int, XidRule]:
+    """The packaged Xid catalog keyed by code."""
+    text = resources.files("detectors.catalogs").joinpath("xid.csv").read_text()
+    return {
+        int(r["code"]): XidRule(int(r["code"]), r["mnemonic"], r["state"], r["category"], r["meaning"])
+        for r in csv.DictReader(text.splitlines())
+    }
+
+
+@dataclass
+class Evidence:
+    """What one detector says of one entity in one tick."""
+
+    entity: str
+    level: State
+    category: str
+    reasons: list[str]
+    detector: str = "rules"
+    hard: bool = False
+    score: float = field(default=0.0)
+
+    def __post_init__(self) -> None:
+        if not self.score:
+            self.score = _SCORE.get(self.level, 0.0)
+
+
+@dataclass
+class TickInput:
+    """What the rule detector reads in one tick: events, counter increases, gauge levels."""
+
+    now: float
+    events: pd.DataFrame
+    increases: pd.DataFrame  # entity, metric, increase, resets
+    gauges: pd.DataFrame  # entity, metric, last, max
+    grace_nodes: frozenset[str] = frozenset()
+
+
+class RuleDetector:
+    """Streaming rule evaluation with latched evidence; parameters are the thresholds (see module doc)."""
+
+    name = "rules"
+
+    def __init__(
+        self,
+        event_hold_s: float = 3600.0,
+        failed_hold_s: float = 6 * 3600.0,
+        sbe_per_hour: float = 50.0,
+        pcie_replay_per_hour: float = 921.6,
+        aer_corrected_per_hour: float = 20.0,
+        symbol_errors_per_hour: float = 120.0,
+        link_recovery_per_hour: float = 300.0,
+        edac_ce_per_day: float = 50.0,
+        gpu_temp_slowdown_c: float = 87.0,
+        gpu_temp_shutdown_c: float = 92.0,
+        hbm_temp_limit_c: float = 95.0,
+        app_xid_repeats: int = 3,
+        app_xid_window_s: float = 86400.0,
+    ):
+        self.event_hold_s = event_hold_s
+        self.failed_hold_s = failed_hold_s
+        self.sbe_per_hour = sbe_per_hour
+        self.pcie_replay_per_hour = pcie_replay_per_hour
+        self.aer_corrected_per_hour = aer_corrected_per_hour
+        self.symbol_errors_per_hour = symbol_errors_per_hour
+        self.link_recovery_per_hour = link_recovery_per_hour
+        self.edac_ce_per_day = edac_ce_per_day
+        self.gpu_temp_slowdown_c = gpu_temp_slowdown_c
+        self.gpu_temp_shutdown_c = gpu_temp_shutdown_c
+        self.hbm_temp_limit_c = hbm_temp_limit_c
+        self.app_xid_repeats = app_xid_repeats
+        self.app_xid_window_s = app_xid_window_s
+
+    # -- scikit-learn style -------------------------------------------------------------------
+    def fit(self, X=None, y=None) -> "RuleDetector":
+        """Rules learn nothing: load the catalog and reset the streaming state."""
+        self.catalog_ = load_xid_catalog()
+        self.threshold_ = float(State.SUBHEALTHY)
+        self.unknown_xids_: dict[int, int] = defaultdict(int)
+        self._latches: dict[str, list[tuple[float, Evidence, str]]] = defaultdict(list)
+        self._hourly = DecayingCount(3600.0)
+        self._daily = DecayingCount(86400.0)
+        self._app_xids: dict[str, deque] = defaultdict(deque)
+        return self
+
+    def _latch(self, ev: Evidence, until: float, tag: str = "") -> None:
+        self._latches[ev.entity].append((until, ev, tag))
+
+    def clear_latch(self, entity: str, tag: str) -> None:
+        """Drop an entity's latched evidence carrying ``tag`` (e.g. a link that came back up)."""
+        if entity in self._latches:
+            self._latches[entity] = [x for x in self._latches[entity] if x[2] != tag]
+
+    # -- per tick -----------------------------------------------------------------------------
+    def update(self, tick: TickInput) -> list[Evidence]:
+        """Evaluate one tick; returns the evidence of every entity that has any."""
+        if not hasattr(self, "catalog_"):
+            self.fit()
+        now = tick.now
+        level_evidence: list[Evidence] = []
+        self._events(tick)
+        self._counters(tick, level_evidence)
+        self._gauges(tick, level_evidence)
+        out = level_evidence
+        for entity in list(self._latches):
+            alive = [x for x in self._latches[entity] if x[0] >= now]
+            if alive:
+                self._latches[entity] = alive
+                out.extend(x[1] for x in alive)
+            else:
+                del self._latches[entity]
+        if int(now) % 3600 == 0:
+            self._hourly.prune(now)
+            self._daily.prune(now)
+        return out
+
+    def _events(self, tick: TickInput) -> None:
+        if tick.events.empty:
+            return
+        now = tick.now
+        for row in tick.events.itertuples(index=False):
+            kind = row.kind
+            entity = row.entity
+            code = None if pd.isna(row.code) else int(row.code)
+            if kind == "xid":
+                self._xid(entity, code, row.message or "", row.ts, now)
+            elif kind == "sxid":
+                hard = row.severity == "fatal"
+                ev = Evidence(entity, State.FAILED if hard else State.SUSPECT, "scaleup_link",
+                              [f"NVSwitch SXid {code} ({row.severity}): {row.message}"], hard=hard)
+                self._latch(ev, now + (self.failed_hold_s if hard else self.event_hold_s))
+            elif kind == "aer":
+                self._aer(entity, row.severity, row.message, now)
+            elif kind in ("edac", "mce"):
+                self._host(entity, kind, row.severity, row.message, code, now)
+            elif kind == "link":
+                if row.severity == "info":
+                    self.clear_latch(entity, "link-down")
+                elif node_of(entity) not in tick.grace_nodes:
+                    ev = Evidence(entity, State.FAILED, "fabric_link", [f"kernel: {row.message}"], hard=True)
+                    self._latch(ev, now + self.event_hold_s, "link-down")
+
+    def _xid(self, entity: str, code: int | None, message: str, ts: float, now: float) -> None:
+        rule = self.catalog_.get(code) if code is not None else None
+        text = f"Xid {code}" + (f" {rule.mnemonic}" if rule else "") + (f": {message}" if message else "")
+        if rule is None:
+            self.unknown_xids_[code if code is not None else -1] += 1
+            ev = Evidence(entity, State.SUSPECT, "gpu_compute", [f"{text} (Xid {code} is not in the catalog)"])
+            self._latch(ev, now + self.event_hold_s)
+            return
+        if rule.state == "application":
+            self._app_xid(entity, code, message, ts, now)
+            return
+        if rule.state == "recovery_action":
+            lowered = message.lower()
+            if "reboot" in lowered:
+                level, hard = State.FAILED, True
+            elif "reset" in lowered or "drain" in lowered:
+                level, hard = State.SUBHEALTHY, False
+            else:
+                return
+            self._latch(Evidence(entity, level, rule.category, [text], hard=hard),
+                        now + (self.failed_hold_s if hard else self.event_hold_s))
+            return
+        level = State.parse(rule.state)
+        hard = level == State.FAILED
+        self._latch(Evidence(entity, level, rule.category, [text], hard=hard),
+                    now + (self.failed_hold_s if hard else self.event_hold_s))
+
+    def _app_xid(self, entity: str, code: int | None, message: str, ts: float, now: float) -> None:
+        """Application Xids: suspect only when one GPU repeats them across processes and its peers do not."""
+        m = _PID.search(message)
+        pid = m.group(1) if m else message[:40]
+        seen = self._app_xids[entity]
+        seen.append((ts, pid))
+        while seen and seen[0][0] < now - self.app_xid_window_s:
+            seen.popleft()
+        node = node_of(entity)
+        peers = [e for e, q in self._app_xids.items() if e != entity and node_of(e) == node and q
+                 and q[-1][0] >= now - self.app_xid_window_s]
+        if len(seen) >= self.app_xid_repeats and len({p for _, p in seen}) >= 2 and not peers:
+            ev = Evidence(entity, State.SUSPECT, "gpu_compute",
+                          [f"application Xid {code} repeated {len(seen)}x on this GPU alone within "
+                           f"{self.app_xid_window_s / 3600:.0f} h"])
+            self._latch(ev, now + self.event_hold_s)
+
+    def _aer(self, entity: str, severity: str, message: str, now: float) -> None:
+        category = "gpu_bus" if entity_kind(entity) == "accelerator" else "host"
+        if severity == "fatal":
+            self._latch(Evidence(entity, State.FAILED, category, [f"PCIe AER {message}"], hard=True),
+                        now + self.failed_hold_s)
+        elif severity == "uncorrected":
+            self._latch(Evidence(entity, State.SUBHEALTHY, category, [f"PCIe AER {message}"]), now + self.event_hold_s)
+        else:
+            rate = self._hourly.add(f"aer|{entity}", now, 1.0)
+            if rate >= self.aer_corrected_per_hour:
+                ev = Evidence(entity, State.SUBHEALTHY, category,
+                              [f"PCIe AER corrected errors {rate:.0f}/h (limit {self.aer_corrected_per_hour:.0f}/h)"])
+                self._latch(ev, now + self.event_hold_s, "aer-rate")
+
+    def _host(self, entity: str, kind: str, severity: str, message: str, code, now: float) -> None:
+        label = "EDAC" if kind == "edac" else "MCE"
+        if severity in ("fatal", "uncorrected"):
+            self._latch(Evidence(entity, State.FAILED, "host", [f"{label} {severity}: {message}"], hard=True),
+                        now + self.failed_hold_s)
+        elif kind == "mce" and severity == "corrected":
+            self._latch(Evidence(entity, State.SUSPECT, "host", [f"MCE corrected: {message}"]), now + self.event_hold_s)
+        elif kind == "edac" and severity == "corrected":
+            count = self._daily.add(f"edac|{entity}", now, float(code or 1))
+            if count >= self.edac_ce_per_day:
+                ev = Evidence(entity, State.SUSPECT, "host",
+                              [f"EDAC corrected errors {count:.0f}/24h (limit {self.edac_ce_per_day:.0f})"])
+                self._latch(ev, now + self.event_hold_s, "edac-rate")
+
+    def _counters(self, tick: TickInput, out: list[Evidence]) -> None:
+        inc = tick.increases
+        if inc.empty:
+            return
+        now = tick.now
+        inc = inc[inc["increase"] > 0]
+        for entity, metric, increase in zip(inc["entity"], inc["metric"], inc["increase"]):
+            if metric in ("ecc_dbe_total", "ecc_dbe_agg_total"):
+                ev = Evidence(entity, State.FAILED, "gpu_memory",
+                              [f"uncorrectable (double-bit) ECC errors +{increase:.0f}"], hard=True)
+                self._latch(ev, now + self.failed_hold_s)
+            elif metric in ("row_remap_uncorrectable_total", "retired_pages_dbe_total"):
+                what = "row remapped for an uncorrectable error" if metric.startswith("row") else "page retired (DBE)"
+                self._latch(Evidence(entity, State.SUBHEALTHY, "gpu_memory", [f"{what} +{increase:.0f}"]),
+                            now + self.event_hold_s)
+            elif metric == "link_downed_total":
+                if node_of(entity) in tick.grace_nodes:
+                    continue
+                ev = Evidence(entity, State.FAILED, "fabric_link", [f"link_downed +{increase:.0f}"], hard=True)
+                self._latch(ev, now + self.event_hold_s, "link-down")
+            elif metric in ("edac_ue_total",):
+                ev = Evidence(entity, State.FAILED, "host", [f"EDAC uncorrectable errors +{increase:.0f}"], hard=True)
+                self._latch(ev, now + self.failed_hold_s)
+        rates = (
+            ("ecc_sbe_total", self.sbe_per_hour, "gpu_memory", "correctable ECC errors"),
+            ("pcie_replay_total", self.pcie_replay_per_hour, "gpu_bus", "PCIe replays"),
+            ("symbol_error_total", self.symbol_errors_per_hour, "fabric_link", "symbol errors"),
+            ("link_error_recovery_total", self.link_recovery_per_hour, "fabric_link", "link error recoveries"),
+        )
+        for metric, limit, category, words in rates:
+            part = inc[inc["metric"] == metric]
+            for entity, increase in zip(part["entity"], part["increase"]):
+                rate = self._hourly.add(f"{metric}|{entity}", now, float(increase))
+                if rate >= limit:
+                    out.append(Evidence(entity, State.SUBHEALTHY, category,
+                                        [f"{words} {rate:.0f}/h (limit {limit:.0f}/h)"]))
+
+    def _gauges(self, tick: TickInput, out: list[Evidence]) -> None:
+        g = tick.gauges
+        if g.empty:
+            return
+        for entity, metric, last, peak in zip(g["entity"], g["metric"], g["last"], g["max"]):
+            if metric == "gpu_temp_c":
+                if peak >= self.gpu_temp_shutdown_c:
+                    out.append(Evidence(entity, State.FAILED, "gpu_thermal",
+                                        [f"GPU {peak:.0f} °C at the shutdown limit ({self.gpu_temp_shutdown_c:.0f} °C)"],
+                                        hard=True))
+                elif peak >= self.gpu_temp_slowdown_c:
+                    out.append(Evidence(entity, State.SUBHEALTHY, "gpu_thermal",
+                                        [f"GPU {peak:.0f} °C at the slowdown limit ({self.gpu_temp_slowdown_c:.0f} °C)"]))
+            elif metric == "hbm_temp_c" and peak >= self.hbm_temp_limit_c:
+                out.append(Evidence(entity, State.SUBHEALTHY, "gpu_thermal",
+                                    [f"HBM {peak:.0f} °C over {self.hbm_temp_limit_c:.0f} °C"]))
+            elif metric == "throttle_thermal" and last >= 1:
+                out.append(Evidence(entity, State.SUBHEALTHY, "gpu_thermal", ["clocks throttled for temperature"]))
+            elif metric == "row_remap_failure" and last >= 1:
+                out.append(Evidence(entity, State.FAILED, "gpu_memory", ["row remapping failed"], hard=True))
+            elif metric == "port_state" and not np.isnan(last) and last != PORT_ACTIVE:
+                if node_of(entity) in tick.grace_nodes:
+                    continue
+                name = _PORT_STATES.get(int(last), str(int(last)))
+                out.append(Evidence(entity, State.FAILED, "fabric_link", [f"port state {name} ({int(last)})"], hard=True))

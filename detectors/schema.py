@@ -1,0 +1,108 @@
+"""The shared vocabulary of the pipeline: column names, entity kinds, health states and categories.
+
+Everything here is defined in ARCHITECTURE.md §3 and §4; change both together.
+"""
+
+from __future__ import annotations
+
+import enum
+import re
+
+import numpy as np
+import pandas as pd
+
+SAMPLE_COLUMNS = ("ts", "entity", "metric", "value")
+EVENT_COLUMNS = ("ts", "entity", "kind", "code", "severity", "message", "source", "pci", "device")
+
+EVENT_KINDS = frozenset({"xid", "sxid", "ecc", "aer", "mce", "edac", "link", "thermal", "telemetry"})
+
+CATEGORIES = (
+    "gpu_memory",
+    "gpu_bus",
+    "gpu_thermal",
+    "gpu_compute",
+    "scaleup_link",
+    "fabric_link",
+    "host",
+    "cooling",
+    "telemetry",
+    "application",
+)
+
+
+class State(enum.IntEnum):
+    """Health of an entity, ordered from good to bad; ``UNKNOWN`` sits apart (stale telemetry)."""
+
+    HEALTHY = 0
+    SUSPECT = 1
+    SUBHEALTHY = 2
+    FAILED = 3
+    UNKNOWN = -1
+
+    @property
+    def label(self) -> str:
+        return self.name.lower()
+
+    @classmethod
+    def parse(cls, text: str) -> "State":
+        return cls[text.upper()]
+
+
+_PORT_RE = re.compile(r"^[^/]+/[^/:]+:[^/]+$")
+_ACCEL_RE = re.compile(r"^[^/]+/(gpu|npu|dcu|xpu)\d+$")
+
+
+def entity_kind(entity: str) -> str:
+    """Kind of an entity id as named in ARCHITECTURE §3 (``node``, ``accelerator``, ``port``...).
+
+    Ids from the topology file (racks, supernodes, cooling loops, switch ports) are classified by
+    the topology itself; this function only reads the shape of node-side ids.
+    """
+    if "/" not in entity:
+        return "node"
+    if _ACCEL_RE.match(entity):
+        return "accelerator"
+    if _PORT_RE.match(entity):
+        return "port"
+    return "component"
+
+
+def node_of(entity: str) -> str:
+    """The node that holds an entity (the entity itself for a node)."""
+    return entity.split("/", 1)[0]
+
+
+def empty_samples() -> pd.DataFrame:
+    """A samples frame with no rows and the canonical dtypes."""
+    return pd.DataFrame(
+        {
+            "ts": np.empty(0, dtype=np.float64),
+            "entity": pd.Categorical([]),
+            "metric": pd.Categorical([]),
+            "value": np.empty(0, dtype=np.float64),
+        }
+    )
+
+
+def empty_events() -> pd.DataFrame:
+    """An events frame with no rows and the canonical dtypes."""
+    return events_frame([])
+
+
+def events_frame(rows: list[tuple]) -> pd.DataFrame:
+    """Build an events frame from tuples in :data:`EVENT_COLUMNS` order.
+
+    ``pci`` and ``device`` locate the hardware a kernel line names (a PCI id, a netdev) until the
+    event is resolved to an accelerator or port; they are None after that or when unknown.
+    """
+    frame = pd.DataFrame.from_records(rows, columns=list(EVENT_COLUMNS))
+    frame["ts"] = frame["ts"].astype(np.float64)
+    frame["code"] = frame["code"].astype("Int64")
+    for col in ("entity", "kind", "severity", "message", "source", "pci", "device"):
+        frame[col] = frame[col].astype(object)
+    return frame
+
+
+def is_counter(metric: str) -> bool:
+    """Canonical counters end in ``_total`` (the Prometheus convention the name tables follow)."""
+    return metric.endswith("_total")

@@ -1,0 +1,1 @@
+"""Remediation: playbook model and engine, guards, the Scheduler protocol. Never imports ``daemon``."""
