@@ -1,0 +1,33 @@
+"""Shared test helpers: the bundled trace, and components that must exist in CI."""
+
+from __future__ import annotations
+
+import os
+from pathlib import Path
+
+import pytest
+
+ROOT = Path(__file__).resolve().parent.parent
+BUNDLED_TRACE = ROOT / "fixtures" / "traces" / "sn01-mini"
+SHARED_DATA = ROOT.parent / "shared" / "data"
+
+
+def require(condition: bool, reason: str) -> None:
+    """Skip locally when a real component is missing, but fail under CI (CI=true)."""
+    if condition:
+        return
+    if os.environ.get("CI", "").lower() == "true":
+        pytest.fail(f"required in CI: {reason}")
+    pytest.skip(reason)
+
+
+@pytest.fixture
+def trace_dir() -> Path:
+    return BUNDLED_TRACE
+
+
+@pytest.fixture
+def pg_url() -> str:
+    url = os.environ.get("RASWARDEN_TEST_PG_URL", "")
+    require(bool(url), "no PostgreSQL server: run the suite through scripts/test.sh (as root)")
+    return url

@@ -1,0 +1,61 @@
+import pytest
+
+from daemon.naming import SeriesMapper, parse_labels, split_series
+from daemon.topology import Topology, normalize_pci
+
+
+def test_labels_with_escapes_commas_and_braces():
+    labels = parse_labels(r'a="x,y",b="say \"hi\"",c="back\\slash",d="new\nline",e="}{"')
+    assert labels == {"a": "x,y", "b": 'say "hi"', "c": "back\\slash", "d": "new\nline", "e": "}{"}
+
+
+@pytest.mark.parametrize("bad", ['a="x', 'a=x', '="x"', 'a="x" b="y"', 'a="x",,'])
+def test_malformed_labels_raise(bad):
+    with pytest.raises(ValueError):
+        parse_labels(bad)
+
+
+def test_split_series():
+    assert split_series('up{job="n"}') == ("up", {"job": "n"})
+    assert split_series("up") == ("up", {})
+
+
+@pytest.mark.parametrize("text,want", [
+    ("00000000:3B:00.0", "0000:3b:00"), ("0000:3b:00", "0000:3b:00"), ("0000:3b:00.1", "0000:3b:00"),
+    ("PCI:0000:3B:00", "0000:3b:00"), ("3b:00.0", "0000:3b:00"), ("zz:00.0", None), ("1", None),
+])
+def test_pci_forms(text, want):
+    assert normalize_pci(text) == want
+
+
+def test_dcgm_series_maps_to_accelerator_and_learns_its_pci():
+    m = SeriesMapper()
+    labels = {"gpu": "3", "pci_bus_id": "00000000:3B:00.0", "Hostname": "sn01-b07", "instance": "10.0.0.7:9400"}
+    sid = m.series_id("DCGM_FI_DEV_GPU_TEMP", labels, "f:1", "openmetrics")
+    ent, met, mask = m.series_table()
+    assert m.entities[ent[sid]] == "sn01-b07/gpu3" and m.metrics[met[sid]] == "gpu_temp_c" and mask[sid] == -1
+    assert m.accelerator_at("sn01-b07", "0000:3b:00") == "sn01-b07/gpu3"
+
+
+def test_address_without_alias_is_reported_not_invented():
+    m = SeriesMapper()
+    sid = m.series_id("node_infiniband_link_downed_total", {"instance": "10.1.2.3:9100", "device": "mlx5_0",
+                                                            "port": "1"}, "f:9", "openmetrics")
+    assert sid == -1
+    assert m.unmapped_hosts["10.1.2.3"] == 1
+    assert "has no alias" in m.rejects.messages[0] and m.rejects.messages[0].startswith("f:9")
+
+
+def test_address_with_alias_maps_to_node():
+    topo = Topology.from_dict({"racks": [{"name": "r1", "nodes": [{"name": "sn01-b01", "aliases": ["10.1.2.3"]}]}]})
+    m = SeriesMapper(topology=topo)
+    sid = m.series_id("node_infiniband_link_downed_total", {"instance": "10.1.2.3:9100", "device": "mlx5_0",
+                                                            "port": "1"}, "f:9", "openmetrics")
+    assert m.entities[m.series_table()[0][sid]] == "sn01-b01/mlx5_0:1"
+
+
+def test_unknown_metric_is_skipped_and_counted():
+    m = SeriesMapper()
+    assert m.series_id("go_gc_duration_seconds", {"instance": "x:1"}, "f:1", "openmetrics") == -1
+    assert m.unmapped_metrics["go_gc_duration_seconds"] == 1
+    assert m.rejects.total == 0

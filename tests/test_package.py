@@ -1,0 +1,36 @@
+"""The top-level names are ours: ``daemon`` is this project, not python-daemon (ARCHITECTURE §2)."""
+
+import importlib.metadata
+import subprocess
+import sys
+from pathlib import Path
+
+import daemon
+import detectors
+import playbooks
+
+ROOT = Path(__file__).resolve().parent.parent
+
+
+def test_daemon_is_this_project():
+    assert Path(daemon.__file__).resolve() == ROOT / "daemon" / "__init__.py"
+    assert Path(detectors.__file__).resolve().parent == ROOT / "detectors"
+    assert Path(playbooks.__file__).resolve().parent == ROOT / "playbooks"
+
+
+def test_only_raswarden_provides_the_top_level_packages():
+    owners = importlib.metadata.packages_distributions()
+    for name in ("daemon", "detectors", "playbooks"):
+        assert set(owners.get(name, [])) == {"raswarden"}, (name, owners.get(name))
+
+
+def test_detectors_and_playbooks_never_import_daemon():
+    for package in ("detectors", "playbooks"):
+        for source in (ROOT / package).rglob("*.py"):
+            text = source.read_text()
+            assert "import daemon" not in text and "from daemon" not in text, source
+
+
+def test_python_m_daemon_runs_the_cli():
+    out = subprocess.run([sys.executable, "-m", "daemon", "--version"], capture_output=True, text=True, check=True)
+    assert out.stdout.startswith("raswarden ")
