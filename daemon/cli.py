@@ -19,6 +19,14 @@ def _fmt_ts(ts: float | None) -> str:
     return dt.datetime.fromtimestamp(ts, dt.timezone.utc).strftime("%Y-%m-%d %H:%M:%SZ")
 
 
+def _console():
+    """stdout console: the terminal's width on a terminal, wide and unwrapped into a file or pipe."""
+    from rich.console import Console
+
+    console = Console()
+    return console if console.is_terminal else Console(width=200, soft_wrap=True)
+
+
 def _progress(console):
     """A rich progress bar on a terminal; nothing otherwise."""
     if console is None or not console.is_terminal:
@@ -36,7 +44,7 @@ def cmd_replay(args: argparse.Namespace) -> int:
     from daemon.replay import replay
 
     err = Console(stderr=True)
-    out = Console()
+    out = _console()
     config = PipelineConfig(interval_s=args.interval)
     findings_fh = open(args.findings, "w") if args.findings else None
     try:
@@ -53,7 +61,7 @@ def cmd_replay(args: argparse.Namespace) -> int:
             result = replay(args.trace, findings_out=findings_fh, db_url=args.db, config=config,
                             progress=progress)
     except FileNotFoundError as exc:
-        err.print(f"[red]error:[/red] {exc}")
+        print(f"raswarden: error: {exc}", file=sys.stderr)
         return 2
     finally:
         if findings_fh:
@@ -88,6 +96,12 @@ def print_summary(console, result) -> None:
         console.print(t)
         for m in result.rejects.messages[:10]:
             console.print(f"  {m}", markup=False, highlight=False)
+    from detectors.rules import RULE_INPUTS
+
+    present = set(p.mapper.metrics)
+    missing = [f"{m} ({what})" for m, what in RULE_INPUTS.items() if m not in present]
+    if missing:
+        console.print("not in this trace, so these rules are blind: " + "; ".join(missing))
     unmapped = result.pipeline.mapper.unmapped_hosts
     if unmapped:
         console.print("addresses without a topology alias: " + ", ".join(sorted(unmapped)))

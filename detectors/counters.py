@@ -27,8 +27,8 @@ def counter_increases(prev: np.ndarray, cur: np.ndarray) -> tuple[np.ndarray, np
     wrap32 = down & (prev >= 0.75 * WRAP32) & (prev < WRAP32) & (cur < 0.25 * WRAP32)
     wrap64 = down & ~wrap32 & (prev >= 0.75 * WRAP64) & (cur < 0.25 * WRAP64)
     reset = down & ~wrap32 & ~wrap64
-    out = np.where(wrap32, cur + WRAP32 - prev, delta)
-    out = np.where(wrap64, cur + WRAP64 - prev, out)
+    out = np.where(wrap32, (WRAP32 - prev) + cur, delta)
+    out = np.where(wrap64, (WRAP64 - prev) + cur, out)  # float64 resolves 4096 up there
     out = np.where(reset, cur, out)
     out = np.where(first, 0.0, out)
     return out, reset

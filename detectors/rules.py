@@ -41,6 +41,24 @@ PORT_ACTIVE = 4.0
 _PORT_STATES = {0: "NOP", 1: "DOWN", 2: "INIT", 3: "ARMED", 4: "ACTIVE", 5: "ACTIVE_DEFER"}
 
 
+# What each rule reads, so a replay or the service can say which rules a source set leaves blind
+# (stock dcgm-exporter, for one, exports no ECC counters).
+RULE_INPUTS: dict[str, str] = {
+    "ecc_dbe_total": "double-bit ECC errors (failed)",
+    "ecc_sbe_total": "correctable ECC error rate",
+    "row_remap_failure": "row-remap failure flag",
+    "row_remap_uncorrectable_total": "uncorrectable row remaps",
+    "pcie_replay_total": "PCIe replay rate",
+    "xid_last": "Xid from dcgm-exporter (kernel logs also carry Xids)",
+    "gpu_temp_c": "GPU slowdown/shutdown temperature",
+    "throttle_thermal": "thermal clock throttling",
+    "symbol_error_total": "fabric symbol error rate",
+    "link_error_recovery_total": "fabric link error recovery rate",
+    "link_downed_total": "fabric link_downed increase",
+    "port_state": "fabric port state",
+}
+
+
 @dataclass(frozen=True)
 class XidRule:
     """One row of the Xid catalog."""

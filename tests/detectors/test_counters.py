@@ -1,0 +1,33 @@
+import numpy as np
+import pandas as pd
+
+from detectors.counters import CounterTracker, DecayingCount, counter_increases
+
+
+def test_reset_and_wraps():
+    prev = np.array([np.nan, 10, 4294967290, 2.0**64 - 8192, 100])  # float64 steps by 4096 up there
+    cur = np.array([5, 15, 10, 3, 7])
+    inc, reset = counter_increases(prev, cur)
+    assert list(inc) == [0, 5, 16, 8195, 7]
+    assert list(reset) == [False, False, False, False, True]
+
+
+def test_tracker_chains_across_ticks_and_series():
+    tr = CounterTracker()
+    f = pd.DataFrame({"ts": [1.0, 2, 1, 2], "entity": pd.Categorical(["a", "a", "b", "b"]),
+                      "metric": pd.Categorical(["x_total"] * 4), "value": [10.0, 12, 5, 6]})
+    out = tr.update(f).set_index("entity")
+    assert out.loc["a", "increase"] == 2 and out.loc["b", "increase"] == 1
+    g = pd.DataFrame({"ts": [3.0, 3], "entity": pd.Categorical(["a", "b"]), "metric": pd.Categorical(["x_total"] * 2),
+                      "value": [1.0, 9]})
+    out = tr.update(g).set_index("entity")
+    assert out.loc["a", "increase"] == 1 and out.loc["a", "resets"] == 1  # reboot: counts since reset
+    assert out.loc["b", "increase"] == 3 and out.loc["b", "resets"] == 0
+
+
+def test_decaying_count():
+    d = DecayingCount(3600)
+    d.add("k", 0, 10)
+    assert abs(d.value("k", 3600) - 10 / np.e) < 1e-9
+    d.prune(10**6)
+    assert d.value("k", 10**6) == 0.0

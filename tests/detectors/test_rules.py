@@ -1,0 +1,97 @@
+import pandas as pd
+
+from detectors.rules import RuleDetector, TickInput, load_xid_catalog
+from detectors.schema import State, events_frame
+
+EMPTY_INC = pd.DataFrame({"entity": [], "metric": [], "increase": [], "resets": []})
+EMPTY_G = pd.DataFrame({"entity": [], "metric": [], "last": [], "max": []})
+
+
+def xid(ts, entity, code, msg="pid=1, name=python3, x"):
+    return (ts, entity, "xid", code, "error", msg, "kernel", None, None)
+
+
+def run(det, now, events=(), inc=EMPTY_INC, gauges=EMPTY_G, grace=frozenset()):
+    return det.update(TickInput(now, events_frame(list(events)), inc, gauges, grace))
+
+
+def worst(evidence, entity):
+    lv = [e.level for e in evidence if e.entity == entity]
+    return max(lv) if lv else State.HEALTHY
+
+
+def test_catalog_buckets():
+    cat = load_xid_catalog()
+    assert {c for c in (48, 64, 79, 95, 119, 120) if cat[c].state == "failed"} == {48, 64, 79, 95, 119, 120}
+    assert {cat[c].state for c in (13, 31, 43)} == {"application"}
+    assert {cat[c].state for c in (63, 92, 94)} == {"subhealthy"}
+
+
+def test_hard_xid_latches_and_expires():
+    det = RuleDetector(failed_hold_s=600).fit()
+    ev = run(det, 30, [xid(20, "n/gpu0", 79)])
+    assert worst(ev, "n/gpu0") == State.FAILED and ev[0].hard
+    assert worst(run(det, 600), "n/gpu0") == State.FAILED
+    assert worst(run(det, 660), "n/gpu0") == State.HEALTHY
+
+
+def test_unknown_xid_is_suspect_and_counted():
+    det = RuleDetector().fit()
+    ev = run(det, 30, [xid(20, "n/gpu0", 999)])
+    assert worst(ev, "n/gpu0") == State.SUSPECT and det.unknown_xids_[999] == 1
+    assert "not in the catalog" in ev[0].reasons[0]
+
+
+def test_application_xids_on_all_gpus_of_a_job_are_not_flagged():
+    det = RuleDetector(app_xid_repeats=2).fit()
+    evs = []
+    for t, pid in ((100, 1), (5000, 2), (9000, 3)):
+        evs += run(det, t, [xid(t, f"n/gpu{g}", 13, f"pid={pid}, name=python3, x") for g in range(4)])
+    assert not evs
+
+
+def test_application_xids_repeating_on_one_gpu_alone_are_suspect_only():
+    det = RuleDetector(app_xid_repeats=3).fit()
+    evs = []
+    for t, pid in ((100, 1), (5000, 2), (9000, 3)):
+        evs = run(det, t, [xid(t, "n/gpu5", 43, f"pid={pid}, name=python3, x")])
+    assert worst(evs, "n/gpu5") == State.SUSPECT
+
+
+def test_recovery_action_154():
+    det = RuleDetector().fit()
+    ev = run(det, 30, [xid(20, "n/gpu0", 154, "GPU recovery action changed from 0x0 (None) to 0x2 (Node Reboot Required)")])
+    assert worst(ev, "n/gpu0") == State.FAILED
+    ev = run(det, 60, [xid(50, "n/gpu1", 154, "GPU recovery action changed from 0x0 (None) to 0x1 (GPU Reset Required)")])
+    assert worst(ev, "n/gpu1") == State.SUBHEALTHY
+
+
+def test_counter_and_gauge_rules():
+    det = RuleDetector().fit()
+    inc = pd.DataFrame({"entity": ["n/gpu0", "n/mlx5_0:1", "n/gpu1"], "metric": ["ecc_dbe_total", "link_downed_total",
+                                                                                   "ecc_sbe_total"],
+                        "increase": [1.0, 1.0, 1.0], "resets": [0, 0, 0]})
+    g = pd.DataFrame({"entity": ["n/gpu2", "n/gpu3", "n/mlx5_1:1"], "metric": ["gpu_temp_c", "gpu_temp_c", "port_state"],
+                      "last": [80.0, 93.0, 1.0], "max": [88.0, 93.0, 1.0]})
+    ev = run(det, 30, inc=inc, gauges=g)
+    assert worst(ev, "n/gpu0") == State.FAILED
+    assert worst(ev, "n/mlx5_0:1") == State.FAILED
+    assert worst(ev, "n/gpu1") == State.HEALTHY  # one correctable error is not a finding
+    assert worst(ev, "n/gpu2") == State.SUBHEALTHY and worst(ev, "n/gpu3") == State.FAILED
+    assert worst(ev, "n/mlx5_1:1") == State.FAILED
+    # During a node's reboot grace, link rules stay quiet.
+    det2 = RuleDetector().fit()
+    assert worst(run(det2, 30, inc=inc, gauges=g, grace=frozenset({"n"})), "n/mlx5_1:1") == State.HEALTHY
+
+
+def test_rate_rule_fires_only_above_the_limit():
+    det = RuleDetector(symbol_errors_per_hour=120).fit()
+    ev = []
+    for k in range(1, 121):
+        inc = pd.DataFrame({"entity": ["n/mlx5_0:1"], "metric": ["symbol_error_total"], "increase": [1.0], "resets": [0]})
+        ev = run(det, 30.0 * k, inc=inc)
+    assert worst(ev, "n/mlx5_0:1") == State.HEALTHY  # ~95/h decayed: under the limit
+    for k in range(121, 241):
+        inc = pd.DataFrame({"entity": ["n/mlx5_0:1"], "metric": ["symbol_error_total"], "increase": [3.0], "resets": [0]})
+        ev = run(det, 30.0 * k, inc=inc)
+    assert worst(ev, "n/mlx5_0:1") == State.SUBHEALTHY

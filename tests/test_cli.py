@@ -1,0 +1,35 @@
+import json
+import subprocess
+import sys
+
+from daemon.cli import main
+
+
+def test_replay_cli_writes_findings_and_a_summary(trace_dir, tmp_path, capsys):
+    findings = tmp_path / "f.jsonl"
+    assert main(["replay", str(trace_dir), "--findings", str(findings)]) == 0
+    out = capsys.readouterr().out
+    assert "raswarden replay: 4 files" in out and "lines rejected: 0" in out
+    assert "incidents (3)" in out and "r01/gpu_memory 1" in out
+    lines = [json.loads(x) for x in findings.read_text().splitlines()]
+    assert any(x["entity"] == "sn01-b03/gpu2" and x["state"] == "failed" for x in lines)
+
+
+def test_replay_missing_path_is_a_clear_error(tmp_path, capsys):
+    assert main(["replay", str(tmp_path / "nope")]) == 2
+    assert "no such file or directory" in capsys.readouterr().err
+
+
+def test_convert_then_replay(trace_dir, tmp_path, capsys):
+    out = tmp_path / "long"
+    assert main(["convert", str(trace_dir), "--out", str(out), "--format", "csv"]) == 0
+    assert "wrote 197,788 samples and 51 events" in capsys.readouterr().out
+    assert (out / "samples.csv").exists() and (out / "topology.yaml").exists() and (out / "labels.jsonl").exists()
+    assert main(["replay", str(out)]) == 0
+    assert "incidents (3)" in capsys.readouterr().out
+
+
+def test_help_everywhere():
+    for args in (["--help"], ["replay", "--help"], ["convert", "--help"]):
+        r = subprocess.run([sys.executable, "-m", "daemon", *args], capture_output=True, text=True)
+        assert r.returncode == 0 and "usage: raswarden" in r.stdout
