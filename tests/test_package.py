@@ -34,3 +34,11 @@ def test_detectors_and_playbooks_never_import_daemon():
 def test_python_m_daemon_runs_the_cli():
     out = subprocess.run([sys.executable, "-m", "daemon", "--version"], capture_output=True, text=True, check=True)
     assert out.stdout.startswith("raswarden ")
+
+
+def test_names_doc_lists_every_mapped_metric():
+    from daemon.naming import load_rules
+
+    doc = (ROOT / "docs" / "names.md").read_text()
+    for source, rule in load_rules().items():
+        assert f"`{source}` | `{rule.canonical}`" in doc, f"docs/names.md is stale: run scripts/docs_names.py ({source})"
