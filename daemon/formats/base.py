@@ -68,6 +68,28 @@ def iter_lines(path: Path, read_bytes: int) -> Iterator[tuple[int, list[str]]]:
         yield lineno, [rest.decode("utf-8", errors="replace")]
 
 
+def iter_text_blocks(path: Path, read_bytes: int) -> Iterator[tuple[int, str]]:
+    """Yield ``(first line number, text)`` blocks of whole lines (no trailing newline) of a text file."""
+    lineno = 1
+    rest = b""
+    with open_binary(path) as fh:
+        while True:
+            block = fh.read(read_bytes)
+            if not block:
+                break
+            block = rest + block
+            cut = block.rfind(b"\n")
+            if cut == -1:
+                rest = block
+                continue
+            rest = block[cut + 1 :]
+            text = block[:cut].decode("utf-8", errors="replace")
+            yield lineno, text
+            lineno += text.count("\n") + 1
+    if rest:
+        yield lineno, rest.decode("utf-8", errors="replace")
+
+
 def read_tail(path: Path, size: int = 256) -> bytes | None:
     """The last ``size`` bytes of a plain file; None for a compressed one, empty when unreadable."""
     if path.suffix == ".gz":

@@ -15,10 +15,12 @@ from pathlib import Path
 from typing import Iterator
 
 import numpy as np
+import pyarrow as pa
+import pyarrow.compute as pc
 
 from daemon import metrics
 from daemon.batch import Batch, samples_from_codes
-from daemon.formats.base import ReadContext, iter_lines, read_tail
+from daemon.formats.base import ReadContext, iter_text_blocks, read_tail
 from daemon.naming import split_series
 
 log = logging.getLogger("raswarden.formats.openmetrics")
@@ -40,83 +42,149 @@ class OpenMetricsReader:
         scale: float | None = None if tail is None else (1.0 if b"# EOF" in tail else 0.001)
         scale_checked = False
         cache: dict[str, int] = {}
-        sids: list[int] = []
-        tss: list[float] = []
-        vals: list[float] = []
-        nonfinite = 0
+        parts: list[tuple[np.ndarray, np.ndarray, np.ndarray]] = []
+        pending = 0
         src = str(path)
 
         def flush() -> Batch:
-            nonlocal sids, tss, vals
+            nonlocal parts, pending
             ent_of, met_of, mask_of = mapper.series_table()
-            sid = np.asarray(sids, dtype=np.int64)
-            ts = np.asarray(tss, dtype=np.float64) * (scale or 1.0)
-            value = np.asarray(vals, dtype=np.float64)
+            sid = np.concatenate([p[0] for p in parts])
+            ts = np.concatenate([p[1] for p in parts]) * (scale or 1.0)
+            value = np.concatenate([p[2] for p in parts])
             masks = mask_of[sid]
             masked = masks >= 0
             if masked.any():
                 value[masked] = ((value[masked].astype(np.int64) & masks[masked]) != 0).astype(np.float64)
             frame = samples_from_codes(ts, ent_of[sid], met_of[sid], value, mapper.entities, mapper.metrics)
             metrics.SAMPLES_INGESTED.labels(FORMAT).inc(len(frame))
-            sids, tss, vals = [], [], []
+            parts, pending = [], 0
             return Batch(samples=frame)
 
-        for first, lines in iter_lines(path, ctx.read_bytes):
-            last_key = None
-            last_sid = -1
-            for offset, line in enumerate(lines):
-                if not line or line[0] == "#":
-                    continue
-                if "# {" in line:  # OpenMetrics exemplar: drop it
-                    line = line[: line.index(" # {")] if " # {" in line else line
-                close = line.rfind("}")
-                if close == -1:
-                    space = line.find(" ")
-                    if space == -1:
-                        rejects.reject(FORMAT, f"{src}:{first + offset}", "no value", line)
-                        continue
-                    key = line[:space]
-                    rest = line[space:]
-                else:
-                    key = line[: close + 1]
-                    rest = line[close + 1 :]
-                if key != last_key:
-                    sid = cache.get(key)
-                    if sid is None:
-                        sid = self._new_series(key, ctx, f"{src}:{first + offset}")
-                        cache[key] = sid
-                    last_key = key
-                    last_sid = sid
-                if last_sid < 0:
-                    continue
-                parts = rest.split()
-                if len(parts) != 2:
-                    why = "no timestamp" if len(parts) == 1 else "expected 'value timestamp'"
-                    rejects.reject(FORMAT, f"{src}:{first + offset}", why, line)
-                    continue
-                try:
-                    v = float(parts[0])
-                    t = float(parts[1])
-                except ValueError:
-                    rejects.reject(FORMAT, f"{src}:{first + offset}", "value or timestamp is not a number", line)
-                    continue
-                if not (math.isfinite(v) and math.isfinite(t)):
-                    nonfinite += 1
-                    if not math.isfinite(t):
-                        rejects.reject(FORMAT, f"{src}:{first + offset}", "timestamp is not finite", line)
-                    else:
-                        rejects.reject(FORMAT, f"{src}:{first + offset}", "value is NaN or infinite", line)
-                    continue
-                sids.append(last_sid)
-                tss.append(t)
-                vals.append(v)
-            if not scale_checked and tss:
-                scale = (0.001 if tss[0] > 1e11 else 1.0) if scale is None else self._check_scale(scale, tss[0], src)
-                scale_checked = True
-            if len(sids) >= ctx.chunk_rows:
+        for first, text in iter_text_blocks(path, ctx.read_bytes):
+            block = self._parse_block_fast(text, first, ctx, cache, src)
+            if block is None:
+                sids: list[int] = []
+                tss: list[float] = []
+                vals: list[float] = []
+                self._parse_lines(text.split("\n"), first, ctx, cache, src, sids, tss, vals)
+                block = (np.asarray(sids, dtype=np.int64), np.asarray(tss, dtype=np.float64),
+                         np.asarray(vals, dtype=np.float64))
+            if len(block[0]):
+                parts.append(block)
+                pending += len(block[0])
+                if not scale_checked:
+                    first_ts = float(block[1][0])
+                    scale = (0.001 if first_ts > 1e11 else 1.0) if scale is None else self._check_scale(
+                        scale, first_ts, src)
+                    scale_checked = True
+            if pending >= ctx.chunk_rows:
                 yield flush()
-        if sids:
+        if pending:
             yield flush()
+
+    def _parse_block_fast(self, text: str, first: int, ctx: ReadContext, cache: dict[str, int], src: str):
+        """Parse a block of clean lines with Arrow kernels; None when the block needs the line-by-line path.
+
+        Clean means every non-comment line is exactly ``series value timestamp`` separated by single
+        spaces, with no exemplar and numbers Arrow can parse. Anything else goes line by line, which
+        rejects bad lines with their numbers.
+        """
+        lines = text.split("\n")
+        kept = [ln for ln in lines if ln and ln[0] != "#"]
+        if not kept:
+            return np.empty(0, np.int64), np.empty(0), np.empty(0)
+        data = pa.array(kept, pa.string())
+        line_cache: list[np.ndarray] = []
+
+        def line_no(row: int) -> int:
+            """File line number of data row ``row`` (computed only when a message needs it)."""
+            if not line_cache:
+                line_cache.append(np.fromiter((i for i, ln in enumerate(lines) if ln and ln[0] != "#"),
+                                              dtype=np.int64, count=len(kept)) + first)
+            return int(line_cache[0][row])
+
+        parts = pc.split_pattern(data, " ", max_splits=2, reverse=True)
+        if pc.min(pc.list_value_length(parts)).as_py() != 3 or pc.max(pc.list_value_length(parts)).as_py() != 3:
+            return None
+        flat = parts.flatten()  # key, value, timestamp, key, value, ... (zero copy)
+        n = len(data)
+        try:
+            v = pc.cast(flat.take(pa.array(np.arange(1, 3 * n, 3))), pa.float64()).to_numpy()
+            t = pc.cast(flat.take(pa.array(np.arange(2, 3 * n, 3))), pa.float64()).to_numpy()
+        except (pa.ArrowInvalid, pa.ArrowNotImplementedError):
+            return None
+        enc = pc.dictionary_encode(flat.take(pa.array(np.arange(0, 3 * n, 3))))
+        indices = enc.indices.to_numpy()
+        keys = enc.dictionary.to_pylist()
+        if any(" # " in k for k in keys):  # an exemplar: the exact path strips it
+            return None
+        firsts = np.full(len(keys), -1, dtype=np.int64)
+        firsts[indices[::-1]] = np.arange(len(indices))[::-1]
+        key_sid = np.empty(len(keys), dtype=np.int64)
+        for k, key in enumerate(keys):
+            sid = cache.get(key)
+            if sid is None:
+                sid = cache[key] = self._new_series(key, ctx, f"{src}:{line_no(int(firsts[k]))}")
+            key_sid[k] = sid
+        sid = key_sid[indices]
+        good = sid >= 0
+        finite = np.isfinite(v) & np.isfinite(t)
+        for i in np.flatnonzero(good & ~finite):
+            why = "timestamp is not finite" if not np.isfinite(t[i]) else "value is NaN or infinite"
+            ctx.rejects.reject(FORMAT, f"{src}:{line_no(int(i))}", why)
+        ok = good & finite
+        return sid[ok], t[ok], v[ok]
+
+    def _parse_lines(self, lines: list[str], first: int, ctx: ReadContext, cache: dict[str, int], src: str,
+                     sids: list[int], tss: list[float], vals: list[float]) -> None:
+        """The exact, line-by-line parser: every bad line rejected with its number."""
+        rejects = ctx.rejects
+        last_key = None
+        last_sid = -1
+        for offset, line in enumerate(lines):
+            if not line or line[0] == "#":
+                continue
+            if " # " in line:  # OpenMetrics exemplar: drop it
+                line = line[: line.index(" # ")]
+            close = line.rfind("}")
+            if close == -1:
+                space = line.find(" ")
+                if space == -1:
+                    rejects.reject(FORMAT, f"{src}:{first + offset}", "no value", line)
+                    continue
+                key = line[:space]
+                rest = line[space:]
+            else:
+                key = line[: close + 1]
+                rest = line[close + 1 :]
+            if key != last_key:
+                sid = cache.get(key)
+                if sid is None:
+                    sid = self._new_series(key, ctx, f"{src}:{first + offset}")
+                    cache[key] = sid
+                last_key = key
+                last_sid = sid
+            if last_sid < 0:
+                continue
+            parts = rest.split()
+            if len(parts) != 2:
+                why = "no timestamp" if len(parts) == 1 else "expected 'value timestamp'"
+                rejects.reject(FORMAT, f"{src}:{first + offset}", why, line)
+                continue
+            try:
+                v = float(parts[0])
+                t = float(parts[1])
+            except ValueError:
+                rejects.reject(FORMAT, f"{src}:{first + offset}", "value or timestamp is not a number", line)
+                continue
+            if not (math.isfinite(v) and math.isfinite(t)):
+                why = "timestamp is not finite" if not math.isfinite(t) else "value is NaN or infinite"
+                rejects.reject(FORMAT, f"{src}:{first + offset}", why, line)
+                continue
+            sids.append(last_sid)
+            tss.append(t)
+            vals.append(v)
 
     @staticmethod
     def _new_series(key: str, ctx: ReadContext, position: str) -> int:

@@ -1,0 +1,209 @@
+#!/usr/bin/env python3
+"""Replay benchmark: reader and end-to-end throughput, peak memory (issue 2; not a test).
+
+Generates a 640-accelerator supernode trace (80 blades × 8 GPUs × 12 dcgm-exporter metrics with the stock
+label set, 320 InfiniBand ports × 7 node_exporter metrics) at 15 s, written one series after another as
+``promtool tsdb dump-openmetrics`` does, then measures in separate processes (so each peak RSS is its own):
+
+* samples/s of our OpenMetrics reader, and of prometheus_client's text parser on a prefix of the same file;
+* samples/s of the Parquet reader (on the same trace converted);
+* end-to-end replay from OpenMetrics and from Parquet (samples/s, wall time, peak RSS);
+* peak RSS of the Parquet replay at a quarter of the length, to show memory does not grow with it.
+
+Prints a table and writes JSON (default bench/results/replay.json).
+Targets: OpenMetrics ≥ 500,000 samples/s and ≥ 50× prometheus_client; Parquet ≥ 5,000,000 samples/s;
+end-to-end ≥ 300,000 samples/s from OpenMetrics; 24 h from Parquet in under 2 minutes.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import os
+import resource
+import subprocess
+import sys
+import tempfile
+import time
+from pathlib import Path
+
+import numpy as np
+
+ROOT = Path(__file__).resolve().parent.parent
+sys.path.insert(0, str(ROOT))
+
+DCGM = ["DCGM_FI_DEV_SM_CLOCK", "DCGM_FI_DEV_MEM_CLOCK", "DCGM_FI_DEV_MEMORY_TEMP", "DCGM_FI_DEV_GPU_TEMP",
+        "DCGM_FI_DEV_POWER_USAGE", "DCGM_FI_DEV_TOTAL_ENERGY_CONSUMPTION", "DCGM_FI_DEV_PCIE_REPLAY_COUNTER",
+        "DCGM_FI_DEV_GPU_UTIL", "DCGM_FI_DEV_MEM_COPY_UTIL", "DCGM_FI_DEV_FB_FREE", "DCGM_FI_DEV_FB_USED",
+        "DCGM_FI_DEV_XID_ERRORS"]
+NODE = ["node_infiniband_symbol_error_total", "node_infiniband_link_error_recovery_total",
+        "node_infiniband_link_downed_total", "node_infiniband_port_errors_received_total",
+        "node_infiniband_port_data_received_bytes_total", "node_infiniband_port_data_transmitted_bytes_total",
+        "node_infiniband_state_id"]
+
+
+def generate(path: Path, hours: float, step: int = 15, nodes: int = 80) -> int:
+    """Write the trace; returns the number of samples."""
+    rng = np.random.default_rng(7)
+    t0 = 1772409600
+    n = int(hours * 3600 / step)
+    ts = [str(t0 + step * (i + 1)) for i in range(n)]
+    total = 0
+    with open(path, "w") as fh:
+        for m in DCGM:
+            fh.write(f"# HELP {m} {m}.\n# TYPE {m} {'counter' if 'COUNTER' in m or 'ENERGY' in m else 'gauge'}\n")
+            for b in range(nodes):
+                host = f"sn01-b{b + 1:02d}"
+                for g in range(8):
+                    labels = (f'gpu="{g}",UUID="GPU-{b:08x}-{g:04x}-4e1a-9c2d-5f6a7b8c9d0e",pci_bus_id="00000000:'
+                              f'{0x18 + 0x10 * g:02X}:00.0",device="nvidia{g}",modelName="NVIDIA H100 80GB HBM3",'
+                              f'Hostname="{host}",DCGM_FI_DRIVER_VERSION="550.90.07"')
+                    if m.endswith("CONSUMPTION"):
+                        vals = np.cumsum(rng.integers(9_000_000, 12_000_000, n)).astype(str)
+                    elif m.endswith("COUNTER"):
+                        vals = np.cumsum(rng.poisson(0.01, n)).astype(str)
+                    elif m.endswith("XID_ERRORS"):
+                        vals = np.zeros(n, dtype=np.int64).astype(str)
+                    elif m.endswith("TEMP"):
+                        vals = rng.integers(45, 75, n).astype(str)
+                    else:
+                        vals = rng.integers(0, 2000, n).astype(str)
+                    prefix = f"{m}{{{labels}}} "
+                    fh.write("".join(f"{prefix}{v} {t}\n" for v, t in zip(vals, ts)))
+                    total += n
+        for m in NODE:
+            fh.write(f"# HELP {m} {m}.\n# TYPE {m} {'gauge' if m.endswith('_id') else 'counter'}\n")
+            for b in range(nodes):
+                for p in range(4):
+                    prefix = f'{m}{{device="mlx5_{p}",instance="sn01-b{b + 1:02d}:9100",job="node",port="1"}} '
+                    if m.endswith("_id"):
+                        vals = np.full(n, 4).astype(str)
+                    elif "bytes" in m:
+                        vals = np.cumsum(rng.integers(10**11, 2 * 10**11, n)).astype(str)
+                    else:
+                        vals = np.cumsum(rng.poisson(0.002, n)).astype(str)
+                    fh.write("".join(f"{prefix}{v} {t}\n" for v, t in zip(vals, ts)))
+                    total += n
+        fh.write("# EOF\n")
+    return total
+
+
+def peak_rss_mb() -> float:
+    return resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 1024
+
+
+def phase(name: str, path: str, extra: str) -> dict:
+    """Run one measurement in this process; returns its figures."""
+    from daemon.formats import ColumnarReader, ColumnarWriter, OpenMetricsReader, ReadContext
+    from daemon.replay import replay
+
+    p = Path(path)
+    t = time.perf_counter()
+    if name == "openmetrics_reader":
+        ctx = ReadContext()
+        n = sum(len(b.samples) for b in OpenMetricsReader().read(p, ctx))
+    elif name == "prometheus_client":
+        from prometheus_client.parser import text_string_to_metric_families
+
+        lines = []
+        with open(p) as fh:
+            for line in fh:
+                lines.append(line)
+                if len(lines) >= int(extra):
+                    break
+        text = "".join(lines)
+        t = time.perf_counter()
+        n = sum(len(f.samples) for f in text_string_to_metric_families(text))
+    elif name == "convert":
+        ctx = ReadContext()
+        w = ColumnarWriter(Path(extra))
+        n = 0
+        for b in OpenMetricsReader().read(p, ctx):
+            w.write(b)
+            n += len(b.samples)
+        w.close()
+    elif name == "parquet_reader":
+        ctx = ReadContext()
+        n = sum(len(b.samples) for b in ColumnarReader().read(p, ctx))
+    elif name in ("replay_openmetrics", "replay_parquet"):
+        r = replay([p], spill_dir=Path(extra) if extra else None)
+        n = r.stats.samples
+    else:
+        raise SystemExit(f"unknown phase {name}")
+    wall = time.perf_counter() - t
+    return {"phase": name, "samples": n, "seconds": round(wall, 2), "samples_per_s": round(n / wall),
+            "peak_rss_mb": round(peak_rss_mb())}
+
+
+def run_phase(name: str, path: Path, extra: str = "") -> dict:
+    out = subprocess.run([sys.executable, __file__, "--phase", name, str(path), extra],
+                         capture_output=True, text=True, check=True)
+    return json.loads(out.stdout.strip().splitlines()[-1])
+
+
+def main() -> None:
+    ap = argparse.ArgumentParser(description=__doc__.split("\n")[0])
+    ap.add_argument("--hours", type=float, default=24.0, help="trace length (default 24)")
+    ap.add_argument("--workdir", type=Path, default=None, help="where to write the trace (default a temp dir)")
+    ap.add_argument("--out", type=Path, default=ROOT / "bench" / "results" / "replay.json")
+    ap.add_argument("--phase", nargs=3, metavar=("NAME", "PATH", "EXTRA"), help=argparse.SUPPRESS)
+    args = ap.parse_args()
+    if args.phase:
+        print(json.dumps(phase(*args.phase)))
+        return
+    work = Path(args.workdir or tempfile.mkdtemp(prefix="raswarden-bench-"))
+    work.mkdir(parents=True, exist_ok=True)
+    results: dict = {"hours": args.hours, "cpu": os.cpu_count(), "python": sys.version.split()[0]}
+    om = work / "trace.om"
+    t = time.perf_counter()
+    results["samples"] = generate(om, args.hours)
+    results["generate_s"] = round(time.perf_counter() - t, 1)
+    results["file_mb"] = round(om.stat().st_size / 1e6)
+    print(f"generated {results['samples']:,} samples ({results['file_mb']:,} MB) in {results['generate_s']} s",
+          flush=True)
+    rows = []
+    for name, path, extra in (
+        ("openmetrics_reader", om, ""),
+        ("prometheus_client", om, "200000"),
+        ("convert", om, str(work / "long")),
+        ("parquet_reader", work / "long" / "samples.parquet", ""),
+        ("replay_parquet", work / "long" / "samples.parquet", str(work / "spill")),
+        ("replay_openmetrics", om, str(work / "spill")),
+    ):
+        r = run_phase(name, path, extra)
+        rows.append(r)
+        print(f"{r['phase']:<20} {r['samples']:>12,} samples {r['seconds']:>8.1f} s {r['samples_per_s']:>11,}/s "
+              f"peak {r['peak_rss_mb']:>6,} MB", flush=True)
+    by = {r["phase"]: r for r in rows}
+    # Memory independence: the same replay on a quarter of the trace.
+    short = work / "short.om"
+    generate(short, args.hours / 4)
+    run_phase("convert", short, str(work / "short-long"))
+    quarter = run_phase("replay_parquet", work / "short-long" / "samples.parquet", str(work / "spill-q"))
+    results["phases"] = rows
+    results["replay_parquet_quarter_length"] = quarter
+    results["ratios"] = {
+        "openmetrics_vs_prometheus_client": round(by["openmetrics_reader"]["samples_per_s"]
+                                                  / by["prometheus_client"]["samples_per_s"], 1),
+        "peak_rss_full_over_quarter": round(by["replay_parquet"]["peak_rss_mb"] / quarter["peak_rss_mb"], 2),
+    }
+    targets = {
+        "openmetrics_reader >= 500k/s": by["openmetrics_reader"]["samples_per_s"] >= 500_000,
+        "openmetrics >= 50x prometheus_client": results["ratios"]["openmetrics_vs_prometheus_client"] >= 50,
+        "parquet_reader >= 5M/s": by["parquet_reader"]["samples_per_s"] >= 5_000_000,
+        "replay_openmetrics >= 300k/s": by["replay_openmetrics"]["samples_per_s"] >= 300_000,
+        "replay_parquet < 120 s": by["replay_parquet"]["seconds"] < 120 * args.hours / 24,
+    }
+    results["targets"] = targets
+    print(f"quarter-length parquet replay peak {quarter['peak_rss_mb']:,} MB "
+          f"(full/quarter = {results['ratios']['peak_rss_full_over_quarter']})")
+    print(f"openmetrics / prometheus_client = {results['ratios']['openmetrics_vs_prometheus_client']}x")
+    for k, ok in targets.items():
+        print(f"  {'met ' if ok else 'MISS'} {k}")
+    args.out.parent.mkdir(parents=True, exist_ok=True)
+    args.out.write_text(json.dumps(results, indent=2))
+    print(f"wrote {args.out}")
+
+
+if __name__ == "__main__":
+    main()
