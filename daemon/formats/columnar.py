@@ -15,7 +15,7 @@ import pyarrow as pa
 import pyarrow.parquet as pq
 
 from daemon import metrics
-from daemon.batch import Batch
+from daemon.batch import Batch, samples_from_codes
 from daemon.formats.base import ReadContext
 from detectors.schema import EVENT_COLUMNS, SAMPLE_COLUMNS, events_frame
 
@@ -36,11 +36,13 @@ class ColumnarReader:
     def _read_parquet(self, path: Path, ctx: ReadContext) -> Iterator[Batch]:
         try:
             pf = pq.ParquetFile(path)
+            names = set(pf.schema_arrow.names)
+            is_events = "kind" in names
+            if not is_events and {"entity", "metric"} <= names:  # names arrive dictionary-encoded
+                pf = pq.ParquetFile(path, read_dictionary=["entity", "metric"])
         except (pa.ArrowException, OSError) as exc:
             ctx.rejects.refuse(FORMAT, str(path), f"not a readable Parquet file: {exc}")
             return
-        names = set(pf.schema_arrow.names)
-        is_events = "kind" in names
         wanted = list(EVENT_COLUMNS if is_events else SAMPLE_COLUMNS)
         missing = [c for c in wanted if c not in names and c not in ("pci", "device")]
         if missing:
@@ -103,23 +105,31 @@ class ColumnarReader:
             ]
             return Batch(events=events_frame(rows))
         value = pd.to_numeric(frame["value"], errors="coerce").to_numpy(dtype=np.float64)
-        good = np.isfinite(ts) & np.isfinite(value)
-        entity = frame["entity"].astype(str).to_numpy()
-        metric = frame["metric"].astype(str).to_numpy()
-        good &= (entity != "") & (metric != "")
-        bad = np.flatnonzero(~good)
-        for i in bad:
-            ctx.rejects.reject(FORMAT, f"{where} {first_row + i}", "ts or value is not a finite number, or a name is empty")
         mapper = ctx.mapper
-        ent_u, ent_inv = np.unique(entity[good], return_inverse=True)
-        met_u, met_inv = np.unique(metric[good], return_inverse=True)
-        ent_codes = np.array([mapper.entity_code(e) for e in ent_u], dtype=np.int64)[ent_inv]
-        met_codes = np.array([mapper.metric_code(m) for m in met_u], dtype=np.int64)[met_inv]
-        from daemon.batch import samples_from_codes
-
-        out = samples_from_codes(ts[good], ent_codes, met_codes, value[good], mapper.entities, mapper.metrics)
+        ent_codes, ent_ok = _intern(frame["entity"], mapper.entity_code)
+        met_codes, met_ok = _intern(frame["metric"], mapper.metric_code)
+        good = np.isfinite(ts) & np.isfinite(value) & ent_ok & met_ok
+        if not good.all():
+            for i in np.flatnonzero(~good):
+                ctx.rejects.reject(FORMAT, f"{where} {first_row + i}",
+                                   "ts or value is not a finite number, or a name is empty")
+        out = samples_from_codes(ts[good], ent_codes[good], met_codes[good], value[good],
+                                 mapper.entities, mapper.metrics)
         metrics.SAMPLES_INGESTED.labels(FORMAT).inc(len(out))
         return Batch(samples=out)
+
+
+def _intern(column: pd.Series, code_of) -> tuple[np.ndarray, np.ndarray]:
+    """Map a column of names to the mapper's codes, looking up each distinct name once."""
+    if isinstance(column.dtype, pd.CategoricalDtype):
+        codes = column.cat.codes.to_numpy()
+        names = list(column.cat.categories)
+    else:
+        codes, uniques = pd.factorize(column.astype(str))
+        names = list(uniques)
+    table = np.array([code_of(str(n)) if isinstance(n, str) and n else -1 for n in names] + [-1], dtype=np.int64)
+    mapped = table[codes]  # code -1 (missing) takes the trailing -1
+    return np.where(mapped < 0, 0, mapped), mapped >= 0
 
 
 class ColumnarWriter:
