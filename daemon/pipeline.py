@@ -136,25 +136,30 @@ class Pipeline:
         if samples.empty:
             empty = pd.DataFrame({"entity": [], "metric": [], "last": [], "max": []})
             return samples, empty, pd.DataFrame({"entity": [], "ts": [], "value": []})
-        metric_cats = samples["metric"].cat.categories
-        counter_cat = np.array([is_counter(m) for m in metric_cats], dtype=bool)
-        codes = samples["metric"].cat.codes.to_numpy()
-        is_ctr = counter_cat[codes]
+        ent_names = np.asarray(samples["entity"].cat.categories, dtype=object)
+        met_names = np.asarray(samples["metric"].cat.categories, dtype=object)
+        ent = samples["entity"].cat.codes.to_numpy()
+        met = samples["metric"].cat.codes.to_numpy()
+        counter_cat = np.array([is_counter(m) for m in met_names], dtype=bool)
+        is_ctr = counter_cat[met]
         counters = samples[is_ctr]
-        g = samples[~is_ctr]
-        xid_mask = (g["metric"] == "xid_last").to_numpy()
-        xid = g[xid_mask][["entity", "ts", "value"]]
-        xid = pd.DataFrame({"entity": xid["entity"].astype(str).to_numpy(), "ts": xid["ts"].to_numpy(),
-                            "value": xid["value"].to_numpy()})
-        g = g[~xid_mask]
-        if g.empty:
-            gauges = pd.DataFrame({"entity": [], "metric": [], "last": [], "max": []})
-        else:
-            grouped = g.groupby(["entity", "metric"], observed=True, sort=True)["value"]
-            agg = pd.DataFrame({"last": grouped.last(), "max": grouped.max()}).reset_index()
-            gauges = pd.DataFrame({"entity": agg["entity"].astype(str).to_numpy(),
-                                   "metric": agg["metric"].astype(str).to_numpy(),
-                                   "last": agg["last"].to_numpy(), "max": agg["max"].to_numpy()})
+        xid_code = np.flatnonzero(met_names == "xid_last")
+        is_xid = (met == xid_code[0]) if len(xid_code) else np.zeros(len(met), dtype=bool)
+        xid = pd.DataFrame({"entity": ent_names[ent[is_xid]], "ts": samples["ts"].to_numpy()[is_xid],
+                            "value": samples["value"].to_numpy()[is_xid]})
+        g = ~is_ctr & ~is_xid
+        if not g.any():
+            return counters, pd.DataFrame({"entity": [], "metric": [], "last": [], "max": []}), xid
+        # Rows are in time order within the tick: the last row of an (entity, metric) holds its last value.
+        key = ent[g].astype(np.int64) * (len(met_names) + 1) + met[g]
+        values = samples["value"].to_numpy()[g]
+        uniq, inverse = np.unique(key, return_inverse=True)
+        _, from_end = np.unique(key[::-1], return_index=True)
+        last = values[len(key) - 1 - from_end]
+        peak = np.full(len(uniq), -np.inf)
+        np.maximum.at(peak, inverse, values)
+        gauges = pd.DataFrame({"entity": ent_names[uniq // (len(met_names) + 1)],
+                               "metric": met_names[uniq % (len(met_names) + 1)], "last": last, "max": peak})
         return counters, gauges, xid
 
     def _seen_entities(self, samples: pd.DataFrame) -> list[str]:

@@ -28,6 +28,7 @@ class EventResolver:
         self.window_s = window_s
         self.unresolved = 0
         self._xid_last: dict[str, float] = {}
+        self._nonzero: set[str] = set()
         self._recent_xid: dict[tuple[str, int], float] = {}
         self.merged = 0
 
@@ -63,14 +64,28 @@ class EventResolver:
         return events_frame(rows)
 
     def xid_gauge_events(self, gauges: pd.DataFrame) -> list[tuple]:
-        """Xid events from changes of the ``xid_last`` gauge (rows: entity, ts, value)."""
+        """Xid events from changes of the ``xid_last`` gauge (rows: entity, ts, value, in time order)."""
+        if gauges.empty:
+            return []
+        entity = gauges["entity"].to_numpy()
+        value = gauges["value"].to_numpy()
+        # Only rows that can change something: a non-zero value, a first sight, or a GPU whose last was non-zero.
+        new = ~np.fromiter((e in self._xid_last for e in entity), dtype=bool, count=len(entity))
+        watch = (value != 0) | new
+        if self._nonzero:
+            watch |= np.fromiter((e in self._nonzero for e in entity), dtype=bool, count=len(entity))
         out = []
-        for entity, ts, value in zip(gauges["entity"], gauges["ts"], gauges["value"]):
-            prev = self._xid_last.get(entity)
-            self._xid_last[entity] = value
-            if prev is None or value == prev or value <= 0 or np.isnan(value):
+        for i in np.flatnonzero(watch):
+            e, v, ts = entity[i], float(value[i]), float(gauges["ts"].iat[i])
+            prev = self._xid_last.get(e)
+            self._xid_last[e] = v
+            if v != 0 and not np.isnan(v):
+                self._nonzero.add(e)
+            else:
+                self._nonzero.discard(e)
+            if prev is None or v == prev or v <= 0 or np.isnan(v):
                 continue
-            out.append((float(ts), entity, "xid", int(value), "error",
+            out.append((ts, e, "xid", int(v), "error",
                         "reported by dcgm-exporter DCGM_FI_DEV_XID_ERRORS", "dcgm-exporter", None, None))
         return out
 

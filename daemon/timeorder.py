@@ -127,7 +127,11 @@ class TimeSpill:
             frame["ts"].to_numpy(),
         ))
         frame = frame.iloc[order].reset_index(drop=True)
-        dup = frame.duplicated(subset=["ts", "entity", "metric"], keep="first").to_numpy()
+        ts = frame["ts"].to_numpy()
+        ent = frame["entity"].cat.codes.to_numpy()
+        met = frame["metric"].cat.codes.to_numpy()
+        dup = np.zeros(len(frame), dtype=bool)  # sorted, so duplicates are neighbours
+        dup[1:] = (ts[1:] == ts[:-1]) & (ent[1:] == ent[:-1]) & (met[1:] == met[:-1])
         if dup.any():
             self.duplicates += int(dup.sum())
             frame = frame[~dup].reset_index(drop=True)

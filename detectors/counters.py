@@ -40,6 +40,8 @@ class CounterTracker:
     def __init__(self) -> None:
         self._slot: dict[tuple[str, str], int] = {}
         self._last = np.empty(0, dtype=np.float64)
+        self._cats: tuple[np.ndarray, np.ndarray] | None = None
+        self._code_slot: dict[int, int] = {}
 
     def __len__(self) -> int:
         return len(self._slot)
@@ -64,17 +66,16 @@ class CounterTracker:
         """
         if samples.empty:
             return pd.DataFrame({"entity": [], "metric": [], "increase": [], "resets": [], "last": []})
-        ent = samples["entity"]
-        met = samples["metric"]
-        ent_codes, ent_names = _codes(ent)
-        met_codes, met_names = _codes(met)
+        ent_codes, ent_names = _codes(samples["entity"])
+        met_codes, met_names = _codes(samples["metric"])
+        width = len(met_names) + 1
         val = samples["value"].to_numpy(dtype=np.float64)
-        combined = ent_codes.astype(np.int64) * (len(met_names) + 1) + met_codes
-        keys, inverse = np.unique(combined, return_inverse=True)
-        pairs = [(str(ent_names[k // (len(met_names) + 1)]), str(met_names[k % (len(met_names) + 1)])) for k in keys]
-        slots = self._slots(pairs)  # type: ignore[arg-type]
+        keys, inverse = np.unique(ent_codes.astype(np.int64) * width + met_codes, return_inverse=True)
+        key_ent = ent_names[keys // width]
+        key_met = met_names[keys % width]
+        slots = self._slots_for(keys, key_ent, key_met, ent_names, met_names)
         # Walk rows in order; consecutive rows of a series chain their increases.
-        order = np.lexsort((np.arange(len(val)), inverse))
+        order = np.argsort(inverse, kind="stable")
         g = inverse[order]
         v = val[order]
         prev = np.empty_like(v)
@@ -90,14 +91,31 @@ class CounterTracker:
         last = np.empty(len(keys))
         last[g[ends]] = v[ends]
         self._last[slots] = last
-        return pd.DataFrame({
-            "entity": [p[0] for p in pairs],
-            "metric": [p[1] for p in pairs],
-            "increase": total,
-            "resets": resets.astype(np.int64),
-            "last": last,
-        })
+        return pd.DataFrame({"entity": key_ent, "metric": key_met, "increase": total,
+                             "resets": resets.astype(np.int64), "last": last})
 
+    def _slots_for(self, keys: np.ndarray, key_ent: np.ndarray, key_met: np.ndarray,
+                   ent_names: np.ndarray, met_names: np.ndarray) -> np.ndarray:
+        """Slots of the batch's series; cached per category set, since ticks of a bucket share them."""
+        if self._cats is None or self._cats[0] is not ent_names or self._cats[1] is not met_names:
+            if self._cats is None or not (np.array_equal(self._cats[0], ent_names)
+                                          and np.array_equal(self._cats[1], met_names)):
+                self._code_slot = {}
+            self._cats = (ent_names, met_names)
+        cache = self._code_slot
+        out = np.empty(len(keys), dtype=np.int64)
+        missing = []
+        for i, k in enumerate(keys.tolist()):
+            slot = cache.get(k)
+            if slot is None:
+                missing.append(i)
+            else:
+                out[i] = slot
+        if missing:
+            pairs = [(key_ent[i], key_met[i]) for i in missing]
+            for i, slot in zip(missing, self._slots(pairs)):
+                out[i] = cache[int(keys[i])] = int(slot)
+        return out
 
 class DecayingCount:
     """Exponentially decaying event counts per key: about "how many in the last ``horizon`` seconds"."""

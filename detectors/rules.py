@@ -324,6 +324,18 @@ class RuleDetector:
         g = tick.gauges
         if g.empty:
             return
+        metric = g["metric"].to_numpy()
+        last = g["last"].to_numpy()
+        peak = g["max"].to_numpy()
+        hit = (
+            ((metric == "gpu_temp_c") & (peak >= self.gpu_temp_slowdown_c))
+            | ((metric == "hbm_temp_c") & (peak >= self.hbm_temp_limit_c))
+            | (((metric == "throttle_thermal") | (metric == "row_remap_failure")) & (last >= 1))
+            | ((metric == "port_state") & (last != PORT_ACTIVE) & ~np.isnan(last))
+        )
+        if not hit.any():
+            return
+        g = g[hit]
         for entity, metric, last, peak in zip(g["entity"], g["metric"], g["last"], g["max"]):
             if metric == "gpu_temp_c":
                 if peak >= self.gpu_temp_shutdown_c:
