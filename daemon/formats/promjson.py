@@ -20,10 +20,50 @@ from daemon.formats.base import ReadContext, open_binary
 FORMAT = "query_range"
 
 
+def _point(point) -> tuple[float, float]:
+    """``[time, "value"]`` to floats; raises ValueError for anything else."""
+    if not isinstance(point, (list, tuple)) or len(point) != 2:
+        raise ValueError("not a pair")
+    return float(point[0]), float(point[1])
+
+
 class QueryRangeReader:
     """Reads ``{"status":"success","data":{"resultType":"matrix","result":[...]}}`` files."""
 
     format = FORMAT
+
+    @staticmethod
+    def _series(series, position: str, ctx: ReadContext, ents, mets, tss, vals) -> None:
+        mapper = ctx.mapper
+        if not isinstance(series, dict) or not isinstance(series.get("metric"), dict):
+            ctx.rejects.reject(FORMAT, position, "series without a 'metric' object")
+            return
+        labels = {str(k): str(v) for k, v in series["metric"].items()}
+        name = labels.pop("__name__", "")
+        sid = mapper.series_id(name, labels, position, FORMAT)
+        if sid < 0:
+            return
+        ent_of, met_of, mask_of = mapper.series_table()
+        ent, met, mask = int(ent_of[sid]), int(met_of[sid]), int(mask_of[sid])
+        points = series.get("values")
+        if not isinstance(points, list):
+            ctx.rejects.reject(FORMAT, position, "series without a 'values' list")
+            return
+        for j, point in enumerate(points):
+            try:
+                t, v = _point(point)
+            except (TypeError, ValueError, OverflowError):
+                ctx.rejects.reject(FORMAT, f"{position}.values[{j}]", "not a [time, \"value\"] pair")
+                continue
+            if not (math.isfinite(t) and math.isfinite(v)):
+                ctx.rejects.reject(FORMAT, f"{position}.values[{j}]", "value is NaN or infinite")
+                continue
+            if mask >= 0:
+                v = float((int(v) & mask) != 0)
+            ents.append(ent)
+            mets.append(met)
+            tss.append(t)
+            vals.append(v)
 
     def read(self, path: Path, ctx: ReadContext) -> Iterator[Batch]:
         mapper = ctx.mapper
@@ -42,39 +82,22 @@ class QueryRangeReader:
             ents, mets, tss, vals = [], [], [], []
             return Batch(samples=frame)
 
-        with open_binary(path) as fh:
-            try:
-                for index, series in enumerate(ijson.items(fh, "data.result.item", use_float=True)):
-                    position = f"{src}:data.result[{index}]"
-                    if not isinstance(series, dict) or not isinstance(series.get("metric"), dict):
-                        ctx.rejects.reject(FORMAT, position, "series without a 'metric' object")
-                        continue
-                    labels = {str(k): str(v) for k, v in series["metric"].items()}
-                    name = labels.pop("__name__", "")
-                    sid = mapper.series_id(name, labels, position, FORMAT)
-                    if sid < 0:
-                        continue
-                    ent_of, met_of, mask_of = mapper.series_table()
-                    ent, met, mask = int(ent_of[sid]), int(met_of[sid]), int(mask_of[sid])
-                    for j, point in enumerate(series.get("values") or []):
-                        try:
-                            t = float(point[0])
-                            v = float(point[1])
-                        except (TypeError, ValueError, IndexError):
-                            ctx.rejects.reject(FORMAT, f"{position}.values[{j}]", "not a [time, \"value\"] pair")
+        done = 0  # series handled, so a retry with another backend does not read them twice
+        for backend in (ijson, ijson.get_backend("python")):
+            with open_binary(path) as fh:
+                try:
+                    for index, series in enumerate(backend.items(fh, "data.result.item", use_float=True)):
+                        if index < done:
                             continue
-                        if not (math.isfinite(t) and math.isfinite(v)):
-                            ctx.rejects.reject(FORMAT, f"{position}.values[{j}]", "value is NaN or infinite")
-                            continue
-                        if mask >= 0:
-                            v = float((int(v) & mask) != 0)
-                        ents.append(ent)
-                        mets.append(met)
-                        tss.append(t)
-                        vals.append(v)
-                    if len(tss) >= ctx.chunk_rows:
-                        yield flush()
-            except ijson.JSONError as exc:
-                ctx.rejects.reject(FORMAT, src, f"JSON ends or breaks early: {exc}")
+                        done = index + 1
+                        self._series(series, f"{src}:data.result[{index}]", ctx, ents, mets, tss, vals)
+                        if len(tss) >= ctx.chunk_rows:
+                            yield flush()
+                    break
+                except ijson.JSONError as exc:
+                    if "overflow" in str(exc) and backend is ijson:
+                        continue  # a number too large for the C parser: the pure-Python one takes it
+                    ctx.rejects.reject(FORMAT, src, f"JSON ends or breaks early: {str(exc).splitlines()[0]}")
+                    break
         if tss:
             yield flush()

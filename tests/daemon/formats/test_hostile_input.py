@@ -1,0 +1,105 @@
+"""Property-based hostile input for every reader: no crash, every good record before and after still read."""
+
+import json
+import sqlite3
+
+from hypothesis import HealthCheck, given, settings
+from hypothesis import strategies as st
+
+from daemon.formats import (ColumnarReader, JournalJsonReader, QueryRangeReader, RasdaemonReader, ReadContext,
+                            TextLogReader)
+from daemon.formats.kernel_events import parse_kernel_message
+from daemon.naming import SeriesMapper
+from tests.daemon.formats.conftest import read_all
+from tests.daemon.formats.test_rasdaemon import SCHEMA
+
+SETTINGS = settings(max_examples=40, deadline=None, suppress_health_check=[HealthCheck.function_scoped_fixture])
+junk_line = st.text(alphabet=st.characters(codec="utf-8", exclude_characters="\n\r"), max_size=120)
+XID = "NVRM: Xid (PCI:0000:18:00): 79, pid=0, GPU has fallen off the bus."
+
+
+def interleave(good: list[str], junk: list[str], where: list[int]) -> list[str]:
+    out = list(good)
+    for j, w in zip(junk, where):
+        out.insert(min(w, len(out)), j)
+    return out
+
+
+@SETTINGS
+@given(st.text(max_size=300))
+def test_kernel_message_parser_never_raises(text):
+    parse_kernel_message(text)
+    parse_kernel_message("NVRM: Xid (PCI:" + text)
+    parse_kernel_message("nvidia 0000:3b:00.0: AER: PCIe Bus Error: severity=" + text)
+
+
+@SETTINGS
+@given(junk=st.lists(junk_line, max_size=15), where=st.lists(st.integers(0, 12), max_size=15))
+def test_journald_junk(tmp_path_factory, junk, where):
+    good = [json.dumps({"__REALTIME_TIMESTAMP": str(1772409630_000000 + i * 10**6), "_HOSTNAME": "sn01-b01",
+                        "_TRANSPORT": "kernel", "MESSAGE": XID}) for i in range(10)]
+    junk = [j for j in junk if "Xid" not in j]
+    p = tmp_path_factory.mktemp("j") / "k.json"
+    p.write_text("\n".join(interleave(good, junk, where)) + "\n")
+    ev = read_all(JournalJsonReader(), p, ReadContext(mapper=SeriesMapper())).events
+    assert {1772409630.0 + i for i in range(10)} <= set(ev["ts"])
+
+
+@SETTINGS
+@given(junk=st.lists(junk_line, max_size=15), where=st.lists(st.integers(1, 12), max_size=15))
+def test_syslog_junk(tmp_path_factory, junk, where):
+    good = [f"2026-03-02T00:00:{i:02d}+00:00 sn01-b01 kernel: {XID}" for i in range(10)]
+    junk = [j for j in junk if "Xid" not in j]
+    p = tmp_path_factory.mktemp("s") / "kern.log"
+    p.write_text("\n".join(interleave(good, junk, where)) + "\n")
+    ev = read_all(TextLogReader(), p, ReadContext(mapper=SeriesMapper())).events
+    assert {1772409600.0 + i for i in range(10)} <= set(ev["ts"])
+
+
+json_value = st.recursive(st.none() | st.booleans() | st.integers() | st.floats(allow_nan=False) | st.text(max_size=8),
+                          lambda c: st.lists(c, max_size=3) | st.dictionaries(st.text(max_size=5), c, max_size=3),
+                          max_leaves=8)
+
+
+@SETTINGS
+@given(bad=st.lists(json_value, max_size=5))
+def test_query_range_junk_series(tmp_path_factory, bad):
+    good = {"metric": {"__name__": "DCGM_FI_DEV_GPU_TEMP", "gpu": "0", "Hostname": "sn01-b01"},
+            "values": [[1772409630 + 30 * i, str(40 + i)] for i in range(5)]}
+    doc = {"status": "success", "data": {"resultType": "matrix", "result": [*bad, good, *bad]}}
+    p = tmp_path_factory.mktemp("q") / "q.json"
+    p.write_text(json.dumps(doc))
+    s = read_all(QueryRangeReader(), p, ReadContext(mapper=SeriesMapper())).samples
+    assert {1772409630.0 + 30 * i for i in range(5)} <= set(s["ts"])
+
+
+@SETTINGS
+@given(rows=st.lists(st.tuples(st.one_of(st.text(max_size=30), st.integers(), st.none()),
+                               st.one_of(st.text(max_size=12), st.none()),
+                               st.one_of(st.integers(-5, 5), st.none())), max_size=8))
+def test_rasdaemon_junk_rows(tmp_path_factory, rows):
+    db = tmp_path_factory.mktemp("r") / "sn01-b01.db"
+    conn = sqlite3.connect(db)
+    conn.executescript(SCHEMA)
+    conn.execute("INSERT INTO mc_event (timestamp, err_count, err_type, err_msg, label) VALUES "
+                 "('2026-03-02 00:01:00 +0000', 1, 'Uncorrected', 'read error', 'DIMM_A1')")
+    for ts, err_type, count in rows:
+        conn.execute("INSERT INTO mc_event (timestamp, err_count, err_type) VALUES (?, ?, ?)", (ts, count, err_type))
+        conn.execute("INSERT INTO aer_event (timestamp, dev_name, err_type) VALUES (?, ?, ?)", (ts, err_type, err_type))
+    conn.execute("INSERT INTO mc_event (timestamp, err_count, err_type, err_msg, label) VALUES "
+                 "('2026-03-02 00:09:00 +0000', 2, 'Corrected', 'read error', 'DIMM_A1')")
+    conn.commit()
+    conn.close()
+    ev = read_all(RasdaemonReader(), db, ReadContext(mapper=SeriesMapper())).events
+    assert {1772409660.0, 1772410140.0} <= set(ev["ts"])
+
+
+@SETTINGS
+@given(junk=st.lists(junk_line.filter(lambda s: "," not in s and '"' not in s), max_size=10),
+       where=st.lists(st.integers(1, 8), max_size=10))
+def test_csv_junk(tmp_path_factory, junk, where):
+    good = [f"{1772409630 + 30 * i},sn01-b01/gpu0,gpu_temp_c,{40 + i}" for i in range(8)]
+    p = tmp_path_factory.mktemp("c") / "s.csv"
+    p.write_text("ts,entity,metric,value\n" + "\n".join(interleave(good, junk, where)) + "\n")
+    s = read_all(ColumnarReader(), p, ReadContext(mapper=SeriesMapper())).samples
+    assert {1772409630.0 + 30 * i for i in range(8)} <= set(s["ts"])
