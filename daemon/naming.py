@@ -102,6 +102,14 @@ def host_of_instance(instance: str) -> str:
     return instance
 
 
+def _intern(name: str, codes: dict[str, int], names: list[str]) -> int:
+    code = codes.get(name)
+    if code is None:
+        code = codes[name] = len(names)
+        names.append(name)
+    return code
+
+
 @dataclass
 class SeriesMapper:
     """Maps series (metric name + labels) to interned (entity, canonical metric) codes.
@@ -124,18 +132,12 @@ class SeriesMapper:
     _series: list[tuple[int, int, int]] = field(default_factory=list)
 
     def entity_code(self, entity: str) -> int:
-        code = self._entity_code.get(entity)
-        if code is None:
-            code = self._entity_code[entity] = len(self.entities)
-            self.entities.append(entity)
-        return code
+        """Interned code of an entity id (codes only grow, so earlier frames stay valid)."""
+        return _intern(entity, self._entity_code, self.entities)
 
     def metric_code(self, metric: str) -> int:
-        code = self._metric_code.get(metric)
-        if code is None:
-            code = self._metric_code[metric] = len(self.metrics)
-            self.metrics.append(metric)
-        return code
+        """Interned code of a canonical metric name."""
+        return _intern(metric, self._metric_code, self.metrics)
 
     def node_for(self, labels: dict[str, str]) -> str | None:
         """The node id named by a series' labels, or None (counted) when it cannot be told."""

@@ -111,7 +111,7 @@ class Pipeline:
 
         evidence = self.rules.update(TickInput(now, events, increases, gauges, grace))
         self.health.observe(seen, now)
-        self.health.observe({e for e in events["entity"]}, now) if not events.empty else None
+        self.health.observe(set(events["entity"]), now)
         transitions = self.health.update(now, evidence)
         findings = self._findings(now, transitions)
         for node in sorted(self.node_seen):
@@ -208,9 +208,8 @@ class Pipeline:
             touched_nodes.add(node_of(t.entity))
             if kind == "node":
                 continue  # reported through the roll-up below
-            if kind != "port" or t.new != State.UNKNOWN:
-                if t.new != State.UNKNOWN:
-                    self.incidents.on_entity(now, t.entity, t.new, t.category, t.reasons)
+            if t.new != State.UNKNOWN:
+                self.incidents.on_entity(now, t.entity, t.new, t.category, t.reasons)
             self._report(findings, now, t.entity, kind, t.new, t.score, t.detector, t.reasons)
         if touched_nodes:
             rolled = rollup_nodes(self.health, sorted(touched_nodes), self.ports_by_node)

@@ -65,6 +65,13 @@ def is_address(host: str) -> bool:
     return True
 
 
+def _pci(value: object, where: str) -> str:
+    pci = normalize_pci(str(value))
+    if pci is None:
+        raise TopologyError(f"{where}: not a PCI address: {value!r}")
+    return pci
+
+
 @dataclass
 class Topology:
     """Nodes and their place in racks, supernodes and cooling loops, with lookup tables."""
@@ -125,19 +132,13 @@ class Topology:
                 raise TopologyError(f"{where}.accelerators[{a}]: needs an index")
             entity = f"{name}/gpu{int(acc['index'])}"
             if acc.get("pci_bus_id"):
-                pci = normalize_pci(str(acc["pci_bus_id"]))
-                if pci is None:
-                    raise TopologyError(f"{where}.accelerators[{a}].pci_bus_id: not a PCI address")
-                self.pci_accelerator[(name, pci)] = entity
+                self.pci_accelerator[(name, _pci(acc["pci_bus_id"], f"{where}.accelerators[{a}].pci_bus_id"))] = entity
         for p, port in enumerate(node.get("ports") or []):
             if not isinstance(port, dict) or "device" not in port:
                 raise TopologyError(f"{where}.ports[{p}]: needs a device")
             entity = f"{name}/{port['device']}:{port.get('port', 1)}"
             if port.get("pci"):
-                pci = normalize_pci(str(port["pci"]))
-                if pci is None:
-                    raise TopologyError(f"{where}.ports[{p}].pci: not a PCI address")
-                self.pci_port[(name, pci)] = entity
+                self.pci_port[(name, _pci(port["pci"], f"{where}.ports[{p}].pci"))] = entity
             if port.get("netdev"):
                 self.netdev_port[(name, str(port["netdev"]))] = entity
             if port.get("switchport"):

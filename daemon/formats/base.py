@@ -43,31 +43,6 @@ def open_binary(path: Path) -> IO[bytes]:
     return open(path, "rb")
 
 
-def iter_lines(path: Path, read_bytes: int) -> Iterator[tuple[int, list[str]]]:
-    """Yield ``(first line number, lines)`` blocks of a text file without holding it whole.
-
-    Bytes that are not UTF-8 are replaced, so one bad byte spoils one line, not the file.
-    """
-    lineno = 1
-    rest = b""
-    with open_binary(path) as fh:
-        while True:
-            block = fh.read(read_bytes)
-            if not block:
-                break
-            block = rest + block
-            cut = block.rfind(b"\n")
-            if cut == -1:
-                rest = block
-                continue
-            rest = block[cut + 1 :]
-            lines = block[:cut].decode("utf-8", errors="replace").split("\n")
-            yield lineno, lines
-            lineno += len(lines)
-    if rest:
-        yield lineno, [rest.decode("utf-8", errors="replace")]
-
-
 def iter_text_blocks(path: Path, read_bytes: int) -> Iterator[tuple[int, str]]:
     """Yield ``(first line number, text)`` blocks of whole lines (no trailing newline) of a text file."""
     lineno = 1
@@ -88,6 +63,15 @@ def iter_text_blocks(path: Path, read_bytes: int) -> Iterator[tuple[int, str]]:
             lineno += text.count("\n") + 1
     if rest:
         yield lineno, rest.decode("utf-8", errors="replace")
+
+
+def iter_lines(path: Path, read_bytes: int) -> Iterator[tuple[int, list[str]]]:
+    """Yield ``(first line number, lines)`` blocks of a text file without holding it whole.
+
+    Bytes that are not UTF-8 are replaced, so one bad byte spoils one line, not the file.
+    """
+    for first, text in iter_text_blocks(path, read_bytes):
+        yield first, text.split("\n")
 
 
 def read_tail(path: Path, size: int = 256) -> bytes | None:

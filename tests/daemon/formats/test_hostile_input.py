@@ -56,7 +56,7 @@ def test_syslog_junk(tmp_path_factory, junk, where):
     assert {1772409600.0 + i for i in range(10)} <= set(ev["ts"])
 
 
-json_value = st.recursive(st.none() | st.booleans() | st.integers() | st.floats(allow_nan=False) | st.text(max_size=8),
+json_value = st.recursive(st.none() | st.booleans() | st.integers() | st.floats(allow_nan=False, allow_infinity=False) | st.text(max_size=8),
                           lambda c: st.lists(c, max_size=3) | st.dictionaries(st.text(max_size=5), c, max_size=3),
                           max_leaves=8)
 
@@ -74,7 +74,7 @@ def test_query_range_junk_series(tmp_path_factory, bad):
 
 
 @SETTINGS
-@given(rows=st.lists(st.tuples(st.one_of(st.text(max_size=30), st.integers(), st.none()),
+@given(rows=st.lists(st.tuples(st.one_of(st.text(max_size=30), st.integers(-2**63, 2**63 - 1), st.none()),
                                st.one_of(st.text(max_size=12), st.none()),
                                st.one_of(st.integers(-5, 5), st.none())), max_size=8))
 def test_rasdaemon_junk_rows(tmp_path_factory, rows):
