@@ -60,3 +60,28 @@ def test_findings_identical_whatever_file_order_chunk_size_or_format(trace_dir, 
     w.close()
     converted, _ = run([out / "samples.parquet", out / "events.parquet", trace_dir / "topology.yaml"])
     assert converted == base
+
+
+def test_stock_dcgm_exporter_without_ecc_counters_still_works_and_says_so(trace_dir, tmp_path, capsys):
+    """Stock dcgm-exporter exports no ECC counters: the HBM fault is still caught from kernel Xids."""
+    import gzip
+    import shutil
+
+    from daemon.cli import print_summary
+    from rich.console import Console
+
+    stock = tmp_path / "stock"
+    stock.mkdir()
+    for p in trace_dir.iterdir():
+        if p.is_file() and p.name != "dcgm-exporter.om.gz":
+            shutil.copy(p, stock / p.name)
+    with gzip.open(trace_dir / "dcgm-exporter.om.gz", "rt") as src, gzip.open(stock / "dcgm.om.gz", "wt") as dst:
+        for line in src:
+            if "DCGM_FI_DEV_ECC_" not in line:
+                dst.write(line)
+    text, result = run([stock])
+    failed = {json.loads(x)["entity"] for x in text.splitlines() if json.loads(x)["state"] == "failed"}
+    assert {"sn01-b02/gpu5", "sn01-b03/gpu2"} <= failed
+    print_summary(Console(width=200), result)
+    out = capsys.readouterr().out
+    assert "ecc_dbe_total (double-bit ECC errors (failed))" in out and "ecc_sbe_total" in out
