@@ -3,8 +3,8 @@
 Readers deliver rows in file order: concatenated scrapes are time-major, ``promtool tsdb
 dump-openmetrics`` writes one series after another. :class:`TimeSpill` partitions every incoming
 chunk by time bucket into Arrow IPC files on disk (one file per chunk and bucket), then replays the
-buckets in order, sorting one bucket at a time. Memory is bounded by a chunk plus a bucket,
-whatever the trace length.
+buckets in order, sorting one bucket at a time. Events are spilled the same way. Memory is bounded
+by a chunk plus a bucket, whatever the trace length.
 
 Tick ``k`` covers ``(k*interval - interval, k*interval]`` (ARCHITECTURE §1). Within a bucket rows are
 sorted by (time, entity, metric, value) on the *names*, never on interning order, and exact
@@ -30,6 +30,13 @@ from daemon.batch import Batch
 from detectors.schema import EVENT_COLUMNS, empty_events, empty_samples, events_frame
 
 
+_EVENT_SCHEMA = pa.schema([
+    ("ts", pa.float64()), ("entity", pa.string()), ("kind", pa.string()), ("code", pa.float64()),
+    ("severity", pa.string()), ("message", pa.string()), ("source", pa.string()), ("pci", pa.string()),
+    ("device", pa.string()),
+])
+
+
 def tick_index(ts: np.ndarray, interval: float) -> np.ndarray:
     """Index ``k`` of the tick ``(k*interval - interval, k*interval]`` each time falls in."""
     return np.ceil(np.asarray(ts, dtype=np.float64) / interval).astype(np.int64)
@@ -44,7 +51,7 @@ class TimeSpill:
     directory: Path | None = None
     duplicates: int = 0
     _files: dict[int, list[Path]] = field(default_factory=lambda: defaultdict(list))
-    _event_rows: dict[int, list[pd.DataFrame]] = field(default_factory=lambda: defaultdict(list))
+    _event_files: dict[int, list[Path]] = field(default_factory=lambda: defaultdict(list))
     _owned: bool = False
     _seq: int = 0
     _first: int | None = None
@@ -72,8 +79,13 @@ class TimeSpill:
             self._span(ticks)
             buckets = ticks // self.bucket_ticks
             for b in np.unique(buckets):
-                # Events are few (kernel lines, RAS records): kept in memory per bucket.
-                self._event_rows[int(b)].append(ev[buckets == b])
+                part = ev[buckets == b]
+                table = pa.Table.from_pandas(part.astype({"code": "float64"}), schema=_EVENT_SCHEMA,
+                                             preserve_index=False)
+                path = Path(self.directory) / f"e{int(b)}-{self._seq}.arrow"
+                self._seq += 1
+                feather.write_feather(table, path, compression="uncompressed")
+                self._event_files[int(b)].append(path)
 
     def _add_samples(self, frame: pd.DataFrame) -> None:
         ticks = tick_index(frame["ts"].to_numpy(), self.interval)
@@ -138,14 +150,19 @@ class TimeSpill:
         return frame
 
     def _load_events(self, bucket: int) -> pd.DataFrame:
-        parts = self._event_rows.pop(bucket, [])
-        if not parts:
+        paths = self._event_files.pop(bucket, [])
+        if not paths:
             return empty_events()
-        frame = pd.concat(parts, ignore_index=True)
+        table = pa.concat_tables([feather.read_table(p, memory_map=False) for p in paths])
+        for p in paths:
+            p.unlink(missing_ok=True)
+        frame = table.to_pandas()
         frame = frame.sort_values(
             ["ts", "entity", "kind", "code", "message", "source"], kind="stable", na_position="first"
         ).reset_index(drop=True)
-        return events_frame(list(frame[list(EVENT_COLUMNS)].itertuples(index=False, name=None)))
+        rows = [(t, e, k, None if pd.isna(c) else int(c), sev, msg, src, pci, dev)
+                for t, e, k, c, sev, msg, src, pci, dev in frame[list(EVENT_COLUMNS)].itertuples(index=False, name=None)]
+        return events_frame(rows)
 
     @property
     def span(self) -> tuple[int, int] | None:
@@ -180,11 +197,11 @@ class TimeSpill:
         if self._owned and self.directory is not None:
             shutil.rmtree(self.directory, ignore_errors=True)
         else:
-            for paths in self._files.values():
+            for paths in [*self._files.values(), *self._event_files.values()]:
                 for p in paths:
                     p.unlink(missing_ok=True)
         self._files.clear()
-        self._event_rows.clear()
+        self._event_files.clear()
 
     def __enter__(self) -> "TimeSpill":
         return self
