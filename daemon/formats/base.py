@@ -43,8 +43,11 @@ def open_binary(path: Path) -> IO[bytes]:
     return open(path, "rb")
 
 
-def iter_text_blocks(path: Path, read_bytes: int) -> Iterator[tuple[int, str]]:
-    """Yield ``(first line number, text)`` blocks of whole lines (no trailing newline) of a text file."""
+def iter_lines(path: Path, read_bytes: int) -> Iterator[tuple[int, list[str]]]:
+    """Yield ``(first line number, lines)`` blocks of whole lines of a text file, never holding it whole.
+
+    Bytes that are not UTF-8 are replaced, so one bad byte spoils one line, not the file.
+    """
     lineno = 1
     rest = b""
     with open_binary(path) as fh:
@@ -58,20 +61,11 @@ def iter_text_blocks(path: Path, read_bytes: int) -> Iterator[tuple[int, str]]:
                 rest = block
                 continue
             rest = block[cut + 1 :]
-            text = block[:cut].decode("utf-8", errors="replace")
-            yield lineno, text
-            lineno += text.count("\n") + 1
+            lines = block[:cut].decode("utf-8", errors="replace").split("\n")
+            yield lineno, lines
+            lineno += len(lines)
     if rest:
-        yield lineno, rest.decode("utf-8", errors="replace")
-
-
-def iter_lines(path: Path, read_bytes: int) -> Iterator[tuple[int, list[str]]]:
-    """Yield ``(first line number, lines)`` blocks of a text file without holding it whole.
-
-    Bytes that are not UTF-8 are replaced, so one bad byte spoils one line, not the file.
-    """
-    for first, text in iter_text_blocks(path, read_bytes):
-        yield first, text.split("\n")
+        yield lineno, [rest.decode("utf-8", errors="replace")]
 
 
 def read_tail(path: Path, size: int = 256) -> bytes | None:

@@ -9,6 +9,7 @@ tables, are skipped by rule and counted; malformed lines are rejected with their
 
 from __future__ import annotations
 
+import bisect
 import logging
 import math
 from pathlib import Path
@@ -20,7 +21,7 @@ import pyarrow.compute as pc
 
 from daemon import metrics
 from daemon.batch import Batch, samples_from_codes
-from daemon.formats.base import ReadContext, iter_text_blocks, read_tail
+from daemon.formats.base import ReadContext, iter_lines, read_tail
 from daemon.naming import split_series
 
 log = logging.getLogger("raswarden.formats.openmetrics")
@@ -61,13 +62,13 @@ class OpenMetricsReader:
             parts, pending = [], 0
             return Batch(samples=frame)
 
-        for first, text in iter_text_blocks(path, ctx.read_bytes):
-            block = self._parse_block_fast(text, first, ctx, cache, src)
+        for first, lines in iter_lines(path, ctx.read_bytes):
+            block = self._parse_block_fast(lines, first, ctx, cache, src)
             if block is None:
                 sids: list[int] = []
                 tss: list[float] = []
                 vals: list[float] = []
-                self._parse_lines(text.split("\n"), first, ctx, cache, src, sids, tss, vals)
+                self._parse_lines(lines, first, ctx, cache, src, sids, tss, vals)
                 block = (np.asarray(sids, dtype=np.int64), np.asarray(tss, dtype=np.float64),
                          np.asarray(vals, dtype=np.float64))
             if len(block[0]):
@@ -83,26 +84,27 @@ class OpenMetricsReader:
         if pending:
             yield flush()
 
-    def _parse_block_fast(self, text: str, first: int, ctx: ReadContext, cache: dict[str, int], src: str):
+    def _parse_block_fast(self, lines: list[str], first: int, ctx: ReadContext, cache: dict[str, int], src: str):
         """Parse a block of clean lines with Arrow kernels; None when the block needs the line-by-line path.
 
         Clean means every non-comment line is exactly ``series value timestamp`` separated by single
         spaces, with no exemplar and numbers Arrow can parse. Anything else goes line by line, which
         rejects bad lines with their numbers.
         """
-        lines = text.split("\n")
         kept = [ln for ln in lines if ln and ln[0] != "#"]
         if not kept:
             return np.empty(0, np.int64), np.empty(0), np.empty(0)
         data = pa.array(kept, pa.string())
-        line_cache: list[np.ndarray] = []
+        skipped: list[int] = []  # per skipped line: its index minus the skipped lines before it
 
         def line_no(row: int) -> int:
-            """File line number of data row ``row`` (computed only when a message needs it)."""
-            if not line_cache:
-                line_cache.append(np.fromiter((i for i, ln in enumerate(lines) if ln and ln[0] != "#"),
-                                              dtype=np.int64, count=len(kept)) + first)
-            return int(line_cache[0][row])
+            """File line number of data row ``row`` (worked out only when a message needs it)."""
+            if len(kept) == len(lines):
+                return first + row
+            if not skipped:
+                dropped = [i for i, ln in enumerate(lines) if not ln or ln[0] == "#"]
+                skipped.extend(i - j for j, i in enumerate(dropped))
+            return first + row + bisect.bisect_right(skipped, row)
 
         parts = pc.split_pattern(data, " ", max_splits=2, reverse=True)
         if pc.min(pc.list_value_length(parts)).as_py() != 3 or pc.max(pc.list_value_length(parts)).as_py() != 3:

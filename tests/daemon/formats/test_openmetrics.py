@@ -127,3 +127,14 @@ def test_hostile_lines_never_crash_and_good_lines_survive(tmp_path_factory, garb
     got = set(b.samples["ts"]) if len(b.samples) else set()
     assert {1772409630.0 + 30 * i for i in range(10)} <= got
     assert all(math.isfinite(v) for v in b.samples["value"])
+
+
+def test_fast_path_positions_count_comment_lines(tmp_path, ctx):
+    p = tmp_path / "c.om"
+    p.write_text("# HELP x y\n# TYPE x gauge\n" + GOOD + "\n# HELP z\n\n"
+                 'DCGM_FI_DEV_GPU_TEMP{Hostname="sn01-b01"} 41 1772409690\n'
+                 + GOOD.replace("NaN", "x").replace(" 41 ", " NaN ") + "\n# EOF\n")
+    b = read_all(OpenMetricsReader(), p, ctx)
+    assert len(b.samples) == 1
+    assert ctx.rejects.messages[0].startswith(f"{p}:6: DCGM_FI_DEV_GPU_TEMP lacks the 'gpu' label")
+    assert ctx.rejects.messages[1].startswith(f"{p}:7: value is NaN")
