@@ -16,7 +16,7 @@ from daemon import __version__
 def _fmt_ts(ts: float | None) -> str:
     if ts is None:
         return "-"
-    return dt.datetime.fromtimestamp(ts, dt.timezone.utc).strftime("%Y-%m-%d %H:%M:%SZ")
+    return dt.datetime.fromtimestamp(ts, dt.UTC).strftime("%Y-%m-%d %H:%M:%SZ")
 
 
 def _console():

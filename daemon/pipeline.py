@@ -7,7 +7,7 @@ clock and the source of batches differ. Nothing in here reads a wall clock.
 from __future__ import annotations
 
 from dataclasses import dataclass, field
-from typing import Callable
+from collections.abc import Callable
 
 import numpy as np
 import pandas as pd
@@ -20,7 +20,7 @@ from daemon.resolve import EventResolver
 from daemon.store import Store
 from detectors.counters import CounterTracker
 from detectors.rules import RuleDetector, TickInput
-from detectors.schema import EVENT_COLUMNS, State, entity_kind, events_frame, is_counter, node_of
+from detectors.schema import State, entity_kind, events_frame, is_counter, node_of
 
 
 @dataclass

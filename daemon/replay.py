@@ -11,7 +11,8 @@ import json
 import time
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Callable, TextIO
+from typing import TextIO
+from collections.abc import Callable
 
 from daemon.formats import ReadContext
 from daemon.naming import SeriesMapper

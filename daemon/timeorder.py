@@ -19,7 +19,7 @@ import tempfile
 from collections import defaultdict
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Iterator
+from collections.abc import Iterator
 
 import numpy as np
 import pandas as pd
@@ -160,8 +160,9 @@ class TimeSpill:
         frame = frame.sort_values(
             ["ts", "entity", "kind", "code", "message", "source"], kind="stable", na_position="first"
         ).reset_index(drop=True)
+        records = frame[list(EVENT_COLUMNS)].itertuples(index=False, name=None)
         rows = [(t, e, k, None if pd.isna(c) else int(c), sev, msg, src, pci, dev)
-                for t, e, k, c, sev, msg, src, pci, dev in frame[list(EVENT_COLUMNS)].itertuples(index=False, name=None)]
+                for t, e, k, c, sev, msg, src, pci, dev in records]
         return events_frame(rows)
 
     @property
@@ -181,8 +182,9 @@ class TimeSpill:
             events = self._load_events(bucket)
             s_ticks = tick_index(samples["ts"].to_numpy(), self.interval)
             e_ticks = tick_index(events["ts"].to_numpy(), self.interval)
-            s_cuts = np.searchsorted(s_ticks, np.arange(bucket * self.bucket_ticks, (bucket + 1) * self.bucket_ticks + 1))
-            e_cuts = np.searchsorted(e_ticks, np.arange(bucket * self.bucket_ticks, (bucket + 1) * self.bucket_ticks + 1))
+            bounds = np.arange(bucket * self.bucket_ticks, (bucket + 1) * self.bucket_ticks + 1)
+            s_cuts = np.searchsorted(s_ticks, bounds)
+            e_cuts = np.searchsorted(e_ticks, bounds)
             for j in range(self.bucket_ticks):
                 k = bucket * self.bucket_ticks + j
                 if k < first or k > last:
@@ -203,7 +205,7 @@ class TimeSpill:
         self._files.clear()
         self._event_files.clear()
 
-    def __enter__(self) -> "TimeSpill":
+    def __enter__(self) -> TimeSpill:
         return self
 
     def __exit__(self, *exc) -> None:

@@ -87,7 +87,7 @@ class Topology:
     port_switchport: dict[str, str] = field(default_factory=dict)
 
     @classmethod
-    def load(cls, path: str | Path) -> "Topology":
+    def load(cls, path: str | Path) -> Topology:
         """Read and validate a topology file."""
         path = Path(path)
         try:
@@ -97,7 +97,7 @@ class Topology:
         return cls.from_dict(doc or {}, source=str(path))
 
     @classmethod
-    def from_dict(cls, doc: dict, source: str = "topology") -> "Topology":
+    def from_dict(cls, doc: dict, source: str = "topology") -> Topology:
         topo = cls()
         if not isinstance(doc, dict):
             raise TopologyError(f"{source}: the top level must be a mapping")

@@ -38,7 +38,7 @@ class Trace:
     labels_path: Path | None = None
 
     @classmethod
-    def discover(cls, paths: list[str | Path]) -> "Trace":
+    def discover(cls, paths: list[str | Path]) -> Trace:
         trace = cls()
         found: list[Path] = []
         for raw in paths:

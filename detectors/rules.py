@@ -143,7 +143,7 @@ class RuleDetector:
         self.app_xid_window_s = app_xid_window_s
 
     # -- scikit-learn style -------------------------------------------------------------------
-    def fit(self, X=None, y=None) -> "RuleDetector":
+    def fit(self, X=None, y=None) -> RuleDetector:
         """Rules learn nothing: load the catalog and reset the streaming state."""
         self.catalog_ = load_xid_catalog()
         self.threshold_ = float(State.SUBHEALTHY)
@@ -339,12 +339,11 @@ class RuleDetector:
         for entity, metric, last, peak in zip(g["entity"], g["metric"], g["last"], g["max"]):
             if metric == "gpu_temp_c":
                 if peak >= self.gpu_temp_shutdown_c:
-                    out.append(Evidence(entity, State.FAILED, "gpu_thermal",
-                                        [f"GPU {peak:.0f} °C at the shutdown limit ({self.gpu_temp_shutdown_c:.0f} °C)"],
-                                        hard=True))
+                    limit = f"at the shutdown limit ({self.gpu_temp_shutdown_c:.0f} °C)"
+                    out.append(Evidence(entity, State.FAILED, "gpu_thermal", [f"GPU {peak:.0f} °C {limit}"], hard=True))
                 elif peak >= self.gpu_temp_slowdown_c:
-                    out.append(Evidence(entity, State.SUBHEALTHY, "gpu_thermal",
-                                        [f"GPU {peak:.0f} °C at the slowdown limit ({self.gpu_temp_slowdown_c:.0f} °C)"]))
+                    limit = f"at the slowdown limit ({self.gpu_temp_slowdown_c:.0f} °C)"
+                    out.append(Evidence(entity, State.SUBHEALTHY, "gpu_thermal", [f"GPU {peak:.0f} °C {limit}"]))
             elif metric == "hbm_temp_c" and peak >= self.hbm_temp_limit_c:
                 out.append(Evidence(entity, State.SUBHEALTHY, "gpu_thermal",
                                     [f"HBM {peak:.0f} °C over {self.hbm_temp_limit_c:.0f} °C"]))
@@ -356,4 +355,5 @@ class RuleDetector:
                 if node_of(entity) in tick.grace_nodes:
                     continue
                 name = _PORT_STATES.get(int(last), str(int(last)))
-                out.append(Evidence(entity, State.FAILED, "fabric_link", [f"port state {name} ({int(last)})"], hard=True))
+                reason = f"port state {name} ({int(last)})"
+                out.append(Evidence(entity, State.FAILED, "fabric_link", [reason], hard=True))

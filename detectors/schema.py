@@ -44,7 +44,7 @@ class State(enum.IntEnum):
         return self.name.lower()
 
     @classmethod
-    def parse(cls, text: str) -> "State":
+    def parse(cls, text: str) -> State:
         return cls[text.upper()]
 
 

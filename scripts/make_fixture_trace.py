@@ -246,7 +246,7 @@ def main(out: Path) -> None:
     kmsg(t(48) + 2, "sn01-b02", "sn01-b02:66120:66344 [3] NCCL INFO Channel 02/32 : 3[3] -> 4[4] via P2P/IPC",
          "python3", "stdout")
     kmsg(t(REBOOT[2]) + 20, REBOOT[0], "Linux version 6.8.0-49-generic (buildd@lcy02-amd64-103) #49-Ubuntu SMP")
-    for dev, pci, netdev in PORTS:
+    for _dev, pci, netdev in PORTS:
         kmsg(t(REBOOT[2]) + 25, REBOOT[0], f"mlx5_core 0000:{pci}:00.0 {netdev}: Link up")
     journal.sort(key=lambda r: (r["ts"], r["node"], r["msg"]))
     with open(out / "kernel.journal.json", "w") as fh:
@@ -321,7 +321,8 @@ def main(out: Path) -> None:
          "onset": t(ONE_SBE[2]), "failure": t(ONE_SBE[2]) + STEP},
         {"entity": "sn01-b02", "kind": "node", "fault": "benign_single_edac_ce", "onset": t(65) + 11,
          "failure": t(65) + 11 + STEP},
-        {"entity": HALF_NODE, "kind": "node", "fault": "benign_partial_node_job", "onset": T0, "failure": int(times[-1])},
+        {"entity": HALF_NODE, "kind": "node", "fault": "benign_partial_node_job", "onset": T0,
+         "failure": int(times[-1])},
     ]
     (out / "labels.jsonl").write_text("".join(json.dumps(x) + "\n" for x in labels))
 

@@ -41,4 +41,18 @@ def test_names_doc_lists_every_mapped_metric():
 
     doc = (ROOT / "docs" / "names.md").read_text()
     for source, rule in load_rules().items():
-        assert f"`{source}` | `{rule.canonical}`" in doc, f"docs/names.md is stale: run scripts/docs_names.py ({source})"
+        stale = f"docs/names.md is stale: run scripts/docs_names.py ({source})"
+        assert f"`{source}` | `{rule.canonical}`" in doc, stale
+
+
+def test_code_passes_the_linter():
+    """ruff (pyproject's [tool.ruff]) over all Python in the repository."""
+    import shutil
+
+    from tests.conftest import require
+
+    ruff = shutil.which("ruff", path=str(Path(sys.executable).parent)) or shutil.which("ruff")
+    require(ruff is not None, "ruff is not installed (it comes with the dev extra)")
+    r = subprocess.run([ruff, "check", "--output-format", "concise", str(ROOT)], capture_output=True, text=True,
+                       check=False)
+    assert r.returncode == 0, r.stdout

@@ -6,7 +6,8 @@ import gzip
 import io
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import IO, Iterator, Protocol
+from typing import IO, Protocol
+from collections.abc import Iterator
 
 from daemon.batch import Batch
 from daemon.naming import SeriesMapper
@@ -43,29 +44,37 @@ def open_binary(path: Path) -> IO[bytes]:
     return open(path, "rb")
 
 
-def iter_lines(path: Path, read_bytes: int) -> Iterator[tuple[int, list[str]]]:
-    """Yield ``(first line number, lines)`` blocks of whole lines of a text file, never holding it whole.
-
-    Bytes that are not UTF-8 are replaced, so one bad byte spoils one line, not the file.
-    """
+def iter_byte_blocks(path: Path, read_bytes: int) -> Iterator[tuple[int, bytes]]:
+    """Yield ``(first line number, block)``: whole lines of a file (no final newline), never the file whole."""
     lineno = 1
     rest = b""
     with open_binary(path) as fh:
         while True:
-            block = fh.read(read_bytes)
-            if not block:
+            chunk = fh.read(read_bytes)
+            if not chunk:
                 break
-            block = rest + block
-            cut = block.rfind(b"\n")
+            chunk = rest + chunk
+            cut = chunk.rfind(b"\n")
             if cut == -1:
-                rest = block
+                rest = chunk
                 continue
-            rest = block[cut + 1 :]
-            lines = block[:cut].decode("utf-8", errors="replace").split("\n")
-            yield lineno, lines
-            lineno += len(lines)
+            rest = chunk[cut + 1 :]
+            block = chunk[:cut]
+            yield lineno, block
+            lineno += block.count(b"\n") + 1
     if rest:
-        yield lineno, [rest.decode("utf-8", errors="replace")]
+        yield lineno, rest
+
+
+def decode_lines(block: bytes) -> list[str]:
+    """Lines of a block; bytes that are not UTF-8 are replaced, so one bad byte spoils one line."""
+    return block.decode("utf-8", errors="replace").split("\n")
+
+
+def iter_lines(path: Path, read_bytes: int) -> Iterator[tuple[int, list[str]]]:
+    """Yield ``(first line number, lines)`` blocks of a text file, never holding it whole."""
+    for first, block in iter_byte_blocks(path, read_bytes):
+        yield first, decode_lines(block)
 
 
 def read_tail(path: Path, size: int = 256) -> bytes | None:

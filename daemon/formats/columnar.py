@@ -7,7 +7,7 @@ Events travel beside the samples in the same form with the event columns
 from __future__ import annotations
 
 from pathlib import Path
-from typing import Iterator
+from collections.abc import Iterator
 
 import numpy as np
 import pandas as pd

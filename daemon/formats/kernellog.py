@@ -14,7 +14,7 @@ import json
 import os
 import re
 from pathlib import Path
-from typing import Iterator
+from collections.abc import Iterator
 
 from daemon import metrics
 from daemon.batch import Batch
@@ -22,10 +22,12 @@ from daemon.formats.base import ReadContext, iter_lines
 from daemon.formats.kernel_events import parse_kernel_message
 from detectors.schema import events_frame
 
-UTC = dt.timezone.utc
+UTC = dt.UTC
 _MONOTONIC_PREFIX = re.compile(r"^\s*\[\s*\d+\.\d+\]\s?")
 _RFC3164 = re.compile(r"^([A-Z][a-z]{2}) +(\d{1,2}) (\d{2}):(\d{2}):(\d{2}) (\S+) ([^:\[]+)(?:\[\d+\])?: (.*)$")
-_RFC3339 = re.compile(r"^(\d{4}-\d{2}-\d{2}T\d{2}:\d{2}:\d{2}(?:[.,]\d+)?(?:Z|[+-]\d{2}:?\d{2})?) (\S+) ([^:\[]+)(?:\[\d+\])?: (.*)$")
+_RFC3339 = re.compile(
+    r"^(\d{4}-\d{2}-\d{2}T\d{2}:\d{2}:\d{2}(?:[.,]\d+)?(?:Z|[+-]\d{2}:?\d{2})?) (\S+) ([^:\[]+)(?:\[\d+\])?: (.*)$"
+)
 _DMESG_T = re.compile(r"^\[([A-Z][a-z]{2} [A-Z][a-z]{2} +\d{1,2} \d{2}:\d{2}:\d{2} \d{4})\] ?(.*)$")
 _DMESG_ISO = re.compile(r"^(\d{4}-\d{2}-\d{2}T\d{2}:\d{2}:\d{2}(?:[.,]\d+)?(?:[+-]\d{2}:?\d{2}|Z)?) (.*)$")
 _DMESG_RAW = re.compile(r"^\[\s*\d+\.\d+\] ")

@@ -9,11 +9,10 @@ tables, are skipped by rule and counted; malformed lines are rejected with their
 
 from __future__ import annotations
 
-import bisect
 import logging
 import math
 from pathlib import Path
-from typing import Iterator
+from collections.abc import Iterator
 
 import numpy as np
 import pyarrow as pa
@@ -21,7 +20,7 @@ import pyarrow.compute as pc
 
 from daemon import metrics
 from daemon.batch import Batch, samples_from_codes
-from daemon.formats.base import ReadContext, iter_lines, read_tail
+from daemon.formats.base import ReadContext, decode_lines, iter_byte_blocks, read_tail
 from daemon.naming import split_series
 
 log = logging.getLogger("raswarden.formats.openmetrics")
@@ -37,7 +36,6 @@ class OpenMetricsReader:
 
     def read(self, path: Path, ctx: ReadContext) -> Iterator[Batch]:
         mapper = ctx.mapper
-        rejects = ctx.rejects
         tail = read_tail(path)
         # Compressed files cannot be read from the end: their unit is told by magnitude alone.
         scale: float | None = None if tail is None else (1.0 if b"# EOF" in tail else 0.001)
@@ -62,13 +60,13 @@ class OpenMetricsReader:
             parts, pending = [], 0
             return Batch(samples=frame)
 
-        for first, lines in iter_lines(path, ctx.read_bytes):
-            block = self._parse_block_fast(lines, first, ctx, cache, src)
+        for first, raw in iter_byte_blocks(path, ctx.read_bytes):
+            block = self._parse_block_fast(raw, first, ctx, cache, src)
             if block is None:
                 sids: list[int] = []
                 tss: list[float] = []
                 vals: list[float] = []
-                self._parse_lines(lines, first, ctx, cache, src, sids, tss, vals)
+                self._parse_lines(decode_lines(raw), first, ctx, cache, src, sids, tss, vals)
                 block = (np.asarray(sids, dtype=np.int64), np.asarray(tss, dtype=np.float64),
                          np.asarray(vals, dtype=np.float64))
             if len(block[0]):
@@ -84,27 +82,38 @@ class OpenMetricsReader:
         if pending:
             yield flush()
 
-    def _parse_block_fast(self, lines: list[str], first: int, ctx: ReadContext, cache: dict[str, int], src: str):
+    def _parse_block_fast(self, raw: bytes, first: int, ctx: ReadContext, cache: dict[str, int], src: str):
         """Parse a block of clean lines with Arrow kernels; None when the block needs the line-by-line path.
 
-        Clean means every non-comment line is exactly ``series value timestamp`` separated by single
-        spaces, with no exemplar and numbers Arrow can parse. Anything else goes line by line, which
-        rejects bad lines with their numbers.
+        The block's bytes become an Arrow string array without copying (line offsets found with numpy).
+        Clean means valid UTF-8 and every non-comment line exactly ``series value timestamp`` separated
+        by single spaces, with no exemplar and numbers Arrow can parse. Anything else goes line by line,
+        which rejects bad lines with their numbers.
         """
-        kept = [ln for ln in lines if ln and ln[0] != "#"]
-        if not kept:
-            return np.empty(0, np.int64), np.empty(0), np.empty(0)
-        data = pa.array(kept, pa.string())
-        skipped: list[int] = []  # per skipped line: its index minus the skipped lines before it
+        try:
+            raw.decode("utf-8")
+        except UnicodeDecodeError:
+            return None
+        empty_result = np.empty(0, np.int64), np.empty(0), np.empty(0)
+        if not raw:
+            return empty_result
+        buf = np.frombuffer(raw, dtype=np.uint8)
+        newlines = np.flatnonzero(buf == 10)
+        starts = np.empty(len(newlines) + 1, dtype=np.int64)
+        starts[0] = 0
+        starts[1:] = newlines + 1
+        offsets = np.append(starts, len(buf))
+        lines = pa.LargeStringArray.from_buffers(len(starts), pa.py_buffer(offsets), pa.py_buffer(raw))
+        lengths = np.diff(offsets)
+        lengths[:-1] -= 1  # without the newline
+        first_byte = buf[np.minimum(starts, len(buf) - 1)]
+        rows = np.flatnonzero((lengths > 0) & (first_byte != ord("#")))
+        if not len(rows):
+            return empty_result
+        data = lines if len(rows) == len(starts) else lines.take(pa.array(rows))
 
         def line_no(row: int) -> int:
-            """File line number of data row ``row`` (worked out only when a message needs it)."""
-            if len(kept) == len(lines):
-                return first + row
-            if not skipped:
-                dropped = [i for i, ln in enumerate(lines) if not ln or ln[0] == "#"]
-                skipped.extend(i - j for j, i in enumerate(dropped))
-            return first + row + bisect.bisect_right(skipped, row)
+            return first + int(rows[row])
 
         parts = pc.split_pattern(data, " ", max_splits=2, reverse=True)
         if pc.min(pc.list_value_length(parts)).as_py() != 3 or pc.max(pc.list_value_length(parts)).as_py() != 3:
@@ -113,7 +122,8 @@ class OpenMetricsReader:
         n = len(data)
         try:
             v = pc.cast(flat.take(pa.array(np.arange(1, 3 * n, 3))), pa.float64()).to_numpy()
-            t = pc.cast(flat.take(pa.array(np.arange(2, 3 * n, 3))), pa.float64()).to_numpy()
+            stamps = pc.utf8_rtrim(flat.take(pa.array(np.arange(2, 3 * n, 3))), characters="\n")
+            t = pc.cast(stamps, pa.float64()).to_numpy()
         except (pa.ArrowInvalid, pa.ArrowNotImplementedError):
             return None
         enc = pc.dictionary_encode(flat.take(pa.array(np.arange(0, 3 * n, 3))))

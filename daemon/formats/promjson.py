@@ -8,7 +8,7 @@ from __future__ import annotations
 
 import math
 from pathlib import Path
-from typing import Iterator
+from collections.abc import Iterator
 
 import ijson
 import numpy as np

@@ -12,7 +12,7 @@ from __future__ import annotations
 import datetime as dt
 import sqlite3
 from pathlib import Path
-from typing import Iterator
+from collections.abc import Iterator
 
 from daemon import metrics
 from daemon.batch import Batch
@@ -67,7 +67,8 @@ def _event(table: str, row: tuple) -> tuple[str, int | None, str, str, str | Non
         severity = "fatal" if ("Uncorrected" in status or "PCC" in status) else "corrected"
         return "mce", int(bank) if bank is not None else None, severity, f"bank {bank}: {error_msg or ''}".strip(), None
     _, _, etype, count, severity, fru = row
-    return "edac", int(count or 1), _CPER_SEVERITY.get(severity, "info"), f"extlog type {etype} {fru or ''}".strip(), None
+    message = f"extlog type {etype} {fru or ''}".strip()
+    return "edac", int(count or 1), _CPER_SEVERITY.get(severity, "info"), message, None
 
 
 def _parse_ts(text: str) -> float:

@@ -60,9 +60,10 @@ def test_application_xids_repeating_on_one_gpu_alone_are_suspect_only():
 
 def test_recovery_action_154():
     det = RuleDetector().fit()
-    ev = run(det, 30, [xid(20, "n/gpu0", 154, "GPU recovery action changed from 0x0 (None) to 0x2 (Node Reboot Required)")])
+    changed = "GPU recovery action changed from 0x0 (None) to"
+    ev = run(det, 30, [xid(20, "n/gpu0", 154, f"{changed} 0x2 (Node Reboot Required)")])
     assert worst(ev, "n/gpu0") == State.FAILED
-    ev = run(det, 60, [xid(50, "n/gpu1", 154, "GPU recovery action changed from 0x0 (None) to 0x1 (GPU Reset Required)")])
+    ev = run(det, 60, [xid(50, "n/gpu1", 154, f"{changed} 0x1 (GPU Reset Required)")])
     assert worst(ev, "n/gpu1") == State.SUBHEALTHY
 
 
@@ -71,7 +72,8 @@ def test_counter_and_gauge_rules():
     inc = pd.DataFrame({"entity": ["n/gpu0", "n/mlx5_0:1", "n/gpu1"], "metric": ["ecc_dbe_total", "link_downed_total",
                                                                                    "ecc_sbe_total"],
                         "increase": [1.0, 1.0, 1.0], "resets": [0, 0, 0]})
-    g = pd.DataFrame({"entity": ["n/gpu2", "n/gpu3", "n/mlx5_1:1"], "metric": ["gpu_temp_c", "gpu_temp_c", "port_state"],
+    g = pd.DataFrame({"entity": ["n/gpu2", "n/gpu3", "n/mlx5_1:1"],
+                      "metric": ["gpu_temp_c", "gpu_temp_c", "port_state"],
                       "last": [80.0, 93.0, 1.0], "max": [88.0, 93.0, 1.0]})
     ev = run(det, 30, inc=inc, gauges=g)
     assert worst(ev, "n/gpu0") == State.FAILED
@@ -84,14 +86,16 @@ def test_counter_and_gauge_rules():
     assert worst(run(det2, 30, inc=inc, gauges=g, grace=frozenset({"n"})), "n/mlx5_1:1") == State.HEALTHY
 
 
+def symbols(n: float) -> pd.DataFrame:
+    return pd.DataFrame({"entity": ["n/mlx5_0:1"], "metric": ["symbol_error_total"], "increase": [n], "resets": [0]})
+
+
 def test_rate_rule_fires_only_above_the_limit():
     det = RuleDetector(symbol_errors_per_hour=120).fit()
     ev = []
     for k in range(1, 121):
-        inc = pd.DataFrame({"entity": ["n/mlx5_0:1"], "metric": ["symbol_error_total"], "increase": [1.0], "resets": [0]})
-        ev = run(det, 30.0 * k, inc=inc)
+        ev = run(det, 30.0 * k, inc=symbols(1.0))
     assert worst(ev, "n/mlx5_0:1") == State.HEALTHY  # ~95/h decayed: under the limit
     for k in range(121, 241):
-        inc = pd.DataFrame({"entity": ["n/mlx5_0:1"], "metric": ["symbol_error_total"], "increase": [3.0], "resets": [0]})
-        ev = run(det, 30.0 * k, inc=inc)
+        ev = run(det, 30.0 * k, inc=symbols(3.0))
     assert worst(ev, "n/mlx5_0:1") == State.SUBHEALTHY

@@ -56,7 +56,9 @@ def test_syslog_junk(tmp_path_factory, junk, where):
     assert {1772409600.0 + i for i in range(10)} <= set(ev["ts"])
 
 
-json_value = st.recursive(st.none() | st.booleans() | st.integers() | st.floats(allow_nan=False, allow_infinity=False) | st.text(max_size=8),
+scalar = (st.none() | st.booleans() | st.integers() | st.floats(allow_nan=False, allow_infinity=False)
+          | st.text(max_size=8))
+json_value = st.recursive(scalar,
                           lambda c: st.lists(c, max_size=3) | st.dictionaries(st.text(max_size=5), c, max_size=3),
                           max_leaves=8)
 
