@@ -1,0 +1,462 @@
+"""The simulation engine: workload and physics over the topology, fault instances on top, in time chunks.
+
+:meth:`Simulator.chunks` yields :class:`SimChunk` objects in time order; each holds, for a block of
+steps, every GPU and port metric as an ``[entities × steps]`` array, which series are present (an
+exporter that is down or a GPU that fell off the bus emits nothing), and the kernel lines written in
+that time. Writers (:mod:`daemon.sim.writer`) turn chunks into trace files, and
+:func:`chunk_to_batch` into pipeline batches. Memory is one chunk, whatever the duration.
+
+Physics (calibrated to AcmeTrace, ../shared/data/acmetrace): power = idle + utilisation × (per-GPU peak −
+idle); GPU temperature = rack coolant inlet + per-GPU thermal resistance × power + noise (busy 55-70 °C,
+idle 30-38 °C); HBM a few degrees above; counters grow at rare baseline rates (correctable ECC about one
+per GPU-quarter, symbol errors one per port-week) and traffic counters with load.
+"""
+
+from __future__ import annotations
+
+import math
+import re
+import uuid as uuidlib
+from collections import defaultdict
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Iterator
+
+import numpy as np
+import pandas as pd
+
+from daemon.batch import Batch
+from daemon.formats.kernel_events import parse_kernel_message
+from daemon.sim.faults import FaultInstance, FaultTemplate, TemplateError, load_library
+from daemon.sim.scenario import Scenario
+from daemon.sim.topology import PRESETS, SimTopology
+from daemon.topology import normalize_pci
+from detectors.schema import events_frame
+
+GPU_GAUGES = ("gpu_temp_c", "hbm_temp_c", "power_w", "sm_clock_mhz", "mem_clock_mhz", "gpu_util_pct",
+              "mem_copy_util_pct", "fb_used_mib", "fb_free_mib", "xid_last", "row_remap_failure", "throttle_thermal")
+GPU_COUNTERS = ("energy_mj_total", "pcie_replay_total", "row_remap_correctable_total",
+                "row_remap_uncorrectable_total", "ecc_sbe_total", "ecc_dbe_total", "nvlink_crc_flit_total")
+PORT_GAUGES = ("port_state", "port_phys_state")
+PORT_COUNTERS = ("symbol_error_total", "link_error_recovery_total", "link_downed_total", "rcv_errors_total",
+                 "rcv_bytes_total", "xmit_bytes_total")
+# What each exporter profile publishes (stock = dcgm-exporter's default-counters.csv).
+FULL_ONLY = frozenset({"ecc_sbe_total", "ecc_dbe_total", "nvlink_crc_flit_total", "throttle_thermal"})
+BASELINE_PER_HOUR = {"ecc_sbe_total": 1 / 2000, "pcie_replay_total": 0.01, "symbol_error_total": 1 / 168,
+                     "rcv_errors_total": 1 / 336}
+PORT_BYTES_PER_S = 45e9
+FB_TOTAL_MIB = 81559.0
+
+
+def emitted_metrics(profile: str) -> tuple[list[str], list[str]]:
+    """GPU and port metrics a profile publishes."""
+    gpu = [m for m in GPU_GAUGES + GPU_COUNTERS if profile == "full" or m not in FULL_ONLY]
+    return gpu, list(PORT_GAUGES + PORT_COUNTERS)
+
+
+@dataclass
+class SimChunk:
+    """A block of steps: metric arrays, presence masks and kernel lines."""
+
+    ts: np.ndarray
+    gpu: dict[str, np.ndarray]
+    port: dict[str, np.ndarray]
+    gpu_present: np.ndarray
+    port_present: np.ndarray
+    lines: list[tuple[float, str, str]]  # (ts, node, kernel message)
+
+
+@dataclass
+class Job:
+    nodes: np.ndarray
+    start: float
+    end: float
+    partial: bool
+
+
+@dataclass
+class _Placed:
+    """A fault instance with its rows resolved and its kernel lines laid out."""
+
+    inst: FaultInstance
+    gpu_rows: np.ndarray
+    port_rows: np.ndarray
+    rack_rows: np.ndarray
+    lines: list[tuple[float, str, str]] = field(default_factory=list)
+
+
+class Simulator:
+    """Deterministic for a scenario and seed: the same inputs give byte-identical output."""
+
+    def __init__(self, scenario: Scenario, library: dict[str, FaultTemplate] | Path):
+        self.scenario = scenario
+        self.library = load_library(library) if isinstance(library, Path) else library
+        if scenario.preset not in PRESETS:
+            raise TemplateError(f"{scenario.source}: unknown topology preset {scenario.preset!r}")
+        self.topo: SimTopology = PRESETS[scenario.preset](scenario.accelerators)
+        self.rng = np.random.default_rng(scenario.seed)
+        t = self.topo
+        g = self.rng
+        self.gpu_ids = t.gpu_ids()
+        self.port_ids = t.port_ids()
+        self.gpu_index = {e: i for i, e in enumerate(self.gpu_ids)}
+        self.port_index = {e: i for i, e in enumerate(self.port_ids)}
+        self.node_index = {n: i for i, n in enumerate(t.nodes)}
+        self.rack_index = {r: i for i, r in enumerate(t.racks)}
+        self.gpu_node = np.repeat(np.arange(t.n_nodes), t.gpus_per_node)
+        self.port_node = np.repeat(np.arange(t.n_nodes), t.ports_per_node)
+        self.gpu_rack = t.node_rack[self.gpu_node]
+        self.r_thermal = np.clip(g.normal(0.075, 0.005, t.n_gpus), 0.06, 0.09)
+        self.p_idle = g.normal(66.0, 3.0, t.n_gpus)
+        self.p_peak = g.normal(430.0, 15.0, t.n_gpus)
+        self.uuids = [str(uuidlib.UUID(int=int(g.integers(0, 2**62)) << 64 | int(g.integers(0, 2**62))))
+                      for _ in range(t.n_gpus)]
+        self.jobs = self._plan_jobs()
+        self.placed = [self._place(inst) for inst in self._instances()]
+
+    # -- planning --------------------------------------------------------------------------------
+    def _plan_jobs(self) -> list[Job]:
+        sc, g, mix = self.scenario, self.rng, self.scenario.jobs
+        jobs: list[Job] = []
+        order = g.permutation(self.topo.n_nodes)
+        i = 0
+        while i < len(order):
+            size = int(g.integers(mix.nodes_per_job[0], mix.nodes_per_job[1] + 1))
+            nodes = np.sort(order[i : i + size])
+            i += size
+            t = sc.start + float(g.uniform(0, mix.gap[1]))
+            while t < sc.start + sc.duration:
+                end = t + float(g.uniform(*mix.duration))
+                jobs.append(Job(nodes, t, end, bool(g.random() < mix.partial_share)))
+                t = end + float(g.uniform(*mix.gap))
+        return jobs
+
+    def _template(self, fault: str, name: str | None) -> FaultTemplate:
+        choices = sorted(k for k in self.library if k.split("/")[0] == fault)
+        if not choices:
+            raise TemplateError(f"{self.scenario.source}: no template for fault class {fault!r}")
+        if name is None:
+            return self.library[choices[int(self.rng.integers(len(choices)))]]
+        key = f"{fault}/{name}"
+        if key not in self.library:
+            raise TemplateError(f"{self.scenario.source}: no template {key!r} (have {', '.join(choices)})")
+        return self.library[key]
+
+    def _random_entity(self, target: str) -> str:
+        g = self.rng
+        if target == "accelerator":
+            return self.gpu_ids[int(g.integers(self.topo.n_gpus))]
+        if target == "port":
+            return self.port_ids[int(g.integers(self.topo.n_ports))]
+        if target == "rack":
+            return self.topo.racks[int(g.integers(len(self.topo.racks)))]
+        return self.topo.nodes[int(g.integers(self.topo.n_nodes))]
+
+    def _instances(self) -> list[FaultInstance]:
+        sc = self.scenario
+        out = []
+        for spec in sc.faults:
+            template = self._template(spec.fault, spec.template)
+            entity = self._random_entity(template.target) if spec.entity == "random" else spec.entity
+            failure = None if spec.failure is None else sc.start + spec.failure
+            out.append(FaultInstance.place(template, entity, sc.start + spec.onset, failure, self.rng))
+        if sc.sample is not None:
+            from daemon.sim.arrivals import sample_instances
+
+            out.extend(sample_instances(self, sc.sample))
+        return out
+
+    def _place(self, inst: FaultInstance) -> _Placed:
+        t = self.topo
+        target = inst.template.target
+        entity = inst.entity
+        empty = np.empty(0, dtype=np.int64)
+        try:
+            if target == "accelerator":
+                p = _Placed(inst, np.array([self.gpu_index[entity]]), empty, empty)
+            elif target == "port":
+                p = _Placed(inst, empty, np.array([self.port_index[entity]]), empty)
+            elif target == "node":
+                n = self.node_index[entity]
+                p = _Placed(inst, np.arange(n * t.gpus_per_node, (n + 1) * t.gpus_per_node),
+                            np.arange(n * t.ports_per_node, (n + 1) * t.ports_per_node), empty)
+            else:
+                r = self.rack_index[entity]
+                p = _Placed(inst, np.flatnonzero(self.gpu_rack == r), empty, np.array([r]))
+        except KeyError:
+            raise TemplateError(f"{self.scenario.source}: {entity!r} is not a {target} of this topology") from None
+        p.lines = self._lines(p)
+        return p
+
+    def _lines(self, p: _Placed) -> list[tuple[float, str, str]]:
+        inst, t, g = p.inst, self.topo, self.rng
+        span = inst.failure - inst.onset
+        pid, pid2, addr = int(g.integers(10000, 99999)), int(g.integers(10000, 99999)), f"{int(g.integers(16**5)):05x}"
+        times: list[tuple[float, str]] = []
+        for k, ev in enumerate(inst.template.events):
+            jitter = inst.shift.get(len(inst.template.effects) + k, 0.0) if ev.at is not None and ev.at < 1 else 0.0
+            if ev.at is not None:
+                times.append((inst.onset + max(0.0, min(ev.at + jitter, 1.0) if ev.at <= 1 else ev.at) * span, ev.line))
+                continue
+            x = ev.start
+            while x < ev.end:
+                times.append((inst.onset + x * span, ev.line))
+                a, b = ev.every_min
+                f = (x - ev.start) / max(ev.end - ev.start, 1e-9)
+                x += max(a + (b - a) * f, 0.1) * 60.0 / max(span, 1.0) * float(g.uniform(0.7, 1.3))
+        out = []
+        gpu_rows = p.gpu_rows if inst.template.target != "rack" else np.empty(0, dtype=np.int64)
+        for ts, line in times:
+            fields = {"pid": pid, "pid2": pid2, "addr": addr}
+            if "{pci" in line and "{port_pci}" not in line:
+                for row in gpu_rows:
+                    gi = int(row) % t.gpus_per_node
+                    full = t.gpu_pci(gi)
+                    pci = normalize_pci(full)
+                    out.append((ts, t.nodes[int(self.gpu_node[row])],
+                                line.format(pci_xid=pci, pci=f"{pci}.0", **fields)))
+            elif "{port_pci}" in line or "{netdev}" in line:
+                rows = p.port_rows
+                for row in rows:
+                    pi = int(row) % t.ports_per_node
+                    out.append((ts, t.nodes[int(self.port_node[row])],
+                                line.format(port_pci=t.port_pci(pi), netdev=t.netdev(pi), **fields)))
+            else:
+                nodes = sorted({int(self.gpu_node[r]) for r in p.gpu_rows} | {int(self.port_node[r]) for r in p.port_rows})
+                for n in nodes[:1] if inst.template.target != "rack" else []:
+                    out.append((ts, t.nodes[n], line.format(**fields)))
+        return out
+
+    def labels(self) -> list[dict]:
+        """Every injected fault and confounder, plus partial-node jobs (ARCHITECTURE §8)."""
+        out = [p.inst.label() for p in self.placed]
+        end = self.scenario.start + self.scenario.duration
+        for job in self.jobs:
+            if job.partial and job.start < end:
+                for n in job.nodes:
+                    out.append({"entity": self.topo.nodes[int(n)], "kind": "node", "fault": "benign_partial_node_job",
+                                "template": "workload", "onset": round(job.start, 3),
+                                "failure": round(min(job.end, end), 3)})
+        return sorted(out, key=lambda x: (x["onset"], x["entity"], x["fault"]))
+
+    # -- generation ------------------------------------------------------------------------------
+    def chunks(self, chunk_steps: int | None = None) -> Iterator[SimChunk]:
+        """Generate the scenario in time order, one chunk of steps at a time."""
+        sc, t = self.scenario, self.topo
+        steps = sc.steps
+        if chunk_steps is None:
+            chunk_steps = max(1, min(240, 4_000_000 // max(t.n_gpus * 20, 1)))
+        rng = np.random.default_rng(sc.seed + 1)
+        carry_gpu = {m: np.zeros(t.n_gpus) for m in GPU_COUNTERS}
+        carry_port = {m: np.zeros(t.n_ports) for m in PORT_COUNTERS}
+        xid_last = np.zeros(t.n_gpus)
+        pending_lines = sorted((line for p in self.placed for line in p.lines), key=lambda x: (x[0], x[1], x[2]))
+        li = 0
+        for s0 in range(0, steps, chunk_steps):
+            ts = sc.start + sc.resolution * np.arange(s0 + 1, min(s0 + chunk_steps, steps) + 1)
+            chunk_lines = []
+            while li < len(pending_lines) and pending_lines[li][0] <= ts[-1]:
+                chunk_lines.append(pending_lines[li])
+                li += 1
+            yield self._chunk(ts, rng, carry_gpu, carry_port, xid_last, chunk_lines)
+
+    def _util(self, ts: np.ndarray) -> np.ndarray:
+        t = self.topo
+        busy = np.zeros((t.n_gpus, len(ts)), dtype=bool)
+        for job in self.jobs:
+            if job.end < ts[0] or job.start > ts[-1]:
+                continue
+            on = (ts >= job.start) & (ts < job.end)
+            rows = (job.nodes[:, None] * t.gpus_per_node + np.arange(t.gpus_per_node)[None, :])
+            if job.partial:
+                rows = rows[:, : t.gpus_per_node // 2]
+            busy[rows.ravel()] |= on
+        return busy
+
+    def _chunk(self, ts, rng, carry_gpu, carry_port, xid_last, lines) -> SimChunk:
+        t, sc = self.topo, self.scenario
+        n_s = len(ts)
+        dt = sc.resolution
+        busy = self._util(ts)
+        util = np.where(busy, rng.uniform(88, 100, busy.shape), 0.0)
+        coolant = 30.0 + 0.6 * np.sin(2 * math.pi * (ts - sc.start) / 86400.0)[None, :] + np.zeros((len(t.racks), 1))
+        active = [p for p in self.placed if p.inst.onset <= ts[-1] and (p.inst.until or math.inf) >= ts[0]]
+        gauge_offsets: dict[str, np.ndarray] = defaultdict(lambda: np.zeros((t.n_gpus, n_s)))
+        gauge_scale: dict[str, np.ndarray] = defaultdict(lambda: np.ones((t.n_gpus, n_s)))
+        gauge_set: dict[str, np.ndarray] = {}
+        port_set: dict[str, np.ndarray] = {}
+        gpu_inc = {m: np.zeros((t.n_gpus, n_s)) for m in GPU_COUNTERS}
+        port_inc = {m: np.zeros((t.n_ports, n_s)) for m in PORT_COUNTERS}
+        gpu_present = np.ones((t.n_gpus, n_s), dtype=bool)
+        port_present = np.ones((t.n_ports, n_s), dtype=bool)
+        gpu_reset: list[tuple[np.ndarray, int]] = []
+        port_reset: list[tuple[np.ndarray, int]] = []
+        for p in active:
+            inst = p.inst
+            for k, eff in enumerate(inst.template.effects):
+                x = inst.norm(ts) - inst.shift.get(k, 0.0)
+                if eff.kind == "vanish":
+                    gone = (x >= eff.start) & (x < eff.end)
+                    if eff.exporter in ("dcgm", "all") and len(p.gpu_rows):
+                        gpu_present[p.gpu_rows] &= ~gone
+                    if eff.exporter in ("node", "all") and len(p.port_rows):
+                        port_present[p.port_rows] &= ~gone
+                    continue
+                if eff.kind == "reset":
+                    hit = np.flatnonzero((x >= eff.start) & (np.concatenate(([-np.inf], x[:-1])) < eff.start))
+                    if len(hit):
+                        gpu_reset.append((p.gpu_rows, int(hit[0])))
+                        port_reset.append((p.port_rows, int(hit[0])))
+                    continue
+                level = eff.level(x)
+                on = ~np.isnan(level)
+                metric = eff.metric
+                if eff.kind == "rate":
+                    lam = np.where(on, level, 0.0) * inst.rate_factor * dt / 3600.0
+                    target = gpu_inc.get(metric)
+                    rows = p.gpu_rows
+                    if target is None:
+                        target, rows = port_inc.get(metric), p.port_rows
+                    if target is not None and len(rows):
+                        target[rows] += rng.poisson(np.broadcast_to(lam, (len(rows), n_s)))
+                elif eff.kind == "step":
+                    hit = np.flatnonzero(on & (np.concatenate(([-np.inf], x[:-1])) < eff.start))
+                    target = gpu_inc.get(metric)
+                    rows = p.gpu_rows
+                    if target is None:
+                        target, rows = port_inc.get(metric), p.port_rows
+                    if target is not None and len(hit) and len(rows):
+                        target[rows, hit[0]] += eff.a
+                elif eff.kind == "offset":
+                    if metric == "coolant_inlet_c":
+                        coolant[p.rack_rows] += np.where(on, level, 0.0)
+                    else:
+                        gauge_offsets[metric][p.gpu_rows] += np.where(on, level, 0.0)
+                elif eff.kind == "scale":
+                    gauge_scale[metric][p.gpu_rows] *= np.where(on, level, 1.0)
+                elif eff.kind == "set":
+                    inside = on & (x < eff.end)
+                    if metric in PORT_GAUGES:
+                        arr = port_set.setdefault(metric, np.full((t.n_ports, n_s), np.nan))
+                        arr[p.port_rows] = np.where(inside, eff.a, arr[p.port_rows])
+                    else:
+                        arr = gauge_set.setdefault(metric, np.full((t.n_gpus, n_s), np.nan))
+                        arr[p.gpu_rows] = np.where(inside, eff.a, arr[p.gpu_rows])
+
+        power = (self.p_idle[:, None] + util / 100.0 * (self.p_peak - self.p_idle)[:, None]
+                 * rng.uniform(0.92, 1.0, busy.shape) + rng.normal(0, 6, busy.shape))
+        power *= gauge_scale["power_w"]
+        temp = coolant[self.gpu_rack] + self.r_thermal[:, None] * power + rng.normal(0, 0.7, busy.shape)
+        temp += gauge_offsets["gpu_temp_c"]
+        hbm = temp + 3.0 + 0.08 * util + rng.normal(0, 0.6, busy.shape) + gauge_offsets["hbm_temp_c"]
+        throttle = (temp >= 87.0).astype(float)
+        if "throttle_thermal" in gauge_set:
+            throttle = np.where(np.isnan(gauge_set["throttle_thermal"]), throttle, gauge_set["throttle_thermal"])
+        clock = np.where(busy, 1980.0 - 15.0 * rng.integers(0, 3, busy.shape), 345.0)
+        clock = np.where(throttle > 0, clock * 0.85, clock) * gauge_scale["sm_clock_mhz"]
+        fb = np.where(busy, 71000.0 + rng.integers(0, 2000, busy.shape), 0.0)
+
+        gpu_inc["energy_mj_total"] += power * dt * 1000.0
+        for m, rate in BASELINE_PER_HOUR.items():
+            if m in gpu_inc:
+                gpu_inc[m] += rng.poisson(rate * dt / 3600.0, busy.shape)
+            else:
+                port_inc[m] += rng.poisson(rate * dt / 3600.0, (t.n_ports, n_s))
+        node_util = util.reshape(t.n_nodes, t.gpus_per_node, n_s).mean(axis=1) / 100.0
+        traffic = np.repeat(node_util, t.ports_per_node, axis=0) * PORT_BYTES_PER_S * dt
+        port_state_up = np.ones((t.n_ports, n_s), dtype=bool)
+        if "port_state" in port_set:
+            port_state_up = np.isnan(port_set["port_state"]) | (port_set["port_state"] == 4)
+        port_inc["rcv_bytes_total"] += np.floor(traffic * rng.uniform(0.9, 1.0, traffic.shape)) * port_state_up
+        port_inc["xmit_bytes_total"] += np.floor(traffic * rng.uniform(0.9, 1.0, traffic.shape)) * port_state_up
+
+        # Xid gauge: the last Xid code of each GPU, from the step after its kernel line.
+        xid = np.repeat(xid_last[:, None], n_s, axis=1)
+        for ts_line, node, line in lines:
+            m = _XID.search(line)
+            if not m:
+                continue
+            g = self.gpu_index.get(f"{node}/gpu{self._gpu_by_pci(m.group(1))}")
+            if g is None:
+                continue
+            step = int(np.searchsorted(ts, ts_line, side="left"))
+            xid[g, step:] = float(m.group(2))
+        gpu = {
+            "gpu_temp_c": np.round(temp), "hbm_temp_c": np.round(hbm), "power_w": np.round(power, 3),
+            "sm_clock_mhz": np.round(clock), "mem_clock_mhz": np.full(busy.shape, 2619.0),
+            "gpu_util_pct": np.round(util), "mem_copy_util_pct": np.round(util * 0.4),
+            "fb_used_mib": fb, "fb_free_mib": FB_TOTAL_MIB - fb, "xid_last": xid,
+            "row_remap_failure": np.nan_to_num(gauge_set.get("row_remap_failure", np.zeros(busy.shape))),
+            "throttle_thermal": throttle,
+        }
+        for rows, step in gpu_reset:
+            if len(rows):
+                gpu["xid_last"][rows, step:] = 0.0
+        for m in GPU_COUNTERS:
+            gpu[m] = _accumulate(carry_gpu[m], gpu_inc[m], [(r, s) for r, s in gpu_reset if len(r)])
+        port: dict[str, np.ndarray] = {}
+        for m in PORT_COUNTERS:
+            port[m] = _accumulate(carry_port[m], port_inc[m], [(r, s) for r, s in port_reset if len(r)])
+        port["port_state"] = np.nan_to_num(port_set.get("port_state", np.full((t.n_ports, n_s), np.nan)), nan=4.0)
+        port["port_phys_state"] = np.nan_to_num(port_set.get("port_phys_state", np.full((t.n_ports, n_s), np.nan)),
+                                                nan=5.0)
+        xid_last[:] = gpu["xid_last"][:, -1]
+        return SimChunk(ts, gpu, port, gpu_present, port_present, lines)
+
+    def _gpu_by_pci(self, pci: str) -> int:
+        short = normalize_pci(pci)
+        for g in range(self.topo.gpus_per_node):
+            if normalize_pci(self.topo.gpu_pci(g)) == short:
+                return g
+        return -1
+
+    def run(self) -> Iterator[SimChunk]:
+        return self.chunks()
+
+
+_XID = re.compile(r"NVRM: Xid \(PCI:([0-9a-fA-F:.]+)\): (\d+)")
+
+
+def _accumulate(carry: np.ndarray, inc: np.ndarray, resets: list[tuple[np.ndarray, int]]) -> np.ndarray:
+    """Cumulative counter values from increments, restarting at zero where a reset hits; updates carry."""
+    cum = carry[:, None] + np.cumsum(inc, axis=1)
+    for rows, step in resets:
+        base = cum[rows, step - 1] if step > 0 else carry[rows]
+        cum[rows, step:] -= base[:, None]
+    carry[:] = cum[:, -1]
+    return cum
+
+
+def chunk_to_batch(sim: Simulator, chunk: SimChunk, profile: str | None = None) -> Batch:
+    """A pipeline batch from a chunk (canonical names), time-major, without the file round trip."""
+    gpu_metrics, port_metrics = emitted_metrics(profile or sim.scenario.profile)
+    entities = sim.gpu_ids + sim.port_ids
+    metrics = gpu_metrics + port_metrics
+    n_g = len(sim.gpu_ids)
+    parts_ts, parts_e, parts_m, parts_v = [], [], [], []
+    for mi, m in enumerate(metrics):
+        if m in chunk.gpu:
+            arr, present, offset = chunk.gpu[m], chunk.gpu_present, 0
+        else:
+            arr, present, offset = chunk.port[m], chunk.port_present, n_g
+        rows, steps = np.nonzero(present.T.T)
+        order = np.lexsort((rows, steps))
+        rows, steps = rows[order], steps[order]
+        parts_ts.append(chunk.ts[steps])
+        parts_e.append(rows + offset)
+        parts_m.append(np.full(len(rows), mi))
+        parts_v.append(arr[rows, steps])
+    ts = np.concatenate(parts_ts)
+    order = np.argsort(ts, kind="stable")
+    samples = pd.DataFrame({
+        "ts": ts[order],
+        "entity": pd.Categorical.from_codes(np.concatenate(parts_e)[order], categories=entities, validate=False),
+        "metric": pd.Categorical.from_codes(np.concatenate(parts_m)[order], categories=metrics, validate=False),
+        "value": np.concatenate(parts_v)[order],
+    })
+    rows = []
+    for ts_line, node, line in chunk.lines:
+        ev = parse_kernel_message(line)
+        if ev is not None:
+            rows.append((ts_line, node, ev.kind, ev.code, ev.severity, ev.message, "kernel", ev.pci, ev.device))
+    return Batch(samples=samples, events=events_frame(rows))

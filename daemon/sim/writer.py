@@ -1,0 +1,137 @@
+"""Write a simulation as a recorded trace (ARCHITECTURE §8) that ``raswarden replay`` reads.
+
+* ``dcgm-exporter.om`` and ``node-exporter.om``: OpenMetrics with timestamps in seconds, one scrape of
+  every series per step (time-major, as concatenated scrapes), metric and label names as dcgm-exporter and
+  node_exporter publish them (the name tables of ``daemon/names`` read backwards), ``# EOF`` at the end;
+* ``kernel.journal.json``: the kernel lines as a ``journalctl -o json`` export;
+* ``topology.yaml``, ``labels.jsonl`` (every injected fault and confounder) and ``scenario.yaml``.
+
+``fmt="parquet"`` writes the long columnar form instead of the two OpenMetrics files (for long scenarios).
+"""
+
+from __future__ import annotations
+
+import csv
+import json
+import shutil
+from importlib import resources
+from pathlib import Path
+
+import numpy as np
+import yaml
+
+from daemon.formats.columnar import ColumnarWriter
+from daemon.sim.engine import SimChunk, Simulator, chunk_to_batch, emitted_metrics
+
+DRIVER = "550.90.07"
+
+
+def _reverse_names(table: str) -> dict[str, tuple[str, int | None]]:
+    """canonical metric -> (source metric, mask) from a name table (first row wins)."""
+    text = resources.files("daemon.names").joinpath(table).read_text()
+    out: dict[str, tuple[str, int | None]] = {}
+    for row in csv.DictReader(text.splitlines()):
+        transform = row.get("transform") or ""
+        mask = int(transform.split(":", 1)[1], 0) if transform.startswith("mask:") else None
+        out.setdefault(row["canonical"], (row["source_metric"], mask))
+    return out
+
+
+class TraceWriter:
+    """Streams chunks of a simulation to a trace directory."""
+
+    def __init__(self, sim: Simulator, out: Path, fmt: str = "openmetrics"):
+        self.sim = sim
+        self.out = out
+        self.fmt = fmt
+        out.mkdir(parents=True, exist_ok=True)
+        topo = sim.topo
+        self.gpu_metrics, self.port_metrics = emitted_metrics(sim.scenario.profile)
+        self.samples = 0
+        self.lines = 0
+        if fmt == "parquet":
+            self._columnar = ColumnarWriter(out)
+        else:
+            dcgm_names = _reverse_names("dcgm_exporter.csv")
+            node_names = _reverse_names("node_exporter.csv")
+            self._dcgm = open(out / "dcgm-exporter.om", "w")
+            self._node = open(out / "node-exporter.om", "w")
+            self._gpu_series = []
+            for m in self.gpu_metrics:
+                name, mask = dcgm_names[m]
+                prefixes = []
+                for i in range(topo.n_gpus):
+                    n, g = divmod(i, topo.gpus_per_node)
+                    prefixes.append(
+                        f'{name}{{gpu="{g}",UUID="GPU-{sim.uuids[i]}",pci_bus_id="{topo.gpu_pci(g)}",'
+                        f'device="nvidia{g}",modelName="NVIDIA H100 80GB HBM3",Hostname="{topo.nodes[n]}",'
+                        f'DCGM_FI_DRIVER_VERSION="{DRIVER}",instance="{topo.address(n)}:9400",job="dcgm"}} ')
+                self._gpu_series.append((m, np.array(prefixes, dtype=object), mask))
+            self._port_series = []
+            for m in self.port_metrics:
+                name, _ = node_names[m]
+                prefixes = []
+                for i in range(topo.n_ports):
+                    n, p = divmod(i, topo.ports_per_node)
+                    prefixes.append(f'{name}{{device="mlx5_{p}",instance="{topo.address(n)}:9100",job="node",'
+                                    f'port="1"}} ')
+                self._port_series.append((m, np.array(prefixes, dtype=object), None))
+        self._journal = open(out / "kernel.journal.json", "w")
+
+    def write(self, chunk: SimChunk) -> None:
+        if self.fmt == "parquet":
+            batch = chunk_to_batch(self.sim, chunk)
+            self._columnar.write(batch)
+            self.samples += len(batch.samples)
+        else:
+            for j, ts in enumerate(chunk.ts):
+                stamp = f"{ts:.3f}".rstrip("0").rstrip(".")
+                self.samples += _scrape(self._dcgm, self._gpu_series, chunk.gpu, chunk.gpu_present[:, j], j, stamp)
+                self.samples += _scrape(self._node, self._port_series, chunk.port, chunk.port_present[:, j], j, stamp)
+        for ts, node, line in chunk.lines:
+            self._journal.write(json.dumps({
+                "__REALTIME_TIMESTAMP": str(int(round(ts * 1e6))), "_HOSTNAME": node, "_TRANSPORT": "kernel",
+                "SYSLOG_IDENTIFIER": "kernel", "PRIORITY": "3" if "Xid" in line else "4", "MESSAGE": line,
+            }) + "\n")
+            self.lines += 1
+
+    def close(self) -> None:
+        sim = self.sim
+        if self.fmt == "parquet":
+            self._columnar.close()
+        else:
+            for fh in (self._dcgm, self._node):
+                fh.write("# EOF\n")
+                fh.close()
+        self._journal.close()
+        sim.topo.write(self.out / "topology.yaml", uuid_of=lambda n, g: f"GPU-{sim.uuids[n * sim.topo.gpus_per_node + g]}")
+        with open(self.out / "labels.jsonl", "w") as fh:
+            for label in sim.labels():
+                fh.write(json.dumps(label) + "\n")
+        if sim.scenario.source and Path(sim.scenario.source).is_file():
+            shutil.copyfile(sim.scenario.source, self.out / "scenario.yaml")
+        else:
+            (self.out / "scenario.yaml").write_text(yaml.safe_dump({"name": sim.scenario.name,
+                                                                     "seed": sim.scenario.seed}))
+
+
+def _scrape(fh, series, arrays, present: np.ndarray, j: int, stamp: str) -> int:
+    """Write one step of every present series; returns the number of samples written."""
+    rows = np.flatnonzero(present)
+    n = 0
+    for metric, prefixes, mask in series:
+        values = arrays[metric][rows, j]
+        if mask is not None:
+            values = np.where(values > 0, float(mask & -mask), 0.0)
+        fh.write("".join(f"{p}{v:.15g} {stamp}\n" for p, v in zip(prefixes[rows], values.tolist())))
+        n += len(rows)
+    return n
+
+
+def simulate_to(sim: Simulator, out: Path, fmt: str = "openmetrics") -> TraceWriter:
+    """Run a simulation into a trace directory; returns the closed writer (with its counts)."""
+    writer = TraceWriter(sim, out, fmt)
+    for chunk in sim.chunks():
+        writer.write(chunk)
+    writer.close()
+    return writer
