@@ -3,7 +3,7 @@
 * A hard fault enters ``failed`` at once. Otherwise an entity enters a worse state when its evidence
   reached that level in ``enter_k`` of the last ``enter_n`` ticks.
 * It leaves for a better state after ``clear_ticks`` consecutive fresh ticks whose evidence is below
-  its state (``failed_clear_ticks`` from ``failed``).
+  its state; ``failed`` is left only after ``failed_clear_ticks`` fresh ticks with no evidence at all.
 * ``unknown``: no telemetry for ``stale_after_s``; only a healthy or suspect entity becomes unknown
   (a failed GPU that fell off the bus stays failed). Unknown is never acted on.
 * A node's health is the worst of its own and its accelerators' and host components'; its fabric
@@ -150,7 +150,10 @@ class HealthTracker:
         if candidate > state:
             h.below = 0
             return candidate
-        if level < state:
+        # Leaving: below the current state for clear_ticks fresh ticks; a failed entity must be
+        # entirely clean (no evidence at all) for failed_clear_ticks.
+        better = level == State.HEALTHY if state == State.FAILED else level < state
+        if better:
             h.below += 1
             needed = cfg.failed_clear_ticks if state == State.FAILED else cfg.clear_ticks
             if h.below >= needed:

@@ -20,7 +20,7 @@ import uuid as uuidlib
 from collections import defaultdict
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Iterator
+from collections.abc import Iterator
 
 import numpy as np
 import pandas as pd
@@ -222,7 +222,8 @@ class Simulator:
                     out.append((ts, t.nodes[int(self.port_node[row])],
                                 line.format(port_pci=t.port_pci(pi), netdev=t.netdev(pi), **fields)))
             else:
-                nodes = sorted({int(self.gpu_node[r]) for r in p.gpu_rows} | {int(self.port_node[r]) for r in p.port_rows})
+                nodes = sorted({int(self.gpu_node[r]) for r in p.gpu_rows}
+                               | {int(self.port_node[r]) for r in p.port_rows})
                 for n in nodes[:1] if inst.template.target != "rack" else []:
                     out.append((ts, t.nodes[n], line.format(**fields)))
         return out

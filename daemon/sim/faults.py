@@ -218,7 +218,7 @@ class FaultInstance:
 
     @classmethod
     def place(cls, template: FaultTemplate, entity: str, onset: float, failure: float | None,
-              rng: np.random.Generator, jitter: float = 0.05, until: float | None = None) -> "FaultInstance":
+              rng: np.random.Generator, jitter: float = 0.05, until: float | None = None) -> FaultInstance:
         """Place a template; ``failure`` None draws the window from the template's range."""
         if failure is None:
             lo, hi = template.window

@@ -80,7 +80,7 @@ class Scenario:
         return int(self.duration // self.resolution)
 
     @classmethod
-    def load(cls, path: str | Path) -> "Scenario":
+    def load(cls, path: str | Path) -> Scenario:
         path = Path(path)
         try:
             d = yaml.safe_load(path.read_text())
@@ -89,7 +89,7 @@ class Scenario:
         return cls.from_dict(d, str(path))
 
     @classmethod
-    def from_dict(cls, d: dict, source: str = "scenario") -> "Scenario":
+    def from_dict(cls, d: dict, source: str = "scenario") -> Scenario:
         if not isinstance(d, dict):
             raise TemplateError(f"{source}: the top level must be a mapping")
         known = {"name", "seed", "topology", "start", "duration", "resolution", "profile", "jobs", "faults",
@@ -109,7 +109,7 @@ class Scenario:
                 stamp = start if isinstance(start, dt.datetime) else dt.datetime.fromisoformat(
                     str(start).replace("Z", "+00:00"))
                 if stamp.tzinfo is None:
-                    stamp = stamp.replace(tzinfo=dt.timezone.utc)
+                    stamp = stamp.replace(tzinfo=dt.UTC)
                 sc.start = stamp.timestamp()
         sc.duration = parse_duration(d.get("duration", "12h"), f"{source}: duration")
         sc.resolution = parse_duration(d.get("resolution", "15s"), f"{source}: resolution")
@@ -128,7 +128,8 @@ class Scenario:
             if not isinstance(f, dict) or "fault" not in f or "onset" not in f:
                 raise TemplateError(f"{where}: needs 'fault' and 'onset'")
             sc.faults.append(FaultSpec(
-                str(f.get("entity", "random")), str(f["fault"]), None if f.get("template") is None else str(f["template"]),
+                str(f.get("entity", "random")), str(f["fault"]),
+                None if f.get("template") is None else str(f["template"]),
                 parse_duration(f["onset"], f"{where}.onset"),
                 None if f.get("failure") is None else parse_duration(f["failure"], f"{where}.failure"),
             ))

@@ -72,7 +72,8 @@ class SimTopology:
                 accs = [{"index": g, "pci_bus_id": self.gpu_pci(g), "model": MODEL}
                         | ({"uuid": uuid_of(i, g)} if uuid_of else {}) for g in range(self.gpus_per_node)]
                 ports = [{"device": f"mlx5_{p}", "port": 1, "pci": self.port_pci(p), "netdev": self.netdev(p),
-                          "switchport": f"{rack}-leaf{p + 1:02d}/{int(i) % 80 + 1}"} for p in range(self.ports_per_node)]
+                          "switchport": f"{rack}-leaf{p + 1:02d}/{int(i) % 80 + 1}"}
+                         for p in range(self.ports_per_node)]
                 nodes.append({"name": name, "scheduler_name": name, "aliases": [self.address(int(i))],
                               "accelerators": accs, "ports": ports})
             racks.append({"name": rack, "supernode": self.supernode_of_rack[r], "cooling": self.cooling_of_rack[r],

@@ -104,7 +104,8 @@ class TraceWriter:
                 fh.write("# EOF\n")
                 fh.close()
         self._journal.close()
-        sim.topo.write(self.out / "topology.yaml", uuid_of=lambda n, g: f"GPU-{sim.uuids[n * sim.topo.gpus_per_node + g]}")
+        per_node = sim.topo.gpus_per_node
+        sim.topo.write(self.out / "topology.yaml", uuid_of=lambda n, g: f"GPU-{sim.uuids[n * per_node + g]}")
         with open(self.out / "labels.jsonl", "w") as fh:
             for label in sim.labels():
                 fh.write(json.dumps(label) + "\n")
