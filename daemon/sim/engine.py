@@ -296,6 +296,7 @@ class Simulator:
             inst = p.inst
             for k, eff in enumerate(inst.template.effects):
                 x = inst.norm(ts) - inst.shift.get(k, 0.0)
+                x_prev = inst.norm(ts - dt) - inst.shift.get(k, 0.0)  # one step earlier, across chunk edges
                 if eff.kind == "vanish":
                     gone = (x >= eff.start) & (x < eff.end)
                     if eff.exporter in ("dcgm", "all") and len(p.gpu_rows):
@@ -304,7 +305,7 @@ class Simulator:
                         port_present[p.port_rows] &= ~gone
                     continue
                 if eff.kind == "reset":
-                    hit = np.flatnonzero((x >= eff.start) & (np.concatenate(([-np.inf], x[:-1])) < eff.start))
+                    hit = np.flatnonzero((x >= eff.start) & (x_prev < eff.start))
                     if len(hit):
                         gpu_reset.append((p.gpu_rows, int(hit[0])))
                         port_reset.append((p.port_rows, int(hit[0])))
@@ -321,7 +322,7 @@ class Simulator:
                     if target is not None and len(rows):
                         target[rows] += rng.poisson(np.broadcast_to(lam, (len(rows), n_s)))
                 elif eff.kind == "step":
-                    hit = np.flatnonzero(on & (np.concatenate(([-np.inf], x[:-1])) < eff.start))
+                    hit = np.flatnonzero(on & (x_prev < eff.start))
                     target = gpu_inc.get(metric)
                     rows = p.gpu_rows
                     if target is None:

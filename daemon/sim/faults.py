@@ -73,7 +73,7 @@ class Effect:
     def level(self, x: np.ndarray) -> np.ndarray:
         """The effect's magnitude at normalized times ``x``; NaN where it does not apply.
 
-        An effect applies from ``start`` to ``end``; one that reaches the failure (``end >= 1``) holds its
+        An effect applies on [``start``, ``end``); one that reaches the failure (``end >= 1``) holds its
         end value afterwards, so segments of a multi-step course never add up.
         """
         span = max(self.end - self.start, 1e-9)
@@ -84,7 +84,7 @@ class Effect:
             out = self.a + (self.b - self.a) * f
         inside = x >= self.start
         if self.end < 1.0:
-            inside &= x <= self.end
+            inside &= x < self.end
         return np.where(inside, out, np.nan)
 
 
@@ -141,8 +141,8 @@ def _effect(d: dict, where: str) -> Effect:
                 raise TemplateError(f"{where}.{kind}: give [start, end]")
             return Effect({"rate_per_h": "rate"}.get(kind, kind), metric, start, end, float(pair[0]),
                           float(pair[1]), curve)
-    if "step" in d:
-        return Effect("step", metric, start, start, float(d["step"]), float(d["step"]))
+    if "step" in d:  # a one-off increase at ``at``; it stays counted afterwards
+        return Effect("step", metric, start, 1e9, float(d["step"]), float(d["step"]))
     if "set" in d:
         return Effect("set", metric, start, float(d.get("to", 1e9)), float(d["set"]), float(d["set"]))
     raise TemplateError(f"{where}: no effect kind (rate_per_h, step, offset, set, scale, vanish, reset_counters)")
