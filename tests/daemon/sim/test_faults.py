@@ -22,7 +22,8 @@ def test_two_templates_of_every_class(library):
 
 
 def test_durations():
-    assert parse_duration("2h30m", "x") == 9000 and parse_duration(90, "x") == 90 and parse_duration("1.5d", "x") == 129600
+    assert parse_duration("2h30m", "x") == 9000 and parse_duration(90, "x") == 90
+    assert parse_duration("1.5d", "x") == 129600
     with pytest.raises(TemplateError, match="x: not a duration"):
         parse_duration("soon", "x")
 
