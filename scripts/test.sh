@@ -7,12 +7,17 @@ cd "$(dirname "$0")/.."
 
 pg_started=0
 if [ "$(id -u)" = 0 ]; then
+  # promtool (Debian package prometheus) checks the simulator's OpenMetrics output.
+  if ! command -v promtool >/dev/null; then
+    apt-get update -qq
+    DEBIAN_FRONTEND=noninteractive apt-get install -y -qq --no-install-recommends prometheus >/dev/null
+  fi
   ./scripts/pg-lab.sh install
   RASWARDEN_TEST_PG_URL=$(./scripts/pg-lab.sh up)
   export RASWARDEN_TEST_PG_URL
   pg_started=1
 else
-  echo "test: not root, so PostgreSQL is not started; its tests skip (and fail under CI=true)" >&2
+  echo "test: not root, so PostgreSQL and promtool are not installed; their tests skip (and fail under CI=true)" >&2
 fi
 cleanup() { [ "$pg_started" = 1 ] && ./scripts/pg-lab.sh down || true; }
 trap cleanup EXIT

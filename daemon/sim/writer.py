@@ -1,8 +1,10 @@
 """Write a simulation as a recorded trace (ARCHITECTURE §8) that ``raswarden replay`` reads.
 
-* ``dcgm-exporter.om`` and ``node-exporter.om``: OpenMetrics with timestamps in seconds, one scrape of
-  every series per step (time-major, as concatenated scrapes), metric and label names as dcgm-exporter and
-  node_exporter publish them (the name tables of ``daemon/names`` read backwards), ``# EOF`` at the end;
+* ``dcgm-exporter.om`` and ``node-exporter.om``: OpenMetrics as ``promtool tsdb dump-openmetrics`` writes
+  it (one family after another, one series after another, samples in time order, timestamps in seconds,
+  no metadata, ``# EOF``), metric and label names as dcgm-exporter and node_exporter publish them (the name
+  tables of ``daemon/names`` read backwards). Chunks stream to one spill file per family, so memory stays
+  at one chunk; the families are assembled at the end;
 * ``kernel.journal.json``: the kernel lines as a ``journalctl -o json`` export;
 * ``topology.yaml``, ``labels.jsonl`` (every injected fault and confounder) and ``scenario.yaml``.
 
@@ -14,6 +16,7 @@ from __future__ import annotations
 import csv
 import json
 import shutil
+import tempfile
 from importlib import resources
 from pathlib import Path
 
@@ -54,8 +57,9 @@ class TraceWriter:
         else:
             dcgm_names = _reverse_names("dcgm_exporter.csv")
             node_names = _reverse_names("node_exporter.csv")
-            self._dcgm = open(out / "dcgm-exporter.om", "w")
-            self._node = open(out / "node-exporter.om", "w")
+            self._spill_dir = Path(tempfile.mkdtemp(prefix=".spill-", dir=out))
+            self._spills: dict[str, object] = {}
+            self._ts: list[np.ndarray] = []
             self._gpu_series = []
             for m in self.gpu_metrics:
                 name, mask = dcgm_names[m]
@@ -84,10 +88,11 @@ class TraceWriter:
             self._columnar.write(batch)
             self.samples += len(batch.samples)
         else:
-            for j, ts in enumerate(chunk.ts):
-                stamp = f"{ts:.3f}".rstrip("0").rstrip(".")
-                self.samples += _scrape(self._dcgm, self._gpu_series, chunk.gpu, chunk.gpu_present[:, j], j, stamp)
-                self.samples += _scrape(self._node, self._port_series, chunk.port, chunk.port_present[:, j], j, stamp)
+            self._ts.append(chunk.ts)
+            for metric, _, _ in self._gpu_series:
+                self._spill(metric, chunk.gpu[metric], chunk.gpu_present)
+            for metric, _, _ in self._port_series:
+                self._spill(metric, chunk.port[metric], chunk.port_present)
         for ts, node, line in chunk.lines:
             self._journal.write(json.dumps({
                 "__REALTIME_TIMESTAMP": str(int(round(ts * 1e6))), "_HOSTNAME": node, "_TRANSPORT": "kernel",
@@ -95,14 +100,46 @@ class TraceWriter:
             }) + "\n")
             self.lines += 1
 
+    def _spill(self, metric: str, values: np.ndarray, present: np.ndarray) -> None:
+        """Append a chunk's ``[series x steps]`` block of a family (NaN where absent) to its spill file."""
+        fh = self._spills.get(metric)
+        if fh is None:
+            fh = self._spills[metric] = open(self._spill_dir / f"{metric}.f8", "wb")
+        fh.write(np.where(present, values, np.nan).astype(np.float64).tobytes())
+
+    def _assemble(self, fh, series) -> None:
+        """Write each family's series one after another from the spill files."""
+        ts = np.concatenate(self._ts) if self._ts else np.empty(0)
+        stamps = [f"{t:.3f}".rstrip("0").rstrip(".") for t in ts]
+        sizes = [len(t) for t in self._ts]
+        for metric, prefixes, mask in series:
+            self._spills.pop(metric).close()
+            raw = np.fromfile(self._spill_dir / f"{metric}.f8", dtype=np.float64)
+            n = len(prefixes)
+            blocks, at = [], 0
+            for size in sizes:
+                blocks.append(raw[at : at + n * size].reshape(n, size))
+                at += n * size
+            table = np.concatenate(blocks, axis=1) if blocks else np.empty((n, 0))
+            (self._spill_dir / f"{metric}.f8").unlink()
+            if mask is not None:
+                table = np.where(np.isnan(table), np.nan, np.where(table > 0, float(mask & -mask), 0.0))
+            for prefix, row in zip(prefixes, table):
+                keep = np.flatnonzero(~np.isnan(row))
+                fh.write("".join(f"{prefix}{v:.15g} {stamps[j]}\n" for j, v in zip(keep.tolist(), row[keep].tolist())))
+                self.samples += len(keep)
+            del raw, table, blocks
+
     def close(self) -> None:
         sim = self.sim
         if self.fmt == "parquet":
             self._columnar.close()
         else:
-            for fh in (self._dcgm, self._node):
-                fh.write("# EOF\n")
-                fh.close()
+            for path, series in (("dcgm-exporter.om", self._gpu_series), ("node-exporter.om", self._port_series)):
+                with open(self.out / path, "w") as fh:
+                    self._assemble(fh, series)
+                    fh.write("# EOF\n")
+            shutil.rmtree(self._spill_dir, ignore_errors=True)
         self._journal.close()
         per_node = sim.topo.gpus_per_node
         sim.topo.write(self.out / "topology.yaml", uuid_of=lambda n, g: f"GPU-{sim.uuids[n * per_node + g]}")
@@ -114,19 +151,6 @@ class TraceWriter:
         else:
             (self.out / "scenario.yaml").write_text(yaml.safe_dump({"name": sim.scenario.name,
                                                                      "seed": sim.scenario.seed}))
-
-
-def _scrape(fh, series, arrays, present: np.ndarray, j: int, stamp: str) -> int:
-    """Write one step of every present series; returns the number of samples written."""
-    rows = np.flatnonzero(present)
-    n = 0
-    for metric, prefixes, mask in series:
-        values = arrays[metric][rows, j]
-        if mask is not None:
-            values = np.where(values > 0, float(mask & -mask), 0.0)
-        fh.write("".join(f"{p}{v:.15g} {stamp}\n" for p, v in zip(prefixes[rows], values.tolist())))
-        n += len(rows)
-    return n
 
 
 def simulate_to(sim: Simulator, out: Path, fmt: str = "openmetrics") -> TraceWriter:

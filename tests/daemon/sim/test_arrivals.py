@@ -1,0 +1,37 @@
+"""A long sampled run looks like the fleet in FLEET-STATS.md, within stated tolerances."""
+
+from collections import Counter
+
+import numpy as np
+from scipy.stats import weibull_min
+
+from daemon.sim.arrivals import DEFAULT_MIX
+from daemon.sim.engine import Simulator
+from daemon.sim.scenario import Scenario
+
+
+def test_long_sampled_run_matches_fleet_statistics(library):
+    # InfiniteHBD's shape: 400 servers for 349 days, 584 faults (1.53 per node-year).
+    sc = Scenario.from_dict({"name": "fleet", "seed": 3, "duration": "349d", "resolution": "60s",
+                             "topology": {"accelerators": 3200}, "sample": {"faults_per_node_year": 1.53}})
+    faults = [p.inst for p in Simulator(sc, library).placed]
+    assert 450 < len(faults) < 750
+    gaps = np.diff(np.sort([f.onset for f in faults])) / 3600.0
+    shape, _, _ = weibull_min.fit(gaps[gaps > 0], floc=0)
+    assert 0.5 <= shape <= 0.75, shape
+    total = sum(DEFAULT_MIX.values())
+    mix = Counter(f.template.fault for f in faults)
+    for fault, weight in DEFAULT_MIX.items():
+        assert abs(mix[fault] / len(faults) - weight / total) <= 0.05, fault
+    per_node = Counter(f.entity.split("/")[0] for f in faults)
+    share = sum(n for n in per_node.values() if n >= 2) / len(faults)
+    assert abs(share - 0.836) <= 0.1, share
+
+
+def test_confounders_arrive_at_their_rates(library):
+    sc = Scenario.from_dict({"name": "c", "seed": 9, "duration": "30d", "resolution": "60s",
+                             "topology": {"accelerators": 640},
+                             "sample": {"faults_per_node_year": 0.0,
+                                        "confounders_per_day": {"benign_reboot": 2, "benign_exporter_gap": 4}}})
+    got = Counter(p.inst.template.fault for p in Simulator(sc, library).placed)
+    assert 40 <= got["benign_reboot"] <= 85 and 90 <= got["benign_exporter_gap"] <= 150
