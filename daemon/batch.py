@@ -6,8 +6,22 @@ from dataclasses import dataclass, field
 
 import numpy as np
 import pandas as pd
+import pyarrow as pa
 
 from detectors.schema import empty_events, empty_samples
+
+
+# Events as Arrow (spill files, Parquet): ``code`` travels as float64 so that a missing code is null.
+EVENT_ARROW_SCHEMA = pa.schema([
+    ("ts", pa.float64()), ("entity", pa.string()), ("kind", pa.string()), ("code", pa.float64()),
+    ("severity", pa.string()), ("message", pa.string()), ("source", pa.string()), ("pci", pa.string()),
+    ("device", pa.string()),
+])
+
+
+def events_table(events: pd.DataFrame) -> pa.Table:
+    """An events frame as an Arrow table with :data:`EVENT_ARROW_SCHEMA`."""
+    return pa.Table.from_pandas(events.astype({"code": "float64"}), schema=EVENT_ARROW_SCHEMA, preserve_index=False)
 
 
 @dataclass

@@ -26,15 +26,8 @@ import pandas as pd
 import pyarrow as pa
 import pyarrow.feather as feather
 
-from daemon.batch import Batch
+from daemon.batch import Batch, events_table
 from detectors.schema import EVENT_COLUMNS, empty_events, empty_samples, events_frame
-
-
-_EVENT_SCHEMA = pa.schema([
-    ("ts", pa.float64()), ("entity", pa.string()), ("kind", pa.string()), ("code", pa.float64()),
-    ("severity", pa.string()), ("message", pa.string()), ("source", pa.string()), ("pci", pa.string()),
-    ("device", pa.string()),
-])
 
 
 def tick_index(ts: np.ndarray, interval: float) -> np.ndarray:
@@ -80,8 +73,7 @@ class TimeSpill:
             buckets = ticks // self.bucket_ticks
             for b in np.unique(buckets):
                 part = ev[buckets == b]
-                table = pa.Table.from_pandas(part.astype({"code": "float64"}), schema=_EVENT_SCHEMA,
-                                             preserve_index=False)
+                table = events_table(part)
                 path = Path(self.directory) / f"e{int(b)}-{self._seq}.arrow"
                 self._seq += 1
                 feather.write_feather(table, path, compression="uncompressed")

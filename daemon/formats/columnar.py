@@ -15,7 +15,7 @@ import pyarrow as pa
 import pyarrow.parquet as pq
 
 from daemon import metrics
-from daemon.batch import Batch, samples_from_codes
+from daemon.batch import Batch, events_table, samples_from_codes
 from daemon.formats.base import ReadContext
 from detectors.schema import EVENT_COLUMNS, SAMPLE_COLUMNS, events_frame
 
@@ -164,7 +164,7 @@ class ColumnarWriter:
                 "value": pa.array(frame["value"].to_numpy()),
             })
         else:
-            table = pa.Table.from_pandas(frame.astype({"code": "float64"}), preserve_index=False)
+            table = events_table(frame)
         writer = self._writers.get(name)
         if writer is None:
             writer = self._writers[name] = pq.ParquetWriter(self.directory / f"{name}.parquet", table.schema)
