@@ -1,0 +1,227 @@
+"""A simulated scheduler implementing :class:`playbooks.scheduler.Scheduler`, with GPU-hour accounting.
+
+Training jobs run on whole nodes, checkpoint every ``checkpoint_interval_s`` (costing ``checkpoint_cost_s``
+of the job's time) and, when a node under them fails, lose the work since their last checkpoint and are
+requeued; a requeued job pays ``restart_cost_s`` before it is productive again. A checkpoint signal
+(``USR1`` to a job that opted in) makes the job checkpoint now. A drain lets the running job finish and
+keeps new jobs off the node. Every GPU-second is accounted as productive, lost to failures, spent on
+checkpoints, spent on restarts, or idle on a drained node.
+"""
+
+from __future__ import annotations
+
+import re
+from dataclasses import dataclass
+
+from playbooks.scheduler import ALLOC, DOWN, DRAIN, IDLE, ClusterState, JobInfo, NodeInfo, SchedulerError
+
+_NAME = re.compile(r"^[A-Za-z0-9._-]{1,64}$")
+
+
+@dataclass
+class SimJob:
+    id: str
+    n_nodes: int
+    work_s: float  # productive seconds needed to finish
+    opt_in: bool = True
+    name: str = "train"
+    checkpoint_interval_s: float = 1800.0
+    checkpoint_cost_s: float = 60.0
+    restart_cost_s: float = 300.0
+    state: str = "pending"
+    nodes: tuple[str, ...] = ()
+    done_s: float = 0.0  # productive progress
+    saved_s: float = 0.0  # progress at the last checkpoint
+    since_ckpt_s: float = 0.0
+    busy_s: float = 0.0  # remaining checkpoint or restart overhead
+    busy_kind: str = ""
+    restarts: int = 0
+
+
+@dataclass
+class SimNode:
+    name: str
+    gpus: int = 8
+    drained: bool = False
+    reason: str = ""
+    reason_set_by: str = ""
+    down_until: float = 0.0
+    job: str | None = None
+
+
+@dataclass
+class Accounting:
+    """GPU-hours by where they went."""
+
+    productive: float = 0.0
+    lost_to_failures: float = 0.0
+    checkpoints: float = 0.0
+    restarts: float = 0.0
+    idle_drained: float = 0.0
+    allocated: float = 0.0
+
+    @property
+    def net_loss(self) -> float:
+        return self.lost_to_failures + self.checkpoints + self.restarts + self.idle_drained
+
+    @property
+    def effective_training_ratio(self) -> float:
+        return self.productive / self.allocated if self.allocated else 0.0
+
+
+class SimScheduler:
+    """Whole-node jobs on simulated nodes; advance it with :meth:`step`."""
+
+    def __init__(self, nodes: list[str], gpus_per_node: int = 8, user: str = "raswarden"):
+        self.nodes = {n: SimNode(n, gpus_per_node) for n in nodes}
+        self.jobs: dict[str, SimJob] = {}
+        self.now = 0.0
+        self.user = user
+        self.gpu_hours = Accounting()
+        self.log: list[tuple[float, str, str]] = []
+
+    # -- the Scheduler protocol ------------------------------------------------------------------
+    def snapshot(self) -> ClusterState:
+        nodes = {}
+        for n in self.nodes.values():
+            states = {ALLOC if n.job else IDLE}
+            if n.drained:
+                states.add(DRAIN)
+            if n.down_until > self.now:
+                states.add(DOWN)
+            nodes[n.name] = NodeInfo(n.name, frozenset(states), n.reason, n.reason_set_by)
+        jobs = {j.id: JobInfo(j.id, j.nodes, j.state, j.opt_in, j.name) for j in self.jobs.values()}
+        return ClusterState(self.now, nodes, jobs)
+
+    def signal_job(self, job_id: str, signal: str) -> None:
+        job = self._job(job_id)
+        if job.state != "running":
+            return  # nothing to signal: idempotent
+        checkpointing = job.busy_s > 0 and job.busy_kind == "checkpoint"
+        if signal.upper().removeprefix("SIG") == "USR1" and job.opt_in and not checkpointing:
+            self._checkpoint(job)
+        self.log.append((self.now, "signal", f"{job_id} {signal}"))
+
+    def drain(self, node: str, reason: str) -> None:
+        n = self._node(node)
+        if n.drained and n.reason == reason:
+            return
+        n.drained, n.reason, n.reason_set_by = True, reason, self.user
+        self.log.append((self.now, "drain", f"{node} {reason}"))
+
+    def resume(self, node: str) -> None:
+        n = self._node(node)
+        if not n.drained:
+            return
+        n.drained, n.reason, n.reason_set_by = False, "", ""
+        self.log.append((self.now, "resume", node))
+
+    def requeue(self, job_id: str) -> None:
+        job = self._job(job_id)
+        if job.state != "running":
+            return
+        self._stop(job, lost=True)
+        self.log.append((self.now, "requeue", job_id))
+
+    # -- the simulated world ---------------------------------------------------------------------
+    def submit(self, job: SimJob) -> None:
+        self.jobs[job.id] = job
+
+    def operator_drain(self, node: str, reason: str, user: str = "root") -> None:
+        """A drain set by someone else (an operator), for tests of 'never touch theirs'."""
+        n = self._node(node)
+        n.drained, n.reason, n.reason_set_by = True, reason, user
+
+    def fail_node(self, node: str, repair_s: float) -> None:
+        """A hard failure: the job on the node dies (losing work since its checkpoint); the node is down."""
+        n = self._node(node)
+        n.down_until = max(n.down_until, self.now + repair_s)
+        if n.job:
+            self._stop(self.jobs[n.job], lost=True)
+        self.log.append((self.now, "fail", node))
+
+    def step(self, now: float) -> None:
+        """Advance to ``now``: progress, checkpoints, overheads, accounting, then schedule pending jobs."""
+        dt = max(0.0, now - self.now)
+        acct = self.gpu_hours
+        for job in self.jobs.values():
+            if job.state != "running":
+                continue
+            gpu_h = sum(self.nodes[n].gpus for n in job.nodes) * dt / 3600.0
+            acct.allocated += gpu_h
+            left = dt
+            if job.busy_s > 0:
+                spent = min(left, job.busy_s)
+                job.busy_s -= spent
+                left -= spent
+                share = spent / dt if dt else 0.0
+                if job.busy_kind == "checkpoint":
+                    acct.checkpoints += gpu_h * share
+                else:
+                    acct.restarts += gpu_h * share
+            if left > 0:
+                work = min(left, job.work_s - job.done_s)
+                job.done_s += work
+                job.since_ckpt_s += work
+                acct.productive += gpu_h * (work / dt)
+                if job.since_ckpt_s >= job.checkpoint_interval_s:
+                    self._checkpoint(job)
+                if job.done_s >= job.work_s:
+                    self._finish(job)
+        for n in self.nodes.values():
+            if n.drained and not n.job:
+                acct.idle_drained += n.gpus * dt / 3600.0
+        self.now = now
+        self._schedule()
+
+    # -- internals -------------------------------------------------------------------------------
+    def _node(self, name: str) -> SimNode:
+        if not _NAME.match(name or ""):
+            raise SchedulerError(f"invalid node name {name!r}", retryable=False)
+        if name not in self.nodes:
+            raise SchedulerError(f"no node {name!r}", retryable=False)
+        return self.nodes[name]
+
+    def _job(self, job_id: str) -> SimJob:
+        if job_id not in self.jobs:
+            raise SchedulerError(f"no job {job_id!r}", retryable=False)
+        return self.jobs[job_id]
+
+    def _checkpoint(self, job: SimJob) -> None:
+        job.saved_s = job.done_s
+        job.since_ckpt_s = 0.0
+        job.busy_s += job.checkpoint_cost_s
+        job.busy_kind = "checkpoint"
+
+    def _stop(self, job: SimJob, lost: bool) -> None:
+        if lost:
+            lost_s = job.done_s - job.saved_s
+            self.gpu_hours.lost_to_failures += sum(self.nodes[n].gpus for n in job.nodes) * lost_s / 3600.0
+            self.gpu_hours.productive -= sum(self.nodes[n].gpus for n in job.nodes) * lost_s / 3600.0
+            job.done_s = job.saved_s
+        for n in job.nodes:
+            self.nodes[n].job = None
+        job.nodes = ()
+        job.state = "pending"
+        job.since_ckpt_s = 0.0
+        job.busy_s = 0.0
+        job.restarts += 1
+
+    def _finish(self, job: SimJob) -> None:
+        for n in job.nodes:
+            self.nodes[n].job = None
+        job.state = "completed"
+
+    def _schedule(self) -> None:
+        free = [n for n in sorted(self.nodes) if self.nodes[n].job is None and not self.nodes[n].drained
+                and self.nodes[n].down_until <= self.now]
+        for job in sorted(self.jobs.values(), key=lambda j: j.id):
+            if job.state != "pending" or len(free) < job.n_nodes:
+                continue
+            job.nodes, free = tuple(free[: job.n_nodes]), free[job.n_nodes :]
+            for n in job.nodes:
+                self.nodes[n].job = job.id
+            job.state = "running"
+            if job.restarts:
+                job.busy_s = job.restart_cost_s
+                job.busy_kind = "restart"

@@ -1,0 +1,75 @@
+"""The Scheduler protocol (ARCHITECTURE §6): what every scheduler adapter offers the playbooks.
+
+One :meth:`Scheduler.snapshot` per tick gives every node and job at once; the actions are idempotent and
+raise :class:`SchedulerError` saying whether a retry can help. The Slurm adapter and the simulated
+scheduler (``daemon/sim/scheduler.py``) implement the same protocol.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+from typing import Protocol, runtime_checkable
+
+# Node state flags, as Slurm reports them (lower case).
+IDLE, ALLOC, MIXED, DRAIN, DOWN, MAINT, REBOOT = "idle", "alloc", "mixed", "drain", "down", "maint", "reboot"
+UNAVAILABLE = frozenset({DRAIN, DOWN, MAINT, REBOOT})
+
+
+class SchedulerError(Exception):
+    """An action failed; ``retryable`` says whether trying again can help."""
+
+    def __init__(self, message: str, retryable: bool):
+        super().__init__(message)
+        self.retryable = retryable
+
+
+@dataclass(frozen=True)
+class NodeInfo:
+    """A node as the scheduler sees it."""
+
+    name: str
+    states: frozenset[str]
+    reason: str = ""
+    reason_set_by: str = ""
+
+    @property
+    def available(self) -> bool:
+        return not (self.states & UNAVAILABLE)
+
+
+@dataclass(frozen=True)
+class JobInfo:
+    """A job as the scheduler sees it."""
+
+    id: str
+    nodes: tuple[str, ...]
+    state: str  # pending | running | completed | ...
+    checkpoint_opt_in: bool = False
+    name: str = ""
+
+
+@dataclass(frozen=True)
+class ClusterState:
+    """Every node and job, taken at once."""
+
+    taken_at: float
+    nodes: dict[str, NodeInfo] = field(default_factory=dict)
+    jobs: dict[str, JobInfo] = field(default_factory=dict)
+
+    def jobs_on(self, node: str) -> list[JobInfo]:
+        return [j for j in self.jobs.values() if node in j.nodes and j.state == "running"]
+
+
+@runtime_checkable
+class Scheduler(Protocol):
+    """What raswarden asks of a scheduler."""
+
+    def snapshot(self) -> ClusterState: ...
+
+    def signal_job(self, job_id: str, signal: str) -> None: ...
+
+    def drain(self, node: str, reason: str) -> None: ...
+
+    def resume(self, node: str) -> None: ...
+
+    def requeue(self, job_id: str) -> None: ...

@@ -1,0 +1,82 @@
+import pytest
+
+from daemon.sim.scheduler import SimJob, SimScheduler
+from playbooks.scheduler import DRAIN, Scheduler, SchedulerError
+
+H = 3600.0
+
+
+def cluster(n=4):
+    s = SimScheduler([f"n{i}" for i in range(1, n + 1)])
+    s.submit(SimJob("1", n_nodes=2, work_s=10 * H, checkpoint_interval_s=H, checkpoint_cost_s=60, restart_cost_s=300))
+    s.step(0.0)
+    return s
+
+
+def run_until(s, t, dt=60.0):
+    while s.now < t:
+        s.step(min(s.now + dt, t))
+
+
+def test_implements_the_protocol():
+    assert isinstance(SimScheduler(["n1"]), Scheduler)
+
+
+def test_failure_loses_work_since_the_checkpoint_and_requeues_with_restart_cost():
+    s = cluster()
+    job = s.jobs["1"]
+    assert job.state == "running" and job.nodes == ("n1", "n2")
+    run_until(s, 1.5 * H)
+    s.fail_node("n1", repair_s=10 * H)
+    lost = s.gpu_hours.lost_to_failures
+    assert 16 * 0.45 < lost < 16 * 0.55  # ~30 min on 2 nodes x 8 GPUs since the last checkpoint
+    assert job.state == "pending"
+    s.step(s.now)
+    assert job.state == "running" and "n1" not in job.nodes and job.busy_kind == "restart"
+    run_until(s, 2 * H)
+    assert s.gpu_hours.restarts == pytest.approx(16 * 300 / H, rel=0.01)
+
+
+def test_checkpoint_signal_saves_work_before_a_requeue():
+    s = cluster()
+    run_until(s, 1.5 * H)
+    s.signal_job("1", "USR1")
+    run_until(s, 1.5 * H + 120)
+    s.drain("n2", "raswarden: inc-1 test")
+    s.requeue("1")
+    assert s.gpu_hours.lost_to_failures < 16 * 200 / H  # only what ran after the checkpoint finished
+    s.step(s.now)
+    assert "n2" not in s.jobs["1"].nodes
+    assert DRAIN in s.snapshot().nodes["n2"].states
+    run_until(s, 2.5 * H)
+    assert s.gpu_hours.idle_drained == pytest.approx(8 * (2.5 * H - s.log[-1][0]) / H, rel=0.02)
+
+
+def test_accounting_adds_up_and_actions_are_idempotent():
+    s = cluster()
+    run_until(s, 3 * H)
+    s.drain("n3", "raswarden: x")
+    s.drain("n3", "raswarden: x")
+    s.resume("n3")
+    s.resume("n3")
+    run_until(s, 4 * H)
+    a = s.gpu_hours
+    assert a.allocated == pytest.approx(a.productive + a.checkpoints + a.restarts + a.lost_to_failures, rel=1e-6)
+    assert 0.9 < a.effective_training_ratio < 1.0
+    assert [e[1] for e in s.log].count("drain") == 1 and [e[1] for e in s.log].count("resume") == 1
+
+
+def test_bad_names_are_refused_without_retry():
+    s = cluster()
+    with pytest.raises(SchedulerError) as e:
+        s.drain("n1; rm -rf /", "x")
+    assert e.value.retryable is False
+    with pytest.raises(SchedulerError):
+        s.requeue("404")
+
+
+def test_operator_drain_is_reported_as_theirs():
+    s = cluster()
+    s.operator_drain("n4", "bad DIMM", user="alice")
+    node = s.snapshot().nodes["n4"]
+    assert node.reason == "bad DIMM" and node.reason_set_by == "alice" and not node.available
