@@ -166,6 +166,14 @@ def cmd_simulate(args: argparse.Namespace) -> int:
     except (TemplateError, OSError) as exc:
         print(f"raswarden: error: {exc}", file=sys.stderr)
         return 2
+    if args.serve:
+        from daemon.sim.serve import DCGM_PORT, NODE_PORT, loopback, serve
+
+        print(f"serving {sim.topo.n_nodes} nodes at {args.speed:g}x: dcgm-exporter on {loopback(0)}:{DCGM_PORT} .. "
+              f"{loopback(sim.topo.n_nodes - 1)}:{DCGM_PORT}, node_exporter on port {NODE_PORT}; kernel log, "
+              f"topology.yaml and prometheus-targets.json in {args.out}", flush=True)
+        serve(sim, Path(args.out), args.speed)
+        return 0
     started = time.perf_counter()
     writer = simulate_to(sim, Path(args.out), args.format)
     wall = time.perf_counter() - started
@@ -217,6 +225,10 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("--format", choices=("openmetrics", "parquet"), default="openmetrics",
                    help="telemetry as OpenMetrics text (default) or the long columnar Parquet form")
     p.add_argument("--seed", type=int, help="override the scenario's seed")
+    p.add_argument("--serve", action="store_true",
+                   help="instead of writing files, serve live exporters on loopback (one 127.x address per node)")
+    p.add_argument("--speed", type=float, default=60.0,
+                   help="with --serve: simulated seconds per wall-clock second (default 60)")
     p.add_argument("--library", default=str(DEFAULT_LIBRARY), metavar="DIR",
                    help="fault template directory (default: the bundled fixtures/faults)")
     p.set_defaults(func=cmd_simulate)

@@ -1,0 +1,201 @@
+"""Live, time-accelerated exporters for a simulation (``raswarden simulate SCENARIO --serve``).
+
+Per node, a dcgm-exporter-like endpoint (``http://127.0.X.Y:9400/metrics``) and a node_exporter-like one
+(``:9100``) on a loopback address of its own, serving the Prometheus text format (HELP, TYPE, no
+timestamps) with the exporters' metric and label names, and the kernel log growing as a journald JSON
+export. Simulated time runs ``speed`` times faster than the wall clock; an endpoint serves the values of
+the latest simulated step. ``topology.yaml`` maps the loopback addresses to node names (aliases) and
+``prometheus-targets.json`` lists the endpoints in Prometheus' file_sd format.
+"""
+
+from __future__ import annotations
+
+import json
+import logging
+import threading
+import time
+from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
+from pathlib import Path
+
+
+from daemon.sim.engine import GPU_COUNTERS, PORT_COUNTERS, SimChunk, Simulator, emitted_metrics
+from daemon.sim.writer import _reverse_names
+
+log = logging.getLogger("raswarden.sim.serve")
+DCGM_PORT, NODE_PORT = 9400, 9100
+MAX_NODES = 65_000
+
+
+def loopback(node_index: int) -> str:
+    """The loopback address of a node's exporters: 127.1.0.1, 127.1.0.2, ..."""
+    return f"127.{1 + node_index // 65536}.{node_index // 256 % 256}.{node_index % 256 + 1}"
+
+
+class LiveState:
+    """The latest simulated step, shared between the clock thread and the HTTP handlers."""
+
+    def __init__(self, sim: Simulator):
+        self.sim = sim
+        self.lock = threading.Lock()
+        self.chunk: SimChunk | None = None
+        self.step = 0
+        self.now = sim.scenario.start
+        dcgm, node = _reverse_names("dcgm_exporter.csv"), _reverse_names("node_exporter.csv")
+        gpu_metrics, port_metrics = emitted_metrics(sim.scenario.profile)
+        self.gpu_families = [(m, *dcgm[m]) for m in gpu_metrics]
+        self.port_families = [(m, *node[m]) for m in port_metrics]
+
+    def set(self, chunk: SimChunk, step: int) -> None:
+        with self.lock:
+            self.chunk, self.step, self.now = chunk, step, float(chunk.ts[step])
+
+    def dcgm_text(self, n: int) -> str:
+        topo, sim = self.sim.topo, self.sim
+        with self.lock:
+            chunk, j = self.chunk, self.step
+        if chunk is None:
+            return ""
+        rows = range(n * topo.gpus_per_node, (n + 1) * topo.gpus_per_node)
+        out = []
+        for metric, name, mask in self.gpu_families:
+            kind = "counter" if metric in GPU_COUNTERS else "gauge"
+            out.append(f"# HELP {name} {metric} (raswarden simulator).\n# TYPE {name} {kind}\n")
+            for i in rows:
+                if not chunk.gpu_present[i, j]:
+                    continue
+                g = i % topo.gpus_per_node
+                v = float(chunk.gpu[metric][i, j])
+                if mask is not None:
+                    v = float(mask & -mask) if v > 0 else 0.0
+                out.append(f'{name}{{gpu="{g}",UUID="GPU-{sim.uuids[i]}",pci_bus_id="{topo.gpu_pci(g)}",'
+                           f'device="nvidia{g}",modelName="NVIDIA H100 80GB HBM3",Hostname="{topo.nodes[n]}",'
+                           f'DCGM_FI_DRIVER_VERSION="550.90.07"}} {v:.15g}\n')
+        return "".join(out)
+
+    def node_text(self, n: int) -> str:
+        topo = self.sim.topo
+        with self.lock:
+            chunk, j = self.chunk, self.step
+        if chunk is None:
+            return ""
+        rows = [i for i in range(n * topo.ports_per_node, (n + 1) * topo.ports_per_node) if chunk.port_present[i, j]]
+        out = []
+        for metric, name, _ in self.port_families:
+            kind = "counter" if metric in PORT_COUNTERS else "gauge"
+            out.append(f"# HELP {name} {metric} (raswarden simulator).\n# TYPE {name} {kind}\n")
+            for i in rows:
+                p = i % topo.ports_per_node
+                out.append(f'{name}{{device="mlx5_{p}",port="1"}} {float(chunk.port[metric][i, j]):.15g}\n')
+        return "".join(out)
+
+    def node_present(self, n: int, exporter: str) -> bool:
+        """False while the node's exporter is down (reboot, maintenance, exporter gap)."""
+        topo = self.sim.topo
+        with self.lock:
+            chunk, j = self.chunk, self.step
+        if chunk is None:
+            return True
+        if exporter == "dcgm":
+            return bool(chunk.gpu_present[n * topo.gpus_per_node : (n + 1) * topo.gpus_per_node, j].any())
+        return bool(chunk.port_present[n * topo.ports_per_node : (n + 1) * topo.ports_per_node, j].any())
+
+
+def _handler(state: LiveState, n: int, exporter: str):
+    class Handler(BaseHTTPRequestHandler):
+        def do_GET(self):  # noqa: N802 (http.server's name)
+            if self.path.split("?")[0] != "/metrics":
+                self.send_error(404)
+                return
+            if not state.node_present(n, exporter):
+                # An exporter that is down does not answer; closing the connection is the closest.
+                self.close_connection = True
+                return
+            body = (state.dcgm_text(n) if exporter == "dcgm" else state.node_text(n)).encode()
+            self.send_response(200)
+            self.send_header("Content-Type", "text/plain; version=0.0.4; charset=utf-8")
+            self.send_header("Content-Length", str(len(body)))
+            self.end_headers()
+            self.wfile.write(body)
+
+        def log_message(self, fmt, *args):
+            log.debug("%s %s", self.address_string(), fmt % args)
+
+    return Handler
+
+
+class SimServer:
+    """Runs the simulation against the wall clock and serves it."""
+
+    def __init__(self, sim: Simulator, out: Path, speed: float = 60.0):
+        if sim.topo.n_nodes > MAX_NODES:
+            raise ValueError(f"--serve supports up to {MAX_NODES} nodes")
+        self.sim, self.out, self.speed = sim, out, speed
+        self.state = LiveState(sim)
+        self.servers: list[ThreadingHTTPServer] = []
+        self.stop = threading.Event()
+
+    def write_files(self) -> None:
+        topo, out = self.sim.topo, self.out
+        out.mkdir(parents=True, exist_ok=True)
+        doc = topo.to_dict(lambda n, g: f"GPU-{self.sim.uuids[n * topo.gpus_per_node + g]}")
+        index = {name: i for i, name in enumerate(topo.nodes)}
+        for rack in doc["racks"]:
+            for node in rack["nodes"]:
+                node["aliases"] = [loopback(index[node["name"]])]
+        import yaml
+
+        (out / "topology.yaml").write_text(yaml.safe_dump(doc, sort_keys=False, width=200))
+        targets = [{"targets": [f"{loopback(i)}:{DCGM_PORT}" for i in range(topo.n_nodes)],
+                    "labels": {"job": "dcgm"}},
+                   {"targets": [f"{loopback(i)}:{NODE_PORT}" for i in range(topo.n_nodes)], "labels": {"job": "node"}}]
+        (out / "prometheus-targets.json").write_text(json.dumps(targets, indent=1))
+        with open(out / "labels.jsonl", "w") as fh:
+            for label in self.sim.labels():
+                fh.write(json.dumps(label) + "\n")
+
+    def start(self) -> None:
+        self.write_files()
+        for i in range(self.sim.topo.n_nodes):
+            for port, exporter in ((DCGM_PORT, "dcgm"), (NODE_PORT, "node")):
+                srv = ThreadingHTTPServer((loopback(i), port), _handler(self.state, i, exporter))
+                srv.daemon_threads = True
+                threading.Thread(target=srv.serve_forever, daemon=True, name=f"{exporter}-{i}").start()
+                self.servers.append(srv)
+
+    def run(self) -> None:
+        """Advance simulated time with the wall clock until the scenario ends or :attr:`stop` is set."""
+        sc = self.sim.scenario
+        wall0 = time.monotonic()
+        with open(self.out / "kernel.journal.json", "w", buffering=1) as journal:
+            for chunk in self.sim.chunks():
+                lines = list(chunk.lines)
+                for j, ts in enumerate(chunk.ts):
+                    due = wall0 + (ts - sc.start) / self.speed
+                    while not self.stop.is_set() and time.monotonic() < due:
+                        time.sleep(min(0.05, due - time.monotonic()))
+                    if self.stop.is_set():
+                        return
+                    while lines and lines[0][0] <= ts:
+                        t, node, line = lines.pop(0)
+                        journal.write(json.dumps({"__REALTIME_TIMESTAMP": str(int(round(t * 1e6))), "_HOSTNAME": node,
+                                                  "_TRANSPORT": "kernel", "SYSLOG_IDENTIFIER": "kernel",
+                                                  "MESSAGE": line}) + "\n")
+                    self.state.set(chunk, j)
+
+    def shutdown(self) -> None:
+        self.stop.set()
+        for srv in self.servers:
+            srv.shutdown()
+            srv.server_close()
+
+
+def serve(sim: Simulator, out: Path, speed: float) -> None:
+    """Serve until the scenario ends or the process is interrupted."""
+    server = SimServer(sim, out, speed)
+    server.start()
+    try:
+        server.run()
+    except KeyboardInterrupt:
+        pass
+    finally:
+        server.shutdown()

@@ -1,0 +1,99 @@
+"""A real Prometheus scrapes the simulator's live exporters; series and labels look like the real exporters'."""
+
+import json
+import shutil
+import socket
+import subprocess
+import sys
+import time
+import urllib.request
+
+import pytest
+
+from daemon.naming import host_of_instance
+from daemon.topology import Topology
+from tests.conftest import require
+from tests.daemon.sim.conftest import SCENARIOS
+
+DCGM_LABELS = {"gpu", "UUID", "pci_bus_id", "device", "modelName", "Hostname", "DCGM_FI_DRIVER_VERSION"}
+
+
+def free_port() -> int:
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        return s.getsockname()[1]
+
+
+def get(url: str) -> dict:
+    with urllib.request.urlopen(url, timeout=5) as r:
+        return json.loads(r.read())
+
+
+@pytest.fixture
+def live(tmp_path):
+    prometheus = shutil.which("prometheus")
+    require(prometheus is not None, "prometheus is not installed (Debian package; scripts/test.sh installs it)")
+    out = tmp_path / "live"
+    sim = subprocess.Popen([sys.executable, "-m", "daemon", "simulate", str(SCENARIOS / "mini.yaml"), "--serve",
+                            "--out", str(out), "--speed", "60"], stdout=subprocess.PIPE, stderr=subprocess.STDOUT)
+    port = free_port()
+    prom = None
+    try:
+        deadline = time.monotonic() + 20
+        while not (out / "prometheus-targets.json").exists():
+            assert time.monotonic() < deadline, "the simulator did not start"
+            time.sleep(0.1)
+        (tmp_path / "prometheus.yml").write_text(
+            "global: {scrape_interval: 1s, scrape_timeout: 900ms}\n"
+            "scrape_configs:\n"
+            "  - job_name: sim\n"
+            f"    file_sd_configs: [{{files: ['{out / 'prometheus-targets.json'}'], refresh_interval: 1s}}]\n")
+        prom = subprocess.Popen([prometheus, f"--config.file={tmp_path / 'prometheus.yml'}",
+                                 f"--storage.tsdb.path={tmp_path / 'data'}", f"--web.listen-address=127.0.0.1:{port}"],
+                                stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
+        yield out, f"http://127.0.0.1:{port}", sim
+    finally:
+        for proc in (prom, sim):
+            if proc is not None:
+                proc.terminate()
+                try:
+                    proc.wait(timeout=10)
+                except subprocess.TimeoutExpired:
+                    proc.kill()
+
+
+def test_prometheus_scrapes_the_live_exporters(live):
+    out, api, sim = live
+    deadline = time.monotonic() + 40
+    while True:
+        if sim.poll() is not None:
+            pytest.fail(f"the simulator exited: {sim.stdout.read().decode()[-2000:]}")
+        try:
+            targets = get(f"{api}/api/v1/targets")["data"]["activeTargets"]
+            if len(targets) == 8 and all(t["health"] == "up" for t in targets):
+                break
+        except OSError:
+            pass
+        assert time.monotonic() < deadline, "targets did not come up"
+        time.sleep(0.5)
+    deadline = time.monotonic() + 20
+    while True:
+        temps = get(f"{api}/api/v1/query?query=DCGM_FI_DEV_GPU_TEMP")["data"]["result"]
+        ports = get(f"{api}/api/v1/query?query=node_infiniband_state_id")["data"]["result"]
+        if len(temps) == 32 and len(ports) == 16:
+            break
+        assert time.monotonic() < deadline, (len(temps), len(ports))
+        time.sleep(0.5)
+    topo = Topology.load(out / "topology.yaml")
+    for series in temps:
+        labels = series["metric"]
+        assert DCGM_LABELS <= set(labels)
+        assert labels["job"] == "dcgm" and labels["pci_bus_id"].startswith("00000000:")
+        assert topo.resolve_host(host_of_instance(labels["instance"])) == labels["Hostname"]
+        assert 20 < float(series["value"][1]) < 100
+    for series in ports:
+        labels = series["metric"]
+        assert {"device", "port", "instance", "job"} <= set(labels) and labels["device"].startswith("mlx5_")
+        assert topo.resolve_host(host_of_instance(labels["instance"])).startswith("sn01-b0")
+    counters = get(f"{api}/api/v1/query?query=node_infiniband_port_data_received_bytes_total")["data"]["result"]
+    assert len(counters) == 16
