@@ -45,6 +45,7 @@ FULL_ONLY = frozenset({"ecc_sbe_total", "ecc_dbe_total", "nvlink_crc_flit_total"
 BASELINE_PER_HOUR = {"ecc_sbe_total": 1 / 2000, "pcie_replay_total": 0.01, "symbol_error_total": 1 / 168,
                      "rcv_errors_total": 1 / 336}
 PORT_BYTES_PER_S = 45e9
+LOAD_STEP_WINDOW_S = 600.0
 FB_TOTAL_MIB = 81559.0
 
 
@@ -229,15 +230,28 @@ class Simulator:
         return out
 
     def labels(self) -> list[dict]:
-        """Every injected fault and confounder, plus partial-node jobs (ARCHITECTURE §8)."""
+        """Every injected fault and confounder, plus the workload's own confounders (ARCHITECTURE §8).
+
+        Workload confounders: a job that uses half of its nodes' GPUs (``benign_partial_node_job``, for
+        the job's duration) and the load steps when a job starts or stops (``benign_load_step``, the ten
+        minutes after the step).
+        """
         out = [p.inst.label() for p in self.placed]
-        end = self.scenario.start + self.scenario.duration
+        start, end = self.scenario.start, self.scenario.start + self.scenario.duration
         for job in self.jobs:
-            if job.partial and job.start < end:
-                for n in job.nodes:
-                    out.append({"entity": self.topo.nodes[int(n)], "kind": "node", "fault": "benign_partial_node_job",
+            if job.start >= end:
+                continue
+            for n in job.nodes:
+                node = self.topo.nodes[int(n)]
+                if job.partial:
+                    out.append({"entity": node, "kind": "node", "fault": "benign_partial_node_job",
                                 "template": "workload", "onset": round(job.start, 3),
                                 "failure": round(min(job.end, end), 3)})
+                for step in (job.start, job.end):
+                    if start < step < end:
+                        out.append({"entity": node, "kind": "node", "fault": "benign_load_step",
+                                    "template": "workload", "onset": round(step, 3),
+                                    "failure": round(min(step + LOAD_STEP_WINDOW_S, end), 3)})
         return sorted(out, key=lambda x: (x["onset"], x["entity"], x["fault"]))
 
     # -- generation ------------------------------------------------------------------------------
