@@ -30,6 +30,7 @@ class PipelineConfig:
     interval_s: float = 30.0
     reboot_grace_s: float = 600.0
     telemetry_incident_after_s: float = 900.0
+    baseline: bool = False  # run only the static-threshold baseline rules (for evaluation)
     health: HealthConfig = field(default_factory=HealthConfig)
 
 
@@ -74,7 +75,7 @@ class Pipeline:
         self.on_finding = on_finding
         self.resolver = EventResolver(self.mapper, window_s=max(120.0, 4 * self.config.interval_s))
         self.counters = CounterTracker()
-        self.rules = RuleDetector().fit()
+        self.rules = RuleDetector(baseline=self.config.baseline).fit()
         self.health = HealthTracker(self.config.health)
         self.incidents = IncidentBook(self.mapper.topology.rack_of, self.config.telemetry_incident_after_s)
         self.grace_until: dict[str, float] = {}

@@ -17,6 +17,12 @@ Rules (ARCHITECTURE §5):
   shutdown limit ``failed``.
 * Host: EDAC uncorrected, fatal MCE ``failed``; corrected MCE ``suspect``.
 
+``baseline=True`` keeps only what shipped static-threshold tools (DCGM health checks, NVSentinel) act on:
+any DBE increase, any Xid of the hardware set (as fatal), a row-remap failure, AER fatal, EDAC
+uncorrected and fatal MCE, GPU temperature at the slowdown/shutdown limits, ``link_downed`` increase, a
+port not ACTIVE or an mlx5 "Link down", symbol errors above 120/h. It is the yardstick the evaluation
+reports beside raswarden's own detectors.
+
 Discrete events hold their evidence for a while (``event_hold_s``; ``failed_hold_s`` for hard
 faults) so that the health hysteresis sees them; level rules hold only while the level lasts.
 """
@@ -127,6 +133,7 @@ class RuleDetector:
         hbm_temp_limit_c: float = 95.0,
         app_xid_repeats: int = 3,
         app_xid_window_s: float = 86400.0,
+        baseline: bool = False,
     ):
         self.event_hold_s = event_hold_s
         self.failed_hold_s = failed_hold_s
@@ -141,6 +148,7 @@ class RuleDetector:
         self.hbm_temp_limit_c = hbm_temp_limit_c
         self.app_xid_repeats = app_xid_repeats
         self.app_xid_window_s = app_xid_window_s
+        self.baseline = baseline
 
     # -- scikit-learn style -------------------------------------------------------------------
     def fit(self, X=None, y=None) -> RuleDetector:
@@ -216,11 +224,17 @@ class RuleDetector:
         text = f"Xid {code}" + (f" {rule.mnemonic}" if rule else "") + (f": {message}" if message else "")
         if rule is None:
             self.unknown_xids_[code if code is not None else -1] += 1
+            if self.baseline:
+                return
             ev = Evidence(entity, State.SUSPECT, "gpu_compute", [f"{text} (Xid {code} is not in the catalog)"])
             self._latch(ev, now + self.event_hold_s)
             return
         if rule.state == "application":
-            self._app_xid(entity, code, message, ts, now)
+            if not self.baseline:
+                self._app_xid(entity, code, message, ts, now)
+            return
+        if self.baseline:  # shipped tools: any Xid of the hardware set is fatal
+            self._latch(Evidence(entity, State.FAILED, rule.category, [text], hard=True), now + self.failed_hold_s)
             return
         if rule.state == "recovery_action":
             lowered = message.lower()
@@ -260,6 +274,8 @@ class RuleDetector:
         if severity == "fatal":
             self._latch(Evidence(entity, State.FAILED, category, [f"PCIe AER {message}"], hard=True),
                         now + self.failed_hold_s)
+        elif self.baseline:
+            return
         elif severity == "uncorrected":
             self._latch(Evidence(entity, State.SUBHEALTHY, category, [f"PCIe AER {message}"]), now + self.event_hold_s)
         else:
@@ -274,6 +290,8 @@ class RuleDetector:
         if severity in ("fatal", "uncorrected"):
             self._latch(Evidence(entity, State.FAILED, "host", [f"{label} {severity}: {message}"], hard=True),
                         now + self.failed_hold_s)
+        elif self.baseline:
+            return
         elif kind == "mce" and severity == "corrected":
             self._latch(Evidence(entity, State.SUSPECT, "host", [f"MCE corrected: {message}"]), now + self.event_hold_s)
         elif kind == "edac" and severity == "corrected":
@@ -294,7 +312,7 @@ class RuleDetector:
                 ev = Evidence(entity, State.FAILED, "gpu_memory",
                               [f"uncorrectable (double-bit) ECC errors +{increase:.0f}"], hard=True)
                 self._latch(ev, now + self.failed_hold_s)
-            elif metric in ("row_remap_uncorrectable_total", "retired_pages_dbe_total"):
+            elif metric in ("row_remap_uncorrectable_total", "retired_pages_dbe_total") and not self.baseline:
                 what = "row remapped for an uncorrectable error" if metric.startswith("row") else "page retired (DBE)"
                 self._latch(Evidence(entity, State.SUBHEALTHY, "gpu_memory", [f"{what} +{increase:.0f}"]),
                             now + self.event_hold_s)
@@ -313,6 +331,8 @@ class RuleDetector:
             ("link_error_recovery_total", self.link_recovery_per_hour, "fabric_link", "link error recoveries"),
         )
         for metric, limit, category, words in rates:
+            if self.baseline and metric != "symbol_error_total":
+                continue
             part = inc[inc["metric"] == metric]
             for entity, increase in zip(part["entity"], part["increase"]):
                 rate = self._hourly.add(f"{metric}|{entity}", now, float(increase))
@@ -329,10 +349,12 @@ class RuleDetector:
         peak = g["max"].to_numpy()
         hit = (
             ((metric == "gpu_temp_c") & (peak >= self.gpu_temp_slowdown_c))
-            | ((metric == "hbm_temp_c") & (peak >= self.hbm_temp_limit_c))
-            | (((metric == "throttle_thermal") | (metric == "row_remap_failure")) & (last >= 1))
+            | ((metric == "row_remap_failure") & (last >= 1))
             | ((metric == "port_state") & (last != PORT_ACTIVE) & ~np.isnan(last))
         )
+        if not self.baseline:
+            hit |= ((metric == "hbm_temp_c") & (peak >= self.hbm_temp_limit_c)) | (
+                (metric == "throttle_thermal") & (last >= 1))
         if not hit.any():
             return
         g = g[hit]

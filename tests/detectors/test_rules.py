@@ -99,3 +99,15 @@ def test_rate_rule_fires_only_above_the_limit():
     for k in range(121, 241):
         ev = run(det, 30.0 * k, inc=symbols(3.0))
     assert worst(ev, "n/mlx5_0:1") == State.SUBHEALTHY
+
+
+def test_baseline_keeps_only_the_static_thresholds():
+    det = RuleDetector(baseline=True).fit()
+    ev = run(det, 30, [xid(20, "n/gpu0", 63, "Row Remapper"), xid(20, "n/gpu1", 13), xid(20, "n/gpu2", 999)])
+    assert worst(ev, "n/gpu0") == State.FAILED  # any hardware Xid is fatal to a static tool
+    assert worst(ev, "n/gpu1") == State.HEALTHY and worst(ev, "n/gpu2") == State.HEALTHY
+    inc = pd.DataFrame({"entity": ["n/gpu3"] * 1, "metric": ["pcie_replay_total"], "increase": [10_000.0],
+                        "resets": [0]})
+    g = pd.DataFrame({"entity": ["n/gpu4"], "metric": ["hbm_temp_c"], "last": [99.0], "max": [99.0]})
+    ev = run(det, 60, inc=inc, gauges=g)
+    assert worst(ev, "n/gpu3") == State.HEALTHY and worst(ev, "n/gpu4") == State.HEALTHY

@@ -1,0 +1,185 @@
+"""Scoring findings against ground-truth labels, with the definitions of ARCHITECTURE §5, exactly.
+
+* A **flag** is an entity's transition into ``subhealthy`` or ``failed``; it counts for a fault when it
+  names the faulty entity or the node that holds it.
+* **Recall before failure**: the share of all non-benign labelled faults flagged between their onset and
+  two sampling intervals before their failure (or the end of the trace when they never fail).
+* **Lead time**: failure time minus the first such flag (faults that fail and were flagged in time).
+* **False flags**: flags on entities that carry no non-benign label (and on nodes that hold none), per
+  1,000 node-days of trace; **confounder flags**: the false flags on a benign label's entities (the
+  entity, or what it holds: a node's devices, a rack's nodes and devices) during its window.
+* **Hard-fault latency**: first ``failed`` flag (on or after the failure) minus the failure time.
+* **Precision**: flags that count for some fault over all flags.
+"""
+
+from __future__ import annotations
+
+from collections import defaultdict
+from collections.abc import Callable, Iterable
+from dataclasses import dataclass, field
+
+import numpy as np
+
+FLAG_STATES = ("subhealthy", "failed")
+
+
+@dataclass(frozen=True)
+class Fault:
+    """A ground-truth label (ARCHITECTURE §8)."""
+
+    entity: str
+    fault: str
+    onset: float
+    failure: float | None
+    kind: str = ""
+    template: str = ""
+
+    @property
+    def benign(self) -> bool:
+        return self.fault.startswith("benign_")
+
+    @classmethod
+    def from_dict(cls, d: dict) -> Fault:
+        return cls(str(d["entity"]), str(d["fault"]), float(d["onset"]),
+                   None if d.get("failure") is None else float(d["failure"]), str(d.get("kind", "")),
+                   str(d.get("template", "")))
+
+
+@dataclass(frozen=True)
+class Flag:
+    ts: float
+    entity: str
+    state: str
+
+
+def flags_from_findings(findings: Iterable[dict]) -> list[Flag]:
+    """The flags among findings (transitions into sub-healthy or failed)."""
+    return [Flag(float(f["ts"]), str(f["entity"]), str(f["state"])) for f in findings if f["state"] in FLAG_STATES]
+
+
+def _node(entity: str) -> str:
+    return entity.split("/", 1)[0]
+
+
+@dataclass
+class ClassScore:
+    """Figures for one fault class."""
+
+    faults: int = 0
+    flagged_before_failure: int = 0
+    lead_times_s: list[float] = field(default_factory=list)
+    hard_faults: int = 0
+    hard_latencies_s: list[float] = field(default_factory=list)
+
+    @property
+    def recall(self) -> float:
+        return self.flagged_before_failure / self.faults if self.faults else float("nan")
+
+    def as_dict(self) -> dict:
+        lead = np.asarray(self.lead_times_s)
+        lat = np.asarray(self.hard_latencies_s)
+        return {
+            "faults": self.faults,
+            "recall_before_failure": round(self.recall, 4) if self.faults else None,
+            "lead_time_median_s": float(np.median(lead)) if len(lead) else None,
+            "lead_time_p10_s": float(np.percentile(lead, 10)) if len(lead) else None,
+            "hard_faults": self.hard_faults,
+            "hard_faults_failed": len(lat),
+            "hard_latency_median_s": float(np.median(lat)) if len(lat) else None,
+            "hard_latency_max_s": float(lat.max()) if len(lat) else None,
+        }
+
+
+@dataclass
+class Evaluation:
+    """The result of :func:`evaluate`."""
+
+    by_class: dict[str, ClassScore]
+    flags: int
+    true_flags: int
+    false_flags: int
+    confounder_flags: int
+    node_days: float
+    onset_to_failure_s: list[float]
+
+    @property
+    def all_faults(self) -> ClassScore:
+        total = ClassScore()
+        for s in self.by_class.values():
+            total.faults += s.faults
+            total.flagged_before_failure += s.flagged_before_failure
+            total.lead_times_s += s.lead_times_s
+            total.hard_faults += s.hard_faults
+            total.hard_latencies_s += s.hard_latencies_s
+        return total
+
+    @property
+    def false_flags_per_1000_node_days(self) -> float:
+        return 1000.0 * self.false_flags / self.node_days if self.node_days else float("nan")
+
+    @property
+    def precision(self) -> float:
+        return self.true_flags / self.flags if self.flags else float("nan")
+
+    def as_dict(self) -> dict:
+        window = np.asarray(self.onset_to_failure_s)
+        return {
+            "by_class": {k: v.as_dict() for k, v in sorted(self.by_class.items())},
+            "all": self.all_faults.as_dict(),
+            "flags": self.flags,
+            "false_flags": self.false_flags,
+            "false_flags_per_1000_node_days": round(self.false_flags_per_1000_node_days, 4),
+            "confounder_flags": self.confounder_flags,
+            "precision": round(self.precision, 4) if self.flags else None,
+            "node_days": round(self.node_days, 3),
+            "onset_to_failure_median_s": float(np.median(window)) if len(window) else None,
+        }
+
+
+def evaluate(
+    flags: list[Flag],
+    labels: list[Fault],
+    trace_end: float,
+    node_days: float,
+    interval_s: float,
+    holds: Callable[[str, str], bool] | None = None,
+) -> Evaluation:
+    """Score flags against labels. ``holds(container, entity)`` says whether a benign label's entity
+    (a rack, say) holds an entity; by default a node holds the devices named ``node/...``."""
+    holds = holds or (lambda container, entity: entity == container or _node(entity) == container)
+    faults = [lb for lb in labels if not lb.benign]
+    benign = [lb for lb in labels if lb.benign]
+    faulty_entities = {f.entity for f in faults}
+    faulty_nodes = {_node(f.entity) for f in faults}
+    by_entity: dict[str, list[Flag]] = defaultdict(list)
+    for fl in sorted(flags, key=lambda f: f.ts):
+        by_entity[fl.entity].append(fl)
+
+    by_class: dict[str, ClassScore] = defaultdict(ClassScore)
+    windows = []
+    for f in faults:
+        score = by_class[f.fault]
+        score.faults += 1
+        candidates = sorted(by_entity.get(f.entity, []) + (by_entity.get(_node(f.entity), [])
+                                                            if _node(f.entity) != f.entity else []),
+                            key=lambda x: x.ts)
+        deadline = (f.failure - 2 * interval_s) if f.failure is not None else trace_end
+        early = [x for x in candidates if f.onset <= x.ts <= deadline]
+        if early:
+            score.flagged_before_failure += 1
+            if f.failure is not None:
+                score.lead_times_s.append(f.failure - early[0].ts)
+        if f.failure is not None:
+            windows.append(f.failure - f.onset)
+            score.hard_faults += 1
+            failed = [x for x in candidates if x.state == "failed" and x.ts >= f.failure]
+            if failed:
+                score.hard_latencies_s.append(failed[0].ts - f.failure)
+
+    n_flags = len(flags)
+    true_flags = sum(1 for fl in flags if fl.entity in faulty_entities or fl.entity in faulty_nodes)
+    false = [fl for fl in flags if fl.entity not in faulty_entities and fl.entity not in faulty_nodes]
+    confounder = sum(1 for fl in false if any(lb.onset <= fl.ts <= (lb.failure if lb.failure is not None
+                                                                    else trace_end) and holds(lb.entity, fl.entity)
+                                              for lb in benign))
+    return Evaluation(dict(by_class), n_flags, true_flags, len(false), confounder, node_days, windows)
