@@ -5,6 +5,7 @@ from __future__ import annotations
 import argparse
 import contextlib
 import datetime as dt
+import json
 import logging
 import sys
 from collections import Counter
@@ -146,6 +147,44 @@ def cmd_convert(args: argparse.Namespace) -> int:
     return 0
 
 
+def _hours(seconds) -> str:
+    return "-" if seconds is None else f"{seconds / 3600:.2f} h"
+
+
+def cmd_evaluate(args: argparse.Namespace) -> int:
+    from rich.table import Table
+
+    from daemon.evaluate import compare
+
+    console = _console()
+    try:
+        result = compare([Path(p) for p in args.trace], interval_s=args.interval)
+    except FileNotFoundError as exc:
+        print(f"raswarden: error: {exc}", file=sys.stderr)
+        return 2
+    ours, base = result.raswarden.as_dict(), result.baseline.as_dict()
+    table = Table(title=f"evaluation over {len(args.trace)} trace(s), {ours['node_days']:g} node-days")
+    for col in ("fault class", "faults", "recall (raswarden / baseline)", "median lead", "p10 lead",
+                "baseline median lead", "hard faults failed", "median latency"):
+        table.add_column(col)
+    rows = list(ours["by_class"].items()) + [("all", ours["all"])]
+    for name, r in rows:
+        b = base["by_class"].get(name, base["all"]) if name != "all" else base["all"]
+        table.add_row(name, str(r["faults"]), f"{r['recall_before_failure']} / {b['recall_before_failure']}",
+                      _hours(r["lead_time_median_s"]), _hours(r["lead_time_p10_s"]), _hours(b["lead_time_median_s"]),
+                      f"{r['hard_faults_failed']}/{r['hard_faults']}",
+                      "-" if r["hard_latency_median_s"] is None else f"{r['hard_latency_median_s']:.0f} s")
+    console.print(table)
+    for label, d in (("raswarden", ours), ("baseline", base)):
+        console.print(f"{label}: {d['flags']} flags, {d['false_flags']} false "
+                      f"({d['false_flags_per_1000_node_days']} per 1,000 node-days), "
+                      f"{d['confounder_flags']} on confounders, precision {d['precision']}")
+    if args.json:
+        Path(args.json).write_text(json.dumps(result.as_dict(), indent=2))
+        console.print(f"wrote {args.json}")
+    return 0
+
+
 DEFAULT_LIBRARY = Path(__file__).resolve().parent.parent / "fixtures" / "faults"
 
 
@@ -214,6 +253,16 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("--out", required=True, metavar="DIR", help="output directory")
     p.add_argument("--format", choices=("parquet", "csv"), default="parquet")
     p.set_defaults(func=cmd_convert)
+
+    p = sub.add_parser("evaluate", help="score findings on labelled traces, beside the static baseline",
+                       description="Replay labelled traces (labels.jsonl) with raswarden's detectors and with the "
+                                   "static-threshold baseline, and report per fault class the recall before "
+                                   "failure, lead time, hard-fault latency, false and confounder flags "
+                                   "(ARCHITECTURE §5).")
+    p.add_argument("trace", nargs="+", help="trace directories, each with labels.jsonl")
+    p.add_argument("--json", metavar="FILE", help="also write the figures as JSON")
+    p.add_argument("--interval", type=float, default=30.0, help="tick interval in seconds (default 30)")
+    p.set_defaults(func=cmd_evaluate)
 
     p = sub.add_parser("simulate", help="simulate a supernode from a scenario and write it as a trace",
                        description="Generate a simulated supernode (workload, physics, fault templates and "

@@ -33,3 +33,22 @@ def test_help_everywhere():
     for args in (["--help"], ["replay", "--help"], ["convert", "--help"]):
         r = subprocess.run([sys.executable, "-m", "daemon", *args], capture_output=True, text=True)
         assert r.returncode == 0 and "usage: raswarden" in r.stdout
+
+
+def test_evaluate_cli_beside_the_baseline(trace_dir, tmp_path, capsys):
+    out = tmp_path / "eval.json"
+    assert main(["evaluate", str(trace_dir), "--json", str(out)]) == 0
+    text = capsys.readouterr().out
+    assert "recall (raswarden / baseline)" in text and "raswarden: " in text and "baseline: " in text
+    d = json.loads(out.read_text())
+    assert d["raswarden"]["all"]["faults"] == 3 and d["raswarden"]["all"]["recall_before_failure"] == 1.0
+    assert d["raswarden"]["false_flags"] == 0 and d["raswarden"]["confounder_flags"] == 0
+    assert d["raswarden"]["all"]["hard_faults_failed"] == 3
+    # The baseline sees the PCIe fault only when the GPU is gone: no early flag.
+    assert d["baseline"]["by_class"]["gpu_off_bus"]["recall_before_failure"] == 0.0
+
+
+def test_evaluate_needs_labels(tmp_path, capsys):
+    (tmp_path / "x.json").write_text("")
+    assert main(["evaluate", str(tmp_path)]) == 2
+    assert "no labels.jsonl" in capsys.readouterr().err
