@@ -19,7 +19,9 @@ from daemon.naming import SeriesMapper
 from daemon.resolve import EventResolver
 from daemon.store import Store
 from detectors.counters import CounterTracker
+from detectors.peer import PeerDeviation
 from detectors.rules import RuleDetector, TickInput
+from detectors.trend import TrendDetector
 from detectors.schema import State, entity_kind, events_frame, is_counter, node_of
 
 
@@ -76,6 +78,8 @@ class Pipeline:
         self.resolver = EventResolver(self.mapper, window_s=max(120.0, 4 * self.config.interval_s))
         self.counters = CounterTracker()
         self.rules = RuleDetector(baseline=self.config.baseline).fit()
+        # The statistical detectors run beside the rules, except for the static baseline.
+        self.detectors = [] if self.config.baseline else [PeerDeviation().fit(), TrendDetector().fit()]
         self.health = HealthTracker(self.config.health)
         self.incidents = IncidentBook(self.mapper.topology.rack_of, self.config.telemetry_incident_after_s)
         self.grace_until: dict[str, float] = {}
@@ -110,7 +114,10 @@ class Pipeline:
                 self.grace_until[node_of(entity)] = now + self.config.reboot_grace_s
         grace = frozenset(n for n, t in self.grace_until.items() if t >= now)
 
-        evidence = self.rules.update(TickInput(now, events, increases, gauges, grace))
+        tick_input = TickInput(now, events, increases, gauges, grace)
+        evidence = self.rules.update(tick_input)
+        for detector in self.detectors:
+            evidence += detector.update(tick_input)
         self.health.observe(seen, now)
         self.health.observe(set(events["entity"]), now)
         transitions = self.health.update(now, evidence)
