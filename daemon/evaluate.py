@@ -49,12 +49,7 @@ def merge(evaluations: list[Evaluation]) -> Evaluation:
     by_class: dict[str, ClassScore] = {}
     for ev in evaluations:
         for name, s in ev.by_class.items():
-            t = by_class.setdefault(name, ClassScore())
-            t.faults += s.faults
-            t.flagged_before_failure += s.flagged_before_failure
-            t.lead_times_s += s.lead_times_s
-            t.hard_faults += s.hard_faults
-            t.hard_latencies_s += s.hard_latencies_s
+            by_class.setdefault(name, ClassScore()).add(s)
     return Evaluation(by_class, sum(e.flags for e in evaluations), sum(e.true_flags for e in evaluations),
                       sum(e.false_flags for e in evaluations), sum(e.confounder_flags for e in evaluations),
                       sum(e.node_days for e in evaluations), [w for e in evaluations for w in e.onset_to_failure_s])

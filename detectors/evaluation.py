@@ -75,6 +75,15 @@ class ClassScore:
     def recall(self) -> float:
         return self.flagged_before_failure / self.faults if self.faults else float("nan")
 
+    def add(self, other: ClassScore) -> ClassScore:
+        """Pool another score into this one; returns self."""
+        self.faults += other.faults
+        self.flagged_before_failure += other.flagged_before_failure
+        self.lead_times_s += other.lead_times_s
+        self.hard_faults += other.hard_faults
+        self.hard_latencies_s += other.hard_latencies_s
+        return self
+
     def as_dict(self) -> dict:
         lead = np.asarray(self.lead_times_s)
         lat = np.asarray(self.hard_latencies_s)
@@ -106,11 +115,7 @@ class Evaluation:
     def all_faults(self) -> ClassScore:
         total = ClassScore()
         for s in self.by_class.values():
-            total.faults += s.faults
-            total.flagged_before_failure += s.flagged_before_failure
-            total.lead_times_s += s.lead_times_s
-            total.hard_faults += s.hard_faults
-            total.hard_latencies_s += s.hard_latencies_s
+            total.add(s)
         return total
 
     @property
