@@ -23,6 +23,7 @@ from pathlib import Path
 import numpy as np
 import yaml
 
+from daemon.batch import Batch
 from daemon.formats.columnar import ColumnarWriter
 from daemon.sim.engine import SimChunk, Simulator, chunk_to_batch, emitted_metrics
 
@@ -84,9 +85,10 @@ class TraceWriter:
 
     def write(self, chunk: SimChunk) -> None:
         if self.fmt == "parquet":
-            batch = chunk_to_batch(self.sim, chunk)
-            self._columnar.write(batch)
-            self.samples += len(batch.samples)
+            # Samples only: the kernel lines go to the journal below, as in the OpenMetrics form.
+            samples = chunk_to_batch(self.sim, chunk).samples
+            self._columnar.write(Batch(samples=samples))
+            self.samples += len(samples)
         else:
             self._ts.append(chunk.ts)
             for metric, _, _ in self._gpu_series:

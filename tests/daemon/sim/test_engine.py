@@ -157,3 +157,14 @@ def test_same_seed_same_bytes_other_seed_other_bytes(library, tmp_path):
     match, mismatch, errors = filecmp.cmpfiles(tmp_path / "a", tmp_path / "b", files, shallow=False)
     assert mismatch == [] and errors == []
     assert not filecmp.cmp(tmp_path / "a" / "dcgm-exporter.om", tmp_path / "c" / "dcgm-exporter.om", shallow=False)
+
+
+def test_parquet_form_carries_events_once(library, tmp_path):
+    from daemon.replay import replay
+
+    faults = [FAULTS[1]]  # gpu_off_bus: AER lines and an Xid
+    simulate_to(make(library, faults, accelerators=16, duration="3h"), tmp_path / "om")
+    simulate_to(make(library, faults, accelerators=16, duration="3h"), tmp_path / "pq", "parquet")
+    assert not (tmp_path / "pq" / "events.parquet").exists()
+    a, b = replay([tmp_path / "om"]), replay([tmp_path / "pq"])
+    assert a.stats.events == b.stats.events > 0 and a.stats.samples == b.stats.samples
