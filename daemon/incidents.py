@@ -32,6 +32,7 @@ class Incident:
     evidence: list[str] = field(default_factory=list)
     closed_at: float | None = None
     close_reason: str = ""
+    parent: str | None = None  # the rack/cooling incident this one is grouped under
 
     @property
     def open(self) -> bool:
@@ -47,9 +48,10 @@ def incident_id(fingerprint: str, opened_at: float) -> str:
 class IncidentBook:
     """Opens, updates and closes incidents from health transitions."""
 
-    def __init__(self, rack_of=lambda node: None, telemetry_after_s: float = 900.0):
+    def __init__(self, rack_of=lambda node: None, telemetry_after_s: float = 900.0, rack_nodes: int = 3):
         self.rack_of = rack_of
         self.telemetry_after_s = telemetry_after_s
+        self.rack_nodes = rack_nodes
         self.open: dict[str, Incident] = {}
         self.closed: list[Incident] = []
         self.changed: list[Incident] = []
@@ -107,6 +109,39 @@ class IncidentBook:
             self.raise_(ts, node, category or "host", new, reasons)
         elif new in (State.HEALTHY, State.SUSPECT):
             self.resolve(ts, node, "recovered")
+
+    def escalate(self, ts: float) -> None:
+        """Group several nodes' incidents of one category in one rack under a single rack incident.
+
+        ``rack_nodes`` or more distinct nodes with open incidents of the same category in a rack is a rack
+        problem (a cooling loop, a leaf switch, a power feed), not N node problems: the rack incident opens
+        and the node incidents point to it (``parent``), so playbooks act on the rack, not on each node.
+        It closes when fewer than ``rack_nodes`` nodes remain.
+        """
+        groups: dict[tuple[str, str], list[Incident]] = {}
+        for inc in self.open.values():
+            if inc.kind in ("rack",) or inc.category == "telemetry" or inc.rack is None:
+                continue
+            groups.setdefault((inc.rack, inc.category), []).append(inc)
+        for (rack, category), members in sorted(groups.items()):
+            nodes = sorted({self._node(m.entity) for m in members})
+            fingerprint = f"{rack}|{category}"
+            if len(nodes) >= self.rack_nodes:
+                worst = max(m.severity for m in members)
+                reason = f"{len(nodes)} nodes of {rack} with {category} incidents: {', '.join(nodes[:8])}" + (
+                    " ..." if len(nodes) > 8 else "")
+                parent = self.open.get(fingerprint)
+                if parent is None or reason not in parent.evidence:
+                    parent = self.raise_(ts, rack, category, worst, [reason])
+                    parent.kind, parent.rack = "rack", rack
+                for m in members:
+                    if m.parent != parent.id:
+                        m.parent = parent.id
+                        self.changed.append(m)
+        for fp, inc in list(self.open.items()):
+            if inc.kind == "rack" and fp not in {f"{r}|{c}" for (r, c), ms in groups.items()
+                                                 if len({self._node(m.entity) for m in ms}) >= self.rack_nodes}:
+                self.resolve(ts, inc.entity, "fewer nodes affected", inc.category)
 
     def on_stale(self, ts: float, node: str, stale_since: float | None) -> None:
         """Open or close a node's telemetry incident."""

@@ -124,6 +124,7 @@ class Pipeline:
         findings = self._findings(now, transitions)
         for node in sorted(self.node_seen):
             self.incidents.on_stale(now, node, self.node_stale_since.get(node))
+        self.incidents.escalate(now)
         changed = self.incidents.take_changed()
         if self.store is not None:
             self.store.upsert_entities(self.new_entities)

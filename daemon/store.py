@@ -68,6 +68,7 @@ class IncidentRow(SQLModel, table=True):
     closed_at: float | None = None
     rack: str | None = None
     close_reason: str = ""
+    parent: str | None = Field(default=None, index=True)
     evidence: list = Field(default_factory=list, sa_column=Column(JSON, nullable=False))
 
 
@@ -175,7 +176,7 @@ class Store:
                     id=inc.id, fingerprint=inc.fingerprint, entity=inc.entity, kind=inc.kind,
                     category=inc.category, severity=inc.severity.label, status="open" if inc.open else "closed",
                     opened_at=inc.opened_at, updated_at=inc.updated_at, closed_at=inc.closed_at, rack=inc.rack,
-                    close_reason=inc.close_reason, evidence=list(inc.evidence),
+                    close_reason=inc.close_reason, evidence=list(inc.evidence), parent=inc.parent,
                 ))
             for h in health:
                 s.merge(HealthRow(**h))
