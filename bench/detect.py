@@ -1,0 +1,79 @@
+#!/usr/bin/env python3
+"""Detection benchmark: one tick (features + every detector + health + incidents) at scale (issue 4; not a test).
+
+For 1,000, 10,000 and 100,000 accelerators (with half as many fabric ports), drives the simulator's
+telemetry for the sizes through ``Pipeline.tick`` in its own process and reports the median and worst
+wall time per tick after warm-up, and peak RSS. Target: ≤ 2 s per tick at 100,000 on one core, peak ≤ 4 GB,
+growing linearly. Prints a table and writes JSON (default bench/results/detect.json).
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import resource
+import subprocess
+import sys
+import time
+from pathlib import Path
+
+ROOT = Path(__file__).resolve().parent.parent
+sys.path.insert(0, str(ROOT))
+
+
+def phase(accelerators: int, ticks: int) -> dict:
+    import numpy as np
+
+    from daemon.naming import SeriesMapper
+    from daemon.pipeline import Pipeline, PipelineConfig
+    from daemon.sim.engine import Simulator, chunk_to_batch
+    from daemon.sim.scenario import Scenario
+    from daemon.timeorder import tick_index
+
+    sc = Scenario.from_dict({"name": "bench", "seed": 1, "topology": {"accelerators": accelerators},
+                             "duration": f"{(ticks + 1) * 30}s", "resolution": "30s", "profile": "full",
+                             "faults": [{"entity": "random", "fault": "hbm_degradation", "template": "b",
+                                         "onset": "0s", "failure": "1h"}]})
+    sim = Simulator(sc, ROOT / "fixtures" / "faults")
+    pipeline = Pipeline(SeriesMapper(), PipelineConfig(interval_s=30.0))
+    times = []
+    for chunk in sim.chunks(chunk_steps=1):
+        batch = chunk_to_batch(sim, chunk)
+        now = float(tick_index(np.array([chunk.ts[-1]]), 30.0)[0] * 30.0)
+        t = time.perf_counter()
+        pipeline.tick(now, batch)
+        times.append(time.perf_counter() - t)
+    warm = sorted(times[2:]) or sorted(times)
+    return {"accelerators": accelerators, "ports": sim.topo.n_ports, "ticks": len(times),
+            "samples_per_tick": int(len(batch.samples)),
+            "tick_median_s": round(warm[len(warm) // 2], 3), "tick_max_s": round(warm[-1], 3),
+            "peak_rss_mb": round(resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 1024)}
+
+
+def main() -> None:
+    ap = argparse.ArgumentParser(description=__doc__.split("\n")[0])
+    ap.add_argument("--sizes", default="1000,10000,100000")
+    ap.add_argument("--ticks", type=int, default=12)
+    ap.add_argument("--out", type=Path, default=ROOT / "bench" / "results" / "detect.json")
+    ap.add_argument("--phase", nargs=2, help=argparse.SUPPRESS)
+    args = ap.parse_args()
+    if args.phase:
+        print(json.dumps(phase(int(args.phase[0]), int(args.phase[1]))))
+        return
+    rows = []
+    for size in (int(x) for x in args.sizes.split(",")):
+        size -= size % 8
+        r = subprocess.run([sys.executable, __file__, "--phase", str(size), str(args.ticks)], capture_output=True,
+                           text=True, check=True)
+        row = json.loads(r.stdout.strip().splitlines()[-1])
+        rows.append(row)
+        print(f"{row['accelerators']:>7,} accelerators {row['ports']:>6,} ports {row['samples_per_tick']:>10,} "
+              f"samples/tick: median {row['tick_median_s']:.3f} s, max {row['tick_max_s']:.3f} s, "
+              f"peak {row['peak_rss_mb']:,} MB", flush=True)
+    args.out.parent.mkdir(parents=True, exist_ok=True)
+    args.out.write_text(json.dumps({"rows": rows}, indent=2))
+    print(f"wrote {args.out}")
+
+
+if __name__ == "__main__":
+    main()
