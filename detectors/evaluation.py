@@ -8,7 +8,10 @@
 * **False flags**: flags on entities that carry no non-benign label (and on nodes that hold none), per
   1,000 node-days of trace; **confounder flags**: the false flags on a benign label's entities (the
   entity, or what it holds: a node's devices, a rack's nodes and devices) during its window.
-* **Hard-fault latency**: first ``failed`` flag (on or after the failure) minus the failure time.
+* **Hard-fault latency**: first ``failed`` flag (after the onset) minus the failure time; negative when
+  raswarden had already called the entity failed (a DBE before the final Xid, a GPU at its shutdown
+  temperature before it drops off). A hard fault counts as failed in time when that flag comes no later
+  than one interval after the failure.
 * **Precision**: flags that count for some fault over all flags.
 """
 
@@ -69,6 +72,7 @@ class ClassScore:
     flagged_before_failure: int = 0
     lead_times_s: list[float] = field(default_factory=list)
     hard_faults: int = 0
+    failed_in_time: int = 0
     hard_latencies_s: list[float] = field(default_factory=list)
 
     @property
@@ -81,6 +85,7 @@ class ClassScore:
         self.flagged_before_failure += other.flagged_before_failure
         self.lead_times_s += other.lead_times_s
         self.hard_faults += other.hard_faults
+        self.failed_in_time += other.failed_in_time
         self.hard_latencies_s += other.hard_latencies_s
         return self
 
@@ -93,7 +98,7 @@ class ClassScore:
             "lead_time_median_s": float(np.median(lead)) if len(lead) else None,
             "lead_time_p10_s": float(np.percentile(lead, 10)) if len(lead) else None,
             "hard_faults": self.hard_faults,
-            "hard_faults_failed": len(lat),
+            "hard_faults_failed": self.failed_in_time,
             "hard_latency_median_s": float(np.median(lat)) if len(lat) else None,
             "hard_latency_max_s": float(lat.max()) if len(lat) else None,
         }
@@ -177,9 +182,11 @@ def evaluate(
         if f.failure is not None:
             windows.append(f.failure - f.onset)
             score.hard_faults += 1
-            failed = [x for x in candidates if x.state == "failed" and x.ts >= f.failure]
+            failed = [x for x in candidates if x.state == "failed" and x.ts >= f.onset]
             if failed:
                 score.hard_latencies_s.append(failed[0].ts - f.failure)
+                if failed[0].ts <= f.failure + interval_s:
+                    score.failed_in_time += 1
 
     n_flags = len(flags)
     true_flags = sum(1 for fl in flags if fl.entity in faulty_entities or fl.entity in faulty_nodes)

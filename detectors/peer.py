@@ -40,6 +40,7 @@ class PeerDeviation:
         """Nothing to learn up front: the state is the smoothed residual per accelerator."""
         self.threshold_ = self.z_threshold
         self._smooth: dict[tuple[str, str], tuple[float, float]] = {}
+        self._slow_now: set[str] = set()
         return self
 
     def _ewma(self, key: tuple[str, str], value: float, now: float) -> float:
@@ -126,7 +127,12 @@ class PeerDeviation:
         for i in np.flatnonzero(np.isfinite(ratio)):
             entity = ids[i]
             smooth = self._ewma((entity, "clock_ratio"), float(ratio[i]), now)
-            if smooth <= self.slow_ratio:
+            # Hysteresis: enter at slow_ratio, leave only above slow_ratio + 0.05.
+            limit = self.slow_ratio + (0.05 if entity in self._slow_now else 0.0)
+            if smooth > limit:
+                self._slow_now.discard(entity)
+            else:
+                self._slow_now.add(entity)
                 reason = (f"{entity.split('/', 1)[1]} SM clock at {smooth:.0%} of its busy peers' "
                           f"({median[codes[i]]:.0f} MHz)")
                 out.append(Evidence(entity, State.SUBHEALTHY, "gpu_compute", [reason], detector=self.name,

@@ -240,7 +240,8 @@ class RuleDetector:
             lowered = message.lower()
             if "reboot" in lowered:
                 level, hard = State.FAILED, True
-            elif "reset" in lowered or "drain" in lowered:
+            elif "reset" in lowered or "drain" in lowered or "dcgm_fi_dev_xid_errors" in lowered:
+                # The gauge reports the code only: the action is unknown, so not more than sub-healthy.
                 level, hard = State.SUBHEALTHY, False
             else:
                 return

@@ -54,3 +54,13 @@ def test_findings_to_flags():
     findings = [{"ts": 1, "entity": "a", "state": "suspect"}, {"ts": 2, "entity": "a", "state": "subhealthy"},
                 {"ts": 3, "entity": "a", "state": "healthy"}, {"ts": 4, "entity": "a", "state": "failed"}]
     assert [f.state for f in flags_from_findings(findings)] == ["subhealthy", "failed"]
+
+
+def test_failed_before_the_failure_is_in_time_with_negative_latency():
+    labels = [Fault("n1/gpu0", "hbm_degradation", onset=0.0, failure=10 * H)]
+    flags = [Flag(6 * H, "n1/gpu0", "failed")]
+    s = evaluate(flags, labels, trace_end=20 * H, node_days=1.0, interval_s=30.0).by_class["hbm_degradation"]
+    assert s.hard_latencies_s == [-4 * H] and s.failed_in_time == 1 and s.recall == 1.0
+    late = evaluate([Flag(10 * H + 60, "n1/gpu0", "failed")], labels, trace_end=20 * H, node_days=1.0,
+                    interval_s=30.0).by_class["hbm_degradation"]
+    assert late.failed_in_time == 0 and late.hard_latencies_s == [60.0]
