@@ -11,6 +11,7 @@ bad (escalation), or when no fabric port is left healthy; a node whose telemetry
 from __future__ import annotations
 
 import hashlib
+import math
 from dataclasses import dataclass, field
 
 from detectors.schema import State, entity_kind
@@ -48,10 +49,14 @@ def incident_id(fingerprint: str, opened_at: float) -> str:
 class IncidentBook:
     """Opens, updates and closes incidents from health transitions."""
 
-    def __init__(self, rack_of=lambda node: None, telemetry_after_s: float = 900.0, rack_nodes: int = 3):
+    def __init__(self, rack_of=lambda node: None, telemetry_after_s: float = 900.0, rack_nodes: int = 3,
+                 rack_fraction: float = 0.1, rack_window_s: float = 3600.0, rack_size=lambda rack: 0):
         self.rack_of = rack_of
         self.telemetry_after_s = telemetry_after_s
         self.rack_nodes = rack_nodes
+        self.rack_fraction = rack_fraction
+        self.rack_window_s = rack_window_s
+        self.rack_size = rack_size
         self.open: dict[str, Incident] = {}
         self.closed: list[Incident] = []
         self.changed: list[Incident] = []
@@ -113,20 +118,26 @@ class IncidentBook:
     def escalate(self, ts: float) -> None:
         """Group several nodes' incidents of one category in one rack under a single rack incident.
 
-        ``rack_nodes`` or more distinct nodes with open incidents of the same category in a rack is a rack
+        Enough distinct nodes of a rack with incidents of the same category opened within
+        ``rack_window_s`` of each other — at least ``rack_nodes`` and ``rack_fraction`` of the rack — is a rack
         problem (a cooling loop, a leaf switch, a power feed), not N node problems: the rack incident opens
         and the node incidents point to it (``parent``), so playbooks act on the rack, not on each node.
-        It closes when fewer than ``rack_nodes`` nodes remain.
+        Independent faults spread over time on a large rack stay node incidents. The rack incident
+        closes when too few nodes remain.
         """
         groups: dict[tuple[str, str], list[Incident]] = {}
         for inc in self.open.values():
             if inc.kind in ("rack",) or inc.category == "telemetry" or inc.rack is None:
                 continue
             groups.setdefault((inc.rack, inc.category), []).append(inc)
+        grouped = set()
         for (rack, category), members in sorted(groups.items()):
+            members = [m for m in members if m.opened_at >= max(x.opened_at for x in members) - self.rack_window_s]
             nodes = sorted({self._node(m.entity) for m in members})
             fingerprint = f"{rack}|{category}"
-            if len(nodes) >= self.rack_nodes:
+            needed = max(self.rack_nodes, math.ceil(self.rack_fraction * self.rack_size(rack)))
+            if len(nodes) >= needed:
+                grouped.add(fingerprint)
                 worst = max(m.severity for m in members)
                 reason = f"{len(nodes)} nodes of {rack} with {category} incidents: {', '.join(nodes[:8])}" + (
                     " ..." if len(nodes) > 8 else "")
@@ -139,8 +150,7 @@ class IncidentBook:
                         m.parent = parent.id
                         self.changed.append(m)
         for fp, inc in list(self.open.items()):
-            if inc.kind == "rack" and fp not in {f"{r}|{c}" for (r, c), ms in groups.items()
-                                                 if len({self._node(m.entity) for m in ms}) >= self.rack_nodes}:
+            if inc.kind == "rack" and fp not in grouped:
                 self.resolve(ts, inc.entity, "fewer nodes affected", inc.category)
 
     def on_stale(self, ts: float, node: str, stale_since: float | None) -> None:

@@ -6,6 +6,7 @@ clock and the source of batches differ. Nothing in here reads a wall clock.
 
 from __future__ import annotations
 
+from collections import Counter
 from dataclasses import dataclass, field
 from collections.abc import Callable
 
@@ -81,7 +82,9 @@ class Pipeline:
         # The statistical detectors run beside the rules, except for the static baseline.
         self.detectors = [] if self.config.baseline else [PeerDeviation().fit(), TrendDetector().fit()]
         self.health = HealthTracker(self.config.health)
-        self.incidents = IncidentBook(self.mapper.topology.rack_of, self.config.telemetry_incident_after_s)
+        rack_sizes = Counter(self.mapper.topology.node_rack.values())
+        self.incidents = IncidentBook(self.mapper.topology.rack_of, self.config.telemetry_incident_after_s,
+                                      rack_size=lambda rack: rack_sizes.get(rack, 0))
         self.grace_until: dict[str, float] = {}
         self.node_seen: dict[str, float] = {}
         self.node_stale_since: dict[str, float] = {}

@@ -30,3 +30,22 @@ def test_several_nodes_in_a_rack_become_one_rack_incident():
     book.on_entity(40, "sn01-b01/gpu3", State.HEALTHY, "", [])
     book.escalate(40)
     assert "r01|gpu_thermal" not in book.open
+
+
+def test_independent_faults_on_a_big_rack_stay_node_incidents():
+    big = {f"sn01-b{i:02d}": "r01" for i in range(1, 81)}
+    book = IncidentBook(big.get, rack_size=lambda rack: 80)  # 80 blades: a rack problem needs 8 nodes
+    for i in range(1, 6):
+        book.on_entity(10 * i, f"sn01-b{i:02d}/gpu0", State.FAILED, "gpu_memory", ["DBE"])
+    book.escalate(60)
+    assert not any(i.kind == "rack" for i in book.open.values())
+    for i in range(6, 10):
+        book.on_entity(100, f"sn01-b{i:02d}/gpu1", State.SUBHEALTHY, "gpu_memory", ["ECC"])
+    book.escalate(100)
+    assert book.open["r01|gpu_memory"].kind == "rack"
+    # Spread over more than the window, they would not have been one problem:
+    book2 = IncidentBook(big.get, rack_size=lambda rack: 80, rack_window_s=3600)
+    for i in range(1, 10):
+        book2.on_entity(i * 7200, f"sn01-b{i:02d}/gpu0", State.FAILED, "gpu_memory", ["DBE"])
+        book2.escalate(i * 7200)
+    assert not any(i.kind == "rack" for i in book2.open.values())
