@@ -224,7 +224,9 @@ class FaultInstance:
             lo, hi = template.window
             failure = onset + float(rng.uniform(lo, hi))
         shift = {i: float(rng.normal(0.0, jitter)) for i in range(len(template.effects) + len(template.events))}
-        for i, e in enumerate(template.effects):  # never move the failure itself
-            if e.start >= 1.0 or e.kind == "vanish":
+        for i, e in enumerate(template.effects):
+            if e.start >= 1.0 or e.kind == "vanish":  # never move the failure itself
                 shift[i] = 0.0
+            else:  # nor anything before the onset: the label's onset is the first deviation
+                shift[i] = max(shift[i], -e.start)
         return cls(template, entity, onset, failure, until, float(rng.lognormal(0.0, 0.25)), shift)

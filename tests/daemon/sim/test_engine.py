@@ -168,3 +168,11 @@ def test_parquet_form_carries_events_once(library, tmp_path):
     assert not (tmp_path / "pq" / "events.parquet").exists()
     a, b = replay([tmp_path / "om"]), replay([tmp_path / "pq"])
     assert a.stats.events == b.stats.events > 0 and a.stats.samples == b.stats.samples
+
+
+def test_nothing_deviates_before_the_labelled_onset(library):
+    sim = make(library, FAULTS, accelerators=64, seed=7)
+    for p in sim.placed:
+        for k, eff in enumerate(p.inst.template.effects):
+            assert eff.start + p.inst.shift.get(k, 0.0) >= 0.0, (p.inst.template.name, k)
+        assert all(ts >= p.inst.onset for ts, _, _ in p.lines)
