@@ -20,9 +20,8 @@ from daemon.naming import SeriesMapper
 from daemon.resolve import EventResolver
 from daemon.store import Store
 from detectors.counters import CounterTracker
-from detectors.peer import PeerDeviation
+from detectors import registry
 from detectors.rules import RuleDetector, TickInput
-from detectors.trend import TrendDetector
 from detectors.schema import State, entity_kind, events_frame, is_counter, node_of
 
 
@@ -78,9 +77,8 @@ class Pipeline:
         self.on_finding = on_finding
         self.resolver = EventResolver(self.mapper, window_s=max(120.0, 4 * self.config.interval_s))
         self.counters = CounterTracker()
-        self.rules = RuleDetector(baseline=self.config.baseline).fit()
-        # The statistical detectors run beside the rules, except for the static baseline.
-        self.detectors = [] if self.config.baseline else [PeerDeviation().fit(), TrendDetector().fit()]
+        self.detectors = registry.build(baseline=self.config.baseline)
+        self.rules = next(d for d in self.detectors if isinstance(d, RuleDetector))
         self.health = HealthTracker(self.config.health)
         rack_sizes = Counter(self.mapper.topology.node_rack.values())
         self.incidents = IncidentBook(self.mapper.topology.rack_of, self.config.telemetry_incident_after_s,
@@ -121,7 +119,7 @@ class Pipeline:
         grace = frozenset(n for n, t in self.grace_until.items() if t >= now)
 
         tick_input = TickInput(now, events, increases, gauges, grace)
-        evidence = self.rules.update(tick_input)
+        evidence = []
         for detector in self.detectors:
             evidence += detector.update(tick_input)
         self.health.observe(seen, now)

@@ -1,0 +1,33 @@
+"""Every registered detector follows the shared interface (scikit-learn conventions, ARCHITECTURE §5)."""
+
+import inspect
+
+import pandas as pd
+import pytest
+
+from detectors.registry import DETECTORS, build
+from detectors.rules import Evidence, TickInput
+from detectors.schema import events_frame
+
+EMPTY = TickInput(30.0, events_frame([]), pd.DataFrame({"entity": [], "metric": [], "increase": [], "resets": []}),
+                  pd.DataFrame({"entity": [], "metric": [], "last": [], "max": []}))
+
+
+@pytest.mark.parametrize("name", sorted(DETECTORS))
+def test_contract(name):
+    cls = DETECTORS[name]
+    assert cls.name == name and cls.__doc__
+    params = inspect.signature(cls.__init__).parameters
+    det = cls()
+    for p in list(params.values())[1:]:  # __init__ only stores its parameters, unchanged
+        assert getattr(det, p.name) == p.default, p.name
+    assert not any(k.endswith("_") and not k.startswith("_") for k in vars(det))  # nothing fitted yet
+    assert det.fit() is det and hasattr(det, "threshold_")
+    out = det.update(EMPTY)
+    assert isinstance(out, list) and all(isinstance(e, Evidence) for e in out)
+
+
+def test_build():
+    assert [d.name for d in build()] == sorted(DETECTORS, key=list(DETECTORS).index)
+    (only,) = build(baseline=True)
+    assert only.name == "rules" and only.baseline
