@@ -59,8 +59,11 @@ class TrendDetector:
         inc = tick.increases
         counts: dict[tuple[str, str], float] = {}
         if not inc.empty:
-            part = inc[inc["metric"].isin(COUNTERS)]
-            for entity, metric, x in zip(part["entity"], part["metric"], part["increase"]):
+            # Only counters that moved: a zero increase only decays S, which the loop below does for the
+            # entities that have any.
+            part = inc[inc["metric"].isin(COUNTERS).to_numpy() & (inc["increase"].to_numpy() > 0)]
+            for entity, metric, x in zip(part["entity"].to_numpy(object), part["metric"].to_numpy(object),
+                                         part["increase"].to_numpy()):
                 counts[(entity, metric)] = float(x)
                 self._seen[(entity, metric)] = now
         keys = set(counts) | set(self._s)
