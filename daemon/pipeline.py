@@ -158,8 +158,8 @@ class Pipeline:
         counters = samples[is_ctr]
         xid_code = np.flatnonzero(met_names == "xid_last")
         is_xid = (met == xid_code[0]) if len(xid_code) else np.zeros(len(met), dtype=bool)
-        xid = pd.DataFrame({"entity": ent_names[ent[is_xid]], "ts": samples["ts"].to_numpy()[is_xid],
-                            "value": samples["value"].to_numpy()[is_xid]})
+        xid = pd.DataFrame({"entity": pd.Series(ent_names[ent[is_xid]], dtype=object),
+                            "ts": samples["ts"].to_numpy()[is_xid], "value": samples["value"].to_numpy()[is_xid]})
         g = ~is_ctr & ~is_xid
         if not g.any():
             return counters, pd.DataFrame({"entity": [], "metric": [], "last": [], "max": []}), xid
@@ -171,16 +171,16 @@ class Pipeline:
         last = values[len(key) - 1 - from_end]
         peak = np.full(len(uniq), -np.inf)
         np.maximum.at(peak, inverse, values)
-        gauges = pd.DataFrame({"entity": ent_names[uniq // (len(met_names) + 1)],
-                               "metric": met_names[uniq % (len(met_names) + 1)], "last": last, "max": peak})
+        gauges = pd.DataFrame({"entity": pd.Series(ent_names[uniq // (len(met_names) + 1)], dtype=object),
+                               "metric": pd.Series(met_names[uniq % (len(met_names) + 1)], dtype=object),
+                               "last": last, "max": peak})
         return counters, gauges, xid
 
     def _seen_entities(self, samples: pd.DataFrame) -> list[str]:
         if samples.empty:
             return []
         codes = np.unique(samples["entity"].cat.codes.to_numpy())
-        cats = samples["entity"].cat.categories
-        seen = [cats[c] for c in codes]
+        seen = np.asarray(samples["entity"].cat.categories, dtype=object)[codes].tolist()
         for e in seen:
             if e not in self.known_entities:
                 self._register(e)

@@ -41,7 +41,7 @@ class CounterTracker:
         self._slot: dict[tuple[str, str], int] = {}
         self._last = np.empty(0, dtype=np.float64)
         self._cats: tuple[np.ndarray, np.ndarray] | None = None
-        self._code_slot: dict[int, int] = {}
+        self._table = np.empty(0, dtype=np.int64)
 
     def __len__(self) -> int:
         return len(self._slot)
@@ -91,31 +91,27 @@ class CounterTracker:
         last = np.empty(len(keys))
         last[g[ends]] = v[ends]
         self._last[slots] = last
-        return pd.DataFrame({"entity": key_ent, "metric": key_met, "increase": total,
-                             "resets": resets.astype(np.int64), "last": last})
+        # Names stay plain object columns: pandas would otherwise build Arrow strings every tick.
+        return pd.DataFrame({"entity": pd.Series(key_ent, dtype=object), "metric": pd.Series(key_met, dtype=object),
+                             "increase": total, "resets": resets.astype(np.int64), "last": last})
 
     def _slots_for(self, keys: np.ndarray, key_ent: np.ndarray, key_met: np.ndarray,
                    ent_names: np.ndarray, met_names: np.ndarray) -> np.ndarray:
-        """Slots of the batch's series; cached per category set, since ticks of a bucket share them."""
-        if self._cats is None or self._cats[0] is not ent_names or self._cats[1] is not met_names:
-            if self._cats is None or not (np.array_equal(self._cats[0], ent_names)
-                                          and np.array_equal(self._cats[1], met_names)):
-                self._code_slot = {}
-            self._cats = (ent_names, met_names)
-        cache = self._code_slot
-        out = np.empty(len(keys), dtype=np.int64)
-        missing = []
-        for i, k in enumerate(keys.tolist()):
-            slot = cache.get(k)
-            if slot is None:
-                missing.append(i)
-            else:
-                out[i] = slot
-        if missing:
+        """Slots of the batch's series, through a code table cached while the categories stay the same
+        (the ticks of a replay bucket or of a collector share them)."""
+        if self._cats is None or not (self._cats[0] is ent_names or np.array_equal(self._cats[0], ent_names)) or not (
+                self._cats[1] is met_names or np.array_equal(self._cats[1], met_names)):
+            self._table = np.full(len(ent_names) * (len(met_names) + 1), -1, dtype=np.int64)
+        self._cats = (ent_names, met_names)
+        out = self._table[keys]
+        missing = np.flatnonzero(out < 0)
+        if len(missing):
             pairs = [(key_ent[i], key_met[i]) for i in missing]
-            for i, slot in zip(missing, self._slots(pairs)):
-                out[i] = cache[int(keys[i])] = int(slot)
+            slots = self._slots(pairs)
+            out[missing] = slots
+            self._table[keys[missing]] = slots
         return out
+
 
 class DecayingCount:
     """Exponentially decaying event counts per key: about "how many in the last ``horizon`` seconds"."""
