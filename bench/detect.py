@@ -11,14 +11,15 @@ from __future__ import annotations
 
 import argparse
 import json
-import resource
-import subprocess
 import sys
 import time
 from pathlib import Path
 
 ROOT = Path(__file__).resolve().parent.parent
 sys.path.insert(0, str(ROOT))
+sys.path.insert(0, str(ROOT / "bench"))
+
+from common import peak_rss_mb, run_phase, write_results  # noqa: E402
 
 
 def phase(accelerators: int, ticks: int) -> dict:
@@ -47,7 +48,7 @@ def phase(accelerators: int, ticks: int) -> dict:
     return {"accelerators": accelerators, "ports": sim.topo.n_ports, "ticks": len(times),
             "samples_per_tick": int(len(batch.samples)),
             "tick_median_s": round(warm[len(warm) // 2], 3), "tick_max_s": round(warm[-1], 3),
-            "peak_rss_mb": round(resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 1024)}
+            "peak_rss_mb": peak_rss_mb()}
 
 
 def main() -> None:
@@ -63,16 +64,12 @@ def main() -> None:
     rows = []
     for size in (int(x) for x in args.sizes.split(",")):
         size -= size % 8
-        r = subprocess.run([sys.executable, __file__, "--phase", str(size), str(args.ticks)], capture_output=True,
-                           text=True, check=True)
-        row = json.loads(r.stdout.strip().splitlines()[-1])
+        row = run_phase(__file__, str(size), str(args.ticks))
         rows.append(row)
         print(f"{row['accelerators']:>7,} accelerators {row['ports']:>6,} ports {row['samples_per_tick']:>10,} "
               f"samples/tick: median {row['tick_median_s']:.3f} s, max {row['tick_max_s']:.3f} s, "
               f"peak {row['peak_rss_mb']:,} MB", flush=True)
-    args.out.parent.mkdir(parents=True, exist_ok=True)
-    args.out.write_text(json.dumps({"rows": rows}, indent=2))
-    print(f"wrote {args.out}")
+    write_results(args.out, {"rows": rows})
 
 
 if __name__ == "__main__":

@@ -20,8 +20,6 @@ from __future__ import annotations
 import argparse
 import json
 import os
-import resource
-import subprocess
 import sys
 import tempfile
 import time
@@ -31,6 +29,9 @@ import numpy as np
 
 ROOT = Path(__file__).resolve().parent.parent
 sys.path.insert(0, str(ROOT))
+sys.path.insert(0, str(ROOT / "bench"))
+
+from common import peak_rss_mb, run_phase, write_results  # noqa: E402
 
 DCGM = ["DCGM_FI_DEV_SM_CLOCK", "DCGM_FI_DEV_MEM_CLOCK", "DCGM_FI_DEV_MEMORY_TEMP", "DCGM_FI_DEV_GPU_TEMP",
         "DCGM_FI_DEV_POWER_USAGE", "DCGM_FI_DEV_TOTAL_ENERGY_CONSUMPTION", "DCGM_FI_DEV_PCIE_REPLAY_COUNTER",
@@ -88,10 +89,6 @@ def generate(path: Path, hours: float, step: int = 15, nodes: int = 80) -> int:
     return total
 
 
-def peak_rss_mb() -> float:
-    return resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 1024
-
-
 def phase(name: str, path: str, extra: str) -> dict:
     """Run one measurement in this process; returns its figures."""
     from daemon.formats import ColumnarReader, ColumnarWriter, OpenMetricsReader, ReadContext
@@ -132,13 +129,7 @@ def phase(name: str, path: str, extra: str) -> dict:
         raise SystemExit(f"unknown phase {name}")
     wall = time.perf_counter() - t
     return {"phase": name, "samples": n, "seconds": round(wall, 2), "samples_per_s": round(n / wall),
-            "peak_rss_mb": round(peak_rss_mb())}
-
-
-def run_phase(name: str, path: Path, extra: str = "") -> dict:
-    out = subprocess.run([sys.executable, __file__, "--phase", name, str(path), extra],
-                         capture_output=True, text=True, check=True)
-    return json.loads(out.stdout.strip().splitlines()[-1])
+            "peak_rss_mb": peak_rss_mb()}
 
 
 def main() -> None:
@@ -170,7 +161,7 @@ def main() -> None:
         ("replay_parquet", work / "long" / "samples.parquet", str(work / "spill")),
         ("replay_openmetrics", om, str(work / "spill")),
     ):
-        r = run_phase(name, path, extra)
+        r = run_phase(__file__, name, str(path), extra)
         rows.append(r)
         print(f"{r['phase']:<20} {r['samples']:>12,} samples {r['seconds']:>8.1f} s {r['samples_per_s']:>11,}/s "
               f"peak {r['peak_rss_mb']:>6,} MB", flush=True)
@@ -178,8 +169,8 @@ def main() -> None:
     # Memory independence: the same replay on a quarter of the trace.
     short = work / "short.om"
     generate(short, args.hours / 4)
-    run_phase("convert", short, str(work / "short-long"))
-    quarter = run_phase("replay_parquet", work / "short-long" / "samples.parquet", str(work / "spill-q"))
+    run_phase(__file__, "convert", str(short), str(work / "short-long"))
+    quarter = run_phase(__file__, "replay_parquet", str(work / "short-long" / "samples.parquet"), str(work / "spill-q"))
     results["phases"] = rows
     results["replay_parquet_quarter_length"] = quarter
     results["ratios"] = {
@@ -200,9 +191,7 @@ def main() -> None:
     print(f"openmetrics / prometheus_client = {results['ratios']['openmetrics_vs_prometheus_client']}x")
     for k, ok in targets.items():
         print(f"  {'met ' if ok else 'MISS'} {k}")
-    args.out.parent.mkdir(parents=True, exist_ok=True)
-    args.out.write_text(json.dumps(results, indent=2))
-    print(f"wrote {args.out}")
+    write_results(args.out, results)
 
 
 if __name__ == "__main__":

@@ -12,8 +12,6 @@ from __future__ import annotations
 
 import argparse
 import json
-import resource
-import subprocess
 import sys
 import tempfile
 import time
@@ -21,6 +19,9 @@ from pathlib import Path
 
 ROOT = Path(__file__).resolve().parent.parent
 sys.path.insert(0, str(ROOT))
+sys.path.insert(0, str(ROOT / "bench"))
+
+from common import peak_rss_mb, run_phase, write_results  # noqa: E402
 
 
 def scenario(accelerators: int, hours: float) -> dict:
@@ -54,7 +55,7 @@ def phase(accelerators: int, hours: float, out: str) -> dict:
     wall = time.perf_counter() - t
     return {"accelerators": accelerators, "hours": hours, "mode": "parquet" if out else "memory", "samples": n,
             "seconds": round(wall, 2), "samples_per_s": round(n / wall),
-            "peak_rss_mb": round(resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 1024)}
+            "peak_rss_mb": peak_rss_mb()}
 
 
 def main() -> None:
@@ -73,16 +74,12 @@ def main() -> None:
     for size in (int(x) for x in args.sizes.split(",")):
         modes = ["-"] + ([tempfile.mkdtemp(prefix="raswarden-sim-")] if args.write else [])
         for out in modes:
-            r = subprocess.run([sys.executable, __file__, "--phase", str(size), str(args.hours), out],
-                               capture_output=True, text=True, check=True)
-            row = json.loads(r.stdout.strip().splitlines()[-1])
+            row = run_phase(__file__, str(size), str(args.hours), out)
             rows.append(row)
             print(f"{row['accelerators']:>7,} accelerators {row['hours']:g} h {row['mode']:<8} "
                   f"{row['samples']:>13,} samples {row['seconds']:>8.1f} s {row['samples_per_s']:>11,}/s "
                   f"peak {row['peak_rss_mb']:>6,} MB", flush=True)
-    args.out.parent.mkdir(parents=True, exist_ok=True)
-    args.out.write_text(json.dumps({"rows": rows}, indent=2))
-    print(f"wrote {args.out}")
+    write_results(args.out, {"rows": rows})
 
 
 if __name__ == "__main__":

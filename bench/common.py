@@ -1,0 +1,26 @@
+"""What the benchmarks share: running a measurement in a process of its own, peak memory, writing results."""
+
+from __future__ import annotations
+
+import json
+import resource
+import subprocess
+import sys
+from pathlib import Path
+
+
+def peak_rss_mb() -> int:
+    """Peak resident memory of this process so far, in MB."""
+    return round(resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 1024)
+
+
+def run_phase(script: str, *args: str) -> dict:
+    """Run ``script --phase ARGS...`` in a fresh interpreter (so its peak RSS is its own); its last line is JSON."""
+    out = subprocess.run([sys.executable, script, "--phase", *args], capture_output=True, text=True, check=True)
+    return json.loads(out.stdout.strip().splitlines()[-1])
+
+
+def write_results(path: Path, results: dict) -> None:
+    path.parent.mkdir(parents=True, exist_ok=True)
+    path.write_text(json.dumps(results, indent=2))
+    print(f"wrote {path}")
