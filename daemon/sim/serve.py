@@ -19,7 +19,7 @@ from pathlib import Path
 
 
 from daemon.sim.engine import GPU_COUNTERS, PORT_COUNTERS, SimChunk, Simulator, emitted_metrics
-from daemon.sim.writer import _reverse_names
+from daemon.sim.exposition import dcgm_labels, port_labels, reverse_names, to_source
 
 log = logging.getLogger("raswarden.sim.serve")
 DCGM_PORT, NODE_PORT = 9400, 9100
@@ -40,36 +40,31 @@ class LiveState:
         self.chunk: SimChunk | None = None
         self.step = 0
         self.now = sim.scenario.start
-        dcgm, node = _reverse_names("dcgm_exporter.csv"), _reverse_names("node_exporter.csv")
+        dcgm, node = reverse_names("dcgm_exporter.csv"), reverse_names("node_exporter.csv")
         gpu_metrics, port_metrics = emitted_metrics(sim.scenario.profile)
         self.gpu_families = [(m, *dcgm[m]) for m in gpu_metrics]
         self.port_families = [(m, *node[m]) for m in port_metrics]
+        # Exporters publish no instance/job: Prometheus attaches those when it scrapes.
+        self.gpu_labels = [dcgm_labels(sim, i, scraped=False) for i in range(sim.topo.n_gpus)]
+        self.port_labels = [port_labels(sim, i, scraped=False) for i in range(sim.topo.n_ports)]
 
     def set(self, chunk: SimChunk, step: int) -> None:
         with self.lock:
             self.chunk, self.step, self.now = chunk, step, float(chunk.ts[step])
 
     def dcgm_text(self, n: int) -> str:
-        topo, sim = self.sim.topo, self.sim
+        topo = self.sim.topo
         with self.lock:
             chunk, j = self.chunk, self.step
         if chunk is None:
             return ""
-        rows = range(n * topo.gpus_per_node, (n + 1) * topo.gpus_per_node)
+        rows = [i for i in range(n * topo.gpus_per_node, (n + 1) * topo.gpus_per_node) if chunk.gpu_present[i, j]]
         out = []
         for metric, name, mask in self.gpu_families:
             kind = "counter" if metric in GPU_COUNTERS else "gauge"
             out.append(f"# HELP {name} {metric} (raswarden simulator).\n# TYPE {name} {kind}\n")
-            for i in rows:
-                if not chunk.gpu_present[i, j]:
-                    continue
-                g = i % topo.gpus_per_node
-                v = float(chunk.gpu[metric][i, j])
-                if mask is not None:
-                    v = float(mask & -mask) if v > 0 else 0.0
-                out.append(f'{name}{{gpu="{g}",UUID="GPU-{sim.uuids[i]}",pci_bus_id="{topo.gpu_pci(g)}",'
-                           f'device="nvidia{g}",modelName="NVIDIA H100 80GB HBM3",Hostname="{topo.nodes[n]}",'
-                           f'DCGM_FI_DRIVER_VERSION="550.90.07"}} {v:.15g}\n')
+            values = to_source(chunk.gpu[metric][rows, j], mask)
+            out.extend(f"{name}{{{self.gpu_labels[i]}}} {v:.15g}\n" for i, v in zip(rows, values.tolist()))
         return "".join(out)
 
     def node_text(self, n: int) -> str:
@@ -83,9 +78,7 @@ class LiveState:
         for metric, name, _ in self.port_families:
             kind = "counter" if metric in PORT_COUNTERS else "gauge"
             out.append(f"# HELP {name} {metric} (raswarden simulator).\n# TYPE {name} {kind}\n")
-            for i in rows:
-                p = i % topo.ports_per_node
-                out.append(f'{name}{{device="mlx5_{p}",port="1"}} {float(chunk.port[metric][i, j]):.15g}\n')
+            out.extend(f"{name}{{{self.port_labels[i]}}} {float(chunk.port[metric][i, j]):.15g}\n" for i in rows)
         return "".join(out)
 
     def node_present(self, n: int, exporter: str) -> bool:

@@ -13,11 +13,9 @@
 
 from __future__ import annotations
 
-import csv
 import json
 import shutil
 import tempfile
-from importlib import resources
 from pathlib import Path
 
 import numpy as np
@@ -26,20 +24,7 @@ import yaml
 from daemon.batch import Batch
 from daemon.formats.columnar import ColumnarWriter
 from daemon.sim.engine import SimChunk, Simulator, chunk_to_batch, emitted_metrics
-
-DRIVER = "550.90.07"
-
-
-def _reverse_names(table: str) -> dict[str, tuple[str, int | None]]:
-    """canonical metric -> (source metric, mask) from a name table (first row wins)."""
-    text = resources.files("daemon.names").joinpath(table).read_text()
-    out: dict[str, tuple[str, int | None]] = {}
-    for row in csv.DictReader(text.splitlines()):
-        transform = row.get("transform") or ""
-        mask = int(transform.split(":", 1)[1], 0) if transform.startswith("mask:") else None
-        out.setdefault(row["canonical"], (row["source_metric"], mask))
-    return out
-
+from daemon.sim.exposition import dcgm_labels, port_labels, reverse_names, to_source
 
 class TraceWriter:
     """Streams chunks of a simulation to a trace directory."""
@@ -56,31 +41,21 @@ class TraceWriter:
         if fmt == "parquet":
             self._columnar = ColumnarWriter(out)
         else:
-            dcgm_names = _reverse_names("dcgm_exporter.csv")
-            node_names = _reverse_names("node_exporter.csv")
+            dcgm_names = reverse_names("dcgm_exporter.csv")
+            node_names = reverse_names("node_exporter.csv")
             self._spill_dir = Path(tempfile.mkdtemp(prefix=".spill-", dir=out))
             self._spills: dict[str, object] = {}
             self._ts: list[np.ndarray] = []
             self._gpu_series = []
+            gpu_labels = [dcgm_labels(sim, i, scraped=True) for i in range(topo.n_gpus)]
+            ib_labels = [port_labels(sim, i, scraped=True) for i in range(topo.n_ports)]
             for m in self.gpu_metrics:
                 name, mask = dcgm_names[m]
-                prefixes = []
-                for i in range(topo.n_gpus):
-                    n, g = divmod(i, topo.gpus_per_node)
-                    prefixes.append(
-                        f'{name}{{gpu="{g}",UUID="GPU-{sim.uuids[i]}",pci_bus_id="{topo.gpu_pci(g)}",'
-                        f'device="nvidia{g}",modelName="NVIDIA H100 80GB HBM3",Hostname="{topo.nodes[n]}",'
-                        f'DCGM_FI_DRIVER_VERSION="{DRIVER}",instance="{topo.address(n)}:9400",job="dcgm"}} ')
-                self._gpu_series.append((m, np.array(prefixes, dtype=object), mask))
+                self._gpu_series.append((m, np.array([f"{name}{{{lb}}} " for lb in gpu_labels], dtype=object), mask))
             self._port_series = []
             for m in self.port_metrics:
                 name, _ = node_names[m]
-                prefixes = []
-                for i in range(topo.n_ports):
-                    n, p = divmod(i, topo.ports_per_node)
-                    prefixes.append(f'{name}{{device="mlx5_{p}",instance="{topo.address(n)}:9100",job="node",'
-                                    f'port="1"}} ')
-                self._port_series.append((m, np.array(prefixes, dtype=object), None))
+                self._port_series.append((m, np.array([f"{name}{{{lb}}} " for lb in ib_labels], dtype=object), None))
         self._journal = open(out / "kernel.journal.json", "w")
 
     def write(self, chunk: SimChunk) -> None:
@@ -124,8 +99,7 @@ class TraceWriter:
                 at += n * size
             table = np.concatenate(blocks, axis=1) if blocks else np.empty((n, 0))
             (self._spill_dir / f"{metric}.f8").unlink()
-            if mask is not None:
-                table = np.where(np.isnan(table), np.nan, np.where(table > 0, float(mask & -mask), 0.0))
+            table = to_source(table, mask)
             for prefix, row in zip(prefixes, table):
                 keep = np.flatnonzero(~np.isnan(row))
                 fh.write("".join(f"{prefix}{v:.15g} {stamps[j]}\n" for j, v in zip(keep.tolist(), row[keep].tolist())))
