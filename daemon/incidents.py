@@ -62,7 +62,8 @@ class IncidentBook:
         self.changed: list[Incident] = []
 
     def take_changed(self) -> list[Incident]:
-        out, self.changed = self.changed, []
+        """The incidents changed since the last call, each once."""
+        out, self.changed = list({inc.id: inc for inc in self.changed}.values()), []
         return out
 
     def _node(self, entity: str) -> str:

@@ -110,7 +110,7 @@ class Pipeline:
         for kind in events["kind"]:
             self.events_by_kind[kind] = self.events_by_kind.get(kind, 0) + 1
 
-        seen = self._seen_entities(samples)
+        seen = self._seen_entities(samples, now)
         self._track_nodes(now, seen, events)
         increases = self.counters.update(counters)
         if not increases.empty and increases["resets"].any():
@@ -176,24 +176,24 @@ class Pipeline:
                                "last": last, "max": peak})
         return counters, gauges, xid
 
-    def _seen_entities(self, samples: pd.DataFrame) -> list[str]:
+    def _seen_entities(self, samples: pd.DataFrame, now: float) -> list[str]:
         if samples.empty:
             return []
         codes = np.unique(samples["entity"].cat.codes.to_numpy())
         seen = np.asarray(samples["entity"].cat.categories, dtype=object)[codes].tolist()
         for e in seen:
             if e not in self.known_entities:
-                self._register(e)
+                self._register(e, now)
         return seen
 
-    def _register(self, entity: str) -> None:
+    def _register(self, entity: str, now: float) -> None:
         self.known_entities.add(entity)
         kind = entity_kind(entity)
         node = node_of(entity)
         if kind == "port":
             self.ports_by_node.setdefault(node, set()).add(entity)
         self.new_entities.append({"id": entity, "kind": kind, "node": node,
-                                  "rack": self.mapper.topology.rack_of(node), "first_seen": 0.0, "attrs": {}})
+                                  "rack": self.mapper.topology.rack_of(node), "first_seen": now, "attrs": {}})
 
     def _track_nodes(self, now: float, seen: list[str], events: pd.DataFrame) -> None:
         """Node freshness, and reboot grace for a node whose telemetry comes back after a gap."""
@@ -206,7 +206,7 @@ class Pipeline:
             self.node_seen[node] = now
             self.node_stale_since.pop(node, None)
             if node not in self.known_entities:
-                self._register(node)
+                self._register(node, now)
         for node, last in self.node_seen.items():
             if now - last > stale_after and node not in self.node_stale_since:
                 self.node_stale_since[node] = last
@@ -226,13 +226,11 @@ class Pipeline:
             self._report(findings, now, t.entity, kind, t.new, t.score, t.detector, t.reasons)
         if touched_nodes:
             rolled = rollup_nodes(self.health, sorted(touched_nodes), self.ports_by_node)
+            bad_accelerators = Counter(node_of(e) for e, h in self.health.entities.items()
+                                       if h.state >= State.SUBHEALTHY and entity_kind(e) == "accelerator")
             for node, r in rolled.items():
                 own = self.health.state_of(node)
-                bad_children = sum(
-                    1 for e, h in self.health.entities.items()
-                    if node_of(e) == node and "/" in e and entity_kind(e) == "accelerator"
-                    and h.state >= State.SUBHEALTHY
-                )
+                bad_children = bad_accelerators[node]
                 escalate = own >= State.SUBHEALTHY or bad_children >= 2 or "fabric" in r.category
                 prev = self.reported.get(node, State.HEALTHY)
                 if r.state != prev and r.state != State.UNKNOWN:

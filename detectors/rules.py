@@ -30,6 +30,7 @@ faults) so that the health hysteresis sees them; level rules hold only while the
 from __future__ import annotations
 
 import csv
+import math
 import re
 from collections import defaultdict, deque
 from dataclasses import dataclass, field
@@ -160,6 +161,7 @@ class RuleDetector:
         self._hourly = DecayingCount(3600.0)
         self._daily = DecayingCount(86400.0)
         self._app_xids: dict[str, deque] = defaultdict(deque)
+        self._pruned_at = -math.inf
         return self
 
     def _latch(self, ev: Evidence, until: float, tag: str = "") -> None:
@@ -188,9 +190,10 @@ class RuleDetector:
                 out.extend(x[1] for x in alive)
             else:
                 del self._latches[entity]
-        if int(now) % 3600 == 0:
+        if now - self._pruned_at >= 3600.0:  # keep the decaying counts' memory bounded
             self._hourly.prune(now)
             self._daily.prune(now)
+            self._pruned_at = now
         return out
 
     def _events(self, tick: TickInput) -> None:

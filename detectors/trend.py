@@ -45,7 +45,6 @@ class TrendDetector:
         self.threshold_ = self.h
         self._s: dict[tuple[str, str], float] = {}
         self._lam0: dict[tuple[str, str], float] = {}
-        self._seen: dict[tuple[str, str], float] = {}
         self._alarm: dict[tuple[str, str], tuple[float, float, float]] = {}  # until, rate, lam0
         self._last_now: float | None = None
         return self
@@ -65,7 +64,6 @@ class TrendDetector:
             for entity, metric, x in zip(part["entity"].to_numpy(object), part["metric"].to_numpy(object),
                                          part["increase"].to_numpy()):
                 counts[(entity, metric)] = float(x)
-                self._seen[(entity, metric)] = now
         keys = set(counts) | set(self._s)
         for key in keys:
             entity, metric = key

@@ -426,10 +426,6 @@ class Simulator:
                 return g
         return -1
 
-    def run(self) -> Iterator[SimChunk]:
-        return self.chunks()
-
-
 _XID = re.compile(r"NVRM: Xid \(PCI:([0-9a-fA-F:.]+)\): (\d+)")
 
 
@@ -455,9 +451,7 @@ def chunk_to_batch(sim: Simulator, chunk: SimChunk, profile: str | None = None) 
             arr, present, offset = chunk.gpu[m], chunk.gpu_present, 0
         else:
             arr, present, offset = chunk.port[m], chunk.port_present, n_g
-        rows, steps = np.nonzero(present.T.T)
-        order = np.lexsort((rows, steps))
-        rows, steps = rows[order], steps[order]
+        steps, rows = np.nonzero(present.T)  # step-major: already in time order within the metric
         parts_ts.append(chunk.ts[steps])
         parts_e.append(rows + offset)
         parts_m.append(np.full(len(rows), mi))
