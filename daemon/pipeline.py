@@ -102,10 +102,6 @@ class Pipeline:
         if gauge_xids:
             extra = events_frame(gauge_xids)
             events = extra if events.empty else pd.concat([events, extra], ignore_index=True)
-            # The kernel line carries the Xid's text (154's recovery action, say): it wins over the gauge.
-            rank = (events["source"] != "kernel").astype(int)
-            events = (events.assign(_rank=rank).sort_values(["ts", "entity", "_rank"], kind="stable")
-                      .drop(columns="_rank").reset_index(drop=True))
         events = self.resolver.merge_xids(events, now)
         for kind in events["kind"]:
             self.events_by_kind[kind] = self.events_by_kind.get(kind, 0) + 1

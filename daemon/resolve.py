@@ -90,9 +90,16 @@ class EventResolver:
         return out
 
     def merge_xids(self, events: pd.DataFrame, now: float) -> pd.DataFrame:
-        """Drop an Xid already reported for the same GPU and code within the window."""
+        """Drop an Xid already reported for the same GPU and code within the window.
+
+        Events are put in time order with, at equal times, the kernel line first: it carries the Xid's
+        text (Xid 154's recovery action, say), which the gauge lacks, so it is the one kept.
+        """
         if events.empty:
             return events
+        rank = (events["source"] != "kernel").astype(int)
+        events = (events.assign(_rank=rank).sort_values(["ts", "entity", "_rank"], kind="stable")
+                  .drop(columns="_rank").reset_index(drop=True))
         keep = np.ones(len(events), dtype=bool)
         for i, (kind, entity, code, ts) in enumerate(zip(events["kind"], events["entity"], events["code"],
                                                          events["ts"])):

@@ -205,7 +205,7 @@ class RuleDetector:
             entity = row.entity
             code = None if pd.isna(row.code) else int(row.code)
             if kind == "xid":
-                self._xid(entity, code, row.message or "", row.ts, now)
+                self._xid(entity, code, row.message or "", row.ts, now, row.source)
             elif kind == "sxid":
                 hard = row.severity == "fatal"
                 ev = Evidence(entity, State.FAILED if hard else State.SUSPECT, "scaleup_link",
@@ -222,7 +222,8 @@ class RuleDetector:
                     ev = Evidence(entity, State.FAILED, "fabric_link", [f"kernel: {row.message}"], hard=True)
                     self._latch(ev, now + self.event_hold_s, "link-down")
 
-    def _xid(self, entity: str, code: int | None, message: str, ts: float, now: float) -> None:
+    def _xid(self, entity: str, code: int | None, message: str, ts: float, now: float,
+             source: str = "kernel") -> None:
         rule = self.catalog_.get(code) if code is not None else None
         text = f"Xid {code}" + (f" {rule.mnemonic}" if rule else "") + (f": {message}" if message else "")
         if rule is None:
@@ -241,10 +242,12 @@ class RuleDetector:
             return
         if rule.state == "recovery_action":
             lowered = message.lower()
-            if "reboot" in lowered:
+            if source != "kernel":
+                # The dcgm-exporter gauge reports the code only: the action is unknown, so sub-healthy.
+                level, hard = State.SUBHEALTHY, False
+            elif "reboot" in lowered:
                 level, hard = State.FAILED, True
-            elif "reset" in lowered or "drain" in lowered or "dcgm_fi_dev_xid_errors" in lowered:
-                # The gauge reports the code only: the action is unknown, so not more than sub-healthy.
+            elif "reset" in lowered or "drain" in lowered:
                 level, hard = State.SUBHEALTHY, False
             else:
                 return

@@ -85,3 +85,17 @@ def test_stock_dcgm_exporter_without_ecc_counters_still_works_and_says_so(trace_
     print_summary(Console(width=200), result)
     out = capsys.readouterr().out
     assert "ecc_dbe_total (double-bit ECC errors (failed))" in out and "ecc_sbe_total" in out
+
+
+def test_kernel_xid_line_wins_over_the_gauge_at_the_same_time():
+    from daemon.naming import SeriesMapper
+    from daemon.resolve import EventResolver
+    from detectors.schema import events_frame
+
+    r = EventResolver(SeriesMapper())
+    ev = events_frame([(10.0, "n/gpu0", "xid", 154, "error", "reported by dcgm-exporter DCGM_FI_DEV_XID_ERRORS",
+                        "dcgm-exporter", None, None),
+                       (10.0, "n/gpu0", "xid", 154, "error", "... to 0x2 (Node Reboot Required)", "kernel", None,
+                        None)])
+    out = r.merge_xids(ev, 30.0)
+    assert list(out["source"]) == ["kernel"] and r.merged == 1

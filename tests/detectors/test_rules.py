@@ -111,3 +111,10 @@ def test_baseline_keeps_only_the_static_thresholds():
     g = pd.DataFrame({"entity": ["n/gpu4"], "metric": ["hbm_temp_c"], "last": [99.0], "max": [99.0]})
     ev = run(det, 60, inc=inc, gauges=g)
     assert worst(ev, "n/gpu3") == State.HEALTHY and worst(ev, "n/gpu4") == State.HEALTHY
+
+
+def test_xid_154_from_the_gauge_alone_is_subhealthy():
+    det = RuleDetector().fit()
+    ev = run(det, 30, [(20, "n/gpu0", "xid", 154, "error", "reported by dcgm-exporter DCGM_FI_DEV_XID_ERRORS",
+                        "dcgm-exporter", None, None)])
+    assert worst(ev, "n/gpu0") == State.SUBHEALTHY
