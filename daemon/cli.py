@@ -156,10 +156,13 @@ def cmd_evaluate(args: argparse.Namespace) -> int:
 
     from daemon.evaluate import compare
 
+    from detectors.model import IncompatibleModel, ModelBundle
+
     console = _console()
     try:
-        result = compare([Path(p) for p in args.trace], interval_s=args.interval)
-    except FileNotFoundError as exc:
+        model = ModelBundle.load(args.model) if args.model else None
+        result = compare([Path(p) for p in args.trace], interval_s=args.interval, model=model)
+    except (FileNotFoundError, IncompatibleModel) as exc:
         print(f"raswarden: error: {exc}", file=sys.stderr)
         return 2
     ours, base = result.raswarden.as_dict(), result.baseline.as_dict()
@@ -185,6 +188,38 @@ def cmd_evaluate(args: argparse.Namespace) -> int:
     return 0
 
 
+def cmd_train(args: argparse.Namespace) -> int:
+    from daemon.evaluate import compare
+    from daemon.train import train
+
+    console = _console()
+    out = Path(args.out)
+
+    def progress(path, stats) -> None:
+        console.print(f"collected {path}: {stats.ticks} ticks, {stats.samples:,} samples")
+
+    try:
+        bundle = train([Path(p) for p in args.trace], out, args.interval, args.stride, args.horizon * 3600.0,
+                       progress)
+    except (FileNotFoundError, ValueError) as exc:
+        print(f"raswarden: error: {exc}", file=sys.stderr)
+        return 2
+    for kind, row in bundle.meta["training"].items():
+        console.print(f"{kind}: {row['rows']:,} rows ({row['positive_rows']:,} positive, {row['healthy_rows']:,} "
+                      f"healthy); multivariate threshold {row['multivariate_threshold']}, predictor threshold "
+                      f"{row.get('predictor_threshold', '-')}; {row['fit_s']} s")
+    if args.holdout:
+        result = compare([Path(p) for p in args.holdout], interval_s=args.interval, model=bundle)
+        bundle.meta["evaluation"] = {"traces": list(args.holdout), "raswarden": result.raswarden.as_dict(),
+                                     "baseline": result.baseline.as_dict()}
+        bundle.save(out)
+        r, b = result.raswarden.as_dict()["all"], result.baseline.as_dict()["all"]
+        console.print(f"holdout: recall {r['recall_before_failure']} (baseline {b['recall_before_failure']}), "
+                      f"median lead {_hours(r['lead_time_median_s'])} (baseline {_hours(b['lead_time_median_s'])})")
+    console.print(f"wrote {out}")
+    return 0
+
+
 DEFAULT_LIBRARY = Path(__file__).resolve().parent.parent / "fixtures" / "faults"
 
 
@@ -201,6 +236,8 @@ def cmd_simulate(args: argparse.Namespace) -> int:
         scenario = Scenario.load(args.scenario)
         if args.seed is not None:
             scenario.seed = args.seed
+        if args.profile is not None:
+            scenario.profile = args.profile
         sim = Simulator(scenario, library)
     except (TemplateError, OSError) as exc:
         print(f"raswarden: error: {exc}", file=sys.stderr)
@@ -262,7 +299,23 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("trace", nargs="+", help="trace directories, each with labels.jsonl")
     p.add_argument("--json", metavar="FILE", help="also write the figures as JSON")
     p.add_argument("--interval", type=float, default=30.0, help="tick interval in seconds (default 30)")
+    p.add_argument("--model", metavar="DIR", help="add the learned detectors of a model from 'raswarden train'")
     p.set_defaults(func=cmd_evaluate)
+
+    p = sub.add_parser("train", help="fit the learned detectors on labelled traces and save a model",
+                       description="Replay labelled traces, collect the streaming feature rows, fit the multivariate "
+                                   "detector (IsolationForest on healthy periods) and the failure predictor "
+                                   "(gradient boosting on labelled faults), and save them with their metadata. "
+                                   "The daemon runs without a model on rules and statistical detectors.")
+    p.add_argument("trace", nargs="+", help="trace directories, each with labels.jsonl")
+    p.add_argument("--out", required=True, metavar="DIR", help="model directory to write")
+    p.add_argument("--interval", type=float, default=30.0, help="tick interval in seconds (default 30)")
+    p.add_argument("--stride", type=int, default=10,
+                   help="keep unlabelled entities' rows every N ticks (default 10); labelled ones every tick")
+    p.add_argument("--horizon", type=float, default=12.0, help="failure horizon of the predictor in hours")
+    p.add_argument("--holdout", nargs="+", metavar="TRACE",
+                   help="evaluate the new model on these traces and record the figures in its metadata")
+    p.set_defaults(func=cmd_train)
 
     p = sub.add_parser("simulate", help="simulate a supernode from a scenario and write it as a trace",
                        description="Generate a simulated supernode (workload, physics, fault templates and "
@@ -274,6 +327,8 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("--format", choices=("openmetrics", "parquet"), default="openmetrics",
                    help="telemetry as OpenMetrics text (default) or the long columnar Parquet form")
     p.add_argument("--seed", type=int, help="override the scenario's seed")
+    p.add_argument("--profile", choices=("stock", "full"),
+                   help="override the scenario's exporter profile (stock: dcgm-exporter's default counters)")
     p.add_argument("--serve", action="store_true",
                    help="instead of writing files, serve live exporters on loopback (one 127.x address per node)")
     p.add_argument("--speed", type=float, default=60.0,

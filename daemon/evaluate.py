@@ -23,14 +23,15 @@ class _Collect:
         self.findings.append(json.loads(line))
 
 
-def evaluate_trace(path: Path, baseline: bool, interval_s: float = 30.0) -> Evaluation:
-    """Replay one labelled trace and score its findings."""
+def evaluate_trace(path: Path, baseline: bool, interval_s: float = 30.0, model=None) -> Evaluation:
+    """Replay one labelled trace and score its findings (with the learned detectors of ``model``)."""
     trace = Trace.discover([path])
     if trace.labels_path is None:
         raise FileNotFoundError(f"{path}: no labels.jsonl to evaluate against")
     labels = [Fault.from_dict(json.loads(x)) for x in trace.labels_path.read_text().splitlines() if x.strip()]
     sink = _Collect()
-    result = replay([path], findings_out=sink, config=PipelineConfig(interval_s=interval_s, baseline=baseline))
+    result = replay([path], findings_out=sink, config=PipelineConfig(interval_s=interval_s, baseline=baseline,
+                                                                       model=None if baseline else model))
     stats = result.stats
     span_days = ((stats.last_ts or 0) - (stats.first_ts or 0) + interval_s) / 86400.0
     nodes = len(result.pipeline.node_seen)
@@ -66,12 +67,15 @@ class Comparison:
                 "traces": self.per_trace}
 
 
-def compare(paths: list[Path], interval_s: float = 30.0) -> Comparison:
+def compare(paths: list[Path], interval_s: float = 30.0, model=None, progress=None) -> Comparison:
+    """raswarden (with ``model``'s learned detectors when given) and the static baseline on every trace."""
     ours, base, per_trace = [], [], []
     for path in paths:
-        a = evaluate_trace(path, baseline=False, interval_s=interval_s)
+        a = evaluate_trace(path, baseline=False, interval_s=interval_s, model=model)
         b = evaluate_trace(path, baseline=True, interval_s=interval_s)
         ours.append(a)
         base.append(b)
         per_trace.append({"trace": str(path), "raswarden": a.as_dict(), "baseline": b.as_dict()})
+        if progress:
+            progress(path, a, b)
     return Comparison(merge(ours), merge(base), per_trace)

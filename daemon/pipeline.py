@@ -20,6 +20,7 @@ from daemon.naming import SeriesMapper
 from daemon.resolve import EventResolver
 from daemon.store import Store
 from detectors.counters import CounterTracker
+from detectors.features import FeatureState
 from detectors import registry
 from detectors.rules import RuleDetector, TickInput
 from detectors.schema import State, entity_kind, events_frame, is_counter, node_of
@@ -33,6 +34,8 @@ class PipelineConfig:
     reboot_grace_s: float = 600.0
     telemetry_incident_after_s: float = 900.0
     baseline: bool = False  # run only the static-threshold baseline rules (for evaluation)
+    model: object | None = None  # a detectors.model.ModelBundle: adds the learned detectors
+    features: bool = False  # compute the feature frames even when no detector reads them (training)
     health: HealthConfig = field(default_factory=HealthConfig)
 
 
@@ -77,7 +80,9 @@ class Pipeline:
         self.on_finding = on_finding
         self.resolver = EventResolver(self.mapper, window_s=max(120.0, 4 * self.config.interval_s))
         self.counters = CounterTracker()
-        self.detectors = registry.build(baseline=self.config.baseline)
+        self.detectors = registry.build(baseline=self.config.baseline, model=self.config.model)
+        wants = self.config.features or any(getattr(d, "needs_features", False) for d in self.detectors)
+        self.features = FeatureState(self.mapper.topology.rack_of) if wants else None
         self.rules = next(d for d in self.detectors if isinstance(d, RuleDetector))
         self.health = HealthTracker(self.config.health)
         rack_sizes = Counter(self.mapper.topology.node_rack.values())
@@ -114,7 +119,8 @@ class Pipeline:
                 self.grace_until[node_of(entity)] = now + self.config.reboot_grace_s
         grace = frozenset(n for n, t in self.grace_until.items() if t >= now)
 
-        tick_input = TickInput(now, events, increases, gauges, grace)
+        frames = self.features.update(now, increases, gauges, events) if self.features is not None else None
+        tick_input = TickInput(now, events, increases, gauges, grace, frames)
         evidence = []
         for detector in self.detectors:
             evidence += detector.update(tick_input)

@@ -56,6 +56,7 @@ def replay(
     chunk_rows: int | None = None,
     spill_dir: Path | None = None,
     progress: Callable[[str, float, float], None] | None = None,
+    on_tick: Callable[[float, Pipeline], None] | None = None,
 ) -> ReplayResult:
     """Replay trace paths; findings go to ``findings_out`` as JSON lines (ARCHITECTURE §8)."""
     config = config or PipelineConfig()
@@ -89,6 +90,8 @@ def replay(
         n_ticks = (span[1] - span[0] + 1) if span else 0
         for i, (now, batch) in enumerate(spill.ticks()):
             result = pipeline.tick(now, batch)
+            if on_tick is not None:
+                on_tick(now, pipeline)
             stats.ticks += 1
             stats.findings += len(result.findings)
             if stats.first_ts is None:

@@ -2,7 +2,9 @@
 
 from __future__ import annotations
 
+from detectors.multivariate import MultivariateDetector
 from detectors.peer import PeerDeviation
+from detectors.predictor import FailurePredictor
 from detectors.rules import RuleDetector
 from detectors.trend import TrendDetector
 
@@ -12,9 +14,19 @@ DETECTORS: dict[str, type] = {
     TrendDetector.name: TrendDetector,
 }
 
+# Learned from labelled traces ('raswarden train'); they run only when a model is loaded.
+LEARNED: dict[str, type] = {
+    MultivariateDetector.name: MultivariateDetector,
+    FailurePredictor.name: FailurePredictor,
+}
 
-def build(baseline: bool = False) -> list:
-    """Fitted instances of every detector (only the static rules for the baseline)."""
+
+def build(baseline: bool = False, model=None) -> list:
+    """Fitted instances of every detector (only the static rules for the baseline), plus the learned
+    detectors of ``model`` (a :class:`detectors.model.ModelBundle`) when there is one."""
     if baseline:
         return [RuleDetector(baseline=True).fit()]
-    return [cls().fit() for cls in DETECTORS.values()]
+    out = [cls().fit() for cls in DETECTORS.values()]
+    if model is not None:
+        out += model.detectors()
+    return out

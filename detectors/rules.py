@@ -112,6 +112,7 @@ class TickInput:
     increases: pd.DataFrame  # entity, metric, increase, resets
     gauges: pd.DataFrame  # entity, metric, last, max
     grace_nodes: frozenset[str] = frozenset()
+    features: dict | None = None  # kind -> detectors.features.FeatureFrame, when a detector needs them
 
 
 class RuleDetector:

@@ -5,7 +5,7 @@ import inspect
 import pandas as pd
 import pytest
 
-from detectors.registry import DETECTORS, build
+from detectors.registry import DETECTORS, LEARNED, build
 from detectors.rules import Evidence, TickInput
 from detectors.schema import events_frame
 
@@ -13,9 +13,9 @@ EMPTY = TickInput(30.0, events_frame([]), pd.DataFrame({"entity": [], "metric": 
                   pd.DataFrame({"entity": [], "metric": [], "last": [], "max": []}))
 
 
-@pytest.mark.parametrize("name", sorted(DETECTORS))
+@pytest.mark.parametrize("name", sorted(DETECTORS) + sorted(LEARNED))
 def test_contract(name):
-    cls = DETECTORS[name]
+    cls = DETECTORS.get(name) or LEARNED[name]
     assert cls.name == name and cls.__doc__
     params = inspect.signature(cls.__init__).parameters
     det = cls()

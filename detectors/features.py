@@ -1,0 +1,339 @@
+"""Streaming features for every accelerator and port at once: one vectorized state, O(entities × features).
+
+Per tick, :meth:`FeatureState.update` folds the tick's counter increases, gauge levels and events into
+fixed-size arrays and returns a :class:`FeatureFrame` per entity kind (rows = entities, columns =
+:data:`FEATURES`). Nothing grows with run length.
+
+* **counter rates** per hour as EWMAs over three horizons (15 min, 1 h, 6 h half-life); increases come
+  from :mod:`detectors.counters`, so resets and wraps are already handled, and each entity's rate uses
+  the time since *its* previous sample (an exporter gap does not turn into a spike);
+* **gauge level and slope**: a fast (5 min) and a slow (1 h) EWMA of each gauge; the slope per hour is
+  their difference over the difference of their mean ages;
+* **peer residuals**: an accelerator's temperature and HBM temperature (power-corrected with the fleet's
+  slope at that tick) and power against the median of its node at the same tick, its SM clock as a ratio to its node's busy peers, and its node's median
+  temperature against its rack's (nodes of one rack compared at the same time); smoothed (5 min), and
+  each also as its *change* against its own 6-hour baseline (a GPU in a warm slot runs a steady few
+  degrees above its peers for ever; a degrading one moves away from where it was);
+* **event counts** by class, decaying over 1 h and 24 h (hardware Xid, application Xid, PCIe AER, link).
+
+A feature that was never observed is NaN (the stock exporter profile has no ECC counters): the learned
+detectors are trained to handle missing values.
+"""
+
+from __future__ import annotations
+
+import math
+from dataclasses import dataclass
+
+import numpy as np
+import pandas as pd
+
+from detectors.peer import group_median
+from detectors.schema import entity_kind
+
+RATE_HORIZONS = (("15m", 900.0), ("1h", 3600.0), ("6h", 21600.0))
+LEVEL_HALFLIFE_S = 300.0
+SLOW_HALFLIFE_S = 3600.0
+BASELINE_HALFLIFE_S = 6 * 3600.0
+EVENT_HORIZONS = (("1h", 3600.0), ("24h", 86400.0))
+STALE_S = 900.0  # a row not observed for this long is left out of the frame
+
+COUNTERS = {
+    "accelerator": ("ecc_sbe_total", "ecc_dbe_total", "pcie_replay_total", "nvlink_crc_flit_total",
+                    "row_remap_correctable_total", "row_remap_uncorrectable_total"),
+    "port": ("symbol_error_total", "link_error_recovery_total", "link_downed_total", "rcv_errors_total"),
+}
+GAUGES = {
+    "accelerator": ("gpu_temp_c", "hbm_temp_c", "power_w", "sm_clock_mhz", "gpu_util_pct", "throttle_thermal"),
+    "port": ("port_state",),
+}
+PEERS = ("gpu_temp_c", "hbm_temp_c", "power_w")  # residual against the node's median
+EVENT_CLASSES = {
+    "accelerator": ("xid_hardware", "xid_application", "aer"),
+    "port": ("link",),
+}
+APPLICATION_XIDS = frozenset({13, 31, 43, 45, 68})
+
+
+def _short(metric: str) -> str:
+    return metric.removesuffix("_total")
+
+
+def feature_names(kind: str) -> tuple[str, ...]:
+    """The columns of a kind's feature frame, in order."""
+    names = [f"{_short(c)}_per_h_{h}" for c in COUNTERS[kind] for h, _ in RATE_HORIZONS]
+    names += [f"{g}_level" for g in GAUGES[kind]]
+    names += [f"{g}_slope_per_h" for g in GAUGES[kind]]
+    if kind == "accelerator":
+        peers = [f"{p}_peer_residual" for p in PEERS] + ["sm_clock_peer_ratio", "node_temp_rack_residual"]
+        names += peers + [f"{p}_change" for p in peers]
+    names += [f"{e}_events_{h}" for e in EVENT_CLASSES[kind] for h, _ in EVENT_HORIZONS]
+    return tuple(names)
+
+
+FEATURES = {kind: feature_names(kind) for kind in COUNTERS}
+
+
+def _alpha(dt: np.ndarray | float, halflife: float) -> np.ndarray:
+    return 1.0 - np.power(0.5, np.asarray(dt, dtype=float) / halflife)
+
+
+@dataclass
+class FeatureFrame:
+    """Features of one entity kind at one tick: ``X[i]`` belongs to ``entities[i]``."""
+
+    kind: str
+    now: float
+    entities: np.ndarray  # object
+    X: np.ndarray  # float64, len(entities) × len(names)
+    names: tuple[str, ...]
+    rows: np.ndarray | None = None  # the entities' rows in the feature state (stable across ticks)
+
+    def __post_init__(self) -> None:
+        if self.rows is None:
+            self.rows = np.arange(len(self.entities))
+
+    def column(self, name: str) -> np.ndarray:
+        return self.X[:, self.names.index(name)]
+
+    def frame(self) -> pd.DataFrame:
+        """As a DataFrame indexed by entity (for reading and tests; the detectors use ``X``)."""
+        return pd.DataFrame(self.X, index=pd.Index(self.entities, name="entity"), columns=list(self.names))
+
+
+class _KindState:
+    """The arrays of one entity kind; rows are entities, allocated on first sight."""
+
+    def __init__(self, kind: str):
+        self.kind = kind
+        self.row: dict[str, int] = {}
+        self.ids: list[str] = []
+        nc, ng, ne = len(COUNTERS[kind]), len(GAUGES[kind]), len(EVENT_CLASSES[kind])
+        self.col_counter = {m: i for i, m in enumerate(COUNTERS[kind])}
+        self.col_gauge = {m: i for i, m in enumerate(GAUGES[kind])}
+        self.rates = np.full((0, nc, len(RATE_HORIZONS)), np.nan)
+        self.counter_seen = np.full((0, nc), np.nan)  # ts of the last counter sample per row and counter
+        self.fast = np.full((0, ng), np.nan)
+        self.slow = np.full((0, ng), np.nan)
+        self.gauge_seen = np.full((0, ng), np.nan)
+        self.peer = np.full((0, len(PEERS) + 2), np.nan)
+        self.peer_base = np.full((0, len(PEERS) + 2), np.nan)
+        self.events = np.zeros((0, ne, len(EVENT_HORIZONS)))
+        self.seen = np.full(0, -np.inf)
+        self.node = np.zeros(0, dtype=np.int64)
+
+    def rows(self, names: np.ndarray, nodes: _Nodes) -> np.ndarray:
+        out = np.empty(len(names), dtype=np.int64)
+        new = 0
+        for i, name in enumerate(names):
+            r = self.row.get(name)
+            if r is None:
+                r = self.row[name] = len(self.ids)
+                self.ids.append(name)
+                new += 1
+            out[i] = r
+        if new:
+            self._grow(new, nodes)
+        return out
+
+    def _grow(self, new: int, nodes: _Nodes) -> None:
+        def grow(a: np.ndarray, fill: float) -> np.ndarray:
+            return np.concatenate((a, np.full((new,) + a.shape[1:], fill)))
+
+        self.rates, self.counter_seen = grow(self.rates, np.nan), grow(self.counter_seen, np.nan)
+        self.fast, self.slow, self.gauge_seen = grow(self.fast, np.nan), grow(self.slow, np.nan), grow(
+            self.gauge_seen, np.nan)
+        self.peer, self.peer_base = grow(self.peer, np.nan), grow(self.peer_base, np.nan)
+        self.events, self.seen = grow(self.events, 0.0), grow(self.seen, -np.inf)
+        codes = [nodes.code(e.split("/", 1)[0]) for e in self.ids[-new:]]
+        self.node = np.concatenate((self.node, np.asarray(codes, dtype=np.int64)))
+
+
+class _Nodes:
+    """Integer codes of nodes and of their racks (peer groups)."""
+
+    def __init__(self, rack_of) -> None:
+        self.rack_of = rack_of
+        self.index: dict[str, int] = {}
+        self.rack_index: dict[object, int] = {}
+        self.rack: list[int] = []
+
+    def code(self, node: str) -> int:
+        c = self.index.get(node)
+        if c is None:
+            c = self.index[node] = len(self.index)
+            rack = self.rack_of(node)
+            self.rack.append(self.rack_index.setdefault(rack if rack is not None else ("node", node),
+                                                        len(self.rack_index)))
+        return c
+
+
+class FeatureState:
+    """The streaming feature state of all accelerators and ports (see the module docstring)."""
+
+    def __init__(self, rack_of=None) -> None:
+        self.kinds = {kind: _KindState(kind) for kind in COUNTERS}
+        self.nodes = _Nodes(rack_of or (lambda node: None))
+        self._last_now: float | None = None
+        self._dt = 0.0
+        self.frames: dict[str, FeatureFrame] = {}
+
+    def update(self, now: float, increases: pd.DataFrame, gauges: pd.DataFrame,
+               events: pd.DataFrame | None = None) -> dict[str, FeatureFrame]:
+        """Fold one tick in and return the frames of entities observed within :data:`STALE_S`."""
+        dt = 0.0 if self._last_now is None else max(0.0, now - self._last_now)
+        self._last_now = now
+        self._dt = dt
+        for st in self.kinds.values():
+            if dt and len(st.ids):
+                for j, (_, horizon) in enumerate(EVENT_HORIZONS):
+                    st.events[:, :, j] *= math.exp(-dt / horizon)
+        self._counters(now, increases)
+        self._gauges(now, gauges)
+        if events is not None and not events.empty:
+            self._events(events)
+        self.frames = {kind: self._frame(now, st) for kind, st in self.kinds.items()}
+        return self.frames
+
+    # -- folding ---------------------------------------------------------------------------------
+    def _split(self, frame: pd.DataFrame, kind_cols: dict[str, dict[str, int]]):
+        """Per kind: rows, columns and positions of the frame's entries that a kind tracks."""
+        if frame.empty:
+            return {}
+        metric = frame["metric"].to_numpy(object)
+        mcodes, mnames = pd.factorize(metric)
+        ecodes, enames = pd.factorize(frame["entity"].to_numpy(object))
+        enames = np.asarray(enames, dtype=object)
+        ekind = np.array([entity_kind(e) for e in enames], dtype=object)
+        out = {}
+        for kind, cols in kind_cols.items():
+            col_of_m = np.array([cols.get(m, -1) for m in mnames], dtype=np.int64)
+            col = col_of_m[mcodes] if len(mnames) else np.full(len(frame), -1)
+            is_kind = (ekind == kind)[ecodes]
+            pick = np.flatnonzero((col >= 0) & is_kind)
+            if not len(pick):
+                continue
+            st = self.kinds[kind]
+            uniq, inv = np.unique(ecodes[pick], return_inverse=True)
+            rows = st.rows(enames[uniq], self.nodes)[inv]
+            out[kind] = (pick, rows, col[pick])
+        return out
+
+    def _counters(self, now: float, inc: pd.DataFrame) -> None:
+        parts = self._split(inc, {k: st.col_counter for k, st in self.kinds.items()})
+        if not parts:
+            return
+        increase = inc["increase"].to_numpy(dtype=float)
+        for kind, (pick, rows, cols) in parts.items():
+            st = self.kinds[kind]
+            prev = st.counter_seen[rows, cols]
+            dt = now - prev
+            first = ~np.isfinite(dt)
+            rate = np.where(first, 0.0, increase[pick] * 3600.0 / np.where(first, 1.0, np.maximum(dt, 1.0)))
+            for j, (_, horizon) in enumerate(RATE_HORIZONS):
+                old = st.rates[rows, cols, j]
+                a = _alpha(np.where(first, 1.0, dt), horizon)
+                st.rates[rows, cols, j] = np.where(np.isnan(old), rate, old + a * (rate - old))
+            st.counter_seen[rows, cols] = now
+            st.seen[rows] = now
+
+    def _gauges(self, now: float, g: pd.DataFrame) -> None:
+        parts = self._split(g, {k: st.col_gauge for k, st in self.kinds.items()})
+        if not parts:
+            return
+        last = g["last"].to_numpy(dtype=float)
+        for kind, (pick, rows, cols) in parts.items():
+            st = self.kinds[kind]
+            v = last[pick]
+            ok = np.isfinite(v)
+            rows, cols, v = rows[ok], cols[ok], v[ok]
+            dt = now - st.gauge_seen[rows, cols]
+            fresh = ~np.isfinite(dt) | (dt > 4 * SLOW_HALFLIFE_S)
+            for arr, halflife in ((st.fast, LEVEL_HALFLIFE_S), (st.slow, SLOW_HALFLIFE_S)):
+                old = arr[rows, cols]
+                a = _alpha(np.where(fresh, 1.0, dt), halflife)
+                arr[rows, cols] = np.where(fresh | np.isnan(old), v, old + a * (v - old))
+            st.gauge_seen[rows, cols] = now
+            st.seen[rows] = now
+            if kind == "accelerator":
+                self._peers(now, st, rows, cols, v)
+
+    def _peers(self, now: float, st: _KindState, rows: np.ndarray, cols: np.ndarray, v: np.ndarray) -> None:
+        """Residuals against the node's median at this tick, smoothed like a level."""
+        n = len(st.ids)
+        raw = np.full((n, len(PEERS) + 2), np.nan)
+        current = {}
+        for m in PEERS + ("sm_clock_mhz", "gpu_util_pct"):
+            col = np.full(n, np.nan)
+            pick = cols == st.col_gauge[m]
+            col[rows[pick]] = v[pick]
+            current[m] = col
+        touched = np.unique(rows)
+        power = current["power_w"]
+        for j, m in enumerate(PEERS):
+            value = current[m]
+            if m != "power_w":  # power-corrected: busy and idle GPUs of one node compare
+                ok = np.isfinite(value) & np.isfinite(power)
+                if ok.sum() >= 4 and np.ptp(power[ok]) > 50:
+                    value = value - np.polyfit(power[ok], value[ok], 1)[0] * power
+            median, count = group_median(st.node, value)
+            res = value - median[st.node]
+            res[count[st.node] < 3] = np.nan
+            raw[:, j] = res
+            if m == "gpu_temp_c" and len(median):
+                rack_code = np.asarray(self.nodes.rack[: len(median)], dtype=np.int64)
+                rack_median, rack_count = group_median(rack_code, median)
+                node_res = median - rack_median[rack_code]
+                node_res[rack_count[rack_code] < 3] = np.nan
+                raw[:, len(PEERS) + 1] = node_res[st.node]
+        busy = np.where(current["gpu_util_pct"] >= 50, current["sm_clock_mhz"], np.nan)
+        median, count = group_median(st.node, busy)
+        ratio = busy / median[st.node]
+        ratio[count[st.node] < 3] = np.nan
+        raw[:, len(PEERS)] = ratio
+        new = raw[touched]
+        for arr, halflife in ((st.peer, LEVEL_HALFLIFE_S), (st.peer_base, BASELINE_HALFLIFE_S)):
+            old = arr[touched]
+            a = float(_alpha(self._dt or halflife, halflife))
+            arr[touched] = np.where(np.isnan(old), new, np.where(np.isnan(new), old, old + a * (new - old)))
+
+    def _events(self, events: pd.DataFrame) -> None:
+        for entity, kind, code, severity in zip(events["entity"].to_numpy(object), events["kind"].to_numpy(object),
+                                                events["code"].to_numpy(object), events["severity"].to_numpy(object)):
+            if not isinstance(entity, str):
+                continue
+            ekind = entity_kind(entity)
+            if ekind not in self.kinds:
+                continue
+            cls = _event_class(kind, code)
+            st = self.kinds[ekind]
+            if cls not in EVENT_CLASSES[ekind]:
+                continue
+            row = st.rows(np.array([entity], dtype=object), self.nodes)[0]
+            st.events[row, EVENT_CLASSES[ekind].index(cls), :] += 1.0
+
+    # -- output ----------------------------------------------------------------------------------
+    def _frame(self, now: float, st: _KindState) -> FeatureFrame:
+        names = FEATURES[st.kind]
+        live = np.flatnonzero(now - st.seen <= STALE_S)
+        parts = [st.rates[live].reshape(len(live), -1), st.fast[live]]
+        mean_age_gap = (SLOW_HALFLIFE_S - LEVEL_HALFLIFE_S) / math.log(2) / 3600.0
+        parts.append((st.fast[live] - st.slow[live]) / mean_age_gap)
+        if st.kind == "accelerator":
+            parts += [st.peer[live], st.peer[live] - st.peer_base[live]]
+        parts.append(st.events[live].reshape(len(live), -1))
+        X = np.concatenate(parts, axis=1) if len(live) else np.empty((0, len(names)))
+        return FeatureFrame(st.kind, now, np.asarray(st.ids, dtype=object)[live], X, names, live)
+
+
+def _event_class(kind: str, code) -> str | None:
+    if kind == "xid":
+        try:
+            return "xid_application" if int(code) in APPLICATION_XIDS else "xid_hardware"
+        except (TypeError, ValueError):
+            return "xid_hardware"
+    if kind == "aer":
+        return "aer"
+    if kind == "link":
+        return "link"
+    return None

@@ -1,0 +1,247 @@
+"""What the learned detectors share: training rows from labelled traces, the feature transform, reasons in
+an operator's words, and the scoring cadence with persistence.
+
+Training rows (:class:`TrainingSet`) are feature-frame rows with their time. :func:`label_rows` marks each
+row against the ground truth (ARCHITECTURE §8 labels): *positive* when its entity (or the node or rack
+holding it) carries a non-benign fault whose failure is at most ``horizon_s`` ahead and whose onset has
+passed; *healthy* when no non-benign fault touches the entity at all; rows of a faulty entity outside that
+window (before the horizon, after the failure) are left out of training rather than called healthy.
+Confounders stay in as healthy rows: the models must learn that a reboot or a warm slot is no fault.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Iterable
+from dataclasses import dataclass, field
+
+import numpy as np
+
+from detectors.evaluation import Fault
+from detectors.features import FEATURES, FeatureFrame
+from detectors.rules import Evidence, TickInput
+from detectors.schema import State
+
+# Feature name fragments -> (category, words); the first match wins.
+_WORDS = (
+    ("ecc_sbe", "gpu_memory", "HBM correctable ECC"),
+    ("ecc_dbe", "gpu_memory", "double-bit ECC"),
+    ("row_remap", "gpu_memory", "row remaps"),
+    ("pcie_replay", "gpu_bus", "PCIe replays"),
+    ("aer", "gpu_bus", "PCIe AER events"),
+    ("nvlink", "scaleup_link", "NVLink CRC errors"),
+    ("hbm_temp", "gpu_thermal", "HBM temperature"),
+    ("node_temp", "cooling", "blade temperature against its rack"),
+    ("gpu_temp", "gpu_thermal", "GPU temperature"),
+    ("throttle", "gpu_thermal", "thermal throttling"),
+    ("sm_clock", "gpu_compute", "SM clock"),
+    ("power", "gpu_compute", "power"),
+    ("gpu_util", "gpu_compute", "utilisation"),
+    ("xid_hardware", "gpu_compute", "hardware Xids"),
+    ("xid_application", "application", "application Xids"),
+    ("symbol_error", "fabric_link", "symbol errors"),
+    ("link_error_recovery", "fabric_link", "link error recoveries"),
+    ("link_downed", "fabric_link", "link down events"),
+    ("rcv_errors", "fabric_link", "receive errors"),
+    ("port_state", "fabric_link", "port state"),
+    ("link_events", "fabric_link", "link events"),
+)
+
+
+def describe(name: str) -> tuple[str, str]:
+    """Category and operator words for a feature name."""
+    for fragment, category, words in _WORDS:
+        if fragment in name:
+            suffix = name.rsplit("_", 1)[-1]
+            if "_per_h_" in name:
+                return category, f"{words} rate over {suffix}"
+            if name.endswith("_slope_per_h"):
+                return category, f"{words} trend per hour"
+            if "peer" in name or "rack_residual" in name:
+                return category, f"{words} against peers"
+            if "_events_" in name:
+                return category, f"{words} in {suffix}"
+            return category, words
+    return "gpu_compute", name
+
+
+def transform(X: np.ndarray, names: tuple[str, ...]) -> np.ndarray:
+    """Signed log of rates and event counts (heavy-tailed), other features as they are."""
+    out = X.copy()
+    heavy = np.array([("_per_h_" in n) or ("_events_" in n) for n in names])
+    out[:, heavy] = np.sign(out[:, heavy]) * np.log1p(np.abs(out[:, heavy]))
+    return out
+
+
+@dataclass
+class TrainingSet:
+    """Feature rows of one entity kind collected from training traces."""
+
+    kind: str
+    X: list[np.ndarray] = field(default_factory=list)
+    entities: list[np.ndarray] = field(default_factory=list)
+    ts: list[np.ndarray] = field(default_factory=list)
+    weight: list[np.ndarray] = field(default_factory=list)
+    trace: list[np.ndarray] = field(default_factory=list)
+
+    def add(self, frame: FeatureFrame, pick: np.ndarray, weight: float, trace: int) -> None:
+        self.X.append(frame.X[pick])
+        self.entities.append(frame.entities[pick])
+        self.ts.append(np.full(len(pick), frame.now))
+        self.weight.append(np.full(len(pick), weight))
+        self.trace.append(np.full(len(pick), trace))
+
+    def arrays(self) -> tuple[np.ndarray, np.ndarray, np.ndarray, np.ndarray, np.ndarray]:
+        width = len(FEATURES[self.kind])
+        if not self.X:
+            return np.empty((0, width)), np.empty(0, object), np.empty(0), np.empty(0), np.empty(0, int)
+        return (np.concatenate(self.X), np.concatenate(self.entities), np.concatenate(self.ts),
+                np.concatenate(self.weight), np.concatenate(self.trace))
+
+
+def label_rows(entities: np.ndarray, ts: np.ndarray, faults: Iterable[Fault], horizon_s: float,
+               rack_of=lambda node: None) -> tuple[np.ndarray, np.ndarray]:
+    """``(positive, healthy)`` masks for rows (see the module docstring)."""
+    positive = np.zeros(len(entities), dtype=bool)
+    touched = np.zeros(len(entities), dtype=bool)
+    nodes = np.array([e.split("/", 1)[0] for e in entities], dtype=object)
+    racks = np.array([rack_of(n) for n in nodes], dtype=object)
+    for f in faults:
+        if f.benign:
+            continue
+        mine = (entities == f.entity) | (nodes == f.entity) | (racks == f.entity)
+        if not mine.any():
+            continue
+        touched |= mine
+        end = f.failure if f.failure is not None else np.inf
+        positive |= mine & (ts >= max(f.onset, end - horizon_s)) & (ts < end)
+    return positive, ~touched
+
+
+class Persistence:
+    """Scores each entity every ``every`` ticks (a round-robin slice per tick) and raises evidence only
+    after ``k`` scorings in a row at or above the threshold; memory is the entities above it."""
+
+    def __init__(self, every: int, k: int):
+        self.every = max(1, every)
+        self.k = k
+        self.tick = 0
+        self.above: dict[str, int] = {}
+        self.evidence: dict[str, Evidence] = {}
+
+    def slice(self, frame: FeatureFrame) -> np.ndarray:
+        """Rows of the frame to score this tick."""
+        return np.flatnonzero(frame.rows % self.every == self.tick % self.every)
+
+    def record(self, entities: np.ndarray, alarm: np.ndarray, make) -> None:
+        """Update the run lengths of the scored entities; ``make(i)`` builds the evidence of row ``i``."""
+        for i in np.flatnonzero(alarm):
+            e = entities[i]
+            n = self.above.get(e, 0) + 1
+            self.above[e] = n
+            if n >= self.k:
+                self.evidence[e] = make(i)
+        for e in entities[~alarm]:
+            if e in self.above:
+                del self.above[e]
+                self.evidence.pop(e, None)
+
+    def advance(self) -> list[Evidence]:
+        self.tick += 1
+        return list(self.evidence.values())
+
+
+class LearnedDetector:
+    """Base of the detectors that score feature frames with a fitted model per entity kind.
+
+    Subclasses implement ``_score(kind, Xt) -> scores`` and ``_level(score, threshold)``. Evidence names
+    the features furthest from the healthy training fleet (robust z) with their values and that fleet's
+    median.
+    """
+
+    name = "learned"
+    needs_features = True
+
+    def __init__(self, score_every_ticks: int = 10, persist: int = 3):
+        self.score_every_ticks = score_every_ticks
+        self.persist = persist
+
+    def _start(self) -> None:
+        """Create the fitted state on the first ``fit`` (kinds are fitted one call each)."""
+        if not hasattr(self, "models_"):
+            self.models_: dict[str, object] = {}
+            self.thresholds_: dict[str, float] = {}
+            self.healthy_median_: dict[str, np.ndarray] = {}
+            self.healthy_scale_: dict[str, np.ndarray] = {}
+
+    @property
+    def threshold_(self) -> float:
+        """The lowest of the per-kind thresholds (``inf`` before any kind is fitted)."""
+        return min(self.thresholds_.values()) if getattr(self, "thresholds_", None) else float("inf")
+
+    def _fit_reference(self, kind: str, X: np.ndarray) -> None:
+        """Median and robust scale of the healthy fleet's features, for reasons."""
+        med = np.nanmedian(X, axis=0) if len(X) else np.zeros(X.shape[1])
+        med = np.where(np.isfinite(med), med, 0.0)
+        q75, q25 = (np.nanpercentile(X, 75, axis=0), np.nanpercentile(X, 25, axis=0)) if len(X) else (med, med)
+        scale = np.where(np.isfinite(q75 - q25), (q75 - q25) / 1.349, 0.0)
+        spread = np.nanstd(X, axis=0) if len(X) else np.zeros(X.shape[1])
+        # Rare-event features have IQR 0 in healthy fleets: fall back to the standard deviation, then 1.
+        scale = np.where(scale > 0, scale, np.where(np.isfinite(spread) & (spread > 0), spread, 1.0))
+        self.healthy_median_[kind] = med
+        self.healthy_scale_[kind] = scale
+
+    def reasons(self, kind: str, x: np.ndarray, score: float, top: int = 3) -> tuple[str, list[str]]:
+        """The category of the strongest deviation and up to ``top`` reasons."""
+        names = FEATURES[kind]
+        med, scale = self.healthy_median_[kind], self.healthy_scale_[kind]
+        z = np.abs(np.where(np.isfinite(x), (x - med) / scale, 0.0))
+        order = [i for i in np.argsort(-z) if z[i] >= 3.0][:top]
+        if not order:
+            order = list(np.argsort(-z)[:1])
+        category = describe(names[order[0]])[0]
+        parts = []
+        for i in order:
+            _, words = describe(names[i])
+            parts.append(f"{words} {_fmt(x[i])} (healthy fleet {_fmt(med[i])})")
+        return category, [f"{self.name} score {score:.2f} over {self.thresholds_.get(kind, 0):.2f}: " +
+                          "; ".join(parts)]
+
+    def _level(self, kind: str, score: float) -> State:
+        raise NotImplementedError
+
+    def _score(self, kind: str, Xt: np.ndarray) -> np.ndarray:
+        raise NotImplementedError
+
+    def update(self, tick: TickInput) -> list[Evidence]:
+        self._start()
+        if not hasattr(self, "_persist"):
+            self._persist = Persistence(self.score_every_ticks, self.persist)
+        p = self._persist
+        for kind, frame in (tick.features or {}).items():
+            if kind not in self.models_ or not len(frame.entities):
+                continue
+            rows = p.slice(frame)
+            if not len(rows):
+                continue
+            X = frame.X[rows]
+            scores = self._score(kind, transform(X, frame.names))
+            alarm = scores >= self.thresholds_[kind]
+            ents = frame.entities[rows]
+
+            def make(i: int, kind=kind, X=X, scores=scores, ents=ents) -> Evidence:
+                category, reasons = self.reasons(kind, X[i], float(scores[i]))
+                return Evidence(ents[i], self._level(kind, float(scores[i])), category, reasons, detector=self.name,
+                                score=float(min(1.0, scores[i])))
+
+            p.record(ents, alarm, make)
+        return p.advance()
+
+
+def _fmt(v: float) -> str:
+    if not np.isfinite(v):
+        return "n/a"
+    if abs(v) >= 100:
+        return f"{v:.0f}"
+    if abs(v) >= 1:
+        return f"{v:.1f}"
+    return f"{v:.2g}"

@@ -1,0 +1,63 @@
+"""Multivariate anomaly: an IsolationForest per entity kind on the whole feature vector, fitted on healthy
+periods only (confounders included), so what it flags is a combination of signals the healthy fleet never
+showed, whatever fault class it is.
+
+Score = the negated ``score_samples`` (higher = more anomalous, about 0.3-0.8). ``threshold_`` per kind is
+the ``healthy_quantile`` of the healthy training scores plus ``margin``: above it for ``persist`` scorings
+in a row is ``suspect``; above the highest healthy training score plus ``margin`` is ``subhealthy``. Missing
+features (a stock exporter has no ECC counters) take the healthy median.
+"""
+
+from __future__ import annotations
+
+import numpy as np
+from sklearn.ensemble import IsolationForest
+
+from detectors.learned import LearnedDetector, transform
+from detectors.schema import State
+
+
+class MultivariateDetector(LearnedDetector):
+    """IsolationForest on healthy feature vectors; parameters in ``__init__``."""
+
+    name = "multivariate"
+
+    def __init__(self, n_estimators: int = 100, max_samples: int = 512, healthy_quantile: float = 0.9999,
+                 margin: float = 0.02, score_every_ticks: int = 10, persist: int = 3, random_state: int = 0):
+        super().__init__(score_every_ticks, persist)
+        self.n_estimators = n_estimators
+        self.max_samples = max_samples
+        self.healthy_quantile = healthy_quantile
+        self.margin = margin
+        self.random_state = random_state
+
+    def fit(self, X=None, y=None, kind: str = "accelerator", names: tuple[str, ...] = (), sample_weight=None):
+        """Fit one kind on its healthy rows ``X`` (raw features; ``y`` unused)."""
+        self._start()
+        if not hasattr(self, "fill_"):
+            self.fill_: dict[str, np.ndarray] = {}
+            self.subhealthy_: dict[str, float] = {}
+        if X is None:
+            return self
+        self._fit_reference(kind, X)
+        Xt = transform(X, names)
+        fill = np.nanmedian(Xt, axis=0)
+        self.fill_[kind] = np.where(np.isfinite(fill), fill, 0.0)
+        Xt = self._impute(kind, Xt)
+        model = IsolationForest(n_estimators=self.n_estimators, max_samples=min(self.max_samples, len(Xt)),
+                                random_state=self.random_state)
+        model.fit(Xt, sample_weight=sample_weight)
+        self.models_[kind] = model
+        train = -model.score_samples(Xt)
+        self.thresholds_[kind] = float(np.quantile(train, self.healthy_quantile)) + self.margin
+        self.subhealthy_[kind] = float(train.max()) + self.margin
+        return self
+
+    def _impute(self, kind: str, Xt: np.ndarray) -> np.ndarray:
+        return np.where(np.isnan(Xt), self.fill_[kind][None, :], Xt)
+
+    def _score(self, kind: str, Xt: np.ndarray) -> np.ndarray:
+        return -self.models_[kind].score_samples(self._impute(kind, Xt))
+
+    def _level(self, kind: str, score: float) -> State:
+        return State.SUBHEALTHY if score >= self.subhealthy_[kind] else State.SUSPECT

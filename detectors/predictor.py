@@ -1,0 +1,86 @@
+"""Supervised failure predictor: the probability that an entity is heading for a hard fault within
+``horizon_s``, from a HistGradientBoostingClassifier per entity kind trained on labelled traces.
+
+Rows and labels come from :func:`detectors.learned.label_rows` (positives: a non-benign fault's onset has
+passed and its failure is within the horizon; negatives: entities no fault touches, confounders
+included). Classes are balanced by weight. The threshold is chosen out of fold, grouped by trace (no trace
+scores itself): the ``negative_quantile`` of the held-out healthy probabilities, at least
+``min_threshold``; above it for ``persist`` scorings in a row is ``subhealthy``. Missing features are
+native to the model (the stock exporter profile has no ECC counters).
+"""
+
+from __future__ import annotations
+
+import numpy as np
+from sklearn.ensemble import HistGradientBoostingClassifier
+from sklearn.model_selection import GroupKFold
+
+from detectors.learned import LearnedDetector, transform
+from detectors.schema import State
+
+
+class FailurePredictor(LearnedDetector):
+    """Gradient-boosted failure probability within a horizon; parameters in ``__init__``."""
+
+    name = "predictor"
+
+    def __init__(self, horizon_s: float = 12 * 3600.0, max_iter: int = 200, learning_rate: float = 0.1,
+                 max_leaf_nodes: int = 31, min_threshold: float = 0.5, negative_quantile: float = 0.99999,
+                 score_every_ticks: int = 10, persist: int = 3, random_state: int = 0):
+        super().__init__(score_every_ticks, persist)
+        self.horizon_s = horizon_s
+        self.max_iter = max_iter
+        self.learning_rate = learning_rate
+        self.max_leaf_nodes = max_leaf_nodes
+        self.min_threshold = min_threshold
+        self.negative_quantile = negative_quantile
+        self.random_state = random_state
+
+    def _model(self) -> HistGradientBoostingClassifier:
+        return HistGradientBoostingClassifier(max_iter=self.max_iter, learning_rate=self.learning_rate,
+                                              max_leaf_nodes=self.max_leaf_nodes, random_state=self.random_state)
+
+    def fit(self, X=None, y=None, kind: str = "accelerator", names: tuple[str, ...] = (), sample_weight=None,
+            groups=None, healthy=None):
+        """Fit one kind: ``X`` raw features, ``y`` 1 for positives, ``groups`` the trace of each row,
+        ``healthy`` the negatives that no fault touches (for the reasons' reference fleet)."""
+        self._start()
+        if not hasattr(self, "out_of_fold_"):
+            self.out_of_fold_: dict[str, dict] = {}
+        if X is None:
+            return self
+        y = np.asarray(y, dtype=int)
+        w = np.ones(len(y)) if sample_weight is None else np.asarray(sample_weight, dtype=float)
+        w = w.copy()
+        pos, neg = w[y == 1].sum(), w[y == 0].sum()
+        if pos == 0 or neg == 0:
+            raise ValueError(f"{kind}: training rows need both positives ({pos:g}) and negatives ({neg:g})")
+        w[y == 1] *= neg / pos
+        self._fit_reference(kind, X[healthy] if healthy is not None else X[y == 0])
+        Xt = transform(X, names)
+        threshold = self.min_threshold
+        groups = np.zeros(len(y), dtype=int) if groups is None else np.asarray(groups)
+        n_groups = len(np.unique(groups))
+        if n_groups >= 2:
+            oof = np.zeros(len(y))
+            for train, test in GroupKFold(n_splits=min(4, n_groups)).split(Xt, y, groups):
+                if len(np.unique(y[train])) < 2:
+                    continue
+                m = self._model().fit(Xt[train], y[train], sample_weight=w[train])
+                oof[test] = m.predict_proba(Xt[test])[:, 1]
+            negatives = oof[y == 0]
+            threshold = max(self.min_threshold, float(np.quantile(negatives, self.negative_quantile)))
+            self.out_of_fold_[kind] = {
+                "threshold": threshold,
+                "positives_above": float((oof[y == 1] >= threshold).mean()),
+                "negatives_above": float((negatives >= threshold).mean()),
+            }
+        self.models_[kind] = self._model().fit(Xt, y, sample_weight=w)
+        self.thresholds_[kind] = threshold
+        return self
+
+    def _score(self, kind: str, Xt: np.ndarray) -> np.ndarray:
+        return self.models_[kind].predict_proba(Xt)[:, 1]
+
+    def _level(self, kind: str, score: float) -> State:
+        return State.SUBHEALTHY
