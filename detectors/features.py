@@ -9,11 +9,11 @@ fixed-size arrays and returns a :class:`FeatureFrame` per entity kind (rows = en
   the time since *its* previous sample (an exporter gap does not turn into a spike);
 * **gauge level and slope**: a fast (5 min) and a slow (1 h) EWMA of each gauge; the slope per hour is
   their difference over the difference of their mean ages;
-* **peer residuals**: an accelerator's temperature and HBM temperature (power-corrected with the fleet's
-  slope at that tick) and power against the median of its node at the same tick, its SM clock as a ratio to its node's busy peers, and its node's median
-  temperature against its rack's (nodes of one rack compared at the same time); smoothed (5 min), and
-  each also as its *change* against its own 6-hour baseline (a GPU in a warm slot runs a steady few
-  degrees above its peers for ever; a degrading one moves away from where it was);
+* **peer residuals**: an accelerator's temperature and HBM temperature (power-corrected with the
+  fleet's slope at that tick) and power against the median of its node at the same tick, its SM clock
+  as a ratio to its node's busy peers, and its node's median temperature against its rack's; smoothed
+  (5 min), and each also as its *change* against its own 6-hour baseline (a GPU in a warm slot runs a
+  steady few degrees above its peers for ever; a degrading one moves away from where it was);
 * **event counts** by class, decaying over 1 h and 24 h (hardware Xid, application Xid, PCIe AER, link).
 
 A feature that was never observed is NaN (the stock exporter profile has no ECC counters): the learned
@@ -298,8 +298,8 @@ class FeatureState:
             arr[touched] = np.where(np.isnan(old), new, np.where(np.isnan(new), old, old + a * (new - old)))
 
     def _events(self, events: pd.DataFrame) -> None:
-        for entity, kind, code, severity in zip(events["entity"].to_numpy(object), events["kind"].to_numpy(object),
-                                                events["code"].to_numpy(object), events["severity"].to_numpy(object)):
+        for entity, kind, code in zip(events["entity"].to_numpy(object), events["kind"].to_numpy(object),
+                                      events["code"].to_numpy(object)):
             if not isinstance(entity, str):
                 continue
             ekind = entity_kind(entity)
