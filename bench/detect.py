@@ -22,7 +22,7 @@ sys.path.insert(0, str(ROOT / "bench"))
 from common import peak_rss_mb, run_phase, write_results  # noqa: E402
 
 
-def phase(accelerators: int, ticks: int) -> dict:
+def phase(accelerators: int, ticks: int, model: str = "") -> dict:
     import numpy as np
 
     from daemon.naming import SeriesMapper
@@ -36,7 +36,10 @@ def phase(accelerators: int, ticks: int) -> dict:
                              "faults": [{"entity": "random", "fault": "hbm_degradation", "template": "b",
                                          "onset": "0s", "failure": "1h"}]})
     sim = Simulator(sc, ROOT / "fixtures" / "faults")
-    pipeline = Pipeline(SeriesMapper(), PipelineConfig(interval_s=30.0))
+    from detectors.model import ModelBundle
+
+    bundle = ModelBundle.load(model) if model else None
+    pipeline = Pipeline(SeriesMapper(), PipelineConfig(interval_s=30.0, model=bundle))
     times = []
     for chunk in sim.chunks(chunk_steps=1):
         batch = chunk_to_batch(sim, chunk)
@@ -47,7 +50,7 @@ def phase(accelerators: int, ticks: int) -> dict:
     warm = sorted(times[2:]) or sorted(times)
     return {"accelerators": accelerators, "ports": sim.topo.n_ports, "ticks": len(times),
             "samples_per_tick": int(len(batch.samples)),
-            "tick_median_s": round(warm[len(warm) // 2], 3), "tick_max_s": round(warm[-1], 3),
+            "model": bool(model), "tick_median_s": round(warm[len(warm) // 2], 3), "tick_max_s": round(warm[-1], 3),
             "peak_rss_mb": peak_rss_mb()}
 
 
@@ -56,19 +59,20 @@ def main() -> None:
     ap.add_argument("--sizes", default="1000,10000,100000")
     ap.add_argument("--ticks", type=int, default=12)
     ap.add_argument("--out", type=Path, default=ROOT / "bench" / "results" / "detect.json")
-    ap.add_argument("--phase", nargs=2, help=argparse.SUPPRESS)
+    ap.add_argument("--model", default="", help="also run the learned detectors of this model (raswarden train)")
+    ap.add_argument("--phase", nargs=3, help=argparse.SUPPRESS)
     args = ap.parse_args()
     if args.phase:
-        print(json.dumps(phase(int(args.phase[0]), int(args.phase[1]))))
+        print(json.dumps(phase(int(args.phase[0]), int(args.phase[1]), args.phase[2])))
         return
     rows = []
     for size in (int(x) for x in args.sizes.split(",")):
         size -= size % 8
-        row = run_phase(__file__, str(size), str(args.ticks))
+        row = run_phase(__file__, str(size), str(args.ticks), args.model)
         rows.append(row)
         print(f"{row['accelerators']:>7,} accelerators {row['ports']:>6,} ports {row['samples_per_tick']:>10,} "
               f"samples/tick: median {row['tick_median_s']:.3f} s, max {row['tick_max_s']:.3f} s, "
-              f"peak {row['peak_rss_mb']:,} MB", flush=True)
+              f"peak {row['peak_rss_mb']:,} MB{' (with the learned detectors)' if args.model else ''}", flush=True)
     write_results(args.out, {"rows": rows})
 
 

@@ -316,13 +316,15 @@ class FeatureState:
     def _frame(self, now: float, st: _KindState) -> FeatureFrame:
         names = FEATURES[st.kind]
         live = np.flatnonzero(now - st.seen <= STALE_S)
+        if not len(live):
+            return FeatureFrame(st.kind, now, np.empty(0, dtype=object), np.empty((0, len(names))), names, live)
         parts = [st.rates[live].reshape(len(live), -1), st.fast[live]]
         mean_age_gap = (SLOW_HALFLIFE_S - LEVEL_HALFLIFE_S) / math.log(2) / 3600.0
         parts.append((st.fast[live] - st.slow[live]) / mean_age_gap)
         if st.kind == "accelerator":
             parts += [st.peer[live], st.peer[live] - st.peer_base[live]]
         parts.append(st.events[live].reshape(len(live), -1))
-        X = np.concatenate(parts, axis=1) if len(live) else np.empty((0, len(names)))
+        X = np.concatenate(parts, axis=1)
         return FeatureFrame(st.kind, now, np.asarray(st.ids, dtype=object)[live], X, names, live)
 
 

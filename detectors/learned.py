@@ -206,6 +206,10 @@ class LearnedDetector:
         return category, [f"{self.name} score {score:.2f} over {self.thresholds_.get(kind, 0):.2f}: " +
                           "; ".join(parts)]
 
+    def decision_function(self, X: np.ndarray, kind: str = "accelerator") -> np.ndarray:
+        """Scores of raw feature rows of ``kind`` (higher = worse; compare with ``thresholds_[kind]``)."""
+        return self._score(kind, transform(np.asarray(X, dtype=float), FEATURES[kind]))
+
     def _level(self, kind: str, score: float) -> State:
         raise NotImplementedError
 

@@ -1,0 +1,98 @@
+"""'raswarden train' and 'evaluate --model' on small simulated traces: metadata, refusal, behaviour."""
+
+import json
+import shutil
+
+import pytest
+
+from daemon.cli import main
+from daemon.evaluate import _Collect
+from daemon.pipeline import PipelineConfig
+from daemon.replay import replay
+from daemon.sim.engine import Simulator
+from daemon.sim.faults import load_library
+from daemon.sim.scenario import Scenario
+from daemon.sim.writer import simulate_to
+from detectors.model import IncompatibleModel, ModelBundle
+from tests.detectors.sim_helpers import LIBRARY
+
+FAULTS = [
+    {"entity": "sn01-b01/gpu2", "fault": "hbm_degradation", "template": "a", "onset": "30m", "failure": "4h30m"},
+    {"entity": "sn01-b02/mlx5_1:1", "fault": "link_degradation", "template": "a", "onset": "1h", "failure": "5h"},
+    {"entity": "sn01-b03/gpu5", "fault": "benign_warm_slot", "template": "b", "onset": "0s", "failure": "6h"},
+    {"entity": "sn01-b04/gpu1", "fault": "benign_single_correctable_ecc", "template": "a", "onset": "2h"},
+]
+
+
+def simulate(out, seed):
+    sc = Scenario.from_dict({"name": "t", "seed": seed, "topology": {"accelerators": 48}, "duration": "6h",
+                             "resolution": "30s", "profile": "full",
+                             "jobs": {"nodes_per_job": [2, 3], "duration": ["12h", "12h"], "gap": ["1m", "1m"]},
+                             "faults": FAULTS})
+    simulate_to(Simulator(sc, load_library(LIBRARY)), out)
+    return out
+
+
+@pytest.fixture(scope="module")
+def model(tmp_path_factory):
+    base = tmp_path_factory.mktemp("train")
+    traces = [simulate(base / f"t{seed}", seed) for seed in (3, 4)]
+    held_out = simulate(base / "held-out", 5)
+    out = base / "model"
+    assert main(["train", *map(str, traces), "--out", str(out), "--stride", "4"]) == 0
+    return out, traces, held_out
+
+
+def test_model_metadata(model):
+    out, traces, _ = model
+    meta = json.loads((out / "model.json").read_text())
+    assert meta["format"] == 1 and meta["detectors"] == ["multivariate", "predictor"]
+    assert meta["features"]["accelerator"][0] == "ecc_sbe_per_h_15m"
+    assert [t["trace"] for t in meta["training_data"]["traces"]] == [str(t) for t in traces]
+    assert len(meta["training_data"]["sha256"]) == 64
+    acc = meta["training"]["accelerator"]
+    assert acc["positive_rows"] > 0 and acc["healthy_rows"] > acc["positive_rows"]
+    assert 0.5 <= acc["predictor_threshold"] <= 1.0
+
+
+def test_incompatible_models_are_refused_with_a_reason(model, tmp_path):
+    out, _, _ = model
+    bad = tmp_path / "bad"
+    shutil.copytree(out, bad)
+    meta = json.loads((bad / "model.json").read_text())
+    meta["features"]["port"] = meta["features"]["port"][:-1]
+    (bad / "model.json").write_text(json.dumps(meta))
+    with pytest.raises(IncompatibleModel, match="port feature list differs.*link_events_24h"):
+        ModelBundle.load(bad)
+    meta = json.loads((out / "model.json").read_text())
+    meta["sklearn"] = "0.24.2"
+    (bad / "model.json").write_text(json.dumps(meta))
+    with pytest.raises(IncompatibleModel, match="scikit-learn 0.24.2"):
+        ModelBundle.load(bad)
+    (bad / "model.json").write_text(json.dumps(json.loads((out / "model.json").read_text())))
+    with open(bad / "estimators.joblib", "ab") as f:
+        f.write(b"tampered")
+    with pytest.raises(IncompatibleModel, match="does not match the digest"):
+        ModelBundle.load(bad)
+    with pytest.raises(IncompatibleModel, match="not a raswarden model"):
+        ModelBundle.load(tmp_path)
+    assert main(["evaluate", str(model[2]), "--model", str(bad)]) == 2
+
+
+def test_learned_detectors_flag_held_out_faults_not_confounders(model):
+    out, _, held_out = model
+    sink = _Collect()
+    replay([held_out], findings_out=sink, config=PipelineConfig(model=ModelBundle.load(out)))
+    learned = [f for f in sink.findings if f["detector"] in ("multivariate", "predictor")]
+    flagged = {f["entity"] for f in learned if f["state"] in ("subhealthy", "failed")}
+    assert "sn01-b01/gpu2" in flagged or "sn01-b02/mlx5_1:1" in flagged, learned
+    assert flagged <= {"sn01-b01/gpu2", "sn01-b02/mlx5_1:1"}, flagged
+    reasons = next(f["reasons"][0] for f in learned if f["entity"] in flagged)
+    assert "healthy fleet" in reasons
+
+
+def test_evaluate_with_a_model_prints_both(model, capsys):
+    out, _, held_out = model
+    assert main(["evaluate", str(held_out), "--model", str(out)]) == 0
+    text = capsys.readouterr().out
+    assert "raswarden:" in text and "baseline:" in text

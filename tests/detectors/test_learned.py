@@ -1,0 +1,74 @@
+"""Training rows' labels, the scoring cadence and persistence, reasons in operator words."""
+
+import numpy as np
+
+from detectors.evaluation import Fault
+from detectors.features import FEATURES, FeatureFrame
+from detectors.learned import Persistence, describe, label_rows, transform
+from detectors.multivariate import MultivariateDetector
+from detectors.rules import Evidence
+from detectors.schema import State
+
+
+def test_label_rows_known_answers():
+    faults = [Fault("n1/gpu0", "hbm_degradation", onset=100.0, failure=1000.0),
+              Fault("n2", "thermal_degradation", onset=0.0, failure=40_500.0),
+              Fault("n3/gpu1", "benign_warm_slot", onset=0.0, failure=1e9)]
+    ents = np.array(["n1/gpu0", "n1/gpu0", "n1/gpu0", "n1/gpu0", "n1/gpu1", "n2/gpu4", "n2/gpu4", "n3/gpu1"],
+                    dtype=object)
+    ts = np.array([50.0, 300.0, 900.0, 1000.0, 900.0, 100.0, 40_000.0, 500.0])
+    positive, healthy = label_rows(ents, ts, faults, horizon_s=800.0)
+    # before onset / in the window / in the window / at failure (gone); a peer; node fault early / late; benign
+    assert list(positive) == [False, True, True, False, False, False, True, False]
+    assert list(healthy) == [False, False, False, False, True, False, False, True]
+
+
+def test_label_rows_horizon_leaves_early_rows_out():
+    faults = [Fault("n1/gpu0", "hbm_degradation", onset=0.0, failure=10_000.0)]
+    positive, healthy = label_rows(np.array(["n1/gpu0"] * 2, dtype=object), np.array([100.0, 9_000.0]), faults,
+                                   horizon_s=3600.0)
+    assert list(positive) == [False, True] and not healthy.any()
+
+
+def frame(ents, rows):
+    X = np.zeros((len(ents), len(FEATURES["port"])))
+    return FeatureFrame("port", 0.0, np.array(ents, dtype=object), X, FEATURES["port"], np.array(rows))
+
+
+def test_persistence_round_robin_and_k_in_a_row():
+    p = Persistence(every=2, k=2)
+    f = frame(["a", "b", "c"], [0, 1, 2])
+    assert list(p.slice(f)) == [0, 2]  # tick 0 scores rows 0 and 2
+    make = lambda i: Evidence(f.entities[i], State.SUSPECT, "fabric_link", ["r"])
+    p.record(np.array(["a", "c"], dtype=object), np.array([True, False]), make)
+    assert p.advance() == []  # one scoring above is not enough
+    assert list(p.slice(f)) == [1]
+    p.advance()
+    p.record(np.array(["a", "c"], dtype=object), np.array([True, False]), make)
+    assert [e.entity for e in p.advance()] == ["a"]
+    p.record(np.array(["a"], dtype=object), np.array([False]), make)
+    assert p.advance() == [] and p.above == {}
+
+
+def test_describe_and_transform():
+    assert describe("ecc_sbe_per_h_1h") == ("gpu_memory", "HBM correctable ECC rate over 1h")
+    assert describe("hbm_temp_c_peer_residual")[0] == "gpu_thermal"
+    assert describe("symbol_error_per_h_15m")[0] == "fabric_link"
+    names = ("ecc_sbe_per_h_1h", "gpu_temp_c_level")
+    out = transform(np.array([[np.e - 1, 50.0]]), names)
+    assert np.allclose(out, [[1.0, 50.0]])
+
+
+def test_multivariate_flags_what_the_healthy_fleet_never_showed_with_reasons():
+    rng = np.random.default_rng(0)
+    names = FEATURES["port"]
+    X = np.zeros((4000, len(names)))
+    X[:, names.index("port_state_level")] = 4.0
+    X[:, names.index("symbol_error_per_h_1h")] = rng.exponential(0.01, 4000)
+    det = MultivariateDetector(n_estimators=50).fit(X, kind="port", names=names)
+    odd = X[:2].copy()
+    odd[0, names.index("symbol_error_per_h_1h")] = 400.0
+    scores = det.decision_function(odd, kind="port")
+    assert scores[0] >= det.thresholds_["port"] > scores[1]
+    category, reasons = det.reasons("port", odd[0], float(scores[0]))
+    assert category == "fabric_link" and "symbol errors rate over 1h 400" in reasons[0]
