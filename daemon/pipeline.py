@@ -22,7 +22,7 @@ from daemon.store import Store
 from detectors.counters import CounterTracker
 from detectors.features import FeatureState
 from detectors import registry
-from detectors.rules import RuleDetector, TickInput
+from detectors.rules import Evidence, RuleDetector, TickInput
 from detectors.schema import State, entity_kind, events_frame, is_counter, node_of
 
 
@@ -88,6 +88,8 @@ class Pipeline:
         rack_sizes = Counter(self.mapper.topology.node_rack.values())
         self.incidents = IncidentBook(self.mapper.topology.rack_of, self.config.telemetry_incident_after_s,
                                       rack_size=lambda rack: rack_sizes.get(rack, 0))
+        # The switch end of each fabric link (topology `switchport`): its telemetry is judged as the link's.
+        self.switch_ends = {sp: port for port, sp in self.mapper.topology.port_switchport.items()}
         self.grace_until: dict[str, float] = {}
         self.node_seen: dict[str, float] = {}
         self.node_stale_since: dict[str, float] = {}
@@ -124,6 +126,8 @@ class Pipeline:
         evidence = []
         for detector in self.detectors:
             evidence += detector.update(tick_input)
+        if self.switch_ends:
+            evidence = self._both_ends(evidence)
         self.health.observe(seen, now)
         self.health.observe(set(events["entity"]), now)
         transitions = self.health.update(now, evidence)
@@ -178,11 +182,27 @@ class Pipeline:
                                "last": last, "max": peak})
         return counters, gauges, xid
 
+    def _both_ends(self, evidence: list[Evidence]) -> list[Evidence]:
+        """A link is judged from both ends: what a detector says of a switch port is said of the node port
+        at the other end of its cable, naming the switch end (symbol errors are counted by the receiver,
+        so a failing node-side transmitter shows only at the switch)."""
+        out = []
+        for ev in evidence:
+            port = self.switch_ends.get(ev.entity)
+            if port is None:
+                out.append(ev)
+                continue
+            reasons = [f"switch end {ev.entity}: {r}" for r in ev.reasons]
+            out.append(Evidence(port, ev.level, ev.category, reasons, ev.detector, ev.hard, ev.score))
+        return out
+
     def _seen_entities(self, samples: pd.DataFrame, now: float) -> list[str]:
         if samples.empty:
             return []
         codes = np.unique(samples["entity"].cat.codes.to_numpy())
         seen = np.asarray(samples["entity"].cat.categories, dtype=object)[codes].tolist()
+        if self.switch_ends:  # a switch port is the far end of a node's link, not an entity of a node
+            seen = [e for e in seen if e not in self.switch_ends]
         for e in seen:
             if e not in self.known_entities:
                 self._register(e, now)

@@ -127,6 +127,7 @@ class Persistence:
         self.tick = 0
         self.above: dict[str, int] = {}
         self.evidence: dict[str, Evidence] = {}
+        self.scored_at: dict[str, int] = {}
 
     def slice(self, frame: FeatureFrame) -> np.ndarray:
         """Rows of the frame to score this tick."""
@@ -138,14 +139,22 @@ class Persistence:
             e = entities[i]
             n = self.above.get(e, 0) + 1
             self.above[e] = n
+            self.scored_at[e] = self.tick
             if n >= self.k:
                 self.evidence[e] = make(i)
         for e in entities[~alarm]:
             if e in self.above:
-                del self.above[e]
-                self.evidence.pop(e, None)
+                self._forget(e)
+
+    def _forget(self, e: str) -> None:
+        del self.above[e]
+        self.scored_at.pop(e, None)
+        self.evidence.pop(e, None)
 
     def advance(self) -> list[Evidence]:
+        """The evidence in force this tick; an entity no longer scored (gone from the frames) drops out."""
+        for e in [e for e, t in self.scored_at.items() if self.tick - t > 2 * self.every]:
+            self._forget(e)
         self.tick += 1
         return list(self.evidence.values())
 

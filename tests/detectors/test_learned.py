@@ -50,6 +50,16 @@ def test_persistence_round_robin_and_k_in_a_row():
     assert p.advance() == [] and p.above == {}
 
 
+def test_persistence_forgets_entities_no_longer_scored():
+    p = Persistence(every=1, k=1)
+    p.record(np.array(["gone"], dtype=object), np.array([True]),
+             lambda i: Evidence("gone", State.SUBHEALTHY, "gpu_bus", ["r"]))
+    assert len(p.advance()) == 1
+    p.advance()
+    p.advance()
+    assert p.advance() == [] and p.above == {}
+
+
 def test_describe_and_transform():
     assert describe("ecc_sbe_per_h_1h") == ("gpu_memory", "HBM correctable ECC rate over 1h")
     assert describe("hbm_temp_c_peer_residual")[0] == "gpu_thermal"
