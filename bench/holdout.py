@@ -75,8 +75,46 @@ def spread(values: list[float]) -> dict:
     return {"median": round(float(np.median(v)), 4), "min": round(float(v.min()), 4), "max": round(float(v.max()), 4)}
 
 
+def _h(seconds) -> str:
+    return "-" if seconds is None else f"{seconds / 3600:.2f} h"
+
+
+def report(out: dict) -> str:
+    """The results as markdown tables (per fault class pooled; per group of traces with the spread)."""
+    s, b = out["summary"]["dense"]["raswarden"], out["summary"]["dense"]["baseline"]
+    lines = ["| fault class | faults | recall raswarden / baseline | median lead (p10) raswarden | baseline |"
+             " hard faults failed in time |", "|---|---|---|---|---|---|"]
+    for name, r in list(s["by_class"].items()) + [("all", s["all"])]:
+        rb = b["all"] if name == "all" else b["by_class"].get(name, {})
+        lines.append(f"| {name} | {r['faults']} | {r['recall_before_failure']} / {rb.get('recall_before_failure')} "
+                     f"| {_h(r['lead_time_median_s'])} ({_h(r['lead_time_p10_s'])}) "
+                     f"| {_h(rb.get('lead_time_median_s'))} | {r['hard_faults_failed']}/{r['hard_faults']} |")
+    lines += ["", "| traces | node-days | false flags raswarden / baseline | per 1,000 node-days | confounder flags |",
+              "|---|---|---|---|---|"]
+    groups: dict[str, list[dict]] = {}
+    for t in out["traces"]:
+        groups.setdefault(t["group"], []).append(t)
+    for group, rows in list(groups.items()) + [("all", out["traces"])]:
+        nd = sum(r["raswarden"]["node_days"] for r in rows)
+        fr = sum(r["raswarden"]["false_flags"] for r in rows)
+        fb = sum(r["baseline"]["false_flags"] for r in rows)
+        cr = sum(r["raswarden"]["confounder_flags"] for r in rows)
+        cb = sum(r["baseline"]["confounder_flags"] for r in rows)
+        lines.append(f"| {group} ({len(rows)}) | {nd:.0f} | {fr} / {fb} "
+                     f"| {1000 * fr / nd:.1f} / {1000 * fb / nd:.1f} | {cr} / {cb} |")
+    spread_rows = out["per_trace_spread"]
+    lines += ["", "Per dense trace (median, min-max across seeds): " + "; ".join(
+        f"{k}: recall {v['recall']['median']} ({v['recall']['min']}-{v['recall']['max']}), median lead "
+        f"{_h(v['lead_median_s']['median'])} ({_h(v['lead_median_s']['min'])}-{_h(v['lead_median_s']['max'])}), "
+        f"false flags per 1,000 node-days {v['false_per_1000_node_days']['median']} "
+        f"({v['false_per_1000_node_days']['min']}-{v['false_per_1000_node_days']['max']})"
+        for k, v in spread_rows.items())]
+    return "\n".join(lines)
+
+
 def main() -> None:
     ap = argparse.ArgumentParser(description=__doc__.split("\n")[0])
+    ap.add_argument("--report", type=Path, metavar="JSON", help="only print the tables of an earlier run's JSON")
     ap.add_argument("--work", type=Path, default=Path("/tmp/raswarden-holdout"))
     ap.add_argument("--train-seeds", default="101,102,103")
     ap.add_argument("--eval-seeds", default="1,2,3,4,5,6,7,8,9,10")
@@ -85,6 +123,9 @@ def main() -> None:
     ap.add_argument("--jobs", type=int, default=2)
     ap.add_argument("--out", type=Path, default=ROOT / "bench" / "results" / "holdout.json")
     args = ap.parse_args()
+    if args.report:
+        print(report(json.loads(args.report.read_text())))
+        return
     work = args.work
     work.mkdir(parents=True, exist_ok=True)
     train_seeds = [int(x) for x in args.train_seeds.split(",")]
@@ -145,6 +186,7 @@ def main() -> None:
     out = {"folds": folds, "summary": summary, "per_trace_spread": per_seed, "traces": results,
            "wall_s": round(time.perf_counter() - started, 1)}
     write_results(args.out, out)
+    print(report(out))
     s, b = summary["all"]["raswarden"], summary["all"]["baseline"]
     print(f"raswarden: recall {s['all']['recall_before_failure']} lead {s['all']['lead_time_median_s']} s, "
           f"false {s['false_flags']} ({s['false_flags_per_1000_node_days']}/1000 node-days over "

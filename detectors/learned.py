@@ -54,6 +54,8 @@ def describe(name: str) -> tuple[str, str]:
             suffix = name.rsplit("_", 1)[-1]
             if "_per_h_" in name:
                 return category, f"{words} rate over {suffix}"
+            if name.endswith("_change"):
+                return category, f"{words} against peers, change over its own 6 h baseline"
             if name.endswith("_slope_per_h"):
                 return category, f"{words} trend per hour"
             if "peer" in name or "rack_residual" in name:

@@ -18,14 +18,14 @@ from tests.detectors.sim_helpers import LIBRARY
 
 FAULTS = [
     {"entity": "sn01-b01/gpu2", "fault": "hbm_degradation", "template": "a", "onset": "30m", "failure": "4h30m"},
-    {"entity": "sn01-b02/mlx5_1:1", "fault": "link_degradation", "template": "a", "onset": "1h", "failure": "5h"},
-    {"entity": "sn01-b03/gpu5", "fault": "benign_warm_slot", "template": "b", "onset": "0s", "failure": "6h"},
+    {"entity": "sn01-b02/mlx5_1:1", "fault": "link_degradation", "template": "a", "onset": "1h", "failure": "4h45m"},
+    {"entity": "sn01-b03/gpu5", "fault": "benign_warm_slot", "template": "b", "onset": "0s", "failure": "5h"},
     {"entity": "sn01-b04/gpu1", "fault": "benign_single_correctable_ecc", "template": "a", "onset": "2h"},
 ]
 
 
 def simulate(out, seed):
-    sc = Scenario.from_dict({"name": "t", "seed": seed, "topology": {"accelerators": 48}, "duration": "6h",
+    sc = Scenario.from_dict({"name": "t", "seed": seed, "topology": {"accelerators": 32}, "duration": "5h",
                              "resolution": "30s", "profile": "full",
                              "jobs": {"nodes_per_job": [2, 3], "duration": ["12h", "12h"], "gap": ["1m", "1m"]},
                              "faults": FAULTS})

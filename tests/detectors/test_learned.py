@@ -62,7 +62,8 @@ def test_persistence_forgets_entities_no_longer_scored():
 
 def test_describe_and_transform():
     assert describe("ecc_sbe_per_h_1h") == ("gpu_memory", "HBM correctable ECC rate over 1h")
-    assert describe("hbm_temp_c_peer_residual")[0] == "gpu_thermal"
+    assert describe("hbm_temp_c_peer_residual") == ("gpu_thermal", "HBM temperature against peers")
+    assert describe("hbm_temp_c_peer_residual_change")[1].endswith("change over its own 6 h baseline")
     assert describe("symbol_error_per_h_15m")[0] == "fabric_link"
     names = ("ecc_sbe_per_h_1h", "gpu_temp_c_level")
     out = transform(np.array([[np.e - 1, 50.0]]), names)
