@@ -4,9 +4,13 @@ Each tick, for every accelerator with fresh temperature and power, the power-cor
 ``temp - b * power`` (``b`` fitted across the fleet that tick, so busy and idle GPUs compare) is set
 against the median of the other accelerators of its node: a rack-wide coolant swing moves all of them
 and cancels out; a half-used node does not look like a fault. The residual is smoothed (EWMA) and scored
-as a robust z-score against the fleet's residual spread (MAD). ``subhealthy`` needs both the z-score and
-an absolute residual of ``min_excess_c`` (8 °C: a GPU in a warmer slot runs a few degrees above its
-peers for ever and is not a fault). HBM temperature is judged the same way, and SM clocks of busy GPUs
+as a robust z-score against the fleet's residual spread (MAD). ``subhealthy`` needs the z-score, an
+absolute residual of ``min_excess_c`` (8 °C) *and* a rise of ``min_rise_c`` over the GPU's own baseline
+(its residual smoothed over ``baseline_halflife_s``, 24 h, frozen while it is flagged): a GPU in a warmer
+slot runs several degrees above its peers for ever and is not a fault, while a degrading one moves away
+from where it was. Above ``absolute_excess_c`` (15 °C) the rise is not needed (a GPU that was already
+degrading when raswarden started). Once flagged, it clears only ``clear_margin_c`` below the entry
+levels. HBM temperature is judged the same way, and SM clocks of busy GPUs
 against busy peers (fail-slow: a GPU that stays up but runs slower).
 """
 
@@ -27,7 +31,8 @@ class PeerDeviation:
 
     def __init__(self, z_threshold: float = 6.0, min_excess_c: float = 8.0, suspect_excess_c: float = 6.0,
                  hbm_min_excess_c: float = 10.0, slow_ratio: float = 0.85, halflife_s: float = 300.0,
-                 min_peers: int = 3):
+                 min_peers: int = 3, min_rise_c: float = 4.0, absolute_excess_c: float = 15.0,
+                 baseline_halflife_s: float = 86400.0, clear_margin_c: float = 2.0):
         self.z_threshold = z_threshold
         self.min_excess_c = min_excess_c
         self.suspect_excess_c = suspect_excess_c
@@ -35,13 +40,32 @@ class PeerDeviation:
         self.slow_ratio = slow_ratio
         self.halflife_s = halflife_s
         self.min_peers = min_peers
+        self.min_rise_c = min_rise_c
+        self.absolute_excess_c = absolute_excess_c
+        self.baseline_halflife_s = baseline_halflife_s
+        self.clear_margin_c = clear_margin_c
 
     def fit(self, X=None, y=None) -> PeerDeviation:
         """Nothing to learn up front: the state is the smoothed residual per accelerator."""
         self.threshold_ = self.z_threshold
         self._smooth: dict[tuple[str, str], tuple[float, float]] = {}
         self._slow_now: set[str] = set()
+        self._own: dict[tuple[str, str], tuple[float, float]] = {}
+        self._hot_now: set[tuple[str, str]] = set()
         return self
+
+    def _baseline(self, key: tuple[str, str], value: float, now: float) -> float:
+        """The entity's own long-run residual, not learned while it is flagged."""
+        prev = self._own.get(key)
+        if prev is None:
+            self._own[key] = (value, now)
+            return value
+        if key in self._hot_now:
+            return prev[0]
+        alpha = 1.0 - 0.5 ** ((now - prev[1]) / self.baseline_halflife_s)
+        out = prev[0] + alpha * (value - prev[0])
+        self._own[key] = (out, now)
+        return out
 
     def _ewma(self, key: tuple[str, str], value: float, now: float) -> float:
         prev = self._smooth.get(key)
@@ -104,16 +128,26 @@ class PeerDeviation:
         out = []
         for i in np.flatnonzero(np.isfinite(residual)):
             entity = ids[i]
-            smooth = self._ewma((entity, metric), float(residual[i]), now)
+            key = (entity, metric)
+            smooth = self._ewma(key, float(residual[i]), now)
+            own = self._baseline(key, smooth, now)
+            rise = smooth - own
             z = smooth / spread
-            if smooth >= min_excess and z >= self.z_threshold:
+            margin = self.clear_margin_c if key in self._hot_now else 0.0
+            hot = smooth >= min_excess - margin and z >= self.z_threshold - margin / spread and (
+                rise >= self.min_rise_c - margin or smooth >= self.absolute_excess_c - margin)
+            if hot:
+                self._hot_now.add(key)
                 level = State.SUBHEALTHY
-            elif metric == "gpu_temp_c" and smooth >= self.suspect_excess_c and z >= self.z_threshold / 2:
-                level = State.SUSPECT
             else:
-                continue
+                self._hot_now.discard(key)
+                if (metric == "gpu_temp_c" and smooth >= self.suspect_excess_c and z >= self.z_threshold / 2
+                        and rise >= self.min_rise_c / 2):
+                    level = State.SUSPECT
+                else:
+                    continue
             reason = (f"{entity.split('/', 1)[1]} {words} {smooth:+.1f} °C against its node's peers at equal power "
-                      f"(z {z:.1f}, fleet spread {spread:.1f} °C)")
+                      f"(z {z:.1f}, fleet spread {spread:.1f} °C), {rise:+.1f} °C over its own baseline")
             out.append(Evidence(entity, level, "gpu_thermal", [reason], detector=self.name,
                                 score=min(1.0, 0.5 + z / 40)))
         return out

@@ -1,6 +1,7 @@
 import numpy as np
 
 from detectors.peer import PeerDeviation, group_median
+from detectors.schema import State
 from tests.detectors.sim_helpers import first_flag, simulate_and_replay
 
 
@@ -32,3 +33,34 @@ def test_flags_a_gpu_hotter_than_its_peers_and_not_the_warm_slot_or_a_hot_rack(t
     assert slow is not None and "SM clock at" in slow["reasons"][0]
     flagged = {f["entity"] for f in findings if f["state"] in ("subhealthy", "failed")}
     assert flagged <= {"sn01-b01/gpu2", "sn01-b01", "sn01-b03/gpu1", "sn01-b03"}, flagged
+
+
+def _tick(now, temps):
+    import pandas as pd
+
+    from detectors.rules import TickInput
+    from detectors.schema import events_frame
+
+    rows = []
+    for entity, t in temps.items():
+        rows += [(entity, "gpu_temp_c", t), (entity, "power_w", 400.0)]
+    g = pd.DataFrame({"entity": pd.Series([r[0] for r in rows], dtype=object),
+                      "metric": pd.Series([r[1] for r in rows], dtype=object),
+                      "last": [r[2] for r in rows], "max": [r[2] for r in rows]})
+    return TickInput(now, events_frame([]), pd.DataFrame({"entity": [], "metric": [], "increase": [], "resets": []}), g)
+
+
+def test_a_gpu_that_always_ran_hot_is_a_warm_slot_and_one_moving_away_is_not():
+    rng = np.random.default_rng(1)
+    d = PeerDeviation().fit()
+    first_hot = {}
+    for k in range(4 * 120):  # 4 h at 30 s
+        now = 30.0 * k
+        temps = {f"n{n}/gpu{g}": 60.0 + rng.normal(0, 1.0) for n in range(4) for g in range(8)}
+        temps["n0/gpu1"] += 10.0  # warm slot: 10 °C above its peers from the start
+        temps["n1/gpu2"] += max(0.0, (now - 3600.0) / 600.0)  # degrading from 1 h: +1 °C every 10 min
+        for ev in d.update(_tick(now, temps)):
+            if ev.level == State.SUBHEALTHY:
+                first_hot.setdefault(ev.entity, now)
+    assert "n0/gpu1" not in first_hot
+    assert 3600.0 + 4800.0 <= first_hot["n1/gpu2"] <= 3600.0 + 6600.0  # about when it is 8-11 °C above
