@@ -208,6 +208,9 @@ def cmd_train(args: argparse.Namespace) -> int:
         console.print(f"{kind}: {row['rows']:,} rows ({row['positive_rows']:,} positive, {row['healthy_rows']:,} "
                       f"healthy); multivariate threshold {row['multivariate_threshold']}, predictor threshold "
                       f"{row.get('predictor_threshold', '-')}; {row['fit_s']} s")
+        rejected = (row.get("predictor_out_of_fold") or {}).get("rejected")
+        if rejected:
+            console.print(f"[yellow]{kind} predictor {rejected} (more labelled traces will help)[/]")
     if args.holdout:
         result = compare([Path(p) for p in args.holdout], interval_s=args.interval, model=bundle)
         bundle.meta["evaluation"] = {"traces": list(args.holdout), "raswarden": result.raswarden.as_dict(),

@@ -121,7 +121,8 @@ def fit(collected: Collected, horizon_s: float = 12 * 3600.0, max_negatives: int
         if positive.any():
             pred.fit(X[keep], positive[keep].astype(int), kind=kind, names=FEATURES[kind], sample_weight=w[keep],
                      groups=trace[keep], healthy=healthy[keep])
-            row["predictor_threshold"] = round(pred.thresholds_[kind], 4)
+            if kind in pred.thresholds_:
+                row["predictor_threshold"] = round(pred.thresholds_[kind], 4)
             row["predictor_out_of_fold"] = pred.out_of_fold_.get(kind)
         row["fit_s"] = round(time.perf_counter() - started, 1)
         summary[kind] = row

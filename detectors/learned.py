@@ -15,6 +15,7 @@ from collections.abc import Iterable
 from dataclasses import dataclass, field
 
 import numpy as np
+from threadpoolctl import ThreadpoolController
 
 from detectors.evaluation import Fault
 from detectors.features import FEATURES, FeatureFrame
@@ -161,6 +162,11 @@ class Persistence:
         return list(self.evidence.values())
 
 
+# Scoring a slice of a few hundred rows per tick: OpenMP threads cost more than they give there (and
+# spin against the daemon's other work), so per-tick scoring runs on one thread.
+_THREADS = ThreadpoolController()
+
+
 class LearnedDetector:
     """Base of the detectors that score feature frames with a fitted model per entity kind.
 
@@ -239,7 +245,8 @@ class LearnedDetector:
             if not len(rows):
                 continue
             X = frame.X[rows]
-            scores = self._score(kind, transform(X, frame.names))
+            with _THREADS.limit(limits=1, user_api="openmp"):
+                scores = self._score(kind, transform(X, frame.names))
             alarm = scores >= self.thresholds_[kind]
             ents = frame.entities[rows]
 

@@ -6,7 +6,9 @@ passed and its failure is within the horizon; negatives: entities no fault touch
 included). Classes are balanced by weight. The threshold is chosen out of fold, grouped by trace (no trace
 scores itself): the ``negative_quantile`` of the held-out healthy probabilities, at least
 ``min_threshold``; above it for ``persist`` scorings in a row is ``subhealthy``. Missing features are
-native to the model (the stock exporter profile has no ECC counters).
+native to the model (the stock exporter profile has no ECC counters). A kind whose out-of-fold recall
+at that threshold is below ``min_out_of_fold_recall`` is not kept (too little data to trust it: the
+reason is in ``out_of_fold_``), and the other detectors carry that kind alone.
 """
 
 from __future__ import annotations
@@ -26,9 +28,11 @@ class FailurePredictor(LearnedDetector):
 
     def __init__(self, horizon_s: float = 12 * 3600.0, max_iter: int = 200, learning_rate: float = 0.1,
                  max_leaf_nodes: int = 31, min_threshold: float = 0.5, negative_quantile: float = 0.99999,
-                 score_every_ticks: int = 10, persist: int = 3, random_state: int = 0):
+                 min_out_of_fold_recall: float = 0.5, score_every_ticks: int = 10, persist: int = 3,
+                 random_state: int = 0):
         super().__init__(score_every_ticks, persist)
         self.horizon_s = horizon_s
+        self.min_out_of_fold_recall = min_out_of_fold_recall
         self.max_iter = max_iter
         self.learning_rate = learning_rate
         self.max_leaf_nodes = max_leaf_nodes
@@ -70,11 +74,16 @@ class FailurePredictor(LearnedDetector):
                 oof[test] = m.predict_proba(Xt[test])[:, 1]
             negatives = oof[y == 0]
             threshold = max(self.min_threshold, float(np.quantile(negatives, self.negative_quantile)))
+            recall = float((oof[y == 1] >= threshold).mean())
             self.out_of_fold_[kind] = {
                 "threshold": threshold,
-                "positives_above": float((oof[y == 1] >= threshold).mean()),
+                "positives_above": recall,
                 "negatives_above": float((negatives >= threshold).mean()),
             }
+            if recall < self.min_out_of_fold_recall:
+                self.out_of_fold_[kind]["rejected"] = (
+                    f"out-of-fold recall {recall:.2f} below {self.min_out_of_fold_recall}: not used")
+                return self
         self.models_[kind] = self._model().fit(Xt, y, sample_weight=w)
         self.thresholds_[kind] = threshold
         return self
