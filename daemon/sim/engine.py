@@ -143,22 +143,32 @@ class Simulator:
             raise TemplateError(f"{self.scenario.source}: no template {key!r} (have {', '.join(choices)})")
         return self.library[key]
 
-    def _random_entity(self, target: str) -> str:
+    def _random_entity(self, target: str, taken: set[str] | None = None) -> str:
+        """A random entity of the target kind, on a node (or rack) not in ``taken`` while there is one: two
+        listed faults on one GPU would have the second start on hardware already failed."""
         g = self.rng
-        if target == "accelerator":
-            return self.gpu_ids[int(g.integers(self.topo.n_gpus))]
-        if target == "port":
-            return self.port_ids[int(g.integers(self.topo.n_ports))]
-        if target == "rack":
-            return self.topo.racks[int(g.integers(len(self.topo.racks)))]
-        return self.topo.nodes[int(g.integers(self.topo.n_nodes))]
+        for _ in range(64):
+            if target == "accelerator":
+                pick = self.gpu_ids[int(g.integers(self.topo.n_gpus))]
+            elif target == "port":
+                pick = self.port_ids[int(g.integers(self.topo.n_ports))]
+            elif target == "rack":
+                pick = self.topo.racks[int(g.integers(len(self.topo.racks)))]
+            else:
+                pick = self.topo.nodes[int(g.integers(self.topo.n_nodes))]
+            if not taken or pick.split("/", 1)[0] not in taken:
+                break
+        if taken is not None:
+            taken.add(pick.split("/", 1)[0])
+        return pick
 
     def _instances(self) -> list[FaultInstance]:
         sc = self.scenario
         out = []
+        taken: set[str] = set()
         for spec in sc.faults:
             template = self._template(spec.fault, spec.template)
-            entity = self._random_entity(template.target) if spec.entity == "random" else spec.entity
+            entity = self._random_entity(template.target, taken) if spec.entity == "random" else spec.entity
             failure = None if spec.failure is None else sc.start + spec.failure
             out.append(FaultInstance.place(template, entity, sc.start + spec.onset, failure, self.rng))
         if sc.sample is not None:

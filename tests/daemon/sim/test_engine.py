@@ -176,3 +176,12 @@ def test_nothing_deviates_before_the_labelled_onset(library):
         for k, eff in enumerate(p.inst.template.effects):
             assert eff.start + p.inst.shift.get(k, 0.0) >= 0.0, (p.inst.template.name, k)
         assert all(ts >= p.inst.onset for ts, _, _ in p.lines)
+
+
+def test_random_listed_faults_land_on_distinct_nodes(library):
+    faults = [{"entity": "random", "fault": f, "template": "a", "onset": "1h", "failure": "3h"}
+              for f in ("hbm_degradation", "nvlink_errors", "gpu_off_bus", "link_degradation") * 3]
+    for seed in range(5):  # 12 faults on 16 nodes: with replacement, a shared node is all but certain
+        sim = make(library, faults, accelerators=128, seed=seed)
+        nodes = [p.inst.entity.split("/", 1)[0] for p in sim.placed]
+        assert len(set(nodes)) == len(nodes), nodes
