@@ -20,7 +20,7 @@ import sklearn
 
 from detectors.features import FEATURES
 
-MODEL_FORMAT = 1
+MODEL_FORMAT = 2  # 2: the IsolationForest keeps only the features that vary in training
 META = "model.json"
 ESTIMATORS = "estimators.joblib"
 
