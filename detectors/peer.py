@@ -6,7 +6,8 @@ against the median of the other accelerators of its node: a rack-wide coolant sw
 and cancels out; a half-used node does not look like a fault. The residual is smoothed (EWMA) and scored
 as a robust z-score against the fleet's residual spread (MAD). ``subhealthy`` needs the z-score, an
 absolute residual of ``min_excess_c`` (8 °C) *and* a rise of ``min_rise_c`` over the GPU's own baseline
-(its residual smoothed over ``baseline_halflife_s``, 24 h, frozen while it is flagged): a GPU in a warmer
+(its residual smoothed over ``baseline_halflife_s``, 24 h, per load state, busy or idle, frozen while it is
+flagged; none for ten minutes after a load change): a GPU in a warmer
 slot runs several degrees above its peers for ever and is not a fault, while a degrading one moves away
 from where it was. Above ``absolute_excess_c`` (15 °C) the rise is not needed (a GPU that was already
 degrading when raswarden started). Once flagged, it clears only ``clear_margin_c`` below the entry
@@ -50,17 +51,18 @@ class PeerDeviation:
         self.threshold_ = self.z_threshold
         self._smooth: dict[tuple[str, str], tuple[float, float]] = {}
         self._slow_now: set[str] = set()
-        self._own: dict[tuple[str, str], tuple[float, float]] = {}
+        self._own: dict[tuple, tuple[float, float]] = {}
+        self._load: dict[str, tuple[str, float]] = {}
         self._hot_now: set[tuple[str, str]] = set()
         return self
 
-    def _baseline(self, key: tuple[str, str], value: float, now: float) -> float:
-        """The entity's own long-run residual, not learned while it is flagged."""
+    def _baseline(self, key: tuple, value: float, now: float, frozen: bool = False) -> float:
+        """The entity's own long-run residual in one load state, not learned while it is flagged."""
         prev = self._own.get(key)
         if prev is None:
             self._own[key] = (value, now)
             return value
-        if key in self._hot_now:
+        if frozen:
             return prev[0]
         alpha = 1.0 - 0.5 ** ((now - prev[1]) / self.baseline_halflife_s)
         out = prev[0] + alpha * (value - prev[0])
@@ -100,11 +102,12 @@ class PeerDeviation:
             return []
         nodes, node_code = np.unique([e.split("/", 1)[0] for e in ids], return_inverse=True)
         out: list[Evidence] = []
+        loads = [self._load_settled(e, float(u), tick.now) for e, u in zip(ids, columns["gpu_util_pct"])]
         for m, min_excess, words in (("gpu_temp_c", self.min_excess_c, "GPU"), ("hbm_temp_c", self.hbm_min_excess_c,
                                                                                    "HBM")):
             if not np.isnan(columns[m]).all():
                 out += self._temperature(tick.now, ids, node_code, columns[m], columns["power_w"], m, min_excess,
-                                         words)
+                                         words, loads)
         if not np.isnan(columns["sm_clock_mhz"]).all():
             out += self._slow(tick.now, ids, node_code, columns["sm_clock_mhz"], columns["gpu_util_pct"])
         return out
@@ -116,7 +119,16 @@ class PeerDeviation:
         residual[count[codes] < self.min_peers + 1] = np.nan
         return residual, median
 
-    def _temperature(self, now, ids, codes, t, p, metric, min_excess, words) -> list[Evidence]:
+    def _load_settled(self, entity: str, util: float, now: float) -> str | None:
+        """The GPU's load state (busy/idle) once it has held it for two smoothing half-lives, else None."""
+        state = "busy" if util >= 50 else ("idle" if util == util else "any")
+        prev = self._load.get(entity)
+        if prev is None or prev[0] != state:
+            self._load[entity] = (state, now)
+            return None
+        return state if now - prev[1] >= 2 * self.halflife_s else None
+
+    def _temperature(self, now, ids, codes, t, p, metric, min_excess, words, loads) -> list[Evidence]:
         ok = np.isfinite(t) & np.isfinite(p)
         if ok.sum() < 4:
             return []
@@ -130,19 +142,27 @@ class PeerDeviation:
             entity = ids[i]
             key = (entity, metric)
             smooth = self._ewma(key, float(residual[i]), now)
-            own = self._baseline(key, smooth, now)
-            rise = smooth - own
-            z = smooth / spread
+            # The own baseline is kept per load state: a GPU's own thermal resistance puts it a few degrees
+            # further from its peers busy than idle, which is no rise. Right after a load change there is
+            # no comparison (and a flagged GPU stays flagged).
+            load = loads[i]
             margin = self.clear_margin_c if key in self._hot_now else 0.0
+            if load is None:
+                rise = float("nan")
+                rising = key in self._hot_now
+            else:
+                rise = smooth - self._baseline((entity, metric, load), smooth, now, frozen=key in self._hot_now)
+                rising = rise >= self.min_rise_c - margin
+            z = smooth / spread
             hot = smooth >= min_excess - margin and z >= self.z_threshold - margin / spread and (
-                rise >= self.min_rise_c - margin or smooth >= self.absolute_excess_c - margin)
+                rising or smooth >= self.absolute_excess_c - margin)
             if hot:
                 self._hot_now.add(key)
                 level = State.SUBHEALTHY
             else:
                 self._hot_now.discard(key)
                 if (metric == "gpu_temp_c" and smooth >= self.suspect_excess_c and z >= self.z_threshold / 2
-                        and rise >= self.min_rise_c / 2):
+                        and rise >= self.min_rise_c / 2):  # NaN (no comparison yet) is never above
                     level = State.SUSPECT
                 else:
                     continue

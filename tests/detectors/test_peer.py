@@ -35,7 +35,7 @@ def test_flags_a_gpu_hotter_than_its_peers_and_not_the_warm_slot_or_a_hot_rack(t
     assert flagged <= {"sn01-b01/gpu2", "sn01-b01", "sn01-b03/gpu1", "sn01-b03"}, flagged
 
 
-def _tick(now, temps):
+def _tick(now, temps, util=None):
     import pandas as pd
 
     from detectors.rules import TickInput
@@ -44,6 +44,8 @@ def _tick(now, temps):
     rows = []
     for entity, t in temps.items():
         rows += [(entity, "gpu_temp_c", t), (entity, "power_w", 400.0)]
+        if util is not None:
+            rows.append((entity, "gpu_util_pct", util))
     g = pd.DataFrame({"entity": pd.Series([r[0] for r in rows], dtype=object),
                       "metric": pd.Series([r[1] for r in rows], dtype=object),
                       "last": [r[2] for r in rows], "max": [r[2] for r in rows]})
@@ -64,3 +66,17 @@ def test_a_gpu_that_always_ran_hot_is_a_warm_slot_and_one_moving_away_is_not():
                 first_hot.setdefault(ev.entity, now)
     assert "n0/gpu1" not in first_hot
     assert 3600.0 + 4800.0 <= first_hot["n1/gpu2"] <= 3600.0 + 6600.0  # about when it is 8-11 °C above
+
+
+def test_a_gpu_warmer_busy_than_idle_does_not_rise_when_its_job_starts():
+    rng = np.random.default_rng(2)
+    d = PeerDeviation().fit()
+    flagged = set()
+    for k in range(4 * 120):
+        now = 30.0 * k
+        busy = now >= 3600.0  # the node idles for an hour, then a job starts
+        temps = {f"n{n}/gpu{g}": 60.0 + rng.normal(0, 1.0) for n in range(4) for g in range(8)}
+        temps["n0/gpu1"] += 10.0 if busy else 4.0  # its own thermal resistance shows under load
+        flagged |= {ev.entity for ev in d.update(_tick(now, temps, 95.0 if busy else 0.0))
+                    if ev.level == State.SUBHEALTHY}
+    assert flagged == set()
