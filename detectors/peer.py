@@ -1,18 +1,17 @@
 """Peer deviation: a GPU hotter (or slower) than its neighbours at comparable load is sub-healthy.
 
 Each tick, for every accelerator with fresh temperature and power, the power-corrected temperature
-``temp - b * power`` (``b`` fitted across the fleet that tick, so busy and idle GPUs compare) is set
-against the median of the other accelerators of its node: a rack-wide coolant swing moves all of them
-and cancels out; a half-used node does not look like a fault. The residual is smoothed (EWMA) and scored
-as a robust z-score against the fleet's residual spread (MAD). ``subhealthy`` needs the z-score, an
-absolute residual of ``min_excess_c`` (8 °C) *and* a rise of ``min_rise_c`` over the GPU's own baseline
-(its residual smoothed over ``baseline_halflife_s``, 24 h, per load state, busy or idle, frozen while it is
-flagged; none for ten minutes after a load change): a GPU in a warmer
-slot runs several degrees above its peers for ever and is not a fault, while a degrading one moves away
-from where it was. Above ``absolute_excess_c`` (15 °C) the rise is not needed (a GPU that was already
-degrading when raswarden started). Once flagged, it clears only ``clear_margin_c`` below the entry
-levels. HBM temperature is judged the same way, and SM clocks of busy GPUs
-against busy peers (fail-slow: a GPU that stays up but runs slower).
+``temp - b * power`` (``b`` fitted across the fleet that tick, so busy and idle GPUs compare) is set against the median
+of the accelerators of its node at comparable load (busy with busy, idle with idle): a rack-wide coolant swing
+moves all of them and cancels out; a half-used node does not look like a fault. The residual is smoothed
+(EWMA) and scored as a robust z-score against the fleet's residual spread (MAD). ``subhealthy`` needs the
+z-score, an absolute residual of ``min_excess_c`` (8 °C) *and* a rise of ``min_rise_c`` over the GPU's own
+baseline (its residual smoothed over ``baseline_halflife_s``, 24 h, per load state, busy or idle, frozen while
+it is flagged; none for ten minutes after a load change): a GPU in a warmer slot runs several degrees above
+its peers for ever and is not a fault, while a degrading one moves away from where it was. Above
+``absolute_excess_c`` (15 °C) the rise is not needed (a GPU that was already degrading when raswarden
+started). Once flagged, it clears only ``clear_margin_c`` below the entry levels. HBM temperature is judged
+the same way, and SM clocks of busy GPUs against busy peers (fail-slow: a GPU that stays up but runs slower).
 """
 
 from __future__ import annotations
@@ -103,10 +102,15 @@ class PeerDeviation:
         nodes, node_code = np.unique([e.split("/", 1)[0] for e in ids], return_inverse=True)
         out: list[Evidence] = []
         loads = [self._load_settled(e, float(u), tick.now) for e, u in zip(ids, columns["gpu_util_pct"])]
+        # Peers at comparable load: busy GPUs against the node's busy ones, idle against idle (a half-used
+        # node's median otherwise moves with its job mix); all together where utilisation is unknown.
+        util = columns["gpu_util_pct"]
+        load_code = np.where(np.isnan(util), 0, np.where(util >= 50, 1, 2))
+        peer_code = node_code * 3 + load_code
         for m, min_excess, words in (("gpu_temp_c", self.min_excess_c, "GPU"), ("hbm_temp_c", self.hbm_min_excess_c,
                                                                                    "HBM")):
             if not np.isnan(columns[m]).all():
-                out += self._temperature(tick.now, ids, node_code, columns[m], columns["power_w"], m, min_excess,
+                out += self._temperature(tick.now, ids, peer_code, columns[m], columns["power_w"], m, min_excess,
                                          words, loads)
         if not np.isnan(columns["sm_clock_mhz"]).all():
             out += self._slow(tick.now, ids, node_code, columns["sm_clock_mhz"], columns["gpu_util_pct"])
