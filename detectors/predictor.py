@@ -44,6 +44,15 @@ class FailurePredictor(LearnedDetector):
         return HistGradientBoostingClassifier(max_iter=self.max_iter, learning_rate=self.learning_rate,
                                               max_leaf_nodes=self.max_leaf_nodes, random_state=self.random_state)
 
+    def _fit_one(self, Xt: np.ndarray, y: np.ndarray, w: np.ndarray) -> HistGradientBoostingClassifier:
+        """Fit on rows where a feature may be missing throughout (a stock-profile trace has no ECC at all):
+        scikit-learn's binning fails on an all-NaN column, so such a column is a constant here."""
+        empty = np.isnan(Xt).all(axis=0)
+        if empty.any():
+            Xt = Xt.copy()
+            Xt[:, empty] = 0.0
+        return self._model().fit(Xt, y, sample_weight=w)
+
     def fit(self, X=None, y=None, kind: str = "accelerator", names: tuple[str, ...] = (), sample_weight=None,
             groups=None, healthy=None):
         """Fit one kind: ``X`` raw features, ``y`` 1 for positives, ``groups`` the trace of each row,
@@ -70,7 +79,7 @@ class FailurePredictor(LearnedDetector):
             for train, test in GroupKFold(n_splits=min(4, n_groups)).split(Xt, y, groups):
                 if len(np.unique(y[train])) < 2:
                     continue
-                m = self._model().fit(Xt[train], y[train], sample_weight=w[train])
+                m = self._fit_one(Xt[train], y[train], w[train])
                 oof[test] = m.predict_proba(Xt[test])[:, 1]
             negatives = oof[y == 0]
             threshold = max(self.min_threshold, float(np.quantile(negatives, self.negative_quantile)))
@@ -84,7 +93,7 @@ class FailurePredictor(LearnedDetector):
                 self.out_of_fold_[kind]["rejected"] = (
                     f"out-of-fold recall {recall:.2f} below {self.min_out_of_fold_recall}: not used")
                 return self
-        self.models_[kind] = self._model().fit(Xt, y, sample_weight=w)
+        self.models_[kind] = self._fit_one(Xt, y, w)
         self.thresholds_[kind] = threshold
         return self
 

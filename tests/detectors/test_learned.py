@@ -83,3 +83,18 @@ def test_multivariate_flags_what_the_healthy_fleet_never_showed_with_reasons():
     assert scores[0] >= det.thresholds_["port"] > scores[1]
     category, reasons = det.reasons("port", odd[0], float(scores[0]))
     assert category == "fabric_link" and "symbol errors rate over 1h 400" in reasons[0]
+
+
+def test_predictor_trains_when_one_trace_lacks_a_signal_entirely():
+    from detectors.predictor import FailurePredictor
+
+    rng = np.random.default_rng(0)
+    names = FEATURES["port"]
+    X = rng.normal(0, 1, (400, len(names)))
+    y = np.zeros(400, dtype=int)
+    y[::10] = 1
+    X[y == 1, 0] += 6.0
+    groups = np.repeat([0, 1], 200)
+    X[groups == 1, 3] = np.nan  # the second trace never published this signal (a stock exporter)
+    det = FailurePredictor(max_iter=20).fit(X, y, kind="port", names=names, groups=groups)
+    assert "port" in det.models_ and det.decision_function(X[:5], kind="port").shape == (5,)
