@@ -23,12 +23,17 @@ class _Collect:
         self.findings.append(json.loads(line))
 
 
-def evaluate_trace(path: Path, baseline: bool, interval_s: float = 30.0, model=None) -> Evaluation:
-    """Replay one labelled trace and score its findings (with the learned detectors of ``model``)."""
+def read_labels(path: Path, purpose: str = "evaluate against") -> list[Fault]:
+    """The ground-truth labels of a trace directory (``labels.jsonl``, ARCHITECTURE §8)."""
     trace = Trace.discover([path])
     if trace.labels_path is None:
-        raise FileNotFoundError(f"{path}: no labels.jsonl to evaluate against")
-    labels = [Fault.from_dict(json.loads(x)) for x in trace.labels_path.read_text().splitlines() if x.strip()]
+        raise FileNotFoundError(f"{path}: no labels.jsonl to {purpose}")
+    return [Fault.from_dict(json.loads(x)) for x in trace.labels_path.read_text().splitlines() if x.strip()]
+
+
+def evaluate_trace(path: Path, baseline: bool, interval_s: float = 30.0, model=None) -> Evaluation:
+    """Replay one labelled trace and score its findings (with the learned detectors of ``model``)."""
+    labels = read_labels(path)
     sink = _Collect()
     result = replay([path], findings_out=sink, config=PipelineConfig(interval_s=interval_s, baseline=baseline,
                                                                        model=None if baseline else model))

@@ -18,6 +18,7 @@ from pathlib import Path
 import numpy as np
 
 from daemon import __version__
+from daemon.evaluate import read_labels
 from daemon.pipeline import Pipeline, PipelineConfig
 from daemon.replay import replay
 from daemon.trace import Trace
@@ -27,12 +28,6 @@ from detectors.learned import TrainingSet, label_rows
 from detectors.model import ModelBundle
 from detectors.multivariate import MultivariateDetector
 from detectors.predictor import FailurePredictor
-
-
-def read_labels(trace: Trace, path: Path) -> list[Fault]:
-    if trace.labels_path is None:
-        raise FileNotFoundError(f"{path}: no labels.jsonl to train on")
-    return [Fault.from_dict(json.loads(x)) for x in trace.labels_path.read_text().splitlines() if x.strip()]
 
 
 def fingerprint(paths: list[Path]) -> dict:
@@ -60,12 +55,11 @@ def collect(paths: list[Path], interval_s: float = 30.0, stride: int = 10, progr
     labels: dict[int, list[Fault]] = {}
     racks: dict[int, object] = {}
     for t, path in enumerate(paths):
-        trace = Trace.discover([path])
-        faults = read_labels(trace, path)
+        faults = read_labels(path, "train on")
         labels[t] = faults
         # The workload's own confounders (load steps, half-used nodes) touch nearly every node: they are
         # sampled with the fleet, not kept at every tick.
-        labelled = {f.entity for f in faults if f.template != "workload"}
+        labelled = np.array(sorted({f.entity for f in faults if f.template != "workload"}), dtype=object)
         state = {"tick": 0}
 
         def on_tick(now: float, pipeline: Pipeline, t=t, labelled=labelled, state=state) -> None:
@@ -76,8 +70,7 @@ def collect(paths: list[Path], interval_s: float = 30.0, stride: int = 10, progr
                 if not len(frame.entities):
                     continue
                 nodes = np.array([e.split("/", 1)[0] for e in frame.entities], dtype=object)
-                mine = np.fromiter((e in labelled or n in labelled for e, n in zip(frame.entities, nodes)),
-                                   dtype=bool, count=len(nodes))
+                mine = np.isin(frame.entities, labelled) | np.isin(nodes, labelled)
                 sets[kind].add(frame, np.flatnonzero(mine), 1.0, t)
                 if every:
                     sets[kind].add(frame, np.flatnonzero(~mine), float(stride), t)

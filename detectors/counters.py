@@ -34,6 +34,18 @@ def counter_increases(prev: np.ndarray, cur: np.ndarray) -> tuple[np.ndarray, np
     return out, reset
 
 
+def intern(keys, index: dict) -> tuple[np.ndarray, int]:
+    """Dense integer ids of ``keys`` in ``index``, numbering unseen keys in order; and how many were new."""
+    out = np.empty(len(keys), dtype=np.int64)
+    before = len(index)
+    for i, key in enumerate(keys):
+        slot = index.get(key)
+        if slot is None:
+            slot = index[key] = len(index)
+        out[i] = slot
+    return out, len(index) - before
+
+
 class CounterTracker:
     """Keeps the last value of every counter series and reports increases tick by tick."""
 
@@ -47,14 +59,7 @@ class CounterTracker:
         return len(self._slot)
 
     def _slots(self, keys: list[tuple[str, str]]) -> np.ndarray:
-        out = np.empty(len(keys), dtype=np.int64)
-        grow = 0
-        for i, key in enumerate(keys):
-            slot = self._slot.get(key)
-            if slot is None:
-                slot = self._slot[key] = len(self._slot)
-                grow += 1
-            out[i] = slot
+        out, grow = intern(keys, self._slot)
         if grow:
             self._last = np.concatenate((self._last, np.full(grow, np.nan)))
         return out

@@ -23,11 +23,13 @@ detectors are trained to handle missing values.
 from __future__ import annotations
 
 import math
+from itertools import islice
 from dataclasses import dataclass
 
 import numpy as np
 import pandas as pd
 
+from detectors.counters import intern
 from detectors.peer import group_median
 from detectors.schema import entity_kind
 
@@ -78,6 +80,15 @@ def _alpha(dt: np.ndarray | float, halflife: float) -> np.ndarray:
     return 1.0 - np.power(0.5, np.asarray(dt, dtype=float) / halflife)
 
 
+def _ewma_into(arr: np.ndarray, index, value: np.ndarray, dt: np.ndarray | float, halflife: float,
+               restart: np.ndarray | bool = False) -> None:
+    """``arr[index]`` moves toward ``value`` by the EWMA weight of ``dt``; it takes ``value`` where it is
+    unset or ``restart``, and keeps its own where ``value`` is NaN."""
+    old = arr[index]
+    blended = old + _alpha(dt, halflife) * (value - old)
+    arr[index] = np.where(np.isnan(old) | restart, value, np.where(np.isnan(value), old, blended))
+
+
 @dataclass
 class FeatureFrame:
     """Features of one entity kind at one tick: ``X[i]`` belongs to ``entities[i]``."""
@@ -122,17 +133,11 @@ class _KindState:
         self.seen = np.full(0, -np.inf)
         self.node = np.zeros(0, dtype=np.int64)
 
-    def rows(self, names: np.ndarray, nodes: _Nodes) -> np.ndarray:
-        out = np.empty(len(names), dtype=np.int64)
-        new = 0
-        for i, name in enumerate(names):
-            r = self.row.get(name)
-            if r is None:
-                r = self.row[name] = len(self.ids)
-                self.ids.append(name)
-                new += 1
-            out[i] = r
+    def rows(self, names, nodes: _Nodes) -> np.ndarray:
+        """The rows of entity ``names``, allocated on first sight."""
+        out, new = intern(names, self.row)
         if new:
+            self.ids.extend(reversed(list(islice(reversed(self.row), new))))  # the newest keys, in order
             self._grow(new, nodes)
         return out
 
@@ -174,6 +179,7 @@ class FeatureState:
     def __init__(self, rack_of=None) -> None:
         self.kinds = {kind: _KindState(kind) for kind in COUNTERS}
         self.nodes = _Nodes(rack_of or (lambda node: None))
+        self._kind_of: dict[str, str] = {}  # entity -> kind, so the id regexes run once per entity
         self._last_now: float | None = None
         self._dt = 0.0
         self.frames: dict[str, FeatureFrame] = {}
@@ -204,7 +210,8 @@ class FeatureState:
         mcodes, mnames = pd.factorize(metric)
         ecodes, enames = pd.factorize(frame["entity"].to_numpy(object))
         enames = np.asarray(enames, dtype=object)
-        ekind = np.array([entity_kind(e) for e in enames], dtype=object)
+        kind_of = self._kind_of
+        ekind = np.array([kind_of.get(e) or kind_of.setdefault(e, entity_kind(e)) for e in enames], dtype=object)
         out = {}
         for kind, cols in kind_cols.items():
             col_of_m = np.array([cols.get(m, -1) for m in mnames], dtype=np.int64)
@@ -231,9 +238,7 @@ class FeatureState:
             first = ~np.isfinite(dt)
             rate = np.where(first, 0.0, increase[pick] * 3600.0 / np.where(first, 1.0, np.maximum(dt, 1.0)))
             for j, (_, horizon) in enumerate(RATE_HORIZONS):
-                old = st.rates[rows, cols, j]
-                a = _alpha(np.where(first, 1.0, dt), horizon)
-                st.rates[rows, cols, j] = np.where(np.isnan(old), rate, old + a * (rate - old))
+                _ewma_into(st.rates, (rows, cols, j), rate, np.where(first, 1.0, dt), horizon)
             st.counter_seen[rows, cols] = now
             st.seen[rows] = now
 
@@ -250,9 +255,7 @@ class FeatureState:
             dt = now - st.gauge_seen[rows, cols]
             fresh = ~np.isfinite(dt) | (dt > 4 * SLOW_HALFLIFE_S)
             for arr, halflife in ((st.fast, LEVEL_HALFLIFE_S), (st.slow, SLOW_HALFLIFE_S)):
-                old = arr[rows, cols]
-                a = _alpha(np.where(fresh, 1.0, dt), halflife)
-                arr[rows, cols] = np.where(fresh | np.isnan(old), v, old + a * (v - old))
+                _ewma_into(arr, (rows, cols), v, np.where(fresh, 1.0, dt), halflife, restart=fresh)
             st.gauge_seen[rows, cols] = now
             st.seen[rows] = now
             if kind == "accelerator":
@@ -291,11 +294,8 @@ class FeatureState:
         ratio = busy / median[st.node]
         ratio[count[st.node] < 3] = np.nan
         raw[:, len(PEERS)] = ratio
-        new = raw[touched]
         for arr, halflife in ((st.peer, LEVEL_HALFLIFE_S), (st.peer_base, BASELINE_HALFLIFE_S)):
-            old = arr[touched]
-            a = float(_alpha(self._dt or halflife, halflife))
-            arr[touched] = np.where(np.isnan(old), new, np.where(np.isnan(new), old, old + a * (new - old)))
+            _ewma_into(arr, touched, raw[touched], self._dt or halflife, halflife)
 
     def _events(self, events: pd.DataFrame) -> None:
         for entity, kind, code in zip(events["entity"].to_numpy(object), events["kind"].to_numpy(object),

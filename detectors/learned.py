@@ -11,6 +11,7 @@ Confounders stay in as healthy rows: the models must learn that a reboot or a wa
 
 from __future__ import annotations
 
+from abc import ABC, abstractmethod
 from collections.abc import Iterable
 from dataclasses import dataclass, field
 
@@ -167,16 +168,17 @@ class Persistence:
 _THREADS = ThreadpoolController()
 
 
-class LearnedDetector:
+class LearnedDetector(ABC):
     """Base of the detectors that score feature frames with a fitted model per entity kind.
 
-    Subclasses implement ``_score(kind, Xt) -> scores`` and ``_level(score, threshold)``. Evidence names
-    the features furthest from the healthy training fleet (robust z) with their values and that fleet's
-    median.
+    Subclasses implement ``_score(kind, Xt) -> scores`` and ``_level(kind, score)``, and name their own
+    per-kind fitted dicts in ``fitted_per_kind``. Evidence names the features furthest from the healthy
+    training fleet (robust z) with their values and that fleet's median.
     """
 
     name = "learned"
     needs_features = True
+    fitted_per_kind: tuple[str, ...] = ()  # a subclass's own fitted attributes, one dict entry per kind
 
     def __init__(self, score_every_ticks: int = 10, persist: int = 3):
         self.score_every_ticks = score_every_ticks
@@ -184,11 +186,9 @@ class LearnedDetector:
 
     def _start(self) -> None:
         """Create the fitted state on the first ``fit`` (kinds are fitted one call each)."""
-        if not hasattr(self, "models_"):
-            self.models_: dict[str, object] = {}
-            self.thresholds_: dict[str, float] = {}
-            self.healthy_median_: dict[str, np.ndarray] = {}
-            self.healthy_scale_: dict[str, np.ndarray] = {}
+        for attr in ("models_", "thresholds_", "healthy_median_", "healthy_scale_") + self.fitted_per_kind:
+            if not hasattr(self, attr):
+                setattr(self, attr, {})
 
     @property
     def threshold_(self) -> float:
@@ -227,11 +227,13 @@ class LearnedDetector:
         """Scores of raw feature rows of ``kind`` (higher = worse; compare with ``thresholds_[kind]``)."""
         return self._score(kind, transform(np.asarray(X, dtype=float), FEATURES[kind]))
 
+    @abstractmethod
     def _level(self, kind: str, score: float) -> State:
-        raise NotImplementedError
+        """The health level of evidence with this score (at or above the kind's threshold)."""
 
+    @abstractmethod
     def _score(self, kind: str, Xt: np.ndarray) -> np.ndarray:
-        raise NotImplementedError
+        """Scores of transformed feature rows of ``kind``, higher = worse."""
 
     def update(self, tick: TickInput) -> list[Evidence]:
         self._start()

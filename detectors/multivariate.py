@@ -23,6 +23,7 @@ class MultivariateDetector(LearnedDetector):
     """IsolationForest on healthy feature vectors; parameters in ``__init__``."""
 
     name = "multivariate"
+    fitted_per_kind = ("fill_", "subhealthy_", "columns_")
 
     def __init__(self, n_estimators: int = 100, max_samples: int = 512, healthy_quantile: float = 0.999,
                  margin: float = 0.02, score_every_ticks: int = 10, persist: int = 3, random_state: int = 0):
@@ -36,10 +37,6 @@ class MultivariateDetector(LearnedDetector):
     def fit(self, X=None, y=None, kind: str = "accelerator", names: tuple[str, ...] = (), sample_weight=None):
         """Fit one kind on its healthy rows ``X`` (raw features; ``y`` unused)."""
         self._start()
-        if not hasattr(self, "fill_"):
-            self.fill_: dict[str, np.ndarray] = {}
-            self.subhealthy_: dict[str, float] = {}
-            self.columns_: dict[str, np.ndarray] = {}
         if X is None:
             return self
         self._fit_reference(kind, X)

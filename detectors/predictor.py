@@ -25,6 +25,7 @@ class FailurePredictor(LearnedDetector):
     """Gradient-boosted failure probability within a horizon; parameters in ``__init__``."""
 
     name = "predictor"
+    fitted_per_kind = ("out_of_fold_",)
 
     def __init__(self, horizon_s: float = 12 * 3600.0, max_iter: int = 200, learning_rate: float = 0.1,
                  max_leaf_nodes: int = 31, min_threshold: float = 0.5, negative_quantile: float = 0.99999,
@@ -58,8 +59,6 @@ class FailurePredictor(LearnedDetector):
         """Fit one kind: ``X`` raw features, ``y`` 1 for positives, ``groups`` the trace of each row,
         ``healthy`` the negatives that no fault touches (for the reasons' reference fleet)."""
         self._start()
-        if not hasattr(self, "out_of_fold_"):
-            self.out_of_fold_: dict[str, dict] = {}
         if X is None:
             return self
         y = np.asarray(y, dtype=int)
@@ -75,19 +74,21 @@ class FailurePredictor(LearnedDetector):
         groups = np.zeros(len(y), dtype=int) if groups is None else np.asarray(groups)
         n_groups = len(np.unique(groups))
         if n_groups >= 2:
-            oof = np.zeros(len(y))
+            oof = np.full(len(y), np.nan)  # rows of a fold that could not be fitted stay unscored
             for train, test in GroupKFold(n_splits=min(4, n_groups)).split(Xt, y, groups):
                 if len(np.unique(y[train])) < 2:
                     continue
                 m = self._fit_one(Xt[train], y[train], w[train])
                 oof[test] = m.predict_proba(Xt[test])[:, 1]
-            negatives = oof[y == 0]
-            threshold = max(self.min_threshold, float(np.quantile(negatives, self.negative_quantile)))
-            recall = float((oof[y == 1] >= threshold).mean())
+            negatives = oof[(y == 0) & np.isfinite(oof)]
+            positives = oof[(y == 1) & np.isfinite(oof)]
+            if len(negatives):
+                threshold = max(self.min_threshold, float(np.quantile(negatives, self.negative_quantile)))
+            recall = float((positives >= threshold).mean()) if len(positives) else 0.0
             self.out_of_fold_[kind] = {
                 "threshold": threshold,
                 "positives_above": recall,
-                "negatives_above": float((negatives >= threshold).mean()),
+                "negatives_above": float((negatives >= threshold).mean()) if len(negatives) else None,
             }
             if recall < self.min_out_of_fold_recall:
                 self.out_of_fold_[kind]["rejected"] = (
