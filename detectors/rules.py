@@ -14,7 +14,8 @@ Rules (ARCHITECTURE §5):
   node's reboot grace); symbol errors above 120/h (the IBTA 1e-12 BER limit NVSentinel uses) and link
   error recoveries above ``link_recovery_per_hour`` are ``subhealthy``.
 * Thermal: GPU temperature at the slowdown limit or thermal throttling ``subhealthy``, at the
-  shutdown limit ``failed``.
+  shutdown limit ``failed``; HBM at its limit (95 °C) ``suspect`` (a watch: a warm slot gets there in a
+  rack-wide coolant swing; a degrading GPU is flagged by the peer detector).
 * Host: EDAC uncorrected, fatal MCE ``failed``; corrected MCE ``suspect``.
 
 ``baseline=True`` keeps only what shipped static-threshold tools (DCGM health checks, NVSentinel) act on:
@@ -375,8 +376,10 @@ class RuleDetector:
                     limit = f"at the slowdown limit ({self.gpu_temp_slowdown_c:.0f} °C)"
                     out.append(Evidence(entity, State.SUBHEALTHY, "gpu_thermal", [f"GPU {peak:.0f} °C {limit}"]))
             elif metric == "hbm_temp_c" and peak >= self.hbm_temp_limit_c:
-                out.append(Evidence(entity, State.SUBHEALTHY, "gpu_thermal",
-                                    [f"HBM {peak:.0f} °C over {self.hbm_temp_limit_c:.0f} °C"]))
+                # A watch, not a flag: a GPU in a warm slot reaches its memory limit during a rack-wide coolant
+                # swing and is healthy; a degrading one is flagged by the peer detector (hotter than its peers).
+                out.append(Evidence(entity, State.SUSPECT, "gpu_thermal",
+                                    [f"HBM {peak:.0f} °C at or over its {self.hbm_temp_limit_c:.0f} °C limit"]))
             elif metric == "throttle_thermal" and last >= 1:
                 out.append(Evidence(entity, State.SUBHEALTHY, "gpu_thermal", ["clocks throttled for temperature"]))
             elif metric == "row_remap_failure" and last >= 1:

@@ -225,8 +225,11 @@ class FaultInstance:
             failure = onset + float(rng.uniform(lo, hi))
         shift = {i: float(rng.normal(0.0, jitter)) for i in range(len(template.effects) + len(template.events))}
         for i, e in enumerate(template.effects):
-            if e.start >= 1.0 or e.kind == "vanish":  # never move the failure itself
+            if e.start >= 1.0 or e.kind == "vanish" or e.start <= 0.0:
+                # Never move the failure itself, nor what starts at the onset: the label's onset is the first
+                # deviation (a confounder present from the start, such as a warm slot, would otherwise appear
+                # as a step in mid-trace, which is what a real fault looks like).
                 shift[i] = 0.0
-            else:  # nor anything before the onset: the label's onset is the first deviation
+            else:  # nor anything before the onset
                 shift[i] = max(shift[i], -e.start)
         return cls(template, entity, onset, failure, until, float(rng.lognormal(0.0, 0.25)), shift)
