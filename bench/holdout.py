@@ -120,6 +120,7 @@ def main() -> None:
     ap.add_argument("--eval-seeds", default="1,2,3,4,5,6,7,8,9,10")
     ap.add_argument("--profiles", default="full,stock")
     ap.add_argument("--quiet", default="quiet-7d", help="quiet scenario for the false-flag rate ('' for none)")
+    ap.add_argument("--quiet-seed", type=int, default=None, help="seed of the quiet scenario (default: its own)")
     ap.add_argument("--jobs", type=int, default=2)
     ap.add_argument("--out", type=Path, default=ROOT / "bench" / "results" / "holdout.json")
     args = ap.parse_args()
@@ -141,7 +142,7 @@ def main() -> None:
                 jobs.append((f"dense-template-{t}", seed, prof, work / f"{t}-{prof}-{seed}"))
     if args.quiet:
         for prof in profiles:
-            jobs.append((args.quiet, None, prof, work / f"{args.quiet}-{prof}"))
+            jobs.append((args.quiet, args.quiet_seed, prof, work / f"{args.quiet}-{prof}"))
     with ProcessPoolExecutor(args.jobs) as pool:
         list(pool.map(simulate, *zip(*jobs)))
     print(f"traces ready in {time.perf_counter() - started:.0f} s", flush=True)
