@@ -2,7 +2,7 @@
 
 from __future__ import annotations
 
-from prometheus_client import CollectorRegistry, Counter
+from prometheus_client import CollectorRegistry, Counter, Gauge
 
 REGISTRY = CollectorRegistry(auto_describe=True)
 
@@ -21,5 +21,22 @@ INPUT_REJECTED = Counter(
 LATE_DROPPED = Counter(
     "raswarden_late_samples_dropped_total",
     "Samples that arrived later than the allowed lateness and were dropped.",
+    registry=REGISTRY,
+)
+
+ALERT_NOTIFICATIONS = Counter(
+    "raswarden_alert_notifications_total",
+    "Notifications put in the alert outbox, by receiver.",
+    ["receiver"],
+    registry=REGISTRY,
+)
+ALERT_DELIVERIES = Counter(
+    "raswarden_alert_delivery_attempts_total",
+    "Attempts to deliver a notification, by receiver and outcome (delivered, retry, failed, gave_up).",
+    ["receiver", "outcome"],
+    registry=REGISTRY,
+)
+ALERT_OUTBOX_PENDING = Gauge(
+    "raswarden_alert_outbox_pending", "Notifications waiting in the outbox, by receiver.", ["receiver"],
     registry=REGISTRY,
 )

@@ -88,20 +88,64 @@ class ActionRow(SQLModel, table=True):
 
 
 class OutboxRow(SQLModel, table=True):
-    """Alerts waiting for delivery; removed only once delivered or given up."""
+    """One notification for one receiver: pending until delivered, or failed with the platform's error."""
 
     __tablename__ = "alert_outbox"
     __table_args__ = (UniqueConstraint("idempotency_key", "receiver"),)
     id: int | None = Field(default=None, primary_key=True)
     idempotency_key: str
     receiver: str = Field(index=True)
-    group_key: str
+    group_key: str = Field(index=True)
     status: str = Field(index=True)  # pending | delivered | failed
     attempts: int = 0
     next_attempt_at: float = 0.0
     created_at: float
     last_error: str = ""
+    delivered_at: float | None = None
     payload: dict = Field(default_factory=dict, sa_column=Column(JSON, nullable=False))
+
+
+class AlertRow(SQLModel, table=True):
+    """The alert of one incident as last seen by the alert pipeline (daemon/alerting)."""
+
+    __tablename__ = "alert"
+    incident_id: str = Field(primary_key=True)
+    group_key: str = Field(index=True)
+    status: str  # firing | resolved | done (resolved and told)
+    digest: str  # what a notification shows of it; a change makes its group notify again
+    updated_at: float
+    labels: dict = Field(default_factory=dict, sa_column=Column(JSON, nullable=False))
+    content: dict = Field(default_factory=dict, sa_column=Column(JSON, nullable=False))
+
+
+class AlertGroupRow(SQLModel, table=True):
+    """An aggregation group (rack + category): when it started, last flushed, last notified."""
+
+    __tablename__ = "alert_group"
+    group_key: str = Field(primary_key=True)
+    first_at: float
+    flushed_at: float | None = None
+    sent_at: float | None = None
+    sent_digest: str = ""
+    seq: int = 0
+
+
+class SilenceRow(SQLModel, table=True):
+    __tablename__ = "silence"
+    id: str = Field(primary_key=True)
+    matchers: list = Field(default_factory=list, sa_column=Column(JSON, nullable=False))
+    starts_at: float
+    ends_at: float = Field(index=True)
+    created_by: str = ""
+    comment: str = ""
+
+
+class AlertCursorRow(SQLModel, table=True):
+    """How far the alert pipeline has read the incident table (incident.updated_at)."""
+
+    __tablename__ = "alert_cursor"
+    name: str = Field(primary_key=True)
+    value: float
 
 
 def _sqlite_pragmas(dbapi_conn, _record) -> None:

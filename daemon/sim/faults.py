@@ -29,16 +29,15 @@ rates (seeded), so no two instances of a template are identical.
 
 from __future__ import annotations
 
-import re
 from dataclasses import dataclass, field
 from pathlib import Path
 
 import numpy as np
 import yaml
 
+from daemon.duration import parse_duration as _parse_duration
+
 TARGETS = ("accelerator", "port", "node", "rack")
-_DURATION_PART = re.compile(r"(\d+(?:\.\d+)?)\s*(min|s|m|h|d)?")
-_UNIT = {"s": 1, None: 1, "m": 60, "min": 60, "h": 3600, "d": 86400}
 
 
 class TemplateError(ValueError):
@@ -46,15 +45,11 @@ class TemplateError(ValueError):
 
 
 def parse_duration(value, where: str) -> float:
-    """``90``, ``"15m"``, ``"2h"``, ``"2h30m"``, ``"1.5d"`` to seconds."""
-    if isinstance(value, (int, float)) and not isinstance(value, bool):
-        return float(value)
-    text = str(value).replace(" ", "")
-    parts = list(_DURATION_PART.finditer(text))
-    if not text or not parts or "".join(m.group(0) for m in parts) != text or (
-            len(parts) > 1 and any(m.group(2) is None for m in parts)):
-        raise TemplateError(f"{where}: not a duration: {value!r} (use e.g. 90, '15m', '2h', '2h30m', '1d')")
-    return sum(float(m.group(1)) * _UNIT[m.group(2)] for m in parts)
+    """``90``, ``"15m"``, ``"2h"``, ``"2h30m"``, ``"1.5d"`` to seconds (TemplateError naming ``where``)."""
+    try:
+        return _parse_duration(value, where)
+    except ValueError as exc:
+        raise TemplateError(str(exc)) from None
 
 
 @dataclass(frozen=True)

@@ -1,0 +1,175 @@
+"""The outbox: notifications persisted per receiver, delivered in order per group with retries.
+
+A notification enters the outbox in the same transaction that advances its group, so it is neither lost
+nor made twice. Delivery takes, per receiver and group, only the oldest pending notification (order is
+kept per group), honours the receiver's rate limit, and records the outcome: 2xx done; 429, 5xx and no
+answer retried with exponential backoff (or the platform's Retry-After); other errors failed with the
+platform's message; a notification still undelivered after ``max_age_s`` is given up, loudly. Delivery
+is at least once: a process killed between the platform's answer and the record sends again, with the
+same ``Idempotency-Key`` header.
+"""
+
+from __future__ import annotations
+
+import logging
+import random
+import time
+from collections.abc import Callable, Iterable
+from dataclasses import dataclass
+
+from sqlmodel import Session, select
+
+from daemon.alerting.alert import Notification
+from daemon.alerting.http import Outcome, Response, post
+from daemon.alerting.receivers.base import Receiver
+from daemon.alerting.secrets import scrub
+from daemon.metrics import ALERT_DELIVERIES, ALERT_NOTIFICATIONS, ALERT_OUTBOX_PENDING
+from daemon.store import OutboxRow, Store
+
+log = logging.getLogger("raswarden.alerting")
+
+
+@dataclass
+class Backoff:
+    """Exponential backoff with jitter: ``base_s`` doubling up to ``max_s``; give up after ``max_age_s``."""
+
+    base_s: float = 2.0
+    max_s: float = 300.0
+    max_age_s: float = 86400.0
+    jitter: float = 0.2
+
+    def delay(self, attempts: int, retry_after: float | None = None) -> float:
+        if retry_after is not None:
+            return min(max(retry_after, 0.0), 3600.0)
+        d = min(self.max_s, self.base_s * 2 ** max(0, attempts - 1))
+        return d * (1.0 + random.uniform(-self.jitter, self.jitter))
+
+
+class RateLimiter:
+    """A token bucket per receiver: ``per_minute`` messages a minute, bursts of up to a tenth of that."""
+
+    def __init__(self, clock: Callable[[], float] = time.monotonic):
+        self.clock = clock
+        self.buckets: dict[str, tuple[float, float]] = {}
+
+    def take(self, name: str, per_minute: float) -> bool:
+        now = self.clock()
+        cap = max(1.0, per_minute / 10.0)
+        tokens, last = self.buckets.get(name, (cap, now))
+        tokens = min(cap, tokens + (now - last) * per_minute / 60.0)
+        if tokens < 1.0:
+            self.buckets[name] = (tokens, now)
+            return False
+        self.buckets[name] = (tokens - 1.0, now)
+        return True
+
+
+def enqueue(session: Session, n: Notification, receivers: Iterable[str], now: float) -> int:
+    """Add ``n`` for each receiver inside the caller's transaction; an existing key is not added twice."""
+    added = 0
+    for name in receivers:
+        exists = session.exec(select(OutboxRow.id).where(OutboxRow.idempotency_key == n.key,
+                                                         OutboxRow.receiver == name)).first()
+        if exists is not None:
+            continue
+        session.add(OutboxRow(idempotency_key=n.key, receiver=name, group_key=n.group_key, status="pending",
+                              attempts=0, next_attempt_at=now, created_at=now, payload=n.as_dict()))
+        ALERT_NOTIFICATIONS.labels(name).inc()
+        added += 1
+    return added
+
+
+class Outbox:
+    """Delivery of the store's pending notifications to configured receivers."""
+
+    def __init__(self, store: Store, receivers: dict[str, Receiver], backoff: Backoff | None = None,
+                 limiter: RateLimiter | None = None, send: Callable[..., Response] = post):
+        self.store = store
+        self.receivers = receivers
+        self.backoff = backoff or Backoff()
+        self.limiter = limiter or RateLimiter()
+        self.send = send
+
+    def pending(self) -> list[OutboxRow]:
+        with self.store.session() as s:
+            return list(s.exec(select(OutboxRow).where(OutboxRow.status == "pending").order_by(OutboxRow.id)).all())
+
+    def heads(self, now: float) -> list[OutboxRow]:
+        """The oldest pending notification of each (receiver, group) whose next attempt is due."""
+        seen: set[tuple[str, str]] = set()
+        due = []
+        for row in self.pending():
+            key = (row.receiver, row.group_key)
+            if key in seen:
+                continue
+            seen.add(key)
+            if row.next_attempt_at <= now:
+                due.append(row)
+        return due
+
+    def deliver(self, now: float | None = None) -> dict[str, int]:
+        """One pass: attempt every due head once. Returns counts by outcome."""
+        counts = {"delivered": 0, "retry": 0, "failed": 0, "gave_up": 0, "limited": 0}
+        for row in self.heads(time.time() if now is None else now):
+            when = time.time() if now is None else now
+            receiver = self.receivers.get(row.receiver)
+            if receiver is None:
+                self._finish(row.id, when, Outcome(False, error=f"receiver {row.receiver!r} is not configured"))
+                counts["failed"] += 1
+                continue
+            if not self.limiter.take(receiver.name, receiver.per_minute):
+                counts["limited"] += 1
+                continue
+            n = Notification.from_dict(row.payload)
+            if n.status == "resolved" and not receiver.config.send_resolved:
+                self._finish(row.id, when, Outcome(True), skipped=True)
+                continue
+            request = receiver.request(n, when)
+            request.headers.setdefault("Idempotency-Key", row.idempotency_key)
+            outcome = receiver.outcome(self.send(request, timeout=receiver.config.timeout_s))
+            counts[self._finish(row.id, when, outcome)] += 1
+        self._gauge()
+        return counts
+
+    def drain(self, until: float, poll_s: float = 0.5, clock: Callable[[], float] = time.time) -> dict[str, int]:
+        """Deliver until nothing is pending or the wall clock passes ``until``."""
+        total = {"delivered": 0, "retry": 0, "failed": 0, "gave_up": 0, "limited": 0}
+        while clock() < until:
+            for k, v in self.deliver(clock()).items():
+                total[k] += v
+            if not self.pending():
+                break
+            time.sleep(poll_s)
+        return total
+
+    def _finish(self, row_id: int, now: float, outcome: Outcome, skipped: bool = False) -> str:
+        with self.store.session() as s:
+            row = s.get(OutboxRow, row_id)
+            row.attempts += 0 if skipped else 1
+            error = scrub(outcome.error)
+            if outcome.ok:
+                row.status, row.delivered_at, result = "delivered", now, "delivered"
+                row.last_error = "not sent: send_resolved is off" if skipped else ""
+            elif outcome.retry and now - row.created_at < self.backoff.max_age_s:
+                row.next_attempt_at = now + self.backoff.delay(row.attempts, outcome.retry_after)
+                row.last_error, result = error, "retry"
+                log.warning("alert %s to %s: %s; retry in %.0f s (attempt %d)", row.idempotency_key, row.receiver,
+                            error, row.next_attempt_at - now, row.attempts)
+            elif outcome.retry:
+                row.status, row.last_error, result = "failed", f"gave up after {row.attempts} attempts: {error}", \
+                    "gave_up"
+                log.error("alert %s to %s: %s", row.idempotency_key, row.receiver, row.last_error)
+            else:
+                row.status, row.last_error, result = "failed", error, "failed"
+                log.error("alert %s to %s failed: %s", row.idempotency_key, row.receiver, error)
+            s.add(row)
+            s.commit()
+        ALERT_DELIVERIES.labels(row.receiver, result).inc()
+        return result
+
+    def _gauge(self) -> None:
+        counts: dict[str, int] = {name: 0 for name in self.receivers}
+        for row in self.pending():
+            counts[row.receiver] = counts.get(row.receiver, 0) + 1
+        for name, c in counts.items():
+            ALERT_OUTBOX_PENDING.labels(name).set(c)

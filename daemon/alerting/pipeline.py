@@ -1,0 +1,153 @@
+"""The alert pipeline: incidents → alerts → groups → inhibit → silences → routing → outbox.
+
+Everything it knows is in the store: the alert of each incident (``alert``), each group's timers and
+what it last said (``alert_group``), silences, and how far it has read the incident table
+(``alert_cursor``). :meth:`AlertPipeline.step` is called once per daemon tick; a group's notification
+and its entry in the outbox are written in one transaction.
+
+Grouping follows Alertmanager: a new group waits ``group_wait`` before its first message (so a rack's
+incidents arriving together make one message); later changes are sent at most every
+``group_interval``; an unchanged group with firing alerts is repeated every ``repeat_interval``.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+
+from sqlmodel import Session, select
+
+from daemon.alerting.alert import Alert, Notification, alert_from_incident, group_key
+from daemon.alerting.outbox import enqueue
+from daemon.alerting.routing import Route, route
+from daemon.alerting.silences import Silence, SilenceBook
+from daemon.store import ActionRow, AlertCursorRow, AlertGroupRow, AlertRow, IncidentRow, Store
+
+
+@dataclass
+class AlertingConfig:
+    """The ``[alerting]`` table (receivers are built separately: they hold secrets)."""
+
+    group_wait_s: float = 30.0
+    group_interval_s: float = 300.0
+    repeat_interval_s: float = 4 * 3600.0
+    status_url: str = ""
+    default_receivers: list[str] = field(default_factory=list)
+    routes: list[Route] = field(default_factory=list)
+
+
+def describe_action(rows: list[ActionRow]) -> str:
+    """What raswarden did or will do for an incident, from its newest action journal entry."""
+    if not rows:
+        return ""
+    last = rows[-1]
+    mode = " (dry run)" if last.detail.get("dry_run") else ""
+    if last.status == "awaiting_approval":
+        return f"playbook {last.playbook}: {last.step} awaiting approval{mode}"
+    return f"playbook {last.playbook}: {last.step} {last.status}{mode}"
+
+
+def inhibited(a: Alert, firing: set[str]) -> bool:
+    """A node's or accelerator's alert is hidden while the rack/cooling incident it belongs to fires."""
+    return a.parent is not None and a.parent in firing
+
+
+class AlertPipeline:
+    """Turns the store's incidents into outbox notifications."""
+
+    cursor_name = "incidents"
+
+    def __init__(self, store: Store, config: AlertingConfig, receivers: list[str] | None = None):
+        self.store = store
+        self.config = config
+        self.silences = SilenceBook(store)
+        self.known_receivers = receivers  # None: do not check route targets
+
+    # -- incidents -> alerts ----------------------------------------------------------------------------
+    def sync(self, now: float) -> int:
+        """Read incidents changed since the cursor and update their alerts; returns alerts changed."""
+        changed = 0
+        with self.store.session() as s:
+            cursor = s.get(AlertCursorRow, self.cursor_name)
+            since = cursor.value if cursor else float("-inf")
+            rows = s.exec(select(IncidentRow).where(IncidentRow.updated_at >= since)
+                          .order_by(IncidentRow.updated_at)).all()
+            newest = since
+            for inc in rows:
+                newest = max(newest, inc.updated_at)
+                actions = list(s.exec(select(ActionRow).where(ActionRow.incident_id == inc.id)
+                                      .order_by(ActionRow.id)).all())
+                changed += self._upsert(s, alert_from_incident(inc, describe_action(actions)), now)
+            if rows:
+                s.merge(AlertCursorRow(name=self.cursor_name, value=newest))
+            s.commit()
+        return changed
+
+    def _upsert(self, s: Session, alert: Alert, now: float) -> int:
+        row = s.get(AlertRow, alert.incident_id)
+        digest = alert.digest()
+        if row is not None and row.digest == digest:
+            return 0
+        key = group_key(alert.rack, alert.category)
+        content = alert.as_dict()
+        if row is None:
+            row = AlertRow(incident_id=alert.incident_id, group_key=key, status=alert.status, digest=digest,
+                           updated_at=now, labels=alert.labels, content=content)
+        else:
+            row.status, row.digest, row.updated_at, row.labels, row.content = (alert.status, digest, now,
+                                                                                alert.labels, content)
+        s.add(row)
+        if s.get(AlertGroupRow, key) is None:
+            s.add(AlertGroupRow(group_key=key, first_at=now))
+            s.flush()  # the next alert of this group, in this transaction, must find it
+        return 1
+
+    # -- groups -> notifications ------------------------------------------------------------------------
+    def flush(self, now: float) -> list[tuple[Notification, list[str]]]:
+        """Send what is due: returns the notifications queued, with their receivers."""
+        queued = []
+        silences = self.silences.active(now)
+        with self.store.session() as s:
+            alerts_by_group: dict[str, list[AlertRow]] = {}
+            for row in s.exec(select(AlertRow).where(AlertRow.status != "done")
+                              .order_by(AlertRow.updated_at, AlertRow.incident_id)).all():
+                alerts_by_group.setdefault(row.group_key, []).append(row)
+            firing = {r.incident_id for rows in alerts_by_group.values() for r in rows if r.status == "firing"}
+            for g in s.exec(select(AlertGroupRow)).all():
+                rows = alerts_by_group.get(g.group_key, [])
+                if not rows:
+                    s.delete(g)
+                    continue
+                wait = self.config.group_wait_s if g.flushed_at is None else self.config.group_interval_s
+                start = g.first_at if g.flushed_at is None else g.flushed_at
+                if now < start + wait:
+                    continue
+                g.flushed_at = now
+                visible = [Alert.from_dict(r.content) for r in rows
+                           if not inhibited(Alert.from_dict(r.content), firing)
+                           and not self._silenced(r.labels, silences, now)]
+                n = Notification(g.group_key, g.seq + 1, now, visible, self.config.status_url)
+                digest = n.digest() if visible else ""
+                repeat = g.sent_at is not None and now - g.sent_at >= self.config.repeat_interval_s and n.firing
+                if visible and (digest != g.sent_digest or repeat):
+                    receivers = route(n, self.config.routes, self.config.default_receivers)
+                    enqueue(s, n, receivers, now)
+                    g.seq, g.sent_digest, g.sent_at = n.seq, digest, now
+                    queued.append((n, receivers))
+                # Resolved alerts are told once (or never, while silenced or inhibited), then done: the row
+                # stays (housekeeping trims it) so that re-reading the closed incident changes nothing.
+                for r in rows:
+                    if r.status == "resolved":
+                        r.status = "done"
+                        s.add(r)
+                s.add(g)
+            s.commit()
+        return queued
+
+    @staticmethod
+    def _silenced(labels: dict[str, str], silences: list[Silence], now: float) -> bool:
+        return any(sil.mutes(labels, now) for sil in silences)
+
+    def step(self, now: float) -> list[tuple[Notification, list[str]]]:
+        """One tick: read incidents, then send what is due."""
+        self.sync(now)
+        return self.flush(now)

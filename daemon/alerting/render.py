@@ -1,0 +1,85 @@
+"""Message text from Jinja2 templates that operators can override, and length limits with a clear mark.
+
+Templates live in ``daemon/alerting/templates``; an operator's directory (``alerting.templates_dir``)
+is searched first. A receiver asks for ``title`` or ``body``; ``<receiver type>.<name>.j2`` wins over the
+shared ``<name>.j2`` (Slack's mrkdwn differs from Markdown, WeCom's Markdown is a subset).
+"""
+
+from __future__ import annotations
+
+import datetime as dt
+import shlex
+from pathlib import Path
+
+import jinja2
+
+from daemon.alerting.alert import CATEGORY_WORDS, Alert, Notification
+
+TRUNCATED = "… [truncated: {n} more {unit}]"
+
+
+def fmt_ts(ts: float | None) -> str:
+    if ts is None:
+        return "-"
+    return dt.datetime.fromtimestamp(ts, dt.UTC).strftime("%Y-%m-%d %H:%M:%SZ")
+
+
+def commands(alert: Alert) -> list[str]:
+    """The exact CLI commands that silence, approve or resume what this alert is about."""
+    out = [f"raswarden silence add incident={alert.incident_id} --duration 4h --comment "
+           + shlex.quote(f"looking at {alert.entity}")]
+    action = alert.action.lower()
+    if "awaiting approval" in action:
+        out.append(f"raswarden approve {alert.incident_id}")
+    if "drain" in action:
+        out.append(f"raswarden resume {alert.entity.split('/', 1)[0]} --reason " + shlex.quote("repaired"))
+    return out
+
+
+def headline(n: Notification) -> str:
+    alerts = n.firing or n.alerts
+    words = CATEGORY_WORDS.get(alerts[0].category, alerts[0].category) if alerts else ""
+    if len(alerts) == 1:
+        return f"{alerts[0].entity}: {words}"
+    where = f"rack {alerts[0].rack}" if alerts[0].rack else "cluster"
+    return f"{len(alerts)} incidents in {where}: {words}"
+
+
+def truncate(text: str, limit: int, unit: str = "characters") -> str:
+    """``text`` cut to ``limit`` characters (or UTF-8 bytes with ``unit="bytes"``), ending in a mark that
+    says how much was cut."""
+    size = len(text.encode()) if unit == "bytes" else len(text)
+    if size <= limit:
+        return text
+    mark_room = len(TRUNCATED.format(n=size, unit=unit).encode() if unit == "bytes" else
+                    TRUNCATED.format(n=size, unit=unit))
+    keep = max(0, limit - mark_room - 1)
+    if unit == "bytes":
+        head = text.encode()[:keep].decode("utf-8", "ignore")
+        cut = size - len(head.encode())
+    else:
+        head = text[:keep]
+        cut = size - len(head)
+    return head.rstrip() + "\n" + TRUNCATED.format(n=cut, unit=unit)
+
+
+class Renderer:
+    """Renders a notification's title and body for one receiver type."""
+
+    def __init__(self, templates_dir: str | Path | None = None, status_url: str = ""):
+        loaders: list[jinja2.BaseLoader] = []
+        if templates_dir:
+            loaders.append(jinja2.FileSystemLoader(str(templates_dir)))
+        loaders.append(jinja2.PackageLoader("daemon.alerting", "templates"))
+        self.env = jinja2.Environment(loader=jinja2.ChoiceLoader(loaders), autoescape=False, trim_blocks=True,
+                                      lstrip_blocks=True, keep_trailing_newline=False,
+                                      undefined=jinja2.StrictUndefined)
+        self.env.filters["ts"] = fmt_ts
+        self.env.globals.update(commands=commands, category_words=CATEGORY_WORDS)
+        self.status_url = status_url.rstrip("/")
+
+    def render(self, name: str, n: Notification, receiver_type: str) -> str:
+        """Render template ``name`` (``title`` or ``body``) for ``receiver_type``."""
+        template = self.env.select_template([f"{receiver_type}.{name}.j2", f"{name}.j2"])
+        link = f"{self.status_url}/incidents" if self.status_url else ""
+        return template.render(n=n, headline=headline(n), status_url=self.status_url, incidents_url=link).strip()

@@ -1,0 +1,107 @@
+"""Secrets (webhook URLs with tokens, signing keys): where they come from, and keeping them out of logs.
+
+A secret is read from the config value itself, a file (``*_file``, which must not be readable by
+others) or a systemd credential (``*_credential``: ``$CREDENTIALS_DIRECTORY/NAME`` from
+``LoadCredential=``). Every secret read is registered with :class:`RedactingFilter`, which replaces it in
+every log record; error messages name URLs through :func:`redact_url` (scheme and host only).
+"""
+
+from __future__ import annotations
+
+import logging
+import os
+import stat
+import threading
+from pathlib import Path
+from urllib.parse import urlsplit
+
+REDACTED = "<secret>"
+_known: set[str] = set()
+_lock = threading.Lock()
+
+
+class SecretError(ValueError):
+    """A secret could not be read (the message names the key and the file, never the value)."""
+
+
+def register(value: str) -> str:
+    """Remember ``value`` (and its URL query/path pieces) so that log records never show it."""
+    if value and len(value) >= 6:
+        with _lock:
+            _known.add(value)
+            parts = urlsplit(value)
+            if parts.scheme and parts.netloc:
+                for piece in (parts.path, parts.query):
+                    if len(piece) >= 6:
+                        _known.add(piece)
+    return value
+
+
+def scrub(text: str) -> str:
+    """``text`` with every registered secret replaced by ``<secret>`` (longest first)."""
+    with _lock:
+        known = sorted(_known, key=len, reverse=True)
+    for s in known:
+        if s in text:
+            text = text.replace(s, REDACTED)
+    return text
+
+
+def redact_url(url: str) -> str:
+    """Scheme, host and port only: webhook tokens live in the path or query."""
+    parts = urlsplit(url)
+    if not parts.scheme:
+        return REDACTED
+    host = parts.hostname or ""
+    port = f":{parts.port}" if parts.port else ""
+    return f"{parts.scheme}://{host}{port}/{REDACTED}" if (parts.path.strip("/") or parts.query) else url
+
+
+def read_secret(key: str, value: str | None = None, file: str | None = None, credential: str | None = None,
+                required: bool = True) -> str | None:
+    """The secret of config key ``key`` from its value, a ``*_file`` or a systemd ``*_credential``."""
+    if value:
+        return register(value)
+    if credential:
+        base = os.environ.get("CREDENTIALS_DIRECTORY")
+        if not base:
+            raise SecretError(f"{key}_credential = {credential!r}: $CREDENTIALS_DIRECTORY is not set "
+                              "(use LoadCredential= in the unit)")
+        file = str(Path(base) / credential)
+    if file:
+        path = Path(file)
+        try:
+            mode = path.stat().st_mode
+            if mode & (stat.S_IRWXG | stat.S_IRWXO) and not os.environ.get("CREDENTIALS_DIRECTORY"):
+                raise SecretError(f"{key}_file {file}: readable by group or others (chmod 600)")
+            text = path.read_text().strip()
+        except OSError as exc:
+            raise SecretError(f"{key}_file {file}: {exc.strerror or exc}") from None
+        if not text:
+            raise SecretError(f"{key}_file {file}: empty")
+        return register(text)
+    if required:
+        raise SecretError(f"{key}: missing (set {key}, {key}_file or {key}_credential)")
+    return None
+
+
+class RedactingFilter(logging.Filter):
+    """A logging filter that replaces every registered secret in a record's message and arguments."""
+
+    def filter(self, record: logging.LogRecord) -> bool:
+        message = record.getMessage()
+        clean = scrub(message)
+        if clean != message:
+            record.msg, record.args = clean, None
+        if record.exc_info and record.exc_info[1] is not None:
+            text = scrub(logging.Formatter().formatException(record.exc_info))
+            record.exc_info, record.exc_text = None, text
+        return True
+
+
+def install_log_redaction() -> None:
+    """Attach :class:`RedactingFilter` to every handler of the root logger (idempotent)."""
+    root = logging.getLogger()
+    for handler in root.handlers:
+        if not any(isinstance(f, RedactingFilter) for f in handler.filters):
+            handler.addFilter(RedactingFilter())

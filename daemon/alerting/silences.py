@@ -1,0 +1,113 @@
+"""Silences: label matchers with an expiry, persisted in the store (``raswarden silence add|list|expire``).
+
+A matcher is ``label=value``, ``label!=value``, ``label=~regex`` or ``label!~regex`` (Alertmanager's
+syntax; a regex is anchored). A silence mutes the alerts all of its matchers match, from ``starts_at``
+to ``ends_at``; an expired silence stays listed (with ``--all``) for the record.
+"""
+
+from __future__ import annotations
+
+import re
+import secrets as _random
+from dataclasses import dataclass
+
+from sqlmodel import select
+
+from daemon.store import SilenceRow, Store
+
+_MATCHER = re.compile(r"^\s*([A-Za-z_][A-Za-z0-9_]*)\s*(=~|!~|!=|=)\s*(.*?)\s*$")
+
+
+@dataclass(frozen=True)
+class Matcher:
+    label: str
+    op: str
+    value: str
+
+    @classmethod
+    def parse(cls, text: str) -> Matcher:
+        m = _MATCHER.match(text)
+        if not m:
+            raise ValueError(f"matcher {text!r}: expected label=value, label!=value, label=~regex or label!~regex")
+        label, op, value = m.groups()
+        if len(value) >= 2 and value[0] == value[-1] and value[0] in "\"'":
+            value = value[1:-1]
+        if op in ("=~", "!~"):
+            try:
+                re.compile(value)
+            except re.error as exc:
+                raise ValueError(f"matcher {text!r}: bad regex: {exc}") from None
+        return cls(label, op, value)
+
+    def matches(self, labels: dict[str, str]) -> bool:
+        have = labels.get(self.label, "")
+        if self.op == "=":
+            return have == self.value
+        if self.op == "!=":
+            return have != self.value
+        hit = re.fullmatch(self.value, have) is not None
+        return hit if self.op == "=~" else not hit
+
+    def __str__(self) -> str:
+        return f"{self.label}{self.op}{self.value}"
+
+
+@dataclass
+class Silence:
+    id: str
+    matchers: list[Matcher]
+    starts_at: float
+    ends_at: float
+    created_by: str = ""
+    comment: str = ""
+
+    def active(self, now: float) -> bool:
+        return self.starts_at <= now < self.ends_at
+
+    def mutes(self, labels: dict[str, str], now: float) -> bool:
+        return self.active(now) and all(m.matches(labels) for m in self.matchers)
+
+
+class SilenceBook:
+    """Silences in the store."""
+
+    def __init__(self, store: Store):
+        self.store = store
+
+    def add(self, matchers: list[str], starts_at: float, ends_at: float, created_by: str = "",
+            comment: str = "") -> Silence:
+        """Persist a new silence; ValueError for a bad matcher or an empty or backwards time range."""
+        parsed = [Matcher.parse(m) for m in matchers]
+        if not parsed:
+            raise ValueError("a silence needs at least one matcher")
+        if ends_at <= starts_at:
+            raise ValueError("a silence must end after it starts")
+        silence = Silence(f"sil-{_random.token_hex(4)}", parsed, starts_at, ends_at, created_by, comment)
+        with self.store.session() as s:
+            s.add(SilenceRow(id=silence.id, matchers=[str(m) for m in parsed], starts_at=starts_at, ends_at=ends_at,
+                             created_by=created_by, comment=comment))
+            s.commit()
+        return silence
+
+    def expire(self, silence_id: str, now: float) -> bool:
+        """End a silence now; False when there is no such silence still running."""
+        with self.store.session() as s:
+            row = s.get(SilenceRow, silence_id)
+            if row is None or row.ends_at <= now:
+                return False
+            row.ends_at = max(now, row.starts_at)
+            s.add(row)
+            s.commit()
+        return True
+
+    def all(self) -> list[Silence]:
+        with self.store.session() as s:
+            rows = s.exec(select(SilenceRow).order_by(SilenceRow.starts_at)).all()
+        return [Silence(r.id, [Matcher.parse(m) for m in r.matchers], r.starts_at, r.ends_at, r.created_by,
+                        r.comment) for r in rows]
+
+    def active(self, now: float) -> list[Silence]:
+        with self.store.session() as s:
+            rows = s.exec(select(SilenceRow).where(SilenceRow.ends_at > now)).all()
+        return [Silence(r.id, [Matcher.parse(m) for m in r.matchers], r.starts_at, r.ends_at, r.created_by,
+                        r.comment) for r in rows if r.starts_at <= now]
