@@ -328,6 +328,20 @@ def cmd_alerts(args: argparse.Namespace) -> int:
         store.close()
 
 
+def cmd_check_config(args: argparse.Namespace) -> int:
+    cfg = _load_config(args)
+    from daemon.alerting.service import Alerting  # builds every receiver: catches what parsing cannot
+    from daemon.store import Store
+
+    store = Store("sqlite://")
+    try:
+        Alerting.from_config(cfg, store)
+    finally:
+        store.close()
+    print(f"{cfg.path}: OK ({len(cfg.receivers)} receivers, {len(cfg.alerting.routes)} routes)")
+    return 0
+
+
 def cmd_silence(args: argparse.Namespace) -> int:
     import getpass
     import time
@@ -446,6 +460,11 @@ def build_parser() -> argparse.ArgumentParser:
         p.add_argument("--config", metavar="FILE", help="config file (default $RASWARDEN_CONFIG or "
                                                         "/etc/raswarden/raswarden.toml)")
         p.add_argument("--db", metavar="URL", help="state database (default: the config's store.url)")
+
+    p = sub.add_parser("check-config", help="validate the config file (names the bad key)")
+    p.add_argument("--config", metavar="FILE", help="config file (default $RASWARDEN_CONFIG or "
+                                                    "/etc/raswarden/raswarden.toml)")
+    p.set_defaults(func=cmd_check_config)
 
     p = sub.add_parser("alerts", help="alert receivers and the outbox",
                        description="Send a test message, show the outbox, or deliver it (reading new incidents "

@@ -126,7 +126,7 @@ class Notification:
 
     @property
     def group_labels(self) -> dict[str, str]:
-        parts = dict(p.split("=", 1) for p in self.group_key.split(","))
+        parts = dict(p.split("=", 1) for p in self.group_key.split(",") if "=" in p)
         return {k: v for k, v in parts.items() if v != "-"}
 
     def as_dict(self) -> dict[str, Any]:

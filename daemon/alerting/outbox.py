@@ -162,9 +162,10 @@ class Outbox:
             else:
                 row.status, row.last_error, result = "failed", error, "failed"
                 log.error("alert %s to %s failed: %s", row.idempotency_key, row.receiver, error)
+            receiver = row.receiver
             s.add(row)
             s.commit()
-        ALERT_DELIVERIES.labels(row.receiver, result).inc()
+        ALERT_DELIVERIES.labels(receiver, result).inc()
         return result
 
     def _gauge(self) -> None:

@@ -76,13 +76,13 @@ class AlertPipeline:
                 newest = max(newest, inc.updated_at)
                 actions = list(s.exec(select(ActionRow).where(ActionRow.incident_id == inc.id)
                                       .order_by(ActionRow.id)).all())
-                changed += self._upsert(s, alert_from_incident(inc, describe_action(actions)), now)
+                changed += self._upsert(s, alert_from_incident(inc, describe_action(actions)), now, inc.updated_at)
             if rows:
                 s.merge(AlertCursorRow(name=self.cursor_name, value=newest))
             s.commit()
         return changed
 
-    def _upsert(self, s: Session, alert: Alert, now: float) -> int:
+    def _upsert(self, s: Session, alert: Alert, now: float, changed_at: float) -> int:
         row = s.get(AlertRow, alert.incident_id)
         digest = alert.digest()
         if row is not None and row.digest == digest:
@@ -97,7 +97,9 @@ class AlertPipeline:
                                                                                 alert.labels, content)
         s.add(row)
         if s.get(AlertGroupRow, key) is None:
-            s.add(AlertGroupRow(group_key=key, first_at=now))
+            # The group's wait runs from when the incident changed (one tick ago at most in the daemon; long
+            # ago after a restart, and then nobody should wait any longer).
+            s.add(AlertGroupRow(group_key=key, first_at=min(now, changed_at)))
             s.flush()  # the next alert of this group, in this transaction, must find it
         return 1
 

@@ -30,6 +30,13 @@ class ChatServer:
     answers: list[tuple[int, dict, bytes]] = field(default_factory=list)
     received: list[Received] = field(default_factory=list)
 
+    port: int = 0
+
+    @classmethod
+    def on_port(cls, port: int) -> ChatServer:
+        """A server on a given port (a platform coming back where it was)."""
+        return cls(port=port)
+
     def __post_init__(self):
         server = self
 
@@ -54,7 +61,8 @@ class ChatServer:
                 pass
 
         self.lock = threading.Lock()
-        self.httpd = ThreadingHTTPServer(("127.0.0.1", 0), Handler)
+        ThreadingHTTPServer.allow_reuse_address = True
+        self.httpd = ThreadingHTTPServer(("127.0.0.1", self.port), Handler)
         self.port = self.httpd.server_address[1]
         self.thread = threading.Thread(target=self.httpd.serve_forever, kwargs={"poll_interval": 0.05}, daemon=True)
         self.thread.start()

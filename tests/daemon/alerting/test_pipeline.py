@@ -1,0 +1,137 @@
+"""The alert pipeline on a real SQLite store: grouping timers, inhibition, silences, routing, resolved."""
+
+from __future__ import annotations
+
+from daemon.alerting.pipeline import AlertingConfig, AlertPipeline
+from daemon.alerting.routing import Route
+from daemon.alerting.silences import SilenceBook
+from daemon.store import OutboxRow
+from detectors.schema import State
+from sqlmodel import select
+from tests.daemon.alerting.conftest import close, make_incident
+
+T0 = 1_000.0
+
+
+def pipeline(store, **kw) -> AlertPipeline:
+    cfg = AlertingConfig(group_wait_s=30, group_interval_s=300, repeat_interval_s=3600,
+                         default_receivers=["chat"], **kw)
+    return AlertPipeline(store, cfg)
+
+
+def entities(n) -> list[str]:
+    return sorted(a.entity for a in n.alerts)
+
+
+def test_incidents_of_one_rack_and_category_within_group_wait_make_one_message(store):
+    p = pipeline(store)
+    store.record_tick([], [make_incident("sn01-b07/gpu3", at=T0)])
+    assert p.step(T0) == []  # group_wait not over
+    store.record_tick([], [make_incident("sn01-b09/gpu1", at=T0 + 10),
+                           make_incident("sn01-b09", category="fabric_link", kind="node", at=T0 + 10)])
+    out = p.step(T0 + 31)
+    assert [(n.group_key, entities(n)) for n, _ in out] == [
+        ("rack=r01,category=gpu_memory", ["sn01-b07/gpu3", "sn01-b09/gpu1"])]
+    out = p.step(T0 + 41)  # the fabric group started 10 s later
+    assert [(n.group_key, entities(n)) for n, _ in out] == [("rack=r01,category=fabric_link", ["sn01-b09"])]
+
+
+def test_changes_wait_for_group_interval_and_unchanged_groups_repeat(store):
+    p = pipeline(store)
+    store.record_tick([], [make_incident("sn01-b07/gpu3", at=T0)])
+    assert len(p.step(T0 + 30)) == 1
+    store.record_tick([], [make_incident("sn01-b08/gpu0", at=T0 + 60)])
+    assert p.step(T0 + 100) == []  # within group_interval
+    (n, receivers), = p.step(T0 + 330)
+    assert entities(n) == ["sn01-b07/gpu3", "sn01-b08/gpu0"] and n.seq == 2 and receivers == ["chat"]
+    assert p.step(T0 + 630) == []  # nothing new, repeat not due
+    (n, _), = p.step(T0 + 330 + 3600)
+    assert n.seq == 3 and len(n.firing) == 2  # repeated after repeat_interval
+
+
+def test_resolved_is_told_once(store):
+    p = pipeline(store)
+    inc = make_incident("sn01-b07/gpu3", at=T0)
+    store.record_tick([], [inc])
+    p.step(T0 + 30)
+    store.record_tick([], [close(inc, T0 + 200)])
+    (n, _), = p.step(T0 + 330)
+    assert n.status == "resolved" and n.resolved[0].entity == "sn01-b07/gpu3"
+    assert p.step(T0 + 700) == [] and p.step(T0 + 9000) == []
+
+
+def test_a_rack_incident_inhibits_its_node_incidents(store):
+    p = pipeline(store)
+    rack = make_incident("r01", category="cooling", kind="rack", at=T0)
+    nodes = [make_incident(f"sn01-b0{i}/gpu0", category="gpu_thermal", at=T0, parent=rack.id) for i in range(3)]
+    store.record_tick([], [rack, *nodes])
+    out = p.step(T0 + 30)
+    assert [entities(n) for n, _ in out] == [["r01"]]  # the thermal group of the nodes says nothing
+    store.record_tick([], [close(rack, T0 + 100)])
+    out = p.step(T0 + 400)
+    told = {n.group_key: entities(n) for n, _ in out}
+    assert told["rack=r01,category=cooling"] == ["r01"]
+    assert told["rack=r01,category=gpu_thermal"] == ["sn01-b00/gpu0", "sn01-b01/gpu0", "sn01-b02/gpu0"]
+
+
+def test_silences_persist_mute_and_expire(store):
+    book = SilenceBook(store)
+    sil = book.add(["entity=~sn01-b07/.*", "category=gpu_memory"], T0 - 1, T0 + 1000, "alice", "swapping HBM")
+    p = pipeline(store)
+    store.record_tick([], [make_incident("sn01-b07/gpu3", at=T0), make_incident("sn01-b08/gpu3", at=T0)])
+    (n, _), = p.step(T0 + 30)
+    assert entities(n) == ["sn01-b08/gpu3"]
+    assert [s.id for s in SilenceBook(store).active(T0 + 500)] == [sil.id]  # persisted
+    assert book.expire(sil.id, T0 + 600)
+    (n, _), = p.step(T0 + 630)
+    assert entities(n) == ["sn01-b07/gpu3", "sn01-b08/gpu3"]
+
+
+def test_routes_by_severity_and_rack(store):
+    routes = [Route(receivers=["pager"], severities=["critical"], continue_=True),
+              Route(receivers=["rack7-chat"], racks=["r07"])]
+    p = pipeline(store, routes=routes)
+    store.record_tick([], [make_incident("sn07-b01/gpu0", state=State.FAILED, rack="r07", at=T0),
+                           make_incident("sn01-b01/gpu0", category="gpu_bus", at=T0),
+                           make_incident("sn07-b02/gpu0", category="gpu_bus", rack="r07", at=T0)])
+    got = {n.group_key: receivers for n, receivers in p.step(T0 + 30)}
+    assert got == {"rack=r07,category=gpu_memory": ["pager", "rack7-chat"],
+                   "rack=r01,category=gpu_bus": ["chat"],
+                   "rack=r07,category=gpu_bus": ["rack7-chat"]}
+
+
+def test_restart_between_ticks_repeats_nothing(store):
+    store.record_tick([], [make_incident("sn01-b07/gpu3", at=T0)])
+    assert len(pipeline(store).step(T0 + 30)) == 1
+    again = pipeline(store)  # a new process reading the same store
+    assert again.step(T0 + 31) == [] and again.step(T0 + 400) == []
+    with store.session() as s:
+        assert len(s.exec(select(OutboxRow)).all()) == 1
+
+
+def test_silence_cli_add_list_expire(tmp_path):
+    import subprocess
+    import sys
+    from pathlib import Path
+
+    root = Path(__file__).resolve().parents[3]
+    cfg = tmp_path / "raswarden.toml"
+    cfg.write_text(f'[store]\nurl = "sqlite:///{tmp_path / "s.db"}"\n')
+
+    def run(*args):
+        return subprocess.run([sys.executable, "-m", "daemon", *args, "--config", str(cfg)], cwd=root,
+                              capture_output=True, text=True, timeout=60)
+
+    added = run("silence", "add", "rack=r07", "category=gpu_thermal", "--duration", "2h", "--comment", "CDU work",
+                "--by", "alice")
+    assert added.returncode == 0, added.stderr
+    sid = added.stdout.split()[0]
+    listed = run("silence", "list")
+    assert sid in listed.stdout and "rack=r07 category=gpu_thermal" in listed.stdout and "CDU work" in listed.stdout
+    assert run("silence", "expire", sid).returncode == 0
+    assert "no active silences" in run("silence", "list").stdout
+    assert "expired" in run("silence", "list", "--all").stdout
+    bad = run("silence", "add", "rack~r07")
+    assert bad.returncode == 2 and "expected label=value" in bad.stderr
+    ok = run("check-config")
+    assert ok.returncode == 0 and "OK (0 receivers" in ok.stdout

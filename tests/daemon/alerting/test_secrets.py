@@ -1,0 +1,100 @@
+"""Secrets never reach a log line, an error message, the outbox or the CLI's output."""
+
+from __future__ import annotations
+
+import logging
+import os
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+
+from daemon.alerting.secrets import RedactingFilter, SecretError, read_secret, redact_url
+from daemon.alerting.service import Alerting
+from daemon.config import load
+from daemon.store import OutboxRow
+from sqlmodel import select
+from tests.daemon.alerting.conftest import make_incident
+
+ROOT = Path(__file__).resolve().parents[3]
+TOKEN = "T0SECRET/B0SECRET/xoxbSECRETTOKEN42"
+SIGNING = "SECsigning-key-that-must-not-leak"
+
+
+def config(tmp_path: Path, port: int) -> Path:
+    (tmp_path / "dingtalk.secret").write_text(SIGNING + "\n")
+    os.chmod(tmp_path / "dingtalk.secret", 0o600)
+    path = tmp_path / "raswarden.toml"
+    path.write_text(f"""
+[store]
+url = "sqlite:///{tmp_path / 'state.db'}"
+[alerting]
+group_wait_s = 0
+[alerting.delivery]
+base_s = 0.1
+max_s = 0.2
+[[alerting.receivers]]
+name = "slack"
+type = "slack"
+url = "http://127.0.0.1:{port}/services/{TOKEN}"
+[[alerting.receivers]]
+name = "ding"
+type = "dingtalk"
+url = "http://127.0.0.1:{port}/robot/send?access_token={TOKEN}"
+secret_file = "{tmp_path / 'dingtalk.secret'}"
+""")
+    return path
+
+
+def test_no_secret_in_logs_errors_or_outbox(tmp_path, caplog):
+    caplog.handler.addFilter(RedactingFilter())
+    caplog.set_level(logging.DEBUG)
+    cfg = load(config(tmp_path, 9))  # port 9: nothing listens, every delivery fails with the URL in hand
+    from daemon.store import Store
+
+    store = Store(cfg.store_url)
+    alerting = Alerting.from_config(cfg, store)
+    store.record_tick([], [make_incident("sn01-b07/gpu3", at=1000.0)])
+    alerting.step(now=1000.0)
+    alerting.step(now=1001.0)
+    logging.getLogger("raswarden.test").warning("receivers: %r; a careless line with %s", alerting.receivers,
+                                                f"http://127.0.0.1:9/services/{TOKEN}")
+    with store.session() as s:
+        errors = [r.last_error for r in s.exec(select(OutboxRow)).all()]
+    store.close()
+    assert any("127.0.0.1" in e for e in errors)
+    text = caplog.text + "\n".join(errors) + repr(alerting.receivers) + str(alerting.test("slack").error)
+    for secret in (TOKEN, SIGNING, "xoxbSECRETTOKEN42"):
+        assert secret not in text
+
+
+def test_cli_output_has_no_secret(tmp_path):
+    path = config(tmp_path, 9)
+    runs = [subprocess.run([sys.executable, "-m", "daemon", "-vv", "alerts", *args, "--config", str(path)],
+                           cwd=ROOT, capture_output=True, text=True, timeout=60)
+            for args in (["test", "slack"], ["test", "ding"], ["flush", "--timeout", "1"], ["outbox", "--all"])]
+    assert runs[0].returncode == 1 and "not delivered" in runs[0].stderr
+    for r in runs:
+        assert TOKEN not in r.stdout + r.stderr and SIGNING not in r.stdout + r.stderr
+
+
+def test_secret_sources(tmp_path, monkeypatch):
+    f = tmp_path / "s"
+    f.write_text("from-file-secret\n")
+    f.chmod(0o644)
+    with pytest.raises(SecretError, match="readable by group or others"):
+        read_secret("alerting.receivers[0].secret", file=str(f))
+    f.chmod(0o600)
+    assert read_secret("k", file=str(f)) == "from-file-secret"
+    monkeypatch.setenv("CREDENTIALS_DIRECTORY", str(tmp_path))
+    (tmp_path / "slack_url").write_text("https://hooks.slack.com/services/X/Y/Z")
+    assert read_secret("k", credential="slack_url").endswith("/X/Y/Z")
+    with pytest.raises(SecretError, match="k: missing"):
+        read_secret("k")
+
+
+def test_redact_url_keeps_only_where():
+    assert redact_url(f"https://hooks.slack.com/services/{TOKEN}") == "https://hooks.slack.com/<secret>"
+    assert redact_url("https://oapi.dingtalk.com/robot/send?access_token=abc") == \
+        "https://oapi.dingtalk.com/<secret>"

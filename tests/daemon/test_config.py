@@ -1,0 +1,55 @@
+"""The config file: validated, errors naming the key."""
+
+from __future__ import annotations
+
+import pytest
+
+from daemon.config import ConfigError, load, parse
+
+
+def test_minimal_and_defaults(tmp_path):
+    cfg = parse({})
+    assert cfg.store_url.startswith("sqlite:////var/lib/raswarden")
+    assert cfg.alerting.group_wait_s == 30 and cfg.receivers == []
+
+
+@pytest.mark.parametrize("raw,message", [
+    ({"alerting": {"group_wait_s": "soon"}}, "alerting.group_wait_s: expected float"),
+    ({"alerting": {"receivers": [{"name": "x", "type": "pager", "url": "http://a/b"}]}},
+     "alerting.receivers[0].type: unknown receiver type 'pager'"),
+    ({"alerting": {"receivers": [{"name": "x", "type": "slack"}]}}, "alerting.receivers[0].url: missing"),
+    ({"alerting": {"receivers": [{"name": "x", "type": "feishu", "url": "http://a/b"}]}},
+     "alerting.receivers[0].secret: required"),
+    ({"alerting": {"receivers": [{"name": "x", "type": "slack", "url": "http://a/b", "chanel": "#a"}]}},
+     "alerting.receivers[0]: unknown key(s) chanel"),
+    ({"alerting": {"routes": [{"receivers": ["nobody"]}]}}, "alerting.routes[0].receivers: no receiver named"),
+    ({"alertng": {}}, "top level: unknown key(s) alertng"),
+])
+def test_errors_name_the_key(raw, message):
+    with pytest.raises(ConfigError) as exc:
+        parse(raw)
+    assert message in str(exc.value)
+
+
+def test_file_errors_name_the_file(tmp_path):
+    bad = tmp_path / "raswarden.toml"
+    bad.write_text("[alerting\n")
+    with pytest.raises(ConfigError, match="raswarden.toml"):
+        load(bad)
+    with pytest.raises(ConfigError, match="No such file"):
+        load(tmp_path / "missing.toml")
+
+
+def test_example_config_is_valid(tmp_path, monkeypatch):
+    from pathlib import Path
+
+    example = Path(__file__).resolve().parents[2] / "systemd" / "raswarden.toml.example"
+    text = example.read_text().replace("/var/lib/raswarden", str(tmp_path))
+    (tmp_path / "ex.toml").write_text(text)
+    monkeypatch.setenv("CREDENTIALS_DIRECTORY", str(tmp_path))
+    for name in ("slack_url", "feishu_secret", "feishu_url", "dingtalk_url", "dingtalk_secret", "wecom_url",
+                 "teams_url", "mattermost_url"):
+        (tmp_path / name).write_text(f"http://127.0.0.1:1/{name}")
+    cfg = load(tmp_path / "ex.toml")
+    assert {r.type for r in cfg.receivers} == {"webhook", "alertmanager", "slack", "mattermost", "teams", "feishu",
+                                               "dingtalk", "wecom"}
