@@ -1,23 +1,26 @@
 #!/usr/bin/env bash
 # Set up raswarden and run the whole test suite, with the real components the tests need
-# (PostgreSQL on loopback). Extra arguments go to pytest.
+# (PostgreSQL on loopback, Prometheus's promtool, Alertmanager). Extra arguments go to pytest.
 set -euo pipefail
 cd "$(dirname "$0")/.."
 ./scripts/setup.sh
 
 pg_started=0
 if [ "$(id -u)" = 0 ]; then
-  # promtool (Debian package prometheus) checks the simulator's OpenMetrics output.
-  if ! command -v promtool >/dev/null; then
+  # promtool (Debian package prometheus) checks the simulator's OpenMetrics output; the alerting tests
+  # start a real Alertmanager (prometheus-alertmanager) on loopback.
+  if ! command -v promtool >/dev/null || ! command -v prometheus-alertmanager >/dev/null; then
     apt-get update -qq
-    DEBIAN_FRONTEND=noninteractive apt-get install -y -qq --no-install-recommends prometheus >/dev/null
+    DEBIAN_FRONTEND=noninteractive apt-get install -y -qq --no-install-recommends prometheus \
+      prometheus-alertmanager >/dev/null
   fi
   ./scripts/pg-lab.sh install
   RASWARDEN_TEST_PG_URL=$(./scripts/pg-lab.sh up)
   export RASWARDEN_TEST_PG_URL
   pg_started=1
 else
-  echo "test: not root, so PostgreSQL and promtool are not installed; their tests skip (and fail under CI=true)" >&2
+  echo "test: not root, so PostgreSQL, promtool and Alertmanager are not installed; their tests skip (and fail" \
+       "under CI=true)" >&2
 fi
 cleanup() { [ "$pg_started" = 1 ] && ./scripts/pg-lab.sh down || true; }
 trap cleanup EXIT
