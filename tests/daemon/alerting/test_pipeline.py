@@ -135,3 +135,24 @@ def test_silence_cli_add_list_expire(tmp_path):
     assert bad.returncode == 2 and "expected label=value" in bad.stderr
     ok = run("check-config")
     assert ok.returncode == 0 and "OK (0 receivers" in ok.stdout
+
+
+def test_messages_say_what_raswarden_did_and_a_new_step_is_news(store):
+    from daemon.store import ActionRow
+
+    p = pipeline(store)
+    inc = make_incident("sn01-b07/gpu3", at=T0)
+    store.record_tick([], [inc])
+    (n, _), = p.step(T0 + 30)
+    assert n.alerts[0].action == ""
+    with store.session() as s:
+        s.add(ActionRow(idempotency_key="k1", incident_id=inc.id, playbook="subhealthy-node-with-jobs",
+                        step="drain", status="done", ts=T0 + 40, detail={"dry_run": True}))
+        s.commit()
+    inc.updated_at = T0 + 40  # the playbook engine touches the incident when it journals a step
+    store.record_tick([], [inc])
+    (n, _), = p.step(T0 + 330)
+    assert n.alerts[0].action == "playbook subhealthy-node-with-jobs: drain done (dry run)"
+    from daemon.alerting.render import commands
+
+    assert any(c.startswith("raswarden resume sn01-b07") for c in commands(n.alerts[0]))

@@ -242,7 +242,7 @@ def test_resolved_message(chat):
     r = receiver("mattermost", chat.url())
     assert deliver(r, note(alert(1, status="resolved"))).ok
     text = chat.received[0].json()["text"]
-    assert text.startswith("#### [RESOLVED]") and "RESOLVED sn01-b07/gpu1" in text
+    assert text.startswith("#### [RESOLVED]") and "**RESOLVED** sn01-b07/gpu1" in text
 
 
 def test_operator_template_overrides_the_shipped_one(chat, tmp_path):
