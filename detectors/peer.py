@@ -17,6 +17,7 @@ the same way, and SM clocks of busy GPUs against busy peers (fail-slow: a GPU th
 from __future__ import annotations
 
 import numpy as np
+import pandas as pd
 
 from detectors.rules import Evidence, TickInput
 from detectors.schema import State
@@ -24,8 +25,71 @@ from detectors.schema import State
 _MAD_TO_SIGMA = 1.4826
 
 
+_LOAD_ANY, _LOAD_BUSY, _LOAD_IDLE = 0, 1, 2
+_METRICS = ("gpu_temp_c", "hbm_temp_c", "power_w", "sm_clock_mhz", "gpu_util_pct")
+
+
+class _Rows:
+    """Persistent row numbers for entity ids (state arrays are indexed by them) and each row's node code."""
+
+    def __init__(self) -> None:
+        self.index = pd.Index([], dtype=object)
+        self.node_code = np.empty(0, dtype=np.int64)
+        self._nodes: dict[str, int] = {}
+
+    def lookup(self, ids: np.ndarray) -> tuple[np.ndarray, int]:
+        """Rows of ``ids`` (adding unseen ones at the end) and the number of rows after adding."""
+        rows = self.index.get_indexer(ids)
+        new = rows < 0
+        if new.any():
+            fresh = ids[new]
+            self.index = self.index.append(pd.Index(fresh, dtype=object))
+            codes = [self._nodes.setdefault(e.split("/", 1)[0], len(self._nodes)) for e in fresh]
+            self.node_code = np.concatenate([self.node_code, np.asarray(codes, dtype=np.int64)])
+            rows[new] = np.arange(len(self.index) - len(fresh), len(self.index))
+        return rows, len(self.index)
+
+
+class _Ewma:
+    """Per-row EWMA with its own last time; a gap of more than four half-lives restarts it."""
+
+    def __init__(self, halflife_s: float, restart_after: float | None = 4.0):
+        self.halflife_s = halflife_s
+        self.restart_after = restart_after
+        self.value = np.full(0, np.nan)
+        self.at = np.full(0, np.nan)
+
+    def grow(self, n: int) -> None:
+        if n > len(self.value):
+            extra = n - len(self.value)
+            self.value = np.concatenate([self.value, np.full(extra, np.nan)])
+            self.at = np.concatenate([self.at, np.full(extra, np.nan)])
+
+    def update(self, rows: np.ndarray, x: np.ndarray, now: float, frozen: np.ndarray | None = None) -> np.ndarray:
+        """Fold ``x`` into ``rows`` (not where ``frozen``: they keep value and time) and return the values."""
+        prev, at = self.value[rows], self.at[rows]
+        fresh = np.isnan(at)
+        if self.restart_after is not None:
+            fresh |= (now - at) > self.restart_after * self.halflife_s
+        with np.errstate(invalid="ignore"):
+            alpha = 1.0 - 0.5 ** ((now - at) / self.halflife_s)
+        out = np.where(fresh, x, prev + alpha * (x - prev))
+        if frozen is not None:
+            out = np.where(frozen & ~np.isnan(at), prev, out)
+            keep_time = frozen & ~np.isnan(at)
+            self.at[rows] = np.where(keep_time, at, now)
+        else:
+            self.at[rows] = now
+        self.value[rows] = out
+        return out
+
+
 class PeerDeviation:
-    """Robust peer residuals of temperature, HBM temperature and clocks; parameters in ``__init__``."""
+    """Robust peer residuals of temperature, HBM temperature and clocks; parameters in ``__init__``.
+
+    All state is per-entity arrays (vectorized over the fleet each tick); Python runs only for the few
+    GPUs that produce evidence.
+    """
 
     name = "peer"
 
@@ -48,72 +112,77 @@ class PeerDeviation:
     def fit(self, X=None, y=None) -> PeerDeviation:
         """Nothing to learn up front: the state is the smoothed residual per accelerator."""
         self.threshold_ = self.z_threshold
-        self._smooth: dict[tuple[str, str], tuple[float, float]] = {}
-        self._slow_now: set[str] = set()
-        self._own: dict[tuple, tuple[float, float]] = {}
-        self._load: dict[str, tuple[str, float]] = {}
-        self._hot_now: set[tuple[str, str]] = set()
+        self._rows = _Rows()
+        self._smooth = {m: _Ewma(self.halflife_s) for m in ("gpu_temp_c", "hbm_temp_c", "clock_ratio")}
+        # The own baseline per metric and load state (busy, idle, unknown), never restarted by a gap.
+        self._own = {(m, load): _Ewma(self.baseline_halflife_s, restart_after=None)
+                     for m in ("gpu_temp_c", "hbm_temp_c") for load in (_LOAD_ANY, _LOAD_BUSY, _LOAD_IDLE)}
+        self._hot = {m: np.zeros(0, dtype=bool) for m in ("gpu_temp_c", "hbm_temp_c")}
+        self._slow_now = np.zeros(0, dtype=bool)
+        self._load_state = np.full(0, -1, dtype=np.int64)
+        self._load_since = np.full(0, np.nan)
         return self
 
-    def _baseline(self, key: tuple, value: float, now: float, frozen: bool = False) -> float:
-        """The entity's own long-run residual in one load state, not learned while it is flagged."""
-        prev = self._own.get(key)
-        if prev is None:
-            self._own[key] = (value, now)
-            return value
-        if frozen:
-            return prev[0]
-        alpha = 1.0 - 0.5 ** ((now - prev[1]) / self.baseline_halflife_s)
-        out = prev[0] + alpha * (value - prev[0])
-        self._own[key] = (out, now)
-        return out
-
-    def _ewma(self, key: tuple[str, str], value: float, now: float) -> float:
-        prev = self._smooth.get(key)
-        if prev is None or now - prev[1] > 4 * self.halflife_s:
-            out = value
-        else:
-            alpha = 1.0 - 0.5 ** ((now - prev[1]) / self.halflife_s)
-            out = prev[0] + alpha * (value - prev[0])
-        self._smooth[key] = (out, now)
-        return out
+    def _grow(self, n: int) -> None:
+        for e in (*self._smooth.values(), *self._own.values()):
+            e.grow(n)
+        extra = n - len(self._slow_now)
+        if extra > 0:
+            for m in self._hot:
+                self._hot[m] = np.concatenate([self._hot[m], np.zeros(extra, dtype=bool)])
+            self._slow_now = np.concatenate([self._slow_now, np.zeros(extra, dtype=bool)])
+            self._load_state = np.concatenate([self._load_state, np.full(extra, -1, dtype=np.int64)])
+            self._load_since = np.concatenate([self._load_since, np.full(extra, np.nan)])
 
     def update(self, tick: TickInput) -> list[Evidence]:
-        if not hasattr(self, "_smooth"):
+        if not hasattr(self, "_rows"):
             self.fit()
         g = tick.gauges
         if g.empty:
             return []
-        entity = g["entity"].to_numpy()
-        metric = g["metric"].to_numpy()
-        last = g["last"].to_numpy(dtype=float)
-        accel = np.fromiter(("/gpu" in e for e in entity), dtype=bool, count=len(entity))
-        if not accel.any():
+        metric = g["metric"]
+        pick = metric.isin(_METRICS).to_numpy()
+        if not pick.any():
             return []
-        ids, row = np.unique(entity[accel], return_inverse=True)
+        entity = g["entity"].to_numpy()[pick]
+        metric = metric.to_numpy()[pick]
+        last = g["last"].to_numpy(dtype=float)[pick]
+        codes, ids = pd.factorize(entity)
+        ids = np.asarray(ids, dtype=object)
+        accel_id = pd.Series(ids).str.contains("/gpu", regex=False).to_numpy()
+        if not accel_id.any():
+            return []
+        keep = accel_id[codes]
+        codes, metric, last = codes[keep], metric[keep], last[keep]
+        # Renumber the accelerators 0..n-1 (ids order), then look up their persistent rows.
+        renum = np.cumsum(accel_id) - 1
+        ids = ids[accel_id]
+        local = renum[codes]
         columns = {}
-        for m in ("gpu_temp_c", "hbm_temp_c", "power_w", "sm_clock_mhz", "gpu_util_pct"):
+        for m in _METRICS:
             col = np.full(len(ids), np.nan)
-            pick = metric[accel] == m
-            col[row[pick]] = last[accel][pick]
+            sel = metric == m
+            col[local[sel]] = last[sel]
             columns[m] = col
         if np.isnan(columns["power_w"]).all():
             return []
-        nodes, node_code = np.unique([e.split("/", 1)[0] for e in ids], return_inverse=True)
-        out: list[Evidence] = []
-        loads = [self._load_settled(e, float(u), tick.now) for e, u in zip(ids, columns["gpu_util_pct"])]
+        rows, n = self._rows.lookup(ids)
+        self._grow(n)
+        node_code = self._rows.node_code[rows]
+        util = columns["gpu_util_pct"]
+        load = np.where(np.isnan(util), _LOAD_ANY, np.where(util >= 50, _LOAD_BUSY, _LOAD_IDLE))
+        settled = self._load_settled(rows, load, tick.now)
         # Peers at comparable load: busy GPUs against the node's busy ones, idle against idle (a half-used
         # node's median otherwise moves with its job mix); all together where utilisation is unknown.
-        util = columns["gpu_util_pct"]
-        load_code = np.where(np.isnan(util), 0, np.where(util >= 50, 1, 2))
-        peer_code = node_code * 3 + load_code
-        for m, min_excess, words in (("gpu_temp_c", self.min_excess_c, "GPU"), ("hbm_temp_c", self.hbm_min_excess_c,
-                                                                                   "HBM")):
+        peer_code = node_code * 3 + load
+        out: list[Evidence] = []
+        for m, min_excess, words in (("gpu_temp_c", self.min_excess_c, "GPU"),
+                                     ("hbm_temp_c", self.hbm_min_excess_c, "HBM")):
             if not np.isnan(columns[m]).all():
-                out += self._temperature(tick.now, ids, peer_code, columns[m], columns["power_w"], m, min_excess,
-                                         words, loads)
+                out += self._temperature(tick.now, ids, rows, peer_code, columns[m], columns["power_w"], m,
+                                         min_excess, words, load, settled)
         if not np.isnan(columns["sm_clock_mhz"]).all():
-            out += self._slow(tick.now, ids, node_code, columns["sm_clock_mhz"], columns["gpu_util_pct"])
+            out += self._slow(tick.now, ids, rows, node_code, columns["sm_clock_mhz"], util)
         return out
 
     def _residual(self, codes: np.ndarray, values: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
@@ -123,16 +192,14 @@ class PeerDeviation:
         residual[count[codes] < self.min_peers + 1] = np.nan
         return residual, median
 
-    def _load_settled(self, entity: str, util: float, now: float) -> str | None:
-        """The GPU's load state (busy/idle) once it has held it for two smoothing half-lives, else None."""
-        state = "busy" if util >= 50 else ("idle" if util == util else "any")
-        prev = self._load.get(entity)
-        if prev is None or prev[0] != state:
-            self._load[entity] = (state, now)
-            return None
-        return state if now - prev[1] >= 2 * self.halflife_s else None
+    def _load_settled(self, rows: np.ndarray, load: np.ndarray, now: float) -> np.ndarray:
+        """Whether each GPU has held its load state (busy/idle/unknown) for two smoothing half-lives."""
+        changed = self._load_state[rows] != load
+        self._load_state[rows] = load
+        self._load_since[rows] = np.where(changed, now, self._load_since[rows])
+        return ~changed & (now - self._load_since[rows] >= 2 * self.halflife_s)
 
-    def _temperature(self, now, ids, codes, t, p, metric, min_excess, words, loads) -> list[Evidence]:
+    def _temperature(self, now, ids, rows, codes, t, p, metric, min_excess, words, load, settled) -> list[Evidence]:
         ok = np.isfinite(t) & np.isfinite(p)
         if ok.sum() < 4:
             return []
@@ -141,60 +208,58 @@ class PeerDeviation:
         residual, _ = self._residual(codes, np.where(ok, t - slope * p, np.nan))
         spread = max(float(np.nanmedian(np.abs(residual))) * _MAD_TO_SIGMA if np.isfinite(residual).any() else 0.5,
                      0.5)
-        out = []
-        for i in np.flatnonzero(np.isfinite(residual)):
-            entity = ids[i]
-            key = (entity, metric)
-            smooth = self._ewma(key, float(residual[i]), now)
-            # The own baseline is kept per load state: a GPU's own thermal resistance puts it a few degrees
-            # further from its peers busy than idle, which is no rise. Right after a load change there is
-            # no comparison (and a flagged GPU stays flagged).
-            load = loads[i]
-            margin = self.clear_margin_c if key in self._hot_now else 0.0
-            if load is None:
-                rise = float("nan")
-                rising = key in self._hot_now
-            else:
-                rise = smooth - self._baseline((entity, metric, load), smooth, now, frozen=key in self._hot_now)
-                rising = rise >= self.min_rise_c - margin
+        sel = np.flatnonzero(np.isfinite(residual))
+        r = rows[sel]
+        smooth = self._smooth[metric].update(r, residual[sel], now)
+        was_hot = self._hot[metric][r]
+        margin = np.where(was_hot, self.clear_margin_c, 0.0)
+        # The own baseline is kept per load state: a GPU's own thermal resistance puts it a few degrees
+        # further from its peers busy than idle, which is no rise. Right after a load change there is no
+        # comparison (and a flagged GPU stays flagged).
+        rise = np.full(len(sel), np.nan)
+        ld, st = load[sel], settled[sel]
+        for state in (_LOAD_ANY, _LOAD_BUSY, _LOAD_IDLE):
+            k = np.flatnonzero(st & (ld == state))
+            if len(k):
+                base = self._own[(metric, state)].update(r[k], smooth[k], now, frozen=was_hot[k])
+                rise[k] = smooth[k] - base
+        with np.errstate(invalid="ignore"):
+            rising = np.where(st, rise >= self.min_rise_c - margin, was_hot)
             z = smooth / spread
-            hot = smooth >= min_excess - margin and z >= self.z_threshold - margin / spread and (
-                rising or smooth >= self.absolute_excess_c - margin)
-            if hot:
-                self._hot_now.add(key)
-                level = State.SUBHEALTHY
-            else:
-                self._hot_now.discard(key)
-                if (metric == "gpu_temp_c" and smooth >= self.suspect_excess_c and z >= self.z_threshold / 2
-                        and rise >= self.min_rise_c / 2):  # NaN (no comparison yet) is never above
-                    level = State.SUSPECT
-                else:
-                    continue
-            reason = (f"{entity.split('/', 1)[1]} {words} {smooth:+.1f} °C against its node's peers at equal power "
-                      f"(z {z:.1f}, fleet spread {spread:.1f} °C), {rise:+.1f} °C over its own baseline")
-            out.append(Evidence(entity, level, "gpu_thermal", [reason], detector=self.name,
-                                score=min(1.0, 0.5 + z / 40)))
+            hot = (smooth >= min_excess - margin) & (z >= self.z_threshold - margin / spread) & (
+                rising | (smooth >= self.absolute_excess_c - margin))
+            suspect = ~hot & (metric == "gpu_temp_c") & (smooth >= self.suspect_excess_c) & (
+                z >= self.z_threshold / 2) & (rise >= self.min_rise_c / 2)  # NaN (no comparison yet) is never above
+        self._hot[metric][r] = hot
+        out = []
+        for j in np.flatnonzero(hot | suspect):
+            entity = ids[sel[j]]
+            reason = (f"{entity.split('/', 1)[1]} {words} {smooth[j]:+.1f} °C against its node's peers at equal "
+                      f"power (z {z[j]:.1f}, fleet spread {spread:.1f} °C), {rise[j]:+.1f} °C over its own "
+                      "baseline")
+            out.append(Evidence(entity, State.SUBHEALTHY if hot[j] else State.SUSPECT, "gpu_thermal", [reason],
+                                detector=self.name, score=min(1.0, 0.5 + z[j] / 40)))
         return out
 
-    def _slow(self, now, ids, codes, clock, util) -> list[Evidence]:
+    def _slow(self, now, ids, rows, codes, clock, util) -> list[Evidence]:
         busy_clock = np.where(util >= 50, clock, np.nan)
         median, count = group_median(codes, busy_clock)
         ratio = busy_clock / median[codes]
         ratio[count[codes] < self.min_peers + 1] = np.nan
+        sel = np.flatnonzero(np.isfinite(ratio))
+        r = rows[sel]
+        smooth = self._smooth["clock_ratio"].update(r, ratio[sel], now)
+        # Hysteresis: enter at slow_ratio, leave only above slow_ratio + 0.05.
+        limit = self.slow_ratio + np.where(self._slow_now[r], 0.05, 0.0)
+        slow = smooth <= limit
+        self._slow_now[r] = slow
         out = []
-        for i in np.flatnonzero(np.isfinite(ratio)):
-            entity = ids[i]
-            smooth = self._ewma((entity, "clock_ratio"), float(ratio[i]), now)
-            # Hysteresis: enter at slow_ratio, leave only above slow_ratio + 0.05.
-            limit = self.slow_ratio + (0.05 if entity in self._slow_now else 0.0)
-            if smooth > limit:
-                self._slow_now.discard(entity)
-            else:
-                self._slow_now.add(entity)
-                reason = (f"{entity.split('/', 1)[1]} SM clock at {smooth:.0%} of its busy peers' "
-                          f"({median[codes[i]]:.0f} MHz)")
-                out.append(Evidence(entity, State.SUBHEALTHY, "gpu_compute", [reason], detector=self.name,
-                                    score=min(1.0, 0.5 + (1 - smooth))))
+        for j in np.flatnonzero(slow):
+            i = sel[j]
+            reason = (f"{ids[i].split('/', 1)[1]} SM clock at {smooth[j]:.0%} of its busy peers' "
+                      f"({median[codes[i]]:.0f} MHz)")
+            out.append(Evidence(ids[i], State.SUBHEALTHY, "gpu_compute", [reason], detector=self.name,
+                                score=min(1.0, 0.5 + (1 - smooth[j]))))
         return out
 
 
