@@ -34,6 +34,30 @@ def counter_increases(prev: np.ndarray, cur: np.ndarray) -> tuple[np.ndarray, np
     return out, reset
 
 
+class RowIndex:
+    """Persistent dense row numbers for string keys, looked up vectorized (a pandas hash index); unseen
+    keys get the next rows, in order of first appearance."""
+
+    def __init__(self) -> None:
+        self.index = pd.Index([], dtype=object)
+        self.keys = np.empty(0, dtype=object)
+
+    def __len__(self) -> int:
+        return len(self.keys)
+
+    def lookup(self, keys: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
+        """Rows of ``keys`` and the keys that were new (already given their rows)."""
+        rows = self.index.get_indexer(keys)
+        new = rows < 0
+        if not new.any():
+            return rows, self.keys[:0]
+        fresh = np.asarray(pd.unique(keys[new]), dtype=object)
+        self.keys = np.concatenate([self.keys, fresh])
+        self.index = pd.Index(self.keys, dtype=object)
+        rows[new] = self.index.get_indexer(keys[new])
+        return rows, fresh
+
+
 def intern(keys, index: dict) -> tuple[np.ndarray, int]:
     """Dense integer ids of ``keys`` in ``index``, numbering unseen keys in order; and how many were new."""
     out = np.empty(len(keys), dtype=np.int64)

@@ -23,13 +23,12 @@ detectors are trained to handle missing values.
 from __future__ import annotations
 
 import math
-from itertools import islice
 from dataclasses import dataclass
 
 import numpy as np
 import pandas as pd
 
-from detectors.counters import intern
+from detectors.counters import RowIndex
 from detectors.peer import group_median
 from detectors.schema import entity_kind
 
@@ -117,8 +116,7 @@ class _KindState:
 
     def __init__(self, kind: str):
         self.kind = kind
-        self.row: dict[str, int] = {}
-        self.ids: list[str] = []
+        self.index = RowIndex()
         nc, ng, ne = len(COUNTERS[kind]), len(GAUGES[kind]), len(EVENT_CLASSES[kind])
         self.col_counter = {m: i for i, m in enumerate(COUNTERS[kind])}
         self.col_gauge = {m: i for i, m in enumerate(GAUGES[kind])}
@@ -133,15 +131,20 @@ class _KindState:
         self.seen = np.full(0, -np.inf)
         self.node = np.zeros(0, dtype=np.int64)
 
-    def rows(self, names, nodes: _Nodes) -> np.ndarray:
+    @property
+    def ids(self) -> np.ndarray:
+        return self.index.keys
+
+    def rows(self, names: np.ndarray, nodes: _Nodes) -> np.ndarray:
         """The rows of entity ``names``, allocated on first sight."""
-        out, new = intern(names, self.row)
-        if new:
-            self.ids.extend(reversed(list(islice(reversed(self.row), new))))  # the newest keys, in order
-            self._grow(new, nodes)
+        out, fresh = self.index.lookup(names)
+        if len(fresh):
+            self._grow(fresh, nodes)
         return out
 
-    def _grow(self, new: int, nodes: _Nodes) -> None:
+    def _grow(self, fresh: np.ndarray, nodes: _Nodes) -> None:
+        new = len(fresh)
+
         def grow(a: np.ndarray, fill: float) -> np.ndarray:
             return np.concatenate((a, np.full((new,) + a.shape[1:], fill)))
 
@@ -150,7 +153,7 @@ class _KindState:
             self.gauge_seen, np.nan)
         self.peer, self.peer_base = grow(self.peer, np.nan), grow(self.peer_base, np.nan)
         self.events, self.seen = grow(self.events, 0.0), grow(self.seen, -np.inf)
-        codes = [nodes.code(e.split("/", 1)[0]) for e in self.ids[-new:]]
+        codes = [nodes.code(e.split("/", 1)[0]) for e in fresh]
         self.node = np.concatenate((self.node, np.asarray(codes, dtype=np.int64)))
 
 
@@ -325,7 +328,7 @@ class FeatureState:
             parts += [st.peer[live], st.peer[live] - st.peer_base[live]]
         parts.append(st.events[live].reshape(len(live), -1))
         X = np.concatenate(parts, axis=1)
-        return FeatureFrame(st.kind, now, np.asarray(st.ids, dtype=object)[live], X, names, live)
+        return FeatureFrame(st.kind, now, st.ids[live], X, names, live)
 
 
 def _event_class(kind: str, code) -> str | None:

@@ -19,6 +19,7 @@ from __future__ import annotations
 import numpy as np
 import pandas as pd
 
+from detectors.counters import RowIndex
 from detectors.rules import Evidence, TickInput
 from detectors.schema import State
 
@@ -33,20 +34,16 @@ class _Rows:
     """Persistent row numbers for entity ids (state arrays are indexed by them) and each row's node code."""
 
     def __init__(self) -> None:
-        self.index = pd.Index([], dtype=object)
+        self.index = RowIndex()
         self.node_code = np.empty(0, dtype=np.int64)
         self._nodes: dict[str, int] = {}
 
     def lookup(self, ids: np.ndarray) -> tuple[np.ndarray, int]:
         """Rows of ``ids`` (adding unseen ones at the end) and the number of rows after adding."""
-        rows = self.index.get_indexer(ids)
-        new = rows < 0
-        if new.any():
-            fresh = ids[new]
-            self.index = self.index.append(pd.Index(fresh, dtype=object))
+        rows, fresh = self.index.lookup(ids)
+        if len(fresh):
             codes = [self._nodes.setdefault(e.split("/", 1)[0], len(self._nodes)) for e in fresh]
             self.node_code = np.concatenate([self.node_code, np.asarray(codes, dtype=np.int64)])
-            rows[new] = np.arange(len(self.index) - len(fresh), len(self.index))
         return rows, len(self.index)
 
 
