@@ -12,8 +12,9 @@ fixed-size arrays and returns a :class:`FeatureFrame` per entity kind (rows = en
 * **peer residuals**: an accelerator's temperature and HBM temperature (power-corrected with the
   fleet's slope at that tick) and power against the median of its node at the same tick, its SM clock
   as a ratio to its node's busy peers, and its node's median temperature against its rack's; smoothed
-  (5 min), and each also as its *change* against its own 6-hour baseline (a GPU in a warm slot runs a
-  steady few degrees above its peers for ever; a degrading one moves away from where it was);
+  (5 min), and each also as its *change* against its own 6-hour baseline in the same load state, busy
+  or idle (a GPU in a warm slot runs a steady few degrees above its peers for ever, more so busy than
+  idle; a degrading one moves away from where it was); 0 for ten minutes after a load change;
 * **event counts** by class, decaying over 1 h and 24 h (hardware Xid, application Xid, PCIe AER, link).
 
 A feature that was never observed is NaN (the stock exporter profile has no ECC counters): the learned
@@ -126,7 +127,11 @@ class _KindState:
         self.slow = np.full((0, ng), np.nan)
         self.gauge_seen = np.full((0, ng), np.nan)
         self.peer = np.full((0, len(PEERS) + 2), np.nan)
-        self.peer_base = np.full((0, len(PEERS) + 2), np.nan)
+        # The entity's own baseline of each peer residual, per load state (busy, idle, unknown): a GPU's own
+        # thermal resistance puts it further from its peers busy than idle, which is no change.
+        self.peer_base = np.full((0, 3, len(PEERS) + 2), np.nan)
+        self.load = np.full(0, -1, dtype=np.int64)  # 0 busy, 1 idle, 2 unknown; -1 never seen
+        self.load_since = np.full(0, np.nan)
         self.events = np.zeros((0, ne, len(EVENT_HORIZONS)))
         self.seen = np.full(0, -np.inf)
         self.node = np.zeros(0, dtype=np.int64)
@@ -152,6 +157,8 @@ class _KindState:
         self.fast, self.slow, self.gauge_seen = grow(self.fast, np.nan), grow(self.slow, np.nan), grow(
             self.gauge_seen, np.nan)
         self.peer, self.peer_base = grow(self.peer, np.nan), grow(self.peer_base, np.nan)
+        self.load = np.concatenate((self.load, np.full(new, -1, dtype=np.int64)))
+        self.load_since = grow(self.load_since, np.nan)
         self.events, self.seen = grow(self.events, 0.0), grow(self.seen, -np.inf)
         codes = [nodes.code(e.split("/", 1)[0]) for e in fresh]
         self.node = np.concatenate((self.node, np.asarray(codes, dtype=np.int64)))
@@ -297,8 +304,15 @@ class FeatureState:
         ratio = busy / median[st.node]
         ratio[count[st.node] < 3] = np.nan
         raw[:, len(PEERS)] = ratio
-        for arr, halflife in ((st.peer, LEVEL_HALFLIFE_S), (st.peer_base, BASELINE_HALFLIFE_S)):
-            _ewma_into(arr, touched, raw[touched], self._dt or halflife, halflife)
+        _ewma_into(st.peer, touched, raw[touched], self._dt or LEVEL_HALFLIFE_S, LEVEL_HALFLIFE_S)
+        util = current["gpu_util_pct"][touched]
+        load = np.where(util >= 50, 0, np.where(np.isfinite(util), 1, 2))
+        changed = st.load[touched] != load
+        st.load[touched] = load
+        st.load_since[touched] = np.where(changed, now, st.load_since[touched])
+        settled = touched[now - st.load_since[touched] >= 2 * LEVEL_HALFLIFE_S]
+        _ewma_into(st.peer_base, (settled, st.load[settled]), raw[settled], self._dt or BASELINE_HALFLIFE_S,
+                   BASELINE_HALFLIFE_S)
 
     def _events(self, events: pd.DataFrame) -> None:
         for entity, kind, code in zip(events["entity"].to_numpy(object), events["kind"].to_numpy(object),
@@ -316,6 +330,14 @@ class FeatureState:
             st.events[row, EVENT_CLASSES[ekind].index(cls), :] += 1.0
 
     # -- output ----------------------------------------------------------------------------------
+    @staticmethod
+    def _change(now: float, st: _KindState, live: np.ndarray) -> np.ndarray:
+        """Peer residuals against the entity's own baseline in its current load state; 0 (no evidence of a
+        change) for ten minutes after a load change, while the smoothed residual still moves."""
+        load = st.load[live]
+        settled = (load >= 0) & (now - st.load_since[live] >= 2 * LEVEL_HALFLIFE_S)
+        base = st.peer_base[live, np.maximum(load, 0)]
+        return np.where(settled[:, None], st.peer[live] - base, 0.0)
     def _frame(self, now: float, st: _KindState) -> FeatureFrame:
         names = FEATURES[st.kind]
         live = np.flatnonzero(now - st.seen <= STALE_S)
@@ -325,7 +347,7 @@ class FeatureState:
         mean_age_gap = (SLOW_HALFLIFE_S - LEVEL_HALFLIFE_S) / math.log(2) / 3600.0
         parts.append((st.fast[live] - st.slow[live]) / mean_age_gap)
         if st.kind == "accelerator":
-            parts += [st.peer[live], st.peer[live] - st.peer_base[live]]
+            parts += [st.peer[live], self._change(now, st, live)]
         parts.append(st.events[live].reshape(len(live), -1))
         X = np.concatenate(parts, axis=1)
         return FeatureFrame(st.kind, now, st.ids[live], X, names, live)

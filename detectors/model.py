@@ -20,7 +20,7 @@ import sklearn
 
 from detectors.features import FEATURES
 
-MODEL_FORMAT = 2  # 2: the IsolationForest keeps only the features that vary in training
+MODEL_FORMAT = 3  # 2: the IsolationForest keeps only varying features; 3: peer changes per load state
 META = "model.json"
 ESTIMATORS = "estimators.joblib"
 

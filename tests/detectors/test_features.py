@@ -88,6 +88,27 @@ def test_a_steady_offset_has_no_change_but_a_rising_one_does():
     assert f.loc["n1/gpu3", "gpu_temp_c_peer_residual_change"] > 2.0
 
 
+def test_a_warm_slot_changing_load_is_no_change():
+    """gpu2's higher thermal resistance puts it 6 °C over its peers busy and 1 °C idle: when the node goes from
+    idle to busy its residual moves, but against its own busy baseline it has not changed."""
+    fs = FeatureState()
+    for k in range(0, 10 * 120):  # 10 h at 30 s: busy 2 h, idle 2 h, ...
+        t = 30.0 * k
+        busy = (k // 240) % 2 == 0
+        rows = []
+        for n in range(1, 5):
+            for g in range(8):
+                power = 400.0 if busy else 70.0
+                r = 0.09 if (n, g) == (1, 2) else 0.075
+                rows += [(f"n{n}/gpu{g}", "gpu_temp_c", 30.0 + r * power), (f"n{n}/gpu{g}", "power_w", power),
+                         (f"n{n}/gpu{g}", "gpu_util_pct", 95.0 if busy else 0.0)]
+        fs.update(t, inc([]), gauges(rows))
+        f = fs.frames["accelerator"].frame()
+        if k % 240 in (30, 120, 239):  # after each load change has settled
+            assert abs(f.loc["n1/gpu2", "gpu_temp_c_peer_residual_change"]) < 1.0, (k, busy)
+    assert f.loc["n1/gpu2", "gpu_temp_c_peer_residual"] == pytest.approx(0.015 * 400, abs=0.5)  # busy at the end
+
+
 def test_events_decay_by_class():
     fs = FeatureState()
     ev = events_frame([(0.0, "n1/gpu0", "xid", 79, "error", "m", "kernel", None, None),
