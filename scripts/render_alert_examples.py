@@ -26,12 +26,14 @@ URLS = {"webhook": "http://127.0.0.1:9095/raswarden", "alertmanager": "http://12
 
 
 def sample() -> Notification:
-    a = Alert("inc-3f9c2a1b7e", "firing", "warning", "subhealthy", "sn01-b07/gpu3", "accelerator", "gpu_memory", "r01",
+    a = Alert("inc-3f9c2a1b7e", "firing", "warning", "subhealthy", "sn01-b07/gpu3", "accelerator", "gpu_memory",
+              "r01",
               "sn01-b07/gpu3 is subhealthy: GPU memory degrading",
               ["gpu3 HBM correctable ECC 41/h (peers 0.2/h), rising for 5 h (CUSUM 37 over 25)",
                "predictor score 0.97 over 0.92: HBM correctable ECC rate over 1h 41 (healthy fleet 0)"],
               NOW - 5 * 3600, action="playbook subhealthy-node-with-jobs: checkpoint done; drain started")
-    b = Alert("inc-81d0c4e2aa", "resolved", "warning", "subhealthy", "sn01-b12/gpu0", "accelerator", "gpu_memory", "r01",
+    b = Alert("inc-81d0c4e2aa", "resolved", "warning", "subhealthy", "sn01-b12/gpu0", "accelerator", "gpu_memory",
+              "r01",
               "sn01-b12/gpu0 recovered (GPU memory): healthy for 30 min", ["gpu0 correctable ECC 12/h"],
               NOW - 9 * 3600, NOW - 600)
     return Notification("rack=r01,category=gpu_memory", 4, NOW, [a, b], "http://mgmt01:9470")

@@ -13,7 +13,7 @@ from daemon.sim.engine import Simulator
 from daemon.sim.faults import load_library
 from daemon.sim.scenario import Scenario
 from daemon.sim.writer import simulate_to
-from detectors.model import IncompatibleModel, ModelBundle
+from detectors.model import MODEL_FORMAT, IncompatibleModel, ModelBundle
 from tests.detectors.sim_helpers import LIBRARY
 
 FAULTS = [
@@ -46,7 +46,7 @@ def model(tmp_path_factory):
 def test_model_metadata(model):
     out, traces, _ = model
     meta = json.loads((out / "model.json").read_text())
-    assert meta["format"] == 2 and meta["detectors"] == ["multivariate", "predictor"]
+    assert meta["format"] == MODEL_FORMAT and meta["detectors"] == ["multivariate", "predictor"]
     assert meta["features"]["accelerator"][0] == "ecc_sbe_per_h_15m"
     assert [t["trace"] for t in meta["training_data"]["traces"]] == [str(t) for t in traces]
     assert len(meta["training_data"]["sha256"]) == 64
