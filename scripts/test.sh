@@ -1,6 +1,6 @@
 #!/usr/bin/env bash
 # Set up raswarden and run the whole test suite, with the real components the tests need
-# (PostgreSQL on loopback, Prometheus's promtool, Alertmanager). Extra arguments go to pytest.
+# (PostgreSQL on loopback, Prometheus's promtool, Alertmanager, Slurm with munge). Extra arguments go to pytest.
 set -euo pipefail
 cd "$(dirname "$0")/.."
 ./scripts/setup.sh
@@ -14,12 +14,13 @@ if [ "$(id -u)" = 0 ]; then
     DEBIAN_FRONTEND=noninteractive apt-get install -y -qq --no-install-recommends prometheus \
       prometheus-alertmanager >/dev/null
   fi
+  ./scripts/slurm-lab.sh install  # the playbook tests start their own Slurm lab with it
   ./scripts/pg-lab.sh install
   RASWARDEN_TEST_PG_URL=$(./scripts/pg-lab.sh up)
   export RASWARDEN_TEST_PG_URL
   pg_started=1
 else
-  echo "test: not root, so PostgreSQL, promtool and Alertmanager are not installed; their tests skip (and fail" \
+  echo "test: not root, so PostgreSQL, promtool, Alertmanager and Slurm are not installed; their tests skip (and fail" \
        "under CI=true)" >&2
 fi
 cleanup() { [ "$pg_started" = 1 ] && ./scripts/pg-lab.sh down || true; }

@@ -1,0 +1,175 @@
+"""The Slurm adapter of the Scheduler protocol: reads through ``sinfo --json`` and ``squeue --json`` (one
+of each per snapshot), acts through ``scontrol`` and ``scancel``, always with argument lists, never a
+shell; node names, job ids, signals and reasons are validated before they reach a command line.
+
+Verified against Slurm 22.05 (Debian 12; ../shared/recipes/README.md §1): ``sinfo --json`` gives each
+node's ``state``, ``state_flags`` (``DRAIN``, ``MAINTENANCE``, ``REBOOT_REQUESTED``, ``NOT_RESPONDING``,
+...), ``reason`` and ``reason_set_by_user``; ``squeue --json`` each job's ``job_state``, ``nodes`` (a host
+list), ``comment``, ``name``, ``partition``. ``scontrol requeue`` sends the batch script TERM, so a
+checkpoint signal (``scancel --signal=USR1 --batch``) goes first. Which jobs opted in to checkpoint
+signals is configured (:class:`OptIn`): Slurm 22.05 does not report a job's own ``--signal`` request.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import re
+import subprocess
+import time
+from collections.abc import Sequence
+from dataclasses import dataclass, field
+
+from playbooks.hostlist import expand
+from playbooks.scheduler import (ALLOC, DOWN, DRAIN, IDLE, MAINT, MIXED, REBOOT, ClusterState, JobInfo, NodeInfo,
+                                 SchedulerError)
+
+NODE_NAME = re.compile(r"^[A-Za-z0-9][A-Za-z0-9._-]{0,127}$")
+JOB_ID = re.compile(r"^\d{1,12}(_\d{1,9})?$")
+SIGNALS = frozenset({"USR1", "USR2", "TERM", "INT", "HUP", "CONT", "STOP"})
+
+_STATE = {"idle": IDLE, "allocated": ALLOC, "mixed": MIXED, "down": DOWN, "completing": ALLOC,
+          "future": DOWN, "unknown": DOWN, "error": DOWN, "planned": IDLE}
+_FLAG = {"drain": DRAIN, "draining": DRAIN, "drained": DRAIN, "maintenance": MAINT, "maint": MAINT,
+         "reboot_requested": REBOOT, "reboot_issued": REBOOT, "not_responding": DOWN, "power_down": DOWN,
+         "powered_down": DOWN, "powering_down": DOWN, "fail": DRAIN}
+# Errors that say the controller could not be asked (trying again can help).
+_TRANSIENT = ("unable to contact slurm controller", "socket timed out", "connection refused", "timed out",
+              "resource temporarily unavailable", "slurm_receive_msg", "zero bytes were transmitted")
+
+
+@dataclass
+class OptIn:
+    """Which jobs take a checkpoint signal: a comment or name matching a pattern, or a listed partition."""
+
+    comment_pattern: str = r"raswarden:checkpoint"
+    name_pattern: str | None = None
+    partitions: Sequence[str] = field(default_factory=tuple)
+
+    def __call__(self, job: dict) -> bool:
+        if self.comment_pattern and re.search(self.comment_pattern, job.get("comment") or ""):
+            return True
+        if self.name_pattern and re.search(self.name_pattern, job.get("name") or ""):
+            return True
+        return bool(self.partitions) and (job.get("partition") or "") in self.partitions
+
+
+def check_node(node: str) -> str:
+    if not NODE_NAME.match(node or ""):
+        raise SchedulerError(f"refusing node name {node!r} (not a host name)", retryable=False)
+    return node
+
+
+def check_job(job_id: str) -> str:
+    if not JOB_ID.match(str(job_id)):
+        raise SchedulerError(f"refusing job id {job_id!r} (not a Slurm job id)", retryable=False)
+    return str(job_id)
+
+
+def node_info(raw: dict) -> NodeInfo:
+    """A NodeInfo from one ``sinfo --json`` node."""
+    state = str(raw.get("state") or "unknown").lower()
+    states = {_STATE.get(state, state)}
+    for flag in raw.get("state_flags") or []:
+        states.add(_FLAG.get(str(flag).lower(), str(flag).lower()))
+    return NodeInfo(name=raw["name"], states=frozenset(states), reason=raw.get("reason") or "",
+                    reason_set_by=raw.get("reason_set_by_user") or "")
+
+
+class SlurmScheduler:
+    """Slurm through its command-line tools (``SLURM_CONF`` from ``slurm_conf`` or the environment)."""
+
+    def __init__(self, slurm_conf: str | None = None, opt_in: OptIn | None = None, timeout_s: float = 30.0,
+                 bin_dir: str | None = None):
+        self.env = dict(os.environ)
+        if slurm_conf:
+            self.env["SLURM_CONF"] = slurm_conf
+        self.opt_in = opt_in or OptIn()
+        self.timeout_s = timeout_s
+        self.bin_dir = bin_dir
+
+    def _run(self, args: list[str], what: str) -> str:
+        cmd = [os.path.join(self.bin_dir, args[0]) if self.bin_dir else args[0], *args[1:]]
+        try:
+            proc = subprocess.run(cmd, env=self.env, capture_output=True, text=True, timeout=self.timeout_s,
+                                  check=False)
+        except FileNotFoundError:
+            raise SchedulerError(f"{what}: {args[0]} not found (is slurm-client installed?)", retryable=False) \
+                from None
+        except subprocess.TimeoutExpired:
+            raise SchedulerError(f"{what}: {args[0]} did not answer within {self.timeout_s:.0f} s",
+                                 retryable=True) from None
+        if proc.returncode != 0:
+            message = (proc.stderr or proc.stdout).strip().splitlines()
+            text = message[-1] if message else f"exit status {proc.returncode}"
+            retry = any(t in text.lower() for t in _TRANSIENT)
+            raise SchedulerError(f"{what}: {text}", retryable=retry)
+        return proc.stdout
+
+    def _json(self, args: list[str], what: str) -> dict:
+        out = self._run(args, what)
+        try:
+            data = json.loads(out)
+        except ValueError as exc:
+            raise SchedulerError(f"{what}: unreadable JSON ({exc})", retryable=True) from None
+        errors = [e for e in data.get("errors") or [] if e]
+        if errors:
+            raise SchedulerError(f"{what}: {errors[0]}", retryable=True)
+        return data
+
+    # -- the protocol ----------------------------------------------------------------------------
+    def snapshot(self) -> ClusterState:
+        """Every node and job: one ``sinfo --json`` and one ``squeue --json``."""
+        taken = time.time()
+        nodes = {}
+        for raw in self._json(["sinfo", "--json"], "sinfo").get("nodes") or []:
+            info = node_info(raw)
+            nodes[info.name] = info
+        jobs = {}
+        for raw in self._json(["squeue", "--json"], "squeue").get("jobs") or []:
+            job_id = str(raw.get("job_id"))
+            try:
+                names = expand(raw.get("nodes"))
+            except ValueError:
+                names = ()
+            jobs[job_id] = JobInfo(id=job_id, nodes=names, state=str(raw.get("job_state") or "").lower(),
+                                   checkpoint_opt_in=self.opt_in(raw), name=raw.get("name") or "")
+        return ClusterState(taken, nodes, jobs)
+
+    def signal_job(self, job_id: str, signal: str) -> None:
+        """Send ``signal`` to the job's batch script (where a training launcher traps it)."""
+        if signal not in SIGNALS:
+            raise SchedulerError(f"refusing signal {signal!r}", retryable=False)
+        self._run(["scancel", f"--signal={signal}", "--batch", check_job(job_id)], f"signal job {job_id}")
+
+    def drain(self, node: str, reason: str) -> None:
+        """Drain ``node`` with ``reason``; draining an already drained node is not an error."""
+        if not reason or "\n" in reason or len(reason) > 250:
+            raise SchedulerError("drain reason must be one line of at most 250 characters", retryable=False)
+        self._run(["scontrol", "update", f"NodeName={check_node(node)}", "State=DRAIN", f"Reason={reason}"],
+                  f"drain {node}")
+
+    def resume(self, node: str) -> None:
+        """Return ``node`` to service; a node that is not drained is left as it is."""
+        check_node(node)
+        try:
+            self._run(["scontrol", "update", f"NodeName={node}", "State=RESUME"], f"resume {node}")
+        except SchedulerError as exc:
+            if exc.retryable or DRAIN in self._node_states(node):
+                raise
+
+    def requeue(self, job_id: str) -> None:
+        """Requeue a running job (it restarts elsewhere); a job no longer running is left as it is."""
+        check_job(job_id)
+        try:
+            self._run(["scontrol", "requeue", str(job_id)], f"requeue job {job_id}")
+        except SchedulerError as exc:
+            if exc.retryable:
+                raise
+            job = self.snapshot().jobs.get(str(job_id))
+            if job is not None and job.state == "running":
+                raise
+
+    def _node_states(self, node: str) -> frozenset[str]:
+        info = self.snapshot().nodes.get(node)
+        return info.states if info else frozenset()

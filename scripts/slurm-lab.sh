@@ -1,0 +1,137 @@
+#!/usr/bin/env bash
+# A real single-host Slurm for raswarden's tests: munged + slurmctld + one slurmd per fake node
+# (node1..nodeN), all on loopback under $LAB_DIR. No systemd, no cgroups, no accounting.
+#
+#   scripts/slurm-lab.sh install    apt-get install slurmctld slurmd slurm-client munge (idempotent; root)
+#   scripts/slurm-lab.sh up [N]     (re)start a fresh lab with N nodes (default 4); prints SLURM_CONF's path
+#   scripts/slurm-lab.sh down       cancel jobs, stop every process this lab started (by PID, checked)
+#   scripts/slurm-lab.sh status
+#
+# Env: LAB_DIR (/tmp/raswarden-slurm), LAB_CTLD_PORT (16817), LAB_NODE_PORT_BASE (17000),
+# LAB_SLURMD_TIMEOUT (10 s to mark a dead node DOWN), LAB_CRED_EXPIRE (10 s before a requeued job restarts).
+# Settings follow ../shared/recipes (verified on this kind of machine): cred_expire and a 2 s scheduler
+# interval make a requeued job restart in about 11 s instead of two minutes.
+set -euo pipefail
+
+LAB_DIR=${LAB_DIR:-/tmp/raswarden-slurm}
+case "$LAB_DIR" in /tmp/*) ;; *) echo "LAB_DIR must be under /tmp" >&2; exit 2;; esac
+CTLD_PORT=${LAB_CTLD_PORT:-16817}
+NODE_PORT_BASE=${LAB_NODE_PORT_BASE:-17000}
+SLURMD_TIMEOUT=${LAB_SLURMD_TIMEOUT:-10}
+CRED_EXPIRE=${LAB_CRED_EXPIRE:-10}
+CONF=$LAB_DIR/etc/slurm.conf
+MSOCK=$LAB_DIR/munge-run/munge.socket.2
+export SLURM_CONF=$CONF
+
+log() { printf '[slurm-lab] %s\n' "$*" >&2; }
+die() { log "FATAL: $*"; exit 1; }
+wait_for() { local end=$(( $(date +%s) + $1 )); shift
+  until "$@" >/dev/null 2>&1; do [ "$(date +%s)" -ge "$end" ] && return 1; sleep 0.25; done; }
+alive() { [ -e "/proc/$1" ] && [ "$(awk '{print $3}' "/proc/$1/stat" 2>/dev/null)" != Z ]; }
+kill_pidfile() { # FILE COMM: kill the PID in FILE only if it still runs COMM
+  local f=$1 comm=$2 pid; [ -s "$f" ] || return 0; pid=$(cat "$f")
+  if [ "$(cat "/proc/$pid/comm" 2>/dev/null)" = "$comm" ]; then
+    kill "$pid" 2>/dev/null || true
+    for _ in $(seq 1 40); do alive "$pid" || break; sleep 0.25; done
+    alive "$pid" && kill -9 "$pid" 2>/dev/null || true
+  fi
+  rm -f "$f"; }
+
+cmd_install() {
+  local pkgs="slurmctld slurmd slurm-client munge"
+  dpkg -s $pkgs >/dev/null 2>&1 && return 0
+  [ "$(id -u)" = 0 ] || die "installing Slurm needs root"
+  apt-get update -qq
+  # Debian's policy-rc.d (or no init) keeps the postinst from starting the daemons: what we want.
+  DEBIAN_FRONTEND=noninteractive apt-get install -y -qq --no-install-recommends $pkgs >/dev/null
+}
+
+write_conf() {
+  local n=$1 host; host=$(hostname -s)
+  cat > "$CONF" <<EOF
+ClusterName=raswarden-lab
+SlurmctldHost=${host}(127.0.0.1)
+SlurmUser=root
+SlurmdUser=root
+AuthType=auth/munge
+CredType=cred/munge
+AuthInfo=socket=${MSOCK},cred_expire=${CRED_EXPIRE}
+CommunicationParameters=NoInAddrAny,NoCtldInAddrAny
+SlurmctldPort=${CTLD_PORT}
+StateSaveLocation=${LAB_DIR}/state
+SlurmdSpoolDir=${LAB_DIR}/spool/%n
+SlurmctldPidFile=${LAB_DIR}/run/slurmctld.pid
+SlurmdPidFile=${LAB_DIR}/run/slurmd-%n.pid
+SlurmctldLogFile=${LAB_DIR}/log/slurmctld.log
+SlurmdLogFile=${LAB_DIR}/log/slurmd-%n.log
+ProctrackType=proctrack/linuxproc
+TaskPlugin=task/none
+JobAcctGatherType=jobacct_gather/none
+AccountingStorageType=accounting_storage/none
+JobCompType=jobcomp/none
+SelectType=select/cons_tres
+SelectTypeParameters=CR_Core
+SchedulerType=sched/backfill
+SchedulerParameters=sched_interval=2,bf_interval=2
+MpiDefault=none
+MailProg=/bin/true
+ReturnToService=2
+SlurmctldTimeout=30
+SlurmdTimeout=${SLURMD_TIMEOUT}
+InactiveLimit=0
+MinJobAge=300
+KillWait=5
+Waittime=0
+NodeName=node[1-${n}] NodeHostname=${host} NodeAddr=127.0.0.1 Port=[$((NODE_PORT_BASE+1))-$((NODE_PORT_BASE+n))] CPUs=2 RealMemory=1000 State=UNKNOWN
+PartitionName=debug Nodes=ALL Default=YES MaxTime=INFINITE State=UP
+EOF
+}
+
+all_idle() { [ "$(sinfo -h -N -t idle -o '%N' 2>/dev/null | sort -u | wc -l)" -eq "$1" ]; }
+
+cmd_up() {
+  local n=${1:-4}
+  command -v slurmctld >/dev/null || die "Slurm is not installed: run '$0 install' as root"
+  cmd_down >/dev/null 2>&1 || true
+  rm -rf "$LAB_DIR"
+  mkdir -p "$LAB_DIR"/{etc,state,spool,run,log,jobs,munge,munge-run}
+  chmod 700 "$LAB_DIR/munge"; chmod 755 "$LAB_DIR/munge-run" "$LAB_DIR" "$LAB_DIR/jobs"
+  head -c 1024 /dev/urandom > "$LAB_DIR/munge/munge.key"; chmod 400 "$LAB_DIR/munge/munge.key"
+  munged --force --socket="$MSOCK" --key-file="$LAB_DIR/munge/munge.key" --log-file="$LAB_DIR/munge/munged.log" \
+    --pid-file="$LAB_DIR/munge/munged.pid" --seed-file="$LAB_DIR/munge/munged.seed"
+  wait_for 10 sh -c "munge -n -S '$MSOCK' | unmunge -S '$MSOCK'" || die "munged not answering"
+  write_conf "$n"
+  slurmctld || die "slurmctld failed; see $LAB_DIR/log/slurmctld.log"
+  wait_for 15 scontrol ping || die "slurmctld not answering"
+  for i in $(seq 1 "$n"); do mkdir -p "$LAB_DIR/spool/node$i"; slurmd -N "node$i" || die "slurmd node$i failed"; done
+  wait_for 30 all_idle "$n" || { sinfo >&2; die "nodes not idle after 30 s"; }
+  log "up: $n nodes idle"
+  echo "$CONF"
+}
+
+cmd_down() {
+  [ -d "$LAB_DIR" ] || return 0
+  if [ -s "$LAB_DIR/run/slurmctld.pid" ] && scontrol ping >/dev/null 2>&1; then
+    scancel --user="$(id -un)" 2>/dev/null || true
+    wait_for 15 sh -c '[ -z "$(squeue -h -t PD,R,CG,S 2>/dev/null)" ]' || true
+  fi
+  local f p
+  for f in "$LAB_DIR"/run/slurmd-*.pid; do [ -e "$f" ] && kill_pidfile "$f" slurmd; done
+  for p in /proc/[0-9]*; do  # slurmstepd of this lab: identified by SLURM_CONF in its environment
+    [ "$(cat "$p/comm" 2>/dev/null)" = slurmstepd ] || continue
+    tr '\0' '\n' < "$p/environ" 2>/dev/null | grep -qx "SLURM_CONF=$CONF" && kill "${p#/proc/}" 2>/dev/null || true
+  done
+  kill_pidfile "$LAB_DIR/run/slurmctld.pid" slurmctld
+  kill_pidfile "$LAB_DIR/munge/munged.pid" munged
+  log "down"
+}
+
+cmd_status() { sinfo -N -o '%N %T %E' 2>&1 || true; squeue 2>&1 || true; }
+
+case "${1:-}" in
+  install) cmd_install ;;
+  up) shift; cmd_up "${1:-4}" ;;
+  down) cmd_down ;;
+  status) cmd_status ;;
+  *) sed -n '2,15p' "$0"; exit 2 ;;
+esac

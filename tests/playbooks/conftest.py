@@ -1,0 +1,102 @@
+"""A real Slurm for the playbook tests: scripts/slurm-lab.sh starts munged, slurmctld and four slurmd."""
+
+from __future__ import annotations
+
+import os
+import shutil
+import subprocess
+import time
+from pathlib import Path
+
+import pytest
+
+from tests.conftest import require
+
+ROOT = Path(__file__).resolve().parents[2]
+LAB = ROOT / "scripts" / "slurm-lab.sh"
+LAB_DIR = Path("/tmp/raswarden-slurm-test")
+
+JOB_SCRIPT = """#!/bin/bash
+# A training job that checkpoints on USR1 and records each start (restart count, node).
+D={jobs}
+echo "start restart=${{SLURM_RESTART_COUNT:-0}} node=$SLURMD_NODENAME" >> $D/log-$SLURM_JOB_ID
+if [ -f $D/ckpt-$SLURM_JOB_ID ]; then echo "resumed from $(tail -1 $D/ckpt-$SLURM_JOB_ID)" >> $D/log-$SLURM_JOB_ID; fi
+trap 'echo "step=$i node=$SLURMD_NODENAME" >> $D/ckpt-$SLURM_JOB_ID' USR1
+trap 'echo "TERM" >> $D/log-$SLURM_JOB_ID; exit 143' TERM
+for i in $(seq 1 600); do sleep 1 & wait $!; done
+"""
+
+
+class Lab:
+    def __init__(self, conf: str):
+        self.conf = conf
+        self.env = {**os.environ, "SLURM_CONF": conf}
+        self.jobs = LAB_DIR / "jobs"
+        self.script = self.jobs / "train.sh"
+        self.script.write_text(JOB_SCRIPT.format(jobs=self.jobs))
+        self.script.chmod(0o755)
+
+    def run(self, *args: str) -> str:
+        return subprocess.run(list(args), env=self.env, capture_output=True, text=True, check=True,
+                              timeout=30).stdout
+
+    def submit(self, comment: str = "raswarden:checkpoint", exclude: str = "") -> str:
+        args = ["sbatch", "--parsable", "--requeue", "--time=10", "-N1", "--exclusive",
+                f"--comment={comment}", "-o", str(self.jobs / "out-%j"), str(self.script)]
+        if exclude:
+            args.insert(1, f"--exclude={exclude}")
+        job = self.run(*args).strip()
+        self.wait(lambda: self.job_state(job) == "RUNNING", 20)
+        return job
+
+    def job_state(self, job: str) -> str:
+        return self.run("squeue", "-h", "-j", job, "-o", "%T").strip()
+
+    def job_node(self, job: str) -> str:
+        return self.run("squeue", "-h", "-j", job, "-o", "%N").strip()
+
+    def node_state(self, node: str) -> str:
+        return self.run("sinfo", "-h", "-n", node, "-o", "%T").strip()
+
+    def log(self, job: str, kind: str = "log") -> str:
+        path = self.jobs / f"{kind}-{job}"
+        return path.read_text() if path.exists() else ""
+
+    @staticmethod
+    def wait(cond, timeout: float) -> None:
+        end = time.time() + timeout
+        while time.time() < end:
+            try:
+                if cond():
+                    return
+            except subprocess.CalledProcessError:
+                pass
+            time.sleep(0.25)
+        raise AssertionError(f"condition not met within {timeout} s")
+
+    def reset(self) -> None:
+        """Cancel every job and return every node to service (between tests)."""
+        subprocess.run(["scancel", "--user", "root"], env=self.env, capture_output=True, timeout=30)
+        self.wait(lambda: not self.run("squeue", "-h").strip(), 30)
+        for n in range(1, 5):
+            subprocess.run(["scontrol", "update", f"NodeName=node{n}", "State=RESUME"], env=self.env,
+                           capture_output=True, timeout=30)
+        self.wait(lambda: all(self.node_state(f"node{n}") == "idle" for n in range(1, 5)), 30)
+
+
+@pytest.fixture(scope="session")
+def slurm_lab():
+    require(os.geteuid() == 0 and shutil.which("slurmctld") is not None,
+            "no Slurm: scripts/test.sh installs and starts it (as root)")
+    env = {**os.environ, "LAB_DIR": str(LAB_DIR), "LAB_CTLD_PORT": "26817", "LAB_NODE_PORT_BASE": "27000"}
+    out = subprocess.run([str(LAB), "up", "4"], env=env, capture_output=True, text=True, timeout=120)
+    assert out.returncode == 0, out.stderr
+    lab = Lab(out.stdout.strip().splitlines()[-1])
+    yield lab
+    subprocess.run([str(LAB), "down"], env=env, capture_output=True, timeout=120)
+
+
+@pytest.fixture
+def slurm(slurm_lab):
+    slurm_lab.reset()
+    yield slurm_lab
