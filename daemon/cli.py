@@ -347,7 +347,7 @@ def cmd_silence(args: argparse.Namespace) -> int:
     import time
 
     from daemon.alerting.silences import SilenceBook
-    from daemon.duration import parse_duration
+    from playbooks.duration import parse_duration
     from daemon.store import Store
 
     cfg = _load_config(args)

@@ -35,7 +35,7 @@ from pathlib import Path
 import numpy as np
 import yaml
 
-from daemon.duration import parse_duration as _parse_duration
+from playbooks.duration import parse_duration as _parse_duration
 
 TARGETS = ("accelerator", "port", "node", "rack")
 

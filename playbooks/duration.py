@@ -1,4 +1,5 @@
-"""Durations as people write them in config, scenarios and on the command line."""
+"""Durations as people write them in playbooks, config, scenarios and on the command line (here, in
+``playbooks``, because ``daemon`` may import ``playbooks`` but not the other way round)."""
 
 from __future__ import annotations
 
