@@ -46,6 +46,7 @@ class JobInfo:
     state: str  # pending | running | completed | ...
     checkpoint_opt_in: bool = False
     name: str = ""
+    comment: str = ""  # where a job may confirm its checkpoint (Slurm: scontrol update JobId=.. Comment=..)
 
 
 @dataclass(frozen=True)

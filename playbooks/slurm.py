@@ -133,7 +133,8 @@ class SlurmScheduler:
             except ValueError:
                 names = ()
             jobs[job_id] = JobInfo(id=job_id, nodes=names, state=str(raw.get("job_state") or "").lower(),
-                                   checkpoint_opt_in=self.opt_in(raw), name=raw.get("name") or "")
+                                   checkpoint_opt_in=self.opt_in(raw), name=raw.get("name") or "",
+                                   comment=raw.get("comment") or "")
         return ClusterState(taken, nodes, jobs)
 
     def signal_job(self, job_id: str, signal: str) -> None:

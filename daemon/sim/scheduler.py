@@ -36,6 +36,8 @@ class SimJob:
     busy_s: float = 0.0  # remaining checkpoint or restart overhead
     busy_kind: str = ""
     restarts: int = 0
+    comment: str = ""  # set to raswarden:checkpointed when a requested checkpoint is saved
+    requested: bool = False
 
 
 @dataclass
@@ -90,7 +92,7 @@ class SimScheduler:
             if n.down_until > self.now:
                 states.add(DOWN)
             nodes[n.name] = NodeInfo(n.name, frozenset(states), n.reason, n.reason_set_by)
-        jobs = {j.id: JobInfo(j.id, j.nodes, j.state, j.opt_in, j.name) for j in self.jobs.values()}
+        jobs = {j.id: JobInfo(j.id, j.nodes, j.state, j.opt_in, j.name, j.comment) for j in self.jobs.values()}
         return ClusterState(self.now, nodes, jobs)
 
     def signal_job(self, job_id: str, signal: str) -> None:
@@ -100,6 +102,7 @@ class SimScheduler:
         checkpointing = job.busy_s > 0 and job.busy_kind == "checkpoint"
         if signal.upper().removeprefix("SIG") == "USR1" and job.opt_in and not checkpointing:
             self._checkpoint(job)
+            job.requested, job.comment = True, ""
         self.log.append((self.now, "signal", f"{job_id} {signal}"))
 
     def drain(self, node: str, reason: str) -> None:
@@ -157,6 +160,8 @@ class SimScheduler:
                 share = spent / dt if dt else 0.0
                 if job.busy_kind == "checkpoint":
                     acct.checkpoints += gpu_h * share
+                    if job.busy_s <= 0 and job.requested:  # the launcher confirms, as a real job would
+                        job.requested, job.comment = False, "raswarden:checkpointed"
                 else:
                     acct.restarts += gpu_h * share
             if left > 0:

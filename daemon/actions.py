@@ -1,0 +1,83 @@
+"""The action journal in the store: playbook actions and each step's state (``action`` table).
+
+Each action is one row (``step = "action"``) holding its whole state, and one row per step (``key#i``)
+showing that step's status for queries and the status page; :meth:`StoreJournal.save` writes them in one
+transaction, so what the engine persisted before a step started is what a restarted process finds.
+The circuit breaker's state is a row of its own.
+"""
+
+from __future__ import annotations
+
+from sqlmodel import select
+
+from daemon.store import ActionRow, Store
+from playbooks.engine import OPEN, Action
+
+BREAKER_KEY = "circuit-breaker"
+
+
+class StoreJournal:
+    """:class:`playbooks.engine.Journal` on the state database."""
+
+    def __init__(self, store: Store):
+        self.store = store
+
+    def save(self, action: Action) -> None:
+        with self.store.session() as s:
+            self._put(s, action.key, action.incident.id, action.playbook, "action", action.status, action.created_at,
+                      action.as_dict())
+            for i, st in enumerate(action.steps):
+                self._put(s, f"{action.key}#{i}", action.incident.id, action.playbook, st.type, st.status,
+                          st.started_at or action.created_at,
+                          {"node": action.node, "mode": action.mode, "attempts": st.attempts,
+                           "finished_at": st.finished_at, **st.detail})
+            s.commit()
+
+    @staticmethod
+    def _put(s, key, incident, playbook, step, status, ts, detail) -> None:
+        row = s.exec(select(ActionRow).where(ActionRow.idempotency_key == key)).first()
+        if row is None:
+            row = ActionRow(idempotency_key=key, incident_id=incident, playbook=playbook, step=step, status=status,
+                            ts=ts, detail=detail)
+        else:
+            row.status, row.ts, row.detail = status, ts, detail
+        s.add(row)
+
+    def get(self, key: str) -> Action | None:
+        with self.store.session() as s:
+            row = s.exec(select(ActionRow).where(ActionRow.idempotency_key == key, ActionRow.step == "action")).first()
+        return Action.from_dict(row.detail) if row else None
+
+    def actions(self, status: tuple[str, ...] | None = None) -> list[Action]:
+        with self.store.session() as s:
+            q = select(ActionRow).where(ActionRow.step == "action").order_by(ActionRow.id)
+            if status:
+                q = q.where(ActionRow.status.in_(status))
+            rows = s.exec(q).all()
+        return [Action.from_dict(r.detail) for r in rows]
+
+    def open_actions(self) -> list[Action]:
+        return self.actions(OPEN)
+
+    def started_since(self, playbook: str, since: float) -> int:
+        return sum(1 for a in self.actions() if a.playbook == playbook and a.mode == "act" and any(
+            st.started_at is not None and st.started_at >= since for st in a.steps[:1]))
+
+    def drains_of(self, node: str, since: float) -> int:
+        with self.store.session() as s:
+            rows = s.exec(select(ActionRow).where(ActionRow.step == "drain", ActionRow.status == "done",
+                                                  ActionRow.ts >= since)).all()
+        return sum(1 for r in rows if r.detail.get("node") == node)
+
+    def breaker(self) -> str | None:
+        with self.store.session() as s:
+            row = s.exec(select(ActionRow).where(ActionRow.idempotency_key == BREAKER_KEY)).first()
+        return row.detail.get("reason") if row is not None and row.status == "tripped" else None
+
+    def set_breaker(self, reason: str | None) -> None:
+        import time
+
+        with self.store.session() as s:
+            self._put(s, BREAKER_KEY, "-", "-", "breaker", "tripped" if reason else "reset", time.time(),
+                      {"reason": reason or ""})
+            s.commit()
