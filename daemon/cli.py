@@ -342,6 +342,92 @@ def cmd_check_config(args: argparse.Namespace) -> int:
     return 0
 
 
+def _remediation(args: argparse.Namespace):
+    from daemon.remediation import Remediation, scheduler_from_config
+    from daemon.store import Store
+
+    cfg = _load_config(args)
+    store = Store(args.db or cfg.store_url)
+    return Remediation(cfg, store, scheduler_from_config(cfg)), store
+
+
+def cmd_playbook(args: argparse.Namespace) -> int:
+    import time
+
+    from playbooks.model import PlaybookError, load
+
+    if args.playbook_command == "validate":
+        try:
+            dirs = args.dir or (_load_config(args).playbook_dirs if args.config else [])
+            books = load(dirs)
+        except PlaybookError as exc:
+            print(f"raswarden: {exc}", file=sys.stderr)
+            return 2
+        for p in books:
+            print(f"{p.priority:>4} {p.name:<28} {p.guards.mode:<8} {' -> '.join(s.type for s in p.steps)}"
+                  f"   ({p.source})")
+        return 0
+    rem, store = _remediation(args)
+    try:
+        if args.playbook_command == "plan":
+            from daemon.remediation import incident_ref
+            from daemon.store import IncidentRow
+
+            with store.session() as s:
+                row = s.get(IncidentRow, args.incident)
+            if row is None:
+                print(f"no incident {args.incident}", file=sys.stderr)
+                return 1
+            state = rem.engine.scheduler.snapshot()
+            action = rem.engine.plan(incident_ref(row), state)
+            if action is None:
+                print(f"{row.id} ({row.entity}, {row.severity}, {row.category}): no playbook matches")
+                return 0
+            print(f"{row.id} ({row.entity}, {row.severity}, {row.category}) -> playbook {action.playbook}, mode "
+                  f"{action.mode}{', needs approval' if action.approval else ''}")
+            for i, st in enumerate(action.steps, 1):
+                print(f"  {i}. {rem.engine._describe(action, st, state)}")
+            return 0
+        if args.playbook_command == "reset":
+            rem.journal.set_breaker(None)
+            print("circuit breaker reset")
+            return 0
+        if args.playbook_command == "list":
+            for a in rem.journal.actions():
+                steps = " ".join(f"{s.type}={s.status}" for s in a.steps)
+                print(f"{a.key:<52} {a.status:<18} {a.mode:<8} {steps} {a.note}")
+            return 0
+        # run
+        while True:
+            counts = rem.step()
+            if args.verbose:
+                print(counts, file=sys.stderr)
+            if not args.follow:
+                break
+            time.sleep(args.interval)
+        return 0
+    finally:
+        store.close()
+
+
+def cmd_approve(args: argparse.Namespace) -> int:
+    import getpass
+
+    rem, store = _remediation(args)
+    try:
+        keys = [a.key for a in rem.journal.actions(("awaiting_approval",))
+                if args.action in (a.key, a.incident.id)]
+        if not keys:
+            print(f"nothing awaits approval for {args.action}", file=sys.stderr)
+            return 1
+        for key in keys:
+            rem.engine.approve(key, args.by or getpass.getuser())
+            print(f"approved {key}")
+        return 0
+    finally:
+        store.close()
+
+
 def cmd_silence(args: argparse.Namespace) -> int:
     import getpass
     import time
@@ -483,6 +569,32 @@ def build_parser() -> argparse.ArgumentParser:
                    help="without --follow: stop after this many seconds even if some are pending (default 60)")
     config_args(q)
     p.set_defaults(func=cmd_alerts)
+
+    p = sub.add_parser("playbook", help="playbooks: validate, plan an incident, run pending actions",
+                       description="Playbooks drive checkpoint, drain, requeue and resume through the scheduler "
+                                   "under guards (docs/playbooks.md).")
+    psub = p.add_subparsers(dest="playbook_command", required=True, metavar="ACTION")
+    q = psub.add_parser("validate", help="load the built-in and operator playbooks; name the first error")
+    q.add_argument("--dir", action="append", help="an operator playbook directory (default: the config's)")
+    config_args(q)
+    q = psub.add_parser("plan", help="what would happen for an incident, without doing it")
+    q.add_argument("incident", help="incident id (raswarden incidents / the status page)")
+    config_args(q)
+    q = psub.add_parser("run", help="plan actions for new incidents and execute pending steps")
+    q.add_argument("--follow", action="store_true", help="keep going every --interval seconds until killed")
+    q.add_argument("--interval", type=float, default=5.0)
+    config_args(q)
+    q = psub.add_parser("list", help="actions and their steps")
+    config_args(q)
+    q = psub.add_parser("reset", help="reset a tripped circuit breaker")
+    config_args(q)
+    p.set_defaults(func=cmd_playbook)
+
+    p = sub.add_parser("approve", help="approve an action that waits for an operator")
+    p.add_argument("action", help="action key or incident id")
+    p.add_argument("--by", help="who (default: the current user)")
+    config_args(p)
+    p.set_defaults(func=cmd_approve)
 
     p = sub.add_parser("silence", help="mute alerts matching labels for a while",
                        description="Silences match alert labels (entity, node, rack, category, severity, "

@@ -19,6 +19,8 @@ from daemon.alerting.receivers.base import ReceiverConfig
 from daemon.alerting.routing import Route
 from daemon.alerting.secrets import SecretError
 from daemon.store import DEFAULT_URL
+from playbooks.engine import Guards
+from playbooks.model import MODES
 
 DEFAULT_PATH = Path("/etc/raswarden/raswarden.toml")
 
@@ -35,6 +37,9 @@ class Config:
     receivers: list[ReceiverConfig] = field(default_factory=list)
     templates_dir: str | None = None
     backoff: Backoff = field(default_factory=Backoff)
+    playbook_dirs: list[str] = field(default_factory=list)
+    guards: Guards = field(default_factory=Guards)
+    scheduler: dict[str, Any] = field(default_factory=lambda: {"type": "none"})
 
 
 def _take(table: dict[str, Any], key: str, kind: type | tuple, where: str, default: Any = None) -> Any:
@@ -116,8 +121,48 @@ def parse(raw: dict[str, Any], path: Path | None = None) -> Config:
                 raise ConfigError(f"{where}: no receiver named {t!r}")
     _no_more(al, "alerting")
     cfg.alerting = a
+    _playbooks(cfg, raw.pop("playbooks", {}))
+    _scheduler(cfg, raw.pop("scheduler", {}))
     _no_more(raw, "top level")
     return cfg
+
+
+def _playbooks(cfg: Config, pb: dict[str, Any]) -> None:
+    pb = dict(pb)
+    cfg.playbook_dirs = [str(d) for d in _take(pb, "dirs", list, "playbooks", [])]
+    g = cfg.guards
+    g.mode = _take(pb, "mode", str, "playbooks", g.mode)
+    if g.mode not in MODES:
+        raise ConfigError(f"playbooks.mode: one of {', '.join(MODES)}")
+    for key in ("max_drained_nodes", "breaker_incidents", "repeat_offender"):
+        value = _take(pb, key, int, "playbooks", getattr(g, key))
+        if value < 1:
+            raise ConfigError(f"playbooks.{key}: at least 1")
+        setattr(g, key, value)
+    for key in ("max_rack_fraction", "max_cluster_fraction", "breaker_stale_fraction"):
+        value = _take(pb, key, float, "playbooks", getattr(g, key))
+        if not 0 < value <= 1:
+            raise ConfigError(f"playbooks.{key}: a fraction in (0, 1]")
+        setattr(g, key, value)
+    for key in ("breaker_window_s", "repeat_window_s"):
+        setattr(g, key, _take(pb, key, float, "playbooks", getattr(g, key)))
+    _no_more(pb, "playbooks")
+
+
+def _scheduler(cfg: Config, sc: dict[str, Any]) -> None:
+    sc = dict(sc)
+    kind = _take(sc, "type", str, "scheduler", "none")
+    if kind not in ("none", "slurm"):
+        raise ConfigError("scheduler.type: one of none, slurm")
+    out: dict[str, Any] = {"type": kind}
+    if kind == "slurm":
+        out["slurm_conf"] = _take(sc, "slurm_conf", str, "scheduler")
+        out["timeout_s"] = _take(sc, "timeout_s", float, "scheduler", 30.0)
+        out["checkpoint_comment"] = _take(sc, "checkpoint_comment", str, "scheduler", "raswarden:checkpoint")
+        out["checkpoint_name"] = _take(sc, "checkpoint_name", str, "scheduler", "") or None
+        out["checkpoint_partitions"] = [str(p) for p in _take(sc, "checkpoint_partitions", list, "scheduler", [])]
+    _no_more(sc, "scheduler")
+    cfg.scheduler = out
 
 
 def load(path: str | Path = DEFAULT_PATH) -> Config:

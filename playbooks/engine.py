@@ -130,6 +130,16 @@ class Guards:
 _STRICTER = {"act": 0, "dry-run": 1, "shadow": 2}
 
 
+def fault_point(step: str, phase: str) -> None:
+    """Test-only fault injection: ``RASWARDEN_FAULT=drain:executed`` kills this process with SIGKILL right
+    there (phases: ``started`` after the start is journaled, ``executed`` after the scheduler acted and
+    before ``done`` is journaled, ``done`` after it is). The crash-safety tests kill at every boundary."""
+    if os.environ.get("RASWARDEN_FAULT") == f"{step}:{phase}":
+        import signal
+
+        os.kill(os.getpid(), signal.SIGKILL)
+
+
 def render(template: str, values: dict[str, str]) -> str:
     return re.sub(r"\{([a-z_]+)\}", lambda m: values.get(m.group(1), m.group(0)), template)
 
@@ -263,6 +273,7 @@ class Engine:
                 st.status, st.started_at = "started", now
                 st.attempts += 1
                 self.journal.save(action)  # persisted before it starts
+                fault_point(st.type, "started")
             try:
                 result = self._execute(action, st, state)
             except SchedulerError as exc:
@@ -270,8 +281,10 @@ class Engine:
                 st.detail["error"] = str(exc)
                 log.warning("%s step %s on %s: %s", action.key, st.type, action.node, exc)
             if result == "done":
+                fault_point(st.type, "executed")
                 st.status, st.finished_at = "done", self.clock()
                 self.journal.save(action)  # persisted after it ends
+                fault_point(st.type, "done")
                 if st.type in ("drain", "requeue", "resume"):
                     state = self._state = self.scheduler.snapshot()
                 continue

@@ -21,7 +21,12 @@ JOB_SCRIPT = """#!/bin/bash
 D={jobs}
 echo "start restart=${{SLURM_RESTART_COUNT:-0}} node=$SLURMD_NODENAME" >> $D/log-$SLURM_JOB_ID
 if [ -f $D/ckpt-$SLURM_JOB_ID ]; then echo "resumed from $(tail -1 $D/ckpt-$SLURM_JOB_ID)" >> $D/log-$SLURM_JOB_ID; fi
-trap 'echo "step=$i node=$SLURMD_NODENAME" >> $D/ckpt-$SLURM_JOB_ID' USR1
+# On USR1: save a checkpoint, then tell raswarden through the job comment (the built-in playbook waits for it).
+checkpoint() {{
+  echo "step=$i node=$SLURMD_NODENAME" >> $D/ckpt-$SLURM_JOB_ID
+  scontrol update JobId=$SLURM_JOB_ID Comment=raswarden:checkpointed
+}}
+trap checkpoint USR1
 trap 'echo "TERM" >> $D/log-$SLURM_JOB_ID; exit 143' TERM
 for i in $(seq 1 600); do sleep 1 & wait $!; done
 """

@@ -1,0 +1,108 @@
+"""Remediation as the daemon and ``raswarden playbook run`` drive it: incidents from the store become
+playbook actions, and the engine advances them against the configured scheduler.
+
+Open sub-healthy, failed and telemetry incidents get the first matching playbook; an incident grouped
+under a rack or cooling incident gets none of its own (no node drains for a facility problem); when an
+incident raswarden drained a node for closes, the node gets the ``healthy`` playbook (resume after a
+clean period). Incidents are read from a persisted cursor, like the alert pipeline's.
+"""
+
+from __future__ import annotations
+
+import time
+
+from sqlmodel import select
+
+from daemon.actions import StoreJournal
+from daemon.config import Config
+from daemon.store import AlertCursorRow, EntityRow, IncidentRow, Store
+from playbooks.engine import Engine, IncidentRef
+from playbooks.model import load
+from playbooks.scheduler import ClusterState, Scheduler
+
+CURSOR = "playbooks"
+
+
+def scheduler_from_config(cfg: Config) -> Scheduler | None:
+    sc = cfg.scheduler
+    if sc.get("type") == "slurm":
+        from playbooks.slurm import OptIn, SlurmScheduler
+
+        return SlurmScheduler(sc.get("slurm_conf"), OptIn(sc["checkpoint_comment"], sc["checkpoint_name"],
+                                                          tuple(sc["checkpoint_partitions"])), sc["timeout_s"])
+    return None
+
+
+def incident_ref(row: IncidentRow, labels: dict[str, str] | None = None) -> IncidentRef:
+    return IncidentRef(id=row.id, entity=row.entity, kind=row.kind, state=row.severity, category=row.category,
+                       rack=row.rack, labels=labels or {}, opened_at=row.opened_at, closed_at=row.closed_at)
+
+
+class NoScheduler:
+    """``[scheduler] type = "none"``: raswarden decides and records (dry run), and acts on nothing."""
+
+    def snapshot(self) -> ClusterState:
+        return ClusterState(time.time())
+
+
+class Remediation:
+    """Incidents → actions → steps."""
+
+    def __init__(self, cfg: Config, store: Store, scheduler: Scheduler | None, clock=time.time):
+        if scheduler is None:
+            scheduler = NoScheduler()
+            if cfg.guards.mode == "act":
+                cfg.guards.mode = "dry-run"
+        self.store = store
+        self.journal = StoreJournal(store)
+        self.clock = clock
+        racks = self._racks()
+        self.engine = Engine(scheduler, self.journal, load(cfg.playbook_dirs), cfg.guards, clock=clock,
+                             rack_of=racks.get)
+
+    def _racks(self) -> dict[str, str | None]:
+        with self.store.session() as s:
+            return {r.node: r.rack for r in s.exec(select(EntityRow).where(EntityRow.kind == "node")).all()}
+
+    def sync(self, state: ClusterState | None = None) -> int:
+        """Plan actions for incidents changed since the cursor; returns how many were planned."""
+        planned = 0
+        now = self.clock()
+        with self.store.session() as s:
+            cursor = s.get(AlertCursorRow, CURSOR)
+            since = cursor.value if cursor else float("-inf")
+            rows = s.exec(select(IncidentRow).where(IncidentRow.updated_at >= since)
+                          .order_by(IncidentRow.updated_at)).all()
+            attrs = {e.id: e.attrs for e in s.exec(select(EntityRow)).all()}
+            window = self.engine.guards.breaker_window_s
+            recent = len(s.exec(select(IncidentRow.id).where(IncidentRow.opened_at >= now - window)).all())
+            nodes = len(s.exec(select(EntityRow.id).where(EntityRow.kind == "node")).all())
+        if not rows:
+            return 0
+        self.engine.observe(recent, nodes, stale_nodes=sum(1 for r in rows if r.category == "telemetry"
+                                                           and r.closed_at is None and r.kind == "node"))
+        state = state or self.engine.scheduler.snapshot()
+        for row in rows:
+            labels = {k: str(v) for k, v in (attrs.get(row.entity) or {}).items()}
+            if row.closed_at is None:
+                if row.parent is None and row.severity in ("subhealthy", "failed", "unknown"):
+                    planned += self.engine.submit(incident_ref(row, labels), state) is not None
+            elif self._drained_for(row.id):
+                ref = IncidentRef(id=f"{row.id}-recovered", entity=row.entity.split("/", 1)[0], kind="node",
+                                  state="healthy", category=row.category, rack=row.rack, labels=labels,
+                                  opened_at=row.opened_at, closed_at=row.closed_at)
+                planned += self.engine.submit(ref, state) is not None
+        with self.store.session() as s:
+            s.merge(AlertCursorRow(name=CURSOR, value=max(r.updated_at for r in rows)))
+            s.commit()
+        return planned
+
+    def _drained_for(self, incident_id: str) -> bool:
+        return any(st.type == "drain" and st.status == "done" for a in self.journal.actions()
+                   if a.incident.id == incident_id for st in a.steps)
+
+    def step(self) -> dict[str, int]:
+        """One pass: plan, then advance every open action."""
+        planned = self.sync()
+        touched = self.engine.run()
+        return {"planned": planned, "advanced": len(touched)}

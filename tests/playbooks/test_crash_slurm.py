@@ -1,0 +1,84 @@
+"""``raswarden playbook run`` killed with SIGKILL at every step boundary of a checkpoint-drain-requeue on a
+real Slurm, then started again: the job checkpoints, its node is drained once, the job is requeued once and
+restarts from its checkpoint on another node; nothing is repeated or forgotten."""
+
+from __future__ import annotations
+
+import os
+import signal
+import subprocess
+import sys
+import time
+from pathlib import Path
+
+from daemon.actions import StoreJournal
+from daemon.incidents import Incident
+from daemon.store import Store
+from detectors.schema import State
+from tests.playbooks.conftest import LAB_DIR, ROOT
+
+FAULTS = ["notify:done", "checkpoint:started", "checkpoint:executed", "checkpoint:done", "wait_checkpoint:started",
+          "drain:started", "drain:executed", "drain:done", "requeue:started", "requeue:executed"]
+
+
+def run_once(config: Path, fault: str | None, timeout: float = 60.0) -> int:
+    env = {**os.environ, "RASWARDEN_FAULT": fault or ""}
+    proc = subprocess.Popen([sys.executable, "-m", "daemon", "playbook", "run", "--follow", "--interval", "0.3",
+                             "--config", str(config)], cwd=ROOT, env=env, stdout=subprocess.DEVNULL,
+                            stderr=subprocess.PIPE)
+    try:
+        return proc.wait(timeout)
+    except subprocess.TimeoutExpired:
+        proc.send_signal(signal.SIGKILL)
+        proc.wait(10)
+        return -999
+
+
+def test_sigkill_at_every_step_boundary_then_restart(slurm, tmp_path):
+    db = tmp_path / "state.db"
+    config = tmp_path / "raswarden.toml"
+    config.write_text(f"""
+[store]
+url = "sqlite:///{db}"
+[playbooks]
+max_cluster_fraction = 0.5
+[scheduler]
+type = "slurm"
+slurm_conf = "{slurm.conf}"
+""")
+    job = slurm.submit()
+    node = slurm.job_node(job)
+    time.sleep(2)
+    store = Store(f"sqlite:///{db}")
+    inc = Incident(id="inc-crash01", fingerprint=f"{node}/gpu3|gpu_memory", entity=f"{node}/gpu3", kind="accelerator",
+                   category="gpu_memory", severity=State.SUBHEALTHY, opened_at=time.time(), updated_at=time.time(),
+                   evidence=["gpu3 HBM correctable ECC 41/h (peers 0.2/h)"])
+    store.record_tick([], [inc])
+    journal = StoreJournal(store)
+    killed = []
+    for fault in FAULTS:
+        rc = run_once(config, fault, timeout=30)
+        killed.append((fault, rc))
+        actions = journal.actions()
+        if actions and actions[0].status == "done":
+            break
+    # and once more without a fault, until the action is done
+    proc = subprocess.Popen([sys.executable, "-m", "daemon", "playbook", "run", "--follow", "--interval", "0.3",
+                             "--config", str(config)], cwd=ROOT, stdout=subprocess.DEVNULL, stderr=subprocess.PIPE)
+    try:
+        slurm.wait(lambda: journal.actions() and journal.actions()[0].status in ("done", "failed"), 60)
+    finally:
+        proc.send_signal(signal.SIGKILL)
+        proc.wait(10)
+    assert all(rc == -signal.SIGKILL for _, rc in killed), killed  # each fault point was reached
+    action = journal.actions()[0]
+    assert action.status == "done", [(s.type, s.status, s.detail) for s in action.steps]
+    assert [s.type for s in action.steps] == ["notify", "checkpoint", "wait_checkpoint", "drain", "requeue"]
+    assert action.steps[1].detail["signalled"] == [job]
+    log = (LAB_DIR / "log" / "slurmctld.log").read_text()
+    assert log.count(f"update_node: node {node} state set to DRAIN") == 1
+    assert f"{node} reason set to: raswarden: inc-crash01" in log
+    slurm.wait(lambda: "restart=1" in slurm.log(job), 60)
+    assert "restart=2" not in slurm.log(job)  # requeued once
+    assert "resumed from step=" in slurm.log(job) and slurm.job_node(job) != node
+    store.close()
