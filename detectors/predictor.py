@@ -26,12 +26,14 @@ class FailurePredictor(LearnedDetector):
 
     name = "predictor"
     fitted_per_kind = ("out_of_fold_",)
+    min_support_z = 6.0  # the default for models saved before the parameter existed
 
     def __init__(self, horizon_s: float = 12 * 3600.0, max_iter: int = 200, learning_rate: float = 0.1,
                  max_leaf_nodes: int = 31, min_threshold: float = 0.5, negative_quantile: float = 0.99999,
                  min_out_of_fold_recall: float = 0.5, score_every_ticks: int = 10, persist: int = 3,
-                 random_state: int = 0):
+                 random_state: int = 0, min_support_z: float | None = 6.0):
         super().__init__(score_every_ticks, persist)
+        self.min_support_z = min_support_z
         self.horizon_s = horizon_s
         self.min_out_of_fold_recall = min_out_of_fold_recall
         self.max_iter = max_iter

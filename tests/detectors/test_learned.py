@@ -1,6 +1,7 @@
 """Training rows' labels, the scoring cadence and persistence, reasons in operator words."""
 
 import numpy as np
+import pandas as pd
 
 from detectors.evaluation import Fault
 from detectors.features import FEATURES, FeatureFrame
@@ -98,3 +99,30 @@ def test_predictor_trains_when_one_trace_lacks_a_signal_entirely():
     X[groups == 1, 3] = np.nan  # the second trace never published this signal (a stock exporter)
     det = FailurePredictor(max_iter=20).fit(X, y, kind="port", names=names, groups=groups)
     assert "port" in det.models_ and det.decision_function(X[:5], kind="port").shape == (5,)
+
+
+def test_predictor_alarms_only_with_one_feature_far_from_the_healthy_fleet():
+    from detectors.features import FeatureFrame
+    from detectors.predictor import FailurePredictor
+    from detectors.rules import TickInput
+
+    rng = np.random.default_rng(1)
+    names = FEATURES["port"]
+    col = names.index("symbol_error_per_h_1h")
+    X = rng.exponential(0.01, (600, len(names)))
+    y = np.zeros(600, dtype=int)
+    y[::10] = 1
+    X[y == 1, col] = 50.0
+    pred = FailurePredictor(max_iter=30, score_every_ticks=1, persist=1).fit(
+        X, y, kind="port", names=names, groups=np.repeat([0, 1, 2], 200))
+
+    def evidence(row: np.ndarray, entity: str):
+        frame = FeatureFrame("port", 0.0, np.array([entity], dtype=object), row[None, :], names)
+        return pred.update(TickInput(0.0, *(pd.DataFrame() for _ in range(3)), features={"port": frame}))
+
+    far = X[y == 1][0]
+    assert pred.support_z("port", far[None, :])[0] > 100
+    (ev,) = evidence(far, "n1/mlx5_0:1")
+    assert ev.category == "fabric_link"
+    pred.healthy_scale_["port"] = np.full(len(names), 1e6)  # nothing is far from the fleet any more
+    assert "n2/mlx5_0:1" not in {e.entity for e in evidence(far, "n2/mlx5_0:1")}
