@@ -410,6 +410,52 @@ def cmd_playbook(args: argparse.Namespace) -> int:
         store.close()
 
 
+def cmd_node(args: argparse.Namespace) -> int:
+    """raswarden drain|resume NODE: an operator's own action through raswarden, journaled."""
+    import getpass
+    import time
+
+    from daemon.remediation import scheduler_from_config
+    from daemon.store import ActionRow, Store
+    from playbooks.engine import REASON_PREFIX
+    from playbooks.scheduler import DRAIN, SchedulerError
+
+    cfg = _load_config(args)
+    scheduler = scheduler_from_config(cfg)
+    if scheduler is None:
+        print("raswarden: no scheduler configured ([scheduler] type)", file=sys.stderr)
+        return 2
+    who = args.by or getpass.getuser()
+    try:
+        info = scheduler.snapshot().nodes.get(args.node)
+        if info is None:
+            print(f"raswarden: the scheduler has no node {args.node!r}", file=sys.stderr)
+            return 1
+        if args.command == "drain":
+            scheduler.drain(args.node, f"{REASON_PREFIX} manual by {who}: {args.reason}")
+        else:
+            if DRAIN in info.states and not info.reason.startswith(REASON_PREFIX) and not args.force:
+                print(f"raswarden: {args.node} was drained by {info.reason_set_by or 'someone else'} "
+                      f"({info.reason!r}); use --force to resume it anyway", file=sys.stderr)
+                return 1
+            scheduler.resume(args.node)
+    except SchedulerError as exc:
+        print(f"raswarden: {exc}" + (" (temporary: try again)" if exc.retryable else ""), file=sys.stderr)
+        return 1
+    store = Store(args.db or cfg.store_url)
+    try:
+        now = time.time()
+        with store.session() as s:
+            s.add(ActionRow(idempotency_key=f"manual:{args.command}:{args.node}:{now:.6f}", incident_id="-",
+                            playbook="manual", step=args.command, status="done", ts=now,
+                            detail={"node": args.node, "by": who, "reason": args.reason}))
+            s.commit()
+    finally:
+        store.close()
+    print(f"{args.node}: {args.command} ({args.reason}) by {who}")
+    return 0
+
+
 def cmd_approve(args: argparse.Namespace) -> int:
     import getpass
 
@@ -589,6 +635,17 @@ def build_parser() -> argparse.ArgumentParser:
     q = psub.add_parser("reset", help="reset a tripped circuit breaker")
     config_args(q)
     p.set_defaults(func=cmd_playbook)
+
+    for name, words in (("drain", "drain a node by hand (recorded; raswarden will resume only its own drains)"),
+                        ("resume", "resume a node raswarden drained (--force for anyone's), recorded")):
+        p = sub.add_parser(name, help=words)
+        p.add_argument("node")
+        p.add_argument("--reason", required=True, help="why (kept in the scheduler's reason and the journal)")
+        p.add_argument("--by", help="who (default: the current user)")
+        if name == "resume":
+            p.add_argument("--force", action="store_true", help="also resume a node someone else drained")
+        config_args(p)
+        p.set_defaults(func=cmd_node)
 
     p = sub.add_parser("approve", help="approve an action that waits for an operator")
     p.add_argument("action", help="action key or incident id")

@@ -36,14 +36,23 @@ class AlertingConfig:
 
 
 def describe_action(rows: list[ActionRow]) -> str:
-    """What raswarden did or will do for an incident, from its newest action journal entry."""
-    if not rows:
-        return ""
-    last = rows[-1]
-    mode = " (dry run)" if last.detail.get("dry_run") else ""
-    if last.status == "awaiting_approval":
-        return f"playbook {last.playbook}: {last.step} awaiting approval{mode}"
-    return f"playbook {last.playbook}: {last.step} {last.status}{mode}"
+    """What raswarden did or will do for an incident, from its action journal (daemon/actions.py)."""
+    parts = []
+    for head in (r for r in rows if r.step == "action"):
+        mode = head.detail.get("mode", "act")
+        suffix = "" if mode == "act" else f" ({mode})"
+        steps = head.detail.get("steps", [])
+        if head.status == "awaiting_approval":
+            parts.append(f"playbook {head.playbook}: awaiting approval to {', '.join(s['type'] for s in steps)}")
+            continue
+        moved = [s for s in steps if s.get("status") not in ("pending",)]
+        if not moved:
+            parts.append(f"playbook {head.playbook}: planned{suffix}")
+            continue
+        last = moved[-1]
+        held = f", held: {head.detail.get('note')}" if head.status == "held" and head.detail.get("note") else ""
+        parts.append(f"playbook {head.playbook}: {last['type']} {last['status']}{suffix}{held}")
+    return "; ".join(parts)
 
 
 def inhibited(a: Alert, firing: set[str]) -> bool:
@@ -79,6 +88,17 @@ class AlertPipeline:
                 changed += self._upsert(s, alert_from_incident(inc, describe_action(actions)), now, inc.updated_at)
             if rows:
                 s.merge(AlertCursorRow(name=self.cursor_name, value=newest))
+            # A firing alert also changes when a playbook step moves (the incident itself does not).
+            seen = {inc.id for inc in rows}
+            for row in s.exec(select(AlertRow).where(AlertRow.status == "firing")).all():
+                if row.incident_id in seen:
+                    continue
+                actions = list(s.exec(select(ActionRow).where(ActionRow.incident_id == row.incident_id)
+                                      .order_by(ActionRow.id)).all())
+                text = describe_action(actions)
+                if text != row.content.get("action", ""):
+                    alert = Alert.from_dict({**row.content, "action": text})
+                    changed += self._upsert(s, alert, now, now)
             s.commit()
         return changed
 

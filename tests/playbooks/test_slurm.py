@@ -74,3 +74,29 @@ def test_unreachable_controller_is_retryable(slurm, tmp_path):
     with pytest.raises(SchedulerError) as exc:
         SlurmScheduler(str(conf), timeout_s=20).drain("node1", "raswarden: x")
     assert exc.value.retryable, str(exc.value)
+
+
+def test_operator_drain_and_resume_through_the_cli(slurm, tmp_path):
+    import subprocess
+    import sys
+
+    from tests.playbooks.conftest import ROOT
+
+    cfg = tmp_path / "raswarden.toml"
+    cfg.write_text(f'[store]\nurl = "sqlite:///{tmp_path / "s.db"}"\n[scheduler]\ntype = "slurm"\n'
+                   f'slurm_conf = "{slurm.conf}"\n')
+
+    def run(*args):
+        return subprocess.run([sys.executable, "-m", "daemon", *args, "--config", str(cfg)], cwd=ROOT,
+                              capture_output=True, text=True, timeout=60)
+
+    out = run("drain", "node3", "--reason", "fan noise", "--by", "alice")
+    assert out.returncode == 0, out.stderr
+    info = SlurmScheduler(slurm.conf).snapshot().nodes["node3"]
+    assert DRAIN in info.states and info.reason == "raswarden: manual by alice: fan noise"
+    assert run("resume", "node3", "--reason", "fans replaced").returncode == 0
+    slurm.wait(lambda: slurm.node_state("node3") == "idle", 15)
+    slurm.run("scontrol", "update", "NodeName=node4", "State=DRAIN", "Reason=RMA 123")
+    refused = run("resume", "node4", "--reason", "looks fine")
+    assert refused.returncode == 1 and "drained by root ('RMA 123')" in refused.stderr
+    assert "drain" in slurm.node_state("node4")

@@ -138,21 +138,26 @@ def test_silence_cli_add_list_expire(tmp_path):
 
 
 def test_messages_say_what_raswarden_did_and_a_new_step_is_news(store):
-    from daemon.store import ActionRow
+    from daemon.actions import StoreJournal
+    from playbooks.engine import Action, IncidentRef, StepState
 
     p = pipeline(store)
     inc = make_incident("sn01-b07/gpu3", at=T0)
     store.record_tick([], [inc])
     (n, _), = p.step(T0 + 30)
     assert n.alerts[0].action == ""
-    with store.session() as s:
-        s.add(ActionRow(idempotency_key="k1", incident_id=inc.id, playbook="subhealthy-node-with-jobs",
-                        step="drain", status="done", ts=T0 + 40, detail={"dry_run": True}))
-        s.commit()
-    inc.updated_at = T0 + 40  # the playbook engine touches the incident when it journals a step
-    store.record_tick([], [inc])
+    ref = IncidentRef(inc.id, inc.entity, inc.kind, "subhealthy", inc.category)
+    action = Action(f"{inc.id}:subhealthy-node-idle", ref, "subhealthy-node-idle", "dry-run", False,
+                    [StepState("notify", {}, 60, 2, status="done"), StepState("drain", {}, 60, 2, status="dry-run")],
+                    T0 + 40, status="done")
+    StoreJournal(store).save(action)  # the incident itself does not change
     (n, _), = p.step(T0 + 330)
-    assert n.alerts[0].action == "playbook subhealthy-node-with-jobs: drain done (dry run)"
+    assert n.alerts[0].action == "playbook subhealthy-node-idle: drain dry-run (dry-run)"
     from daemon.alerting.render import commands
 
     assert any(c.startswith("raswarden resume sn01-b07") for c in commands(n.alerts[0]))
+    action.status, action.approval = "awaiting_approval", True
+    StoreJournal(store).save(action)
+    (n, _), = p.step(T0 + 700)
+    assert n.alerts[0].action == "playbook subhealthy-node-idle: awaiting approval to notify, drain"
+    assert f"raswarden approve {inc.id}" in commands(n.alerts[0])
