@@ -397,14 +397,24 @@ def cmd_playbook(args: argparse.Namespace) -> int:
                 steps = " ".join(f"{s.type}={s.status}" for s in a.steps)
                 print(f"{a.key:<52} {a.status:<18} {a.mode:<8} {steps} {a.note}")
             return 0
-        # run
-        while True:
-            counts = rem.step()
-            if args.verbose:
-                print(counts, file=sys.stderr)
-            if not args.follow:
-                break
-            time.sleep(args.interval)
+        # run: only the holder of the shard's lease acts; another instance waits as a standby
+        from daemon.lease import Lease
+
+        lease = Lease(store, f"playbooks:{args.shard}", ttl_s=args.lease_ttl or max(10.0, 3 * args.interval))
+        try:
+            while True:
+                if lease.acquire():
+                    counts = rem.step()
+                    if args.verbose:
+                        print(counts, file=sys.stderr)
+                elif args.verbose or not args.follow:
+                    held = lease.current()
+                    print(f"standby: {held.holder if held else '?'} holds playbooks:{args.shard}", file=sys.stderr)
+                if not args.follow:
+                    break
+                time.sleep(args.interval)
+        finally:
+            lease.release()
         return 0
     finally:
         store.close()
@@ -629,6 +639,9 @@ def build_parser() -> argparse.ArgumentParser:
     q = psub.add_parser("run", help="plan actions for new incidents and execute pending steps")
     q.add_argument("--follow", action="store_true", help="keep going every --interval seconds until killed")
     q.add_argument("--interval", type=float, default=5.0)
+    q.add_argument("--shard", default="default", help="the shard this instance acts for (one active per shard)")
+    q.add_argument("--lease-ttl", type=float, help="seconds before a silent holder's shard is taken over "
+                                                   "(default: 3 intervals, at least 10)")
     config_args(q)
     q = psub.add_parser("list", help="actions and their steps")
     config_args(q)

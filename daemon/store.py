@@ -140,6 +140,16 @@ class SilenceRow(SQLModel, table=True):
     comment: str = ""
 
 
+class LeaseRow(SQLModel, table=True):
+    """Who acts for a shard, until when (daemon/lease.py)."""
+
+    __tablename__ = "lease"
+    name: str = Field(primary_key=True)
+    holder: str
+    acquired_at: float
+    expires_at: float
+
+
 class AlertCursorRow(SQLModel, table=True):
     """How far the alert pipeline has read the incident table (incident.updated_at)."""
 

@@ -24,7 +24,7 @@ FAULTS = ["notify:done", "checkpoint:started", "checkpoint:executed", "checkpoin
 def run_once(config: Path, fault: str | None, timeout: float = 60.0) -> int:
     env = {**os.environ, "RASWARDEN_FAULT": fault or ""}
     proc = subprocess.Popen([sys.executable, "-m", "daemon", "playbook", "run", "--follow", "--interval", "0.3",
-                             "--config", str(config)], cwd=ROOT, env=env, stdout=subprocess.DEVNULL,
+                             "--lease-ttl", "1", "--config", str(config)], cwd=ROOT, env=env, stdout=subprocess.DEVNULL,
                             stderr=subprocess.PIPE)
     try:
         return proc.wait(timeout)
@@ -64,7 +64,8 @@ slurm_conf = "{slurm.conf}"
             break
     # and once more without a fault, until the action is done
     proc = subprocess.Popen([sys.executable, "-m", "daemon", "playbook", "run", "--follow", "--interval", "0.3",
-                             "--config", str(config)], cwd=ROOT, stdout=subprocess.DEVNULL, stderr=subprocess.PIPE)
+                             "--lease-ttl", "1", "--config", str(config)], cwd=ROOT, stdout=subprocess.DEVNULL,
+                            stderr=subprocess.PIPE)
     try:
         slurm.wait(lambda: journal.actions() and journal.actions()[0].status in ("done", "failed"), 60)
     finally:

@@ -1,0 +1,81 @@
+"""One active daemon per shard: the lease on SQLite and PostgreSQL, and two real processes."""
+
+from __future__ import annotations
+
+import subprocess
+import sys
+import time
+from pathlib import Path
+
+import pytest
+
+from daemon.lease import Lease
+from daemon.store import Store
+
+ROOT = Path(__file__).resolve().parents[2]
+
+
+class Clock:
+    t = 1000.0
+
+    def __call__(self):
+        return self.t
+
+
+def check(store: Store) -> None:
+    clock = Clock()
+    a = Lease(store, "playbooks:r01", ttl_s=30, holder="mgmt01", clock=clock)
+    b = Lease(store, "playbooks:r01", ttl_s=30, holder="mgmt02", clock=clock)
+    assert a.acquire() and not b.acquire() and a.held() and not b.held()
+    clock.t += 20
+    assert a.acquire() and not b.acquire()  # renewed
+    clock.t += 31  # a went silent
+    assert not a.held() and b.acquire() and not a.acquire()
+    assert Lease(store, "playbooks:r02", holder="mgmt01", clock=clock).acquire()  # another shard
+    b.release()
+    assert a.acquire() and a.current().holder == "mgmt01"
+
+
+def test_lease_on_sqlite(tmp_path):
+    store = Store(f"sqlite:///{tmp_path / 's.db'}")
+    check(store)
+    store.close()
+
+
+@pytest.mark.postgres
+def test_lease_on_postgresql(pg_url):
+    store = Store(pg_url)
+    from sqlalchemy import text
+
+    with store.engine.begin() as c:
+        c.execute(text("DELETE FROM lease"))
+    check(store)
+    store.close()
+
+
+def test_a_second_runner_waits_and_takes_over_when_the_first_dies(tmp_path):
+    cfg = tmp_path / "raswarden.toml"
+    cfg.write_text(f'[store]\nurl = "sqlite:///{tmp_path / "s.db"}"\n')
+
+    def start():
+        return subprocess.Popen([sys.executable, "-m", "daemon", "-v", "playbook", "run", "--follow", "--interval",
+                                 "0.3", "--lease-ttl", "2", "--config", str(cfg)], cwd=ROOT,
+                                stdout=subprocess.DEVNULL, stderr=subprocess.PIPE, text=True)
+
+    first = start()
+    time.sleep(3)
+    second = start()
+    time.sleep(3)
+    store = Store(f"sqlite:///{tmp_path / 's.db'}")
+    holder = Lease(store, "playbooks:default").current().holder
+    assert holder.split(":")[1] == str(first.pid)
+    first.kill()
+    first.wait(10)
+    end = time.time() + 20
+    while time.time() < end and Lease(store, "playbooks:default").current().holder.split(":")[1] != str(second.pid):
+        time.sleep(0.3)
+    assert Lease(store, "playbooks:default").current().holder.split(":")[1] == str(second.pid)
+    second.kill()
+    err = second.communicate(timeout=10)[1]
+    assert "standby:" in err
+    store.close()
