@@ -99,6 +99,7 @@ class FeatureFrame:
     X: np.ndarray  # float64, len(entities) × len(names)
     names: tuple[str, ...]
     rows: np.ndarray | None = None  # the entities' rows in the feature state (stable across ticks)
+    load_age_s: np.ndarray | None = None  # accelerators: seconds since the load state (busy/idle) last changed
 
     def __post_init__(self) -> None:
         if self.rows is None:
@@ -350,7 +351,8 @@ class FeatureState:
             parts += [st.peer[live], self._change(now, st, live)]
         parts.append(st.events[live].reshape(len(live), -1))
         X = np.concatenate(parts, axis=1)
-        return FeatureFrame(st.kind, now, st.ids[live], X, names, live)
+        age = now - st.load_since[live] if st.kind == "accelerator" else None
+        return FeatureFrame(st.kind, now, st.ids[live], X, names, live, age)
 
 
 def _event_class(kind: str, code) -> str | None:

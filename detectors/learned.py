@@ -183,6 +183,9 @@ class LearnedDetector(ABC):
     # gate). A supervised model can key on a pattern of small deviations (a load step, a clock wobble) that
     # no operator would call a fault; held-out faults sat 19 or more scales out, such false alarms near 3.
     min_support_z: float | None = None
+    # No alarm on an accelerator whose load changed less than this long ago: its smoothed levels are still
+    # between idle and busy (a clock half-way up with utilisation past 50 % looks like fail-slow).
+    min_load_age_s: float = 1200.0
 
     def __init__(self, score_every_ticks: int = 10, persist: int = 3):
         self.score_every_ticks = score_every_ticks
@@ -259,6 +262,8 @@ class LearnedDetector(ABC):
             with _THREADS.limit(limits=1, user_api="openmp"):
                 scores = self._score(kind, transform(X, frame.names))
             alarm = scores >= self.thresholds_[kind]
+            if frame.load_age_s is not None and alarm.any():
+                alarm &= ~(frame.load_age_s[rows] < self.min_load_age_s)  # NaN (never seen): no objection
             if self.min_support_z is not None and alarm.any():
                 hit = np.flatnonzero(alarm)
                 alarm[hit] = self.support_z(kind, X[hit]) >= self.min_support_z

@@ -126,3 +126,20 @@ def test_predictor_alarms_only_with_one_feature_far_from_the_healthy_fleet():
     assert ev.category == "fabric_link"
     pred.healthy_scale_["port"] = np.full(len(names), 1e6)  # nothing is far from the fleet any more
     assert "n2/mlx5_0:1" not in {e.entity for e in evidence(far, "n2/mlx5_0:1")}
+
+
+def test_no_learned_alarm_while_a_gpu_changes_load():
+    from detectors.features import FeatureFrame
+    from detectors.multivariate import MultivariateDetector
+    from detectors.rules import TickInput
+
+    rng = np.random.default_rng(2)
+    names = FEATURES["accelerator"]
+    X = rng.normal(0, 1, (3000, len(names)))
+    det = MultivariateDetector(n_estimators=50, score_every_ticks=1, persist=1).fit(X, kind="accelerator",
+                                                                                     names=names)
+    odd = np.full((2, len(names)), 40.0)
+    frame = FeatureFrame("accelerator", 0.0, np.array(["n1/gpu0", "n1/gpu1"], dtype=object), odd, names,
+                         load_age_s=np.array([300.0, 3600.0]))
+    (ev,) = det.update(TickInput(0.0, *(pd.DataFrame() for _ in range(3)), features={"accelerator": frame}))
+    assert ev.entity == "n1/gpu1"  # gpu0 went busy five minutes ago: not judged yet

@@ -17,10 +17,9 @@ LAB = ROOT / "scripts" / "slurm-lab.sh"
 LAB_DIR = Path("/tmp/raswarden-slurm-test")
 
 JOB_SCRIPT = """#!/bin/bash
-# A training job that checkpoints on USR1 and records each start (restart count, node).
+# A training job that checkpoints on USR1 and records each start (restart count, node). The traps are set
+# before anything else, so a signal never finds the script unprepared.
 D={jobs}
-echo "start restart=${{SLURM_RESTART_COUNT:-0}} node=$SLURMD_NODENAME" >> $D/log-$SLURM_JOB_ID
-if [ -f $D/ckpt-$SLURM_JOB_ID ]; then echo "resumed from $(tail -1 $D/ckpt-$SLURM_JOB_ID)" >> $D/log-$SLURM_JOB_ID; fi
 # On USR1: save a checkpoint, then tell raswarden through the job comment (the built-in playbook waits for it).
 checkpoint() {{
   echo "step=$i node=$SLURMD_NODENAME" >> $D/ckpt-$SLURM_JOB_ID
@@ -28,6 +27,9 @@ checkpoint() {{
 }}
 trap checkpoint USR1
 trap 'echo "TERM" >> $D/log-$SLURM_JOB_ID; exit 143' TERM
+if [ -f $D/ckpt-$SLURM_JOB_ID ]; then resumed="resumed from $(tail -1 $D/ckpt-$SLURM_JOB_ID)"; fi
+echo "start restart=${{SLURM_RESTART_COUNT:-0}} node=$SLURMD_NODENAME" >> $D/log-$SLURM_JOB_ID
+[ -n "$resumed" ] && echo "$resumed" >> $D/log-$SLURM_JOB_ID
 for i in $(seq 1 600); do sleep 1 & wait $!; done
 """
 
@@ -52,6 +54,7 @@ class Lab:
             args.insert(1, f"--exclude={exclude}")
         job = self.run(*args).strip()
         self.wait(lambda: self.job_state(job) == "RUNNING", 20)
+        self.wait(lambda: "start" in self.log(job), 20)  # the script runs and its traps are set
         return job
 
     def job_state(self, job: str) -> str:

@@ -48,7 +48,6 @@ slurm_conf = "{slurm.conf}"
 """)
     job = slurm.submit()
     node = slurm.job_node(job)
-    time.sleep(2)
     store = Store(f"sqlite:///{db}")
     inc = Incident(id="inc-crash01", fingerprint=f"{node}/gpu3|gpu_memory", entity=f"{node}/gpu3", kind="accelerator",
                    category="gpu_memory", severity=State.SUBHEALTHY, opened_at=time.time(), updated_at=time.time(),
@@ -76,6 +75,7 @@ slurm_conf = "{slurm.conf}"
     assert action.status == "done", [(s.type, s.status, s.detail) for s in action.steps]
     assert [s.type for s in action.steps] == ["notify", "checkpoint", "wait_checkpoint", "drain", "requeue"]
     assert action.steps[1].detail["signalled"] == [job]
+    assert "step=" in slurm.log(job, "ckpt"), slurm.log(job)  # the job saved its checkpoint before the requeue
     log = (LAB_DIR / "log" / "slurmctld.log").read_text()
     assert log.count(f"update_node: node {node} state set to DRAIN") == 1
     assert f"{node} reason set to: raswarden: inc-crash01" in log

@@ -2,7 +2,6 @@
 
 from __future__ import annotations
 
-import time
 
 import pytest
 
@@ -29,7 +28,6 @@ def test_checkpoint_drain_requeue_restart_elsewhere(slurm):
     s = SlurmScheduler(slurm.conf)
     job = slurm.submit()
     node = slurm.job_node(job)
-    time.sleep(2)
     s.signal_job(job, "USR1")
     slurm.wait(lambda: "step=" in slurm.log(job, "ckpt"), 10)
     s.drain(node, "raswarden: inc-test sub-healthy HBM")
