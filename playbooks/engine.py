@@ -26,7 +26,7 @@ from dataclasses import asdict, dataclass, field
 from typing import Any, Protocol
 
 from playbooks.model import Playbook
-from playbooks.scheduler import DRAIN, ClusterState, Scheduler, SchedulerError
+from playbooks.scheduler import DRAIN, MAINT, REBOOT, ClusterState, Scheduler, SchedulerError
 
 log = logging.getLogger("raswarden.playbooks")
 REASON_PREFIX = "raswarden:"
@@ -319,10 +319,15 @@ class Engine:
                 "state": inc.state, "rack": inc.rack or "", "job": job, "playbook": action.playbook}
 
     def _owned_by_others(self, node: str, state: ClusterState) -> str | None:
+        """Why ``node`` is someone else's to handle: drained or in maintenance (or rebooting) with a reason
+        that is not raswarden's. A node that is only *down* (the scheduler lost it: the failure itself) is
+        not: raswarden may drain it so it does not return to service by itself."""
         info = state.nodes.get(node)
         if info is None or info.available:
             return None
         if info.reason.startswith(REASON_PREFIX):
+            return None
+        if not (info.states & {DRAIN, MAINT, REBOOT}):
             return None
         return f"{node} is unavailable ({', '.join(sorted(info.states))}, reason {info.reason!r} by " \
                f"{info.reason_set_by or '?'}): left alone"

@@ -98,3 +98,58 @@ def test_operator_drain_and_resume_through_the_cli(slurm, tmp_path):
     refused = run("resume", "node4", "--reason", "looks fine")
     assert refused.returncode == 1 and "drained by root ('RMA 123')" in refused.stderr
     assert "drain" in slurm.node_state("node4")
+
+
+def test_failed_node_is_drained_and_its_job_requeued_and_guards_hold_on_slurm(slurm, tmp_path):
+    """A node whose slurmd dies (a hard failure) goes DOWN; raswarden's failed-node playbook drains it (so it
+    does not return to service by itself) and the job restarts elsewhere. Then the budget holds a second
+    drain, and an approval-gated playbook waits for the operator."""
+    import os
+    import signal
+
+    from daemon.actions import StoreJournal
+    from daemon.store import Store
+    from playbooks.engine import Engine, Guards, IncidentRef
+    from playbooks.model import load, parse
+    from tests.playbooks.conftest import LAB_DIR
+
+    store = Store(f"sqlite:///{tmp_path / 's.db'}")
+    s = SlurmScheduler(slurm.conf)
+    job = slurm.submit()
+    node = slurm.job_node(job)
+    pid = int((LAB_DIR / "run" / f"slurmd-{node}.pid").read_text())
+    os.kill(pid, signal.SIGKILL)
+    slurm.wait(lambda: slurm.node_state(node).startswith("down"), 60)
+    eng = Engine(s, StoreJournal(store), load(), Guards(max_drained_nodes=1, max_cluster_fraction=1.0))
+    failed = eng.submit(IncidentRef("inc-down1", f"{node}/gpu0", "accelerator", "failed", "gpu_bus"), s.snapshot())
+    eng.run()
+    a = StoreJournal(store).get(failed.key)
+    assert a.status == "done", [(x.type, x.status, x.detail) for x in a.steps]
+    info = s.snapshot().nodes[node]
+    assert DRAIN in info.states and info.reason.startswith("raswarden: inc-down1")
+    slurm.wait(lambda: "restart=1" in slurm.log(job), 60)  # requeued (by Slurm's node failure or by us), once
+    assert slurm.job_node(job) != node
+    # budget: one node is already unavailable; a second drain is held
+    other = next(n for n in ("node1", "node2", "node3", "node4") if n != node)
+    held = eng.submit(IncidentRef("inc-b", other, "node", "failed", "gpu_bus"), s.snapshot())
+    eng.run()
+    a = StoreJournal(store).get(held.key)
+    assert a.status == "held" and "budget 1" in a.steps[1].detail["held"]
+    assert DRAIN not in s.snapshot().nodes[other].states
+    # approval
+    careful = Engine(s, StoreJournal(store), [parse({"name": "careful", "guards": {"approval": True},
+                                                     "match": {"states": ["subhealthy"]},
+                                                     "steps": [{"step": "drain"}]})],
+                     Guards(max_drained_nodes=4, max_cluster_fraction=1.0))
+    third = next(n for n in ("node1", "node2", "node3", "node4") if n not in (node, other))
+    wait = careful.submit(IncidentRef("inc-c", third, "node", "subhealthy", "gpu_memory"), s.snapshot())
+    careful.run()
+    assert DRAIN not in s.snapshot().nodes[third].states
+    assert careful.approve(wait.key, "alice")
+    careful.run()
+    assert DRAIN in s.snapshot().nodes[third].states
+    # bring the dead slurmd back for the other tests
+    import subprocess
+
+    subprocess.run(["slurmd", "-N", node], env={**os.environ, "SLURM_CONF": slurm.conf}, check=True, timeout=30)
+    store.close()
