@@ -7,7 +7,8 @@
   on InfiniteHBD's 400 nodes and 584 faults, 82 % of faults on nodes with two or more and 233 distinct
   faulty nodes (the trace: 83.6 % and 231).
 * The class mix defaults to InfiniteHBD's hardware faults mapped onto the simulated classes
-  (:data:`DEFAULT_MIX`); confounders arrive as Poisson processes at ``confounders_per_day``.
+  (:data:`DEFAULT_MIX`); confounders arrive as Poisson processes at ``confounders_per_day``, except the
+  standing ones (a warm slot), which are there from the start to the end.
 """
 
 from __future__ import annotations
@@ -30,6 +31,11 @@ if TYPE_CHECKING:
 DEFAULT_MIX = {"hbm_degradation": 72, "gpu_off_bus": 71, "link_degradation": 58, "fail_slow": 9,
                "nvlink_errors": 3, "thermal_degradation": 2}
 REUSE = 0.4
+
+
+# Confounders that are where the hardware sits rather than something that happens: present from the start
+# of the scenario to its end (``confounders_per_day`` then sets how many there are).
+STANDING = frozenset({"benign_warm_slot"})
 
 
 def weibull_gaps(rng: np.random.Generator, mean_s: float, shape: float, n: int) -> np.ndarray:
@@ -90,5 +96,9 @@ def sample_instances(sim: Simulator, spec: SampleSpec) -> list[FaultInstance]:
         n = int(rng.poisson(per_day * sc.duration / 86400.0))
         for t in np.sort(rng.uniform(sc.start, sc.start + sc.duration, n)):
             template = sim._template(fault, None)
-            out.append(FaultInstance.place(template, sim._random_entity(template.target), float(t), None, rng))
+            entity = sim._random_entity(template.target)
+            if fault in STANDING:  # a property of the slot, there all along: never a step in mid-trace
+                out.append(FaultInstance.place(template, entity, sc.start, sc.start + sc.duration, rng))
+            else:
+                out.append(FaultInstance.place(template, entity, float(t), None, rng))
     return out

@@ -20,7 +20,7 @@ import uuid as uuidlib
 from collections import defaultdict
 from dataclasses import dataclass, field
 from pathlib import Path
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator
 
 import numpy as np
 import pandas as pd
@@ -114,6 +114,9 @@ class Simulator:
                       for _ in range(t.n_gpus)]
         self.jobs = self._plan_jobs()
         self.placed = [self._place(inst) for inst in self._instances()]
+        # The closed loop drives the workload from its scheduler: a function of step times returning which
+        # GPUs are busy ([gpus × steps]); None follows the scenario's planned jobs.
+        self.workload: Callable[[np.ndarray], np.ndarray] | None = None
 
     # -- planning --------------------------------------------------------------------------------
     def _plan_jobs(self) -> list[Job]:
@@ -175,6 +178,9 @@ class Simulator:
             from daemon.sim.arrivals import sample_instances
 
             out.extend(sample_instances(self, sc.sample))
+        for inst in out:  # a confounder's label window is where it acts: its effects end with it
+            if inst.template.benign and inst.until is None:
+                inst.until = inst.failure
         return out
 
     def _place(self, inst: FaultInstance) -> _Placed:
@@ -275,7 +281,8 @@ class Simulator:
         carry_gpu = {m: np.zeros(t.n_gpus) for m in GPU_COUNTERS}
         carry_port = {m: np.zeros(t.n_ports) for m in PORT_COUNTERS}
         xid_last = np.zeros(t.n_gpus)
-        pending_lines = sorted((line for p in self.placed for line in p.lines), key=lambda x: (x[0], x[1], x[2]))
+        pending_lines = sorted((line for p in self.placed for line in p.lines
+                                if p.inst.until is None or line[0] <= p.inst.until), key=lambda x: (x[0], x[1], x[2]))
         li = 0
         for s0 in range(0, steps, chunk_steps):
             ts = sc.start + sc.resolution * np.arange(s0 + 1, min(s0 + chunk_steps, steps) + 1)
@@ -286,6 +293,8 @@ class Simulator:
             yield self._chunk(ts, rng, carry_gpu, carry_port, xid_last, chunk_lines)
 
     def _util(self, ts: np.ndarray) -> np.ndarray:
+        if self.workload is not None:
+            return self.workload(ts)
         t = self.topo
         busy = np.zeros((t.n_gpus, len(ts)), dtype=bool)
         for job in self.jobs:
@@ -318,8 +327,9 @@ class Simulator:
         port_reset: list[tuple[np.ndarray, int]] = []
         for p in active:
             inst = p.inst
+            alive = np.ones(n_s, dtype=bool) if inst.until is None else ts <= inst.until
             for k, eff in enumerate(inst.template.effects):
-                x = inst.norm(ts) - inst.shift.get(k, 0.0)
+                x = np.where(alive, inst.norm(ts) - inst.shift.get(k, 0.0), np.nan)
                 x_prev = inst.norm(ts - dt) - inst.shift.get(k, 0.0)  # one step earlier, across chunk edges
                 if eff.kind == "vanish":
                     gone = (x >= eff.start) & (x < eff.end)

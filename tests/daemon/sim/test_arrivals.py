@@ -35,3 +35,14 @@ def test_confounders_arrive_at_their_rates(library):
                                         "confounders_per_day": {"benign_reboot": 2, "benign_exporter_gap": 4}}})
     got = Counter(p.inst.template.fault for p in Simulator(sc, library).placed)
     assert 40 <= got["benign_reboot"] <= 85 and 90 <= got["benign_exporter_gap"] <= 150
+
+
+def test_sampled_warm_slots_stand_for_the_whole_scenario(library):
+    sc = Scenario.from_dict({"name": "w", "seed": 4, "duration": "3d", "resolution": "60s",
+                             "topology": {"accelerators": 640},
+                             "sample": {"faults_per_node_year": 0.0, "confounders_per_day": {"benign_warm_slot": 2}}})
+    sim = Simulator(sc, library)
+    slots = [p.inst for p in sim.placed if p.inst.template.fault == "benign_warm_slot"]
+    assert slots
+    for inst in slots:
+        assert inst.onset == sc.start and inst.failure == inst.until == sc.start + sc.duration

@@ -185,3 +185,18 @@ def test_random_listed_faults_land_on_distinct_nodes(library):
         sim = make(library, faults, accelerators=128, seed=seed)
         nodes = [p.inst.entity.split("/", 1)[0] for p in sim.placed]
         assert len(set(nodes)) == len(nodes), nodes
+
+
+def test_a_confounder_acts_only_inside_its_labelled_window(library):
+    """The label's window is where a confounder's effects are: a warm slot's offset (which holds its value
+    past normalized 1.0 for a fault) ends with the window, mid-chunk too."""
+    sim = make(library, [{"entity": "sn01-b02/gpu4", "fault": "benign_warm_slot", "template": "a",
+                          "onset": "1h", "failure": "2h7m"}], accelerators=32, duration="4h", seed=3,
+               jobs={"nodes_per_job": [4, 4], "duration": ["10h", "10h"], "gap": ["1s", "1s"], "partial_share": 0.0})
+    ts, gpu, *_ = collect(sim)
+    g = sim.gpu_index["sn01-b02/gpu4"]
+    peers = [sim.gpu_index[f"sn01-b02/gpu{i}"] for i in range(8) if i != 4]
+    excess = gpu["gpu_temp_c"][g] - np.median(gpu["gpu_temp_c"][peers], axis=0)
+    inside = (ts > sim.scenario.start + 1.1 * 3600) & (ts <= sim.scenario.start + 2.1 * 3600)
+    after = ts > sim.scenario.start + 2.2 * 3600
+    assert np.mean(excess[inside]) > np.mean(excess[after]) + 3.0
