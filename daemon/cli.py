@@ -245,6 +245,11 @@ def cmd_simulate(args: argparse.Namespace) -> int:
     except (TemplateError, OSError) as exc:
         print(f"raswarden: error: {exc}", file=sys.stderr)
         return 2
+    if args.closed_loop:
+        return _closed_loop(args, scenario, library)
+    if not args.out:
+        print("raswarden: error: simulate needs --out DIR (or --closed-loop)", file=sys.stderr)
+        return 2
     if args.serve:
         from daemon.sim.serve import DCGM_PORT, NODE_PORT, loopback, serve
 
@@ -262,6 +267,41 @@ def cmd_simulate(args: argparse.Namespace) -> int:
           f"ports, {scenario.duration / 3600:g} h at {scenario.resolution:g} s; {writer.samples:,} samples, "
           f"{writer.lines} kernel lines, {faults} faults and {len(labels) - faults} confounders labelled; "
           f"{wall:.1f} s ({writer.samples / max(wall, 1e-9):,.0f} samples/s) -> {args.out}")
+    return 0
+
+
+def _closed_loop(args: argparse.Namespace, scenario, library: Path) -> int:
+    import copy
+    import json
+
+    from daemon.closedloop import POLICIES, LoopOptions, run, table
+    from daemon.sim.engine import Simulator
+    from detectors.model import IncompatibleModel, ModelBundle
+
+    policies = [p.strip() for p in args.policy.split(",") if p.strip()]
+    unknown = [p for p in policies if p not in POLICIES]
+    if unknown or not policies:
+        print(f"raswarden: error: --policy takes {', '.join(POLICIES)} (comma-separated), not {args.policy!r}",
+              file=sys.stderr)
+        return 2
+    try:
+        model = ModelBundle.load(args.model) if args.model else None
+    except (IncompatibleModel, OSError) as exc:
+        print(f"raswarden: error: {exc}", file=sys.stderr)
+        return 2
+    opts = LoopOptions(interval_s=args.interval)
+    results = []
+    for policy in policies:
+        result = run(Simulator(copy.deepcopy(scenario), library), policy, opts, model=model,
+                     playbook_dirs=args.playbooks)
+        results.append(result)
+        print(f"{policy}: net loss {result.gpu_hours['net_loss']:,.1f} GPU-h, effective training time ratio "
+              f"{result.gpu_hours['effective_training_ratio']:.3f}, drains {result.drains_true} true / "
+              f"{result.drains_false} false ({result.ticks} ticks, {result.wall_s:.0f} s)", flush=True)
+    print(table(results))
+    if args.json:
+        Path(args.json).write_text(json.dumps({"options": opts.__dict__ | {"guards": opts.guards.__dict__},
+                                               "results": [r.as_dict() for r in results]}, indent=1) + "\n")
     return 0
 
 
@@ -584,7 +624,7 @@ def build_parser() -> argparse.ArgumentParser:
                                    "'raswarden replay' reads: OpenMetrics, journald kernel log, topology.yaml, "
                                    "labels.jsonl. The same scenario and seed give byte-identical output.")
     p.add_argument("scenario", help="scenario YAML (see fixtures/scenarios/)")
-    p.add_argument("--out", required=True, metavar="DIR", help="output trace directory")
+    p.add_argument("--out", metavar="DIR", help="output trace directory")
     p.add_argument("--format", choices=("openmetrics", "parquet"), default="openmetrics",
                    help="telemetry as OpenMetrics text (default) or the long columnar Parquet form")
     p.add_argument("--seed", type=int, help="override the scenario's seed")
@@ -594,6 +634,17 @@ def build_parser() -> argparse.ArgumentParser:
                    help="instead of writing files, serve live exporters on loopback (one 127.x address per node)")
     p.add_argument("--speed", type=float, default=60.0,
                    help="with --serve: simulated seconds per wall-clock second (default 60)")
+    p.add_argument("--closed-loop", action="store_true",
+                   help="instead of writing a trace, run detectors and playbooks against a simulated Slurm and "
+                        "account the GPU-hours per policy")
+    p.add_argument("--policy", default="none,reactive,full",
+                   help="with --closed-loop: none, reactive (act after failures only), full; comma-separated "
+                        "(default: all three)")
+    p.add_argument("--model", metavar="DIR", help="with --closed-loop: learned detectors for the full policy")
+    p.add_argument("--playbooks", action="append", default=[], metavar="DIR",
+                   help="with --closed-loop: operators' playbook directory (repeatable)")
+    p.add_argument("--interval", type=float, default=30.0, help="with --closed-loop: tick interval (default 30 s)")
+    p.add_argument("--json", metavar="FILE", help="with --closed-loop: also write the figures as JSON")
     p.add_argument("--library", default=str(DEFAULT_LIBRARY), metavar="DIR",
                    help="fault template directory (default: the bundled fixtures/faults)")
     p.set_defaults(func=cmd_simulate)

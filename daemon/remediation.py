@@ -48,7 +48,8 @@ class NoScheduler:
 class Remediation:
     """Incidents → actions → steps."""
 
-    def __init__(self, cfg: Config, store: Store, scheduler: Scheduler | None, clock=time.time):
+    def __init__(self, cfg: Config, store: Store, scheduler: Scheduler | None, clock=time.time,
+                 act_on: tuple[str, ...] = ("subhealthy", "failed", "unknown")):
         if scheduler is None:
             scheduler = NoScheduler()
             if cfg.guards.mode == "act":
@@ -56,6 +57,7 @@ class Remediation:
         self.store = store
         self.journal = StoreJournal(store)
         self.clock = clock
+        self.act_on = act_on
         racks = self._racks()
         self.engine = Engine(scheduler, self.journal, load(cfg.playbook_dirs), cfg.guards, clock=clock,
                              rack_of=racks.get)
@@ -85,7 +87,7 @@ class Remediation:
         for row in rows:
             labels = {k: str(v) for k, v in (attrs.get(row.entity) or {}).items()}
             if row.closed_at is None:
-                if row.parent is None and row.severity in ("subhealthy", "failed", "unknown"):
+                if row.parent is None and row.severity in self.act_on:
                     planned += self.engine.submit(incident_ref(row, labels), state) is not None
             elif self._drained_for(row.id):
                 ref = IncidentRef(id=f"{row.id}-recovered", entity=row.entity.split("/", 1)[0], kind="node",

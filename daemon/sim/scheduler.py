@@ -6,6 +6,12 @@ requeued; a requeued job pays ``restart_cost_s`` before it is productive again. 
 (``USR1`` to a job that opted in) makes the job checkpoint now. A drain lets the running job finish and
 keeps new jobs off the node. Every GPU-second is accounted as productive, lost to failures, spent on
 checkpoints, spent on restarts, or idle on a drained node.
+
+Two kinds of hard failure: :meth:`SimScheduler.fail_node` is one Slurm sees (slurmd gone: the node is
+``down`` until repaired); :meth:`SimScheduler.break_node` is the common one it does not (a GPU off the bus,
+an uncorrectable ECC error): the node stays schedulable, and every job placed on it crashes, until someone
+drains it or the repair is done. Idle time on a drained node counts only while its hardware works: a
+broken node is lost capacity whatever anyone does.
 """
 
 from __future__ import annotations
@@ -48,6 +54,7 @@ class SimNode:
     reason: str = ""
     reason_set_by: str = ""
     down_until: float = 0.0
+    broken_until: float = 0.0
     job: str | None = None
 
 
@@ -143,6 +150,31 @@ class SimScheduler:
             self._stop(self.jobs[n.job], lost=True)
         self.log.append((self.now, "fail", node))
 
+    def break_node(self, node: str, until: float, hang_s: float = 0.0) -> None:
+        """Hardware on ``node`` fails, unseen by the scheduler: the job on it hangs for ``hang_s`` (its
+        collectives wait for the timeout) and dies, losing the work since its checkpoint; any job placed on the
+        node before ``until`` (the repair) crashes too. Also what a repair looks like: the node out of use."""
+        n = self._node(node)
+        n.broken_until = max(n.broken_until, until)
+        if n.job:
+            job = self.jobs[n.job]
+            hung = sum(self.nodes[x].gpus for x in job.nodes) * hang_s / 3600.0
+            self.gpu_hours.allocated += hung
+            self.gpu_hours.lost_to_failures += hung
+            self._stop(job, lost=True)
+        self.log.append((self.now, "break", node))
+
+    def interrupt(self, node: str) -> None:
+        """A fault that kills the job on ``node`` but leaves the node usable (a fabric port going down: the job's
+        collective fails; the node still has its other rails)."""
+        n = self._node(node)
+        if n.job:
+            self._stop(self.jobs[n.job], lost=True)
+        self.log.append((self.now, "interrupt", node))
+
+    def broken(self, node: str) -> bool:
+        return self._node(node).broken_until > self.now
+
     def step(self, now: float) -> None:
         """Advance to ``now``: progress, checkpoints, overheads, accounting, then schedule pending jobs."""
         dt = max(0.0, now - self.now)
@@ -174,9 +206,13 @@ class SimScheduler:
                 if job.done_s >= job.work_s:
                     self._finish(job)
         for n in self.nodes.values():
-            if n.drained and not n.job:
+            if n.drained and not n.job and n.broken_until <= self.now and n.down_until <= self.now:
                 acct.idle_drained += n.gpus * dt / 3600.0
         self.now = now
+        for job in list(self.jobs.values()):  # placed on broken hardware: it crashes
+            if job.state == "running" and any(self.nodes[n].broken_until > now for n in job.nodes):
+                self._stop(job, lost=True)
+                self.log.append((now, "crash", job.id))
         self._schedule()
 
     # -- internals -------------------------------------------------------------------------------

@@ -80,3 +80,38 @@ def test_operator_drain_is_reported_as_theirs():
     s.operator_drain("n4", "bad DIMM", user="alice")
     node = s.snapshot().nodes["n4"]
     assert node.reason == "bad DIMM" and node.reason_set_by == "alice" and not node.available
+
+
+def test_broken_hardware_crashes_every_job_placed_on_it_until_drained():
+    s = cluster(n=2)  # the job needs both nodes: it can only go back onto the broken one
+    job = s.jobs["1"]
+    run_until(s, 1.5 * H)
+    s.break_node("n2", until=10 * H)
+    assert job.state == "pending" and s.broken("n2")
+    run_until(s, 2 * H)
+    crashes = [x for x in s.log if x[1] == "crash"]
+    assert len(crashes) >= 20  # placed again every minute, crashed again every minute
+    productive = s.gpu_hours.productive
+    s.operator_drain("n2", "hardware failure", "operator")
+    run_until(s, 3 * H)
+    assert job.state == "pending" and s.gpu_hours.productive == pytest.approx(productive)
+    assert s.gpu_hours.idle_drained == 0.0  # broken hardware is not idle capacity
+
+
+def test_idle_on_a_drained_working_node_is_accounted():
+    s = cluster(n=3)
+    s.drain("n3", "raswarden: inc-1 test")
+    run_until(s, H)
+    assert s.gpu_hours.idle_drained == pytest.approx(8.0, rel=0.02)
+
+
+def test_gpu_hours_add_up_to_the_allocation():
+    s = cluster(n=4)
+    s.submit(SimJob("2", n_nodes=2, work_s=3 * H, checkpoint_interval_s=H, checkpoint_cost_s=60, restart_cost_s=300))
+    run_until(s, 1.2 * H)
+    s.break_node("n1", until=2 * H)
+    run_until(s, 2.5 * H)
+    s.signal_job("2", "USR1")
+    run_until(s, 5 * H)
+    a = s.gpu_hours
+    assert a.productive + a.lost_to_failures + a.checkpoints + a.restarts == pytest.approx(a.allocated, rel=0.01)

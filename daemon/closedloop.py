@@ -1,0 +1,304 @@
+"""The closed loop (``raswarden simulate SCENARIO --closed-loop``): simulated hardware, raswarden's detectors
+and playbooks, and a simulated Slurm, with every GPU-hour accounted, under one of three policies:
+
+* ``none``: no raswarden. A hard fault kills the job on its node; the node stays schedulable (Slurm does not
+  see a GPU off the bus), so jobs placed on it crash, until an operator drains it ``operator_response_s``
+  after the failure. The operator resumes it after the repair.
+* ``reactive``: raswarden acts on ``failed`` incidents only: drain and requeue right after the failure.
+* ``full``: every built-in playbook on every incident (checkpoint, drain and requeue ahead of the failure),
+  with the learned detectors when a model is given.
+
+The loop is closed both ways: playbooks act on the simulated scheduler, and the simulator's workload follows
+the scheduler (a GPU is busy while a job runs on it, idle on a drained node and while a job restarts), so
+the detectors see what a drain does. A hard fault breaks its node at the labelled failure time (the job on it
+hangs for ``hang_s``, the collective timeout, then dies) and is repaired ``repair_s`` after the node is taken
+out of service for it, when the fault's effects stop. A node raswarden drains (and its job has left) while
+it carries a fault that has not failed yet goes to repair right then: the part is replaced and the failure
+never happens. Time under repair is not counted as idle (the node is out for ``repair_s`` whoever takes it
+out, so only when differs); time drained on working hardware is: that is what a false drain costs. A fabric
+port that fails kills the job on its node (its collectives fail) but leaves the node usable on its other
+rails. The same operator acts under every policy (a
+node raswarden already drained needs nothing from them). Fail-slow faults cost nothing here (no failure):
+their drains count as true drains and their slowdown is not accounted.
+"""
+
+from __future__ import annotations
+
+import statistics
+import tempfile
+from dataclasses import dataclass, field
+from pathlib import Path
+
+import numpy as np
+
+from daemon.config import Config
+from daemon.naming import SeriesMapper
+from daemon.pipeline import Pipeline, PipelineConfig
+from daemon.rejects import RejectLog
+from daemon.remediation import Remediation
+from daemon.sim.engine import Simulator, chunk_to_batch
+from daemon.sim.scheduler import SimJob, SimScheduler
+from daemon.store import Store
+from daemon.timeorder import tick_index
+from daemon.topology import Topology
+from playbooks.engine import Guards
+
+POLICIES = ("none", "reactive", "full")
+OPERATOR = "operator"
+
+
+@dataclass
+class LoopOptions:
+    """What the loop assumes about the site (stated in every report)."""
+
+    interval_s: float = 30.0
+    repair_s: float = 24 * 3600.0  # out of service to repaired hardware
+    hang_s: float = 600.0  # a job hangs this long on a dead GPU before it dies (PyTorch's NCCL timeout default)
+    operator_response_s: float = 2 * 3600.0  # failure to an operator's drain, without raswarden
+    checkpoint_interval_s: float = 3600.0
+    checkpoint_cost_s: float = 120.0
+    restart_cost_s: float = 600.0  # requeue, reschedule, load the checkpoint, warm up
+    opt_in_share: float = 0.9  # jobs that checkpoint on raswarden's signal
+    # Budgets for one 80-blade supernode under a dense fault scenario (a hundred times the fleet's rate): failed
+    # nodes are not repaired within a 14 h scenario, and every unavailable node counts against the budget.
+    guards: Guards = field(default_factory=lambda: Guards(max_drained_nodes=16, max_cluster_fraction=0.2,
+                                                          max_rack_fraction=0.25, breaker_incidents=40))
+
+
+@dataclass
+class LoopResult:
+    """One policy on one scenario and seed."""
+
+    scenario: str
+    seed: int
+    policy: str
+    node_days: float
+    gpu_hours: dict[str, float]
+    drains_true: int
+    drains_false: int
+    faults: int
+    hard_faults: int
+    acted_before_failure: int
+    symptom_to_action_s: list[float]
+    wall_s: float
+    ticks: int
+
+    @property
+    def false_drains_per_1000_node_days(self) -> float:
+        return 1000.0 * self.drains_false / self.node_days if self.node_days else 0.0
+
+    def as_dict(self) -> dict:
+        s2a = self.symptom_to_action_s
+        return {"scenario": self.scenario, "seed": self.seed, "policy": self.policy,
+                "node_days": round(self.node_days, 3), "gpu_hours": {k: round(v, 2) for k, v in self.gpu_hours.items()},
+                "drains_true": self.drains_true, "drains_false": self.drains_false,
+                "false_drains_per_1000_node_days": round(self.false_drains_per_1000_node_days, 3),
+                "faults": self.faults, "hard_faults": self.hard_faults,
+                "acted_before_failure": self.acted_before_failure,
+                "symptom_to_action_median_s": statistics.median(s2a) if s2a else None,
+                "wall_s": round(self.wall_s, 1), "ticks": self.ticks}
+
+
+def plan_jobs(sim: Simulator, opts: LoopOptions) -> list[SimJob]:
+    """A backlog that keeps the machine full for the whole scenario: training jobs of the scenario's sizes and
+    lengths (work to do), submitted at the start and scheduled first-fit in order."""
+    sc, mix = sim.scenario, sim.scenario.jobs
+    rng = np.random.default_rng(sc.seed + 7)
+    jobs, node_s, want = [], 0.0, 1.5 * sim.topo.n_nodes * sc.duration
+    while node_s < want:
+        n = int(rng.integers(mix.nodes_per_job[0], min(mix.nodes_per_job[1], sim.topo.n_nodes) + 1))
+        work = float(rng.uniform(*mix.duration))
+        jobs.append(SimJob(f"{len(jobs) + 1:05d}", n, work, opt_in=bool(rng.random() < opts.opt_in_share),
+                           checkpoint_interval_s=opts.checkpoint_interval_s, checkpoint_cost_s=opts.checkpoint_cost_s,
+                           restart_cost_s=opts.restart_cost_s))
+        node_s += n * work
+    return jobs
+
+
+def _node_of(entity: str) -> str:
+    return entity.split("/", 1)[0]
+
+
+def run(sim: Simulator, policy: str, opts: LoopOptions | None = None, model=None,
+        workdir: Path | None = None, playbook_dirs: list[str] | None = None) -> LoopResult:
+    """Run one policy over the simulator's scenario (the simulator is consumed)."""
+    import time
+
+    if policy not in POLICIES:
+        raise ValueError(f"unknown policy {policy!r} (one of {', '.join(POLICIES)})")
+    opts = opts or LoopOptions()
+    started = time.perf_counter()
+    sc = sim.scenario
+    labels = sim.labels()
+    faults = [lb for lb in labels if not lb["fault"].startswith("benign_")]
+    faulty_nodes = {_node_of(lb["entity"]) for lb in faults}
+    for p in sim.placed:
+        if p.inst.template.fails and not p.inst.template.benign:
+            p.inst.until = p.inst.failure + opts.repair_s
+    failures = sorted((lb["failure"], _node_of(lb["entity"]), lb.get("kind") == "port")
+                      for lb in faults if lb["failure"] is not None)
+    placed = {(_node_of(p.inst.entity), p.inst.failure): p for p in sim.placed
+              if p.inst.template.fails and not p.inst.template.benign}
+    repaired_early: set[tuple[float, str]] = set()  # failures that never happen: the node was repaired first
+
+    sched = SimScheduler(list(sim.topo.nodes), sim.topo.gpus_per_node)
+    for job in plan_jobs(sim, opts):
+        sched.submit(job)
+    sched.step(sc.start)
+    per_node = sim.topo.gpus_per_node
+
+    def workload(ts: np.ndarray) -> np.ndarray:
+        busy = np.zeros(sim.topo.n_gpus, dtype=bool)
+        for node in sched.nodes.values():
+            job = sched.jobs.get(node.job) if node.job else None
+            if job is not None and not (job.busy_s > 0 and job.busy_kind == "restart"):
+                i = sim.node_index[node.name]
+                busy[i * per_node:(i + 1) * per_node] = True
+        return np.repeat(busy[:, None], len(ts), axis=1)
+
+    sim.workload = workload
+    tmp = tempfile.TemporaryDirectory(prefix="raswarden-loop-") if workdir is None else None
+    work = Path(tmp.name) if tmp else Path(workdir)
+    work.mkdir(parents=True, exist_ok=True)
+    store = pipeline = remediation = None
+    if policy != "none":
+        topo_path = work / "topology.yaml"
+        sim.topo.write(topo_path, uuid_of=lambda n, g: f"GPU-{sim.uuids[n * per_node + g]}")
+        db = work / f"loop-{policy}.db"
+        db.unlink(missing_ok=True)
+        store = Store(f"sqlite:///{db}")
+        pipeline = Pipeline(SeriesMapper(topology=Topology.load(topo_path), rejects=RejectLog()),
+                            PipelineConfig(interval_s=opts.interval_s, model=model if policy == "full" else None),
+                            store)
+    operator_due: list[tuple[float, str]] = []  # (when, node) an operator drains a broken node
+    operator_drained: dict[str, float] = {}  # node -> repair time
+    fi, seen_log, ticks = 0, 0, 0
+    first_action: dict[str, float] = {}  # node -> first raswarden action (checkpoint signal or drain)
+    steps = max(1, int(round(opts.interval_s / sc.resolution)))
+    clock = [sc.start]
+    try:
+        for chunk in sim.chunks(chunk_steps=steps):
+            now = float(chunk.ts[-1])
+            while fi < len(failures) and failures[fi][0] <= now:
+                t, node, port = failures[fi]
+                fi += 1
+                if (t, node) in repaired_early:
+                    continue
+                sched.step(t)
+                if port:
+                    sched.interrupt(node)
+                else:
+                    sched.break_node(node, t + opts.repair_s, opts.hang_s)
+                    operator_due.append((t + opts.operator_response_s, node))
+            for when, node in [x for x in operator_due if x[0] <= now]:
+                operator_due.remove((when, node))
+                n = sched.nodes[node]
+                if sched.broken(node) and not n.drained:
+                    sched.step(when)
+                    sched.operator_drain(node, "hardware failure", OPERATOR)
+                    operator_drained[node] = n.broken_until
+            for node, repaired in list(operator_drained.items()):
+                if repaired <= now:
+                    n = sched.nodes[node]
+                    if n.drained and n.reason_set_by == OPERATOR:
+                        n.drained, n.reason, n.reason_set_by = False, "", ""
+                    del operator_drained[node]
+            sched.step(now)
+            clock[0] = now
+            if pipeline is not None:
+                tick_now = float(tick_index(np.array([now]), opts.interval_s)[0] * opts.interval_s)
+                pipeline.tick(tick_now, chunk_to_batch(sim, chunk))
+                if remediation is None:
+                    cfg = Config(playbook_dirs=list(playbook_dirs or []), guards=opts.guards)
+                    remediation = Remediation(cfg, store, sched, clock=lambda: clock[0],
+                                              act_on=("failed",) if policy == "reactive" else
+                                              ("subhealthy", "failed", "unknown"))
+                remediation.step()
+            for ts, what, detail in sched.log[seen_log:]:
+                if what == "drain":
+                    first_action.setdefault(detail.split(" ", 1)[0], ts)
+                elif what == "signal":
+                    for node in sched.jobs[detail.split(" ", 1)[0]].nodes:
+                        first_action.setdefault(node, ts)
+            seen_log = len(sched.log)
+            for t, node, _ in failures[fi:]:  # drained ahead of its failure and empty: to repair
+                n = sched.nodes[node]
+                if ((t, node) not in repaired_early and n.drained and n.reason.startswith("raswarden:")
+                        and n.job is None and not sched.broken(node) and placed[(node, t)].inst.onset <= now):
+                    repaired_early.add((t, node))
+                    sched.break_node(node, now + opts.repair_s)
+                    placed[(node, t)].inst.until = now + opts.repair_s
+            ticks += 1
+    finally:
+        if store is not None:
+            store.close()
+        if tmp is not None:
+            tmp.cleanup()
+    drained = [detail.split(" ", 1)[0] for _, what, detail in sched.log if what == "drain"]
+    true_drains = sum(1 for node in drained if node in faulty_nodes)
+    s2a, before = [], 0
+    for lb in faults:
+        t = first_action.get(_node_of(lb["entity"]))
+        if t is not None and t >= lb["onset"]:
+            s2a.append(t - lb["onset"])
+            if lb["failure"] is not None and t < lb["failure"]:
+                before += 1
+    acct = sched.gpu_hours
+    gpu_hours = {"productive": acct.productive, "allocated": acct.allocated,
+                 "lost_to_failures": acct.lost_to_failures, "checkpoints": acct.checkpoints,
+                 "restarts": acct.restarts, "idle_drained": acct.idle_drained, "net_loss": acct.net_loss,
+                 "effective_training_ratio": acct.effective_training_ratio}
+    return LoopResult(sc.name, sc.seed, policy, sim.topo.n_nodes * sc.duration / 86400.0, gpu_hours,
+                      true_drains, len(drained) - true_drains, len(faults),
+                      len(failures), before, s2a, time.perf_counter() - started, ticks)
+
+
+ROWS = (("net loss (GPU-h)", lambda r: r.gpu_hours["net_loss"]),
+        ("lost to failures", lambda r: r.gpu_hours["lost_to_failures"]),
+        ("checkpoints", lambda r: r.gpu_hours["checkpoints"]),
+        ("restarts", lambda r: r.gpu_hours["restarts"]),
+        ("idle on drained nodes", lambda r: r.gpu_hours["idle_drained"]),
+        ("effective training time ratio", lambda r: r.gpu_hours["effective_training_ratio"]),
+        ("drains true / false", None),
+        ("false drains per 1,000 node-days", lambda r: r.false_drains_per_1000_node_days),
+        ("hard faults acted on before failure", None),
+        ("first symptom to action, median", None))
+
+
+def _spread(values: list[float], fmt: str) -> str:
+    if not values:
+        return "-"
+    mean = statistics.fmean(values)
+    if len(values) == 1:
+        return format(mean, fmt)
+    return f"{format(mean, fmt)} ± {format(statistics.stdev(values), fmt)}"
+
+
+def table(results: list[LoopResult]) -> str:
+    """A markdown table, policies side by side: means with their standard deviation across seeds."""
+    policies = [p for p in POLICIES if any(r.policy == p for r in results)]
+    by = {p: [r for r in results if r.policy == p] for p in policies}
+    seeds = len({(r.scenario, r.seed) for r in results})
+    lines = [f"| {seeds} run(s) | " + " | ".join(policies) + " |", "|---|" + "---|" * len(policies)]
+    for name, get in ROWS:
+        cells = []
+        for p in policies:
+            rs = by[p]
+            if name.startswith("drains"):
+                cells.append(f"{sum(r.drains_true for r in rs)} / {sum(r.drains_false for r in rs)}")
+            elif name.startswith("hard faults"):
+                cells.append(f"{sum(r.acted_before_failure for r in rs)} / {sum(r.hard_faults for r in rs)}")
+            elif name.startswith("first symptom"):
+                s2a = [x for r in rs for x in r.symptom_to_action_s]
+                cells.append(f"{statistics.median(s2a) / 3600:.2f} h" if s2a else "-")
+            else:
+                cells.append(_spread([get(r) for r in rs], ".3f" if "ratio" in name else ".1f"))
+        lines.append(f"| {name} | " + " | ".join(cells) + " |")
+    if "full" in by and "reactive" in by:
+        pairs = {(r.scenario, r.seed): r for r in by["reactive"]}
+        ratios = [r.gpu_hours["net_loss"] / base.gpu_hours["net_loss"] for r in by["full"]
+                  if (base := pairs.get((r.scenario, r.seed))) is not None and base.gpu_hours["net_loss"]]
+        if ratios:
+            lines.append("| full's net loss / reactive's | " + " | ".join(
+                _spread(ratios, ".2f") if p == "full" else "" for p in policies) + " |")
+    return "\n".join(lines)
