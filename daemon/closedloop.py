@@ -96,6 +96,7 @@ class LoopResult:
                 "faults": self.faults, "hard_faults": self.hard_faults,
                 "acted_before_failure": self.acted_before_failure,
                 "symptom_to_action_median_s": statistics.median(s2a) if s2a else None,
+                "symptom_to_action_s": [round(x, 1) for x in s2a],
                 "wall_s": round(self.wall_s, 1), "ticks": self.ticks}
 
 
