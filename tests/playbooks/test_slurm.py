@@ -153,3 +153,69 @@ def test_failed_node_is_drained_and_its_job_requeued_and_guards_hold_on_slurm(sl
 
     subprocess.run(["slurmd", "-N", node], env={**os.environ, "SLURM_CONF": slurm.conf}, check=True, timeout=30)
     store.close()
+
+
+def test_resume_after_recovery_breaker_and_dry_run_on_slurm(slurm, tmp_path):
+    """On a real Slurm: a node raswarden drained is resumed after its clean period only once the health check
+    passes; a tripped breaker holds a drain until reset; dry-run decides and leaves Slurm untouched."""
+    from daemon.actions import StoreJournal
+    from daemon.store import Store
+    from playbooks.engine import Engine, Guards, IncidentRef
+    from playbooks.model import load, parse
+
+    class Clock:
+        t = 10_000.0
+
+        def __call__(self):
+            return self.t
+
+    clock = Clock()
+    store = Store(f"sqlite:///{tmp_path / 's.db'}")
+    s = SlurmScheduler(slurm.conf)
+    check = tmp_path / "diag.sh"
+    check.write_text("#!/bin/sh\ntest -f \"$(dirname \"$0\")/healthy-$1\"\n")
+    check.chmod(0o755)
+    resume = parse({"name": "recovered-node", "priority": 90, "match": {"kinds": ["node"], "states": ["healthy"]},
+                    "steps": [{"step": "resume", "clean_for": "30m", "health_check": [str(check), "{node}"],
+                               "retries": 0}]})
+    eng = Engine(s, StoreJournal(store), [resume] + load(), Guards(max_drained_nodes=4, max_cluster_fraction=1.0),
+                 clock=clock)
+    node = "node3"
+    failed = eng.submit(IncidentRef("inc-r1", node, "node", "failed", "gpu_bus", opened_at=clock.t), s.snapshot())
+    eng.run()
+    assert StoreJournal(store).get(failed.key).status == "done"
+    assert s.snapshot().nodes[node].reason.startswith("raswarden: inc-r1")
+    healed = eng.submit(IncidentRef("inc-r1-recovered", node, "node", "healthy", "gpu_bus",
+                                    closed_at=clock.t + 60), s.snapshot())
+    clock.t += 600
+    eng.run()
+    assert DRAIN in s.snapshot().nodes[node].states  # the clean period is not over
+    clock.t += 1900
+    eng.run()
+    a = StoreJournal(store).get(healed.key)
+    assert a.status == "failed" and DRAIN in s.snapshot().nodes[node].states  # the health check failed
+    (tmp_path / f"healthy-{node}").touch()
+    healed = eng.submit(IncidentRef("inc-r1-recovered-2", node, "node", "healthy", "gpu_bus",
+                                    closed_at=clock.t), s.snapshot())
+    clock.t += 1801
+    eng.run()
+    assert StoreJournal(store).get(healed.key).status == "done"
+    assert DRAIN not in s.snapshot().nodes[node].states
+    # the breaker: a burst of incidents trips it, a drain is held until an operator resets it
+    eng.observe(new_incidents=25, nodes=4, stale_nodes=0)
+    held = eng.submit(IncidentRef("inc-r2", node, "node", "failed", "gpu_bus"), s.snapshot())
+    eng.run()
+    a = StoreJournal(store).get(held.key)
+    assert a.status == "held" and "circuit breaker" in a.note and DRAIN not in s.snapshot().nodes[node].states
+    StoreJournal(store).set_breaker(None)
+    eng.run()
+    assert StoreJournal(store).get(held.key).status == "done" and DRAIN in s.snapshot().nodes[node].states
+    s.resume(node)
+    # dry-run: decided and journaled, Slurm untouched
+    dry = Engine(s, StoreJournal(store), load(), Guards(mode="dry-run", max_drained_nodes=4,
+                                                        max_cluster_fraction=1.0))
+    planned = dry.submit(IncidentRef("inc-r3", "node4", "node", "failed", "gpu_bus"), s.snapshot())
+    dry.run()
+    assert StoreJournal(store).get(planned.key).status == "done"
+    assert DRAIN not in s.snapshot().nodes["node4"].states
+    store.close()
