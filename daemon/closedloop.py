@@ -138,9 +138,10 @@ def run(sim: Simulator, policy: str, opts: LoopOptions | None = None, model=None
             p.inst.until = p.inst.failure + opts.repair_s
     failures = sorted((lb["failure"], _node_of(lb["entity"]), lb.get("kind") == "port")
                       for lb in faults if lb["failure"] is not None)
-    placed = {(_node_of(p.inst.entity), p.inst.failure): p for p in sim.placed
-              if p.inst.template.fails and not p.inst.template.benign}
-    repaired_early: set[tuple[float, str]] = set()  # failures that never happen: the node was repaired first
+    # Faults not yet failed nor repaired; a node raswarden drains and empties while it carries one goes to
+    # repair (a fault with no failure, fail-slow, too). Repaired ones never fail.
+    open_faults = [p for p in sim.placed if not p.inst.template.benign]
+    repaired_early: set[tuple[float, str]] = set()  # (failure, node) of the failures that never happen
 
     sched = SimScheduler(list(sim.topo.nodes), sim.topo.gpus_per_node)
     for job in plan_jobs(sim, opts):
@@ -222,13 +223,18 @@ def run(sim: Simulator, policy: str, opts: LoopOptions | None = None, model=None
                     for node in sched.jobs[detail.split(" ", 1)[0]].nodes:
                         first_action.setdefault(node, ts)
             seen_log = len(sched.log)
-            for t, node, _ in failures[fi:]:  # drained ahead of its failure and empty: to repair
+            for p in list(open_faults):
+                inst, node = p.inst, _node_of(p.inst.entity)
+                if inst.template.fails and inst.failure <= now:  # it failed first
+                    open_faults.remove(p)
+                    continue
                 n = sched.nodes[node]
-                if ((t, node) not in repaired_early and n.drained and n.reason.startswith("raswarden:")
-                        and n.job is None and not sched.broken(node) and placed[(node, t)].inst.onset <= now):
-                    repaired_early.add((t, node))
+                if (inst.onset <= now and n.drained and n.reason.startswith("raswarden:") and n.job is None
+                        and not sched.broken(node)):
+                    open_faults.remove(p)
+                    repaired_early.add((inst.failure, node))
                     sched.break_node(node, now + opts.repair_s)
-                    placed[(node, t)].inst.until = now + opts.repair_s
+                    inst.until = now + opts.repair_s
             ticks += 1
     finally:
         if store is not None:
