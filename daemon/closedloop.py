@@ -233,7 +233,7 @@ def run(sim: Simulator, policy: str, opts: LoopOptions | None = None, model=None
                         and not sched.broken(node)):
                     open_faults.remove(p)
                     repaired_early.add((inst.failure, node))
-                    sched.break_node(node, now + opts.repair_s)
+                    sched.repair(node, now + opts.repair_s)
                     inst.until = now + opts.repair_s
             ticks += 1
     finally:

@@ -10,8 +10,8 @@ checkpoints, spent on restarts, or idle on a drained node.
 Two kinds of hard failure: :meth:`SimScheduler.fail_node` is one Slurm sees (slurmd gone: the node is
 ``down`` until repaired); :meth:`SimScheduler.break_node` is the common one it does not (a GPU off the bus,
 an uncorrectable ECC error): the node stays schedulable, and every job placed on it crashes, until someone
-drains it or the repair is done. Idle time on a drained node counts only while its hardware works: a
-broken node is lost capacity whatever anyone does.
+drains it (then it is down for repair) or the repair is done. Idle time on a drained node counts only while
+its hardware works: a broken node is lost capacity whatever anyone does.
 """
 
 from __future__ import annotations
@@ -172,6 +172,12 @@ class SimScheduler:
             self._stop(self.jobs[n.job], lost=True)
         self.log.append((self.now, "interrupt", node))
 
+    def repair(self, node: str, until: float) -> None:
+        """The node goes to the technicians (Slurm sees it down) until ``until``."""
+        n = self._node(node)
+        n.down_until = max(n.down_until, until)
+        self.log.append((self.now, "repair", node))
+
     def broken(self, node: str) -> bool:
         return self._node(node).broken_until > self.now
 
@@ -209,6 +215,9 @@ class SimScheduler:
             if n.drained and not n.job and n.broken_until <= self.now and n.down_until <= self.now:
                 acct.idle_drained += n.gpus * dt / 3600.0
         self.now = now
+        for n in self.nodes.values():  # broken hardware someone took out goes to repair: down until fixed
+            if n.drained and n.broken_until > now:
+                n.down_until = max(n.down_until, n.broken_until)
         for job in list(self.jobs.values()):  # placed on broken hardware: it crashes
             if job.state == "running" and any(self.nodes[n].broken_until > now for n in job.nodes):
                 self._stop(job, lost=True)

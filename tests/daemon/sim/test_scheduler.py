@@ -96,6 +96,11 @@ def test_broken_hardware_crashes_every_job_placed_on_it_until_drained():
     run_until(s, 3 * H)
     assert job.state == "pending" and s.gpu_hours.productive == pytest.approx(productive)
     assert s.gpu_hours.idle_drained == 0.0  # broken hardware is not idle capacity
+    s.resume("n2")  # taken out, it went to repair: down until fixed, whoever resumes it
+    run_until(s, 4 * H)
+    assert job.state == "pending" and "n2" not in job.nodes
+    run_until(s, 10.5 * H)
+    assert job.state == "running" and job.nodes == ("n1", "n2")
 
 
 def test_idle_on_a_drained_working_node_is_accounted():
