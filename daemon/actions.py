@@ -64,10 +64,13 @@ class StoreJournal:
             st.started_at is not None and st.started_at >= since for st in a.steps[:1]))
 
     def drains_of(self, node: str, since: float) -> int:
+        """How many incidents raswarden drained ``node`` for since ``since`` (the repeat-offender count)."""
         with self.store.session() as s:
             rows = s.exec(select(ActionRow).where(ActionRow.step == "drain", ActionRow.status == "done",
                                                   ActionRow.ts >= since)).all()
-        return sum(1 for r in rows if r.detail.get("node") == node)
+        # a drain that took effect (not dry-run, not a no-op on a node already drained), once per incident
+        return len({r.incident_id for r in rows if r.detail.get("node") == node
+                    and r.detail.get("mode", "act") == "act" and "already drained" not in r.detail.get("note", "")})
 
     def breaker(self) -> str | None:
         with self.store.session() as s:

@@ -235,3 +235,28 @@ def test_builtin_playbook_waits_for_the_jobs_comment(world):
     a = StoreJournal(store).get(action.key)
     assert a.status == "done" and DRAIN in sched.snapshot().nodes[node].states
     assert sched.jobs["j0"].comment == "raswarden:checkpointed" and sched.jobs["j0"].restarts == 1
+
+
+def test_a_node_drained_once_is_not_a_repeat_offender(world):
+    """The with-jobs playbook drains, then the idle playbook finds the node already drained: one drain, and
+    the node is resumed after its clean period (it was counted three times once)."""
+    store, sched = world
+    clock = Clock(1000.0)
+    eng = engine(store, sched, clock=clock, repeat_offender=2)
+    node = node_of(sched, "j0")
+    inc = incident(f"{node}/gpu2")
+    eng.submit(inc, sched.snapshot())
+    for _ in range(6):
+        eng.run()
+        sched.step(sched.now + 120)
+        clock.t += 120
+    assert DRAIN in sched.snapshot().nodes[node].states and not sched.snapshot().jobs_on(node)
+    again = eng.submit(inc, sched.snapshot())
+    assert again.playbook == "subhealthy-node-idle"
+    eng.run()
+    assert StoreJournal(store).get(again.key).steps[-1].detail["note"] == "already drained by raswarden"
+    healed = eng.submit(IncidentRef(id=inc.id + "-recovered", entity=node, kind="node", state="healthy",
+                                    category="gpu_memory", closed_at=clock.t), sched.snapshot())
+    clock.t += 1801
+    eng.run()
+    assert StoreJournal(store).get(healed.key).status == "done" and DRAIN not in sched.snapshot().nodes[node].states
