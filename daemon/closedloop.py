@@ -253,6 +253,7 @@ def run(sim: Simulator, policy: str, opts: LoopOptions | None = None, model=None
     acct = sched.gpu_hours
     gpu_hours = {"productive": acct.productive, "allocated": acct.allocated,
                  "lost_to_failures": acct.lost_to_failures, "checkpoints": acct.checkpoints,
+                 "checkpoints_requested": acct.checkpoints_requested, "failure_loss": acct.failure_loss,
                  "restarts": acct.restarts, "idle_drained": acct.idle_drained, "net_loss": acct.net_loss,
                  "effective_training_ratio": acct.effective_training_ratio}
     return LoopResult(sc.name, sc.seed, policy, sim.topo.n_nodes * sc.duration / 86400.0, gpu_hours,
@@ -262,9 +263,10 @@ def run(sim: Simulator, policy: str, opts: LoopOptions | None = None, model=None
 
 ROWS = (("net loss (GPU-h)", lambda r: r.gpu_hours["net_loss"]),
         ("lost to failures", lambda r: r.gpu_hours["lost_to_failures"]),
-        ("checkpoints", lambda r: r.gpu_hours["checkpoints"]),
+        ("checkpoints (of which raswarden asked for)", None),
         ("restarts", lambda r: r.gpu_hours["restarts"]),
         ("idle on drained nodes", lambda r: r.gpu_hours["idle_drained"]),
+        ("net loss without periodic checkpoints", lambda r: r.gpu_hours["failure_loss"]),
         ("effective training time ratio", lambda r: r.gpu_hours["effective_training_ratio"]),
         ("drains true / false", None),
         ("false drains per 1,000 node-days", lambda r: r.false_drains_per_1000_node_days),
@@ -291,7 +293,10 @@ def table(results: list[LoopResult]) -> str:
         cells = []
         for p in policies:
             rs = by[p]
-            if name.startswith("drains"):
+            if name.startswith("checkpoints"):
+                cells.append(_spread([r.gpu_hours["checkpoints"] for r in rs], ".1f") + " (" +
+                             _spread([r.gpu_hours.get("checkpoints_requested", 0.0) for r in rs], ".1f") + ")")
+            elif name.startswith("drains"):
                 cells.append(f"{sum(r.drains_true for r in rs)} / {sum(r.drains_false for r in rs)}")
             elif name.startswith("hard faults"):
                 cells.append(f"{sum(r.acted_before_failure for r in rs)} / {sum(r.hard_faults for r in rs)}")
@@ -307,5 +312,10 @@ def table(results: list[LoopResult]) -> str:
                   if (base := pairs.get((r.scenario, r.seed))) is not None and base.gpu_hours["net_loss"]]
         if ratios:
             lines.append("| full's net loss / reactive's | " + " | ".join(
+                _spread(ratios, ".2f") if p == "full" else "" for p in policies) + " |")
+        ratios = [r.gpu_hours["failure_loss"] / base.gpu_hours["failure_loss"] for r in by["full"]
+                  if (base := pairs.get((r.scenario, r.seed))) is not None and base.gpu_hours.get("failure_loss")]
+        if ratios:
+            lines.append("| the same without periodic checkpoints | " + " | ".join(
                 _spread(ratios, ".2f") if p == "full" else "" for p in policies) + " |")
     return "\n".join(lines)

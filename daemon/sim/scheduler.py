@@ -65,6 +65,7 @@ class Accounting:
     productive: float = 0.0
     lost_to_failures: float = 0.0
     checkpoints: float = 0.0
+    checkpoints_requested: float = 0.0  # the part of ``checkpoints`` raswarden's signals asked for
     restarts: float = 0.0
     idle_drained: float = 0.0
     allocated: float = 0.0
@@ -72,6 +73,11 @@ class Accounting:
     @property
     def net_loss(self) -> float:
         return self.lost_to_failures + self.checkpoints + self.restarts + self.idle_drained
+
+    @property
+    def failure_loss(self) -> float:
+        """The net loss without the periodic checkpoints (the same schedule under every policy)."""
+        return self.net_loss - (self.checkpoints - self.checkpoints_requested)
 
     @property
     def effective_training_ratio(self) -> float:
@@ -198,6 +204,8 @@ class SimScheduler:
                 share = spent / dt if dt else 0.0
                 if job.busy_kind == "checkpoint":
                     acct.checkpoints += gpu_h * share
+                    if job.requested:
+                        acct.checkpoints_requested += gpu_h * share
                     if job.busy_s <= 0 and job.requested:  # the launcher confirms, as a real job would
                         job.requested, job.comment = False, "raswarden:checkpointed"
                 else:

@@ -45,6 +45,8 @@ def test_checkpoint_signal_saves_work_before_a_requeue():
     s.drain("n2", "raswarden: inc-1 test")
     s.requeue("1")
     assert s.gpu_hours.lost_to_failures < 16 * 200 / H  # only what ran after the checkpoint finished
+    assert s.gpu_hours.checkpoints_requested == pytest.approx(16 * 60 / H)  # the signal's, not the hourly one
+    assert s.gpu_hours.checkpoints == pytest.approx(2 * 16 * 60 / H)
     s.step(s.now)
     assert "n2" not in s.jobs["1"].nodes
     assert DRAIN in s.snapshot().nodes["n2"].states
