@@ -313,6 +313,19 @@ def _load_config(args: argparse.Namespace):
     return load(args.config or os.environ.get("RASWARDEN_CONFIG") or DEFAULT_PATH)
 
 
+@contextlib.contextmanager
+def _config_and_store(args: argparse.Namespace):
+    """The config and the state database of a command (``--db`` overrides the config's store.url)."""
+    from daemon.store import Store
+
+    cfg = _load_config(args)
+    store = Store(args.db or cfg.store_url)
+    try:
+        yield cfg, store
+    finally:
+        store.close()
+
+
 def _alerting(args: argparse.Namespace):
     from daemon.alerting.service import Alerting
     from daemon.store import Store
@@ -373,12 +386,28 @@ def cmd_check_config(args: argparse.Namespace) -> int:
     from daemon.alerting.service import Alerting  # builds every receiver: catches what parsing cannot
     from daemon.store import Store
 
+    from daemon.collectors import build
+    from daemon.formats.base import ReadContext
+    from daemon.naming import SeriesMapper
+    from daemon.topology import Topology
+
     store = Store("sqlite://")
     try:
         Alerting.from_config(cfg, store)
+        topology = Topology.load(cfg.service.topology) if cfg.service.topology else Topology()
+        for c in build(cfg.collectors, ReadContext(mapper=SeriesMapper(topology=topology))):
+            c.close()
+        if cfg.service.model:
+            from detectors.model import ModelBundle
+
+            ModelBundle.load(cfg.service.model)
+    except (ValueError, OSError) as exc:
+        print(f"raswarden: {cfg.path}: {exc}", file=sys.stderr)
+        return 2
     finally:
         store.close()
-    print(f"{cfg.path}: OK ({len(cfg.receivers)} receivers, {len(cfg.alerting.routes)} routes)")
+    print(f"{cfg.path}: OK ({len(cfg.collectors)} collectors, {len(cfg.receivers)} receivers, "
+          f"{len(cfg.alerting.routes)} routes)")
     return 0
 
 
@@ -438,9 +467,9 @@ def cmd_playbook(args: argparse.Namespace) -> int:
                 print(f"{a.key:<52} {a.status:<18} {a.mode:<8} {steps} {a.note}")
             return 0
         # run: only the holder of the shard's lease acts; another instance waits as a standby
-        from daemon.lease import Lease
+        from daemon.lease import Lease, shard_lease
 
-        lease = Lease(store, f"playbooks:{args.shard}", ttl_s=args.lease_ttl or max(10.0, 3 * args.interval))
+        lease = Lease(store, shard_lease(args.shard), ttl_s=args.lease_ttl or max(10.0, 3 * args.interval))
         try:
             while True:
                 if lease.acquire():
@@ -449,7 +478,7 @@ def cmd_playbook(args: argparse.Namespace) -> int:
                         print(counts, file=sys.stderr)
                 elif args.verbose or not args.follow:
                     held = lease.current()
-                    print(f"standby: {held.holder if held else '?'} holds playbooks:{args.shard}", file=sys.stderr)
+                    print(f"standby: {held.holder if held else '?'} holds shard {args.shard}", file=sys.stderr)
                 if not args.follow:
                     break
                 time.sleep(args.interval)
@@ -463,63 +492,33 @@ def cmd_playbook(args: argparse.Namespace) -> int:
 def cmd_node(args: argparse.Namespace) -> int:
     """raswarden drain|resume NODE: an operator's own action through raswarden, journaled."""
     import getpass
-    import time
 
+    from daemon.operator import OperatorError, node_action
     from daemon.remediation import scheduler_from_config
-    from daemon.store import ActionRow, Store
-    from playbooks.engine import REASON_PREFIX
-    from playbooks.scheduler import DRAIN, SchedulerError
 
-    cfg = _load_config(args)
-    scheduler = scheduler_from_config(cfg)
-    if scheduler is None:
-        print("raswarden: no scheduler configured ([scheduler] type)", file=sys.stderr)
-        return 2
-    who = args.by or getpass.getuser()
-    try:
-        info = scheduler.snapshot().nodes.get(args.node)
-        if info is None:
-            print(f"raswarden: the scheduler has no node {args.node!r}", file=sys.stderr)
-            return 1
-        if args.command == "drain":
-            scheduler.drain(args.node, f"{REASON_PREFIX} manual by {who}: {args.reason}")
-        else:
-            if DRAIN in info.states and not info.reason.startswith(REASON_PREFIX) and not args.force:
-                print(f"raswarden: {args.node} was drained by {info.reason_set_by or 'someone else'} "
-                      f"({info.reason!r}); use --force to resume it anyway", file=sys.stderr)
-                return 1
-            scheduler.resume(args.node)
-    except SchedulerError as exc:
-        print(f"raswarden: {exc}" + (" (temporary: try again)" if exc.retryable else ""), file=sys.stderr)
-        return 1
-    store = Store(args.db or cfg.store_url)
-    try:
-        now = time.time()
-        with store.session() as s:
-            s.add(ActionRow(idempotency_key=f"manual:{args.command}:{args.node}:{now:.6f}", incident_id="-",
-                            playbook="manual", step=args.command, status="done", ts=now,
-                            detail={"node": args.node, "by": who, "reason": args.reason}))
-            s.commit()
-    finally:
-        store.close()
-    print(f"{args.node}: {args.command} ({args.reason}) by {who}")
-    return 0
+    with _config_and_store(args) as (cfg, store):
+        try:
+            print(node_action(scheduler_from_config(cfg), store, args.command, args.node, args.reason,
+                              args.by or getpass.getuser(), args.force if args.command == "resume" else False))
+            return 0
+        except OperatorError as exc:
+            print(f"raswarden: {exc}", file=sys.stderr)
+            return 2 if exc.status == 400 else 1
 
 
 def cmd_approve(args: argparse.Namespace) -> int:
     import getpass
 
+    from daemon.operator import OperatorError, approve
+
     rem, store = _remediation(args)
     try:
-        keys = [a.key for a in rem.journal.actions(("awaiting_approval",))
-                if args.action in (a.key, a.incident.id)]
-        if not keys:
-            print(f"nothing awaits approval for {args.action}", file=sys.stderr)
-            return 1
-        for key in keys:
-            rem.engine.approve(key, args.by or getpass.getuser())
+        for key in approve(rem, args.action, args.by or getpass.getuser()):
             print(f"approved {key}")
         return 0
+    except OperatorError as exc:
+        print(str(exc), file=sys.stderr)
+        return 1
     finally:
         store.close()
 
@@ -561,6 +560,94 @@ def cmd_silence(args: argparse.Namespace) -> int:
         return 0
     finally:
         store.close()
+
+
+def cmd_run(args: argparse.Namespace) -> int:
+    """raswarden run: the daemon (systemd runs it as raswarden.service)."""
+    import os
+
+    from daemon.service import Service
+
+    cfg = _load_config(args)
+    if args.db:
+        cfg.store_url = args.db
+    if os.environ.get("JOURNAL_STREAM") or os.environ.get("INVOCATION_ID"):
+        # under systemd: the journal stamps time and unit itself
+        for h in logging.getLogger().handlers:
+            h.setFormatter(logging.Formatter("<%(levelno)s>%(name)s: %(message)s"))
+    if args.verbose == 0:
+        logging.getLogger("raswarden").setLevel(logging.INFO)
+    try:
+        service = Service(cfg)
+    except (ValueError, OSError) as exc:  # a collector option, the topology or the model is unusable
+        print(f"raswarden: cannot start: {exc}", file=sys.stderr)
+        return 2
+    return service.run()
+
+
+def cmd_status(args: argparse.Namespace) -> int:
+    """raswarden status: who is active, the last tick, health by state, open incidents, the daemon's /healthz."""
+    import time
+    import urllib.error
+    import urllib.request
+
+    from daemon.lease import Lease, shard_lease
+    from daemon.store import CollectorStateRow
+
+    with _config_and_store(args) as (cfg, store):
+        now = time.time()
+        lease = Lease(store, shard_lease(cfg.service.shard)).current()
+        if lease is None:
+            print(f"shard {cfg.service.shard}: no daemon has run on this store")
+        else:
+            alive = lease.expires_at > now
+            print(f"shard {cfg.service.shard}: {'held by' if alive else 'last held by'} {lease.holder}"
+                  f"{'' if alive else f' (lease ran out {now - lease.expires_at:.0f} s ago)'}")
+        from sqlmodel import select
+
+        with store.session() as s:
+            states = {r.name: r for r in s.exec(select(CollectorStateRow)).all() if not r.name.startswith("_")}
+        for name, row in sorted(states.items()):
+            print(f"collector {name}: last saved {_fmt_ts(row.updated_at)}")
+        health = Counter(h.state for h in store.health())
+        print("health: " + (", ".join(f"{n} {st}" for st, n in sorted(health.items()) if st != "healthy")
+                            or "every entity healthy"))
+        incidents = store.incidents("open")
+        print(f"open incidents: {len(incidents)}"
+              + (" (" + ", ".join(f"{n} {sev}" for sev, n in Counter(i.severity for i in incidents).items()) + ")"
+                 if incidents else ""))
+        url = f"http://{cfg.http.listen}/healthz"
+        try:
+            with urllib.request.urlopen(url, timeout=3) as r:
+                detail = json.loads(r.read())
+            print(f"daemon at {cfg.http.listen}: ready; {detail.get('status', '')}")
+        except urllib.error.HTTPError as exc:
+            detail = json.loads(exc.read() or b"{}")
+            print(f"daemon at {cfg.http.listen}: NOT ready: {'; '.join(detail.get('problems', [])) or exc}")
+            return 1
+        except OSError as exc:
+            print(f"daemon at {cfg.http.listen}: not answering ({getattr(exc, 'reason', exc)})")
+            return 1
+        return 0
+
+
+def cmd_incidents(args: argparse.Namespace) -> int:
+    """raswarden incidents: open (or all) incidents with their evidence."""
+    with _config_and_store(args) as (_cfg, store):
+        rows = store.incidents(None if args.all else "open")
+        if args.json:
+            print(json.dumps([r.model_dump() for r in rows], indent=1, default=str))
+            return 0
+        if not rows:
+            print("no open incidents" if not args.all else "no incidents")
+        for r in rows:
+            closed = f" closed {_fmt_ts(r.closed_at)} ({r.close_reason})" if r.closed_at else ""
+            under = f" under {r.parent}" if r.parent else ""
+            print(f"{r.id}  {r.severity:<10} {r.category:<12} {r.entity:<24} opened {_fmt_ts(r.opened_at)}{closed}"
+                  f"{under}")
+            for line in r.evidence[:3]:
+                print(f"      {line}")
+        return 0
 
 
 def build_parser() -> argparse.ArgumentParser:
@@ -710,6 +797,23 @@ def build_parser() -> argparse.ArgumentParser:
             p.add_argument("--force", action="store_true", help="also resume a node someone else drained")
         config_args(p)
         p.set_defaults(func=cmd_node)
+
+    p = sub.add_parser("run", help="the daemon: collect, detect, act and alert (systemd: raswarden.service)",
+                       description="Run the service from the config file: live collectors on an interval, the "
+                                   "pipeline, playbooks, alerts, /metrics, /healthz, the status page and the API. "
+                                   "SIGTERM finishes the step in flight; SIGHUP reloads the config.")
+    config_args(p)
+    p.set_defaults(func=cmd_run)
+
+    p = sub.add_parser("status", help="the shard's active daemon, collectors, health and open incidents")
+    config_args(p)
+    p.set_defaults(func=cmd_status)
+
+    p = sub.add_parser("incidents", help="open incidents with their evidence (--all: closed ones too)")
+    p.add_argument("--all", action="store_true")
+    p.add_argument("--json", action="store_true", help="as JSON")
+    config_args(p)
+    p.set_defaults(func=cmd_incidents)
 
     p = sub.add_parser("approve", help="approve an action that waits for an operator")
     p.add_argument("action", help="action key or incident id")

@@ -1,8 +1,9 @@
 """The configuration file (TOML, ``/etc/raswarden/raswarden.toml``): read, validated, typed.
 
-Errors name the key (``alerting.receivers[2].url_file``) and never echo a secret. Sections so far:
-``[store]`` and ``[alerting]`` (with ``[[alerting.receivers]]`` and ``[[alerting.routes]]``); every key is
-documented in systemd/raswarden.toml.example.
+Errors name the key (``alerting.receivers[2].url_file``) and never echo a secret. Sections: ``[store]``,
+``[service]``, ``[http]``, ``[[collectors]]``, ``[alerting]`` (with ``[[alerting.receivers]]`` and
+``[[alerting.routes]]``), ``[playbooks]``, ``[scheduler]``; every key is documented in
+systemd/raswarden.toml.example.
 """
 
 from __future__ import annotations
@@ -17,7 +18,7 @@ from daemon.alerting.pipeline import AlertingConfig
 from daemon.alerting.receivers import RECEIVERS
 from daemon.alerting.receivers.base import ReceiverConfig
 from daemon.alerting.routing import Route
-from daemon.alerting.secrets import SecretError
+from daemon.alerting.secrets import SecretError, read_secret
 from daemon.store import DEFAULT_URL
 from playbooks.engine import Guards
 from playbooks.model import MODES
@@ -27,6 +28,40 @@ DEFAULT_PATH = Path("/etc/raswarden/raswarden.toml")
 
 class ConfigError(ValueError):
     """A configuration problem; the message names the file and the key."""
+
+
+@dataclass
+class ServiceConfig:
+    """``[service]``: the live daemon's clock, shard and housekeeping."""
+
+    interval_s: float = 30.0
+    lateness_s: float | None = None  # default: one interval
+    shard: str = "default"
+    lease_ttl_s: float | None = None  # default: three intervals
+    topology: str = ""
+    model: str = ""
+    playbook_interval_s: float = 10.0
+    alert_interval_s: float = 5.0
+    retention_days: float = 30.0
+    housekeeping_interval_s: float = 3600.0
+    retrain_interval_s: float = 0.0  # 0: never
+    retrain_traces: list[str] = field(default_factory=list)
+
+    @property
+    def lateness(self) -> float:
+        return self.interval_s if self.lateness_s is None else self.lateness_s
+
+    @property
+    def lease_ttl(self) -> float:
+        return 3 * self.interval_s if self.lease_ttl_s is None else self.lease_ttl_s
+
+
+@dataclass
+class HttpConfig:
+    """``[http]``: /metrics, /healthz, the status page and the JSON API."""
+
+    listen: str = "127.0.0.1:9470"
+    token: str | None = None  # bearer token for the API's write calls; None: they are refused
 
 
 @dataclass
@@ -40,6 +75,9 @@ class Config:
     playbook_dirs: list[str] = field(default_factory=list)
     guards: Guards = field(default_factory=Guards)
     scheduler: dict[str, Any] = field(default_factory=lambda: {"type": "none"})
+    service: ServiceConfig = field(default_factory=ServiceConfig)
+    http: HttpConfig = field(default_factory=HttpConfig)
+    collectors: list[dict[str, Any]] = field(default_factory=list)
 
 
 def _take(table: dict[str, Any], key: str, kind: type | tuple, where: str, default: Any = None) -> Any:
@@ -123,8 +161,92 @@ def parse(raw: dict[str, Any], path: Path | None = None) -> Config:
     cfg.alerting = a
     _playbooks(cfg, raw.pop("playbooks", {}))
     _scheduler(cfg, raw.pop("scheduler", {}))
+    _service(cfg, raw.pop("service", {}))
+    _http(cfg, raw.pop("http", {}))
+    _collectors(cfg, raw.pop("collectors", []))
     _no_more(raw, "top level")
     return cfg
+
+
+def _service(cfg: Config, sv: dict[str, Any]) -> None:
+    sv = dict(sv)
+    out = cfg.service
+    for key in ("interval_s", "playbook_interval_s", "alert_interval_s", "housekeeping_interval_s"):
+        value = _take(sv, key, float, "service", getattr(out, key))
+        if value <= 0:
+            raise ConfigError(f"service.{key}: must be positive")
+        setattr(out, key, value)
+    for key in ("lateness_s", "lease_ttl_s"):
+        value = _take(sv, key, float, "service")
+        if value is not None and value < 0:
+            raise ConfigError(f"service.{key}: must not be negative")
+        setattr(out, key, value)
+    if out.lease_ttl_s is not None and out.lease_ttl_s <= out.interval_s:
+        raise ConfigError("service.lease_ttl_s: must be longer than service.interval_s (the lease is renewed "
+                          "every interval)")
+    for key in ("retention_days", "retrain_interval_s"):
+        value = _take(sv, key, float, "service", getattr(out, key))
+        if value < 0:
+            raise ConfigError(f"service.{key}: must not be negative")
+        setattr(out, key, value)
+    for key in ("shard", "topology", "model"):
+        setattr(out, key, _take(sv, key, str, "service", getattr(out, key)))
+    if not out.shard or not all(c.isalnum() or c in "-_." for c in out.shard):
+        raise ConfigError("service.shard: letters, digits, '-', '_' and '.' only")
+    out.retrain_traces = [str(t) for t in _take(sv, "retrain_traces", list, "service", [])]
+    if out.retrain_interval_s and not out.retrain_traces:
+        raise ConfigError("service.retrain_traces: required when service.retrain_interval_s is set")
+    _no_more(sv, "service")
+
+
+def _http(cfg: Config, ht: dict[str, Any]) -> None:
+    ht = dict(ht)
+    listen = _take(ht, "listen", str, "http", cfg.http.listen)
+    host, sep, port = listen.rpartition(":")
+    if not sep or not port.isdigit() or not 0 <= int(port) < 65536:
+        raise ConfigError(f"http.listen: expected HOST:PORT, got {listen!r}")
+    cfg.http.listen = listen
+    try:
+        cfg.http.token = read_secret("http.token", _take(ht, "token", str, "http"),
+                                     _take(ht, "token_file", str, "http"), _take(ht, "token_credential", str, "http"),
+                                     required=False)
+    except SecretError as exc:
+        raise ConfigError(str(exc)) from None
+    _no_more(ht, "http")
+
+
+def _collectors(cfg: Config, entries: Any) -> None:
+    from daemon.collectors import REGISTRY
+
+    if not isinstance(entries, list):
+        raise ConfigError("collectors: expected an array of tables ([[collectors]])")
+    names: set[str] = set()
+    for i, entry in enumerate(entries):
+        where = f"collectors[{i}]"
+        if not isinstance(entry, dict):
+            raise ConfigError(f"{where}: expected a table")
+        entry = dict(entry)
+        kind = entry.get("type")
+        cls = REGISTRY.get(kind)
+        if cls is None:
+            raise ConfigError(f"{where}.type: one of {', '.join(REGISTRY)}")
+        name = str(entry.setdefault("name", kind))
+        if name in names:
+            raise ConfigError(f"{where}.name: {name!r} is used twice")
+        names.add(name)
+        if not isinstance(entry.get("enabled", True), bool):
+            raise ConfigError(f"{where}.enabled: expected true or false")
+        for key, value in entry.items():
+            if key in ("type", "name", "enabled"):
+                continue
+            if key not in cls.options:
+                raise ConfigError(f"{where}: unknown key {key!r} for a {kind} collector "
+                                  f"(one of {', '.join(sorted(cls.options))})")
+            default = cls.options[key]
+            want = (int, float) if isinstance(default, float) else type(default)
+            if not isinstance(value, want) or isinstance(value, bool) != isinstance(default, bool):
+                raise ConfigError(f"{where}.{key}: expected {type(default).__name__}, got {type(value).__name__}")
+        cfg.collectors.append(entry)
 
 
 def _playbooks(cfg: Config, pb: dict[str, Any]) -> None:

@@ -19,6 +19,12 @@ from sqlalchemy.exc import IntegrityError
 from daemon.store import LeaseRow, Store
 
 
+def shard_lease(shard: str) -> str:
+    """The lease name of a shard: the daemon (``raswarden run``) and ``raswarden playbook run`` share it, so
+    only one of them acts for a shard at a time."""
+    return f"shard:{shard}"
+
+
 class Lease:
     """The lease ``name`` (e.g. ``playbooks:default``) for this process."""
 

@@ -40,3 +40,43 @@ ALERT_OUTBOX_PENDING = Gauge(
     "raswarden_alert_outbox_pending", "Notifications waiting in the outbox, by receiver.", ["receiver"],
     registry=REGISTRY,
 )
+
+COLLECTOR_DURATION = Gauge(
+    "raswarden_collector_duration_seconds", "How long the last collection took, by collector.", ["collector"],
+    registry=REGISTRY,
+)
+COLLECTOR_SUCCESS = Gauge(
+    "raswarden_collector_success", "1 when the last collection succeeded (some target answered), by collector.",
+    ["collector"], registry=REGISTRY,
+)
+COLLECTOR_LAST_SUCCESS = Gauge(
+    "raswarden_collector_last_success_timestamp_seconds", "When the collector last succeeded.", ["collector"],
+    registry=REGISTRY,
+)
+SCRAPE_UP = Gauge(
+    "raswarden_scrape_up", "1 when the last scrape of the target answered with a parsable exposition.",
+    ["collector", "target"], registry=REGISTRY,
+)
+SCRAPE_DURATION = Gauge(
+    "raswarden_scrape_duration_seconds", "How long the last scrape of the target took.", ["collector", "target"],
+    registry=REGISTRY,
+)
+
+ACTIVE = Gauge("raswarden_active", "1 while this instance holds its shard's lease (0: standby).", registry=REGISTRY)
+TICKS = Counter("raswarden_ticks_total", "Pipeline ticks run.", registry=REGISTRY)
+TICK_DURATION = Gauge("raswarden_tick_duration_seconds", "How long the last cycle (collect and tick) took.",
+                      registry=REGISTRY)
+LAST_TICK = Gauge("raswarden_last_tick_timestamp_seconds", "When the last tick ran.", registry=REGISTRY)
+HEALTH = Gauge("raswarden_entities", "Entities by health state (healthy ones are not counted).", ["state"],
+               registry=REGISTRY)
+INCIDENTS_OPEN = Gauge("raswarden_incidents_open", "Open incidents by category and severity.",
+                       ["category", "severity"], registry=REGISTRY)
+DETECTOR_MAX_SCORE = Gauge("raswarden_detector_max_score",
+                           "The highest score a detector gives any entity that is not healthy.", ["detector"],
+                           registry=REGISTRY)
+ACTIONS = Gauge("raswarden_actions", "Playbook actions in the journal, by playbook and status.",
+                ["playbook", "status"], registry=REGISTRY)
+RELOADS = Counter("raswarden_config_reloads_total", "Config reloads (SIGHUP), applied or refused.", ["result"],
+                  registry=REGISTRY)
+JOB_FAILURES = Counter("raswarden_job_failures_total", "Scheduled jobs that raised, by job.", ["job"],
+                       registry=REGISTRY)

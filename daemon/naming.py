@@ -21,7 +21,7 @@ import numpy as np
 from daemon.rejects import RejectLog
 from daemon.topology import Topology, normalize_pci
 
-TABLES = ("dcgm_exporter.csv", "node_exporter.csv")
+TABLES = ("dcgm_exporter.csv", "node_exporter.csv", "infiniband_exporter.csv")
 
 
 @dataclass(frozen=True)
@@ -126,10 +126,18 @@ class SeriesMapper:
     pci_accelerator: dict[tuple[str, str], str] = field(default_factory=dict)
     unmapped_metrics: Counter = field(default_factory=Counter)
     unmapped_hosts: Counter = field(default_factory=Counter)
+    unlinked_switchports: Counter = field(default_factory=Counter)
+    _linked: set[str] | None = None
     _entity_code: dict[str, int] = field(default_factory=dict)
     _metric_code: dict[str, int] = field(default_factory=dict)
     # series id -> (entity code, metric code, mask or -1)
     _series: list[tuple[int, int, int]] = field(default_factory=list)
+
+    def _linked_switchports(self) -> set[str]:
+        linked = self._linked
+        if linked is None:
+            linked = self._linked = set(self.topology.port_switchport.values())
+        return linked
 
     def entity_code(self, entity: str) -> int:
         """Interned code of an entity id (codes only grow, so earlier frames stay valid)."""
@@ -157,13 +165,15 @@ class SeriesMapper:
         if rule is None:
             self.unmapped_metrics[name] += 1
             return -1
-        node = self.node_for(labels)
-        if node is None:
-            host = labels.get("Hostname") or labels.get("instance") or ""
-            why = f"address {host!r} has no alias in the topology" if host else "series names no host"
-            self.rejects.reject(fmt, position, f"cannot name the node: {why}")
-            return -1
-        values = {"node": node}
+        values: dict[str, str] = {}
+        if "node" in rule.fields:  # switch-side series name a switch, not a node
+            node = self.node_for(labels)
+            if node is None:
+                host = labels.get("Hostname") or labels.get("instance") or ""
+                why = f"address {host!r} has no alias in the topology" if host else "series names no host"
+                self.rejects.reject(fmt, position, f"cannot name the node: {why}")
+                return -1
+            values["node"] = node
         for f in rule.fields:
             if f == "node":
                 continue
@@ -172,13 +182,21 @@ class SeriesMapper:
                 return -1
             values[f] = labels[f]
         entity = rule.template.format(**values)
-        if "pci_bus_id" in labels and "gpu" in rule.fields:
+        if "node" not in values and entity not in self._linked_switchports():
+            self.unlinked_switchports[entity] += 1  # no node port at its other end: not a link we judge
+            return -1
+        if "pci_bus_id" in labels and "gpu" in rule.fields and "node" in values:
             pci = normalize_pci(labels["pci_bus_id"])
             if pci:
-                self.pci_accelerator[(node, pci)] = entity
+                self.pci_accelerator[(values["node"], pci)] = entity
         self._series.append(
             (self.entity_code(entity), self.metric_code(rule.canonical), -1 if rule.mask is None else rule.mask)
         )
+        return len(self._series) - 1
+
+    def canonical_series(self, entity: str, metric: str) -> int:
+        """Intern a series already named canonically (a collector that reads the hardware itself, e.g. sysfs)."""
+        self._series.append((self.entity_code(entity), self.metric_code(metric), -1))
         return len(self._series) - 1
 
     def series_table(self) -> tuple[np.ndarray, np.ndarray, np.ndarray]:

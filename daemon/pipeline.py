@@ -6,7 +6,7 @@ clock and the source of batches differ. Nothing in here reads a wall clock.
 
 from __future__ import annotations
 
-from collections import Counter
+from collections import Counter, deque
 from dataclasses import dataclass, field
 from collections.abc import Callable
 
@@ -14,7 +14,7 @@ import numpy as np
 import pandas as pd
 
 from daemon.batch import Batch
-from daemon.health import HealthConfig, HealthTracker, Transition, rollup_nodes
+from daemon.health import EntityHealth, HealthConfig, HealthTracker, Transition, rollup_nodes
 from daemon.incidents import Incident, IncidentBook
 from daemon.naming import SeriesMapper
 from daemon.resolve import EventResolver
@@ -99,9 +99,51 @@ class Pipeline:
         self.known_entities: set[str] = set()
         self.new_entities: list[dict] = []
 
+    def use_model(self, model) -> None:
+        """Swap the learned detectors for those of ``model`` (None: run without); the others keep their state."""
+        self.detectors = [d for d in self.detectors if d.name not in registry.LEARNED]
+        if model is not None and not self.config.baseline:
+            self.detectors += model.detectors()
+        self.config.model = model
+        if self.features is None and any(getattr(d, "needs_features", False) for d in self.detectors):
+            self.features = FeatureState(self.mapper.topology.rack_of)
+
     # ------------------------------------------------------------------------------------------
-    def tick(self, now: float, batch: Batch) -> TickResult:
-        """Process the batch of tick ``(now - interval, now]``."""
+    def restore(self, store: Store) -> tuple[int, int]:
+        """Take up where an earlier daemon on this store stopped: its open incidents and non-healthy states.
+
+        A restarted daemon then updates the incidents it had open (same ids, so no second alert or action)
+        and a failed GPU stays failed until it is clean for as long as it would have had to be. Streaming
+        feature and counter state is not restored: it warms up again from the next samples. Returns
+        (incidents, entities) restored.
+        """
+        rows = store.incidents("open")
+        category_of: dict[str, str] = {}
+        for row in rows:
+            inc = Incident(row.id, row.fingerprint, row.entity, row.kind, row.category, State.parse(row.severity),
+                           row.opened_at, row.updated_at, row.rack, list(row.evidence), parent=row.parent)
+            self.incidents.open[row.fingerprint] = inc
+            category_of.setdefault(row.entity, row.category)
+        restored = 0
+        n = self.config.health.enter_n
+        for h in store.health():
+            state = State.parse(h.state)
+            if state in (State.HEALTHY, State.UNKNOWN):
+                continue
+            self.reported[h.entity] = state
+            top = Evidence(h.entity, state, category_of.get(h.entity, ""), list(h.reasons), "restored", False,
+                           h.score)
+            self.health.entities[h.entity] = EntityHealth(state=state, since=h.since,
+                                                          window=deque([int(state)] * n, maxlen=n), top=top)
+            restored += 1
+        return len(rows), restored
+
+    def tick(self, now: float, batch: Batch, collector_state: dict[str, dict] | None = None) -> TickResult:
+        """Process the batch of tick ``(now - interval, now]``.
+
+        ``collector_state`` (live mode: where each collector stopped reading) is saved in the same
+        transaction as the tick's findings and incidents, so a crash loses or repeats no input.
+        """
         samples = batch.samples
         counters, gauges, xid_gauge = self._split(samples)
         events = self.resolver.resolve(batch.events)
@@ -142,7 +184,7 @@ class Pipeline:
             self.store.record_tick(
                 [dict(f.as_dict(), reasons=list(f.reasons)) for f in findings], changed,
                 [{"entity": f.entity, "state": f.state, "since": f.ts, "score": f.score, "reasons": f.reasons}
-                 for f in findings],
+                 for f in findings], collector_state=collector_state, now=now,
             )
         if self.on_finding is not None:
             for f in findings:

@@ -150,6 +150,15 @@ class LeaseRow(SQLModel, table=True):
     expires_at: float
 
 
+class CollectorStateRow(SQLModel, table=True):
+    """Where a live collector stopped reading (daemon/collectors): saved with the tick that used the data."""
+
+    __tablename__ = "collector_state"
+    name: str = Field(primary_key=True)
+    value: dict = Field(default_factory=dict, sa_column=Column(JSON, nullable=False))
+    updated_at: float
+
+
 class AlertCursorRow(SQLModel, table=True):
     """How far the alert pipeline has read the incident table (incident.updated_at)."""
 
@@ -215,14 +224,18 @@ class Store:
         findings: Iterable[dict[str, Any]],
         incidents: Iterable[Any],
         health: Iterable[dict[str, Any]] = (),
+        collector_state: dict[str, dict] | None = None,
+        now: float = 0.0,
     ) -> None:
-        """Persist one tick's findings, changed incidents and health rows in one transaction."""
+        """Persist one tick's findings, changed incidents, health rows and collector states in one transaction."""
         findings = list(findings)
         incidents = list(incidents)
         health = list(health)
-        if not (findings or incidents or health):
+        if not (findings or incidents or health or collector_state):
             return
         with self.session() as s:
+            for name, value in (collector_state or {}).items():
+                s.merge(CollectorStateRow(name=name, value=value, updated_at=now))
             for f in findings:
                 s.add(FindingRow(**f))
             for inc in incidents:
@@ -248,12 +261,32 @@ class Store:
                     s.add(EntityRow(**r))
             s.commit()
 
+    def collector_state(self, name: str) -> dict:
+        """The saved state of collector ``name`` (empty when it never saved one)."""
+        with self.session() as s:
+            row = s.get(CollectorStateRow, name)
+            return dict(row.value) if row else {}
+
+    def save_collector_state(self, states: dict[str, dict], now: float) -> None:
+        """Save the states of several collectors in one transaction."""
+        if not states:
+            return
+        with self.session() as s:
+            for name, value in states.items():
+                s.merge(CollectorStateRow(name=name, value=value, updated_at=now))
+            s.commit()
+
     def incidents(self, status: str | None = None) -> list[IncidentRow]:
         with self.session() as s:
             q = select(IncidentRow).order_by(IncidentRow.opened_at, IncidentRow.id)
             if status:
                 q = q.where(IncidentRow.status == status)
             return list(s.exec(q).all())
+
+    def health(self) -> list[HealthRow]:
+        """The last recorded visible state of every entity that ever changed state."""
+        with self.session() as s:
+            return list(s.exec(select(HealthRow).order_by(HealthRow.entity)).all())
 
     def findings(self) -> list[FindingRow]:
         with self.session() as s:

@@ -25,7 +25,7 @@ META = "model.json"
 ESTIMATORS = "estimators.joblib"
 
 
-class IncompatibleModel(Exception):
+class IncompatibleModel(ValueError):
     """The model on disk cannot be used by this build."""
 
 

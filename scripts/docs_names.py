@@ -10,7 +10,8 @@ doc = ROOT / "docs" / "names.md"
 text = doc.read_text()
 head = text.split("\n## dcgm-exporter", 1)[0]
 parts = [head.rstrip("\n"), ""]
-for table, title in (("dcgm_exporter.csv", "dcgm-exporter"), ("node_exporter.csv", "node_exporter")):
+for table, title in (("dcgm_exporter.csv", "dcgm-exporter"), ("node_exporter.csv", "node_exporter"),
+                     ("infiniband_exporter.csv", "infiniband_exporter (switch side)")):
     parts += [f"## {title}", "", "| source metric | canonical | type | entity | transform |", "|---|---|---|---|---|"]
     with open(ROOT / "daemon" / "names" / table) as fh:
         for r in csv.DictReader(fh):

@@ -9,10 +9,12 @@ pg_started=0
 if [ "$(id -u)" = 0 ]; then
   # promtool (Debian package prometheus) checks the simulator's OpenMetrics output; the alerting tests
   # start a real Alertmanager (prometheus-alertmanager) on loopback.
-  if ! command -v promtool >/dev/null || ! command -v prometheus-alertmanager >/dev/null; then
+  # systemd-journal-remote writes real journal files for the journald collector's journalctl test.
+  if ! command -v promtool >/dev/null || ! command -v prometheus-alertmanager >/dev/null \
+      || [ ! -x /lib/systemd/systemd-journal-remote ]; then
     apt-get update -qq
     DEBIAN_FRONTEND=noninteractive apt-get install -y -qq --no-install-recommends prometheus \
-      prometheus-alertmanager >/dev/null
+      prometheus-alertmanager systemd-journal-remote >/dev/null
   fi
   ./scripts/slurm-lab.sh install  # the playbook tests start their own Slurm lab with it
   ./scripts/pg-lab.sh install

@@ -23,6 +23,8 @@ class ReadContext:
     mapper: SeriesMapper = field(default_factory=SeriesMapper)
     chunk_rows: int = CHUNK_ROWS
     read_bytes: int = 16 * 1024 * 1024
+    #: labels a live scrape attaches to every series that lacks them (``instance``, ``job``), as Prometheus does
+    target_labels: dict[str, str] = field(default_factory=dict)
 
     @property
     def rejects(self) -> RejectLog:

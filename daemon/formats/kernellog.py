@@ -42,7 +42,7 @@ def _iso_to_epoch(text: str) -> float:
     return stamp.timestamp()
 
 
-class _EventRows:
+class EventRows:
     """Accumulates event rows for one file and resolves the record's host to a node."""
 
     def __init__(self, ctx: ReadContext, fmt: str, source: str):
@@ -70,44 +70,52 @@ class _EventRows:
         return batch
 
 
+def journal_record(line: str, position: str, rows: EventRows) -> dict | None:
+    """Read one ``journalctl -o json`` line into ``rows`` (kernel records only); the record, or None when bad.
+
+    Bad lines are rejected with their position; records of other transports are returned and ignored.
+    """
+    ctx, fmt = rows.ctx, rows.fmt
+    try:
+        record = json.loads(line)
+        if not isinstance(record, dict):
+            raise ValueError("not an object")
+    except ValueError:
+        ctx.rejects.reject(fmt, position, "not a JSON object", line)
+        return None
+    if record.get("_TRANSPORT") != "kernel" and record.get("SYSLOG_IDENTIFIER") != "kernel":
+        return record
+    message = record.get("MESSAGE")
+    if isinstance(message, list):  # journald exports non-UTF-8 messages as byte arrays
+        try:
+            message = bytes(message).decode("utf-8", errors="replace")
+        except (TypeError, ValueError):
+            message = None
+    host = record.get("_HOSTNAME")
+    try:
+        ts = int(record["__REALTIME_TIMESTAMP"]) / 1e6
+    except (KeyError, TypeError, ValueError):
+        ctx.rejects.reject(fmt, position, "missing or bad __REALTIME_TIMESTAMP", line)
+        return None
+    if not isinstance(message, str) or not isinstance(host, str) or not host:
+        ctx.rejects.reject(fmt, position, "kernel record without MESSAGE or _HOSTNAME", line)
+        return None
+    rows.add(ts, host, message, position)
+    return record
+
+
 class JournalJsonReader:
     """``journalctl -o json`` export: one JSON object per line; kernel records only."""
 
     format = "journald"
 
     def read(self, path: Path, ctx: ReadContext) -> Iterator[Batch]:
-        rows = _EventRows(ctx, self.format, "kernel")
+        rows = EventRows(ctx, self.format, "kernel")
         src = str(path)
         for first, lines in iter_lines(path, ctx.read_bytes):
             for offset, line in enumerate(lines):
-                if not line.strip():
-                    continue
-                position = f"{src}:{first + offset}"
-                try:
-                    record = json.loads(line)
-                    if not isinstance(record, dict):
-                        raise ValueError("not an object")
-                except ValueError:
-                    ctx.rejects.reject(self.format, position, "not a JSON object", line)
-                    continue
-                if record.get("_TRANSPORT") != "kernel" and record.get("SYSLOG_IDENTIFIER") != "kernel":
-                    continue
-                message = record.get("MESSAGE")
-                if isinstance(message, list):  # journald exports non-UTF-8 messages as byte arrays
-                    try:
-                        message = bytes(message).decode("utf-8", errors="replace")
-                    except (TypeError, ValueError):
-                        message = None
-                host = record.get("_HOSTNAME")
-                try:
-                    ts = int(record["__REALTIME_TIMESTAMP"]) / 1e6
-                except (KeyError, TypeError, ValueError):
-                    ctx.rejects.reject(self.format, position, "missing or bad __REALTIME_TIMESTAMP", line)
-                    continue
-                if not isinstance(message, str) or not isinstance(host, str) or not host:
-                    ctx.rejects.reject(self.format, position, "kernel record without MESSAGE or _HOSTNAME", line)
-                    continue
-                rows.add(ts, host, message, position)
+                if line.strip():
+                    journal_record(line, f"{src}:{first + offset}", rows)
             if len(rows.rows) >= ctx.chunk_rows:
                 yield rows.take()
         if rows.rows:
@@ -120,7 +128,7 @@ class TextLogReader:
     format = "kernlog"
 
     def read(self, path: Path, ctx: ReadContext) -> Iterator[Batch]:
-        rows = _EventRows(ctx, self.format, "kernel")
+        rows = EventRows(ctx, self.format, "kernel")
         src = str(path)
         style: str | None = None
         file_host = self._host_from_name(path)

@@ -47,18 +47,11 @@ class OpenMetricsReader:
 
         def flush() -> Batch:
             nonlocal parts, pending
-            ent_of, met_of, mask_of = mapper.series_table()
             sid = np.concatenate([p[0] for p in parts])
             ts = np.concatenate([p[1] for p in parts]) * (scale or 1.0)
             value = np.concatenate([p[2] for p in parts])
-            masks = mask_of[sid]
-            masked = masks >= 0
-            if masked.any():
-                value[masked] = ((value[masked].astype(np.int64) & masks[masked]) != 0).astype(np.float64)
-            frame = samples_from_codes(ts, ent_of[sid], met_of[sid], value, mapper.entities, mapper.metrics)
-            metrics.SAMPLES_INGESTED.labels(FORMAT).inc(len(frame))
             parts, pending = [], 0
-            return Batch(samples=frame)
+            return Batch(samples=samples_frame(mapper, sid, ts, value, FORMAT))
 
         for first, raw in iter_byte_blocks(path, ctx.read_bytes):
             block = self._parse_block_fast(raw, first, ctx, cache, src)
@@ -82,13 +75,15 @@ class OpenMetricsReader:
         if pending:
             yield flush()
 
-    def _parse_block_fast(self, raw: bytes, first: int, ctx: ReadContext, cache: dict[str, int], src: str):
+    def _parse_block_fast(self, raw: bytes, first: int, ctx: ReadContext, cache: dict[str, int], src: str,
+                          default_ts: float | None = None):
         """Parse a block of clean lines with Arrow kernels; None when the block needs the line-by-line path.
 
         The block's bytes become an Arrow string array without copying (line offsets found with numpy).
         Clean means valid UTF-8 and every non-comment line exactly ``series value timestamp`` separated
-        by single spaces, with no exemplar and numbers Arrow can parse. Anything else goes line by line,
-        which rejects bad lines with their numbers.
+        by single spaces (or, with ``default_ts``, every line ``series value``: a live scrape), with no
+        exemplar and numbers Arrow can parse. Anything else goes line by line, which rejects bad lines
+        with their numbers.
         """
         try:
             raw.decode("utf-8")
@@ -115,22 +110,32 @@ class OpenMetricsReader:
         def line_no(row: int) -> int:
             return first + int(rows[row])
 
-        parts = pc.split_pattern(data, " ", max_splits=2, reverse=True)
-        if pc.min(pc.list_value_length(parts)).as_py() != 3 or pc.max(pc.list_value_length(parts)).as_py() != 3:
+        width = 3 if default_ts is None else 2
+        parts = pc.split_pattern(data, " ", max_splits=width - 1, reverse=True)
+        lengths_of = pc.list_value_length(parts)
+        if pc.min(lengths_of).as_py() != width or pc.max(lengths_of).as_py() != width:
             return None
-        flat = parts.flatten()  # key, value, timestamp, key, value, ... (zero copy)
+        flat = parts.flatten()  # key, value[, timestamp], key, value, ... (zero copy)
         n = len(data)
         try:
-            v = pc.cast(flat.take(pa.array(np.arange(1, 3 * n, 3))), pa.float64()).to_numpy()
-            stamps = pc.utf8_rtrim(flat.take(pa.array(np.arange(2, 3 * n, 3))), characters="\n")
-            t = pc.cast(stamps, pa.float64()).to_numpy()
+            values = flat.take(pa.array(np.arange(1, width * n, width)))
+            if default_ts is None:
+                v = pc.cast(values, pa.float64()).to_numpy()
+                stamps = pc.utf8_rtrim(flat.take(pa.array(np.arange(2, 3 * n, 3))), characters="\n")
+                t = pc.cast(stamps, pa.float64()).to_numpy()
+            else:
+                v = pc.cast(pc.utf8_rtrim(values, characters="\r\n"), pa.float64()).to_numpy()
+                t = np.full(n, default_ts)
         except pa.ArrowException:  # an unparsable number: the exact path says which line
             return None
-        enc = pc.dictionary_encode(flat.take(pa.array(np.arange(0, 3 * n, 3))))
+        enc = pc.dictionary_encode(flat.take(pa.array(np.arange(0, width * n, width))))
         indices = enc.indices.to_numpy()
         keys = enc.dictionary.to_pylist()
         if any(" # " in k for k in keys):  # an exemplar: the exact path strips it
             return None
+        if default_ts is not None and any(" " in k and not k.endswith("}") for k in keys):
+            return None  # a scrape line with its own timestamp: the exact path reads it
+
         firsts = np.full(len(keys), -1, dtype=np.int64)
         firsts[indices[::-1]] = np.arange(len(indices))[::-1]
         key_sid = np.empty(len(keys), dtype=np.int64)
@@ -149,8 +154,10 @@ class OpenMetricsReader:
         return sid[ok], t[ok], v[ok]
 
     def _parse_lines(self, lines: list[str], first: int, ctx: ReadContext, cache: dict[str, int], src: str,
-                     sids: list[int], tss: list[float], vals: list[float]) -> None:
-        """The exact, line-by-line parser: every bad line rejected with its number."""
+                     sids: list[int], tss: list[float], vals: list[float], default_ts: float | None = None) -> None:
+        """The exact, line-by-line parser: every bad line rejected with its number.
+
+        With ``default_ts`` (a live scrape) a line without a timestamp takes it."""
         rejects = ctx.rejects
         last_key = None
         last_sid = -1
@@ -180,6 +187,8 @@ class OpenMetricsReader:
             if last_sid < 0:
                 continue
             parts = rest.split()
+            if len(parts) == 1 and default_ts is not None:
+                parts.append(default_ts)
             if len(parts) != 2:
                 why = "no timestamp" if len(parts) == 1 else "expected 'value timestamp'"
                 rejects.reject(FORMAT, f"{src}:{first + offset}", why, line)
@@ -205,6 +214,8 @@ class OpenMetricsReader:
         except ValueError as exc:
             ctx.rejects.reject(FORMAT, position, f"malformed series: {exc}", key)
             return -1
+        if ctx.target_labels:
+            labels = {**ctx.target_labels, **labels}
         return ctx.mapper.series_id(name, labels, position, FORMAT)
 
     @staticmethod
@@ -223,3 +234,39 @@ class OpenMetricsReader:
             )
             return other
         return scale
+
+
+def samples_frame(mapper, sid: np.ndarray, ts: np.ndarray, value: np.ndarray, source: str):
+    """A samples frame from series ids, with bitmask series turned into their 0/1 flag."""
+    ent_of, met_of, mask_of = mapper.series_table()
+    masks = mask_of[sid]
+    masked = masks >= 0
+    if masked.any():
+        value[masked] = ((value[masked].astype(np.int64) & masks[masked]) != 0).astype(np.float64)
+    frame = samples_from_codes(ts, ent_of[sid], met_of[sid], value, mapper.entities, mapper.metrics)
+    metrics.SAMPLES_INGESTED.labels(source).inc(len(frame))
+    return frame
+
+
+def parse_scrape(raw: bytes, ctx: ReadContext, cache: dict[str, int], src: str, now: float,
+                 source: str = "scrape") -> Batch:
+    """One live scrape (Prometheus text format, as exporters serve it) as a batch.
+
+    Lines without a timestamp take ``now`` (the scrape time); an explicit timestamp is in milliseconds, as
+    the text format says. ``cache`` maps series keys to ids across scrapes of the same target, so each
+    series is named once. Bad lines are rejected with ``src:line``, as in a file.
+    """
+    reader = OpenMetricsReader()
+    default = -1.0  # marks "no timestamp on the line": such samples take ``now`` exactly
+    block = reader._parse_block_fast(raw, 1, ctx, cache, src, default_ts=default)
+    if block is None:
+        sids: list[int] = []
+        tss: list[float] = []
+        vals: list[float] = []
+        reader._parse_lines(decode_lines(raw), 1, ctx, cache, src, sids, tss, vals, default_ts=default)
+        block = (np.asarray(sids, dtype=np.int64), np.asarray(tss, dtype=np.float64),
+                 np.asarray(vals, dtype=np.float64))
+    if not len(block[0]):
+        return Batch()
+    ts = np.where(block[1] == default, now, block[1] * 0.001)
+    return Batch(samples=samples_frame(ctx.mapper, block[0], ts, block[2].copy(), source))

@@ -4,8 +4,11 @@ Per node, a dcgm-exporter-like endpoint (``http://127.0.X.Y:9400/metrics``) and 
 (``:9100``) on a loopback address of its own, serving the Prometheus text format (HELP, TYPE, no
 timestamps) with the exporters' metric and label names, and the kernel log growing as a journald JSON
 export. Simulated time runs ``speed`` times faster than the wall clock; an endpoint serves the values of
-the latest simulated step. ``topology.yaml`` maps the loopback addresses to node names (aliases) and
-``prometheus-targets.json`` lists the endpoints in Prometheus' file_sd format.
+the latest simulated step. What is served is live: kernel log records and ``labels.jsonl`` are stamped with
+the wall-clock time at which the simulated moment is played (``start + (t - scenario start) / speed``), as a
+real node's journal would be, so a live raswarden takes them as current. ``topology.yaml`` maps the
+loopback addresses to node names (aliases) and ``prometheus-targets.json`` lists the endpoints in
+Prometheus' file_sd format.
 """
 
 from __future__ import annotations
@@ -126,6 +129,11 @@ class SimServer:
         self.state = LiveState(sim)
         self.servers: list[ThreadingHTTPServer] = []
         self.stop = threading.Event()
+        self.epoch0 = time.time()
+
+    def wall_of(self, t: float) -> float:
+        """The wall-clock time at which simulated time ``t`` is played."""
+        return self.epoch0 + (t - self.sim.scenario.start) / self.speed
 
     def write_files(self) -> None:
         topo, out = self.sim.topo, self.out
@@ -144,9 +152,13 @@ class SimServer:
         (out / "prometheus-targets.json").write_text(json.dumps(targets, indent=1))
         with open(out / "labels.jsonl", "w") as fh:
             for label in self.sim.labels():
+                label = dict(label, onset=self.wall_of(label["onset"]))
+                if label.get("failure") is not None:
+                    label["failure"] = self.wall_of(label["failure"])
                 fh.write(json.dumps(label) + "\n")
 
     def start(self) -> None:
+        self.epoch0 = time.time()
         self.write_files()
         for i in range(self.sim.topo.n_nodes):
             for port, exporter in ((DCGM_PORT, "dcgm"), (NODE_PORT, "node")):
@@ -170,7 +182,8 @@ class SimServer:
                         return
                     while lines and lines[0][0] <= ts:
                         t, node, line = lines.pop(0)
-                        journal.write(json.dumps({"__REALTIME_TIMESTAMP": str(int(round(t * 1e6))), "_HOSTNAME": node,
+                        stamp = str(int(round(self.wall_of(t) * 1e6)))
+                        journal.write(json.dumps({"__REALTIME_TIMESTAMP": stamp, "_HOSTNAME": node,
                                                   "_TRANSPORT": "kernel", "SYSLOG_IDENTIFIER": "kernel",
                                                   "MESSAGE": line}) + "\n")
                     self.state.set(chunk, j)

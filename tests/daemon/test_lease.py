@@ -67,14 +67,14 @@ def test_a_second_runner_waits_and_takes_over_when_the_first_dies(tmp_path):
     second = start()
     time.sleep(3)
     store = Store(f"sqlite:///{tmp_path / 's.db'}")
-    holder = Lease(store, "playbooks:default").current().holder
+    holder = Lease(store, "shard:default").current().holder
     assert holder.split(":")[1] == str(first.pid)
     first.kill()
     first.wait(10)
     end = time.time() + 20
-    while time.time() < end and Lease(store, "playbooks:default").current().holder.split(":")[1] != str(second.pid):
+    while time.time() < end and Lease(store, "shard:default").current().holder.split(":")[1] != str(second.pid):
         time.sleep(0.3)
-    assert Lease(store, "playbooks:default").current().holder.split(":")[1] == str(second.pid)
+    assert Lease(store, "shard:default").current().holder.split(":")[1] == str(second.pid)
     second.kill()
     err = second.communicate(timeout=10)[1]
     assert "standby:" in err

@@ -1,0 +1,146 @@
+"""Instant queries against a Prometheus server's HTTP API: the scalable path for big clusters.
+
+One management node cannot scrape 100,000 accelerators' exporters every 15 s by itself; the Prometheus
+(or Thanos, VictoriaMetrics) that already does is asked instead: ``GET /api/v1/query`` with one selector
+per name table (``{__name__=~"DCGM_FI_DEV_GPU_TEMP|..."}``), so every metric raswarden reads comes in a
+few requests. Each result keeps its own sample timestamp; a series whose timestamp did not move since the
+last query (Prometheus has not scraped it again) is not read twice. Answers are streamed with ijson, so a
+large fleet's answer is never held as one Python object tree.
+"""
+
+from __future__ import annotations
+
+import json
+import math
+import urllib.error
+import urllib.parse
+import urllib.request
+from typing import Any, ClassVar
+
+import ijson
+import numpy as np
+
+from daemon.batch import Batch
+from daemon.collectors.base import Collector, Outcome
+from daemon.formats.base import ReadContext
+from daemon.formats.openmetrics import samples_frame
+
+FORMAT = "promql"
+
+
+def default_queries(rules) -> list[str]:
+    """One selector per family of source metrics the name tables know (dcgm-exporter, node_exporter, ...)."""
+    groups: dict[str, list[str]] = {}
+    for name in sorted(rules):
+        prefix = name.split("_", 1)[0]
+        groups.setdefault(prefix, []).append(name)
+    return ['{__name__=~"' + "|".join(names) + '"}' for _, names in sorted(groups.items())]
+
+
+class PrometheusCollector(Collector):
+    """PromQL instant queries; see the module docstring."""
+
+    kind: ClassVar[str] = "prometheus"
+    options: ClassVar[dict[str, Any]] = {"url": "", "queries": [], "timeout_s": 20.0, "bearer_token_file": "",
+                                         "bearer_token_credential": ""}
+
+    def __init__(self, name: str, ctx: ReadContext, **options: Any):
+        super().__init__(name, ctx, **options)
+        if not self.url:
+            raise ValueError("url: required (the Prometheus server, e.g. http://prometheus:9090)")
+        self.queries = list(self.queries) or default_queries(ctx.mapper.rules)
+        self._sid: dict[tuple, int] = {}
+        self._last_ts: dict[int, float] = {}
+        self._token: str | None = None
+        if self.bearer_token_file or self.bearer_token_credential:
+            from daemon.alerting.secrets import read_secret
+
+            self._token = read_secret("bearer_token", file=self.bearer_token_file or None,
+                                      credential=self.bearer_token_credential or None)
+
+    def _get(self, query: str):
+        url = self.url.rstrip("/") + "/api/v1/query?" + urllib.parse.urlencode({"query": query})
+        headers = {"Accept": "application/json", "User-Agent": "raswarden"}
+        if self._token:
+            headers["Authorization"] = f"Bearer {self._token}"
+        return urllib.request.urlopen(urllib.request.Request(url, headers=headers), timeout=self.timeout_s)
+
+    def _series(self, metric: dict[str, str], position: str) -> int:
+        key = tuple(sorted(metric.items()))
+        sid = self._sid.get(key)
+        if sid is None:
+            labels = dict(metric)
+            name = labels.pop("__name__", "")
+            sid = self._sid[key] = self.ctx.mapper.series_id(name, labels, position, FORMAT)
+        return sid
+
+    def _query(self, query: str, sids: list[int], tss: list[float], vals: list[float]) -> None:
+        """Read one query's vector result into the lists; raises OSError/ValueError for a failed query."""
+        position = f"{self.url} query {query[:60]}"
+        with self._get(query) as response:
+            status = None
+            for prefix, event, value in ijson.parse(response, use_float=True):
+                if prefix == "status":
+                    status = value
+                elif prefix == "data.resultType" and value != "vector":
+                    raise ValueError(f"expected a vector result, got {value}")
+                elif prefix == "data.result.item" and event == "start_map":
+                    metric: dict[str, str] = {}
+                    pair: list[Any] = []
+                elif prefix.startswith("data.result.item.metric.") and event in ("string", "number"):
+                    metric[prefix.rsplit(".", 1)[1]] = str(value)
+                elif prefix == "data.result.item.value.item":
+                    pair.append(value)
+                elif prefix == "data.result.item" and event == "end_map":
+                    self._one(metric, pair, position, sids, tss, vals)
+            if status != "success":
+                raise ValueError(f"status {status!r}")
+
+    def _one(self, metric, pair, position, sids, tss, vals) -> None:
+        try:
+            ts, value = float(pair[0]), float(pair[1])
+        except (IndexError, TypeError, ValueError):
+            self.ctx.rejects.reject(FORMAT, position, "result without [time, value]", json.dumps(metric)[:120])
+            return
+        if not (math.isfinite(ts) and math.isfinite(value)):
+            self.ctx.rejects.reject(FORMAT, position, "value is NaN or infinite", json.dumps(metric)[:120])
+            return
+        sid = self._series(metric, position)
+        if sid < 0 or self._last_ts.get(sid) == ts:
+            return
+        self._last_ts[sid] = ts
+        sids.append(sid)
+        tss.append(ts)
+        vals.append(value)
+
+    def collect(self, now: float) -> tuple[Batch, Outcome]:
+        outcome = Outcome(targets_total=len(self.queries))
+        sids: list[int] = []
+        tss: list[float] = []
+        vals: list[float] = []
+        for query in self.queries:
+            try:
+                self._query(query, sids, tss, vals)
+                outcome.targets_up += 1
+            except urllib.error.HTTPError as exc:
+                outcome.errors.append(f"{self.url}: HTTP {exc.code} for {query[:60]}")
+            except (OSError, ValueError, ijson.JSONError) as exc:
+                outcome.errors.append(f"{self.url}: {getattr(exc, 'reason', None) or exc}")
+        if not sids:
+            return Batch(), outcome
+        frame = samples_frame(self.ctx.mapper, np.asarray(sids, dtype=np.int64), np.asarray(tss), np.asarray(vals),
+                              FORMAT)
+        order = np.argsort(frame["ts"].to_numpy(), kind="stable")
+        batch = Batch(samples=frame.iloc[order].reset_index(drop=True))
+        outcome.samples = len(batch.samples)
+        return batch, outcome
+
+    def probe(self) -> str | None:
+        try:
+            with self._get("vector(1)") as response:
+                response.read()
+            return None
+        except (OSError, ValueError) as exc:
+            return f"{self.url}: {getattr(exc, 'reason', None) or exc}"
+
+

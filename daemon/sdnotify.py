@@ -1,0 +1,62 @@
+"""systemd's notification protocol (sd_notify(3)): READY, STATUS, WATCHDOG, STOPPING, RELOADING.
+
+One datagram per call to the ``AF_UNIX`` socket named by ``$NOTIFY_SOCKET`` (an abstract socket when it
+starts with ``@``). Without the variable (not run by systemd) every call does nothing. The watchdog
+interval is ``$WATCHDOG_USEC`` (set by ``WatchdogSec=``) when ``$WATCHDOG_PID`` is unset or this process.
+"""
+
+from __future__ import annotations
+
+import logging
+import os
+import socket
+
+log = logging.getLogger("raswarden.sdnotify")
+
+
+class Notifier:
+    """Sends state changes to systemd; a no-op outside a ``Type=notify`` unit."""
+
+    def __init__(self, environ: dict[str, str] | None = None):
+        env = os.environ if environ is None else environ
+        address = env.get("NOTIFY_SOCKET", "")
+        self.address = ("\0" + address[1:]) if address.startswith("@") else address
+        usec = env.get("WATCHDOG_USEC", "")
+        pid = env.get("WATCHDOG_PID", "")
+        self.watchdog_s = int(usec) / 1e6 if usec.isdigit() and (not pid or pid == str(os.getpid())) else 0.0
+        self._sock: socket.socket | None = None
+
+    @property
+    def enabled(self) -> bool:
+        return bool(self.address)
+
+    def notify(self, **fields: str | int) -> bool:
+        """Send ``KEY=value`` lines (``notify(READY=1, STATUS="...")``); False when not sent."""
+        if not self.address:
+            return False
+        message = "\n".join(f"{k}={v}" for k, v in fields.items()).encode()
+        try:
+            if self._sock is None:
+                self._sock = socket.socket(socket.AF_UNIX, socket.SOCK_DGRAM | socket.SOCK_CLOEXEC)
+            self._sock.sendto(message, self.address)
+            return True
+        except OSError as exc:
+            log.warning("sd_notify to %s failed: %s", self.address, exc)
+            return False
+
+    def ready(self, status: str) -> bool:
+        return self.notify(READY=1, STATUS=status)
+
+    def status(self, text: str) -> bool:
+        return self.notify(STATUS=text)
+
+    def watchdog(self) -> bool:
+        return self.notify(WATCHDOG=1)
+
+    def stopping(self, status: str = "stopping") -> bool:
+        return self.notify(STOPPING=1, STATUS=status)
+
+    def close(self) -> None:
+        if self._sock is not None:
+            self._sock.close()
+            self._sock = None

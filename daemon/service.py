@@ -1,0 +1,438 @@
+"""``raswarden run``: the daemon on a management node.
+
+APScheduler 3 runs the jobs, each at most once at a time (``max_instances=1``, ``coalesce``: a late run is
+not repeated):
+
+* **cycle** every ``service.interval_s``: every collector reads what is new (concurrently), the batch goes
+  through the same :meth:`Pipeline.tick` as replay, and the collectors' cursors are saved with the tick;
+* **playbooks**: incidents become actions and pending steps advance (daemon/remediation.py);
+* **alerts**: incidents become notifications and the outbox delivers (daemon/alerting);
+* **housekeeping**: findings older than ``retention_days``, delivered notifications and told alerts go;
+* **retrain** (optional): ``raswarden train`` on the configured traces in a child process; the new model is
+  used only when it loads (a model from another build is refused);
+* **watchdog**: ``WATCHDOG=1`` to systemd only while cycles keep finishing.
+
+One active daemon per shard: every job first renews the shard's lease in the store; an instance that
+cannot get it is a standby and does nothing but try again. The instance that takes over restores the open
+incidents and non-healthy states from the store (:meth:`Pipeline.restore`) and the collectors' cursors.
+
+SIGTERM lets the job in flight finish, delivers what the outbox can, releases the lease and exits; SIGHUP
+reloads the config file (a bad one is refused with the key it names, and the old config stays).
+"""
+
+from __future__ import annotations
+
+import logging
+import os
+import signal
+import subprocess
+import sys
+import threading
+import time
+from concurrent.futures import ThreadPoolExecutor
+from dataclasses import dataclass, field
+from pathlib import Path
+
+import numpy as np
+from apscheduler.executors.pool import ThreadPoolExecutor as JobExecutor
+from apscheduler.schedulers.background import BackgroundScheduler
+from sqlalchemy import delete
+
+from daemon import metrics
+from daemon.alerting.service import Alerting
+from daemon.batch import Batch
+from daemon.collectors import Collector, Outcome, build, merge_batches
+from daemon.config import Config, ConfigError, load
+from daemon.formats.base import ReadContext
+from daemon.lease import Lease, shard_lease
+from daemon.naming import SeriesMapper
+from daemon.pipeline import Pipeline, PipelineConfig
+from daemon.rejects import RejectLog
+from daemon.remediation import Remediation, scheduler_from_config
+from daemon.sdnotify import Notifier
+from daemon.store import AlertRow, FindingRow, OutboxRow, Store
+from daemon.topology import Topology
+
+log = logging.getLogger("raswarden.service")
+
+
+@dataclass
+class CycleReport:
+    """What the last cycle did (for the status line, /healthz and the status page)."""
+
+    ts: float = 0.0
+    finished_at: float = 0.0
+    samples: int = 0
+    events: int = 0
+    late: int = 0
+    findings: int = 0
+    duration_s: float = 0.0
+    outcomes: dict[str, Outcome] = field(default_factory=dict)
+
+
+class Service:
+    """The live daemon: collectors → pipeline → playbooks and alerts, under one shard lease."""
+
+    def __init__(self, cfg: Config, notifier: Notifier | None = None, clock=time.time):
+        self.cfg = cfg
+        self.clock = clock
+        self.notifier = notifier or Notifier()
+        self.store = Store(cfg.store_url)
+        self.lease = Lease(self.store, shard_lease(cfg.service.shard), ttl_s=cfg.service.lease_ttl)
+        self.active = False
+        self.lock = threading.RLock()  # config swaps vs. jobs
+        self.cycles = 0
+        self.last = CycleReport()
+        self.previous_tick: float | None = None
+        self.scheduler: BackgroundScheduler | None = None
+        self.stop_event = threading.Event()
+        self.reload_event = threading.Event()
+        self.web = None
+        self.started_at = clock()
+        self._build(cfg)
+
+    # -- assembly --------------------------------------------------------------------------------
+    def _build(self, cfg: Config) -> None:
+        """Everything that follows from the config (again on reload)."""
+        topology = Topology.load(cfg.service.topology) if cfg.service.topology else Topology()
+        mapper = SeriesMapper(topology=topology, rejects=RejectLog())
+        self.ctx = ReadContext(mapper=mapper)
+        self.collectors: list[Collector] = build(cfg.collectors, self.ctx)
+        model = None
+        if cfg.service.model:
+            from detectors.model import ModelBundle
+
+            model = ModelBundle.load(cfg.service.model)
+        self.pipeline = Pipeline(mapper, PipelineConfig(interval_s=cfg.service.interval_s, model=model), self.store)
+        self.remediation = Remediation(cfg, self.store, scheduler_from_config(cfg), clock=self.clock)
+        self.alerting = Alerting.from_config(cfg, self.store)
+        self._pool = ThreadPoolExecutor(max_workers=max(1, len(self.collectors)), thread_name_prefix="collect")
+
+    def activate(self) -> None:
+        """Become the shard's active daemon: take up the store's incidents, states and cursors."""
+        incidents, states = self.pipeline.restore(self.store)
+        for c in self.collectors:
+            c.restore(self.store.collector_state(c.name))
+        self.active = True
+        log.info("active for shard %s (%s); restored %d open incidents and %d entity states",
+                 self.cfg.service.shard, self.lease.holder, incidents, states)
+
+    def _hold_lease(self) -> bool:
+        try:
+            got = self.lease.acquire()
+        except Exception as exc:  # the store is unreachable: not the holder until it answers again
+            log.error("cannot renew the shard lease: %s", exc)
+            got = False
+        if not got and self.active:
+            log.warning("lost the shard lease to %s: standing by", getattr(self.lease.current(), "holder", "?"))
+            self.active = False
+        elif got and not self.active:
+            self.activate()
+        return got
+
+    # -- jobs ------------------------------------------------------------------------------------
+    def cycle(self) -> CycleReport | None:
+        """Collect, tick, save cursors with the tick. None when standing by."""
+        with self.lock:
+            if not self._hold_lease():
+                metrics.ACTIVE.set(0)
+                return None
+            metrics.ACTIVE.set(1)
+            started = time.perf_counter()
+            now = self.clock()
+            outcomes: dict[str, Outcome] = {}
+            batches: list[Batch] = []
+            futures = {c.name: self._pool.submit(self._collect_one, c, now) for c in self.collectors}
+            for name, fut in futures.items():
+                batch, outcome = fut.result()
+                outcomes[name] = outcome
+                batches.append(batch)
+            batch = merge_batches(batches)
+            batch, late = self._drop_late(batch)
+            states = {c.name: dict(c.state) for c in self.collectors if c.state}
+            result = self.pipeline.tick(now, batch, collector_state=states)
+            self.previous_tick = now
+            self.cycles += 1
+            report = CycleReport(now, self.clock(), len(batch.samples), len(batch.events), late,
+                                 len(result.findings), time.perf_counter() - started, outcomes)
+            self.last = report
+            self._tick_metrics(report)
+            self.notifier.status(self.status_line())
+            return report
+
+    def _collect_one(self, collector: Collector, now: float) -> tuple[Batch, Outcome]:
+        started = time.perf_counter()
+        try:
+            batch, outcome = collector.collect(now)
+        except Exception as exc:  # a collector bug must not stop the others or the daemon
+            log.exception("collector %s failed", collector.name)
+            batch, outcome = Batch(), Outcome(errors=[f"{type(exc).__name__}: {exc}"], targets_total=1)
+        took = time.perf_counter() - started
+        metrics.COLLECTOR_DURATION.labels(collector.name).set(took)
+        metrics.COLLECTOR_SUCCESS.labels(collector.name).set(1 if outcome.ok else 0)
+        if outcome.ok:
+            metrics.COLLECTOR_LAST_SUCCESS.labels(collector.name).set(now)
+        for error in outcome.errors[:3]:
+            log.warning("collector %s: %s", collector.name, error)
+        if len(outcome.errors) > 3:
+            log.warning("collector %s: %d more errors", collector.name, len(outcome.errors) - 3)
+        return batch, outcome
+
+    def _drop_late(self, batch: Batch) -> tuple[Batch, int]:
+        """Samples and events older than the previous tick minus the allowed lateness are counted and dropped."""
+        if self.previous_tick is None:
+            return batch, 0
+        cutoff = self.previous_tick - self.cfg.service.lateness
+        late = 0
+        if len(batch.samples):
+            keep = batch.samples["ts"].to_numpy() > cutoff
+            if not keep.all():
+                late += int((~keep).sum())
+                batch.samples = batch.samples[keep].reset_index(drop=True)
+        if len(batch.events):
+            keep = batch.events["ts"].to_numpy() > cutoff
+            if not keep.all():
+                late += int((~keep).sum())
+                batch.events = batch.events[keep].reset_index(drop=True)
+        if late:
+            metrics.LATE_DROPPED.inc(late)
+            log.warning("dropped %d samples/events older than %.0f s before the previous tick", late,
+                        self.cfg.service.lateness)
+        return batch, late
+
+    def _tick_metrics(self, r: CycleReport) -> None:
+        metrics.TICKS.inc()
+        metrics.TICK_DURATION.set(r.duration_s)
+        metrics.LAST_TICK.set(r.ts)
+        counts: dict[str, int] = {}
+        for h in self.pipeline.health.entities.values():
+            counts[h.state.label] = counts.get(h.state.label, 0) + 1
+        for state in ("suspect", "subhealthy", "failed", "unknown"):
+            metrics.HEALTH.labels(state).set(counts.get(state, 0))
+        open_by: dict[tuple[str, str], int] = {}
+        for inc in self.pipeline.incidents.open.values():
+            key = (inc.category, inc.severity.label)
+            open_by[key] = open_by.get(key, 0) + 1
+        metrics.INCIDENTS_OPEN.clear()
+        for (category, severity), n in open_by.items():
+            metrics.INCIDENTS_OPEN.labels(category, severity).set(n)
+        scores: dict[str, float] = {}
+        for h in self.pipeline.health.entities.values():
+            if h.top is not None:
+                scores[h.top.detector] = max(scores.get(h.top.detector, 0.0), float(h.top.score))
+        for detector, score in scores.items():
+            metrics.DETECTOR_MAX_SCORE.labels(detector).set(score if np.isfinite(score) else 0.0)
+
+    def playbooks(self) -> dict[str, int] | None:
+        with self.lock:
+            if not self.lease.held():
+                return None
+            counts = self.remediation.step()
+            by: dict[tuple[str, str], int] = {}
+            for action in self.remediation.journal.actions():
+                key = (action.playbook, action.status)
+                by[key] = by.get(key, 0) + 1
+        metrics.ACTIONS.clear()
+        for (playbook, status), n in by.items():
+            metrics.ACTIONS.labels(playbook, status).set(n)
+        return counts
+
+    def alerts(self) -> dict[str, int] | None:
+        with self.lock:
+            if not self.lease.held():
+                return None
+            return self.alerting.step(self.clock())
+
+    def housekeeping(self) -> dict[str, int]:
+        """Trim what is older than the retention: findings, delivered/failed notifications, told alerts."""
+        cutoff = self.clock() - self.cfg.service.retention_days * 86400
+        with self.store.session() as s:
+            out = {
+                "findings": s.exec(delete(FindingRow).where(FindingRow.ts < cutoff)).rowcount,
+                "outbox": s.exec(delete(OutboxRow).where(OutboxRow.status != "pending",
+                                                         OutboxRow.created_at < cutoff)).rowcount,
+                "alerts": s.exec(delete(AlertRow).where(AlertRow.status == "done",
+                                                        AlertRow.updated_at < cutoff)).rowcount,
+            }
+            s.commit()
+        if any(out.values()):
+            log.info("housekeeping removed %s", out)
+        return out
+
+    def retrain(self) -> bool:
+        """Train a new model on the configured traces in a child process; use it when it loads."""
+        from detectors.model import IncompatibleModel, ModelBundle
+
+        sv = self.cfg.service
+        base = Path(sv.model).parent if sv.model else Path(os.environ.get("STATE_DIRECTORY", "."))
+        target = base / f"model-{int(self.clock())}"
+        argv = [sys.executable, "-m", "daemon", "train", *sv.retrain_traces, "--out", str(target)]
+        log.info("retraining: %s", " ".join(argv))
+        done = subprocess.run(argv, capture_output=True, text=True)
+        if done.returncode != 0:
+            log.error("retraining failed (exit %d): %s", done.returncode, done.stderr[-500:])
+            return False
+        try:
+            bundle = ModelBundle.load(target)
+        except (IncompatibleModel, OSError, ValueError) as exc:
+            log.error("the retrained model in %s is not used: %s", target, exc)
+            return False
+        with self.lock:
+            self.pipeline.use_model(bundle)
+        log.info("using the retrained model %s", target)
+        return True
+
+    def watchdog(self) -> None:
+        """Pet systemd's watchdog only while cycles keep finishing (a hung daemon is restarted)."""
+        limit = 3 * self.cfg.service.interval_s + 30
+        if self.clock() - max(self.last.finished_at, self.started_at) <= limit:
+            self.notifier.watchdog()
+        else:
+            log.error("no cycle finished for %.0f s: not petting the watchdog", self.clock() - self.last.finished_at)
+
+    # -- health and status -----------------------------------------------------------------------
+    def status_line(self) -> str:
+        if not self.active:
+            held = self.lease.current()
+            return f"standby: {held.holder if held else '?'} holds shard {self.cfg.service.shard}"
+        r = self.last
+        up = sum(1 for o in r.outcomes.values() if o.ok)
+        return (f"tick {self.cycles}: {r.samples} samples, {r.events} events, {r.findings} findings; "
+                f"{len(self.pipeline.incidents.open)} open incidents; collectors {up}/{len(r.outcomes)} ok")
+
+    def healthz(self) -> tuple[bool, dict]:
+        """Ready when the store is writable and, once active, the collectors answered the last cycle."""
+        problems: list[str] = []
+        try:
+            self.store.save_collector_state({"_healthz": {"pid": self.lease.holder}}, self.clock())
+        except Exception as exc:
+            problems.append(f"store not writable: {type(exc).__name__}")
+        if self.active:
+            for name, outcome in self.last.outcomes.items():
+                if not outcome.ok:
+                    problems.append(f"collector {name}: " + "; ".join(outcome.errors[:2]))
+            if not self.last.finished_at:
+                problems.append("no cycle finished yet")
+        return not problems, {"active": self.active, "problems": problems, "status": self.status_line()}
+
+    # -- lifecycle -------------------------------------------------------------------------------
+    def reload(self, path: str | Path | None = None) -> bool:
+        """Re-read the config file; a bad one is refused (with the key it names) and the old one stays."""
+        path = path or self.cfg.path
+        try:
+            cfg = load(path)
+            if cfg.store_url != self.cfg.store_url or cfg.service.shard != self.cfg.service.shard:
+                raise ConfigError(f"{path}: store.url and service.shard cannot change on reload (restart instead)")
+        except ConfigError as exc:
+            log.error("reload refused, keeping the running config: %s", exc)
+            metrics.RELOADS.labels("refused").inc()
+            return False
+        self.notifier.notify(RELOADING=1, STATUS="reloading")
+        with self.lock:
+            old_collectors, old_pipeline = self.collectors, self.pipeline
+            states = {c.name: dict(c.state) for c in old_collectors}
+            try:
+                self._build(cfg)
+            except Exception as exc:
+                log.error("reload refused, keeping the running config: %s", exc)
+                metrics.RELOADS.labels("refused").inc()
+                self.collectors, self.pipeline = old_collectors, old_pipeline
+                return False
+            for c in old_collectors:
+                c.close()
+            for c in self.collectors:
+                c.restore(states.get(c.name) or self.store.collector_state(c.name))
+            if self.active:
+                self.pipeline.restore(self.store)
+            self.cfg = cfg
+            self._schedule_jobs()
+        metrics.RELOADS.labels("applied").inc()
+        self.notifier.notify(READY=1, STATUS=self.status_line())
+        log.info("config reloaded from %s", path)
+        return True
+
+    def _schedule_jobs(self) -> None:
+        if self.scheduler is None:
+            return
+        sv = self.cfg.service
+        jobs = [("cycle", self.cycle, sv.interval_s), ("playbooks", self.playbooks, sv.playbook_interval_s),
+                ("alerts", self.alerts, sv.alert_interval_s),
+                ("housekeeping", self.housekeeping, sv.housekeeping_interval_s)]
+        if sv.retrain_interval_s:
+            jobs.append(("retrain", self.retrain, sv.retrain_interval_s))
+        if self.notifier.watchdog_s:
+            jobs.append(("watchdog", self.watchdog, self.notifier.watchdog_s / 2))
+        for job in self.scheduler.get_jobs():
+            job.remove()
+        for name, func, every in jobs:
+            self.scheduler.add_job(self._guarded(name, func), "interval", seconds=every, id=name, name=name,
+                                   max_instances=1, coalesce=True, misfire_grace_time=max(1, int(every)),
+                                   next_run_time=None if name in ("housekeeping", "retrain") else _now_dt())
+
+    def _guarded(self, name: str, func):
+        def run():
+            try:
+                func()
+            except Exception:  # a job's failure is logged and counted; the daemon goes on
+                metrics.JOB_FAILURES.labels(name).inc()
+                log.exception("job %s failed", name)
+        return run
+
+    def start(self) -> None:
+        """Start the HTTP server and the jobs; returns at once (see :meth:`run`)."""
+        from daemon.web import WebServer
+
+        self.started_at = self.clock()
+        self.web = WebServer(self, self.cfg.http)
+        self.web.start()
+        self.scheduler = BackgroundScheduler(executors={"default": JobExecutor(4)}, timezone="UTC")
+        self._schedule_jobs()
+        self.scheduler.start()
+        self.notifier.ready(f"started; listening on {self.web.address}")
+        log.info("raswarden running: shard %s, %d collectors, interval %.0f s, http %s", self.cfg.service.shard,
+                 len(self.collectors), self.cfg.service.interval_s, self.web.address)
+
+    def stop(self) -> None:
+        """Finish the jobs in flight, deliver what the outbox can, release the lease, close everything."""
+        self.notifier.stopping("finishing the job in flight")
+        if self.scheduler is not None:
+            self.scheduler.shutdown(wait=True)
+            self.scheduler = None
+        if self.active:
+            try:
+                self.alerting.step(self.clock())
+            except Exception:
+                log.exception("final alert delivery failed")
+            try:
+                self.lease.release()
+            except Exception:
+                log.exception("could not release the lease")
+        for c in self.collectors:
+            c.close()
+        self._pool.shutdown(wait=True)
+        if self.web is not None:
+            self.web.stop()
+        self.store.close()
+        self.notifier.close()
+        log.info("raswarden stopped")
+
+    def run(self) -> int:
+        """Run until SIGTERM/SIGINT; SIGHUP reloads."""
+        signal.signal(signal.SIGTERM, lambda *_: self.stop_event.set())
+        signal.signal(signal.SIGINT, lambda *_: self.stop_event.set())
+        signal.signal(signal.SIGHUP, lambda *_: self.reload_event.set())
+        self.start()
+        try:
+            while not self.stop_event.wait(0.5):
+                if self.reload_event.is_set():
+                    self.reload_event.clear()
+                    self.reload()
+        finally:
+            self.stop()
+        return 0
+
+
+def _now_dt():
+    import datetime as dt
+
+    return dt.datetime.now(dt.UTC)

@@ -1,0 +1,304 @@
+"""raswarden's HTTP endpoint (loopback by default): metrics, health, the status page and the JSON API.
+
+| method | path | what |
+|---|---|---|
+| GET | ``/metrics`` | raswarden's own Prometheus metrics |
+| GET | ``/healthz`` | 200 when the store is writable and the collectors answer, else 503 (JSON says why) |
+| GET | ``/``, ``/incidents`` | the status page: supernode heatmap, open incidents, recent actions, silences |
+| GET | ``/api/v1/entities``, ``/api/v1/incidents[?status=open]``, ``/api/v1/actions``, ``/api/v1/silences`` | JSON |
+| POST | ``/api/v1/incidents/{id}/approve`` ``{"by"}`` | approve an action waiting for an operator |
+| POST | ``/api/v1/silences`` ``{"matchers", "duration", "comment", "by"}`` | add a silence |
+| POST | ``/api/v1/nodes/{node}/resume`` ``{"reason", "by", "force"}`` (and ``/drain``) | an operator's drain/resume |
+
+Writes need ``Authorization: Bearer <token>`` (``[http] token_file``/``token_credential``); without a
+configured token they are refused. The page is plain HTML and inline SVG: no script, no external asset.
+"""
+
+from __future__ import annotations
+
+import hmac
+import html
+import json
+import logging
+import threading
+import time
+from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
+from urllib.parse import parse_qs, urlsplit
+
+from prometheus_client import CONTENT_TYPE_LATEST, generate_latest
+from sqlmodel import select
+
+from daemon import metrics
+from daemon.alerting.silences import SilenceBook
+from daemon.operator import OperatorError, add_silence, approve, node_action
+from daemon.store import ActionRow, EntityRow
+
+log = logging.getLogger("raswarden.web")
+
+COLOURS = {"healthy": "#2e7d32", "suspect": "#f9a825", "subhealthy": "#ef6c00", "failed": "#c62828",
+           "unknown": "#757575"}
+MAX_BODY = 64 * 1024
+
+
+def _states(service) -> dict[str, str]:
+    """Current visible state per entity: the pipeline's, else the store's last record."""
+    out = {h.entity: h.state for h in service.store.health()}
+    pipeline = service.pipeline
+    for entity, h in pipeline.health.entities.items():
+        out[entity] = h.state.label
+    for entity, state in pipeline.reported.items():
+        if "/" not in entity:
+            out[entity] = state.label
+    return out
+
+
+def entities_json(service) -> list[dict]:
+    states = _states(service)
+    with service.store.session() as s:
+        rows = s.exec(select(EntityRow).order_by(EntityRow.id)).all()
+    return [{"id": r.id, "kind": r.kind, "node": r.node, "rack": r.rack,
+             "state": states.get(r.id, "healthy")} for r in rows]
+
+
+def incidents_json(service, status: str | None) -> list[dict]:
+    return [{"id": r.id, "entity": r.entity, "kind": r.kind, "category": r.category, "severity": r.severity,
+             "status": r.status, "opened_at": r.opened_at, "updated_at": r.updated_at, "closed_at": r.closed_at,
+             "rack": r.rack, "parent": r.parent, "evidence": r.evidence}
+            for r in service.store.incidents(status)]
+
+
+def actions_json(service, limit: int = 200) -> list[dict]:
+    with service.store.session() as s:
+        rows = s.exec(select(ActionRow).order_by(ActionRow.ts.desc()).limit(limit)).all()
+    return [{"key": r.idempotency_key, "incident": r.incident_id, "playbook": r.playbook, "step": r.step,
+             "status": r.status, "ts": r.ts, "detail": r.detail} for r in rows]
+
+
+def silences_json(service) -> list[dict]:
+    now = time.time()
+    return [{"id": s.id, "matchers": [str(m) for m in s.matchers], "starts_at": s.starts_at, "ends_at": s.ends_at,
+             "by": s.created_by, "comment": s.comment} for s in SilenceBook(service.store).active(now)]
+
+
+# -- the status page ------------------------------------------------------------------------------
+def heatmap_svg(entities: list[dict]) -> str:
+    """One row per rack, one tile per node (its header coloured by the node's state) holding a cell per
+    accelerator; every tile and cell has a tooltip with its id and state."""
+    nodes: dict[str, dict] = {}
+    accel: dict[str, list[dict]] = {}
+    for e in entities:
+        if e["kind"] == "node":
+            nodes[e["id"]] = e
+        elif e["kind"] == "accelerator":
+            accel.setdefault(e["node"], []).append(e)
+    racks: dict[str, list[str]] = {}
+    for node, e in nodes.items():
+        racks.setdefault(e["rack"] or "-", []).append(node)
+    cell, gap, per_row = 9, 2, 4
+    tile_w = per_row * (cell + gap) + gap
+    out, y = [], 0
+    width = 0
+    for rack in sorted(racks):
+        members = sorted(racks[rack])
+        out.append(f'<text x="0" y="{y + 11}" class="rack">{html.escape(rack)}</text>')
+        y += 16
+        x = 0
+        row_h = 0
+        for node in members:
+            gpus = sorted(accel.get(node, []), key=lambda a: (len(a["id"]), a["id"]))
+            rows = max(1, -(-len(gpus) // per_row))
+            tile_h = 6 + rows * (cell + gap) + gap
+            if x + tile_w > 1200:
+                x, y = 0, y + row_h + 4
+                row_h = 0
+            state = nodes[node]["state"]
+            out.append(f'<g><title>{html.escape(node)}: {state}</title>'
+                       f'<rect x="{x}" y="{y}" width="{tile_w}" height="{tile_h}" fill="#eceff1" stroke="#90a4ae"/>'
+                       f'<rect x="{x}" y="{y}" width="{tile_w}" height="5" fill="{COLOURS.get(state, "#000")}"/></g>')
+            for i, g in enumerate(gpus):
+                cx = x + gap + (i % per_row) * (cell + gap)
+                cy = y + 6 + gap + (i // per_row) * (cell + gap)
+                out.append(f'<rect x="{cx}" y="{cy}" width="{cell}" height="{cell}" '
+                           f'fill="{COLOURS.get(g["state"], "#000")}"><title>{html.escape(g["id"])}: '
+                           f'{g["state"]}</title></rect>')
+            x += tile_w + 4
+            row_h = max(row_h, tile_h)
+            width = max(width, x)
+        y += row_h + 10
+    return (f'<svg xmlns="http://www.w3.org/2000/svg" width="{max(width, 200)}" height="{max(y, 20)}" '
+            f'role="img" aria-label="health heatmap">{"".join(out)}</svg>')
+
+
+def _when(ts: float | None) -> str:
+    return time.strftime("%Y-%m-%d %H:%M:%S", time.gmtime(ts)) if ts else "-"
+
+
+def status_page(service) -> str:
+    entities = entities_json(service)
+    incidents = incidents_json(service, "open")
+    actions = actions_json(service, 30)
+    silences = silences_json(service)
+    counts: dict[str, int] = {}
+    for e in entities:
+        if e["kind"] in ("node", "accelerator"):
+            counts[f'{e["kind"]}:{e["state"]}'] = counts.get(f'{e["kind"]}:{e["state"]}', 0) + 1
+    esc = html.escape
+    legend = " ".join(f'<span class="chip" style="background:{c}"></span>{s}' for s, c in COLOURS.items())
+    summary = ", ".join(f"{n} {k.replace(':', ' ')}" for k, n in sorted(counts.items())) or "no entities yet"
+    inc_rows = "".join(
+        f'<tr class="{esc(i["severity"])}"><td>{esc(i["id"])}</td><td>{esc(i["entity"])}</td>'
+        f'<td>{esc(i["severity"])}</td><td>{esc(i["category"])}</td><td>{_when(i["opened_at"])}</td>'
+        f'<td>{"<br>".join(esc(str(r)) for r in i["evidence"][:4])}</td></tr>' for i in incidents)
+    act_rows = "".join(
+        f'<tr><td>{_when(a["ts"])}</td><td>{esc(a["incident"])}</td><td>{esc(a["playbook"])}</td>'
+        f'<td>{esc(a["step"])}</td><td>{esc(a["status"])}</td></tr>' for a in actions)
+    sil_rows = "".join(
+        f'<tr><td>{esc(s["id"])}</td><td>{esc(" ".join(s["matchers"]))}</td><td>{_when(s["ends_at"])}</td>'
+        f'<td>{esc(s["by"])}</td><td>{esc(s["comment"])}</td></tr>' for s in silences)
+    status = esc(service.status_line())
+    return f"""<!doctype html>
+<html lang="en"><head><meta charset="utf-8"><title>raswarden</title>
+<meta http-equiv="refresh" content="30">
+<style>
+body{{font:14px system-ui,sans-serif;margin:1.2em;color:#263238}} h1{{font-size:1.3em;margin:0}}
+h2{{font-size:1.1em;margin:1.2em 0 .4em}} table{{border-collapse:collapse;width:100%}}
+td,th{{border-bottom:1px solid #cfd8dc;padding:3px 6px;text-align:left;vertical-align:top}}
+tr.failed td:nth-child(3){{color:#c62828;font-weight:bold}} tr.subhealthy td:nth-child(3){{color:#ef6c00}}
+.chip{{display:inline-block;width:10px;height:10px;margin:0 3px 0 10px}} .rack{{font-size:11px;fill:#37474f}}
+.muted{{color:#607d8b}}
+</style></head><body>
+<h1>raswarden — shard {esc(service.cfg.service.shard)}</h1>
+<p class="muted">{status} · {esc(summary)} · updated {_when(time.time())} UTC</p>
+<h2>Health</h2><p>{legend}</p>
+{heatmap_svg(entities)}
+<h2>Open incidents ({len(incidents)})</h2>
+<table><tr><th>incident</th><th>entity</th><th>state</th><th>category</th><th>opened (UTC)</th><th>evidence</th></tr>
+{inc_rows or '<tr><td colspan="6" class="muted">none</td></tr>'}</table>
+<h2>Recent actions</h2>
+<table><tr><th>when (UTC)</th><th>incident</th><th>playbook</th><th>step</th><th>status</th></tr>
+{act_rows or '<tr><td colspan="5" class="muted">none</td></tr>'}</table>
+<h2>Silences</h2>
+<table><tr><th>id</th><th>matchers</th><th>until (UTC)</th><th>by</th><th>comment</th></tr>
+{sil_rows or '<tr><td colspan="5" class="muted">none</td></tr>'}</table>
+</body></html>
+"""
+
+
+# -- the server -----------------------------------------------------------------------------------
+def _handler(service, token: str | None):
+    class Handler(BaseHTTPRequestHandler):
+        server_version = "raswarden"
+
+        def _send(self, status: int, body: bytes | str, ctype: str = "application/json") -> None:
+            data = body.encode() if isinstance(body, str) else body
+            self.send_response(status)
+            self.send_header("Content-Type", ctype)
+            self.send_header("Content-Length", str(len(data)))
+            self.send_header("Cache-Control", "no-store")
+            self.end_headers()
+            self.wfile.write(data)
+
+        def _json(self, status: int, obj) -> None:
+            self._send(status, json.dumps(obj, default=str, indent=1) + "\n")
+
+        def do_GET(self):  # noqa: N802 (http.server's name)
+            url = urlsplit(self.path)
+            path = url.path.rstrip("/") or "/"
+            try:
+                if path == "/metrics":
+                    self._send(200, generate_latest(metrics.REGISTRY), CONTENT_TYPE_LATEST)
+                elif path == "/healthz":
+                    ok, detail = service.healthz()
+                    self._json(200 if ok else 503, detail)
+                elif path in ("/", "/incidents"):
+                    self._send(200, status_page(service), "text/html; charset=utf-8")
+                elif path == "/api/v1/entities":
+                    self._json(200, entities_json(service))
+                elif path == "/api/v1/incidents":
+                    status = parse_qs(url.query).get("status", [None])[0]
+                    self._json(200, incidents_json(service, status))
+                elif path == "/api/v1/actions":
+                    self._json(200, actions_json(service))
+                elif path == "/api/v1/silences":
+                    self._json(200, silences_json(service))
+                else:
+                    self._json(404, {"error": f"no such path {url.path}"})
+            except Exception as exc:
+                log.exception("GET %s failed", url.path)
+                self._json(500, {"error": type(exc).__name__})
+
+        def do_POST(self):  # noqa: N802
+            url = urlsplit(self.path)
+            if token is None:
+                self._json(403, {"error": "the API's write calls are off: set [http] token_file or token_credential"})
+                return
+            given = self.headers.get("Authorization", "")
+            if not hmac.compare_digest(given.encode(), f"Bearer {token}".encode()):
+                self._json(401, {"error": "missing or wrong bearer token"})
+                return
+            length = int(self.headers.get("Content-Length") or 0)
+            if length > MAX_BODY:
+                self._json(413, {"error": "body too large"})
+                return
+            try:
+                body = json.loads(self.rfile.read(length) or b"{}")
+                if not isinstance(body, dict):
+                    raise ValueError("expected a JSON object")
+            except ValueError as exc:
+                self._json(400, {"error": f"bad JSON body: {exc}"})
+                return
+            parts = [p for p in url.path.split("/") if p]
+            who = str(body.get("by") or "api")
+            try:
+                if parts[:3] == ["api", "v1", "incidents"] and len(parts) == 5 and parts[4] == "approve":
+                    self._json(200, {"approved": approve(service.remediation, parts[3], who)})
+                elif parts == ["api", "v1", "silences"]:
+                    matchers = body.get("matchers")
+                    if not isinstance(matchers, list) or not matchers:
+                        raise OperatorError("matchers: a non-empty list such as [\"rack=r07\"]", 400)
+                    sil = add_silence(service.store, [str(m) for m in matchers], str(body.get("duration", "4h")),
+                                      who, str(body.get("comment", "")))
+                    self._json(201, {"id": sil.id, "ends_at": sil.ends_at})
+                elif parts[:3] == ["api", "v1", "nodes"] and len(parts) == 5 and parts[4] in ("drain", "resume"):
+                    from daemon.remediation import scheduler_from_config
+
+                    text = node_action(scheduler_from_config(service.cfg), service.store, parts[4], parts[3],
+                                       str(body.get("reason", "")), who, bool(body.get("force", False)))
+                    self._json(200, {"done": text})
+                else:
+                    self._json(404, {"error": f"no such path {url.path}"})
+            except OperatorError as exc:
+                self._json(exc.status, {"error": str(exc)})
+            except Exception as exc:
+                log.exception("POST %s failed", url.path)
+                self._json(500, {"error": type(exc).__name__})
+
+        def log_message(self, fmt, *args):
+            log.debug("%s %s", self.address_string(), fmt % args)
+
+    return Handler
+
+
+class WebServer:
+    """The HTTP endpoint in a thread of its own."""
+
+    def __init__(self, service, http_cfg):
+        host, _, port = http_cfg.listen.rpartition(":")
+        address = (host.strip("[]") or "127.0.0.1", int(port))
+        self.server = ThreadingHTTPServer(address, _handler(service, http_cfg.token))
+        self.server.daemon_threads = True
+        self.thread = threading.Thread(target=self.server.serve_forever, name="http", daemon=True)
+
+    @property
+    def address(self) -> str:
+        host, port = self.server.server_address[:2]
+        return f"{host}:{port}"
+
+    def start(self) -> None:
+        self.thread.start()
+
+    def stop(self) -> None:
+        self.server.shutdown()
+        self.server.server_close()
+
+

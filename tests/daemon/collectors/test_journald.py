@@ -1,0 +1,100 @@
+"""The journal, followed: a growing JSON-lines file with a saved offset, and a real journalctl with a cursor."""
+
+import json
+import os
+import shutil
+import subprocess
+import time
+
+import pytest
+
+from daemon.collectors.journald import JournaldCollector
+from daemon.formats.base import ReadContext
+from tests.conftest import require
+
+XID = "NVRM: Xid (PCI:0000:3b:00): 79, pid=0, GPU has fallen off the bus."
+
+
+def record(ts: float, message: str, host: str = "sn01-b01", transport: str = "kernel") -> str:
+    return json.dumps({"__REALTIME_TIMESTAMP": str(int(ts * 1e6)), "_HOSTNAME": host, "_TRANSPORT": transport,
+                       "MESSAGE": message}) + "\n"
+
+
+def test_follows_a_growing_file_resumes_and_starts_over_when_replaced(tmp_path):
+    path = tmp_path / "kernel.journal.json"
+    c = JournaldCollector("kernel", ReadContext(), file=str(path))
+    batch, outcome = c.collect(0.0)
+    assert outcome.ok and len(batch.events) == 0  # not written yet: no data, no error
+    with open(path, "w") as fh:
+        fh.write(record(100.0, XID) + "{broken\n" + record(101.0, "usb 1-1: new device", transport="kernel"))
+        fh.write(record(102.0, "EDAC MC0: 1 CE memory read error on DIMM_A1"))
+        fh.write(record(103.0, XID)[:40])  # still being written
+    ctx = c.ctx
+    batch, outcome = c.collect(1.0)
+    assert list(batch.events["kind"]) == ["xid", "edac"] and batch.events["code"].iloc[0] == 79
+    assert f"{path}:2: not a JSON object" in ctx.rejects.messages[0]
+    assert c.state["line"] == 4
+    with open(path, "a") as fh:
+        fh.write(record(103.0, XID)[40:])
+    batch, _ = c.collect(2.0)
+    assert len(batch.events) == 1 and batch.events["ts"].iloc[0] == 103.0  # the half line, once whole
+    restarted = JournaldCollector("kernel", ReadContext(), file=str(path))
+    restarted.restore(dict(c.state))
+    batch, _ = restarted.collect(3.0)
+    assert len(batch.events) == 0  # nothing twice
+    path.unlink()
+    path.write_text(record(200.0, XID))  # rotated: a new file
+    batch, _ = restarted.collect(4.0)
+    assert list(batch.events["ts"]) == [200.0]
+
+
+@pytest.fixture
+def journal_file(tmp_path):
+    """A real journal file written by systemd-journal-remote from export-format records."""
+    remote = shutil.which("systemd-journal-remote") or "/lib/systemd/systemd-journal-remote"
+    require(os.path.exists(remote), "systemd-journal-remote is not installed (scripts/test.sh installs it)")
+    out = tmp_path / "remote.journal"
+
+    def write(*messages: tuple[float, str]):
+        export = b""
+        for ts, msg in messages:
+            export += (f"__REALTIME_TIMESTAMP={int(ts * 1e6)}\n__MONOTONIC_TIMESTAMP=1\n"
+                       "_BOOT_ID=0123456789abcdef0123456789abcdef\n"
+                       f"_HOSTNAME=sn01-b01\n_TRANSPORT=kernel\nSYSLOG_IDENTIFIER=kernel\nMESSAGE={msg}\n\n").encode()
+        subprocess.run([remote, f"--output={out}", "--split-mode=none", "-"], input=export, check=True,
+                       capture_output=True)
+    return out, write
+
+
+def test_real_journalctl_with_a_persisted_cursor(journal_file):
+    out, write = journal_file
+    now = time.time()
+    write((now - 5, XID), (now - 4, "EDAC MC0: 1 CE memory read error on DIMM_A1"))
+    c = JournaldCollector("kernel", ReadContext(), args=[f"--file={out}"], since="2000-01-01")
+    events = []
+    deadline = time.monotonic() + 15
+    while len(events) < 2 and time.monotonic() < deadline:
+        batch, outcome = c.collect(time.time())
+        events += list(batch.events["kind"])
+        time.sleep(0.2)
+    assert events == ["xid", "edac"] and c.state["cursor"]
+    saved = dict(c.state)
+    c.close()
+    write((now - 3, XID))
+    again = JournaldCollector("kernel", ReadContext(), args=[f"--file={out}"])
+    again.restore(saved)
+    assert f"--after-cursor={saved['cursor']}" in again.command()
+    events = []
+    deadline = time.monotonic() + 15
+    while not events and time.monotonic() < deadline:
+        batch, _ = again.collect(time.time())
+        events += list(batch.events["ts"])
+        time.sleep(0.2)
+    again.close()
+    assert events == [pytest.approx(now - 3, abs=1e-3)]  # only the new record, once
+
+
+def test_a_missing_journalctl_is_an_error_not_a_crash():
+    c = JournaldCollector("kernel", ReadContext(), journalctl="/nonexistent/journalctl")
+    batch, outcome = c.collect(0.0)
+    assert not outcome.ok and "journalctl" in outcome.errors[0] and c.probe()

@@ -1,0 +1,86 @@
+"""A live simulated supernode for the service tests: ``raswarden simulate --serve`` on loopback, with a GPU
+that falls off the bus a few wall-clock seconds in, and a config file that points raswarden at it."""
+
+from __future__ import annotations
+
+import socket
+import subprocess
+import sys
+import time
+from pathlib import Path
+
+import pytest
+
+SCENARIO = """name: live
+seed: 3
+topology: {preset: scalex640, accelerators: 16}
+start: "2026-03-02T00:00:00Z"
+duration: 2h
+resolution: 30s
+profile: full
+jobs: {nodes_per_job: [2, 2], duration: [3h, 3h], gap: [1m, 1m], partial_share: 0.0}
+faults:
+  - {entity: sn01-b02/gpu5, fault: gpu_off_bus, template: a, onset: 2m, failure: %(failure)s}
+"""
+
+
+def free_port() -> int:
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        return s.getsockname()[1]
+
+
+class Live:
+    """The simulator process and the files it serves."""
+
+    def __init__(self, root: Path, failure: str = "10m", speed: float = 60.0):
+        self.root = root
+        self.sim_dir = root / "sim"
+        (root / "scenario.yaml").write_text(SCENARIO % {"failure": failure})
+        self.proc = subprocess.Popen([sys.executable, "-m", "daemon", "simulate", str(root / "scenario.yaml"),
+                                      "--serve", "--out", str(self.sim_dir), "--speed", str(speed)],
+                                     stdout=subprocess.PIPE, stderr=subprocess.STDOUT)
+        deadline = time.monotonic() + 30
+        while not (self.sim_dir / "prometheus-targets.json").exists():
+            if self.proc.poll() is not None or time.monotonic() > deadline:
+                raise RuntimeError(f"the simulator did not start: {self.proc.stdout.read().decode()[-2000:]}")
+            time.sleep(0.1)
+
+    def config(self, name: str = "raswarden.toml", extra: str = "", interval: float = 1.0, port: int | None = None,
+               db: Path | None = None) -> Path:
+        path = self.root / name
+        path.write_text(f"""[store]
+url = "sqlite:///{db or self.root / 'state.db'}"
+[service]
+interval_s = {interval}
+topology = "{self.sim_dir / 'topology.yaml'}"
+[http]
+listen = "127.0.0.1:{port or free_port()}"
+token = "test-token-123"
+[[collectors]]
+type = "exposition"
+name = "exporters"
+file_sd = ["{self.sim_dir / 'prometheus-targets.json'}"]
+timeout_s = 2
+[[collectors]]
+type = "journald"
+name = "kernel"
+file = "{self.sim_dir / 'kernel.journal.json'}"
+{extra}
+""")
+        return path
+
+    def stop(self) -> None:
+        if self.proc.poll() is None:
+            self.proc.terminate()
+            try:
+                self.proc.wait(timeout=10)
+            except subprocess.TimeoutExpired:
+                self.proc.kill()
+
+
+@pytest.fixture
+def live(tmp_path):
+    sim = Live(tmp_path)
+    yield sim
+    sim.stop()

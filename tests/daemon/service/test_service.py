@@ -1,0 +1,116 @@
+"""The service in-process against a live simulated supernode: collect and tick, restart from the store, standby."""
+
+from __future__ import annotations
+
+import time
+
+from sqlmodel import select
+
+from daemon.config import load
+from daemon.service import Service
+from daemon.store import CollectorStateRow, IncidentRow
+
+
+def until(check, timeout=60.0, every=0.5):
+    deadline = time.monotonic() + timeout
+    while time.monotonic() < deadline:
+        value = check()
+        if value:
+            return value
+        time.sleep(every)
+    raise AssertionError("condition not met in time")
+
+
+def test_cycles_collect_tick_and_open_an_incident_for_a_gpu_off_the_bus(live):
+    cfg = load(live.config())
+    svc = Service(cfg)
+    try:
+        first = until(lambda: (r := svc.cycle()) is not None and r.samples > 0 and r)
+        assert svc.active
+        assert first.outcomes["exporters"].ok and first.outcomes["exporters"].targets_total == 4
+        def gpu5_failed():
+            svc.cycle()
+            h = svc.pipeline.health.entities.get("sn01-b02/gpu5")
+            return h is not None and h.state.label == "failed"
+
+        until(gpu5_failed)
+        assert any(i.entity == "sn01-b02/gpu5" and i.category == "gpu_bus"
+                   for i in svc.pipeline.incidents.open.values())
+        with svc.store.session() as s:
+            kernel = s.get(CollectorStateRow, "kernel")
+        assert kernel is not None and kernel.value["offset"] > 0  # saved with the tick that read it
+        ok, detail = svc.healthz()
+        assert ok, detail
+        assert "open incidents" in svc.status_line()
+    finally:
+        svc.stop()
+
+
+def test_a_restarted_daemon_takes_up_its_incidents_and_reads_no_event_twice(live):
+    path = live.config()
+    svc = Service(load(path))
+    def gpu5_failed():
+        svc.cycle()
+        h = svc.pipeline.health.entities.get("sn01-b02/gpu5")
+        return h is not None and h.state.label == "failed" and svc.pipeline.events_by_kind.get("xid", 0)
+
+    until(gpu5_failed)
+    xids_before = svc.pipeline.events_by_kind.get("xid", 0)
+    assert xids_before >= 1
+    open_before = {i.fingerprint: i.id for i in svc.pipeline.incidents.open.values()}
+    # no stop(): the process is gone as after SIGKILL, its lease still held until it runs out
+    svc.store.close()
+    for c in svc.collectors:
+        c.close()
+    again = Service(load(path))
+    try:
+        assert again.cycle() is None and not again.active  # the dead holder's lease has not run out yet
+        until(lambda: again.cycle() is not None, timeout=10)
+        assert {i.fingerprint: i.id for i in again.pipeline.incidents.open.values()}.items() >= open_before.items()
+        for _ in range(3):
+            again.cycle()
+            time.sleep(0.3)
+        assert again.pipeline.events_by_kind.get("xid", 0) == 0  # the Xid 79 line was not read again
+        with again.store.session() as s:
+            rows = s.exec(select(IncidentRow).where(IncidentRow.category == "gpu_bus")).all()
+        fingerprints = [r.fingerprint for r in rows]
+        assert len(fingerprints) == len(set(fingerprints))  # no second incident for the same fault
+        assert again.pipeline.health.entities["sn01-b02/gpu5"].state.label == "failed"
+    finally:
+        again.stop()
+
+
+def test_one_active_per_shard_the_standby_takes_over_when_released(live):
+    path = live.config()
+    a = Service(load(path))
+    b = Service(load(path))
+    try:
+        assert a.cycle() is not None and b.cycle() is None
+        assert b.status_line().startswith("standby:") and b.playbooks() is None and b.alerts() is None
+        ok, detail = b.healthz()
+        assert ok and detail["active"] is False
+        a.stop()
+        assert b.cycle() is not None and b.active
+    finally:
+        b.stop()
+
+
+def test_reload_refuses_a_bad_config_and_keeps_the_running_one(live):
+    path = live.config()
+    svc = Service(load(path))
+    try:
+        svc.cycle()
+        good = path.read_text()
+        path.write_text(good + "\n[service.extra]\n")
+        assert not svc.reload(path)
+        path.write_text(good.replace('type = "journald"', 'type = "journald"\nbogus = 1'))
+        assert not svc.reload(path)
+        assert [c.name for c in svc.collectors] == ["exporters", "kernel"]
+        offset = svc.collectors[1].state.get("offset", 0)
+        path.write_text(good.replace('name = "exporters"', 'name = "exporters"\nenabled = false'))
+        assert svc.reload(path)
+        assert [c.name for c in svc.collectors] == ["kernel"]
+        assert svc.collectors[0].state.get("offset", 0) == offset  # the cursor survives the reload
+        assert svc.cycle() is not None
+    finally:
+        svc.stop()
