@@ -1,0 +1,163 @@
+"""``raswarden run`` as systemd runs it: a subprocess with a real NOTIFY_SOCKET datagram socket, its HTTP
+endpoints, SIGHUP with a bad and a good config, SIGKILL and a restart without a repeated alert, SIGTERM."""
+
+from __future__ import annotations
+
+import json
+import os
+import signal
+import socket
+import subprocess
+import sys
+import time
+import urllib.error
+import urllib.request
+
+import pytest
+
+from daemon.store import OutboxRow, Store
+from tests.daemon.alerting.receiver_server import ChatServer
+from tests.daemon.service.conftest import free_port
+
+
+class NotifySocket:
+    """The datagram socket systemd listens on for a Type=notify unit."""
+
+    def __init__(self, path):
+        self.path = str(path)
+        self.sock = socket.socket(socket.AF_UNIX, socket.SOCK_DGRAM)
+        self.sock.bind(self.path)
+        self.sock.settimeout(0.2)
+        self.messages: list[dict[str, str]] = []
+
+    def read(self) -> list[dict[str, str]]:
+        while True:
+            try:
+                data = self.sock.recv(4096).decode()
+            except TimeoutError:
+                return self.messages
+            self.messages.append(dict(line.split("=", 1) for line in data.splitlines() if "=" in line))
+
+    def wait_for(self, key: str, value: str | None = None, timeout: float = 60.0, after: int = 0) -> dict:
+        deadline = time.monotonic() + timeout
+        while time.monotonic() < deadline:
+            for m in self.read()[after:]:
+                if key in m and (value is None or m[key] == value):
+                    return m
+        raise AssertionError(f"no {key}={value} from the daemon; got {self.messages[-5:]}")
+
+
+def get(url: str):
+    try:
+        with urllib.request.urlopen(url, timeout=5) as r:
+            return r.status, r.read()
+    except urllib.error.HTTPError as exc:
+        return exc.code, exc.read()
+
+
+def post(url: str, body: dict, token: str | None = None):
+    headers = {"Content-Type": "application/json"}
+    if token:
+        headers["Authorization"] = f"Bearer {token}"
+    req = urllib.request.Request(url, data=json.dumps(body).encode(), headers=headers, method="POST")
+    try:
+        with urllib.request.urlopen(req, timeout=5) as r:
+            return r.status, json.loads(r.read())
+    except urllib.error.HTTPError as exc:
+        return exc.code, json.loads(exc.read())
+
+
+@pytest.fixture
+def chat():
+    server = ChatServer()
+    yield server
+    server.close()
+
+
+def start(config, notify: NotifySocket, log):
+    env = dict(os.environ, NOTIFY_SOCKET=notify.path, WATCHDOG_USEC="2000000")
+    return subprocess.Popen([sys.executable, "-m", "daemon", "run", "--config", str(config)], env=env,
+                            stdout=log, stderr=subprocess.STDOUT)
+
+
+def test_run_under_a_notify_socket_reload_kill_restart_and_stop(live, chat, tmp_path):
+    port = free_port()
+    receivers = f"""
+[alerting]
+group_wait_s = 0
+group_interval_s = 1
+[[alerting.receivers]]
+name = "chat"
+type = "webhook"
+url = "{chat.url()}"
+"""
+    config = live.config(extra=receivers, port=port)
+    base = f"http://127.0.0.1:{port}"
+    notify = NotifySocket(tmp_path / "notify.sock")
+    log = open(tmp_path / "run.log", "wb")
+    proc = start(config, notify, log)
+    try:
+        ready = notify.wait_for("READY", "1")
+        assert "listening on" in ready["STATUS"]
+        notify.wait_for("WATCHDOG", "1")  # petted while cycles finish (WatchdogSec=2 s)
+        notify.wait_for("STATUS")
+        # HTTP: health, metrics, the page, the API
+        deadline = time.monotonic() + 30
+        while get(f"{base}/healthz")[0] != 200:
+            assert time.monotonic() < deadline, get(f"{base}/healthz")
+            time.sleep(0.5)
+        status, body = get(f"{base}/metrics")
+        assert status == 200 and b"raswarden_ticks_total" in body and b'raswarden_scrape_up{collector="exporters"' in body
+        status, page = get(f"{base}/")
+        assert status == 200 and b"<svg" in page and b"sn01-b01" in page
+        assert post(f"{base}/api/v1/silences", {"matchers": ["rack=r99"]})[0] == 401
+        code, answer = post(f"{base}/api/v1/silences", {"matchers": ["rack=r99"], "duration": "1h", "by": "test"},
+                            token="test-token-123")
+        assert code == 201 and answer["id"]
+        assert post(f"{base}/api/v1/incidents/inc-nope/approve", {}, token="test-token-123")[0] == 404
+        # the GPU falls off the bus: an incident, and a chat message for it
+        deadline = time.monotonic() + 60
+        while not any(b"gpu_bus" in r.body for r in chat.received):
+            assert proc.poll() is None and time.monotonic() < deadline, "no chat message for the fault"
+            time.sleep(0.5)
+        status, incidents = get(f"{base}/api/v1/incidents?status=open")
+        assert any(i["entity"] == "sn01-b02/gpu5" for i in json.loads(incidents))
+        # SIGHUP with a broken file keeps the running config; a good one is applied
+        good = config.read_text()
+        config.write_text(good + "\n[bogus]\n")
+        mark = len(notify.read())
+        proc.send_signal(signal.SIGHUP)
+        time.sleep(2)
+        assert proc.poll() is None and not any("RELOADING" in m for m in notify.read()[mark:])
+        config.write_text(good)
+        proc.send_signal(signal.SIGHUP)
+        notify.wait_for("RELOADING", "1", after=mark)
+        # SIGKILL, then a restart: the lease runs out, the new process takes over and repeats nothing
+        sent = len(chat.received)
+        proc.kill()
+        proc.wait()
+        proc = start(config, notify, log)
+        notify.wait_for("READY", "1", after=len(notify.messages))
+        deadline = time.monotonic() + 30
+        while json.loads(get(f"{base}/healthz")[1]).get("active") is not True:
+            assert time.monotonic() < deadline, "the restarted daemon did not take over"
+            time.sleep(0.5)
+        time.sleep(3)
+        keys = [r.headers.get("idempotency-key") for r in chat.received]
+        assert len(keys) == len(set(keys)), "a notification was delivered twice"
+        assert len(chat.received) >= sent
+        # SIGTERM: finishes the job in flight, says STOPPING, exits 0
+        proc.send_signal(signal.SIGTERM)
+        assert proc.wait(timeout=30) == 0
+        notify.wait_for("STOPPING", "1")
+        store = Store(f"sqlite:///{tmp_path / 'state.db'}")
+        from sqlmodel import select
+
+        with store.session() as s:
+            pending = s.exec(select(OutboxRow).where(OutboxRow.status == "pending")).all()
+        store.close()
+        assert not pending
+    finally:
+        if proc.poll() is None:
+            proc.kill()
+        log.close()
