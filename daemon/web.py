@@ -94,7 +94,7 @@ def heatmap_svg(entities: list[dict]) -> str:
     racks: dict[str, list[str]] = {}
     for node, e in nodes.items():
         racks.setdefault(e["rack"] or "-", []).append(node)
-    cell, gap, per_row = 9, 2, 4
+    cell, gap, per_row, label_h = 11, 2, 4, 11
     tile_w = per_row * (cell + gap) + gap
     out, y = [], 0
     width = 0
@@ -107,7 +107,7 @@ def heatmap_svg(entities: list[dict]) -> str:
         for node in members:
             gpus = sorted(accel.get(node, []), key=lambda a: (len(a["id"]), a["id"]))
             rows = max(1, -(-len(gpus) // per_row))
-            tile_h = 6 + rows * (cell + gap) + gap
+            tile_h = 6 + rows * (cell + gap) + gap + label_h
             if x + tile_w > 1200:
                 x, y = 0, y + row_h + 4
                 row_h = 0
@@ -121,6 +121,8 @@ def heatmap_svg(entities: list[dict]) -> str:
                 out.append(f'<rect x="{cx}" y="{cy}" width="{cell}" height="{cell}" '
                            f'fill="{COLOURS.get(g["state"], "#000")}"><title>{html.escape(g["id"])}: '
                            f'{g["state"]}</title></rect>')
+            short = node.rsplit("-", 1)[-1] if len(node) > 8 else node
+            out.append(f'<text x="{x + tile_w / 2}" y="{y + tile_h - 2}" class="node">{html.escape(short)}</text>')
             x += tile_w + 4
             row_h = max(row_h, tile_h)
             width = max(width, x)
@@ -165,6 +167,7 @@ h2{{font-size:1.1em;margin:1.2em 0 .4em}} table{{border-collapse:collapse;width:
 td,th{{border-bottom:1px solid #cfd8dc;padding:3px 6px;text-align:left;vertical-align:top}}
 tr.failed td:nth-child(3){{color:#c62828;font-weight:bold}} tr.subhealthy td:nth-child(3){{color:#ef6c00}}
 .chip{{display:inline-block;width:10px;height:10px;margin:0 3px 0 10px}} .rack{{font-size:11px;fill:#37474f}}
+.node{{font-size:9px;fill:#455a64;text-anchor:middle}}
 .muted{{color:#607d8b}}
 </style></head><body>
 <h1>raswarden — shard {esc(service.cfg.service.shard)}</h1>
