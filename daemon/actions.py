@@ -59,6 +59,13 @@ class StoreJournal:
     def open_actions(self) -> list[Action]:
         return self.actions(OPEN)
 
+    def actions_for(self, incident_id: str) -> list[Action]:
+        """Every action planned for one incident, oldest first."""
+        with self.store.session() as s:
+            rows = s.exec(select(ActionRow).where(ActionRow.step == "action", ActionRow.incident_id == incident_id)
+                          .order_by(ActionRow.id)).all()
+        return [Action.from_dict(r.detail) for r in rows]
+
     def started_since(self, playbook: str, since: float) -> int:
         return sum(1 for a in self.actions() if a.playbook == playbook and a.mode == "act" and any(
             st.started_at is not None and st.started_at >= since for st in a.steps[:1]))

@@ -448,7 +448,7 @@ def cmd_playbook(args: argparse.Namespace) -> int:
                 print(f"no incident {args.incident}", file=sys.stderr)
                 return 1
             state = rem.engine.scheduler.snapshot()
-            action = rem.engine.plan(incident_ref(row), state)
+            action = rem.engine.plan(incident_ref(row, scheduler_names=rem.scheduler_names), state)
             if action is None:
                 print(f"{row.id} ({row.entity}, {row.severity}, {row.category}): no playbook matches")
                 return 0

@@ -33,9 +33,13 @@ def scheduler_from_config(cfg: Config) -> Scheduler | None:
     return None
 
 
-def incident_ref(row: IncidentRow, labels: dict[str, str] | None = None) -> IncidentRef:
+def incident_ref(row: IncidentRow, labels: dict[str, str] | None = None,
+                 scheduler_names: dict[str, str] | None = None) -> IncidentRef:
+    """The engine's view of an incident row; ``scheduler_names`` (topology ``scheduler_name``) maps the node."""
+    node = row.entity.split("/", 1)[0]
     return IncidentRef(id=row.id, entity=row.entity, kind=row.kind, state=row.severity, category=row.category,
-                       rack=row.rack, labels=labels or {}, opened_at=row.opened_at, closed_at=row.closed_at)
+                       rack=row.rack, labels=labels or {}, opened_at=row.opened_at, closed_at=row.closed_at,
+                       scheduler_node=(scheduler_names or {}).get(node))
 
 
 class NoScheduler:
@@ -56,6 +60,12 @@ class Remediation:
                 cfg.guards.mode = "dry-run"
         self.store = store
         self.journal = StoreJournal(store)
+        # Nodes the scheduler knows by another name than the telemetry's (topology.yaml scheduler_name).
+        self.scheduler_names: dict[str, str] = {}
+        if cfg.service.topology:
+            from daemon.topology import Topology
+
+            self.scheduler_names = dict(Topology.load(cfg.service.topology).scheduler_name)
         self.clock = clock
         self.act_on = act_on
         racks = self._racks()
@@ -63,8 +73,11 @@ class Remediation:
                              rack_of=racks.get)
 
     def _racks(self) -> dict[str, str | None]:
+        """Rack of each node, by its own and by its scheduler name (the engine sees the latter)."""
         with self.store.session() as s:
-            return {r.node: r.rack for r in s.exec(select(EntityRow).where(EntityRow.kind == "node")).all()}
+            racks = {r.node: r.rack for r in s.exec(select(EntityRow).where(EntityRow.kind == "node")).all()}
+        racks.update({sched: racks.get(node) for node, sched in self.scheduler_names.items()})
+        return racks
 
     def sync(self, state: ClusterState | None = None) -> int:
         """Plan actions for incidents changed since the cursor; returns how many were planned."""
@@ -88,11 +101,14 @@ class Remediation:
             labels = {k: str(v) for k, v in (attrs.get(row.entity) or {}).items()}
             if row.closed_at is None:
                 if row.parent is None and row.severity in self.act_on:
-                    planned += self.engine.submit(incident_ref(row, labels), state) is not None
+                    ref = incident_ref(row, labels, self.scheduler_names)
+                    planned += self.engine.submit(ref, state) is not None
             elif self._drained_for(row.id):
-                ref = IncidentRef(id=f"{row.id}-recovered", entity=row.entity.split("/", 1)[0], kind="node",
+                node = row.entity.split("/", 1)[0]
+                ref = IncidentRef(id=f"{row.id}-recovered", entity=node, kind="node",
                                   state="healthy", category=row.category, rack=row.rack, labels=labels,
-                                  opened_at=row.opened_at, closed_at=row.closed_at)
+                                  opened_at=row.opened_at, closed_at=row.closed_at,
+                                  scheduler_node=self.scheduler_names.get(node))
                 planned += self.engine.submit(ref, state) is not None
         with self.store.session() as s:
             s.merge(AlertCursorRow(name=CURSOR, value=max(r.updated_at for r in rows)))

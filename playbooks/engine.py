@@ -46,10 +46,14 @@ class IncidentRef:
     labels: dict[str, str] = field(default_factory=dict)
     opened_at: float = 0.0
     closed_at: float | None = None
+    scheduler_node: str | None = None  # the scheduler's name of the node, when the topology gives another
 
     @property
     def node(self) -> str | None:
-        return None if self.kind in ("rack", "cooling", "supernode") else self.entity.split("/", 1)[0]
+        """The node as the scheduler names it (what is drained, resumed and whose jobs are signalled)."""
+        if self.kind in ("rack", "cooling", "supernode"):
+            return None
+        return self.scheduler_node or self.entity.split("/", 1)[0]
 
 
 @dataclass
@@ -102,6 +106,8 @@ class Journal(Protocol):
     def get(self, key: str) -> Action | None: ...
 
     def open_actions(self) -> list[Action]: ...
+
+    def actions_for(self, incident_id: str) -> list[Action]: ...
 
     def started_since(self, playbook: str, since: float) -> int: ...
 
@@ -175,7 +181,16 @@ class Engine:
                       status="awaiting_approval" if pb.guards.approval else "planned")
 
     def submit(self, incident: IncidentRef, state: ClusterState) -> Action | None:
-        """Plan and journal the action for ``incident`` unless it has one already."""
+        """Plan and journal the action for ``incident`` unless it has one already.
+
+        One incident gets one action per severity: while an action of it is open, or once one was planned at
+        the incident's present severity, an update of the incident plans nothing new (the node's jobs having
+        moved away, say, must not turn a finished checkpoint-drain-requeue into a second "idle node" drain);
+        an escalation (sub-healthy to failed) plans the failed playbook.
+        """
+        earlier = self.journal.actions_for(incident.id)
+        if any(a.status in OPEN or a.incident.state == incident.state for a in earlier):
+            return None
         action = self.plan(incident, state)
         if action is None or self.journal.get(action.key) is not None:
             return None

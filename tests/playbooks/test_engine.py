@@ -238,8 +238,8 @@ def test_builtin_playbook_waits_for_the_jobs_comment(world):
 
 
 def test_a_node_drained_once_is_not_a_repeat_offender(world):
-    """The with-jobs playbook drains, then the idle playbook finds the node already drained: one drain, and
-    the node is resumed after its clean period (it was counted three times once)."""
+    """The with-jobs playbook drains; an update of the same incident (its jobs have moved away) plans no second
+    action, and the node is resumed after its clean period (it was counted three times once)."""
     store, sched = world
     clock = Clock(1000.0)
     eng = engine(store, sched, clock=clock, repeat_offender=2)
@@ -251,10 +251,12 @@ def test_a_node_drained_once_is_not_a_repeat_offender(world):
         sched.step(sched.now + 120)
         clock.t += 120
     assert DRAIN in sched.snapshot().nodes[node].states and not sched.snapshot().jobs_on(node)
-    again = eng.submit(inc, sched.snapshot())
-    assert again.playbook == "subhealthy-node-idle"
+    assert eng.submit(inc, sched.snapshot()) is None  # one action per incident and severity
+    failed = eng.submit(IncidentRef(**{**inc.__dict__, "state": "failed"}), sched.snapshot())
+    assert failed.playbook == "failed-node"  # an escalation gets its own
     eng.run()
-    assert StoreJournal(store).get(again.key).steps[-1].detail["note"] == "already drained by raswarden"
+    assert StoreJournal(store).get(failed.key).status == "done"
+    assert StoreJournal(store).drains_of(node, 0.0) == 1
     healed = eng.submit(IncidentRef(id=inc.id + "-recovered", entity=node, kind="node", state="healthy",
                                     category="gpu_memory", closed_at=clock.t), sched.snapshot())
     clock.t += 1801

@@ -86,7 +86,8 @@ def test_sysusers_and_tmpfiles_create_what_they_say(tmp_path):
     done = subprocess.run(["systemd-tmpfiles", "--create", f"--root={root}", str(TMPFILES)], capture_output=True,
                           text=True)
     assert done.returncode == 0, done.stderr
-    assert (root / "etc/raswarden/playbooks").is_dir() and oct((root / "etc/raswarden/credentials").stat().st_mode)[-3:] == "700"
+    assert (root / "etc/raswarden/playbooks").is_dir()
+    assert oct((root / "etc/raswarden/credentials").stat().st_mode)[-3:] == "700"
     assert (root / "var/lib/raswarden/models").is_dir()
 
 

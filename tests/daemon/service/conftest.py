@@ -15,7 +15,7 @@ SCENARIO = """name: live
 seed: 3
 topology: {preset: scalex640, accelerators: 16}
 start: "2026-03-02T00:00:00Z"
-duration: 2h
+duration: %(duration)s
 resolution: 30s
 profile: full
 jobs: {nodes_per_job: [2, 2], duration: [3h, 3h], gap: [1m, 1m], partial_share: 0.0}
@@ -33,10 +33,10 @@ def free_port() -> int:
 class Live:
     """The simulator process and the files it serves."""
 
-    def __init__(self, root: Path, failure: str = "10m", speed: float = 60.0):
+    def __init__(self, root: Path, failure: str = "10m", speed: float = 60.0, duration: str = "2h"):
         self.root = root
         self.sim_dir = root / "sim"
-        (root / "scenario.yaml").write_text(SCENARIO % {"failure": failure})
+        (root / "scenario.yaml").write_text(SCENARIO % {"failure": failure, "duration": duration})
         self.proc = subprocess.Popen([sys.executable, "-m", "daemon", "simulate", str(root / "scenario.yaml"),
                                       "--serve", "--out", str(self.sim_dir), "--speed", str(speed)],
                                      stdout=subprocess.PIPE, stderr=subprocess.STDOUT)
@@ -47,13 +47,14 @@ class Live:
             time.sleep(0.1)
 
     def config(self, name: str = "raswarden.toml", extra: str = "", interval: float = 1.0, port: int | None = None,
-               db: Path | None = None) -> Path:
+               db: Path | None = None, service_extra: str = "") -> Path:
         path = self.root / name
         path.write_text(f"""[store]
 url = "sqlite:///{db or self.root / 'state.db'}"
 [service]
 interval_s = {interval}
 topology = "{self.sim_dir / 'topology.yaml'}"
+{service_extra}
 [http]
 listen = "127.0.0.1:{port or free_port()}"
 token = "test-token-123"

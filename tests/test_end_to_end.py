@@ -1,0 +1,162 @@
+"""End to end, with real components: the simulator's live exporters and kernel log, a real Slurm (munge,
+slurmctld, four slurmd), a real webhook receiver, and ``raswarden run`` as a subprocess from a config file.
+
+A GPU of the blade that runs an opted-in training job starts to fall off the bus: raswarden flags it, opens an
+incident, has the job checkpoint, drains the blade, requeues the job (it restarts from its checkpoint on
+another blade) and tells the chat. Then raswarden is killed with SIGKILL and started again: no drain or
+requeue is repeated, no notification is lost or sent twice, and the kernel log is read on from where the
+last tick that used it stopped.
+"""
+
+from __future__ import annotations
+
+import json
+import re
+import signal
+import subprocess
+import sys
+import time
+import urllib.request
+
+import yaml
+
+from daemon.formats.kernel_events import parse_kernel_message
+from daemon.store import ActionRow, CollectorStateRow, Store
+from tests.daemon.alerting.receiver_server import ChatServer
+from tests.daemon.service.conftest import Live, free_port
+from tests.playbooks.conftest import LAB_DIR, slurm, slurm_lab  # noqa: F401  (fixtures: a real Slurm)
+
+CTLD_LOG = LAB_DIR / "log" / "slurmctld.log"
+
+
+def wait(cond, timeout: float, what: str, proc=None, log=None):
+    deadline = time.monotonic() + timeout
+    while time.monotonic() < deadline:
+        if proc is not None and proc.poll() is not None:
+            raise AssertionError(f"raswarden exited ({proc.returncode}) while waiting for {what}: "
+                                 f"{log.read_text()[-3000:] if log else ''}")
+        value = cond()
+        if value:
+            return value
+        time.sleep(0.5)
+    raise AssertionError(f"timed out waiting for {what}" + (f"\n{log.read_text()[-3000:]}" if log else ""))
+
+
+def metric(port: int, name: str, labels: str) -> float:
+    with urllib.request.urlopen(f"http://127.0.0.1:{port}/metrics", timeout=5) as r:
+        text = r.read().decode()
+    series = f"{name}{{{labels}}}" if labels else name
+    m = re.search(rf"^{re.escape(series)} ([\d.e+]+)$", text, re.M)
+    return float(m.group(1)) if m else 0.0
+
+
+def test_fault_to_checkpoint_drain_requeue_and_chat_then_sigkill_and_restart(slurm, tmp_path):  # noqa: F811
+    chat = ChatServer()
+    live = Live(tmp_path, failure="3h", speed=120, duration="8h")
+    procs = []
+    try:
+        # the simulated blades are node1 and node2 to Slurm (topology scheduler_name)
+        topo_path = live.sim_dir / "topology.yaml"
+        topo = yaml.safe_load(topo_path.read_text())
+        names = {"sn01-b01": "node2", "sn01-b02": "node1"}  # the faulty blade is where Slurm starts the job
+        for rack in topo["racks"]:
+            for node in rack["nodes"]:
+                node["scheduler_name"] = names[node["name"]]
+        topo_path.write_text(yaml.safe_dump(topo, sort_keys=False))
+        ctld_from = CTLD_LOG.stat().st_size
+        job = slurm.submit()
+        assert slurm.job_node(job) == "node1"
+
+        port = free_port()
+        config = live.config(port=port, interval=1.0, service_extra="playbook_interval_s = 1\nalert_interval_s = 1",
+                             extra=f"""
+[alerting]
+group_wait_s = 0
+group_interval_s = 1
+[[alerting.receivers]]
+name = "chat"
+type = "webhook"
+url = "{chat.url()}"
+[playbooks]
+max_cluster_fraction = 1.0
+max_rack_fraction = 1.0
+[scheduler]
+type = "slurm"
+slurm_conf = "{slurm.conf}"
+""")
+        log = tmp_path / "run.log"
+
+        def start():
+            p = subprocess.Popen([sys.executable, "-m", "daemon", "run", "--config", str(config)],
+                                 stdout=open(log, "ab"), stderr=subprocess.STDOUT)
+            procs.append(p)
+            return p
+
+        proc = start()
+        # the job checkpoints on raswarden's signal, its blade is drained, the job restarts from its checkpoint
+        wait(lambda: slurm.log(job, "ckpt"), 240, "the job's checkpoint", proc, log)
+        wait(lambda: "drain" in slurm.node_state("node1"), 60, "node1 drained", proc, log)
+        reason = slurm.run("sinfo", "-h", "-n", "node1", "-o", "%E").strip()
+        assert reason.startswith("raswarden: inc-"), reason
+        wait(lambda: "resumed from" in slurm.log(job), 90, "the job restarted from its checkpoint", proc, log)
+        assert slurm.job_node(job) in ("node2", "node3", "node4")
+        wait(lambda: any(b"sn01-b02" in r.body for r in chat.received), 60, "a chat message", proc, log)
+        message = next(r.json() for r in chat.received if b"sn01-b02" in r.body)
+        assert message["status"] == "firing" and message["alerts"][0]["labels"]["node"] == "sn01-b02"
+
+        # SIGKILL, then a restart
+        time.sleep(2)
+        proc.send_signal(signal.SIGKILL)
+        proc.wait()
+        store = Store(f"sqlite:///{tmp_path / 'state.db'}")
+        with store.session() as s:
+            offset_at_kill = s.get(CollectorStateRow, "kernel").value["offset"]
+        sent_before = len(chat.received)
+        proc = start()
+        wait(lambda: metric(port, "raswarden_active", "") if _answers(port) else 0, 60, "the restart to take over",
+             proc, log)
+        time.sleep(4)
+        live.stop()  # the kernel log stops growing; let the daemon read it to the end
+        time.sleep(4)
+        events_after = sum(metric(port, "raswarden_events_ingested_total", f'source="journald",kind="{k}"')
+                           for k in ("xid", "aer", "edac", "mce", "link", "sxid"))
+        proc.send_signal(signal.SIGTERM)
+        assert proc.wait(timeout=60) == 0
+
+        with store.session() as s:
+            offset_final = s.get(CollectorStateRow, "kernel").value["offset"]
+            drains = s.exec(ActionRow.__table__.select().where(ActionRow.step == "drain")).all()
+            requeues = s.exec(ActionRow.__table__.select().where(ActionRow.step == "requeue")).all()
+        store.close()
+        # the kernel log: read on from the offset of the last tick before the kill, every RAS line once
+        with open(live.sim_dir / "kernel.journal.json", "rb") as fh:
+            fh.seek(offset_at_kill)
+            chunk = fh.read(offset_final - offset_at_kill).decode()
+        expected = sum(1 for line in chunk.splitlines() if line.strip()
+                       and parse_kernel_message(json.loads(line)["MESSAGE"]) is not None)
+        assert offset_final >= offset_at_kill and events_after == expected
+        # nothing repeated: one drain and one requeue for the incident, the job restarted once
+        assert len([d for d in drains if d.status == "done"]) == 1
+        assert len([r for r in requeues if r.status == "done"]) == 1
+        assert slurm.log(job).count("start restart=") == 2
+        with open(CTLD_LOG) as fh:
+            fh.seek(ctld_from)
+            ctld = fh.read()
+        assert ctld.count("update_node: node node1 state set to DRAIN") == 1
+        # no notification lost or sent twice
+        keys = [r.headers.get("idempotency-key") for r in chat.received]
+        assert len(keys) == len(set(keys)) and len(chat.received) >= sent_before
+    finally:
+        for p in procs:
+            if p.poll() is None:
+                p.kill()
+        live.stop()
+        chat.close()
+
+
+def _answers(port: int) -> bool:
+    try:
+        urllib.request.urlopen(f"http://127.0.0.1:{port}/healthz", timeout=2).close()
+        return True
+    except OSError:
+        return False
