@@ -19,13 +19,16 @@ from concurrent.futures import ThreadPoolExecutor
 from pathlib import Path
 from typing import Any, ClassVar
 
+import numpy as np
+
 from daemon import metrics
 from daemon.batch import Batch
-from daemon.collectors.base import Collector, Outcome, merge_batches
+from daemon.collectors.base import Collector, Outcome
 from daemon.formats.base import ReadContext
-from daemon.formats.openmetrics import parse_scrape
+from daemon.formats.openmetrics import parse_scrape_arrays, samples_frame
 
 ACCEPT = "text/plain;version=0.0.4;q=1,*/*;q=0.1"
+Arrays = tuple[np.ndarray, np.ndarray, np.ndarray]  # series id, timestamp, value
 MAX_BODY = 64 * 1024 * 1024
 
 
@@ -109,31 +112,30 @@ class ExpositionCollector(Collector):
             raise ValueError(f"answer larger than {MAX_BODY} bytes")
         return body
 
-    def _scrape(self, target: str, labels: dict[str, str], now: float) -> tuple[Batch, str | None, float]:
+    def _scrape(self, target: str, labels: dict[str, str], now: float) -> tuple[Arrays | None, str | None, float]:
         started = time.perf_counter()
         url = target_url(target)
         try:
             body = self.fetch(url)
         except urllib.error.HTTPError as exc:
-            return Batch(), f"{target}: HTTP {exc.code}", time.perf_counter() - started
+            return None, f"{target}: HTTP {exc.code}", time.perf_counter() - started
         except (OSError, ValueError) as exc:
             reason = getattr(exc, "reason", None) or exc
-            return Batch(), f"{target}: {reason}", time.perf_counter() - started
+            return None, f"{target}: {reason}", time.perf_counter() - started
         self._context(target, labels)
         return self._parse(body, target, url, now), None, time.perf_counter() - started
 
-    def _parse(self, body: bytes, target: str, url: str, now: float) -> Batch:
-        """One answer as a batch (a subclass may rewrite it first)."""
-        return parse_scrape(body, self._contexts[target], self._caches.setdefault(target, {}), url, now,
-                            source=self.kind)
+    def _parse(self, body: bytes, target: str, url: str, now: float) -> Arrays:
+        """One answer as (series id, ts, value) arrays (a subclass may rewrite the body first)."""
+        return parse_scrape_arrays(body, self._contexts[target], self._caches.setdefault(target, {}), url, now)
 
     def collect(self, now: float) -> tuple[Batch, Outcome]:
         outcome = Outcome()
         targets = self.all_targets(outcome.errors)
         outcome.targets_total = len(targets)
         results = list(self._pool.map(lambda tl: (tl[0], *self._scrape(tl[0], tl[1], now)), targets))
-        batches = []
-        for target, batch, error, took in results:
+        parts = []
+        for target, arrays, error, took in results:
             metrics.SCRAPE_UP.labels(self.name, target).set(0 if error else 1)
             metrics.SCRAPE_DURATION.labels(self.name, target).set(took)
             self.last_up[target] = error is None
@@ -141,8 +143,12 @@ class ExpositionCollector(Collector):
                 outcome.errors.append(error)
             else:
                 outcome.targets_up += 1
-                batches.append(batch)
-        batch = merge_batches(batches)
+                if len(arrays[0]):
+                    parts.append(arrays)
+        if not parts:
+            return Batch(), outcome
+        sid, ts, value = (np.concatenate([p[i] for p in parts]) for i in range(3))
+        batch = Batch(samples=samples_frame(self.ctx.mapper, sid, ts, value, self.kind))
         outcome.samples = len(batch.samples)
         return batch, outcome
 

@@ -12,9 +12,7 @@ from __future__ import annotations
 import re
 from typing import ClassVar
 
-from daemon.batch import Batch
 from daemon.collectors.exposition import ExpositionCollector
-from daemon.formats.openmetrics import parse_scrape
 
 _INFO = re.compile(rb'^infiniband_switch_info\{([^}]*)\}', re.M)
 _LABEL = re.compile(rb'(\w+)="((?:[^"\\]|\\.)*)"')
@@ -47,6 +45,5 @@ class InfinibandExporterCollector(ExpositionCollector):
 
     kind: ClassVar[str] = "infiniband"
 
-    def _parse(self, body: bytes, target: str, url: str, now: float) -> Batch:
-        return parse_scrape(with_switch_label(body), self._contexts[target], self._caches.setdefault(target, {}),
-                            url, now, source=self.kind)
+    def _parse(self, body: bytes, target: str, url: str, now: float):
+        return super()._parse(with_switch_label(body), target, url, now)

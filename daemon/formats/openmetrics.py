@@ -248,13 +248,14 @@ def samples_frame(mapper, sid: np.ndarray, ts: np.ndarray, value: np.ndarray, so
     return frame
 
 
-def parse_scrape(raw: bytes, ctx: ReadContext, cache: dict[str, int], src: str, now: float,
-                 source: str = "scrape") -> Batch:
-    """One live scrape (Prometheus text format, as exporters serve it) as a batch.
+def parse_scrape_arrays(raw: bytes, ctx: ReadContext, cache: dict[str, int], src: str,
+                        now: float) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
+    """One live scrape (Prometheus text format, as exporters serve it) as arrays ``(series id, ts, value)``.
 
     Lines without a timestamp take ``now`` (the scrape time); an explicit timestamp is in milliseconds, as
     the text format says. ``cache`` maps series keys to ids across scrapes of the same target, so each
-    series is named once. Bad lines are rejected with ``src:line``, as in a file.
+    series is named once. Bad lines are rejected with ``src:line``, as in a file. No frame is built here: a
+    collector scraping thousands of targets builds one frame for all of them (:func:`samples_frame`).
     """
     reader = OpenMetricsReader()
     default = -1.0  # marks "no timestamp on the line": such samples take ``now`` exactly
@@ -266,7 +267,13 @@ def parse_scrape(raw: bytes, ctx: ReadContext, cache: dict[str, int], src: str, 
         reader._parse_lines(decode_lines(raw), 1, ctx, cache, src, sids, tss, vals, default_ts=default)
         block = (np.asarray(sids, dtype=np.int64), np.asarray(tss, dtype=np.float64),
                  np.asarray(vals, dtype=np.float64))
-    if not len(block[0]):
+    return block[0], np.where(block[1] == default, now, block[1] * 0.001), block[2]
+
+
+def parse_scrape(raw: bytes, ctx: ReadContext, cache: dict[str, int], src: str, now: float,
+                 source: str = "scrape") -> Batch:
+    """One live scrape as a batch (see :func:`parse_scrape_arrays`)."""
+    sid, ts, value = parse_scrape_arrays(raw, ctx, cache, src, now)
+    if not len(sid):
         return Batch()
-    ts = np.where(block[1] == default, now, block[1] * 0.001)
-    return Batch(samples=samples_frame(ctx.mapper, block[0], ts, block[2].copy(), source))
+    return Batch(samples=samples_frame(ctx.mapper, sid, ts, value.copy(), source))
