@@ -76,7 +76,7 @@ def one_size(accelerators: int, interval: float, warmup: float, measure: float, 
         "faults:\n  - {entity: random, fault: hbm_degradation, template: a, onset: 5m, failure: 5h}\n"
         "  - {entity: random, fault: benign_application_xid, template: a, onset: 10m}\n")
     sim = subprocess.Popen([sys.executable, "-m", "daemon", "simulate", str(work / "scenario.yaml"), "--serve",
-                            "--out", str(work / "sim"), "--speed", "1"], stdout=subprocess.DEVNULL,
+                            "--out", str(work / "sim"), "--speed", "1"], stdout=open(work / "sim.log", "wb"),
                            stderr=subprocess.STDOUT)
     deadline = time.monotonic() + 300
     while not (work / "sim" / "prometheus-targets.json").exists():
@@ -104,6 +104,10 @@ file = "{work / 'sim' / 'kernel.journal.json'}"
 """)
     run = subprocess.Popen([sys.executable, "-m", "daemon", "run", "--config", str(work / "raswarden.toml")],
                            stdout=open(work / "run.log", "wb"), stderr=subprocess.STDOUT)
+    time.sleep(5)
+    if sim.poll() is not None:
+        run.kill()
+        raise SystemExit(f"the simulator exited ({sim.returncode}) before serving")
     try:
         time.sleep(warmup)
         cpu0, sim_cpu0, t0 = cpu_seconds(run.pid), cpu_seconds(sim.pid), time.monotonic()
@@ -132,6 +136,8 @@ file = "{work / 'sim' / 'kernel.journal.json'}"
             run.kill()
         sim.terminate()
         sim.wait(timeout=30)
+    if not up:
+        raise SystemExit(f"no endpoint answered at {accelerators} accelerators: nothing to report")
     collect_s = max(collect) if collect else 0.0
     return {
         "accelerators": accelerators, "endpoints": targets, "endpoints_up": int(up), "interval_s": interval,

@@ -23,6 +23,7 @@ from pathlib import Path
 
 from daemon.sim.engine import GPU_COUNTERS, PORT_COUNTERS, SimChunk, Simulator, emitted_metrics
 from daemon.sim.exposition import dcgm_labels, port_labels, reverse_names, to_source
+from daemon.sim.topology import host_octets
 
 log = logging.getLogger("raswarden.sim.serve")
 DCGM_PORT, NODE_PORT = 9400, 9100
@@ -30,8 +31,9 @@ MAX_NODES = 65_000
 
 
 def loopback(node_index: int) -> str:
-    """The loopback address of a node's exporters: 127.1.0.1, 127.1.0.2, ..."""
-    return f"127.{1 + node_index // 65536}.{node_index // 256 % 256}.{node_index % 256 + 1}"
+    """The loopback address of a node's exporters: 127.1.0.1 .. 127.1.0.254, 127.1.1.1, ..."""
+    a, b, c = host_octets(node_index).split(".")
+    return f"127.{1 + int(a)}.{b}.{c}"
 
 
 class LiveState:

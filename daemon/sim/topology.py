@@ -18,6 +18,12 @@ PORT_PCI = ("0c", "2c", "8c", "ac")
 MODEL = "NVIDIA H100 80GB HBM3"
 
 
+def host_octets(node_index: int) -> str:
+    """The last three octets of node ``node_index``'s address: ``0.0.1`` .. ``0.0.254``, ``0.1.1``, ... (never
+    ``.0`` or ``.255`` and above in the last octet, so every index up to 254 * 65536 gets a valid address)."""
+    return f"{node_index // (254 * 256) % 256}.{node_index // 254 % 256}.{node_index % 254 + 1}"
+
+
 @dataclass(frozen=True)
 class SimTopology:
     """Arrays describing every node, accelerator and port (index order is the entity order)."""
@@ -50,7 +56,7 @@ class SimTopology:
 
     def address(self, node_index: int) -> str:
         """The node's management address (what ``instance`` labels carry)."""
-        return f"10.{node_index // 65536 % 256}.{node_index // 256 % 256}.{node_index % 256 + 1}"
+        return "10." + host_octets(node_index)
 
     def gpu_pci(self, g: int) -> str:
         return f"00000000:{GPU_PCI[g % len(GPU_PCI)].upper()}:00.0"

@@ -97,3 +97,16 @@ def test_prometheus_scrapes_the_live_exporters(live):
         assert topo.resolve_host(host_of_instance(labels["instance"])).startswith("sn01-b0")
     counters = get(f"{api}/api/v1/query?query=node_infiniband_port_data_received_bytes_total")["data"]["result"]
     assert len(counters) == 16
+
+
+def test_every_served_node_gets_a_valid_address_of_its_own():
+    """(Node 256 was served on 127.1.0.256, so --serve failed beyond 255 blades.)"""
+    import ipaddress
+
+    from daemon.sim.serve import MAX_NODES, loopback
+    from daemon.sim.topology import SimTopology
+
+    addresses = [loopback(i) for i in range(MAX_NODES)]
+    assert len(set(addresses)) == MAX_NODES
+    assert all(ipaddress.ip_address(a).is_loopback and not a.endswith((".0", ".255")) for a in addresses)
+    assert all(ipaddress.ip_address(SimTopology.address(None, i)).is_private for i in (0, 255, 256, 70000))
