@@ -80,7 +80,11 @@ class Service:
         self.store = Store(cfg.store_url)
         self.lease = Lease(self.store, shard_lease(cfg.service.shard), ttl_s=cfg.service.lease_ttl)
         self.active = False
-        self.lock = threading.RLock()  # config swaps vs. jobs
+        # One lock per job kind, so that alert delivery and playbook steps never wait for a collection; a
+        # reload takes all three (in this order) before it swaps what the jobs use.
+        self.cycle_lock = threading.RLock()
+        self.playbook_lock = threading.RLock()
+        self.alert_lock = threading.RLock()
         self.cycles = 0
         self.last = CycleReport()
         self.previous_tick: float | None = None
@@ -133,7 +137,7 @@ class Service:
     # -- jobs ------------------------------------------------------------------------------------
     def cycle(self) -> CycleReport | None:
         """Collect, tick, save cursors with the tick. None when standing by."""
-        with self.lock:
+        with self.cycle_lock:
             if not self._hold_lease():
                 metrics.ACTIVE.set(0)
                 return None
@@ -224,7 +228,7 @@ class Service:
             metrics.DETECTOR_MAX_SCORE.labels(detector).set(score if np.isfinite(score) else 0.0)
 
     def playbooks(self) -> dict[str, int] | None:
-        with self.lock:
+        with self.playbook_lock:
             if not self.lease.held():
                 return None
             counts = self.remediation.step()
@@ -238,7 +242,7 @@ class Service:
         return counts
 
     def alerts(self) -> dict[str, int] | None:
-        with self.lock:
+        with self.alert_lock:
             if not self.lease.held():
                 return None
             return self.alerting.step(self.clock())
@@ -277,7 +281,7 @@ class Service:
         except (IncompatibleModel, OSError, ValueError) as exc:
             log.error("the retrained model in %s is not used: %s", target, exc)
             return False
-        with self.lock:
+        with self.cycle_lock:
             self.pipeline.use_model(bundle)
         log.info("using the retrained model %s", target)
         return True
@@ -328,7 +332,7 @@ class Service:
             metrics.RELOADS.labels("refused").inc()
             return False
         self.notifier.notify(RELOADING=1, STATUS="reloading")
-        with self.lock:
+        with self.cycle_lock, self.playbook_lock, self.alert_lock:
             old_collectors, old_pipeline = self.collectors, self.pipeline
             states = {c.name: dict(c.state) for c in old_collectors}
             try:

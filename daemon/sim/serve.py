@@ -15,6 +15,7 @@ from __future__ import annotations
 
 import json
 import logging
+import socketserver
 import threading
 import time
 from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
@@ -121,6 +122,17 @@ def _handler(state: LiveState, n: int, exporter: str):
     return Handler
 
 
+class _ExporterServer(ThreadingHTTPServer):
+    """An HTTP server that does not look its own address up: ``HTTPServer.server_bind`` calls
+    ``socket.getfqdn``, a reverse-DNS query per server, which made starting 2,500 endpoints take minutes."""
+
+    daemon_threads = True
+
+    def server_bind(self) -> None:
+        socketserver.TCPServer.server_bind(self)
+        self.server_name, self.server_port = str(self.server_address[0]), int(self.server_address[1])
+
+
 class SimServer:
     """Runs the simulation against the wall clock and serves it."""
 
@@ -164,8 +176,7 @@ class SimServer:
         self.write_files()
         for i in range(self.sim.topo.n_nodes):
             for port, exporter in ((DCGM_PORT, "dcgm"), (NODE_PORT, "node")):
-                srv = ThreadingHTTPServer((loopback(i), port), _handler(self.state, i, exporter))
-                srv.daemon_threads = True
+                srv = _ExporterServer((loopback(i), port), _handler(self.state, i, exporter))
                 threading.Thread(target=srv.serve_forever, daemon=True, name=f"{exporter}-{i}").start()
                 self.servers.append(srv)
 
