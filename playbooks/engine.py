@@ -273,6 +273,7 @@ class Engine:
                     st.status, st.finished_at = "done", now
                     st.detail["verified_after_restart"] = True
                     self.journal.save(action)
+                    fault_point(st.type, "done")  # a boundary too: the step is recorded done
                     continue
             breaker = self.journal.breaker()
             if breaker and st.type not in ("notify", "wait", "wait_checkpoint"):

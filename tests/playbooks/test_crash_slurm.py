@@ -71,6 +71,7 @@ slurm_conf = "{slurm.conf}"
         proc.send_signal(signal.SIGKILL)
         proc.wait(10)
     assert all(rc == -signal.SIGKILL for _, rc in killed), killed  # each fault point was reached
+    assert len(journal.actions()) == 1  # one action for the incident (a second, "idle node" one was planned once)
     action = journal.actions()[0]
     assert action.status == "done", [(s.type, s.status, s.detail) for s in action.steps]
     assert [s.type for s in action.steps] == ["notify", "checkpoint", "wait_checkpoint", "drain", "requeue"]
