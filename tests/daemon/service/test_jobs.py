@@ -5,6 +5,8 @@ from __future__ import annotations
 
 import time
 
+from sqlmodel import select
+
 from daemon.cli import main
 from daemon.config import parse
 from daemon.service import Service
@@ -33,7 +35,7 @@ def test_housekeeping_removes_what_is_older_than_the_retention(tmp_path):
         s.commit()
     assert svc.housekeeping() == {"findings": 1, "outbox": 1, "alerts": 1}
     with svc.store.session() as s:
-        assert len(s.query(OutboxRow).all()) == 2  # a pending notification is never trimmed
+        assert len(s.exec(select(OutboxRow)).all()) == 2  # a pending notification is never trimmed
     svc.stop()
 
 
