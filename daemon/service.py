@@ -97,20 +97,31 @@ class Service:
 
     # -- assembly --------------------------------------------------------------------------------
     def _build(self, cfg: Config) -> None:
-        """Everything that follows from the config (again on reload)."""
+        """Everything that follows from the config (again on reload): built first, then swapped in at once, so
+        a config that fails half-way leaves the running parts as they were."""
         topology = Topology.load(cfg.service.topology) if cfg.service.topology else Topology()
         mapper = SeriesMapper(topology=topology, rejects=RejectLog())
-        self.ctx = ReadContext(mapper=mapper)
-        self.collectors: list[Collector] = build(cfg.collectors, self.ctx)
+        ctx = ReadContext(mapper=mapper)
         model = None
         if cfg.service.model:
             from detectors.model import ModelBundle
 
             model = ModelBundle.load(cfg.service.model)
-        self.pipeline = Pipeline(mapper, PipelineConfig(interval_s=cfg.service.interval_s, model=model), self.store)
-        self.remediation = Remediation(cfg, self.store, scheduler_from_config(cfg), clock=self.clock)
-        self.alerting = Alerting.from_config(cfg, self.store)
-        self._pool = ThreadPoolExecutor(max_workers=max(1, len(self.collectors)), thread_name_prefix="collect")
+        collectors: list[Collector] = build(cfg.collectors, ctx)
+        try:
+            pipeline = Pipeline(mapper, PipelineConfig(interval_s=cfg.service.interval_s, model=model), self.store)
+            remediation = Remediation(cfg, self.store, scheduler_from_config(cfg), clock=self.clock)
+            alerting = Alerting.from_config(cfg, self.store)
+        except Exception:
+            for c in collectors:
+                c.close()
+            raise
+        old_pool = getattr(self, "_pool", None)
+        self.ctx, self.collectors, self.pipeline = ctx, collectors, pipeline
+        self.remediation, self.alerting = remediation, alerting
+        self._pool = ThreadPoolExecutor(max_workers=max(1, len(collectors)), thread_name_prefix="collect")
+        if old_pool is not None:
+            old_pool.shutdown(wait=False)
 
     def activate(self) -> None:
         """Become the shard's active daemon: take up the store's incidents, states and cursors."""
@@ -333,14 +344,13 @@ class Service:
             return False
         self.notifier.notify(RELOADING=1, STATUS="reloading")
         with self.cycle_lock, self.playbook_lock, self.alert_lock:
-            old_collectors, old_pipeline = self.collectors, self.pipeline
+            old_collectors = self.collectors
             states = {c.name: dict(c.state) for c in old_collectors}
             try:
                 self._build(cfg)
             except Exception as exc:
                 log.error("reload refused, keeping the running config: %s", exc)
                 metrics.RELOADS.labels("refused").inc()
-                self.collectors, self.pipeline = old_collectors, old_pipeline
                 return False
             for c in old_collectors:
                 c.close()

@@ -7,6 +7,8 @@ import socket
 import subprocess
 import sys
 import time
+import urllib.error
+import urllib.request
 from pathlib import Path
 
 import pytest
@@ -22,6 +24,15 @@ jobs: {nodes_per_job: [2, 2], duration: [3h, 3h], gap: [1m, 1m], partial_share: 
 faults:
   - {entity: sn01-b02/gpu5, fault: gpu_off_bus, template: a, onset: 2m, failure: %(failure)s}
 """
+
+
+def get(url: str) -> tuple[int, bytes]:
+    """GET a URL: (status, body), also for error statuses."""
+    try:
+        with urllib.request.urlopen(url, timeout=5) as r:
+            return r.status, r.read()
+    except urllib.error.HTTPError as exc:
+        return exc.code, exc.read()
 
 
 def free_port() -> int:

@@ -17,7 +17,7 @@ import pytest
 
 from daemon.store import OutboxRow, Store
 from tests.daemon.alerting.receiver_server import ChatServer
-from tests.daemon.service.conftest import free_port
+from tests.daemon.service.conftest import free_port, get
 
 
 class NotifySocket:
@@ -46,13 +46,6 @@ class NotifySocket:
                     return m
         raise AssertionError(f"no {key}={value} from the daemon; got {self.messages[-5:]}")
 
-
-def get(url: str):
-    try:
-        with urllib.request.urlopen(url, timeout=5) as r:
-            return r.status, r.read()
-    except urllib.error.HTTPError as exc:
-        return exc.code, exc.read()
 
 
 def post(url: str, body: dict, token: str | None = None):

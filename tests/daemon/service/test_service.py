@@ -106,6 +106,10 @@ def test_reload_refuses_a_bad_config_and_keeps_the_running_one(live):
         path.write_text(good.replace('type = "journald"', 'type = "journald"\nbogus = 1'))
         assert not svc.reload(path)
         assert [c.name for c in svc.collectors] == ["exporters", "kernel"]
+        running = (svc.pipeline, svc.remediation, svc.alerting, svc.collectors)
+        path.write_text(good.replace("[service]\n", f'[service]\nmodel = "{live.root / "no-model"}"\n'))
+        assert not svc.reload(path)  # valid TOML, but the model cannot be loaded: nothing is swapped
+        assert (svc.pipeline, svc.remediation, svc.alerting, svc.collectors) == running
         offset = svc.collectors[1].state.get("offset", 0)
         path.write_text(good.replace('name = "exporters"', 'name = "exporters"\nenabled = false'))
         assert svc.reload(path)

@@ -8,23 +8,14 @@ import re
 import shutil
 import subprocess
 import time
-import urllib.error
-import urllib.request
 
 from daemon.config import load
 from daemon.service import Service
 from daemon.web import heatmap_svg
 from tests.conftest import require
-from tests.daemon.service.conftest import free_port
+from tests.daemon.service.conftest import free_port, get
 from tests.daemon.service.test_service import until
 
-
-def get(url: str):
-    try:
-        with urllib.request.urlopen(url, timeout=5) as r:
-            return r.status, r.read()
-    except urllib.error.HTTPError as exc:
-        return exc.code, exc.read()
 
 
 def test_heatmap_has_a_tile_per_node_and_a_cell_per_accelerator():
