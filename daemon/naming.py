@@ -12,6 +12,7 @@ from __future__ import annotations
 import csv
 import re
 import string
+import threading
 from collections import Counter
 from dataclasses import dataclass, field
 from importlib import resources
@@ -132,6 +133,7 @@ class SeriesMapper:
     _metric_code: dict[str, int] = field(default_factory=dict)
     # series id -> (entity code, metric code, mask or -1)
     _series: list[tuple[int, int, int]] = field(default_factory=list)
+    _lock: threading.Lock = field(default_factory=threading.Lock, repr=False, compare=False)
 
     def _linked_switchports(self) -> set[str]:
         linked = self._linked
@@ -189,15 +191,19 @@ class SeriesMapper:
             pci = normalize_pci(labels["pci_bus_id"])
             if pci:
                 self.pci_accelerator[(values["node"], pci)] = entity
-        self._series.append(
-            (self.entity_code(entity), self.metric_code(rule.canonical), -1 if rule.mask is None else rule.mask)
-        )
-        return len(self._series) - 1
+        return self._add_series(entity, rule.canonical, -1 if rule.mask is None else rule.mask)
 
     def canonical_series(self, entity: str, metric: str) -> int:
         """Intern a series already named canonically (a collector that reads the hardware itself, e.g. sysfs)."""
-        self._series.append((self.entity_code(entity), self.metric_code(metric), -1))
-        return len(self._series) - 1
+        return self._add_series(entity, metric, -1)
+
+    def _add_series(self, entity: str, metric: str, mask: int) -> int:
+        """Append one series and return its id. Live collectors name new series from many threads at once
+        (concurrent scrapes, collectors side by side): interning and the id are taken under one lock, or a
+        sample could be filed under another thread's series."""
+        with self._lock:
+            self._series.append((self.entity_code(entity), self.metric_code(metric), mask))
+            return len(self._series) - 1
 
     def series_table(self) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
         """Arrays (entity code, metric code, mask) indexed by series id."""

@@ -14,6 +14,7 @@ so a restart neither loses an event nor counts one twice.
 from __future__ import annotations
 
 import logging
+from abc import ABC, abstractmethod
 from dataclasses import dataclass, field
 from typing import Any, ClassVar
 
@@ -39,7 +40,7 @@ class Outcome:
         return not self.errors or self.targets_up > 0
 
 
-class Collector:
+class Collector(ABC):
     """Base of the live collectors; subclasses set ``kind`` and implement :meth:`collect`."""
 
     kind: ClassVar[str] = ""
@@ -59,15 +60,15 @@ class Collector:
         """Take up the state saved by an earlier run (cursors, offsets)."""
         self.state = dict(state)
 
+    @abstractmethod
     def collect(self, now: float) -> tuple[Batch, Outcome]:
         """Read what is new; never raises for bad input or unreachable sources."""
-        raise NotImplementedError
 
     def probe(self) -> str | None:
         """None when the source answers (for /healthz), else why not."""
         return None
 
-    def close(self) -> None:
+    def close(self) -> None:  # noqa: B027 (most collectors hold nothing to release)
         """Release sockets, processes and files."""
 
 

@@ -135,3 +135,19 @@ def test_an_unmapped_address_is_reported_not_invented_into_a_node(http_server):
     assert outcome.ok and len(batch.samples) == 0
     assert any("no alias in the topology" in m for m in c0.rejects.messages)
     c.close()
+
+
+def test_series_named_from_many_threads_at_once_keep_their_own_ids():
+    """64 scrape threads name new series in one shared mapper; each id must point at its own series."""
+    from concurrent.futures import ThreadPoolExecutor
+
+    mapper = SeriesMapper()
+
+    def name(i: int) -> tuple[int, str]:
+        return mapper.canonical_series(f"n{i}/gpu0", "gpu_temp_c"), f"n{i}/gpu0"
+
+    with ThreadPoolExecutor(64) as pool:
+        named = list(pool.map(name, range(5000)))
+    ent_of, _, _ = mapper.series_table()
+    assert all(mapper.entities[ent_of[sid]] == entity for sid, entity in named)
+    assert len({sid for sid, _ in named}) == 5000
