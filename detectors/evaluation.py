@@ -24,6 +24,8 @@ from dataclasses import dataclass, field
 import numpy as np
 
 FLAG_STATES = ("subhealthy", "failed")
+MAX_LISTED = 200
+"""At most this many false flags are listed in :meth:`Evaluation.as_dict` (all are counted)."""
 
 
 @dataclass(frozen=True)
@@ -53,11 +55,18 @@ class Flag:
     ts: float
     entity: str
     state: str
+    why: str = field(default="", compare=False)
+    """The detector and its first reason (kept so a false flag can be explained; not scored)."""
+
+    def as_dict(self) -> dict:
+        return {"ts": self.ts, "entity": self.entity, "state": self.state, "why": self.why}
 
 
 def flags_from_findings(findings: Iterable[dict]) -> list[Flag]:
     """The flags among findings (transitions into sub-healthy or failed)."""
-    return [Flag(float(f["ts"]), str(f["entity"]), str(f["state"])) for f in findings if f["state"] in FLAG_STATES]
+    return [Flag(float(f["ts"]), str(f["entity"]), str(f["state"]),
+                 f"{f.get('detector', '')}: {(f.get('reasons') or [''])[0]}")
+            for f in findings if f["state"] in FLAG_STATES]
 
 
 def _node(entity: str) -> str:
@@ -115,6 +124,8 @@ class Evaluation:
     confounder_flags: int
     node_days: float
     onset_to_failure_s: list[float]
+    false_flag_list: list[Flag] = field(default_factory=list)
+    """The false flags themselves, with why they were raised."""
 
     @property
     def all_faults(self) -> ClassScore:
@@ -143,6 +154,7 @@ class Evaluation:
             "precision": round(self.precision, 4) if self.flags else None,
             "node_days": round(self.node_days, 3),
             "onset_to_failure_median_s": float(np.median(window)) if len(window) else None,
+            "false_flag_list": [f.as_dict() for f in self.false_flag_list[:MAX_LISTED]],
         }
 
 
@@ -194,4 +206,4 @@ def evaluate(
     confounder = sum(1 for fl in false if any(lb.onset <= fl.ts <= (lb.failure if lb.failure is not None
                                                                     else trace_end) and holds(lb.entity, fl.entity)
                                               for lb in benign))
-    return Evaluation(dict(by_class), n_flags, true_flags, len(false), confounder, node_days, windows)
+    return Evaluation(dict(by_class), n_flags, true_flags, len(false), confounder, node_days, windows, false)
