@@ -81,9 +81,7 @@ class HealthTracker:
 
     def observe(self, entities, now: float) -> None:
         """Mark entities as having fresh telemetry at ``now``."""
-        last_seen = self.last_seen
-        for e in entities:
-            last_seen[e] = now
+        self.last_seen.update(dict.fromkeys(entities, now))
 
     def is_fresh(self, entity: str, now: float) -> bool:
         seen = self.last_seen.get(entity)

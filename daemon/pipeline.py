@@ -6,6 +6,7 @@ clock and the source of batches differ. Nothing in here reads a wall clock.
 
 from __future__ import annotations
 
+import logging
 from collections import Counter, deque
 from dataclasses import dataclass, field
 from collections.abc import Callable
@@ -13,6 +14,7 @@ from collections.abc import Callable
 import numpy as np
 import pandas as pd
 
+from daemon import metrics
 from daemon.batch import Batch
 from daemon.health import EntityHealth, HealthConfig, HealthTracker, Transition, rollup_nodes
 from daemon.incidents import Incident, IncidentBook
@@ -20,10 +22,13 @@ from daemon.naming import SeriesMapper
 from daemon.resolve import EventResolver
 from daemon.store import Store
 from detectors.counters import CounterTracker
+from detectors.grouping import group_keys, last_and_max
 from detectors.features import FeatureState
 from detectors import registry
 from detectors.rules import Evidence, RuleDetector, TickInput
-from detectors.schema import State, entity_kind, events_frame, is_counter, node_of
+from detectors.schema import State, entity_kind, events_frame, is_counter, name_codes, name_column, node_of
+
+log = logging.getLogger("raswarden.pipeline")
 
 
 @dataclass
@@ -97,6 +102,7 @@ class Pipeline:
         self.reported: dict[str, State] = {}
         self.events_by_kind: dict[str, int] = {}
         self.known_entities: set[str] = set()
+        self.node_of_entity: dict[str, str] = {}  # every known entity's node, so a tick splits no ids
         self.new_entities: list[dict] = []
 
     def use_model(self, model) -> None:
@@ -197,10 +203,14 @@ class Pipeline:
         if samples.empty:
             empty = pd.DataFrame({"entity": [], "metric": [], "last": [], "max": []})
             return samples, empty, pd.DataFrame({"entity": [], "ts": [], "value": []})
-        ent_names = np.asarray(samples["entity"].cat.categories, dtype=object)
-        met_names = np.asarray(samples["metric"].cat.categories, dtype=object)
-        ent = samples["entity"].cat.codes.to_numpy()
-        met = samples["metric"].cat.codes.to_numpy()
+        ent, ent_names = name_codes(samples["entity"])
+        met, met_names = name_codes(samples["metric"])
+        unnamed = (ent < 0) | (met < 0)
+        if unnamed.any():  # no reader makes these; never let one index the name tables from the end
+            log.warning("tick: %d samples without an entity or metric name dropped", int(unnamed.sum()))
+            metrics.INPUT_REJECTED.labels("samples", "no entity or metric name").inc(int(unnamed.sum()))
+            samples = samples[~unnamed]
+            ent, met = ent[~unnamed], met[~unnamed]
         counter_cat = np.array([is_counter(m) for m in met_names], dtype=bool)
         is_ctr = counter_cat[met]
         counters = samples[is_ctr]
@@ -214,13 +224,10 @@ class Pipeline:
         # Rows are in time order within the tick: the last row of an (entity, metric) holds its last value.
         key = ent[g].astype(np.int64) * (len(met_names) + 1) + met[g]
         values = samples["value"].to_numpy()[g]
-        uniq, inverse = np.unique(key, return_inverse=True)
-        _, from_end = np.unique(key[::-1], return_index=True)
-        last = values[len(key) - 1 - from_end]
-        peak = np.full(len(uniq), -np.inf)
-        np.maximum.at(peak, inverse, values)
-        gauges = pd.DataFrame({"entity": pd.Series(ent_names[uniq // (len(met_names) + 1)], dtype=object),
-                               "metric": pd.Series(met_names[uniq % (len(met_names) + 1)], dtype=object),
+        inverse, uniq = group_keys(key, len(ent_names) * (len(met_names) + 1))
+        last, peak = last_and_max(inverse, len(uniq), values)
+        gauges = pd.DataFrame({"entity": name_column(uniq // (len(met_names) + 1), ent_names, samples["entity"]),
+                               "metric": name_column(uniq % (len(met_names) + 1), met_names, samples["metric"]),
                                "last": last, "max": peak})
         return counters, gauges, xid
 
@@ -241,19 +248,18 @@ class Pipeline:
     def _seen_entities(self, samples: pd.DataFrame, now: float) -> list[str]:
         if samples.empty:
             return []
-        codes = np.unique(samples["entity"].cat.codes.to_numpy())
-        seen = np.asarray(samples["entity"].cat.categories, dtype=object)[codes].tolist()
+        codes, names = name_codes(samples["entity"])
+        seen = names[np.flatnonzero(np.bincount(codes[codes >= 0], minlength=len(names)))].tolist()
         if self.switch_ends:  # a switch port is the far end of a node's link, not an entity of a node
             seen = [e for e in seen if e not in self.switch_ends]
-        for e in seen:
-            if e not in self.known_entities:
-                self._register(e, now)
+        for e in sorted(set(seen).difference(self.known_entities)):
+            self._register(e, now)
         return seen
 
     def _register(self, entity: str, now: float) -> None:
         self.known_entities.add(entity)
         kind = entity_kind(entity)
-        node = node_of(entity)
+        node = self.node_of_entity[entity] = node_of(entity)
         if kind == "port":
             self.ports_by_node.setdefault(node, set()).add(entity)
         self.new_entities.append({"id": entity, "kind": kind, "node": node,
@@ -261,7 +267,8 @@ class Pipeline:
 
     def _track_nodes(self, now: float, seen: list[str], events: pd.DataFrame) -> None:
         """Node freshness, and reboot grace for a node whose telemetry comes back after a gap."""
-        nodes = {node_of(e) for e in seen}
+        node_of_entity = self.node_of_entity
+        nodes = set(map(node_of_entity.__getitem__, seen))
         stale_after = self.config.health.stale_after_s
         for node in nodes:
             last = self.node_seen.get(node)

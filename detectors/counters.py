@@ -12,6 +12,9 @@ from __future__ import annotations
 import numpy as np
 import pandas as pd
 
+from detectors.grouping import group_keys
+from detectors.schema import name_codes, name_column
+
 WRAP32 = float(2**32)
 WRAP64 = float(2**64)
 
@@ -32,30 +35,6 @@ def counter_increases(prev: np.ndarray, cur: np.ndarray) -> tuple[np.ndarray, np
     out = np.where(reset, cur, out)
     out = np.where(first, 0.0, out)
     return out, reset
-
-
-class RowIndex:
-    """Persistent dense row numbers for string keys, looked up vectorized (a pandas hash index); unseen
-    keys get the next rows, in order of first appearance."""
-
-    def __init__(self) -> None:
-        self.index = pd.Index([], dtype=object)
-        self.keys = np.empty(0, dtype=object)
-
-    def __len__(self) -> int:
-        return len(self.keys)
-
-    def lookup(self, keys: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
-        """Rows of ``keys`` and the keys that were new (already given their rows)."""
-        rows = self.index.get_indexer(keys)
-        new = rows < 0
-        if not new.any():
-            return rows, self.keys[:0]
-        fresh = np.asarray(pd.unique(keys[new]), dtype=object)
-        self.keys = np.concatenate([self.keys, fresh])
-        self.index = pd.Index(self.keys, dtype=object)
-        rows[new] = self.index.get_indexer(keys[new])
-        return rows, fresh
 
 
 def intern(keys, index: dict) -> tuple[np.ndarray, int]:
@@ -95,14 +74,12 @@ class CounterTracker:
         """
         if samples.empty:
             return pd.DataFrame({"entity": [], "metric": [], "increase": [], "resets": [], "last": []})
-        ent_codes, ent_names = _codes(samples["entity"])
-        met_codes, met_names = _codes(samples["metric"])
+        ent_codes, ent_names = name_codes(samples["entity"])
+        met_codes, met_names = name_codes(samples["metric"])
         width = len(met_names) + 1
         val = samples["value"].to_numpy(dtype=np.float64)
-        keys, inverse = np.unique(ent_codes.astype(np.int64) * width + met_codes, return_inverse=True)
-        key_ent = ent_names[keys // width]
-        key_met = met_names[keys % width]
-        slots = self._slots_for(keys, key_ent, key_met, ent_names, met_names)
+        inverse, keys = group_keys(ent_codes.astype(np.int64) * width + met_codes, len(ent_names) * width)
+        slots = self._slots_for(keys, ent_names, met_names)
         # Walk rows in order; consecutive rows of a series chain their increases.
         order = np.argsort(inverse, kind="stable")
         g = inverse[order]
@@ -120,22 +97,21 @@ class CounterTracker:
         last = np.empty(len(keys))
         last[g[ends]] = v[ends]
         self._last[slots] = last
-        # Names stay plain object columns: pandas would otherwise build Arrow strings every tick.
-        return pd.DataFrame({"entity": pd.Series(key_ent, dtype=object), "metric": pd.Series(key_met, dtype=object),
-                             "increase": total, "resets": resets.astype(np.int64), "last": last})
+        return pd.DataFrame({"entity": name_column(keys // width, ent_names, samples["entity"]),
+                             "metric": name_column(keys % width, met_names, samples["metric"]), "increase": total,
+                             "resets": resets.astype(np.int64), "last": last})
 
-    def _slots_for(self, keys: np.ndarray, key_ent: np.ndarray, key_met: np.ndarray,
-                   ent_names: np.ndarray, met_names: np.ndarray) -> np.ndarray:
-        """Slots of the batch's series, through a code table cached while the categories stay the same
-        (the ticks of a replay bucket or of a collector share them)."""
-        if self._cats is None or not (self._cats[0] is ent_names or np.array_equal(self._cats[0], ent_names)) or not (
-                self._cats[1] is met_names or np.array_equal(self._cats[1], met_names)):
+    def _slots_for(self, keys: np.ndarray, ent_names: np.ndarray, met_names: np.ndarray) -> np.ndarray:
+        """Slots of the batch's series, through a code table cached while the names stay the same (equal
+        names are handed out as one array by :func:`~detectors.schema.name_codes`)."""
+        if self._cats is None or self._cats[0] is not ent_names or self._cats[1] is not met_names:
             self._table = np.full(len(ent_names) * (len(met_names) + 1), -1, dtype=np.int64)
         self._cats = (ent_names, met_names)
         out = self._table[keys]
         missing = np.flatnonzero(out < 0)
         if len(missing):
-            pairs = [(key_ent[i], key_met[i]) for i in missing]
+            width = len(met_names) + 1
+            pairs = [(ent_names[k // width], met_names[k % width]) for k in keys[missing].tolist()]
             slots = self._slots(pairs)
             out[missing] = slots
             self._table[keys[missing]] = slots
@@ -169,11 +145,3 @@ class DecayingCount:
         for key in [k for k in self._values if self.value(k, now) < floor]:
             del self._values[key]
             del self._stamp[key]
-
-
-def _codes(column: pd.Series) -> tuple[np.ndarray, np.ndarray]:
-    """Integer codes and their names for a categorical (or plain) column."""
-    if isinstance(column.dtype, pd.CategoricalDtype):
-        return column.cat.codes.to_numpy(), np.asarray(column.cat.categories, dtype=object)
-    codes, names = pd.factorize(column)
-    return codes, np.asarray(names, dtype=object)

@@ -29,9 +29,8 @@ from dataclasses import dataclass
 import numpy as np
 import pandas as pd
 
-from detectors.counters import RowIndex
-from detectors.peer import group_median
-from detectors.schema import entity_kind
+from detectors.grouping import RowIndex, group_keys, group_median
+from detectors.schema import entity_kind, name_codes
 
 RATE_HORIZONS = (("15m", 900.0), ("1h", 3600.0), ("6h", 21600.0))
 LEVEL_HALFLIFE_S = 300.0
@@ -191,6 +190,7 @@ class FeatureState:
         self.kinds = {kind: _KindState(kind) for kind in COUNTERS}
         self.nodes = _Nodes(rack_of or (lambda node: None))
         self._kind_of: dict[str, str] = {}  # entity -> kind, so the id regexes run once per entity
+        self._kinds_cache: tuple[np.ndarray, np.ndarray] | None = None
         self._last_now: float | None = None
         self._dt = 0.0
         self.frames: dict[str, FeatureFrame] = {}
@@ -217,25 +217,33 @@ class FeatureState:
         """Per kind: rows, columns and positions of the frame's entries that a kind tracks."""
         if frame.empty:
             return {}
-        metric = frame["metric"].to_numpy(object)
-        mcodes, mnames = pd.factorize(metric)
-        ecodes, enames = pd.factorize(frame["entity"].to_numpy(object))
-        enames = np.asarray(enames, dtype=object)
-        kind_of = self._kind_of
-        ekind = np.array([kind_of.get(e) or kind_of.setdefault(e, entity_kind(e)) for e in enames], dtype=object)
+        mcodes, mnames = name_codes(frame["metric"])
+        ecodes, enames = name_codes(frame["entity"])
+        ekind = self._kinds_of(enames)
         out = {}
         for kind, cols in kind_cols.items():
-            col_of_m = np.array([cols.get(m, -1) for m in mnames], dtype=np.int64)
-            col = col_of_m[mcodes] if len(mnames) else np.full(len(frame), -1)
+            col_of_m = np.array([cols.get(m, -1) for m in mnames] + [-1], dtype=np.int64)
+            col = col_of_m[mcodes]
             is_kind = (ekind == kind)[ecodes]
             pick = np.flatnonzero((col >= 0) & is_kind)
             if not len(pick):
                 continue
             st = self.kinds[kind]
-            uniq, inv = np.unique(ecodes[pick], return_inverse=True)
+            inv, uniq = group_keys(ecodes[pick], len(enames))
             rows = st.rows(enames[uniq], self.nodes)[inv]
             out[kind] = (pick, rows, col[pick])
         return out
+
+    def _kinds_of(self, names: np.ndarray) -> np.ndarray:
+        """Entity kind of each name, plus a last "" standing for code -1 (a missing name); reused while the
+        tick's names are the same array."""
+        if self._kinds_cache is not None and self._kinds_cache[0] is names:
+            return self._kinds_cache[1]
+        kind_of = self._kind_of
+        kinds = np.array([kind_of.get(e) or kind_of.setdefault(e, entity_kind(e)) for e in names] + [""],
+                         dtype=object)
+        self._kinds_cache = (names, kinds)
+        return kinds
 
     def _counters(self, now: float, inc: pd.DataFrame) -> None:
         parts = self._split(inc, {k: st.col_counter for k, st in self.kinds.items()})
@@ -282,7 +290,7 @@ class FeatureState:
             pick = cols == st.col_gauge[m]
             col[rows[pick]] = v[pick]
             current[m] = col
-        touched = np.unique(rows)
+        touched = np.flatnonzero(np.bincount(rows, minlength=n))
         power = current["power_w"]
         for j, m in enumerate(PEERS):
             value = current[m]

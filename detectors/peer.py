@@ -17,11 +17,10 @@ the same way, and SM clocks of busy GPUs against busy peers (fail-slow: a GPU th
 from __future__ import annotations
 
 import numpy as np
-import pandas as pd
 
-from detectors.counters import RowIndex
+from detectors.grouping import RowIndex, group_median
 from detectors.rules import Evidence, TickInput
-from detectors.schema import State
+from detectors.schema import State, entity_kind, name_codes, names_in
 
 _MAD_TO_SIGMA = 1.4826
 
@@ -137,20 +136,17 @@ class PeerDeviation:
         g = tick.gauges
         if g.empty:
             return []
-        metric = g["metric"]
-        pick = metric.isin(_METRICS).to_numpy()
+        codes, ids = name_codes(g["entity"])
+        pick = names_in(g["metric"], _METRICS) & (codes >= 0)
         if not pick.any():
             return []
-        entity = g["entity"].to_numpy()[pick]
-        metric = metric.to_numpy()[pick]
-        last = g["last"].to_numpy(dtype=float)[pick]
-        codes, ids = pd.factorize(entity)
-        ids = np.asarray(ids, dtype=object)
-        accel_id = pd.Series(ids).str.contains("/gpu", regex=False).to_numpy()
+        met_codes, met_names = name_codes(g["metric"])
+        codes, met_codes, last = codes[pick], met_codes[pick], g["last"].to_numpy(dtype=float)[pick]
+        accel_id = self._accelerator_names(ids) & (np.bincount(codes, minlength=len(ids)) > 0)
         if not accel_id.any():
             return []
         keep = accel_id[codes]
-        codes, metric, last = codes[keep], metric[keep], last[keep]
+        codes, met_codes, last = codes[keep], met_codes[keep], last[keep]
         # Renumber the accelerators 0..n-1 (ids order), then look up their persistent rows.
         renum = np.cumsum(accel_id) - 1
         ids = ids[accel_id]
@@ -158,7 +154,7 @@ class PeerDeviation:
         columns = {}
         for m in _METRICS:
             col = np.full(len(ids), np.nan)
-            sel = metric == m
+            sel = np.isin(met_codes, np.flatnonzero(met_names == m))
             col[local[sel]] = last[sel]
             columns[m] = col
         if np.isnan(columns["power_w"]).all():
@@ -181,6 +177,14 @@ class PeerDeviation:
         if not np.isnan(columns["sm_clock_mhz"]).all():
             out += self._slow(tick.now, ids, rows, node_code, columns["sm_clock_mhz"], util)
         return out
+
+    def _accelerator_names(self, names: np.ndarray) -> np.ndarray:
+        """Which of the names are accelerators (cached while the names are the same array, see ``name_codes``)."""
+        cached = getattr(self, "_accel_cache", None)
+        if cached is None or cached[0] is not names:
+            is_accel = np.fromiter((entity_kind(e) == "accelerator" for e in names), dtype=bool, count=len(names))
+            cached = self._accel_cache = (names, is_accel)
+        return cached[1]
 
     def _residual(self, codes: np.ndarray, values: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
         """Each value minus the median of its group (NaN where the group has too few values)."""
@@ -258,20 +262,3 @@ class PeerDeviation:
             out.append(Evidence(ids[i], State.SUBHEALTHY, "gpu_compute", [reason], detector=self.name,
                                 score=min(1.0, 0.5 + (1 - smooth[j]))))
         return out
-
-
-def group_median(codes: np.ndarray, values: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
-    """Median and count of the finite values per group code (vectorized: one sort)."""
-    n_groups = int(codes.max()) + 1 if len(codes) else 0
-    ok = np.isfinite(values)
-    c, v = codes[ok], values[ok]
-    order = np.lexsort((v, c))
-    c, v = c[order], v[order]
-    count = np.bincount(c, minlength=n_groups)
-    start = np.concatenate(([0], np.cumsum(count)[:-1]))
-    median = np.full(n_groups, np.nan)
-    has = count > 0
-    lo = start[has] + (count[has] - 1) // 2
-    hi = start[has] + count[has] // 2
-    median[has] = (v[lo] + v[hi]) / 2.0
-    return median, count

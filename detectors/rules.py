@@ -41,12 +41,15 @@ import numpy as np
 import pandas as pd
 
 from detectors.counters import DecayingCount
-from detectors.schema import State, entity_kind, node_of
+from detectors.schema import State, entity_kind, names_in, node_of
 
 _PID = re.compile(r"pid=('?[^,]*'?)")
 _SCORE = {State.FAILED: 1.0, State.SUBHEALTHY: 0.75, State.SUSPECT: 0.4}
 PORT_ACTIVE = 4.0
 _PORT_STATES = {0: "NOP", 1: "DOWN", 2: "INIT", 3: "ARMED", 4: "ACTIVE", 5: "ACTIVE_DEFER"}
+# Counters whose every increase is judged on its own (the rate rules below read the others).
+_HARD_COUNTERS = frozenset({"ecc_dbe_total", "ecc_dbe_agg_total", "row_remap_uncorrectable_total",
+                            "retired_pages_dbe_total", "link_downed_total", "edac_ue_total"})
 
 
 # What each rule reads, so a replay or the service can say which rules a source set leaves blind
@@ -315,8 +318,9 @@ class RuleDetector:
         if inc.empty:
             return
         now = tick.now
-        inc = inc[inc["increase"] > 0]
-        for entity, metric, increase in zip(inc["entity"], inc["metric"], inc["increase"]):
+        inc = inc[inc["increase"].to_numpy() > 0]
+        hard = inc[names_in(inc["metric"], _HARD_COUNTERS)]
+        for entity, metric, increase in zip(hard["entity"], hard["metric"], hard["increase"]):
             if metric in ("ecc_dbe_total", "ecc_dbe_agg_total"):
                 ev = Evidence(entity, State.FAILED, "gpu_memory",
                               [f"uncorrectable (double-bit) ECC errors +{increase:.0f}"], hard=True)
@@ -342,7 +346,7 @@ class RuleDetector:
         for metric, limit, category, words in rates:
             if self.baseline and metric != "symbol_error_total":
                 continue
-            part = inc[inc["metric"] == metric]
+            part = inc[names_in(inc["metric"], (metric,))]
             for entity, increase in zip(part["entity"], part["increase"]):
                 rate = self._hourly.add(f"{metric}|{entity}", now, float(increase))
                 if rate >= limit:
@@ -353,17 +357,17 @@ class RuleDetector:
         g = tick.gauges
         if g.empty:
             return
-        metric = g["metric"].to_numpy()
+        metric = g["metric"]
         last = g["last"].to_numpy()
         peak = g["max"].to_numpy()
         hit = (
-            ((metric == "gpu_temp_c") & (peak >= self.gpu_temp_slowdown_c))
-            | ((metric == "row_remap_failure") & (last >= 1))
-            | ((metric == "port_state") & (last != PORT_ACTIVE) & ~np.isnan(last))
+            (names_in(metric, ("gpu_temp_c",)) & (peak >= self.gpu_temp_slowdown_c))
+            | (names_in(metric, ("row_remap_failure",)) & (last >= 1))
+            | (names_in(metric, ("port_state",)) & (last != PORT_ACTIVE) & ~np.isnan(last))
         )
         if not self.baseline:
-            hit |= ((metric == "hbm_temp_c") & (peak >= self.hbm_temp_limit_c)) | (
-                (metric == "throttle_thermal") & (last >= 1))
+            hit |= (names_in(metric, ("hbm_temp_c",)) & (peak >= self.hbm_temp_limit_c)) | (
+                names_in(metric, ("throttle_thermal",)) & (last >= 1))
         if not hit.any():
             return
         g = g[hit]

@@ -7,6 +7,7 @@ from __future__ import annotations
 
 import enum
 import re
+from collections import OrderedDict
 
 import numpy as np
 import pandas as pd
@@ -70,6 +71,56 @@ def entity_kind(entity: str) -> str:
 def node_of(entity: str) -> str:
     """The node that holds an entity (the entity itself for a node)."""
     return entity.split("/", 1)[0]
+
+
+def name_codes(column: pd.Series) -> tuple[np.ndarray, np.ndarray]:
+    """Integer codes and their names for a name column (``entity``, ``metric``): a categorical's own codes,
+    or a plain column factorized. Codes index the names; rows compare as integers, not strings."""
+    if isinstance(column.dtype, pd.CategoricalDtype):
+        return column.cat.codes.to_numpy(), _names_of(column.dtype.categories)
+    codes, names = pd.factorize(column.to_numpy(object))
+    return codes, np.asarray(names, dtype=object)
+
+
+_NAMES: OrderedDict[int, tuple[pd.Index, np.ndarray]] = OrderedDict()
+
+
+def _names_of(categories: pd.Index) -> np.ndarray:
+    """The categories as a read-only object array, converted once per categories object: the frames of a
+    tick share their name columns' dtype, and Arrow-backed names would otherwise be copied out each time."""
+    hit = _NAMES.get(id(categories))
+    if hit is not None and hit[0] is categories:
+        return hit[1]
+    names = np.asarray(categories, dtype=object)
+    # Successive batches usually carry equal names in new objects: hand out the array already known, so the
+    # caches downstream (kinds, rows) recognise it by identity.
+    known = next((v for _, v in reversed(_NAMES.values()) if len(v) == len(names) and np.array_equal(v, names)),
+                 None)
+    if known is None:
+        known = names.view()  # a view of its own: read-only, the Index untouched
+        known.flags.writeable = False
+    _NAMES[id(categories)] = (categories, known)  # holding the Index keeps its id from being reused
+    while len(_NAMES) > 8:
+        _NAMES.popitem(last=False)
+    return known
+
+
+def name_column(codes: np.ndarray, names: np.ndarray, like: pd.Series | None = None) -> pd.Categorical:
+    """A name column from codes into ``names`` (kept as object strings: no per-tick Arrow conversion).
+
+    With ``like``, the categorical column the codes came from, its dtype is shared instead of checking
+    the names again (a 100,000-accelerator tick has a quarter of a million of them).
+    """
+    if like is not None and isinstance(like.dtype, pd.CategoricalDtype):
+        return pd.Categorical.from_codes(codes, dtype=like.dtype, validate=False)
+    return pd.Categorical.from_codes(codes, categories=pd.Index(names, dtype=object), validate=False)
+
+
+def names_in(column: pd.Series, wanted) -> np.ndarray:
+    """Boolean mask of the rows of a name column whose name is in ``wanted`` (compared on codes)."""
+    codes, names = name_codes(column)
+    hit = np.fromiter((n in wanted for n in names), dtype=bool, count=len(names))
+    return np.append(hit, False)[codes]  # code -1 (a missing name) is never wanted
 
 
 def empty_samples() -> pd.DataFrame:

@@ -16,7 +16,7 @@ import math
 import numpy as np
 
 from detectors.rules import Evidence, TickInput
-from detectors.schema import State
+from detectors.schema import State, names_in
 
 # counter -> (prior per hour, elevated floor per hour, category, words)
 COUNTERS = {
@@ -60,7 +60,7 @@ class TrendDetector:
         if not inc.empty:
             # Only counters that moved: a zero increase only decays S, which the loop below does for the
             # entities that have any.
-            part = inc[inc["metric"].isin(COUNTERS).to_numpy() & (inc["increase"].to_numpy() > 0)]
+            part = inc[names_in(inc["metric"], COUNTERS) & (inc["increase"].to_numpy() > 0)]
             for entity, metric, x in zip(part["entity"].to_numpy(object), part["metric"].to_numpy(object),
                                          part["increase"].to_numpy()):
                 counts[(entity, metric)] = float(x)

@@ -1,15 +1,8 @@
 import numpy as np
 
-from detectors.peer import PeerDeviation, group_median
+from detectors.peer import PeerDeviation
 from detectors.schema import State
 from tests.detectors.sim_helpers import first_flag, simulate_and_replay
-
-
-def test_group_median():
-    codes = np.array([0, 0, 0, 1, 1, 2])
-    values = np.array([3.0, 1.0, 2.0, 10.0, np.nan, 5.0])
-    median, count = group_median(codes, values)
-    assert list(median) == [2.0, 10.0, 5.0] and list(count) == [3, 1, 1]
 
 
 def test_interface():

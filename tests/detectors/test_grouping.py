@@ -1,0 +1,51 @@
+import numpy as np
+import pandas as pd
+import pytest
+
+from detectors import grouping
+from detectors.grouping import RowIndex, group_keys, group_median, last_and_max
+from detectors.schema import name_codes, name_column, names_in
+
+
+def test_group_median():
+    codes = np.array([0, 0, 0, 1, 1, 2])
+    values = np.array([3.0, 1.0, 2.0, 10.0, np.nan, 5.0])
+    median, count = group_median(codes, values)
+    assert list(median) == [2.0, 10.0, 5.0] and list(count) == [3, 1, 1]
+
+
+@pytest.mark.parametrize("dense_limit", [1 << 25, 4])  # the dense table and the hashing path
+def test_group_keys_matches_unique(monkeypatch, dense_limit):
+    monkeypatch.setattr(grouping, "DENSE_LIMIT", dense_limit)
+    key = np.array([7, 3, 7, 0, 3, 9, 7])
+    inverse, uniq = group_keys(key, 10)
+    want_uniq, want_inverse = np.unique(key, return_inverse=True)
+    assert list(uniq) == list(want_uniq) and list(inverse) == list(want_inverse)
+
+
+def test_last_and_max_take_the_last_row_in_time_order():
+    inverse = np.array([0, 1, 0, 1, 0])
+    last, peak = last_and_max(inverse, 2, np.array([5.0, 1.0, 9.0, 3.0, 2.0]))
+    assert list(last) == [2.0, 3.0] and list(peak) == [9.0, 3.0]
+
+
+def test_row_index_keeps_rows_and_answers_a_repeat_from_the_last_lookup():
+    index = RowIndex()
+    rows, fresh = index.lookup(np.array(["a", "b"], dtype=object))
+    assert list(rows) == [0, 1] and list(fresh) == ["a", "b"]
+    rows, fresh = index.lookup(np.array(["b", "c", "a"], dtype=object))
+    assert list(rows) == [1, 2, 0] and list(fresh) == ["c"]
+    rows[:] = -5  # the caller's copy: the cached answer stays intact
+    rows, fresh = index.lookup(np.array(["b", "c", "a"], dtype=object))
+    assert list(rows) == [1, 2, 0] and len(fresh) == 0 and len(index) == 3
+
+
+def test_name_columns_compare_on_codes_and_share_the_source_dtype():
+    source = pd.Series(pd.Categorical(["x", "y", "x", "z"]))
+    codes, names = name_codes(source)
+    assert list(names[codes]) == ["x", "y", "x", "z"]
+    assert list(names_in(source, {"x", "z"})) == [True, False, True, True]
+    column = name_column(codes[:2], names, like=source)
+    assert column.dtype is source.dtype and list(column) == ["x", "y"]
+    plain = pd.Series(["y", None, "y"], dtype=object)
+    assert list(names_in(plain, {"y"})) == [True, False, True]  # a missing name is never wanted
