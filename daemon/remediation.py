@@ -11,7 +11,7 @@ from __future__ import annotations
 
 import time
 
-from sqlmodel import select
+from sqlmodel import func, select
 
 from daemon.actions import StoreJournal
 from daemon.config import Config
@@ -88,12 +88,14 @@ class Remediation:
             since = cursor.value if cursor else float("-inf")
             rows = s.exec(select(IncidentRow).where(IncidentRow.updated_at >= since)
                           .order_by(IncidentRow.updated_at)).all()
-            attrs = {e.id: e.attrs for e in s.exec(select(EntityRow)).all()}
+            if not rows:  # the usual tick: read nothing else
+                return 0
+            entities = {r.entity for r in rows}
+            attrs = {e.id: e.attrs for e in s.exec(select(EntityRow).where(EntityRow.id.in_(entities))).all()}
             window = self.engine.guards.breaker_window_s
-            recent = len(s.exec(select(IncidentRow.id).where(IncidentRow.opened_at >= now - window)).all())
-            nodes = len(s.exec(select(EntityRow.id).where(EntityRow.kind == "node")).all())
-        if not rows:
-            return 0
+            recent = s.exec(select(func.count()).select_from(IncidentRow)
+                            .where(IncidentRow.opened_at >= now - window)).one()
+            nodes = s.exec(select(func.count()).select_from(EntityRow).where(EntityRow.kind == "node")).one()
         self.engine.observe(recent, nodes, stale_nodes=sum(1 for r in rows if r.category == "telemetry"
                                                            and r.closed_at is None and r.kind == "node"))
         state = state or self.engine.scheduler.snapshot()
