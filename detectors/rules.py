@@ -41,7 +41,7 @@ import numpy as np
 import pandas as pd
 
 from detectors.counters import DecayingCount
-from detectors.schema import State, entity_kind, names_in, node_of
+from detectors.schema import State, entity_kind, name_codes, names_in, node_of
 
 _PID = re.compile(r"pid=('?[^,]*'?)")
 _SCORE = {State.FAILED: 1.0, State.SUBHEALTHY: 0.75, State.SUSPECT: 0.4}
@@ -318,9 +318,13 @@ class RuleDetector:
         if inc.empty:
             return
         now = tick.now
-        inc = inc[inc["increase"].to_numpy() > 0]
-        hard = inc[names_in(inc["metric"], _HARD_COUNTERS)]
-        for entity, metric, increase in zip(hard["entity"], hard["metric"], hard["increase"]):
+        ecodes, enames = name_codes(inc["entity"])
+        mcodes, mnames = name_codes(inc["metric"])
+        increases = inc["increase"].to_numpy()
+        moved = np.flatnonzero(increases > 0)
+        ecodes, mcodes, increases = ecodes[moved], mcodes[moved], increases[moved]
+        hard = np.flatnonzero(np.isin(mcodes, [i for i, m in enumerate(mnames) if m in _HARD_COUNTERS]))
+        for entity, metric, increase in zip(enames[ecodes[hard]], mnames[mcodes[hard]], increases[hard]):
             if metric in ("ecc_dbe_total", "ecc_dbe_agg_total"):
                 ev = Evidence(entity, State.FAILED, "gpu_memory",
                               [f"uncorrectable (double-bit) ECC errors +{increase:.0f}"], hard=True)
@@ -346,8 +350,8 @@ class RuleDetector:
         for metric, limit, category, words in rates:
             if self.baseline and metric != "symbol_error_total":
                 continue
-            part = inc[names_in(inc["metric"], (metric,))]
-            for entity, increase in zip(part["entity"], part["increase"]):
+            part = np.flatnonzero(np.isin(mcodes, np.flatnonzero(mnames == metric)))
+            for entity, increase in zip(enames[ecodes[part]], increases[part]):
                 rate = self._hourly.add(f"{metric}|{entity}", now, float(increase))
                 if rate >= limit:
                     out.append(Evidence(entity, State.SUBHEALTHY, category,

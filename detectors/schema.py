@@ -146,12 +146,18 @@ def events_frame(rows: list[tuple]) -> pd.DataFrame:
     ``pci`` and ``device`` locate the hardware a kernel line names (a PCI id, a netdev) until the
     event is resolved to an accelerator or port; they are None after that or when unknown.
     """
-    frame = pd.DataFrame.from_records(rows, columns=list(EVENT_COLUMNS))
-    frame["ts"] = frame["ts"].astype(np.float64)
-    frame["code"] = frame["code"].astype("Int64")
-    for col in ("entity", "kind", "severity", "message", "source", "pci", "device"):
-        frame[col] = frame[col].astype(object)
-    return frame
+    columns = list(zip(*rows)) if rows else [()] * len(EVENT_COLUMNS)  # built column-wise: one per tick, often empty
+    data = {}
+    for name, values in zip(EVENT_COLUMNS, columns):
+        if name == "ts":
+            data[name] = np.asarray(values, dtype=np.float64)
+        elif name == "code":
+            data[name] = pd.array(list(values), dtype="Int64")
+        else:
+            column = np.empty(len(values), dtype=object)
+            column[:] = values
+            data[name] = pd.Series(column, dtype=object, copy=False)
+    return pd.DataFrame(data)
 
 
 def is_counter(metric: str) -> bool:
