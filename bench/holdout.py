@@ -4,8 +4,9 @@
 Fold ``a`` trains on ``dense-template-a`` (every fault class from template a) at the training seeds and is
 evaluated on ``dense-template-b`` at the evaluation seeds, fold ``b`` the other way round, each with both
 exporter profiles (stock and full): the learned detectors are scored only on fault shapes and seeds they
-never saw. The quiet scenario (no faults, everyday confounders) adds node-days for the false-flag rate,
-scored with fold a's model. Every trace is also run with the static-threshold baseline.
+never saw. The quiet scenario (no faults, everyday confounders) at each of ``--quiet-seeds`` measures the
+false-flag rate, scored with fold a's and fold b's model in turn. Every trace is also run with the
+static-threshold baseline.
 
 Traces are simulated into ``--work`` when missing (``raswarden simulate --format parquet``). Prints the
 pooled table with each figure's spread across seeds and writes JSON (default bench/results/holdout.json).
@@ -108,6 +109,9 @@ def report(out: dict) -> str:
         f"{_h(v['lead_median_s']['median'])} ({_h(v['lead_median_s']['min'])}-{_h(v['lead_median_s']['max'])}), "
         f"false flags per 1,000 node-days {v['false_per_1000_node_days']['median']} "
         f"({v['false_per_1000_node_days']['min']}-{v['false_per_1000_node_days']['max']})"
+        + ("" if v.get("quiet_false_per_1000_node_days", {}).get("median") is None else
+           f"; per quiet trace {v['quiet_false_per_1000_node_days']['median']} "
+           f"({v['quiet_false_per_1000_node_days']['min']}-{v['quiet_false_per_1000_node_days']['max']})")
         for k, v in spread_rows.items())]
     return "\n".join(lines)
 
@@ -120,7 +124,8 @@ def main() -> None:
     ap.add_argument("--eval-seeds", default="1,2,3,4,5,6,7,8,9,10")
     ap.add_argument("--profiles", default="full,stock")
     ap.add_argument("--quiet", default="quiet-7d", help="quiet scenario for the false-flag rate ('' for none)")
-    ap.add_argument("--quiet-seed", type=int, default=None, help="seed of the quiet scenario (default: its own)")
+    ap.add_argument("--quiet-seeds", default="", help="seeds of the quiet scenario, e.g. 88,89 (default: its own);"
+                    " scored with fold a's and fold b's model in turn")
     ap.add_argument("--jobs", type=int, default=2)
     ap.add_argument("--out", type=Path, default=ROOT / "bench" / "results" / "holdout.json")
     args = ap.parse_args()
@@ -140,9 +145,12 @@ def main() -> None:
         for prof in profiles:
             for seed in train_seeds + eval_seeds:
                 jobs.append((f"dense-template-{t}", seed, prof, work / f"{t}-{prof}-{seed}"))
+    quiet = []  # (seed or None, profile, trace directory, fold whose model scores it)
     if args.quiet:
-        for prof in profiles:
-            jobs.append((args.quiet, args.quiet_seed, prof, work / f"{args.quiet}-{prof}"))
+        quiet_seeds = [int(x) for x in args.quiet_seeds.split(",")] if args.quiet_seeds else [None]
+        quiet = [(seed, prof, work / (f"{args.quiet}-{prof}" + ("" if seed is None else f"-{seed}")), "ab"[i % 2])
+                 for i, seed in enumerate(quiet_seeds) for prof in profiles]
+        jobs += [(args.quiet, seed, prof, path) for seed, prof, path, _ in quiet]
     with ProcessPoolExecutor(args.jobs) as pool:
         list(pool.map(simulate, *zip(*jobs)))
     print(f"traces ready in {time.perf_counter() - started:.0f} s", flush=True)
@@ -157,8 +165,7 @@ def main() -> None:
 
     tasks = [(str(work / f"{other[t]}-{p}-{s}"), str(work / f"model-{t}"), f"{p}") for t in "ab" for p in profiles
              for s in eval_seeds]
-    if args.quiet:
-        tasks += [(str(work / f"{args.quiet}-{p}"), str(work / "model-a"), f"quiet-{p}") for p in profiles]
+    tasks += [(str(path), str(work / f"model-{fold}"), f"quiet-{prof}") for _, prof, path, fold in quiet]
     results = []
     with ProcessPoolExecutor(args.jobs) as pool:
         for r in pool.map(evaluate_one, *zip(*tasks)):
@@ -171,8 +178,11 @@ def main() -> None:
     from daemon.evaluate import merge
 
     summary = {}
-    for label, pick in (("dense", lambda r: not r["group"].startswith("quiet")), ("all", lambda r: True)):
+    for label, pick in (("dense", lambda r: not r["group"].startswith("quiet")),
+                        ("quiet", lambda r: r["group"].startswith("quiet")), ("all", lambda r: True)):
         chosen = [r for r in results if pick(r)]
+        if not chosen:
+            continue
         summary[label] = {k: merge([r[f"_{k[:4] if k == 'baseline' else 'ours'}"] for r in chosen]).as_dict()
                           for k in ("raswarden", "baseline")}
     per_seed = {}
@@ -180,7 +190,9 @@ def main() -> None:
         dense = [r[k] for r in results if not r["group"].startswith("quiet")]
         per_seed[k] = {"recall": spread([d["all"]["recall_before_failure"] for d in dense]),
                        "lead_median_s": spread([d["all"]["lead_time_median_s"] for d in dense]),
-                       "false_per_1000_node_days": spread([d["false_flags_per_1000_node_days"] for d in dense])}
+                       "false_per_1000_node_days": spread([d["false_flags_per_1000_node_days"] for d in dense]),
+                       "quiet_false_per_1000_node_days": spread([r[k]["false_flags_per_1000_node_days"] for r in results
+                                                                 if r["group"].startswith("quiet")])}
     for r in results:
         r.pop("_ours")
         r.pop("_base")

@@ -87,7 +87,7 @@ class Pipeline:
         self.counters = CounterTracker()
         self.detectors = registry.build(baseline=self.config.baseline, model=self.config.model)
         wants = self.config.features or any(getattr(d, "needs_features", False) for d in self.detectors)
-        self.features = FeatureState(self.mapper.topology.rack_of) if wants else None
+        self.features = FeatureState() if wants else None
         self.rules = next(d for d in self.detectors if isinstance(d, RuleDetector))
         self.health = HealthTracker(self.config.health)
         rack_sizes = Counter(self.mapper.topology.node_rack.values())
@@ -112,7 +112,7 @@ class Pipeline:
             self.detectors += model.detectors()
         self.config.model = model
         if self.features is None and any(getattr(d, "needs_features", False) for d in self.detectors):
-            self.features = FeatureState(self.mapper.topology.rack_of)
+            self.features = FeatureState()
 
     # ------------------------------------------------------------------------------------------
     def restore(self, store: Store) -> tuple[int, int]:

@@ -10,8 +10,8 @@ fixed-size arrays and returns a :class:`FeatureFrame` per entity kind (rows = en
 * **gauge level and slope**: a fast (5 min) and a slow (1 h) EWMA of each gauge; the slope per hour is
   their difference over the difference of their mean ages;
 * **peer residuals**: an accelerator's temperature and HBM temperature (power-corrected with the
-  fleet's slope at that tick) and power against the median of its node at the same tick, its SM clock
-  as a ratio to its node's busy peers, and its node's median temperature against its rack's; smoothed
+  fleet's slope at that tick) and power against the median of its node's GPUs in the same load state
+  (busy, idle or unknown) at the same tick, and its SM clock as a ratio to its node's busy peers; smoothed
   (5 min), and each also as its *change* against its own 6-hour baseline in the same load state, busy
   or idle (a GPU in a warm slot runs a steady few degrees above its peers for ever, more so busy than
   idle; a degrading one moves away from where it was); 0 for ten minutes after a load change;
@@ -66,7 +66,7 @@ def feature_names(kind: str) -> tuple[str, ...]:
     names += [f"{g}_level" for g in GAUGES[kind]]
     names += [f"{g}_slope_per_h" for g in GAUGES[kind]]
     if kind == "accelerator":
-        peers = [f"{p}_peer_residual" for p in PEERS] + ["sm_clock_peer_ratio", "node_temp_rack_residual"]
+        peers = [f"{p}_peer_residual" for p in PEERS] + ["sm_clock_peer_ratio"]
         names += peers + [f"{p}_change" for p in peers]
     names += [f"{e}_events_{h}" for e in EVENT_CLASSES[kind] for h, _ in EVENT_HORIZONS]
     return tuple(names)
@@ -126,10 +126,10 @@ class _KindState:
         self.fast = np.full((0, ng), np.nan)
         self.slow = np.full((0, ng), np.nan)
         self.gauge_seen = np.full((0, ng), np.nan)
-        self.peer = np.full((0, len(PEERS) + 2), np.nan)
+        self.peer = np.full((0, len(PEERS) + 1), np.nan)
         # The entity's own baseline of each peer residual, per load state (busy, idle, unknown): a GPU's own
         # thermal resistance puts it further from its peers busy than idle, which is no change.
-        self.peer_base = np.full((0, 3, len(PEERS) + 2), np.nan)
+        self.peer_base = np.full((0, 3, len(PEERS) + 1), np.nan)
         self.load = np.full(0, -1, dtype=np.int64)  # 0 busy, 1 idle, 2 unknown; -1 never seen
         self.load_since = np.full(0, np.nan)
         self.events = np.zeros((0, ne, len(EVENT_HORIZONS)))
@@ -140,14 +140,14 @@ class _KindState:
     def ids(self) -> np.ndarray:
         return self.index.keys
 
-    def rows(self, names: np.ndarray, nodes: _Nodes) -> np.ndarray:
+    def rows(self, names: np.ndarray, nodes: dict[str, int]) -> np.ndarray:
         """The rows of entity ``names``, allocated on first sight."""
         out, fresh = self.index.lookup(names)
         if len(fresh):
             self._grow(fresh, nodes)
         return out
 
-    def _grow(self, fresh: np.ndarray, nodes: _Nodes) -> None:
+    def _grow(self, fresh: np.ndarray, nodes: dict[str, int]) -> None:
         new = len(fresh)
 
         def grow(a: np.ndarray, fill: float) -> np.ndarray:
@@ -160,35 +160,16 @@ class _KindState:
         self.load = np.concatenate((self.load, np.full(new, -1, dtype=np.int64)))
         self.load_since = grow(self.load_since, np.nan)
         self.events, self.seen = grow(self.events, 0.0), grow(self.seen, -np.inf)
-        codes = [nodes.code(e.split("/", 1)[0]) for e in fresh]
+        codes = [nodes.setdefault(e.split("/", 1)[0], len(nodes)) for e in fresh]
         self.node = np.concatenate((self.node, np.asarray(codes, dtype=np.int64)))
-
-
-class _Nodes:
-    """Integer codes of nodes and of their racks (peer groups)."""
-
-    def __init__(self, rack_of) -> None:
-        self.rack_of = rack_of
-        self.index: dict[str, int] = {}
-        self.rack_index: dict[object, int] = {}
-        self.rack: list[int] = []
-
-    def code(self, node: str) -> int:
-        c = self.index.get(node)
-        if c is None:
-            c = self.index[node] = len(self.index)
-            rack = self.rack_of(node)
-            self.rack.append(self.rack_index.setdefault(rack if rack is not None else ("node", node),
-                                                        len(self.rack_index)))
-        return c
 
 
 class FeatureState:
     """The streaming feature state of all accelerators and ports (see the module docstring)."""
 
-    def __init__(self, rack_of=None) -> None:
+    def __init__(self) -> None:
         self.kinds = {kind: _KindState(kind) for kind in COUNTERS}
-        self.nodes = _Nodes(rack_of or (lambda node: None))
+        self.nodes: dict[str, int] = {}  # node name -> integer code (the accelerators' peer groups)
         self._kind_of: dict[str, str] = {}  # entity -> kind, so the id regexes run once per entity
         self._kinds_cache: tuple[np.ndarray, np.ndarray] | None = None
         self._last_now: float | None = None
@@ -283,7 +264,7 @@ class FeatureState:
     def _peers(self, now: float, st: _KindState, rows: np.ndarray, cols: np.ndarray, v: np.ndarray) -> None:
         """Residuals against the node's median at this tick, smoothed like a level."""
         n = len(st.ids)
-        raw = np.full((n, len(PEERS) + 2), np.nan)
+        raw = np.full((n, len(PEERS) + 1), np.nan)
         current = {}
         for m in PEERS + ("sm_clock_mhz", "gpu_util_pct"):
             col = np.full(n, np.nan)
@@ -292,30 +273,28 @@ class FeatureState:
             current[m] = col
         touched = np.flatnonzero(np.bincount(rows, minlength=n))
         power = current["power_w"]
+        util = current["gpu_util_pct"]
+        now_load = np.where(util >= 50, 0, np.where(np.isfinite(util), 1, 2))
+        # Peers at comparable load: busy GPUs against their node's busy ones, idle against idle, unknown
+        # against unknown. A node half used by a job otherwise reads its busy GPUs as hot and power-hungry.
+        peer_code = st.node * 3 + now_load
         for j, m in enumerate(PEERS):
             value = current[m]
-            if m != "power_w":  # power-corrected: busy and idle GPUs of one node compare
+            if m != "power_w":  # and power-corrected within the load state (fleet slope at this tick)
                 ok = np.isfinite(value) & np.isfinite(power)
                 if ok.sum() >= 4 and np.ptp(power[ok]) > 50:
                     value = value - np.polyfit(power[ok], value[ok], 1)[0] * power
-            median, count = group_median(st.node, value)
-            res = value - median[st.node]
-            res[count[st.node] < 3] = np.nan
+            median, count = group_median(peer_code, value)
+            res = value - median[peer_code]
+            res[count[peer_code] < 3] = np.nan
             raw[:, j] = res
-            if m == "gpu_temp_c" and len(median):
-                rack_code = np.asarray(self.nodes.rack[: len(median)], dtype=np.int64)
-                rack_median, rack_count = group_median(rack_code, median)
-                node_res = median - rack_median[rack_code]
-                node_res[rack_count[rack_code] < 3] = np.nan
-                raw[:, len(PEERS) + 1] = node_res[st.node]
         busy = np.where(current["gpu_util_pct"] >= 50, current["sm_clock_mhz"], np.nan)
         median, count = group_median(st.node, busy)
         ratio = busy / median[st.node]
         ratio[count[st.node] < 3] = np.nan
         raw[:, len(PEERS)] = ratio
         _ewma_into(st.peer, touched, raw[touched], self._dt or LEVEL_HALFLIFE_S, LEVEL_HALFLIFE_S)
-        util = current["gpu_util_pct"][touched]
-        load = np.where(util >= 50, 0, np.where(np.isfinite(util), 1, 2))
+        load = now_load[touched]
         changed = st.load[touched] != load
         st.load[touched] = load
         st.load_since[touched] = np.where(changed, now, st.load_since[touched])

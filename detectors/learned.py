@@ -32,7 +32,6 @@ _WORDS = (
     ("aer", "gpu_bus", "PCIe AER events"),
     ("nvlink", "scaleup_link", "NVLink CRC errors"),
     ("hbm_temp", "gpu_thermal", "HBM temperature"),
-    ("node_temp", "cooling", "blade temperature against its rack"),
     ("gpu_temp", "gpu_thermal", "GPU temperature"),
     ("throttle", "gpu_thermal", "thermal throttling"),
     ("sm_clock", "gpu_compute", "SM clock"),
@@ -60,7 +59,7 @@ def describe(name: str) -> tuple[str, str]:
                 return category, f"{words} against peers, change over its own 6 h baseline"
             if name.endswith("_slope_per_h"):
                 return category, f"{words} trend per hour"
-            if "peer" in name or "rack_residual" in name:
+            if "peer" in name:
                 return category, f"{words} against peers"
             if "_events_" in name:
                 return category, f"{words} in {suffix}"

@@ -73,6 +73,25 @@ def test_peer_residual_is_power_corrected_and_against_the_node():
     assert np.isnan(f.loc["n1/gpu5", "sm_clock_peer_ratio"])  # idle GPUs have no busy-clock ratio
 
 
+
+def test_peers_are_at_comparable_load_on_a_half_used_node():
+    """A job on half of a node: its busy GPUs draw 300 W more than the idle half, which is no anomaly; the one
+    busy GPU that draws 60 W more than the other busy ones is."""
+    fs = FeatureState()
+    rows = []
+    for n in range(1, 5):
+        for g in range(8):
+            busy = g < 4
+            power = (400.0 if busy else 80.0) + (60.0 if (n, g) == (1, 3) else 0.0)
+            rows += [(f"n{n}/gpu{g}", "gpu_temp_c", 30.0 + 0.075 * power), (f"n{n}/gpu{g}", "power_w", power),
+                     (f"n{n}/gpu{g}", "gpu_util_pct", 95.0 if busy else 0.0)]
+    fs.update(0.0, inc([]), gauges(rows))
+    f = fs.frames["accelerator"].frame()
+    assert abs(f.loc["n1/gpu0", "power_w_peer_residual"]) < 1.0
+    assert abs(f.loc["n1/gpu6", "power_w_peer_residual"]) < 1.0
+    assert f.loc["n1/gpu3", "power_w_peer_residual"] == pytest.approx(60.0, abs=1.0)
+    assert abs(f.loc["n1/gpu0", "gpu_temp_c_peer_residual"]) < 0.5
+
 def test_a_steady_offset_has_no_change_but_a_rising_one_does():
     fs = FeatureState()
     for k in range(0, 6 * 120):  # 6 h at 30 s
