@@ -48,6 +48,11 @@ _WORDS = (
 )
 
 
+# Features that read a steady property of a slot as much as a fault (a warm slot, a GPU that draws a little
+# more): they explain an alarm but never support one alone (see LearnedDetector.support_z).
+STEADY_OFFSETS = frozenset({"gpu_temp_c_peer_residual", "hbm_temp_c_peer_residual", "power_w_peer_residual"})
+
+
 def describe(name: str) -> tuple[str, str]:
     """Category and operator words for a feature name."""
     for fragment, category, words in _WORDS:
@@ -214,9 +219,16 @@ class LearnedDetector(ABC):
         self.healthy_scale_[kind] = scale
 
     def support_z(self, kind: str, X: np.ndarray) -> np.ndarray:
-        """Per row, the largest distance of a feature from the healthy fleet's median, in robust scales."""
+        """Per row, the largest distance of a feature from the healthy fleet's median, in robust scales.
+
+        Steady offsets against peers (:data:`STEADY_OFFSETS`) are no support: a GPU in a warm slot sits
+        above its peers from the day it was installed. Their change over the GPU's own baseline is.
+        """
         med, scale = self.healthy_median_[kind], self.healthy_scale_[kind]
-        return np.abs(np.where(np.isfinite(X), (X - med) / scale, 0.0)).max(axis=1)
+        z = np.abs(np.where(np.isfinite(X), (X - med) / scale, 0.0))
+        steady = [i for i, n in enumerate(FEATURES[kind]) if n in STEADY_OFFSETS]
+        z[:, steady] = 0.0
+        return z.max(axis=1)
 
     def reasons(self, kind: str, x: np.ndarray, score: float, top: int = 3) -> tuple[str, list[str]]:
         """The category of the strongest deviation and up to ``top`` reasons."""

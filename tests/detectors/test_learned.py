@@ -143,3 +143,23 @@ def test_no_learned_alarm_while_a_gpu_changes_load():
                          load_age_s=np.array([300.0, 3600.0]))
     (ev,) = det.update(TickInput(0.0, *(pd.DataFrame() for _ in range(3)), features={"accelerator": frame}))
     assert ev.entity == "n1/gpu1"  # gpu0 went busy five minutes ago: not judged yet
+
+
+def test_a_steady_offset_against_peers_is_no_support_but_its_change_is():
+    """A GPU in a warm slot, 11 °C over its peers since it was installed, gives the predictor no support for an
+    alarm; the same residual newly risen over its own baseline does."""
+    from detectors.predictor import FailurePredictor
+
+    rng = np.random.default_rng(2)
+    names = FEATURES["accelerator"]
+    X = rng.normal(0.0, 1.0, (600, len(names)))
+    y = np.zeros(600, dtype=int)
+    y[::10] = 1
+    pred = FailurePredictor(max_iter=10).fit(X, y, kind="accelerator", names=names,
+                                             groups=np.repeat([0, 1, 2], 200))
+    warm = np.zeros(len(names))  # the healthy fleet's features spread by 1: 11 is 11 scales out
+    warm[names.index("hbm_temp_c_peer_residual")] = 11.0
+    assert pred.support_z("accelerator", warm[None, :])[0] < 5
+    rising = warm.copy()
+    rising[names.index("hbm_temp_c_peer_residual_change")] = 11.0
+    assert pred.support_z("accelerator", rising[None, :])[0] > 6
