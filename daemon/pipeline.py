@@ -39,6 +39,7 @@ class PipelineConfig:
     reboot_grace_s: float = 600.0
     telemetry_incident_after_s: float = 900.0
     baseline: bool = False  # run only the static-threshold baseline rules (for evaluation)
+    rules_only: bool = False  # run only raswarden's rules, the one detector that says `failed` (reactive policy)
     model: object | None = None  # a detectors.model.ModelBundle: adds the learned detectors
     features: bool = False  # compute the feature frames even when no detector reads them (training)
     health: HealthConfig = field(default_factory=HealthConfig)
@@ -85,7 +86,8 @@ class Pipeline:
         self.on_finding = on_finding
         self.resolver = EventResolver(self.mapper, window_s=max(120.0, 4 * self.config.interval_s))
         self.counters = CounterTracker()
-        self.detectors = registry.build(baseline=self.config.baseline, model=self.config.model)
+        self.detectors = registry.build(baseline=self.config.baseline, model=self.config.model,
+                                        rules_only=self.config.rules_only)
         wants = self.config.features or any(getattr(d, "needs_features", False) for d in self.detectors)
         self.features = FeatureState() if wants else None
         self.rules = next(d for d in self.detectors if isinstance(d, RuleDetector))
@@ -108,7 +110,7 @@ class Pipeline:
     def use_model(self, model) -> None:
         """Swap the learned detectors for those of ``model`` (None: run without); the others keep their state."""
         self.detectors = [d for d in self.detectors if d.name not in registry.LEARNED]
-        if model is not None and not self.config.baseline:
+        if model is not None and not (self.config.baseline or self.config.rules_only):
             self.detectors += model.detectors()
         self.config.model = model
         if self.features is None and any(getattr(d, "needs_features", False) for d in self.detectors):

@@ -21,11 +21,11 @@ LEARNED: dict[str, type] = {
 }
 
 
-def build(baseline: bool = False, model=None) -> list:
-    """Fitted instances of every detector (only the static rules for the baseline), plus the learned
-    detectors of ``model`` (a :class:`detectors.model.ModelBundle`) when there is one."""
-    if baseline:
-        return [RuleDetector(baseline=True).fit()]
+def build(baseline: bool = False, model=None, rules_only: bool = False) -> list:
+    """Fitted instances of every detector (only the static rules for the baseline, only the rules with
+    ``rules_only``), plus the learned detectors of ``model`` (a :class:`detectors.model.ModelBundle`)."""
+    if baseline or rules_only:
+        return [RuleDetector(baseline=baseline).fit()]
     out = [cls().fit() for cls in DETECTORS.values()]
     if model is not None:
         out += model.detectors()

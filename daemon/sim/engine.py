@@ -92,6 +92,7 @@ class Simulator:
     def __init__(self, scenario: Scenario, library: dict[str, FaultTemplate] | Path):
         self.scenario = scenario
         self.library = load_library(library) if isinstance(library, Path) else library
+        self.batch_dtypes: dict[tuple[str, ...], tuple[pd.CategoricalDtype, pd.CategoricalDtype]] = {}  # chunk_to_batch
         if scenario.preset not in PRESETS:
             raise TemplateError(f"{scenario.source}: unknown topology preset {scenario.preset!r}")
         self.topo: SimTopology = PRESETS[scenario.preset](scenario.accelerators)
@@ -462,8 +463,13 @@ def _accumulate(carry: np.ndarray, inc: np.ndarray, resets: list[tuple[np.ndarra
 def chunk_to_batch(sim: Simulator, chunk: SimChunk, profile: str | None = None) -> Batch:
     """A pipeline batch from a chunk (canonical names), time-major, without the file round trip."""
     gpu_metrics, port_metrics = emitted_metrics(profile or sim.scenario.profile)
-    entities = sim.gpu_ids + sim.port_ids
     metrics = gpu_metrics + port_metrics
+    # One categorical dtype per simulator and metric list: built once, and the same categories object every
+    # tick, so the pipeline's per-name caches (detectors.schema.name_codes) hit.
+    key = tuple(metrics)
+    if key not in sim.batch_dtypes:
+        sim.batch_dtypes[key] = (pd.CategoricalDtype(sim.gpu_ids + sim.port_ids), pd.CategoricalDtype(metrics))
+    entity_dtype, metric_dtype = sim.batch_dtypes[key]
     n_g = len(sim.gpu_ids)
     parts_ts, parts_e, parts_m, parts_v = [], [], [], []
     for mi, m in enumerate(metrics):
@@ -480,8 +486,8 @@ def chunk_to_batch(sim: Simulator, chunk: SimChunk, profile: str | None = None) 
     order = np.argsort(ts, kind="stable")
     samples = pd.DataFrame({
         "ts": ts[order],
-        "entity": pd.Categorical.from_codes(np.concatenate(parts_e)[order], categories=entities, validate=False),
-        "metric": pd.Categorical.from_codes(np.concatenate(parts_m)[order], categories=metrics, validate=False),
+        "entity": pd.Categorical.from_codes(np.concatenate(parts_e)[order], dtype=entity_dtype, validate=False),
+        "metric": pd.Categorical.from_codes(np.concatenate(parts_m)[order], dtype=metric_dtype, validate=False),
         "value": np.concatenate(parts_v)[order],
     })
     rows = []

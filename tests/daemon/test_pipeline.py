@@ -4,7 +4,7 @@ import pandas as pd
 
 from daemon.batch import Batch
 from daemon.naming import SeriesMapper
-from daemon.pipeline import Pipeline
+from daemon.pipeline import Pipeline, PipelineConfig
 from daemon.topology import Topology
 from detectors.schema import empty_events
 
@@ -36,3 +36,14 @@ def test_errors_seen_only_at_the_switch_end_flag_the_node_port():
     assert ports and {f.entity for f in ports} == {"n2/mlx5_0:1"}
     assert ports[0].reasons[0].startswith("switch end leaf01/2: ")
     assert "leaf01" not in p.node_seen and not any(f.entity.startswith("leaf01") for f in flagged)
+
+
+def test_rules_only_runs_the_rules_and_nothing_learned():
+    from detectors.rules import RuleDetector
+
+    p = Pipeline(SeriesMapper(topology=Topology.from_dict(TOPOLOGY)), PipelineConfig(rules_only=True))
+    assert [type(d) for d in p.detectors] == [RuleDetector] and p.features is None
+    assert not p.rules.baseline
+    p.use_model(None)
+    assert [type(d) for d in p.detectors] == [RuleDetector]
+    assert len(Pipeline(SeriesMapper(topology=Topology.from_dict(TOPOLOGY))).detectors) > 1
