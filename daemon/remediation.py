@@ -16,7 +16,7 @@ from sqlmodel import func, select
 from daemon.actions import StoreJournal
 from daemon.config import Config
 from daemon.store import AlertCursorRow, EntityRow, IncidentRow, Store
-from playbooks.engine import Engine, IncidentRef
+from playbooks.engine import OPEN, Engine, IncidentRef
 from playbooks.model import load
 from playbooks.scheduler import ClusterState, Scheduler
 
@@ -68,9 +68,29 @@ class Remediation:
             self.scheduler_names = dict(Topology.load(cfg.service.topology).scheduler_name)
         self.clock = clock
         self.act_on = act_on
+        # Incidents already planned at the cursor's time: the cursor is inclusive (an incident updated at that
+        # very time by a later transaction is not missed), so these come back and are passed over.
+        self._seen_at_cursor: set[tuple] = set()
+        # Incidents whose new severity came while an action of theirs was still open (the engine plans one
+        # action at a time per incident): planned once that action has ended.
+        self._deferred: dict[str, IncidentRef] = {}
         racks = self._racks()
         self.engine = Engine(scheduler, self.journal, load(cfg.playbook_dirs), cfg.guards, clock=clock,
                              rack_of=racks.get)
+        self._defer_unplanned()
+
+    def _defer_unplanned(self) -> None:
+        """After a restart: open incidents whose present severity has no action yet (it came while another
+        action of theirs was open) are deferred again, not forgotten."""
+        with self.store.session() as s:
+            rows = s.exec(select(IncidentRow).where(IncidentRow.closed_at == None)).all()  # noqa: E711
+            entities = {r.entity for r in rows}
+            attrs = {e.id: e.attrs for e in s.exec(select(EntityRow).where(EntityRow.id.in_(entities))).all()}
+        for row in rows:
+            if row.parent is None and row.severity in self.act_on:
+                ref = incident_ref(row, _labels(attrs, row.entity), self.scheduler_names)
+                if self._waits_for_open_action(ref):
+                    self._deferred[row.id] = ref
 
     def _racks(self) -> dict[str, str | None]:
         """Rack of each node, by its own and by its scheduler name (the engine sees the latter)."""
@@ -86,10 +106,11 @@ class Remediation:
         with self.store.session() as s:
             cursor = s.get(AlertCursorRow, CURSOR)
             since = cursor.value if cursor else float("-inf")
-            rows = s.exec(select(IncidentRow).where(IncidentRow.updated_at >= since)
-                          .order_by(IncidentRow.updated_at)).all()
+            rows = [r for r in s.exec(select(IncidentRow).where(IncidentRow.updated_at >= since)
+                                      .order_by(IncidentRow.updated_at)).all()
+                    if not (r.updated_at == since and _version(r) in self._seen_at_cursor)]
             if not rows:  # the usual tick: read nothing else
-                return 0
+                return self._planned_deferred() if self._deferred else 0
             entities = {r.entity for r in rows}
             attrs = {e.id: e.attrs for e in s.exec(select(EntityRow).where(EntityRow.id.in_(entities))).all()}
             window = self.engine.guards.breaker_window_s
@@ -100,11 +121,17 @@ class Remediation:
                                                            and r.closed_at is None and r.kind == "node"))
         state = state or self.engine.scheduler.snapshot()
         for row in rows:
-            labels = {k: str(v) for k, v in (attrs.get(row.entity) or {}).items()}
+            labels = _labels(attrs, row.entity)
             if row.closed_at is None:
                 if row.parent is None and row.severity in self.act_on:
                     ref = incident_ref(row, labels, self.scheduler_names)
-                    planned += self.engine.submit(ref, state) is not None
+                    self._deferred.pop(row.id, None)
+                    if self.engine.submit(ref, state) is not None:
+                        planned += 1
+                    elif self._waits_for_open_action(ref):
+                        self._deferred[row.id] = ref
+                else:
+                    self._deferred.pop(row.id, None)
             elif self._drained_for(row.id):
                 node = row.entity.split("/", 1)[0]
                 ref = IncidentRef(id=f"{row.id}-recovered", entity=node, kind="node",
@@ -112,9 +139,28 @@ class Remediation:
                                   opened_at=row.opened_at, closed_at=row.closed_at,
                                   scheduler_node=self.scheduler_names.get(node))
                 planned += self.engine.submit(ref, state) is not None
+        planned += self._planned_deferred(state)
+        last = max(r.updated_at for r in rows)
         with self.store.session() as s:
-            s.merge(AlertCursorRow(name=CURSOR, value=max(r.updated_at for r in rows)))
+            s.merge(AlertCursorRow(name=CURSOR, value=last))
             s.commit()
+        self._seen_at_cursor = {_version(r) for r in rows if r.updated_at == last} | (
+            self._seen_at_cursor if last == since else set())
+        return planned
+
+    def _waits_for_open_action(self, ref: IncidentRef) -> bool:
+        earlier = self.journal.actions_for(ref.id)
+        return any(a.status in OPEN for a in earlier) and not any(a.incident.state == ref.state for a in earlier)
+
+    def _planned_deferred(self, state: ClusterState | None = None) -> int:
+        """Plan the deferred incidents whose open action has ended; how many were planned."""
+        planned = 0
+        for incident_id, ref in list(self._deferred.items()):
+            if self._waits_for_open_action(ref):
+                continue
+            del self._deferred[incident_id]
+            state = state or self.engine.scheduler.snapshot()
+            planned += self.engine.submit(ref, state) is not None
         return planned
 
     def _drained_for(self, incident_id: str) -> bool:
@@ -126,3 +172,13 @@ class Remediation:
         planned = self.sync()
         touched = self.engine.run()
         return {"planned": planned, "advanced": len(touched)}
+
+
+def _version(row: IncidentRow) -> tuple:
+    """What makes one state of an incident: planning it again changes nothing."""
+    return row.id, row.severity, row.closed_at, row.updated_at
+
+
+def _labels(attrs: dict[str, dict | None], entity: str) -> dict[str, str]:
+    """An entity's labels (its attributes as strings) for playbook matching."""
+    return {k: str(v) for k, v in (attrs.get(entity) or {}).items()}

@@ -77,7 +77,7 @@ def name_codes(column: pd.Series) -> tuple[np.ndarray, np.ndarray]:
     """Integer codes and their names for a name column (``entity``, ``metric``): a categorical's own codes,
     or a plain column factorized. Codes index the names; rows compare as integers, not strings."""
     if isinstance(column.dtype, pd.CategoricalDtype):
-        return column.cat.codes.to_numpy(), _names_of(column.dtype.categories)
+        return column.array.codes, _names_of(column.dtype.categories)  # the codes array itself, no Series
     codes, names = pd.factorize(column.to_numpy(object))
     return codes, np.asarray(names, dtype=object)
 
