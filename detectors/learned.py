@@ -51,6 +51,17 @@ _WORDS = (
 # Features that read a steady property of a slot as much as a fault (a warm slot, a GPU that draws a little
 # more): they explain an alarm but never support one alone (see LearnedDetector.support_z).
 STEADY_OFFSETS = frozenset({"gpu_temp_c_peer_residual", "hbm_temp_c_peer_residual", "power_w_peer_residual"})
+# Features that follow the job rather than the hardware: utilisation, power and clocks, and how fast they and
+# the temperatures move, rise and fall with every job start and stop on the whole node. They explain an alarm
+# but never support one (a GPU's own clocks or power against its peers' do, through the peer features).
+LOAD_FOLLOWING = frozenset({
+    "gpu_util_pct_level", "gpu_util_pct_slope_per_h", "power_w_level", "power_w_slope_per_h",
+    "sm_clock_mhz_level", "sm_clock_mhz_slope_per_h", "gpu_temp_c_slope_per_h", "hbm_temp_c_slope_per_h",
+})
+# An alarm's support must also lie outside the range of all but this share of the healthy training rows at
+# either end: a rare-event rate (two symbol errors in an hour on a healthy link) is many robust scales from a
+# fleet whose median is 0, and no fault.
+HEALTHY_TAIL = 1e-4
 
 
 def describe(name: str) -> tuple[str, str]:
@@ -197,7 +208,8 @@ class LearnedDetector(ABC):
 
     def _start(self) -> None:
         """Create the fitted state on the first ``fit`` (kinds are fitted one call each)."""
-        for attr in ("models_", "thresholds_", "healthy_median_", "healthy_scale_") + self.fitted_per_kind:
+        for attr in ("models_", "thresholds_", "healthy_median_", "healthy_scale_", "healthy_range_") + \
+                self.fitted_per_kind:
             if not hasattr(self, attr):
                 setattr(self, attr, {})
 
@@ -207,7 +219,7 @@ class LearnedDetector(ABC):
         return min(self.thresholds_.values()) if getattr(self, "thresholds_", None) else float("inf")
 
     def _fit_reference(self, kind: str, X: np.ndarray) -> None:
-        """Median and robust scale of the healthy fleet's features, for reasons."""
+        """Median, robust scale and extreme quantiles of the healthy fleet's features, for reasons and support."""
         med = np.nanmedian(X, axis=0) if len(X) else np.zeros(X.shape[1])
         med = np.where(np.isfinite(med), med, 0.0)
         q75, q25 = (np.nanpercentile(X, 75, axis=0), np.nanpercentile(X, 25, axis=0)) if len(X) else (med, med)
@@ -217,17 +229,25 @@ class LearnedDetector(ABC):
         scale = np.where(scale > 0, scale, np.where(np.isfinite(spread) & (spread > 0), spread, 1.0))
         self.healthy_median_[kind] = med
         self.healthy_scale_[kind] = scale
+        if len(X):
+            low, high = np.nanquantile(X, [HEALTHY_TAIL, 1.0 - HEALTHY_TAIL], axis=0)
+            self.healthy_range_[kind] = (np.where(np.isfinite(low), low, med), np.where(np.isfinite(high), high, med))
 
     def support_z(self, kind: str, X: np.ndarray) -> np.ndarray:
-        """Per row, the largest distance of a feature from the healthy fleet's median, in robust scales.
+        """Per row, the largest distance of a supporting feature from the healthy fleet's median, in robust
+        scales; a feature supports only outside the healthy fleet's range (:data:`HEALTHY_TAIL`).
 
         Steady offsets against peers (:data:`STEADY_OFFSETS`) are no support: a GPU in a warm slot sits
-        above its peers from the day it was installed. Their change over the GPU's own baseline is.
+        above its peers from the day it was installed. Their change over the GPU's own baseline is. Nor is
+        what follows the job (:data:`LOAD_FOLLOWING`): a job start ramps the clocks of every GPU of the node.
         """
         med, scale = self.healthy_median_[kind], self.healthy_scale_[kind]
         z = np.abs(np.where(np.isfinite(X), (X - med) / scale, 0.0))
-        steady = [i for i, n in enumerate(FEATURES[kind]) if n in STEADY_OFFSETS]
-        z[:, steady] = 0.0
+        context = [i for i, n in enumerate(FEATURES[kind]) if n in STEADY_OFFSETS or n in LOAD_FOLLOWING]
+        z[:, context] = 0.0
+        if kind in self.healthy_range_:  # models saved before the range was kept: the scales alone
+            low, high = self.healthy_range_[kind]
+            z[(X >= low) & (X <= high)] = 0.0
         return z.max(axis=1)
 
     def reasons(self, kind: str, x: np.ndarray, score: float, top: int = 3) -> tuple[str, list[str]]:

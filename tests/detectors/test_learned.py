@@ -163,3 +163,50 @@ def test_a_steady_offset_against_peers_is_no_support_but_its_change_is():
     rising = warm.copy()
     rising[names.index("hbm_temp_c_peer_residual_change")] = 11.0
     assert pred.support_z("accelerator", rising[None, :])[0] > 6
+
+
+def test_what_follows_the_job_is_no_support():
+    """A job starting on the node ramps every GPU's utilisation, power and clocks: no support for an alarm
+    however far from the fleet; the GPU's clock against its busy peers is."""
+    from detectors.learned import LOAD_FOLLOWING
+    from detectors.predictor import FailurePredictor
+
+    rng = np.random.default_rng(3)
+    names = FEATURES["accelerator"]
+    X = rng.normal(0.0, 1.0, (600, len(names)))
+    y = np.zeros(600, dtype=int)
+    y[::10] = 1
+    pred = FailurePredictor(max_iter=10).fit(X, y, kind="accelerator", names=names,
+                                             groups=np.repeat([0, 1, 2], 200))
+    ramp = np.zeros(len(names))
+    for name in LOAD_FOLLOWING:
+        ramp[names.index(name)] = 40.0
+    assert pred.support_z("accelerator", ramp[None, :])[0] == 0.0
+    slow = ramp.copy()
+    slow[names.index("sm_clock_peer_ratio")] = -30.0
+    assert pred.support_z("accelerator", slow[None, :])[0] > 20
+
+
+def test_a_rate_inside_the_healthy_fleets_range_is_no_support():
+    """Healthy links see a stray symbol error now and then: a rate that healthy rows reach is no support, even
+    though it is many robust scales from a fleet whose median is 0; a rate beyond them is."""
+    from detectors.predictor import FailurePredictor
+
+    rng = np.random.default_rng(4)
+    names = FEATURES["port"]
+    col = names.index("symbol_error_per_h_15m")
+    X = rng.exponential(0.001, (30_000, len(names)))
+    y = np.zeros(len(X), dtype=int)
+    y[::100] = 1
+    X[y == 1, col] = 200.0
+    stray = np.flatnonzero(y == 0)[::1000]  # one healthy row in a thousand just after a single error
+    X[stray, col] = 2.77
+    pred = FailurePredictor(max_iter=10).fit(X, y, kind="port", names=names, groups=np.repeat([0, 1, 2], 10_000))
+    low, high = pred.healthy_range_["port"]
+    assert high[col] == 2.77
+    two = np.median(X, axis=0)
+    two[col] = 2.3
+    assert pred.support_z("port", two[None, :])[0] == 0.0
+    many = two.copy()
+    many[col] = 20.0
+    assert pred.support_z("port", many[None, :])[0] > 6
