@@ -19,8 +19,10 @@ never happens. Time under repair is not counted as idle (the node is out for ``r
 out, so only when differs); time drained on working hardware is: that is what a false drain costs. A fabric
 port that fails kills the job on its node (its collectives fail) but leaves the node usable on its other
 rails. The same operator acts under every policy (a
-node raswarden already drained needs nothing from them). Fail-slow faults cost nothing here (no failure):
-their drains count as true drains and their slowdown is not accounted.
+node raswarden already drained needs nothing from them). A job runs at the pace of its slowest GPU: a
+fail-slow GPU (or a throttling one) holds back the whole synchronous job, and the time is accounted as
+*slowed*; left alone, a fail-slow GPU recovers (or is found by someone) at the end of its labelled window,
+and a drain sends it to repair like any other fault.
 """
 
 from __future__ import annotations
@@ -137,6 +139,8 @@ def run(sim: Simulator, policy: str, opts: LoopOptions | None = None, model=None
     for p in sim.placed:
         if p.inst.template.fails and not p.inst.template.benign:
             p.inst.until = p.inst.failure + opts.repair_s
+        elif not p.inst.template.benign:  # a fail-slow GPU left alone recovers (or is found) at its window's end
+            p.inst.until = p.inst.failure
     failures = sorted((lb["failure"], _node_of(lb["entity"]), lb.get("kind") == "port")
                       for lb in faults if lb["failure"] is not None)
     # Faults not yet failed nor repaired; a node raswarden drains and empties while it carries one goes to
@@ -183,8 +187,14 @@ def run(sim: Simulator, policy: str, opts: LoopOptions | None = None, model=None
     steps = max(1, int(round(opts.interval_s / sc.resolution)))
     clock = [sc.start]
     try:
+        speeds = np.ones(len(sim.topo.nodes))
         for chunk in sim.chunks(chunk_steps=steps):
             now = float(chunk.ts[-1])
+            if chunk.gpu_speed is not None:  # the pace of each node's slowest GPU over this interval
+                pace = chunk.gpu_speed.mean(axis=1).reshape(len(sim.topo.nodes), per_node).min(axis=1)
+                for i in np.flatnonzero(pace != speeds):
+                    sched.nodes[sim.topo.nodes[i]].speed = float(pace[i])
+                speeds = pace
             while fi < len(failures) and failures[fi][0] <= now:
                 t, node, port = failures[fi]
                 fi += 1
@@ -258,7 +268,8 @@ def run(sim: Simulator, policy: str, opts: LoopOptions | None = None, model=None
     gpu_hours = {"productive": acct.productive, "allocated": acct.allocated,
                  "lost_to_failures": acct.lost_to_failures, "checkpoints": acct.checkpoints,
                  "checkpoints_requested": acct.checkpoints_requested, "failure_loss": acct.failure_loss,
-                 "restarts": acct.restarts, "idle_drained": acct.idle_drained, "net_loss": acct.net_loss,
+                 "restarts": acct.restarts, "idle_drained": acct.idle_drained, "slowed": acct.slowed,
+                 "net_loss": acct.net_loss,
                  "effective_training_ratio": acct.effective_training_ratio}
     return LoopResult(sc.name, sc.seed, policy, sim.topo.n_nodes * sc.duration / 86400.0, gpu_hours,
                       true_drains, len(drained) - true_drains, len(faults),
@@ -270,6 +281,7 @@ ROWS = (("net loss (GPU-h)", lambda r: r.gpu_hours["net_loss"]),
         ("checkpoints (of which raswarden asked for)", None),
         ("restarts", lambda r: r.gpu_hours["restarts"]),
         ("idle on drained nodes", lambda r: r.gpu_hours["idle_drained"]),
+        ("held back by slow GPUs", lambda r: r.gpu_hours.get("slowed", 0.0)),
         ("net loss without periodic checkpoints", lambda r: r.gpu_hours["failure_loss"]),
         ("effective training time ratio", lambda r: r.gpu_hours["effective_training_ratio"]),
         ("drains true / false", None),

@@ -65,6 +65,9 @@ class SimChunk:
     gpu_present: np.ndarray
     port_present: np.ndarray
     lines: list[tuple[float, str, str]]  # (ts, node, kernel message)
+    # Each GPU's compute speed against a healthy one (its SM clock scale: fail-slow, thermal throttling); a
+    # synchronous job runs at the pace of its slowest GPU (the closed loop's accounting)
+    gpu_speed: np.ndarray | None = None
 
 
 @dataclass
@@ -438,7 +441,8 @@ class Simulator:
         port["port_phys_state"] = np.nan_to_num(port_set.get("port_phys_state", np.full((t.n_ports, n_s), np.nan)),
                                                 nan=5.0)
         xid_last[:] = gpu["xid_last"][:, -1]
-        return SimChunk(ts, gpu, port, gpu_present, port_present, lines)
+        speed = gauge_scale["sm_clock_mhz"] * np.where(throttle > 0, 0.85, 1.0)
+        return SimChunk(ts, gpu, port, gpu_present, port_present, lines, np.clip(speed, 0.0, 1.0))
 
     def _gpu_by_pci(self, pci: str) -> int:
         short = normalize_pci(pci)

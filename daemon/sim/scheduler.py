@@ -4,8 +4,10 @@ Training jobs run on whole nodes, checkpoint every ``checkpoint_interval_s`` (co
 of the job's time) and, when a node under them fails, lose the work since their last checkpoint and are
 requeued; a requeued job pays ``restart_cost_s`` before it is productive again. A checkpoint signal
 (``USR1`` to a job that opted in) makes the job checkpoint now. A drain lets the running job finish and
-keeps new jobs off the node. Every GPU-second is accounted as productive, lost to failures, spent on
-checkpoints, spent on restarts, or idle on a drained node.
+keeps new jobs off the node. A job progresses at the pace of its slowest GPU (:attr:`SimNode.speed`: a
+fail-slow GPU or a throttling one holds back the whole synchronous job). Every GPU-second is accounted as
+productive, lost to failures, spent on checkpoints, spent on restarts, held back by a slow GPU, or idle on a
+drained node.
 
 Two kinds of hard failure: :meth:`SimScheduler.fail_node` is one Slurm sees (slurmd gone: the node is
 ``down`` until repaired); :meth:`SimScheduler.break_node` is the common one it does not (a GPU off the bus,
@@ -56,6 +58,7 @@ class SimNode:
     down_until: float = 0.0
     broken_until: float = 0.0
     job: str | None = None
+    speed: float = 1.0  # its slowest GPU's speed against a healthy one (a fail-slow GPU holds back the job)
 
 
 @dataclass
@@ -68,11 +71,12 @@ class Accounting:
     checkpoints_requested: float = 0.0  # the part of ``checkpoints`` raswarden's signals asked for
     restarts: float = 0.0
     idle_drained: float = 0.0
+    slowed: float = 0.0  # a job held back by a slow GPU (fail-slow, thermal throttling) on one of its nodes
     allocated: float = 0.0
 
     @property
     def net_loss(self) -> float:
-        return self.lost_to_failures + self.checkpoints + self.restarts + self.idle_drained
+        return self.lost_to_failures + self.checkpoints + self.restarts + self.idle_drained + self.slowed
 
     @property
     def failure_loss(self) -> float:
@@ -211,10 +215,13 @@ class SimScheduler:
                 else:
                     acct.restarts += gpu_h * share
             if left > 0:
-                work = min(left, job.work_s - job.done_s)
+                # A synchronous job runs at the pace of its slowest GPU: the time it is held back is lost.
+                speed = max(min(self.nodes[n].speed for n in job.nodes), 1e-3)
+                work = min(left * speed, job.work_s - job.done_s)
                 job.done_s += work
                 job.since_ckpt_s += work
                 acct.productive += gpu_h * (work / dt)
+                acct.slowed += gpu_h * (work / speed - work) / dt
                 if job.since_ckpt_s >= job.checkpoint_interval_s:
                     self._checkpoint(job)
                 if job.done_s >= job.work_s:

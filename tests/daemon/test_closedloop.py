@@ -26,6 +26,7 @@ SCENARIO = {
         {"entity": "sn01-b07/gpu5", "fault": "gpu_off_bus", "template": "a", "onset": "1h30m", "failure": "6h"},
         {"entity": "sn01-b11/mlx5_1:1", "fault": "link_degradation", "template": "a", "onset": "1h",
          "failure": "6h"},
+        {"entity": "sn01-b13/gpu4", "fault": "fail_slow", "template": "b", "onset": "1h", "failure": "6h"},
         {"entity": "sn01-b05/gpu1", "fault": "benign_warm_slot", "template": "a", "onset": "0s", "failure": "8h"},
         {"entity": "r01", "fault": "benign_coolant_swing", "template": "b", "onset": "2h"},
         {"entity": "sn01-b09", "fault": "benign_exporter_gap", "template": "a", "onset": "3h"},
@@ -63,11 +64,17 @@ def test_full_acts_before_the_failures_and_loses_less(results):
     assert full.gpu_hours["effective_training_ratio"] > reactive.gpu_hours["effective_training_ratio"]
 
 
+def test_a_fail_slow_gpu_holds_back_its_job_until_it_is_drained(results):
+    none, reactive, full = (results[p].gpu_hours["slowed"] for p in ("none", "reactive", "full"))
+    assert none > 0 and reactive == pytest.approx(none, rel=0.2)  # nobody acts on a GPU that never fails
+    assert full < none / 2
+
+
 def test_gpu_hours_add_up(results):
     for r in results.values():
         g = r.gpu_hours
-        assert g["productive"] + g["lost_to_failures"] + g["checkpoints"] + g["restarts"] == pytest.approx(
-            g["allocated"], rel=0.02), r.policy
+        assert g["productive"] + g["lost_to_failures"] + g["checkpoints"] + g["restarts"] + g["slowed"] == \
+            pytest.approx(g["allocated"], rel=0.02), r.policy
 
 
 def test_table_puts_policies_side_by_side(results):

@@ -200,3 +200,16 @@ def test_a_confounder_acts_only_inside_its_labelled_window(library):
     inside = (ts > sim.scenario.start + 1.1 * 3600) & (ts <= sim.scenario.start + 2.1 * 3600)
     after = ts > sim.scenario.start + 2.2 * 3600
     assert np.mean(excess[inside]) > np.mean(excess[after]) + 3.0
+
+
+def test_chunks_carry_each_gpus_speed_for_the_closed_loop(library):
+    sim = make(library, [{"entity": "sn01-b02/gpu1", "fault": "fail_slow", "template": "b", "onset": "1h",
+                          "failure": "3h"}], accelerators=16, duration="2h")
+    chunks = list(sim.chunks())
+    ts = np.concatenate([c.ts for c in chunks])
+    speed = np.concatenate([c.gpu_speed for c in chunks], axis=1)
+    g = sim.gpu_index["sn01-b02/gpu1"]
+    late = window(ts, sim.scenario.start, 1.5 * H, 2 * H)
+    assert 0.7 < speed[g][late].max() < 0.8 and (speed[g][ts < sim.scenario.start + H] == 1.0).all()
+    others = np.delete(speed, g, axis=0)
+    assert (others == 1.0).all()

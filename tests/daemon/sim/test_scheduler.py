@@ -122,3 +122,17 @@ def test_gpu_hours_add_up_to_the_allocation():
     run_until(s, 5 * H)
     a = s.gpu_hours
     assert a.productive + a.lost_to_failures + a.checkpoints + a.restarts == pytest.approx(a.allocated, rel=0.01)
+    assert a.slowed == 0.0
+
+
+def test_a_slow_gpu_holds_back_the_whole_job():
+    """A job on two nodes, one of them with a GPU at three quarters of its clock, for two hours: it makes 1.5 h
+    of progress, and the other half hour of its 16 GPUs is accounted as held back."""
+    s = cluster(n=4)
+    s.jobs["1"].checkpoint_interval_s = 100 * H  # no checkpoints in the way
+    s.nodes["n2"].speed = 0.75
+    run_until(s, 2 * H)
+    a = s.gpu_hours
+    assert s.jobs["1"].done_s == pytest.approx(1.5 * H)
+    assert a.productive == pytest.approx(16 * 1.5) and a.slowed == pytest.approx(16 * 0.5)
+    assert a.productive + a.slowed == pytest.approx(a.allocated) and a.net_loss == pytest.approx(a.slowed)
