@@ -32,7 +32,7 @@ def one_run(scenario: str, seed: int, policy: str, model: str, interval: float) 
     import os
 
     os.environ.setdefault("OMP_NUM_THREADS", "1")
-    from daemon.closedloop import LoopOptions, run
+    from daemon.closedloop import ACCOUNTING_VERSION, LoopOptions, run
     from daemon.sim.engine import Simulator
     from daemon.sim.scenario import Scenario
     from detectors.model import ModelBundle
@@ -41,7 +41,8 @@ def one_run(scenario: str, seed: int, policy: str, model: str, interval: float) 
     sc = Scenario.load(SCENARIOS / f"{scenario}.yaml")
     sc.seed = seed
     result = run(Simulator(sc, ROOT / "fixtures" / "faults"), policy, LoopOptions(interval_s=interval), model=bundle)
-    return result.as_dict() | {"model": model if policy == "full" else "", "interval_s": interval}
+    return result.as_dict() | {"model": model if policy == "full" else "", "interval_s": interval,
+                               "accounting": ACCOUNTING_VERSION}
 
 
 def seeds(text: str) -> list[int]:
@@ -63,14 +64,15 @@ def main() -> None:
     ap.add_argument("--out", type=Path, default=ROOT / "bench" / "results" / "closedloop.json")
     ap.add_argument("--report", action="store_true", help="only print the table of --out")
     args = ap.parse_args()
-    from daemon.closedloop import LoopOptions, LoopResult, table
+    from daemon.closedloop import ACCOUNTING_VERSION, LoopOptions, LoopResult, table
 
     policies = args.policies.split(",")
     runs: list[dict] = json.loads(args.out.read_text()).get("runs", []) if args.out.exists() else []
 
     def same(r: dict, seed: int, policy: str) -> bool:
         return (r["scenario"], r["seed"], r["policy"]) == (args.scenario, seed, policy) and (
-            policy != "full" or r.get("model", args.model) == args.model)
+            policy != "full" or r.get("model", args.model) == args.model) and (
+            r.get("accounting", 1) == ACCOUNTING_VERSION)
 
     if not args.report:
         todo = [(s, p) for s in seeds(args.seeds) for p in policies if not any(same(r, s, p) for r in runs)]
@@ -81,14 +83,16 @@ def main() -> None:
             futures = {pool.submit(one_run, args.scenario, s, p, args.model, args.interval): (s, p) for s, p in todo}
             for fut in as_completed(futures):
                 row = fut.result()
-                runs = [r for r in runs if not same(r, row["seed"], row["policy"])] + [row]
+                key = (args.scenario, row["seed"], row["policy"])
+                runs = [r for r in runs if not (same(r, *key[1:]) or (
+                    (r["scenario"], r["seed"], r["policy"]) == key and r.get("accounting", 1) != ACCOUNTING_VERSION))]
+                runs.append(row)
                 print(f"seed {row['seed']} {row['policy']}: net loss {row['gpu_hours']['net_loss']:.0f} GPU-h, "
                       f"drains {row['drains_true']} true / {row['drains_false']} false ({row['wall_s']:.0f} s; "
                       f"{time.perf_counter() - started:.0f} s in all)", flush=True)
                 write_results(args.out, {"options": {k: v for k, v in opts.__dict__.items() if k != "guards"}
                                          | {"guards": opts.guards.__dict__}, "runs": runs})
-    chosen = [r for r in runs if r["scenario"] == args.scenario and r["seed"] in set(seeds(args.seeds))
-              and (r["policy"] != "full" or r.get("model", args.model) == args.model)]
+    chosen = [r for r in runs if r["seed"] in set(seeds(args.seeds)) and same(r, r["seed"], r["policy"])]
     # A seed counts once all of its policies have run.
     complete = {s for s in seeds(args.seeds) if all(any(same(r, s, p) for r in chosen) for p in policies)}
     results = [LoopResult(r["scenario"], r["seed"], r["policy"], r["node_days"], r["gpu_hours"], r["drains_true"],

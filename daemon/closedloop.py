@@ -47,6 +47,8 @@ from daemon.topology import Topology
 from playbooks.engine import Guards
 
 POLICIES = ("none", "reactive", "full")
+# What the GPU-hours mean; results of another version do not mix (2: a slow GPU holds back its job).
+ACCOUNTING_VERSION = 2
 OPERATOR = "operator"
 
 
