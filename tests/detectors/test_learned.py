@@ -36,8 +36,24 @@ def frame(ents, rows):
     return FeatureFrame("port", 0.0, np.array(ents, dtype=object), X, FEATURES["port"], np.array(rows))
 
 
+def test_persistence_scores_in_slices_of_at_least_min_batch_rows():
+    f = frame([f"e{i}" for i in range(10)], list(range(10)))
+    small = Persistence(every=4, k=1, min_batch=100)  # all ten in one call every fourth tick
+    per_tick = []
+    for _ in range(8):
+        per_tick.append(len(small.slice(f)))
+        small.advance()
+    assert per_tick == [10, 0, 0, 0, 10, 0, 0, 0]
+    large = Persistence(every=4, k=1, min_batch=3)  # four slices of at most three: each row once per 4 ticks
+    seen = []
+    for _ in range(4):
+        seen += list(large.slice(f))
+        large.advance()
+    assert sorted(seen) == list(range(10))
+
+
 def test_persistence_round_robin_and_k_in_a_row():
-    p = Persistence(every=2, k=2)
+    p = Persistence(every=2, k=2, min_batch=1)
     f = frame(["a", "b", "c"], [0, 1, 2])
     assert list(p.slice(f)) == [0, 2]  # tick 0 scores rows 0 and 2
     make = lambda i: Evidence(f.entities[i], State.SUSPECT, "fabric_link", ["r"])
