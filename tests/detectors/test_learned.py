@@ -226,3 +226,28 @@ def test_a_rate_inside_the_healthy_fleets_range_is_no_support():
     many = two.copy()
     many[col] = 20.0
     assert pred.support_z("port", many[None, :])[0] > 6
+
+
+def test_an_isolation_forest_alarm_needs_support_too():
+    """An idle GPU is unusual in a busy healthy fleet, and no fault: the multivariate detector's alarm needs one
+    health signal far outside the healthy fleet, like the predictor's."""
+    from detectors.features import FeatureFrame
+    from detectors.learned import LOAD_FOLLOWING
+    from detectors.multivariate import MultivariateDetector
+    from detectors.rules import TickInput
+
+    rng = np.random.default_rng(5)
+    names = FEATURES["accelerator"]
+    varying = [names.index(n) for n in sorted(LOAD_FOLLOWING)] + [names.index("pcie_replay_per_h_15m")]
+    X = np.zeros((3000, len(names)))
+    X[:, varying] = rng.normal(0, 1, (3000, len(varying)))
+    det = MultivariateDetector(n_estimators=50, score_every_ticks=1, persist=1).fit(X, kind="accelerator",
+                                                                                     names=names)
+    idle = np.zeros((2, len(names)))
+    for name in LOAD_FOLLOWING:
+        idle[:, names.index(name)] = -40.0
+    idle[1, names.index("pcie_replay_per_h_15m")] = 40.0  # and a PCIe link going bad on the second
+    frame = FeatureFrame("accelerator", 0.0, np.array(["n1/gpu0", "n1/gpu1"], dtype=object), idle, names)
+    assert (det.decision_function(idle) >= det.thresholds_["accelerator"]).all()
+    (ev,) = det.update(TickInput(0.0, *(pd.DataFrame() for _ in range(3)), features={"accelerator": frame}))
+    assert ev.entity == "n1/gpu1"
