@@ -137,12 +137,18 @@ def label_rows(entities: np.ndarray, ts: np.ndarray, faults: Iterable[Fault], ho
 
 
 class Persistence:
-    """Scores each entity every ``every`` ticks (a round-robin slice per tick) and raises evidence only
-    after ``k`` scorings in a row at or above the threshold; memory is the entities above it."""
+    """Scores each entity every ``every`` ticks and raises evidence only after ``k`` scorings in a row at or
+    above the threshold; memory is the entities above it.
 
-    def __init__(self, every: int, k: int):
+    The entities are scored in slices of at least ``min_batch`` rows, one slice per tick, round robin (a
+    large fleet's cost is spread over the ticks; a small one is scored in one call every ``every`` ticks,
+    because a tree ensemble's cost per call is mostly per tree, whatever the rows).
+    """
+
+    def __init__(self, every: int, k: int, min_batch: int = 4096):
         self.every = max(1, every)
         self.k = k
+        self.min_batch = max(1, min_batch)
         self.tick = 0
         self.above: dict[str, int] = {}
         self.evidence: dict[str, Evidence] = {}
@@ -150,7 +156,13 @@ class Persistence:
 
     def slice(self, frame: FeatureFrame) -> np.ndarray:
         """Rows of the frame to score this tick."""
-        return np.flatnonzero(frame.rows % self.every == self.tick % self.every)
+        if not len(frame.rows):
+            return np.empty(0, dtype=np.int64)
+        slices = min(self.every, -(-(int(frame.rows.max()) + 1) // self.min_batch))
+        phase = self.tick % self.every
+        if phase >= slices:
+            return np.empty(0, dtype=np.int64)
+        return np.flatnonzero(frame.rows % slices == phase)
 
     def record(self, entities: np.ndarray, alarm: np.ndarray, make) -> None:
         """Update the run lengths of the scored entities; ``make(i)`` builds the evidence of row ``i``."""

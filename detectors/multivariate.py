@@ -7,7 +7,9 @@ the ``healthy_quantile`` of the healthy training scores: above it for ``persist`
 ``suspect``; above the highest healthy training score plus ``margin`` is ``subhealthy``. Isolation scores
 saturate: a point far outside the healthy fleet isolates about as fast as the fleet's own extreme tail, so
 on its own this detector is a "something unusual" signal, and the flags come mostly from the predictor. Missing
-features (a stock exporter has no ECC counters) take the healthy median.
+features (a stock exporter has no ECC counters) take the healthy median. Like the predictor's, an alarm needs
+one supporting feature far outside the healthy fleet (``LearnedDetector.support_z``): an idle GPU with one
+stray PCIe replay is a combination the healthy fleet rarely shows, and no fault.
 """
 
 from __future__ import annotations
@@ -24,10 +26,13 @@ class MultivariateDetector(LearnedDetector):
 
     name = "multivariate"
     fitted_per_kind = ("fill_", "subhealthy_", "columns_")
+    min_support_z = 6.0  # the default for models saved before the parameter existed
 
     def __init__(self, n_estimators: int = 100, max_samples: int = 512, healthy_quantile: float = 0.999,
-                 margin: float = 0.02, score_every_ticks: int = 10, persist: int = 3, random_state: int = 0):
+                 margin: float = 0.02, score_every_ticks: int = 10, persist: int = 3, random_state: int = 0,
+                 min_support_z: float | None = 6.0):
         super().__init__(score_every_ticks, persist)
+        self.min_support_z = min_support_z
         self.n_estimators = n_estimators
         self.max_samples = max_samples
         self.healthy_quantile = healthy_quantile

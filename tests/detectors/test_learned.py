@@ -36,8 +36,24 @@ def frame(ents, rows):
     return FeatureFrame("port", 0.0, np.array(ents, dtype=object), X, FEATURES["port"], np.array(rows))
 
 
+def test_persistence_scores_in_slices_of_at_least_min_batch_rows():
+    f = frame([f"e{i}" for i in range(10)], list(range(10)))
+    small = Persistence(every=4, k=1, min_batch=100)  # all ten in one call every fourth tick
+    per_tick = []
+    for _ in range(8):
+        per_tick.append(len(small.slice(f)))
+        small.advance()
+    assert per_tick == [10, 0, 0, 0, 10, 0, 0, 0]
+    large = Persistence(every=4, k=1, min_batch=3)  # four slices of at most three: each row once per 4 ticks
+    seen = []
+    for _ in range(4):
+        seen += list(large.slice(f))
+        large.advance()
+    assert sorted(seen) == list(range(10))
+
+
 def test_persistence_round_robin_and_k_in_a_row():
-    p = Persistence(every=2, k=2)
+    p = Persistence(every=2, k=2, min_batch=1)
     f = frame(["a", "b", "c"], [0, 1, 2])
     assert list(p.slice(f)) == [0, 2]  # tick 0 scores rows 0 and 2
     make = lambda i: Evidence(f.entities[i], State.SUSPECT, "fabric_link", ["r"])
@@ -210,3 +226,28 @@ def test_a_rate_inside_the_healthy_fleets_range_is_no_support():
     many = two.copy()
     many[col] = 20.0
     assert pred.support_z("port", many[None, :])[0] > 6
+
+
+def test_an_isolation_forest_alarm_needs_support_too():
+    """An idle GPU is unusual in a busy healthy fleet, and no fault: the multivariate detector's alarm needs one
+    health signal far outside the healthy fleet, like the predictor's."""
+    from detectors.features import FeatureFrame
+    from detectors.learned import LOAD_FOLLOWING
+    from detectors.multivariate import MultivariateDetector
+    from detectors.rules import TickInput
+
+    rng = np.random.default_rng(5)
+    names = FEATURES["accelerator"]
+    varying = [names.index(n) for n in sorted(LOAD_FOLLOWING)] + [names.index("pcie_replay_per_h_15m")]
+    X = np.zeros((3000, len(names)))
+    X[:, varying] = rng.normal(0, 1, (3000, len(varying)))
+    det = MultivariateDetector(n_estimators=50, score_every_ticks=1, persist=1).fit(X, kind="accelerator",
+                                                                                     names=names)
+    idle = np.zeros((2, len(names)))
+    for name in LOAD_FOLLOWING:
+        idle[:, names.index(name)] = -40.0
+    idle[1, names.index("pcie_replay_per_h_15m")] = 40.0  # and a PCIe link going bad on the second
+    frame = FeatureFrame("accelerator", 0.0, np.array(["n1/gpu0", "n1/gpu1"], dtype=object), idle, names)
+    assert (det.decision_function(idle) >= det.thresholds_["accelerator"]).all()
+    (ev,) = det.update(TickInput(0.0, *(pd.DataFrame() for _ in range(3)), features={"accelerator": frame}))
+    assert ev.entity == "n1/gpu1"
