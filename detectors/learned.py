@@ -19,7 +19,7 @@ import numpy as np
 from threadpoolctl import ThreadpoolController
 
 from detectors.evaluation import Fault
-from detectors.features import FEATURES, FeatureFrame
+from detectors.features import FEATURES, RATE_HORIZONS, FeatureFrame
 from detectors.rules import Evidence, TickInput
 from detectors.schema import State
 
@@ -62,6 +62,16 @@ LOAD_FOLLOWING = frozenset({
 # either end: a rare-event rate (two symbol errors in an hour on a healthy link) is many robust scales from a
 # fleet whose median is 0, and no fault.
 HEALTHY_TAIL = 1e-4
+# A counter rate supports an alarm only with at least this many errors behind it (the rate times its EWMA's
+# half-life over ln 2): two stray symbol errors within a quarter of an hour are Poisson noise that a
+# 100,000-port fleet sees every day, whatever a model learned from a fault that starts at 5/h.
+MIN_EVENTS = 3.0
+
+
+def _events_per_rate(names: tuple[str, ...]) -> np.ndarray:
+    """Per feature, the errors behind a rate of 1/h (NaN for features that are not counter rates)."""
+    half = {h: s / 3600.0 for h, s in RATE_HORIZONS}
+    return np.array([half[n.rsplit("_", 1)[1]] / np.log(2) if "_per_h_" in n else np.nan for n in names])
 
 
 def describe(name: str) -> tuple[str, str]:
@@ -247,7 +257,8 @@ class LearnedDetector(ABC):
 
     def support_z(self, kind: str, X: np.ndarray) -> np.ndarray:
         """Per row, the largest distance of a supporting feature from the healthy fleet's median, in robust
-        scales; a feature supports only outside the healthy fleet's range (:data:`HEALTHY_TAIL`).
+        scales; a feature supports only outside the healthy fleet's range (:data:`HEALTHY_TAIL`), and a
+        counter rate only with :data:`MIN_EVENTS` errors behind it.
 
         Steady offsets against peers (:data:`STEADY_OFFSETS`) are no support: a GPU in a warm slot sits
         above its peers from the day it was installed. Their change over the GPU's own baseline is. Nor is
@@ -257,6 +268,9 @@ class LearnedDetector(ABC):
         z = np.abs(np.where(np.isfinite(X), (X - med) / scale, 0.0))
         context = [i for i, n in enumerate(FEATURES[kind]) if n in STEADY_OFFSETS or n in LOAD_FOLLOWING]
         z[:, context] = 0.0
+        per_rate = _events_per_rate(FEATURES[kind])
+        rates = np.flatnonzero(np.isfinite(per_rate))
+        z[:, rates] = np.where(X[:, rates] * per_rate[rates] >= MIN_EVENTS, z[:, rates], 0.0)
         if kind in self.healthy_range_:  # models saved before the range was kept: the scales alone
             low, high = self.healthy_range_[kind]
             z[(X >= low) & (X <= high)] = 0.0

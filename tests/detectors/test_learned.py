@@ -251,3 +251,24 @@ def test_an_isolation_forest_alarm_needs_support_too():
     assert (det.decision_function(idle) >= det.thresholds_["accelerator"]).all()
     (ev,) = det.update(TickInput(0.0, *(pd.DataFrame() for _ in range(3)), features={"accelerator": frame}))
     assert ev.entity == "n1/gpu1"
+
+
+def test_a_counter_rate_needs_three_errors_behind_it_to_support():
+    """Two symbol errors within a quarter of an hour lie beyond anything a small healthy training fleet showed,
+    and are still Poisson noise: a rate supports only with three errors behind it (rate × half-life / ln 2)."""
+    from detectors.predictor import FailurePredictor
+
+    rng = np.random.default_rng(6)
+    names = FEATURES["port"]
+    col = names.index("symbol_error_per_h_15m")
+    X = rng.exponential(0.001, (3000, len(names)))
+    y = np.zeros(len(X), dtype=int)
+    y[::100] = 1
+    X[y == 1, col] = 200.0
+    pred = FailurePredictor(max_iter=10).fit(X, y, kind="port", names=names, groups=np.repeat([0, 1, 2], 1000))
+    row = np.median(X, axis=0)
+    row[col] = 2 * np.log(2) / 0.25  # two errors just now
+    assert row[col] > pred.healthy_range_["port"][1][col]
+    assert pred.support_z("port", row[None, :])[0] == 0.0
+    row[col] = 4 * np.log(2) / 0.25
+    assert pred.support_z("port", row[None, :])[0] > 6
