@@ -49,8 +49,11 @@ _WORDS = (
 
 
 # Features that read a steady property of a slot as much as a fault (a warm slot, a GPU that draws a little
-# more): they explain an alarm but never support one alone (see LearnedDetector.support_z).
-STEADY_OFFSETS = frozenset({"gpu_temp_c_peer_residual", "hbm_temp_c_peer_residual", "power_w_peer_residual"})
+# more), and temperatures below the limits the rules judge (a warm slot's HBM at 90 °C under load is in
+# spec): they explain an alarm but never support one alone (see LearnedDetector.support_z). A fault shows as
+# their change over the GPU's own baseline, or as throttling.
+STEADY_OFFSETS = frozenset({"gpu_temp_c_peer_residual", "hbm_temp_c_peer_residual", "power_w_peer_residual",
+                            "gpu_temp_c_level", "hbm_temp_c_level"})
 # Features that follow the job rather than the hardware: utilisation, power and clocks, and how fast they and
 # the temperatures move, rise and fall with every job start and stop on the whole node. They explain an alarm
 # but never support one (a GPU's own clocks or power against its peers' do, through the peer features).

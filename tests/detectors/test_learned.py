@@ -175,6 +175,7 @@ def test_a_steady_offset_against_peers_is_no_support_but_its_change_is():
                                              groups=np.repeat([0, 1, 2], 200))
     warm = np.zeros(len(names))  # the healthy fleet's features spread by 1: 11 is 11 scales out
     warm[names.index("hbm_temp_c_peer_residual")] = 11.0
+    warm[names.index("hbm_temp_c_level")] = 20.0  # and hot under load, below the limits the rules judge
     assert pred.support_z("accelerator", warm[None, :])[0] < 5
     rising = warm.copy()
     rising[names.index("hbm_temp_c_peer_residual_change")] = 11.0
