@@ -18,6 +18,13 @@ INPUT_REJECTED = Counter(
     ["source", "reason"],
     registry=REGISTRY,
 )
+SAMPLES_NOT_READ = Counter(
+    "raswarden_samples_not_read_total",
+    "Samples whose value is the exporter's own failure value (e.g. npu-exporter's -1 for a read that failed), "
+    "dropped, by source.",
+    ["source"],
+    registry=REGISTRY,
+)
 LATE_DROPPED = Counter(
     "raswarden_late_samples_dropped_total",
     "Samples that arrived later than the allowed lateness and were dropped.",

@@ -1,10 +1,11 @@
 """Source names to canonical names: metric tables per exporter and the entity of each series.
 
 The tables are data (``daemon/names/*.csv``, documented in docs/names.md): one row per source metric
-with its canonical metric, type, an entity template filled from the series' labels, and an optional
-transform (``mask:0x60`` turns a bitmask into 0/1). Node ids follow ARCHITECTURE §3: the host name
-the telemetry gives (``Hostname``, else the ``instance`` host), addresses only through the topology's
-alias table; an unmapped address is reported, never invented into a node.
+with its canonical metric, type, an entity template filled from the series' labels, an optional label
+match (``clock_type=GPU_CLOCK_TYPE_SYSTEM``: one source metric carries several canonical ones, told apart
+by a label) and an optional value transform (:class:`Transform`). Node ids follow ARCHITECTURE §3: the
+host name the telemetry gives (``Hostname``/``hostname``, else the ``instance`` host), addresses only
+through the topology's alias table; an unmapped address is reported, never invented into a node.
 """
 
 from __future__ import annotations
@@ -19,38 +20,130 @@ from importlib import resources
 
 import numpy as np
 
+from daemon import metrics
 from daemon.rejects import RejectLog
 from daemon.topology import Topology, normalize_pci
+from detectors.schema import entity_kind
 
-TABLES = ("dcgm_exporter.csv", "node_exporter.csv", "infiniband_exporter.csv")
+# Each table with the prefix its exporter lets operators change or drop: AMD's device-metrics-exporter
+# names its fields bare (``gpu_clock``) and adds ``CommonConfig.MetricsFieldPrefix`` (``amd_`` in its
+# packaged config), so both spellings are read.
+TABLES: tuple[tuple[str, str], ...] = (
+    ("dcgm_exporter.csv", ""), ("node_exporter.csv", ""), ("infiniband_exporter.csv", ""),
+    ("amd_device_metrics_exporter.csv", "amd_"), ("npu_exporter.csv", ""),
+)
+# Labels that name an accelerator's model (dcgm-exporter, AMD device-metrics-exporter, Ascend npu-exporter):
+# peer groups never mix models.
+MODEL_LABELS = ("modelName", "card_model", "model_name")
+# Labels that give an accelerator's PCI address (dcgm-exporter, npu-exporter), for kernel lines that name it.
+PCI_LABELS = ("pci_bus_id", "pcie_bus_info")
+
+
+@dataclass(frozen=True)
+class Transform:
+    """A value transform from a name table's ``transform`` column.
+
+    ``mask:0x60`` turns a bitmask into 0/1 (any of the bits set); ``scale:0.001`` multiplies (µJ to mJ);
+    ``map:1=4,0=1`` looks values up and makes any other value NaN (a vendor's failure value, such as
+    npu-exporter's -1 for a read that failed); ``invalid:4294967295`` makes the listed failure values NaN and
+    keeps the rest; ``nonzero`` turns a share or count into 0/1.
+    """
+
+    text: str
+    kind: str
+    mask: int = 0
+    factor: float = 1.0
+    keys: tuple[float, ...] = ()
+    values: tuple[float, ...] = ()
+
+    @classmethod
+    def parse(cls, text: str) -> Transform | None:
+        """The transform a table cell names (None for an empty cell); ValueError when it is malformed."""
+        text = text.strip()
+        if not text:
+            return None
+        kind, _, arg = text.partition(":")
+        if kind == "mask":
+            return cls(text, kind, mask=int(arg, 0))
+        if kind == "scale":
+            return cls(text, kind, factor=float(arg))
+        if kind == "map":
+            pairs = [p.split("=", 1) for p in arg.split(",")]
+            if not pairs or any(len(p) != 2 for p in pairs):
+                raise ValueError(f"transform {text!r}: map wants key=value pairs")
+            return cls(text, kind, keys=tuple(float(k) for k, _ in pairs), values=tuple(float(v) for _, v in pairs))
+        if kind == "invalid":
+            return cls(text, kind, keys=tuple(float(k) for k in arg.split(",")))
+        if kind == "nonzero" and not arg:
+            return cls(text, kind)
+        raise ValueError(f"unknown transform {text!r}")
+
+    def apply(self, x: np.ndarray) -> np.ndarray:
+        """The transformed values (a new array; NaN where a ``map`` has no entry)."""
+        x = np.asarray(x, dtype=np.float64)
+        if self.kind == "mask":
+            ok = np.isfinite(x)
+            out = np.full(len(x), np.nan)
+            out[ok] = ((x[ok].astype(np.int64) & self.mask) != 0).astype(np.float64)
+            return out
+        if self.kind == "scale":
+            return x * self.factor
+        if self.kind == "nonzero":
+            return np.where(np.isfinite(x), (x != 0).astype(np.float64), np.nan)
+        if self.kind == "invalid":
+            return np.where(np.isin(x, self.keys), np.nan, x)
+        keys, values = np.asarray(self.keys), np.asarray(self.values)
+        hit = x[:, None] == keys[None, :]
+        return np.where(hit.any(axis=1), values[hit.argmax(axis=1)], np.nan)
 
 
 @dataclass(frozen=True)
 class NameRule:
-    """How one source metric maps to a canonical metric and an entity."""
+    """How one source metric (with the labels in ``match``) maps to a canonical metric and an entity."""
 
     source: str
     canonical: str
     type: str
     template: str
     fields: tuple[str, ...]
-    mask: int | None = None
+    match: tuple[tuple[str, str], ...] = ()
+    transform: Transform | None = None
+
+    @property
+    def mask(self) -> int | None:
+        """The bitmask of a ``mask:`` transform (None otherwise)."""
+        return self.transform.mask if self.transform is not None and self.transform.kind == "mask" else None
+
+    def matches(self, labels: dict[str, str]) -> bool:
+        return all(labels.get(k) == v for k, v in self.match)
 
 
-def load_rules(tables: tuple[str, ...] = TABLES) -> dict[str, NameRule]:
-    """Load the packaged name tables into a dict keyed by source metric name."""
-    rules: dict[str, NameRule] = {}
-    for table in tables:
+def _match(cell: str) -> tuple[tuple[str, str], ...]:
+    pairs = [p.split("=", 1) for p in cell.split(";") if p.strip()]
+    if any(len(p) != 2 for p in pairs):
+        raise ValueError(f"match {cell!r}: want label=value pairs separated by ';'")
+    return tuple((k.strip(), v.strip()) for k, v in pairs)
+
+
+def load_rules(tables: tuple[tuple[str, str], ...] = TABLES) -> dict[str, tuple[NameRule, ...]]:
+    """Load the packaged name tables: source metric name -> its rules, in table order.
+
+    A table's prefix (see :data:`TABLES`) makes each of its names readable without it too.
+    """
+    rules: dict[str, list[NameRule]] = {}
+    for table, prefix in tables:
         text = resources.files("daemon.names").joinpath(table).read_text()
-        for row in csv.DictReader(text.splitlines()):
+        for row in csv.DictReader(line for line in text.splitlines() if not line.startswith("#")):
             template = row["entity"]
             fields = tuple(f for _, f, _, _ in string.Formatter().parse(template) if f)
-            transform = (row.get("transform") or "").strip()
-            mask = int(transform.split(":", 1)[1], 0) if transform.startswith("mask:") else None
-            rules[row["source_metric"]] = NameRule(
-                row["source_metric"], row["canonical"], row["type"], template, fields, mask
-            )
-    return rules
+            rule = NameRule(row["source_metric"], row["canonical"], row["type"], template, fields,
+                            _match(row.get("match") or ""), Transform.parse(row.get("transform") or ""))
+            names = [rule.source]
+            if prefix and rule.source.startswith(prefix):
+                names.append(rule.source[len(prefix):])
+            for name in names:
+                rules.setdefault(name, []).append(rule)
+    return {name: tuple(rs) for name, rs in rules.items()}
 
 
 _LABEL_RE = re.compile(r'\s*([a-zA-Z_][a-zA-Z0-9_]*)\s*=\s*"((?:[^"\\]|\\.)*)"\s*(,|$)')
@@ -121,18 +214,21 @@ class SeriesMapper:
 
     topology: Topology = field(default_factory=Topology)
     rejects: RejectLog = field(default_factory=RejectLog)
-    rules: dict[str, NameRule] = field(default_factory=load_rules)
+    rules: dict[str, tuple[NameRule, ...]] = field(default_factory=load_rules)
     entities: list[str] = field(default_factory=list)
     metrics: list[str] = field(default_factory=list)
     pci_accelerator: dict[tuple[str, str], str] = field(default_factory=dict)
+    accelerator_model: dict[str, str] = field(default_factory=dict)  # entity -> model, from MODEL_LABELS
+    transforms: list[Transform] = field(default_factory=list)
     unmapped_metrics: Counter = field(default_factory=Counter)
     unmapped_hosts: Counter = field(default_factory=Counter)
     unlinked_switchports: Counter = field(default_factory=Counter)
     _linked: set[str] | None = None
     _entity_code: dict[str, int] = field(default_factory=dict)
     _metric_code: dict[str, int] = field(default_factory=dict)
-    # series id -> (entity code, metric code, mask or -1)
+    # series id -> (entity code, metric code, index into transforms or -1)
     _series: list[tuple[int, int, int]] = field(default_factory=list)
+    _transform_index: dict[str, int] = field(default_factory=dict)
     _lock: threading.Lock = field(default_factory=threading.Lock, repr=False, compare=False)
 
     def _linked_switchports(self) -> set[str]:
@@ -163,7 +259,8 @@ class SeriesMapper:
 
     def series_id(self, name: str, labels: dict[str, str], position: str, fmt: str) -> int:
         """Intern a series; returns its id, or -1 when it is skipped (unknown metric, no node)."""
-        rule = self.rules.get(name)
+        candidates = self.rules.get(name)
+        rule = next((r for r in candidates if r.matches(labels)), None) if candidates else None
         if rule is None:
             self.unmapped_metrics[name] += 1
             return -1
@@ -187,26 +284,61 @@ class SeriesMapper:
         if "node" not in values and entity not in self._linked_switchports():
             self.unlinked_switchports[entity] += 1  # no node port at its other end: not a link we judge
             return -1
-        if "pci_bus_id" in labels and "gpu" in rule.fields and "node" in values:
-            pci = normalize_pci(labels["pci_bus_id"])
-            if pci:
-                self.pci_accelerator[(values["node"], pci)] = entity
-        return self._add_series(entity, rule.canonical, -1 if rule.mask is None else rule.mask)
+        if "node" in values and entity_kind(entity) == "accelerator":
+            self._learn_accelerator(values["node"], entity, labels)
+        return self._add_series(entity, rule.canonical, self._transform_code(rule.transform))
+
+    def _learn_accelerator(self, node: str, entity: str, labels: dict[str, str]) -> None:
+        """Remember an accelerator's PCI address (for kernel lines) and model (for peer groups) from its labels."""
+        pci_text = next((labels[k] for k in PCI_LABELS if labels.get(k)), None)
+        pci = normalize_pci(pci_text) if pci_text else None
+        if pci:
+            self.pci_accelerator[(node, pci)] = entity
+        model = next((labels[k] for k in MODEL_LABELS if labels.get(k)), None)
+        if model and entity not in self.accelerator_model:
+            self.accelerator_model[entity] = model
+
+    def _transform_code(self, transform: Transform | None) -> int:
+        if transform is None:
+            return -1
+        with self._lock:
+            code = self._transform_index.get(transform.text)
+            if code is None:
+                code = self._transform_index[transform.text] = len(self.transforms)
+                self.transforms.append(transform)
+            return code
+
+    def transform_values(self, transform_of: np.ndarray, value: np.ndarray, source: str) -> np.ndarray:
+        """Values with each series' transform applied (``transform_of``: the transform index per value).
+
+        A value a ``map`` transform does not list (the exporter's failure value) becomes NaN and is counted;
+        callers drop NaN values.
+        """
+        if not len(value) or not (transform_of >= 0).any():
+            return value
+        value = np.array(value, dtype=np.float64)
+        for code in np.unique(transform_of[transform_of >= 0]):
+            sel = transform_of == code
+            value[sel] = self.transforms[int(code)].apply(value[sel])
+        unread = int(np.isnan(value).sum())
+        if unread:
+            metrics.SAMPLES_NOT_READ.labels(source).inc(unread)
+        return value
 
     def canonical_series(self, entity: str, metric: str) -> int:
         """Intern a series already named canonically (a collector that reads the hardware itself, e.g. sysfs)."""
         return self._add_series(entity, metric, -1)
 
-    def _add_series(self, entity: str, metric: str, mask: int) -> int:
+    def _add_series(self, entity: str, metric: str, transform: int) -> int:
         """Append one series and return its id. Live collectors name new series from many threads at once
         (concurrent scrapes, collectors side by side): interning and the id are taken under one lock, or a
         sample could be filed under another thread's series."""
         with self._lock:
-            self._series.append((self.entity_code(entity), self.metric_code(metric), mask))
+            self._series.append((self.entity_code(entity), self.metric_code(metric), transform))
             return len(self._series) - 1
 
     def series_table(self) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
-        """Arrays (entity code, metric code, mask) indexed by series id."""
+        """Arrays (entity code, metric code, transform index or -1) indexed by series id."""
         if not self._series:
             empty = np.empty(0, dtype=np.int64)
             return empty, empty, empty

@@ -19,7 +19,7 @@ from daemon.batch import Batch
 from daemon.health import EntityHealth, HealthConfig, HealthTracker, Transition, rollup_nodes
 from daemon.incidents import Incident, IncidentBook
 from daemon.naming import SeriesMapper
-from daemon.resolve import EventResolver
+from daemon.resolve import EventResolver, is_code_gauge
 from daemon.store import Store
 from detectors.counters import CounterTracker
 from detectors.grouping import group_keys, last_and_max
@@ -155,7 +155,7 @@ class Pipeline:
         samples = batch.samples
         counters, gauges, xid_gauge = self._split(samples)
         events = self.resolver.resolve(batch.events)
-        gauge_xids = self.resolver.xid_gauge_events(xid_gauge)
+        gauge_xids = self.resolver.code_gauge_events(xid_gauge)
         if gauge_xids:
             extra = events_frame(gauge_xids)
             events = extra if events.empty else pd.concat([events, extra], ignore_index=True)
@@ -201,10 +201,11 @@ class Pipeline:
 
     # ------------------------------------------------------------------------------------------
     def _split(self, samples: pd.DataFrame) -> tuple[pd.DataFrame, pd.DataFrame, pd.DataFrame]:
-        """Counter samples, per-(entity, metric) gauge last/max, and the xid_last gauge rows."""
+        """Counter samples, per-(entity, metric) gauge last/max, and the rows of the gauges that hold fault
+        codes (``xid_last``, ``npu_error_code_*``; see :meth:`EventResolver.code_gauge_events`)."""
         if samples.empty:
             empty = pd.DataFrame({"entity": [], "metric": [], "last": [], "max": []})
-            return samples, empty, pd.DataFrame({"entity": [], "ts": [], "value": []})
+            return samples, empty, pd.DataFrame({"entity": [], "metric": [], "ts": [], "value": []})
         ent, ent_names = name_codes(samples["entity"])
         met, met_names = name_codes(samples["metric"])
         unnamed = (ent < 0) | (met < 0)
@@ -216,9 +217,10 @@ class Pipeline:
         counter_cat = np.array([is_counter(m) for m in met_names], dtype=bool)
         is_ctr = counter_cat[met]
         counters = samples[is_ctr]
-        xid_code = np.flatnonzero(met_names == "xid_last")
-        is_xid = (met == xid_code[0]) if len(xid_code) else np.zeros(len(met), dtype=bool)
+        code_cat = np.array([is_code_gauge(m) for m in met_names], dtype=bool)
+        is_xid = code_cat[met]
         xid = pd.DataFrame({"entity": pd.Series(ent_names[ent[is_xid]], dtype=object),
+                            "metric": pd.Series(met_names[met[is_xid]], dtype=object),
                             "ts": samples["ts"].to_numpy()[is_xid], "value": samples["value"].to_numpy()[is_xid]})
         g = ~is_ctr & ~is_xid
         if not g.any():

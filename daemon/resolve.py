@@ -9,6 +9,11 @@ dcgm-exporter's ``DCGM_FI_DEV_XID_ERRORS`` is a gauge holding the last Xid; a ch
 value is an Xid event. The first value seen is a baseline (it may be an old Xid), not an event. When
 the kernel line and the gauge report the same Xid on the same GPU within ``window_s``, they are one
 event.
+
+npu-exporter's ``npu_chip_info_error_code`` (and ``_1`` to ``_9``) hold the fault codes active on an Ascend
+NPU, one per series, 0 for none. A code that appears in a slot where it was not (and in no other slot of
+the NPU) is an ``ascend`` event, the first sight included: an active fault is a fault now. A slot not
+reported for ``slot_expiry_s`` is forgotten (newer exporters report only as many slots as there are codes).
 """
 
 from __future__ import annotations
@@ -20,12 +25,22 @@ from daemon.naming import SeriesMapper
 from detectors.schema import EVENT_COLUMNS, events_frame
 
 
+NPU_CODE_PREFIX = "npu_error_code_"
+
+
+def is_code_gauge(metric: str) -> bool:
+    """Whether a canonical gauge holds fault codes (events are made of its changes, not its level)."""
+    return metric == "xid_last" or metric.startswith(NPU_CODE_PREFIX)
+
+
 class EventResolver:
     """Maps kernel-log locators to entities and merges duplicate Xids."""
 
-    def __init__(self, mapper: SeriesMapper, window_s: float = 120.0):
+    def __init__(self, mapper: SeriesMapper, window_s: float = 120.0, slot_expiry_s: float = 600.0):
         self.mapper = mapper
         self.window_s = window_s
+        self.slot_expiry_s = slot_expiry_s
+        self._npu_slots: dict[str, dict[str, tuple[float, float]]] = {}  # NPU -> slot -> (code, last seen)
         self.unresolved = 0
         self._xid_last: dict[str, float] = {}
         self._nonzero: set[str] = set()
@@ -62,6 +77,47 @@ class EventResolver:
                 rec["entity"] = entity
             rows.append(tuple(rec[c] for c in EVENT_COLUMNS))
         return events_frame(rows)
+
+    def code_gauge_events(self, gauges: pd.DataFrame) -> list[tuple]:
+        """Events from the fault-code gauges (rows: entity, metric, ts, value, in time order)."""
+        if gauges.empty:
+            return []
+        is_xid = (gauges["metric"] == "xid_last").to_numpy()
+        out = self.xid_gauge_events(gauges[is_xid]) if is_xid.any() else []
+        if not is_xid.all():
+            out += self.npu_code_events(gauges[~is_xid])
+        return out
+
+    def npu_code_events(self, gauges: pd.DataFrame) -> list[tuple]:
+        """``ascend`` events from npu-exporter's error-code slots (see the module doc). The slots of one NPU at
+        one time are read together: a code moving to another slot as a second one arrives is not new."""
+        entity, metric = gauges["entity"].to_numpy(), gauges["metric"].to_numpy()
+        value, ts = gauges["value"].to_numpy(), gauges["ts"].to_numpy()
+        # Rows that can change something: a code, or a slot of an NPU that holds one.
+        watch = value != 0
+        if self._npu_slots:
+            watch |= np.fromiter((e in self._npu_slots for e in entity), dtype=bool, count=len(entity))
+        scrapes: dict[tuple[str, float], list[int]] = {}
+        for i in np.flatnonzero(watch):
+            scrapes.setdefault((entity[i], float(ts[i])), []).append(i)
+        out = []
+        for (e, t), members in scrapes.items():
+            slots = self._npu_slots.setdefault(e, {})
+            for s in [s for s, (_, seen) in slots.items() if t - seen > self.slot_expiry_s]:
+                del slots[s]
+            before = {c for c, _ in slots.values()}
+            for i in members:
+                v = float(value[i])
+                if v > 0 and np.isfinite(v):
+                    slots[metric[i]] = (v, t)
+                else:
+                    slots.pop(metric[i], None)
+            for code in sorted({c for c, _ in slots.values()} - before):
+                out.append((t, e, "ascend", int(code), "error", "reported by npu-exporter npu_chip_info_error_code",
+                            "npu-exporter", None, None))
+            if not slots:
+                del self._npu_slots[e]
+        return out
 
     def xid_gauge_events(self, gauges: pd.DataFrame) -> list[tuple]:
         """Xid events from changes of the ``xid_last`` gauge (rows: entity, ts, value, in time order)."""

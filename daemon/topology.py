@@ -27,6 +27,10 @@ from pathlib import Path
 import yaml
 
 
+# Accelerator id prefixes (ARCHITECTURE §3): GPUs (NVIDIA, AMD), Ascend NPUs, Hygon DCUs named as their tools do.
+ACCELERATOR_PREFIXES = ("gpu", "npu", "dcu", "xpu")
+
+
 class TopologyError(ValueError):
     """The topology file is malformed; the message names the path inside the file."""
 
@@ -130,7 +134,11 @@ class Topology:
         for a, acc in enumerate(node.get("accelerators") or []):
             if not isinstance(acc, dict) or "index" not in acc:
                 raise TopologyError(f"{where}.accelerators[{a}]: needs an index")
-            entity = f"{name}/gpu{int(acc['index'])}"
+            prefix = str(acc.get("kind", "gpu"))
+            if prefix not in ACCELERATOR_PREFIXES:
+                raise TopologyError(f"{where}.accelerators[{a}].kind: {prefix!r} is not one of "
+                                    f"{', '.join(ACCELERATOR_PREFIXES)}")
+            entity = f"{name}/{prefix}{int(acc['index'])}"
             if acc.get("pci_bus_id"):
                 self.pci_accelerator[(name, _pci(acc["pci_bus_id"], f"{where}.accelerators[{a}].pci_bus_id"))] = entity
         for p, port in enumerate(node.get("ports") or []):

@@ -17,6 +17,7 @@ Rules (ARCHITECTURE §5):
   shutdown limit ``failed``; HBM at its limit (95 °C) ``suspect`` (a watch: a warm slot gets there in a
   rack-wide coolant swing; a degrading GPU is flagged by the peer detector).
 * Host: EDAC uncorrected, fatal MCE ``failed``; corrected MCE ``suspect``.
+* Other vendors' RAS events (amdgpu kernel lines, Ascend fault codes) by ``vendor_events``.
 
 ``baseline=True`` keeps only what shipped static-threshold tools (DCGM health checks, NVSentinel) act on:
 any DBE increase, any Xid of the hardware set (as fatal), a row-remap failure, AER fatal, EDAC
@@ -42,6 +43,7 @@ import pandas as pd
 
 from detectors.counters import DecayingCount
 from detectors.schema import State, entity_kind, name_codes, names_in, node_of
+from detectors.vendor_events import Verdict, amdgpu_verdict, ascend_verdict, load_ascend_catalog
 
 _PID = re.compile(r"pid=('?[^,]*'?)")
 _SCORE = {State.FAILED: 1.0, State.SUBHEALTHY: 0.75, State.SUSPECT: 0.4}
@@ -162,6 +164,8 @@ class RuleDetector:
         self.catalog_ = load_xid_catalog()
         self.threshold_ = float(State.SUBHEALTHY)
         self.unknown_xids_: dict[int, int] = defaultdict(int)
+        self.ascend_catalog_ = load_ascend_catalog()
+        self.unknown_codes_: dict[int, int] = defaultdict(int)  # vendor fault codes not in their catalogs
         self._latches: dict[str, list[tuple[float, Evidence, str]]] = defaultdict(list)
         self._hourly = DecayingCount(3600.0)
         self._daily = DecayingCount(86400.0)
@@ -220,6 +224,11 @@ class RuleDetector:
                 self._aer(entity, row.severity, row.message, now)
             elif kind in ("edac", "mce"):
                 self._host(entity, kind, row.severity, row.message, code, now)
+            elif kind == "ascend":
+                self._vendor(entity, ascend_verdict(code, self.ascend_catalog_, self.baseline), row.ts, now, code)
+            elif kind == "amdgpu":
+                self._vendor(entity, amdgpu_verdict(row.severity, row.message or "", code, self.baseline), row.ts,
+                             now, code)
             elif kind == "link":
                 if row.severity == "info":
                     self.clear_latch(entity, "link-down")
@@ -264,10 +273,34 @@ class RuleDetector:
         self._latch(Evidence(entity, level, rule.category, [text], hard=hard),
                     now + (self.failed_hold_s if hard else self.event_hold_s))
 
+    def _vendor(self, entity: str, verdict: Verdict | None, ts: float, now: float, code: int | None) -> None:
+        """Latch, rate or count one amdgpu/Ascend event's verdict (``vendor_events``)."""
+        if verdict is None:
+            return
+        if verdict.unknown:
+            self.unknown_codes_[code if code is not None else -1] += 1
+        if verdict.application:
+            self._app_fault(entity, verdict.reason, f"{ts:.0f}", ts, now)
+            return
+        if verdict.rate_key:
+            rate = self._hourly.add(f"{verdict.rate_key}|{entity}", now, verdict.count)
+            if rate >= self.sbe_per_hour:
+                ev = Evidence(entity, State.SUBHEALTHY, verdict.category,
+                              [f"{verdict.reason}: {rate:.0f}/h (limit {self.sbe_per_hour:.0f}/h)"])
+                self._latch(ev, now + self.event_hold_s, verdict.rate_key)
+            return
+        hold = self.failed_hold_s if verdict.hard else self.event_hold_s
+        self._latch(Evidence(entity, verdict.level, verdict.category, [verdict.reason], hard=verdict.hard), now + hold)
+
     def _app_xid(self, entity: str, code: int | None, message: str, ts: float, now: float) -> None:
         """Application Xids: suspect only when one GPU repeats them across processes and its peers do not."""
         m = _PID.search(message)
-        pid = m.group(1) if m else message[:40]
+        self._app_fault(entity, f"application Xid {code}", m.group(1) if m else message[:40], ts, now)
+
+    def _app_fault(self, entity: str, label: str, key: str, ts: float, now: float) -> None:
+        """Faults of the job: suspect when one accelerator repeats them (``key``: the process, so one crash
+        looping in one process is one) while its node's peers see none."""
+        pid = key
         seen = self._app_xids[entity]
         seen.append((ts, pid))
         while seen and seen[0][0] < now - self.app_xid_window_s:
@@ -277,7 +310,7 @@ class RuleDetector:
                  and q[-1][0] >= now - self.app_xid_window_s]
         if len(seen) >= self.app_xid_repeats and len({p for _, p in seen}) >= 2 and not peers:
             ev = Evidence(entity, State.SUSPECT, "gpu_compute",
-                          [f"application Xid {code} repeated {len(seen)}x on this GPU alone within "
+                          [f"{label} repeated {len(seen)}x on this accelerator alone within "
                            f"{self.app_xid_window_s / 3600:.0f} h"])
             self._latch(ev, now + self.event_hold_s)
 

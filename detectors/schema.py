@@ -15,7 +15,8 @@ import pandas as pd
 SAMPLE_COLUMNS = ("ts", "entity", "metric", "value")
 EVENT_COLUMNS = ("ts", "entity", "kind", "code", "severity", "message", "source", "pci", "device")
 
-EVENT_KINDS = frozenset({"xid", "sxid", "ecc", "aer", "mce", "edac", "link", "thermal", "telemetry"})
+EVENT_KINDS = frozenset({"xid", "sxid", "amdgpu", "ascend", "ecc", "aer", "mce", "edac", "link", "thermal",
+                         "telemetry"})
 
 CATEGORIES = (
     "gpu_memory",

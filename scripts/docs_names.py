@@ -10,12 +10,16 @@ doc = ROOT / "docs" / "names.md"
 text = doc.read_text()
 head = text.split("\n## dcgm-exporter", 1)[0]
 parts = [head.rstrip("\n"), ""]
-for table, title in (("dcgm_exporter.csv", "dcgm-exporter"), ("node_exporter.csv", "node_exporter"),
-                     ("infiniband_exporter.csv", "infiniband_exporter (switch side)")):
-    parts += [f"## {title}", "", "| source metric | canonical | type | entity | transform |", "|---|---|---|---|---|"]
+TITLES = {"dcgm_exporter.csv": "dcgm-exporter", "node_exporter.csv": "node_exporter",
+          "infiniband_exporter.csv": "infiniband_exporter (switch side)",
+          "amd_device_metrics_exporter.csv": "AMD device-metrics-exporter (AMD Instinct, Hygon DCU)",
+          "npu_exporter.csv": "Ascend npu-exporter"}
+for table, title in TITLES.items():
+    parts += [f"## {title}", "", "| source metric | canonical | type | entity | match | transform |",
+              "|---|---|---|---|---|---|"]
     with open(ROOT / "daemon" / "names" / table) as fh:
-        for r in csv.DictReader(fh):
+        for r in csv.DictReader(line for line in fh if not line.startswith("#")):
             parts.append(f"| `{r['source_metric']}` | `{r['canonical']}` | {r['type']} | `{r['entity']}` | "
-                         f"{r['transform']} |")
+                         f"{r['match']} | {r['transform']} |")
     parts.append("")
 doc.write_text(re.sub(r"\n{3,}", "\n\n", "\n".join(parts)))

@@ -1,4 +1,5 @@
-"""Hardware RAS facts in kernel log messages: NVIDIA Xid and NVSwitch SXid, PCIe AER, EDAC, MCE, mlx5 link.
+"""Hardware RAS facts in kernel log messages: NVIDIA Xid and NVSwitch SXid, amdgpu RAS, PCIe AER, EDAC, MCE,
+mlx5 link.
 
 :func:`parse_kernel_message` takes one message (without the syslog/journald envelope) and returns a
 :class:`KernelEvent` or None. Everything that is not hardware RAS (OOM kills, segfaults, NCCL
@@ -9,7 +10,13 @@ Line formats follow what the drivers print, e.g. (NVIDIA, "Xid Errors", docs.nvi
 (drivers/pci/pcie/aer.c): ``nvidia 0000:3b:00.0: AER: PCIe Bus Error: severity=Corrected, type=Physical
 Layer, (Receiver ID)``; EDAC (drivers/edac/edac_mc.c): ``EDAC MC0: 1 CE memory read error on ...``;
 MCE (arch/x86/kernel/cpu/mce): ``mce: [Hardware Error]: CPU 3: Machine Check: 0 Bank 5: ...``;
-mlx5 (en_main.c ``mlx5e_update_carrier``): ``mlx5_core 0000:0c:00.0 ibp12s0: Link down``.
+mlx5 (en_main.c ``mlx5e_update_carrier``): ``mlx5_core 0000:0c:00.0 ibp12s0: Link down``; amdgpu RAS
+(amdgpu_ras.c ``amdgpu_ras_error_print_error_data``, the RAS core's ``aca_report_ecc_info``):
+``amdgpu 0000:05:00.0: amdgpu: socket: 0, die: 0, 3 new correctable hardware errors detected in umc block``
+(older kernels: ``3 correctable hardware errors detected in umc block, no user action is needed.``; the
+cumulative ``... detected in total in ...`` lines repeat counts and are not events), the fatal-error
+interrupt's ``Uncorrectable hardware error(ERREVENT_ATHUB_INTERRUPT) detected!`` and amdgpu_device.c's
+``GPU reset begin!`` and ``GPU reset(2) failed`` (``succeeded!`` ends a reset already reported).
 """
 
 from __future__ import annotations
@@ -43,6 +50,11 @@ _EDAC = re.compile(r"EDAC (?:\S+ )?MC(\d+): (\d+) (CE|UE) (.*)$")
 _MCE = re.compile(r"\[Hardware Error\]: (?:CPU (\d+): Machine Check(?: Exception)?: (\S+) Bank (\d+): ([0-9a-f]+)"
                   r"|(Machine check events logged))")
 _MCE_FATAL = re.compile(r"Kernel panic - not syncing: (?:Fatal )?[Mm]achine check")
+_AMDGPU_PCI = re.compile(r"amdgpu ([0-9a-f]{4}:[0-9a-f]{2}:[0-9a-f]{2}\.[0-7]):")
+_AMDGPU_RAS = re.compile(r"(?:socket: \d+, die: \d+,? )?(\d+) (new )?(correctable|uncorrectable|deferred|poison) "
+                         r"hardware errors detected in (total in )?(\w+) block")
+_AMDGPU_RESET = re.compile(r"GPU reset(?:\((\d+)\))? (begin!|succeeded!|failed)")
+_AMDGPU_FATAL = re.compile(r"Uncorrectable hardware error\((\w+)\) detected")
 _LINK = re.compile(r"mlx5_core ([0-9a-f]{4}:[0-9a-f]{2}:[0-9a-f]{2}\.[0-7]) (\S+): Link (down|up)\b")
 
 
@@ -85,6 +97,8 @@ def parse_kernel_message(message: str) -> KernelEvent | None:
         )
     if _MCE_FATAL.search(message):
         return KernelEvent("mce", None, "fatal", message.strip())
+    if "amdgpu" in message:
+        return _amdgpu(message)
     if "mlx5_core" in message and "Link" in message:
         m = _LINK.search(message)
         if not m:
@@ -94,4 +108,28 @@ def parse_kernel_message(message: str) -> KernelEvent | None:
             "link", None, "error" if state == "down" else "info", f"{m.group(2)} link {state}",
             normalize_pci(m.group(1)), m.group(2),
         )
+    return None
+
+
+def _amdgpu(message: str) -> KernelEvent | None:
+    """An amdgpu RAS line: errors by block (the count in ``code``), a fatal error interrupt, a GPU reset."""
+    where = _AMDGPU_PCI.search(message)
+    pci = normalize_pci(where.group(1)) if where else None
+    m = _AMDGPU_RAS.search(message)
+    if m:
+        if m.group(4):  # "in total": a cumulative count already reported by the "new" line
+            return None
+        kind = m.group(3)
+        severity = {"correctable": "corrected", "uncorrectable": "uncorrected"}.get(kind, "deferred")
+        return KernelEvent("amdgpu", int(m.group(1)), severity,
+                           f"{m.group(5).lower()} block: {m.group(1)} {kind} hardware errors", pci)
+    m = _AMDGPU_FATAL.search(message)
+    if m:
+        return KernelEvent("amdgpu", None, "fatal", f"uncorrectable hardware error {m.group(1)}", pci)
+    m = _AMDGPU_RESET.search(message)
+    if m:
+        outcome = m.group(2).rstrip("!")
+        if outcome == "succeeded":  # the reset was already reported when it began
+            return None
+        return KernelEvent("amdgpu", None, "fatal" if outcome == "failed" else "info", f"GPU reset {outcome}", pci)
     return None

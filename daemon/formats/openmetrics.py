@@ -237,12 +237,13 @@ class OpenMetricsReader:
 
 
 def samples_frame(mapper, sid: np.ndarray, ts: np.ndarray, value: np.ndarray, source: str):
-    """A samples frame from series ids, with bitmask series turned into their 0/1 flag."""
-    ent_of, met_of, mask_of = mapper.series_table()
-    masks = mask_of[sid]
-    masked = masks >= 0
-    if masked.any():
-        value[masked] = ((value[masked].astype(np.int64) & masks[masked]) != 0).astype(np.float64)
+    """A samples frame from series ids, with each series' transform applied (bitmask to flag, scale, value map);
+    values the exporter flags as not read are dropped (and counted by :meth:`SeriesMapper.transform_values`)."""
+    ent_of, met_of, transform_of = mapper.series_table()
+    value = mapper.transform_values(transform_of[sid], value, source)
+    read = ~np.isnan(value)
+    if not read.all():
+        sid, ts, value = sid[read], ts[read], value[read]
     frame = samples_from_codes(ts, ent_of[sid], met_of[sid], value, mapper.entities, mapper.metrics)
     metrics.SAMPLES_INGESTED.labels(source).inc(len(frame))
     return frame

@@ -43,8 +43,8 @@ class QueryRangeReader:
         sid = mapper.series_id(name, labels, position, FORMAT)
         if sid < 0:
             return
-        ent_of, met_of, mask_of = mapper.series_table()
-        ent, met, mask = int(ent_of[sid]), int(met_of[sid]), int(mask_of[sid])
+        ent_of, met_of, transform_of = mapper.series_table()
+        ent, met, transform = int(ent_of[sid]), int(met_of[sid]), int(transform_of[sid])
         points = series.get("values")
         if not isinstance(points, list):
             ctx.rejects.reject(FORMAT, position, "series without a 'values' list")
@@ -58,8 +58,10 @@ class QueryRangeReader:
             if not (math.isfinite(t) and math.isfinite(v)):
                 ctx.rejects.reject(FORMAT, f"{position}.values[{j}]", "value is NaN or infinite")
                 continue
-            if mask >= 0:
-                v = float((int(v) & mask) != 0)
+            if transform >= 0:
+                v = float(mapper.transform_values(np.array([transform]), np.array([v]), FORMAT)[0])
+                if math.isnan(v):
+                    continue  # the exporter's failure value: counted there
             ents.append(ent)
             mets.append(met)
             tss.append(t)

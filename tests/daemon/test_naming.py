@@ -59,3 +59,31 @@ def test_unknown_metric_is_skipped_and_counted():
     assert m.series_id("go_gc_duration_seconds", {"instance": "x:1"}, "f:1", "openmetrics") == -1
     assert m.unmapped_metrics["go_gc_duration_seconds"] == 1
     assert m.rejects.total == 0
+
+
+def test_value_transforms():
+    import numpy as np
+
+    from daemon.naming import Transform
+
+    x = np.array([0x60, 0x20, 0x1, np.nan])
+    assert list(Transform.parse("mask:0x60").apply(x)[:3]) == [1.0, 1.0, 0.0]
+    assert list(Transform.parse("map:1=4,0=1").apply(np.array([1.0, 0.0, -1.0]))[:2]) == [4.0, 1.0]
+    assert np.isnan(Transform.parse("map:1=4,0=1").apply(np.array([-1.0])))[0]
+    kept = Transform.parse("invalid:-1,4294967295").apply(np.array([7.0, -1.0, 4294967295.0]))
+    assert kept[0] == 7.0 and np.isnan(kept[1:]).all()
+    assert Transform.parse("scale:0.001").apply(np.array([5000.0]))[0] == 5.0
+    assert list(Transform.parse("nonzero").apply(np.array([0.0, 3.5]))) == [0.0, 1.0]
+    assert Transform.parse("") is None
+    for bad in ("log:2", "map:1", "mask:zz"):
+        with pytest.raises(ValueError):
+            Transform.parse(bad)
+
+
+def test_topology_names_npus_by_their_kind():
+    topo = Topology.from_dict({"racks": [{"name": "r1", "nodes": [{"name": "a1", "accelerators": [
+        {"index": 3, "kind": "npu", "pci_bus_id": "0000:c1:00.0"}]}]}]})
+    assert topo.pci_accelerator[("a1", "0000:c1:00")] == "a1/npu3"
+    with pytest.raises(ValueError, match="kind"):
+        Topology.from_dict({"racks": [{"name": "r1", "nodes": [{"name": "a1", "accelerators": [
+            {"index": 0, "kind": "tpu"}]}]}]})

@@ -99,3 +99,28 @@ def test_kernel_xid_line_wins_over_the_gauge_at_the_same_time():
                         None)])
     out = r.merge_xids(ev, 30.0)
     assert list(out["source"]) == ["kernel"] and r.merged == 1
+
+
+def test_other_vendors_recorded_samples_replay_to_findings(tmp_path):
+    """AMD and Ascend exporter samples and an amdgpu kernel log, one trace: each vendor's fault is found."""
+    import shutil
+    from pathlib import Path
+
+    fixtures = Path(__file__).resolve().parents[2] / "fixtures" / "exporters"
+    for name in ("amd-device-metrics-exporter.prom", "npu-exporter.prom", "sn02-b01.dmesg"):
+        shutil.copy(fixtures / name, tmp_path / name)
+    (tmp_path / "topology.yaml").write_text(
+        "racks:\n- name: r02\n  nodes:\n  - name: sn02-b01\n    accelerators:\n"
+        "    - {index: 0, pci_bus_id: '0000:05:00.0'}\n    - {index: 1, pci_bus_id: '0000:26:00.0'}\n"
+        "- name: r03\n  nodes:\n  - name: sn03-b01\n")
+    text, result = run([tmp_path])
+    flags = {(f["entity"], f["state"]): f for f in map(json.loads, text.splitlines())}
+    assert result.rejects.total == 0
+    npu = flags[("sn03-b01/npu1", "failed")]
+    assert "Ascend fault code 0x80E18402 (MindCluster SeparateNPU" in " ".join(npu["reasons"])
+    assert ("sn03-b01/hccn1:1", "failed") in flags  # its RoCE port went down
+    amd = flags[("sn02-b01/gpu1", "failed")]
+    assert "xgmi_wafl block" in " ".join(amd["reasons"]) or "ATHUB" in " ".join(amd["reasons"])
+    assert ("sn02-b01/gpu0", "subhealthy") in flags  # poisoned (deferred) UMC errors
+    assert not any(e in ("sn03-b01/npu0", "sn03-b01/hccn0:1") for e, _ in flags)
+    assert result.stats.events_by_kind["ascend"] == 1 and result.stats.events_by_kind["amdgpu"] == 6

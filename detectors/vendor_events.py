@@ -1,0 +1,106 @@
+"""RAS events of the other accelerator vendors, judged beside NVIDIA's Xids (see ``rules.py``).
+
+* **amdgpu** kernel RAS lines (``daemon/formats/kernel_events.py``): uncorrectable errors in any block, the
+  fatal-error interrupt and a failed GPU reset are ``failed`` (the driver resets the GPU; the job on it is
+  gone); deferred (poisoned, contained) errors are ``subhealthy``; correctable errors count towards an hourly
+  rate by block (the UMC, the HBM's memory controller, against the rule detector's correctable-ECC limit);
+  a GPU reset that succeeds is ``suspect``.
+* **Ascend** fault codes (npu-exporter's ``npu_chip_info_error_code``) by the handling level Ascend
+  MindCluster gives them (``catalogs/ascend_fault_codes.csv``): SeparateNPU and RestartNPU ``failed`` (the
+  NPU must be isolated or reset now: MindCluster stops the job); PreSeparateNPU, FreeRestartNPU (reset
+  when idle) and SubHealthFault ``subhealthy``; RestartRequest and RestartBusiness are the job's to
+  restart (``application``: suspect only when one NPU repeats them); NotHandleFault is nothing. A code not
+  in the catalog is ``suspect`` and counted.
+
+The static-threshold baseline keeps what the vendors' own tools act on: amdgpu uncorrectable errors,
+fatal interrupts and failed resets; MindCluster's SeparateNPU and RestartNPU.
+"""
+
+from __future__ import annotations
+
+import csv
+from dataclasses import dataclass
+from importlib import resources
+
+from detectors.schema import State
+
+# What MindCluster's levels mean here: (state or None, hard, application).
+ASCEND_LEVELS: dict[str, tuple[State | None, bool, bool]] = {
+    "NotHandleFault": (None, False, False),
+    "SubHealthFault": (State.SUBHEALTHY, False, False),
+    "RestartRequest": (None, False, True),
+    "RestartBusiness": (None, False, True),
+    "FreeRestartNPU": (State.SUBHEALTHY, False, False),
+    "PreSeparateNPU": (State.SUBHEALTHY, False, False),
+    "RestartNPU": (State.FAILED, True, False),
+    "SeparateNPU": (State.FAILED, True, False),
+}
+_ASCEND_WORDS = {
+    "NotHandleFault": "no action", "SubHealthFault": "sub-healthy", "RestartRequest": "re-run the request",
+    "RestartBusiness": "restart the job", "FreeRestartNPU": "reset the NPU when idle",
+    "PreSeparateNPU": "isolate the NPU soon", "RestartNPU": "reset the NPU", "SeparateNPU": "isolate the NPU",
+}
+# amdgpu RAS blocks and the category their errors belong to (UMC: the HBM's memory controller).
+_AMDGPU_BLOCKS = {"umc": "gpu_memory", "xgmi_wafl": "scaleup_link", "pcie_bif": "gpu_bus", "bif": "gpu_bus",
+                  "mmhub": "gpu_memory", "hdp": "gpu_memory", "mca": "gpu_memory"}
+
+
+@dataclass(frozen=True)
+class Verdict:
+    """What one vendor event says: a level to latch, a correctable count to rate, or the job's fault."""
+
+    level: State | None
+    category: str
+    reason: str
+    hard: bool = False
+    application: bool = False
+    rate_key: str = ""  # correctable errors: counted per hour under this key instead of latched
+    count: float = 0.0
+    unknown: bool = False
+
+
+def load_ascend_catalog() -> dict[int, str]:
+    """The packaged Ascend fault-code catalog: code -> MindCluster handling level."""
+    text = resources.files("detectors.catalogs").joinpath("ascend_fault_codes.csv").read_text()
+    rows = csv.DictReader(line for line in text.splitlines() if not line.startswith("#"))
+    return {int(r["code"], 16): r["level"] for r in rows}
+
+
+def ascend_verdict(code: int | None, catalog: dict[int, str], baseline: bool = False) -> Verdict | None:
+    """The verdict on an Ascend fault code (None: nothing to say)."""
+    if code is None:
+        return None
+    level_name = catalog.get(code)
+    text = f"Ascend fault code 0x{code:08X}"
+    if level_name is None:
+        if baseline:
+            return None
+        return Verdict(State.SUSPECT, "gpu_compute", f"{text} (not in the MindCluster catalog)", unknown=True)
+    state, hard, application = ASCEND_LEVELS[level_name]
+    reason = f"{text} (MindCluster {level_name}: {_ASCEND_WORDS[level_name]})"
+    if baseline and not hard:
+        return None
+    if application:
+        return Verdict(None, "application", reason, application=True)
+    if state is None:
+        return None
+    return Verdict(state, "gpu_compute", reason, hard=hard)
+
+
+def amdgpu_verdict(severity: str, message: str, count: int | None, baseline: bool = False) -> Verdict | None:
+    """The verdict on an amdgpu RAS kernel event (``message`` starts with the block for error counts)."""
+    block = message.split(" block:", 1)[0] if " block:" in message else ""
+    category = _AMDGPU_BLOCKS.get(block, "gpu_compute")
+    text = f"amdgpu {message}"
+    if severity in ("uncorrected", "fatal"):
+        return Verdict(State.FAILED, category, text, hard=True)
+    if baseline:
+        return None
+    if severity == "deferred":
+        return Verdict(State.SUBHEALTHY, "gpu_memory" if block == "umc" else category,
+                       f"{text} (poisoned data contained; pages retired)")
+    if severity == "corrected":
+        return Verdict(None, category, text, rate_key=f"amdgpu-ce-{block or 'any'}", count=float(count or 1))
+    if message.startswith("GPU reset"):
+        return Verdict(State.SUSPECT, "gpu_compute", f"{text} (the jobs on the GPU were lost)")
+    return None

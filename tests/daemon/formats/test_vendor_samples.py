@@ -1,0 +1,78 @@
+"""The recorded samples of the other vendors' formats (fixtures/exporters/) through the readers and name tables."""
+
+from pathlib import Path
+
+import pytest
+
+from daemon.formats import OpenMetricsReader, ReadContext, sniff
+from daemon.naming import SeriesMapper
+from daemon.topology import Topology
+from tests.daemon.formats.conftest import read_all
+
+FIXTURES = Path(__file__).resolve().parents[3] / "fixtures" / "exporters"
+
+
+def last(samples, entity: str, metric: str) -> float:
+    rows = samples[(samples["entity"] == entity) & (samples["metric"] == metric)]
+    assert len(rows), f"no {metric} for {entity}"
+    return float(rows["value"].iloc[-1])
+
+
+def test_amd_device_metrics_exporter_scrapes(ctx):
+    b = read_all(OpenMetricsReader(), FIXTURES / "amd-device-metrics-exporter.prom", ctx)
+    s = b.samples
+    assert ctx.rejects.total == 0
+    assert last(s, "sn02-b01/gpu1", "gpu_temp_c") == 71 and last(s, "sn02-b01/gpu1", "hbm_temp_c") == 58
+    assert last(s, "sn02-b01/gpu1", "ecc_sbe_total") == 229 and last(s, "sn02-b01/gpu1", "pcie_replay_total") == 19
+    # gpu_clock carries several clocks: the first XCD's system clock and the memory clock are kept.
+    assert last(s, "sn02-b01/gpu1", "sm_clock_mhz") == 1420 and last(s, "sn02-b01/gpu0", "mem_clock_mhz") == 1300
+    assert len(s[(s["entity"] == "sn02-b01/gpu0") & (s["metric"] == "sm_clock_mhz")]) == 2  # not one per XCD
+    assert last(s, "sn02-b01/gpu0", "energy_mj_total") == pytest.approx(8.1252e10)  # µJ to mJ
+    assert ctx.mapper.unmapped_metrics["amd_gpu_clock"] == 4  # the second XCD and the video clock, per scrape
+    assert ctx.mapper.accelerator_model["sn02-b01/gpu0"] == "AMD Instinct MI300X"
+
+
+def test_amd_names_without_the_configurable_prefix(tmp_path, ctx):
+    text = (FIXTURES / "amd-device-metrics-exporter.prom").read_text().replace("amd_gpu_", "gpu_")
+    p = tmp_path / "bare.prom"
+    p.write_text(text)
+    s = read_all(OpenMetricsReader(), p, ctx).samples
+    assert last(s, "sn02-b01/gpu1", "gpu_temp_c") == 71
+
+
+def test_npu_exporter_scrapes_and_its_failure_values(ctx):
+    s = read_all(OpenMetricsReader(), FIXTURES / "npu-exporter.prom", ctx).samples
+    assert ctx.rejects.total == 0
+    assert last(s, "sn03-b01/npu1", "ecc_sbe_total") == 9 and last(s, "sn03-b01/npu1", "accelerator_health") == 0
+    assert last(s, "sn03-b01/npu1", "npu_error_code_0") == 0x80E18402
+    # -1 (a temperature read that failed) and 0xFFFFFFFF (an unreadable HCCS lane) are dropped, not samples.
+    temps = s[(s["entity"] == "sn03-b01/npu1") & (s["metric"] == "gpu_temp_c")]
+    assert list(temps["value"]) == [61.0]
+    assert not len(s[(s["entity"] == "sn03-b01/npu1") & (s["metric"] == "hccs_crc_lane1_total")])
+    # The NPU's own RoCE port: link status 1/0 read as an InfiniBand state (4 ACTIVE, 1 DOWN).
+    assert last(s, "sn03-b01/hccn0:1", "port_state") == 4 and last(s, "sn03-b01/hccn1:1", "port_state") == 1
+    assert last(s, "sn03-b01/hccn1:1", "rcv_errors_total") == 40
+    assert ctx.mapper.accelerator_at("sn03-b01", "0000:c2:00") == "sn03-b01/npu1"
+
+
+def test_npu_exporter_malformed_lines_are_rejected_by_position(ctx):
+    s = read_all(OpenMetricsReader(), FIXTURES / "npu-exporter-malformed.prom", ctx).samples
+    messages = ctx.rejects.messages
+    lines = sorted(int(m.split(":", 2)[1]) for m in messages)
+    assert lines == [3, 4, 5, 6, 7, 9], messages
+    assert any("NaN" in m for m in messages) and any("lacks the 'id' label" in m for m in messages)
+    assert any("no alias" in m for m in messages)
+    assert sorted(s["metric"]) == ["accelerator_health", "gpu_temp_c"]
+
+
+def test_amdgpu_kernel_log_events_land_on_their_gpus():
+    topo = Topology.from_dict({"racks": [{"name": "r02", "nodes": [{"name": "sn02-b01", "accelerators": [
+        {"index": 0, "pci_bus_id": "0000:05:00.0"}, {"index": 1, "pci_bus_id": "0000:26:00.0"}]}]}]})
+    ctx = ReadContext(mapper=SeriesMapper(topology=topo))
+    path = FIXTURES / "sn02-b01.dmesg"
+    ev = read_all(sniff(path), path, ctx).events
+    assert ctx.rejects.total == 0
+    assert list(ev["kind"].unique()) == ["amdgpu"] and set(ev["entity"]) == {"sn02-b01"}
+    assert list(ev["severity"]) == ["corrected", "corrected", "deferred", "uncorrected", "fatal", "info"]
+    assert list(ev["code"][:4]) == [3, 2, 1, 1]  # the "in total" line repeats a count: no event
+    assert set(ev["pci"]) == {"0000:05:00", "0000:26:00"}

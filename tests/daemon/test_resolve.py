@@ -1,0 +1,42 @@
+"""Fault-code gauges to events: dcgm-exporter's last Xid and npu-exporter's active Ascend codes."""
+
+import pandas as pd
+
+from daemon.naming import SeriesMapper
+from daemon.resolve import EventResolver
+
+
+def rows(*r):
+    return pd.DataFrame(r, columns=["entity", "metric", "ts", "value"])
+
+
+def test_ascend_codes_are_events_when_they_appear_first_sight_included():
+    res = EventResolver(SeriesMapper())
+    out = res.code_gauge_events(rows(("n/npu0", "npu_error_code_0", 0.0, 0.0), ("n/npu1", "npu_error_code_0", 0.0,
+                                                                               0x80E18402)))
+    assert [(e[1], e[2], e[3]) for e in out] == [("n/npu1", "ascend", 0x80E18402)]
+    # The same code still active: no new event; it moves to another slot as a second code arrives: none either.
+    assert not res.code_gauge_events(rows(("n/npu1", "npu_error_code_0", 30.0, 0x80E18402)))
+    out = res.code_gauge_events(rows(("n/npu1", "npu_error_code_0", 60.0, 0x80E18405),
+                                     ("n/npu1", "npu_error_code_1", 60.0, 0x80E18402)))
+    assert [e[3] for e in out] == [0x80E18405]
+    # Cleared, then back: a new event.
+    assert not res.code_gauge_events(rows(("n/npu1", "npu_error_code_0", 90.0, 0.0),
+                                          ("n/npu1", "npu_error_code_1", 90.0, 0.0)))
+    assert [e[3] for e in res.code_gauge_events(rows(("n/npu1", "npu_error_code_0", 120.0, 0x80E18402)))] == [
+        0x80E18402]
+
+
+def test_a_slot_not_reported_for_a_while_is_forgotten():
+    res = EventResolver(SeriesMapper(), slot_expiry_s=600.0)
+    assert res.code_gauge_events(rows(("n/npu1", "npu_error_code_0", 0.0, 0x80E18402)))
+    # Newer exporters stop reporting a slot once its code clears: an hour later the code is new again.
+    assert res.code_gauge_events(rows(("n/npu1", "npu_error_code_0", 3600.0, 0x80E18402)))
+
+
+def test_xid_gauge_keeps_its_own_rules_beside_npu_codes():
+    res = EventResolver(SeriesMapper())
+    out = res.code_gauge_events(rows(("n/gpu0", "xid_last", 0.0, 48.0), ("n/npu0", "npu_error_code_0", 0.0, 7.0)))
+    assert [(e[1], e[2]) for e in out] == [("n/npu0", "ascend")]  # the first Xid seen is a baseline
+    out = res.code_gauge_events(rows(("n/gpu0", "xid_last", 30.0, 79.0)))
+    assert [(e[1], e[2], e[3]) for e in out] == [("n/gpu0", "xid", 79)]

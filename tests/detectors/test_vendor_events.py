@@ -1,0 +1,86 @@
+"""Verdicts on amdgpu RAS lines and Ascend fault codes, alone and through the rule detector."""
+
+import pandas as pd
+
+from detectors.rules import RuleDetector, TickInput
+from detectors.schema import State, events_frame
+from detectors.vendor_events import ASCEND_LEVELS, amdgpu_verdict, ascend_verdict, load_ascend_catalog
+
+EMPTY = pd.DataFrame({"entity": [], "metric": [], "increase": [], "resets": []})
+GAUGES = pd.DataFrame({"entity": [], "metric": [], "last": [], "max": []})
+
+
+def test_ascend_catalog_levels_and_the_more_severe_of_two():
+    cat = load_ascend_catalog()
+    assert len(cat) > 300 and set(cat.values()) <= set(ASCEND_LEVELS)
+    assert cat[0x80E18402] == "SeparateNPU" and cat[0x80E18405] == "SubHealthFault"
+    assert cat[0xA2301001] == "SeparateNPU"  # listed as RestartBusiness and SeparateNPU upstream
+
+
+def test_ascend_verdicts():
+    cat = load_ascend_catalog()
+    v = ascend_verdict(0x80E18402, cat)
+    assert v.level == State.FAILED and v.hard and "0x80E18402" in v.reason and "isolate the NPU" in v.reason
+    assert ascend_verdict(0x8C0E4E00, cat).level == State.SUBHEALTHY  # FreeRestartNPU: reset when idle
+    assert ascend_verdict(0x80E21007, cat) is None  # NotHandleFault
+    assert ascend_verdict(0x8C204E00, cat).application  # RestartBusiness: the job's to restart
+    unknown = ascend_verdict(0x12345678, cat)
+    assert unknown.level == State.SUSPECT and unknown.unknown
+    # The baseline acts as MindCluster does: on isolating and resetting levels only.
+    assert ascend_verdict(0x80E18402, cat, baseline=True).level == State.FAILED
+    assert ascend_verdict(0x8C0E4E00, cat, baseline=True) is None
+    assert ascend_verdict(0x12345678, cat, baseline=True) is None
+
+
+def test_amdgpu_verdicts():
+    ue = amdgpu_verdict("uncorrected", "xgmi_wafl block: 1 uncorrectable hardware errors", 1)
+    assert ue.level == State.FAILED and ue.hard and ue.category == "scaleup_link"
+    de = amdgpu_verdict("deferred", "umc block: 1 deferred hardware errors", 1)
+    assert de.level == State.SUBHEALTHY and de.category == "gpu_memory"
+    ce = amdgpu_verdict("corrected", "umc block: 3 correctable hardware errors", 3)
+    assert ce.level is None and ce.rate_key == "amdgpu-ce-umc" and ce.count == 3
+    assert amdgpu_verdict("info", "GPU reset begin", None).level == State.SUSPECT
+    assert amdgpu_verdict("fatal", "GPU reset failed", None).level == State.FAILED
+    assert amdgpu_verdict("corrected", "umc block: 3 correctable hardware errors", 3, baseline=True) is None
+    assert amdgpu_verdict("fatal", "uncorrectable hardware error ERREVENT_ATHUB_INTERRUPT", None,
+                          baseline=True).hard
+
+
+def tick(rules, now, events):
+    frame = events_frame([(now, e, kind, code, sev, msg, "kernel", None, None) for e, kind, code, sev, msg in events])
+    return {ev.entity: ev for ev in rules.update(TickInput(now, frame, EMPTY, GAUGES))}
+
+
+def test_rule_detector_judges_vendor_events():
+    rules = RuleDetector().fit()
+    out = tick(rules, 100.0, [("n1/npu3", "ascend", 0x80E18402, "error", ""),
+                              ("n1/npu4", "ascend", 0x80E18405, "error", ""),
+                              ("n1/npu5", "ascend", 0x12345678, "error", ""),
+                              ("n2/gpu1", "amdgpu", 1, "uncorrected", "umc block: 1 uncorrectable hardware errors")])
+    assert out["n1/npu3"].level == State.FAILED and out["n1/npu3"].hard
+    assert out["n1/npu4"].level == State.SUBHEALTHY
+    assert out["n1/npu5"].level == State.SUSPECT and rules.unknown_codes_[0x12345678] == 1
+    assert out["n2/gpu1"].level == State.FAILED and out["n2/gpu1"].category == "gpu_memory"
+
+
+def test_amdgpu_correctable_errors_count_towards_an_hourly_rate():
+    rules = RuleDetector(sbe_per_hour=50.0).fit()
+    flagged = {}
+    for k in range(20):  # 12 correctable UMC errors every 30 s: 1,440/h
+        flagged = tick(rules, 30.0 * k, [("n2/gpu0", "amdgpu", 12, "corrected", "umc block: 12 correctable hardware "
+                                                                               "errors")])
+        if "n2/gpu0" in flagged:
+            break
+    assert flagged["n2/gpu0"].level == State.SUBHEALTHY and "/h (limit 50/h)" in flagged["n2/gpu0"].reasons[0]
+    quiet = RuleDetector(sbe_per_hour=50.0).fit()
+    assert not tick(quiet, 0.0, [("n2/gpu0", "amdgpu", 2, "corrected", "umc block: 2 correctable hardware errors")])
+
+
+def test_ascend_restart_business_codes_are_the_jobs_unless_one_npu_repeats_them():
+    rules = RuleDetector().fit()
+    seen = {}
+    for k in range(3):
+        seen = tick(rules, 3600.0 * k, [("n1/npu2", "ascend", 0x8C204E00, "error", "")])
+    assert seen["n1/npu2"].level == State.SUSPECT and "repeated 3x" in seen["n1/npu2"].reasons[0]
+    once = RuleDetector().fit()
+    assert not tick(once, 0.0, [("n1/npu2", "ascend", 0x8C204E00, "error", "")])
