@@ -171,8 +171,9 @@ class Pipeline:
                 self.grace_until[node_of(entity)] = now + self.config.reboot_grace_s
         grace = frozenset(n for n, t in self.grace_until.items() if t >= now)
 
-        frames = self.features.update(now, increases, gauges, events) if self.features is not None else None
-        tick_input = TickInput(now, events, increases, gauges, grace, frames)
+        models = self.mapper.accelerator_model
+        frames = self.features.update(now, increases, gauges, events, models) if self.features is not None else None
+        tick_input = TickInput(now, events, increases, gauges, grace, frames, models)
         evidence = []
         for detector in self.detectors:
             evidence += detector.update(tick_input)

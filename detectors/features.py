@@ -24,12 +24,13 @@ detectors are trained to handle missing values.
 from __future__ import annotations
 
 import math
+from collections.abc import Mapping
 from dataclasses import dataclass
 
 import numpy as np
 import pandas as pd
 
-from detectors.grouping import RowIndex, group_keys, group_median
+from detectors.grouping import RowIndex, group_keys, group_median, peer_group
 from detectors.schema import entity_kind, name_codes
 
 RATE_HORIZONS = (("15m", 900.0), ("1h", 3600.0), ("6h", 21600.0))
@@ -140,14 +141,14 @@ class _KindState:
     def ids(self) -> np.ndarray:
         return self.index.keys
 
-    def rows(self, names: np.ndarray, nodes: dict[str, int]) -> np.ndarray:
-        """The rows of entity ``names``, allocated on first sight."""
+    def rows(self, names: np.ndarray, nodes: dict[str, int], models: Mapping[str, str] | None = None) -> np.ndarray:
+        """The rows of entity ``names``, allocated on first sight (with their peer group, see ``peer_group``)."""
         out, fresh = self.index.lookup(names)
         if len(fresh):
-            self._grow(fresh, nodes)
+            self._grow(fresh, nodes, models)
         return out
 
-    def _grow(self, fresh: np.ndarray, nodes: dict[str, int]) -> None:
+    def _grow(self, fresh: np.ndarray, nodes: dict[str, int], models: Mapping[str, str] | None) -> None:
         new = len(fresh)
 
         def grow(a: np.ndarray, fill: float) -> np.ndarray:
@@ -160,7 +161,7 @@ class _KindState:
         self.load = np.concatenate((self.load, np.full(new, -1, dtype=np.int64)))
         self.load_since = grow(self.load_since, np.nan)
         self.events, self.seen = grow(self.events, 0.0), grow(self.seen, -np.inf)
-        codes = [nodes.setdefault(e.split("/", 1)[0], len(nodes)) for e in fresh]
+        codes = [nodes.setdefault(peer_group(e, models), len(nodes)) for e in fresh]
         self.node = np.concatenate((self.node, np.asarray(codes, dtype=np.int64)))
 
 
@@ -169,7 +170,8 @@ class FeatureState:
 
     def __init__(self) -> None:
         self.kinds = {kind: _KindState(kind) for kind in COUNTERS}
-        self.nodes: dict[str, int] = {}  # node name -> integer code (the accelerators' peer groups)
+        self.nodes: dict[str, int] = {}  # peer group -> integer code (the accelerators' peer groups)
+        self.models: Mapping[str, str] | None = None  # accelerator -> model (see ``update``)
         self._kind_of: dict[str, str] = {}  # entity -> kind, so the id regexes run once per entity
         self._kinds_cache: tuple[np.ndarray, np.ndarray] | None = None
         self._last_now: float | None = None
@@ -177,8 +179,13 @@ class FeatureState:
         self.frames: dict[str, FeatureFrame] = {}
 
     def update(self, now: float, increases: pd.DataFrame, gauges: pd.DataFrame,
-               events: pd.DataFrame | None = None) -> dict[str, FeatureFrame]:
-        """Fold one tick in and return the frames of entities observed within :data:`STALE_S`."""
+               events: pd.DataFrame | None = None, models: Mapping[str, str] | None = None) -> dict[str, FeatureFrame]:
+        """Fold one tick in and return the frames of entities observed within :data:`STALE_S`.
+
+        ``models`` (accelerator -> model, from the telemetry's labels) keeps peer groups to one model.
+        """
+        if models is not None:
+            self.models = models
         dt = 0.0 if self._last_now is None else max(0.0, now - self._last_now)
         self._last_now = now
         self._dt = dt
@@ -211,7 +218,7 @@ class FeatureState:
                 continue
             st = self.kinds[kind]
             inv, uniq = group_keys(ecodes[pick], len(enames))
-            rows = st.rows(enames[uniq], self.nodes)[inv]
+            rows = st.rows(enames[uniq], self.nodes, self.models)[inv]
             out[kind] = (pick, rows, col[pick])
         return out
 
@@ -314,7 +321,7 @@ class FeatureState:
             st = self.kinds[ekind]
             if cls not in EVENT_CLASSES[ekind]:
                 continue
-            row = st.rows(np.array([entity], dtype=object), self.nodes)[0]
+            row = st.rows(np.array([entity], dtype=object), self.nodes, self.models)[0]
             st.events[row, EVENT_CLASSES[ekind].index(cls), :] += 1.0
 
     # -- output ----------------------------------------------------------------------------------

@@ -6,8 +6,20 @@ turning names and (entity, metric) pairs into array positions without a Python l
 
 from __future__ import annotations
 
+from collections.abc import Mapping
+
 import numpy as np
 import pandas as pd
+
+def peer_group(entity: str, models: Mapping[str, str] | None = None) -> str:
+    """The peer group of an accelerator: its node, the kind of its id (``gpu``, ``npu``, ``dcu``) and its model
+    where the telemetry names one, so that peers never mix vendors or models (a node with two models has two
+    groups)."""
+    node, _, local = entity.partition("/")
+    kind = local.rstrip("0123456789")
+    model = models.get(entity, "") if models else ""
+    return f"{node}|{kind}|{model}"
+
 
 DENSE_LIMIT = 1 << 25
 """Largest key space grouped through a dense table (32 Mi slots, 128 MB of int32); above it, hashing."""

@@ -16,9 +16,11 @@ the same way, and SM clocks of busy GPUs against busy peers (fail-slow: a GPU th
 
 from __future__ import annotations
 
+from collections.abc import Mapping
+
 import numpy as np
 
-from detectors.grouping import RowIndex, group_median
+from detectors.grouping import RowIndex, group_median, peer_group
 from detectors.rules import Evidence, TickInput
 from detectors.schema import State, entity_kind, name_codes, names_in
 
@@ -30,18 +32,19 @@ _METRICS = ("gpu_temp_c", "hbm_temp_c", "power_w", "sm_clock_mhz", "gpu_util_pct
 
 
 class _Rows:
-    """Persistent row numbers for entity ids (state arrays are indexed by them) and each row's node code."""
+    """Persistent row numbers for entity ids (state arrays are indexed by them) and each row's peer group code
+    (node, accelerator kind and model: see ``grouping.peer_group``)."""
 
     def __init__(self) -> None:
         self.index = RowIndex()
         self.node_code = np.empty(0, dtype=np.int64)
         self._nodes: dict[str, int] = {}
 
-    def lookup(self, ids: np.ndarray) -> tuple[np.ndarray, int]:
-        """Rows of ``ids`` (adding unseen ones at the end) and the number of rows after adding."""
+    def lookup(self, ids: np.ndarray, models: Mapping[str, str] | None = None) -> tuple[np.ndarray, int]:
+        """Rows of ``ids`` (adding unseen ones at the end, with their peer group) and the number of rows."""
         rows, fresh = self.index.lookup(ids)
         if len(fresh):
-            codes = [self._nodes.setdefault(e.split("/", 1)[0], len(self._nodes)) for e in fresh]
+            codes = [self._nodes.setdefault(peer_group(e, models), len(self._nodes)) for e in fresh]
             self.node_code = np.concatenate([self.node_code, np.asarray(codes, dtype=np.int64)])
         return rows, len(self.index)
 
@@ -159,7 +162,7 @@ class PeerDeviation:
             columns[m] = col
         if np.isnan(columns["power_w"]).all():
             return []
-        rows, n = self._rows.lookup(ids)
+        rows, n = self._rows.lookup(ids, tick.models)
         self._grow(n)
         node_code = self._rows.node_code[rows]
         util = columns["gpu_util_pct"]

@@ -35,6 +35,7 @@ import csv
 import math
 import re
 from collections import defaultdict, deque
+from collections.abc import Mapping
 from dataclasses import dataclass, field
 from importlib import resources
 
@@ -119,6 +120,7 @@ class TickInput:
     gauges: pd.DataFrame  # entity, metric, last, max
     grace_nodes: frozenset[str] = frozenset()
     features: dict | None = None  # kind -> detectors.features.FeatureFrame, when a detector needs them
+    models: Mapping[str, str] | None = None  # accelerator -> model from the telemetry (peer groups never mix)
 
 
 class RuleDetector:

@@ -73,3 +73,30 @@ def test_a_gpu_warmer_busy_than_idle_does_not_rise_when_its_job_starts():
         flagged |= {ev.entity for ev in d.update(_tick(now, temps, 95.0 if busy else 0.0))
                     if ev.level == State.SUBHEALTHY}
     assert flagged == set()
+
+
+def test_peers_never_mix_models_or_accelerator_kinds():
+    """Half of a node's accelerators are another model that runs 15 °C hotter: only the degrading one is flagged.
+    Judged against a median between the two models, the fleet's spread swells and the degrading GPU is missed."""
+    from dataclasses import replace
+
+    rng = np.random.default_rng(3)
+    models = {f"n{n}/gpu{g}": ("MI300X" if g < 4 else "MI325X") for n in range(4) for g in range(8)}
+    with_models, without = PeerDeviation().fit(), PeerDeviation().fit()
+    flagged, flagged_blind = set(), set()
+    for k in range(2 * 120):
+        now = 30.0 * k
+        temps = {e: 60.0 + (15.0 if m == "MI325X" else 0.0) + rng.normal(0, 1.0) for e, m in models.items()}
+        temps["n2/gpu6"] += max(0.0, (now - 1800.0) / 300.0)  # one MI325X degrading from 30 min
+        tick = _tick(now, temps)
+        flagged |= {ev.entity for ev in with_models.update(replace(tick, models=models)) if ev.level >= State.SUSPECT}
+        flagged_blind |= {ev.entity for ev in without.update(tick) if ev.level >= State.SUSPECT}
+    assert flagged == {"n2/gpu6"}
+    assert "n2/gpu6" not in flagged_blind
+
+
+def test_peer_groups_name_node_kind_and_model():
+    from detectors.grouping import peer_group
+
+    assert peer_group("n1/npu3") == "n1|npu|" and peer_group("n1/gpu3", {"n1/gpu3": "H100"}) == "n1|gpu|H100"
+    assert peer_group("n1/gpu3") != peer_group("n1/dcu3")
