@@ -45,6 +45,10 @@ COUNTERS = {
                     "row_remap_correctable_total", "row_remap_uncorrectable_total"),
     "port": ("symbol_error_total", "link_error_recovery_total", "link_downed_total", "rcv_errors_total"),
 }
+# Other vendors' counters of the same thing feed the same column, so one model serves every vendor: the
+# scale-up link's CRC errors are NVLink's, AMD's XGMI (WAFL correctable) or Ascend's HCCS lanes (summed).
+COUNTER_ALIASES = {"xgmi_ce_total": "nvlink_crc_flit_total",
+                   **{f"hccs_crc_lane{n}_total": "nvlink_crc_flit_total" for n in range(1, 8)}}
 GAUGES = {
     "accelerator": ("gpu_temp_c", "hbm_temp_c", "power_w", "sm_clock_mhz", "gpu_util_pct", "throttle_thermal"),
     "port": ("port_state",),
@@ -121,6 +125,7 @@ class _KindState:
         self.index = RowIndex()
         nc, ng, ne = len(COUNTERS[kind]), len(GAUGES[kind]), len(EVENT_CLASSES[kind])
         self.col_counter = {m: i for i, m in enumerate(COUNTERS[kind])}
+        self.col_counter |= {a: self.col_counter[m] for a, m in COUNTER_ALIASES.items() if m in self.col_counter}
         self.col_gauge = {m: i for i, m in enumerate(GAUGES[kind])}
         self.rates = np.full((0, nc, len(RATE_HORIZONS)), np.nan)
         self.counter_seen = np.full((0, nc), np.nan)  # ts of the last counter sample per row and counter
@@ -240,10 +245,16 @@ class FeatureState:
         increase = inc["increase"].to_numpy(dtype=float)
         for kind, (pick, rows, cols) in parts.items():
             st = self.kinds[kind]
+            inc_k = increase[pick]
+            key = rows * st.rates.shape[1] + cols
+            if len(np.unique(key)) < len(key):  # several series of one column (aliases): their sum
+                uniq, inv = np.unique(key, return_inverse=True)
+                inc_k = np.bincount(inv, weights=inc_k, minlength=len(uniq))
+                rows, cols = uniq // st.rates.shape[1], uniq % st.rates.shape[1]
             prev = st.counter_seen[rows, cols]
             dt = now - prev
             first = ~np.isfinite(dt)
-            rate = np.where(first, 0.0, increase[pick] * 3600.0 / np.where(first, 1.0, np.maximum(dt, 1.0)))
+            rate = np.where(first, 0.0, inc_k * 3600.0 / np.where(first, 1.0, np.maximum(dt, 1.0)))
             for j, (_, horizon) in enumerate(RATE_HORIZONS):
                 _ewma_into(st.rates, (rows, cols, j), rate, np.where(first, 1.0, dt), horizon)
             st.counter_seen[rows, cols] = now

@@ -30,7 +30,7 @@ _WORDS = (
     ("row_remap", "gpu_memory", "row remaps"),
     ("pcie_replay", "gpu_bus", "PCIe replays"),
     ("aer", "gpu_bus", "PCIe AER events"),
-    ("nvlink", "scaleup_link", "NVLink CRC errors"),
+    ("nvlink", "scaleup_link", "scale-up link CRC errors (NVLink, XGMI, HCCS)"),
     ("hbm_temp", "gpu_thermal", "HBM temperature"),
     ("gpu_temp", "gpu_thermal", "GPU temperature"),
     ("throttle", "gpu_thermal", "thermal throttling"),

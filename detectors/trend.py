@@ -26,6 +26,8 @@ COUNTERS = {
     "link_error_recovery_total": (1 / 500, 3.0, "fabric_link", "link error recoveries"),
     "rcv_errors_total": (1 / 100, 20.0, "fabric_link", "receive errors"),
     "nvlink_crc_flit_total": (1.0, 300.0, "scaleup_link", "NVLink CRC errors"),
+    "xgmi_ce_total": (1.0, 300.0, "scaleup_link", "XGMI correctable errors"),
+    **{f"hccs_crc_lane{n}_total": (1.0, 300.0, "scaleup_link", f"HCCS lane {n} CRC errors") for n in range(1, 8)},
 }
 
 

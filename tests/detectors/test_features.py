@@ -148,3 +148,22 @@ def test_state_does_not_grow_with_run_length():
     st = fs.kinds["accelerator"]
     assert len(st.ids) == 1 and st.rates.shape == (1, 6, len(RATE_HORIZONS))
     assert fs.frames["accelerator"].X.shape == (1, len(FEATURES["accelerator"]))
+
+
+def test_other_vendors_scaleup_counters_feed_the_same_column_summed():
+    """AMD's XGMI and Ascend's HCCS lanes are the NVLink CRC column, so one model serves every vendor."""
+    from detectors.features import FeatureState
+
+    fs = FeatureState()
+
+    def inc(now, rows):
+        return pd.DataFrame({"entity": [r[0] for r in rows], "metric": [r[1] for r in rows],
+                             "increase": [r[2] for r in rows], "resets": [0] * len(rows)})
+
+    empty = pd.DataFrame({"entity": [], "metric": [], "last": [], "max": []})
+    for k in range(3):
+        rows = [("n/gpu0", "xgmi_ce_total", 10.0), ("n/npu0", "hccs_crc_lane1_total", 4.0),
+                ("n/npu0", "hccs_crc_lane2_total", 6.0), ("n/gpu1", "nvlink_crc_flit_total", 10.0)]
+        frames = fs.update(30.0 * (k + 1), inc(30.0 * (k + 1), rows), empty)
+    f = frames["accelerator"].frame()["nvlink_crc_flit_per_h_15m"]
+    assert f["n/gpu0"] == pytest.approx(f["n/gpu1"]) == pytest.approx(f["n/npu0"]) and f["n/gpu0"] > 0
