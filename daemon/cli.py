@@ -151,6 +151,26 @@ def _hours(seconds) -> str:
     return "-" if seconds is None else f"{seconds / 3600:.2f} h"
 
 
+def _vendor_table(by_vendor: dict):
+    """Each vendor's figures side by side (raswarden / baseline)."""
+    from rich.table import Table
+
+    table = Table(title="per vendor (raswarden / baseline)")
+    for col in ("vendor", "node-days", "faults", "recall", "median lead", "hard faults failed", "false flags",
+                "per 1,000 node-days", "confounder flags"):
+        table.add_column(col)
+    for vendor, (a, b) in by_vendor.items():
+        ra, rb = a.as_dict(), b.as_dict()
+        table.add_row(vendor, f"{ra['node_days']:g}", str(ra["all"]["faults"]),
+                      f"{ra['all']['recall_before_failure']} / {rb['all']['recall_before_failure']}",
+                      f"{_hours(ra['all']['lead_time_median_s'])} / {_hours(rb['all']['lead_time_median_s'])}",
+                      f"{ra['all']['hard_faults_failed']}/{ra['all']['hard_faults']}",
+                      f"{ra['false_flags']} / {rb['false_flags']}",
+                      f"{ra['false_flags_per_1000_node_days']} / {rb['false_flags_per_1000_node_days']}",
+                      f"{ra['confounder_flags']} / {rb['confounder_flags']}")
+    return table
+
+
 def cmd_evaluate(args: argparse.Namespace) -> int:
     from rich.table import Table
 
@@ -182,6 +202,8 @@ def cmd_evaluate(args: argparse.Namespace) -> int:
         console.print(f"{label}: {d['flags']} flags, {d['false_flags']} false "
                       f"({d['false_flags_per_1000_node_days']} per 1,000 node-days), "
                       f"{d['confounder_flags']} on confounders, precision {d['precision']}")
+    if result.by_vendor:
+        console.print(_vendor_table(result.by_vendor))
     if args.json:
         Path(args.json).write_text(json.dumps(result.as_dict(), indent=2))
         console.print(f"wrote {args.json}")

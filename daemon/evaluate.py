@@ -4,7 +4,7 @@ and score both against the labels (:mod:`detectors.evaluation`)."""
 from __future__ import annotations
 
 import json
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from pathlib import Path
 
 from daemon.pipeline import PipelineConfig
@@ -33,21 +33,42 @@ def read_labels(path: Path, purpose: str = "evaluate against") -> list[Fault]:
 
 def evaluate_trace(path: Path, baseline: bool, interval_s: float = 30.0, model=None) -> Evaluation:
     """Replay one labelled trace and score its findings (with the learned detectors of ``model``)."""
+    return evaluate_trace_by_vendor(path, baseline, interval_s, model)["all"]
+
+
+def evaluate_trace_by_vendor(path: Path, baseline: bool, interval_s: float = 30.0, model=None) -> dict[str, Evaluation]:
+    """One replay, scored over the whole trace (``all``) and over each vendor's nodes when the topology names
+    more than one vendor: that vendor's faults and flags, node-days of its nodes; labels on racks and cooling
+    loops count for every vendor."""
     labels = read_labels(path)
     sink = _Collect()
     result = replay([path], findings_out=sink, config=PipelineConfig(interval_s=interval_s, baseline=baseline,
                                                                        model=None if baseline else model))
     stats = result.stats
     span_days = ((stats.last_ts or 0) - (stats.first_ts or 0) + interval_s) / 86400.0
-    nodes = len(result.pipeline.node_seen)
     topo = result.pipeline.mapper.topology
+    seen = result.pipeline.node_seen
 
     def holds(container: str, entity: str) -> bool:
         node = entity.split("/", 1)[0]
         return entity == container or node == container or topo.rack_of(node) == container
 
-    return evaluate(flags_from_findings(sink.findings), labels, trace_end=stats.last_ts or 0.0,
-                    node_days=nodes * span_days, interval_s=interval_s, holds=holds)
+    flags = flags_from_findings(sink.findings)
+    end = stats.last_ts or 0.0
+    out = {"all": evaluate(flags, labels, trace_end=end, node_days=len(seen) * span_days, interval_s=interval_s,
+                           holds=holds)}
+    vendors = sorted(set(topo.node_vendor.values()))
+    if len(vendors) > 1:
+        for vendor in vendors:
+            def mine(entity: str, vendor=vendor) -> bool:
+                node = entity.split("/", 1)[0]
+                return topo.node_vendor.get(node, vendor if node not in topo.node_rack else "") == vendor
+
+            nodes = [n for n in seen if topo.node_vendor.get(n) == vendor]
+            out[vendor] = evaluate([f for f in flags if mine(f.entity)], [lb for lb in labels if mine(lb.entity)],
+                                   trace_end=end, node_days=len(nodes) * span_days, interval_s=interval_s,
+                                   holds=holds)
+    return out
 
 
 def merge(evaluations: list[Evaluation]) -> Evaluation:
@@ -67,21 +88,33 @@ class Comparison:
     raswarden: Evaluation
     baseline: Evaluation
     per_trace: list[dict]
+    by_vendor: dict[str, tuple[Evaluation, Evaluation]] = field(default_factory=dict)  # (raswarden, baseline)
 
     def as_dict(self) -> dict:
-        return {"raswarden": self.raswarden.as_dict(), "baseline": self.baseline.as_dict(),
-                "traces": self.per_trace}
+        out = {"raswarden": self.raswarden.as_dict(), "baseline": self.baseline.as_dict(), "traces": self.per_trace}
+        if self.by_vendor:
+            out["by_vendor"] = {v: {"raswarden": a.as_dict(), "baseline": b.as_dict()}
+                                for v, (a, b) in self.by_vendor.items()}
+        return out
 
 
 def compare(paths: list[Path], interval_s: float = 30.0, model=None, progress=None) -> Comparison:
-    """raswarden (with ``model``'s learned detectors when given) and the static baseline on every trace."""
+    """raswarden (with ``model``'s learned detectors when given) and the static baseline on every trace, pooled,
+    and per vendor where a trace's topology names several."""
     ours, base, per_trace = [], [], []
+    vendors: dict[str, tuple[list[Evaluation], list[Evaluation]]] = {}
     for path in paths:
-        a = evaluate_trace(path, baseline=False, interval_s=interval_s, model=model)
-        b = evaluate_trace(path, baseline=True, interval_s=interval_s)
+        av = evaluate_trace_by_vendor(path, baseline=False, interval_s=interval_s, model=model)
+        bv = evaluate_trace_by_vendor(path, baseline=True, interval_s=interval_s)
+        a, b = av["all"], bv["all"]
         ours.append(a)
         base.append(b)
         per_trace.append({"trace": str(path), "raswarden": a.as_dict(), "baseline": b.as_dict()})
+        for vendor in av.keys() - {"all"}:
+            pair = vendors.setdefault(vendor, ([], []))
+            pair[0].append(av[vendor])
+            pair[1].append(bv[vendor])
         if progress:
             progress(path, a, b)
-    return Comparison(merge(ours), merge(base), per_trace)
+    return Comparison(merge(ours), merge(base), per_trace,
+                      {v: (merge(a), merge(b)) for v, (a, b) in sorted(vendors.items())})

@@ -231,6 +231,10 @@ class SeriesMapper:
     _transform_index: dict[str, int] = field(default_factory=dict)
     _lock: threading.Lock = field(default_factory=threading.Lock, repr=False, compare=False)
 
+    def __post_init__(self) -> None:
+        for entity, model in self.topology.accelerator_model.items():  # the telemetry's own labels win later
+            self.accelerator_model.setdefault(entity, model)
+
     def _linked_switchports(self) -> set[str]:
         linked = self._linked
         if linked is None:
@@ -295,7 +299,7 @@ class SeriesMapper:
         if pci:
             self.pci_accelerator[(node, pci)] = entity
         model = next((labels[k] for k in MODEL_LABELS if labels.get(k)), None)
-        if model and entity not in self.accelerator_model:
+        if model and self.accelerator_model.get(entity) != model:
             self.accelerator_model[entity] = model
 
     def _transform_code(self, transform: Transform | None) -> int:

@@ -60,6 +60,20 @@ def normalize_pci(address: str) -> str | None:
     return f"{d & 0xFFFF:04x}:{b:02x}:{v:02x}"
 
 
+def vendor_of(kind: str, model: str) -> str | None:
+    """The vendor of an accelerator by its id kind and model name (None when neither tells)."""
+    lowered = model.lower()
+    if kind == "npu" or lowered.startswith("ascend"):
+        return "ascend"
+    if "hygon" in lowered or kind == "dcu":
+        return "hygon"
+    if lowered.startswith("amd") or "instinct" in lowered:
+        return "amd"
+    if lowered.startswith("nvidia") or lowered.startswith(("h100", "h200", "a100", "b200", "gb200")):
+        return "nvidia"
+    return None
+
+
 def is_address(host: str) -> bool:
     """True when ``host`` is an IP address rather than a host name."""
     try:
@@ -89,6 +103,8 @@ class Topology:
     pci_port: dict[tuple[str, str], str] = field(default_factory=dict)
     netdev_port: dict[tuple[str, str], str] = field(default_factory=dict)
     port_switchport: dict[str, str] = field(default_factory=dict)
+    node_vendor: dict[str, str] = field(default_factory=dict)  # from the accelerators' model or kind
+    accelerator_model: dict[str, str] = field(default_factory=dict)
 
     @classmethod
     def load(cls, path: str | Path) -> Topology:
@@ -139,6 +155,11 @@ class Topology:
                 raise TopologyError(f"{where}.accelerators[{a}].kind: {prefix!r} is not one of "
                                     f"{', '.join(ACCELERATOR_PREFIXES)}")
             entity = f"{name}/{prefix}{int(acc['index'])}"
+            if acc.get("model"):
+                self.accelerator_model[entity] = str(acc["model"])
+            vendor = vendor_of(prefix, str(acc.get("model", "")))
+            if vendor:
+                self.node_vendor.setdefault(name, vendor)
             if acc.get("pci_bus_id"):
                 self.pci_accelerator[(name, _pci(acc["pci_bus_id"], f"{where}.accelerators[{a}].pci_bus_id"))] = entity
         for p, port in enumerate(node.get("ports") or []):

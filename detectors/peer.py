@@ -31,6 +31,23 @@ _LOAD_ANY, _LOAD_BUSY, _LOAD_IDLE = 0, 1, 2
 _METRICS = ("gpu_temp_c", "hbm_temp_c", "power_w", "sm_clock_mhz", "gpu_util_pct")
 
 
+def chip_word(entity: str, models=None) -> str:
+    """What the vendor calls the accelerator: NPU (Ascend), DCU (Hygon), GPU."""
+    local = entity.split("/", 1)[-1]
+    return "NPU" if local.startswith("npu") else "DCU" if local.startswith("dcu") else "GPU"
+
+
+def clock_word(entity: str, models=None) -> str:
+    """The vendor's name of the compute clock: AI core clock (Ascend), GFX clock (AMD), SM clock (NVIDIA)."""
+    local = entity.split("/", 1)[-1]
+    model = (models or {}).get(entity, "")
+    if local.startswith("npu"):
+        return "AI core clock"
+    if model.startswith("AMD") or "Instinct" in model or local.startswith("dcu"):
+        return "GFX clock"
+    return "SM clock"
+
+
 class _Rows:
     """Persistent row numbers for entity ids (state arrays are indexed by them) and each row's peer group code
     (node, accelerator kind and model: see ``grouping.peer_group``)."""
@@ -120,6 +137,7 @@ class PeerDeviation:
         self._slow_now = np.zeros(0, dtype=bool)
         self._load_state = np.full(0, -1, dtype=np.int64)
         self._load_since = np.full(0, np.nan)
+        self._models = None
         return self
 
     def _grow(self, n: int) -> None:
@@ -163,6 +181,7 @@ class PeerDeviation:
         if np.isnan(columns["power_w"]).all():
             return []
         rows, n = self._rows.lookup(ids, tick.models)
+        self._models = tick.models
         self._grow(n)
         node_code = self._rows.node_code[rows]
         util = columns["gpu_util_pct"]
@@ -238,7 +257,8 @@ class PeerDeviation:
         out = []
         for j in np.flatnonzero(hot | suspect):
             entity = ids[sel[j]]
-            reason = (f"{entity.split('/', 1)[1]} {words} {smooth[j]:+.1f} °C against its node's peers at equal "
+            chip = words if words != "GPU" else chip_word(entity, self._models)
+            reason = (f"{entity.split('/', 1)[1]} {chip} {smooth[j]:+.1f} °C against its node's peers at equal "
                       f"power (z {z[j]:.1f}, fleet spread {spread:.1f} °C), {rise[j]:+.1f} °C over its own "
                       "baseline")
             out.append(Evidence(entity, State.SUBHEALTHY if hot[j] else State.SUSPECT, "gpu_thermal", [reason],
@@ -260,7 +280,8 @@ class PeerDeviation:
         out = []
         for j in np.flatnonzero(slow):
             i = sel[j]
-            reason = (f"{ids[i].split('/', 1)[1]} SM clock at {smooth[j]:.0%} of its busy peers' "
+            clock = clock_word(ids[i], self._models)
+            reason = (f"{ids[i].split('/', 1)[1]} {clock} at {smooth[j]:.0%} of its busy peers' "
                       f"({median[codes[i]]:.0f} MHz)")
             out.append(Evidence(ids[i], State.SUBHEALTHY, "gpu_compute", [reason], detector=self.name,
                                 score=min(1.0, 0.5 + (1 - smooth[j]))))

@@ -27,6 +27,9 @@ COUNTERS = {
     "rcv_errors_total": (1 / 100, 20.0, "fabric_link", "receive errors"),
     "nvlink_crc_flit_total": (1.0, 300.0, "scaleup_link", "NVLink CRC errors"),
     "xgmi_ce_total": (1.0, 300.0, "scaleup_link", "XGMI correctable errors"),
+    # The kernel's per-device AER counters (sysfs aer_dev_correctable): any vendor's PCIe link, and for an
+    # NPU whose exporter has no replay counter the only early sign of a link going bad.
+    "aer_correctable_total": (0.1, 20.0, "gpu_bus", "PCIe AER corrected errors"),
     **{f"hccs_crc_lane{n}_total": (1.0, 300.0, "scaleup_link", f"HCCS lane {n} CRC errors") for n in range(1, 8)},
 }
 

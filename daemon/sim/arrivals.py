@@ -86,9 +86,9 @@ def sample_instances(sim: Simulator, spec: SampleSpec) -> list[FaultInstance]:
         template = sim._template(fault, None)
         name = topo.nodes[int(node)]
         if template.target == "port":
-            entity = f"{name}/mlx5_{int(rng.integers(topo.ports_per_node))}:1"
+            entity = sim.port_ids[int(node) * topo.ports_per_node + int(rng.integers(topo.ports_per_node))]
         elif template.target == "accelerator":
-            entity = f"{name}/gpu{int(rng.integers(topo.gpus_per_node))}"
+            entity = sim.gpu_ids[int(node) * topo.gpus_per_node + int(rng.integers(topo.gpus_per_node))]
         else:
             entity = name
         out.append(FaultInstance.place(template, entity, float(t), None, rng))

@@ -30,11 +30,13 @@ from daemon.formats.kernel_events import parse_kernel_message
 from daemon.sim.faults import FaultInstance, FaultTemplate, TemplateError, load_library
 from daemon.sim.scenario import Scenario
 from daemon.sim.topology import PRESETS, SimTopology
+from daemon.sim.vendors import RESTART_BUSINESS, VENDORS, render_line
 from daemon.topology import normalize_pci
 from detectors.schema import events_frame
 
 GPU_GAUGES = ("gpu_temp_c", "hbm_temp_c", "power_w", "sm_clock_mhz", "mem_clock_mhz", "gpu_util_pct",
-              "mem_copy_util_pct", "fb_used_mib", "fb_free_mib", "xid_last", "row_remap_failure", "throttle_thermal")
+              "mem_copy_util_pct", "fb_used_mib", "fb_free_mib", "xid_last", "row_remap_failure", "throttle_thermal",
+              "npu_error_code_0")
 GPU_COUNTERS = ("energy_mj_total", "pcie_replay_total", "row_remap_correctable_total",
                 "row_remap_uncorrectable_total", "ecc_sbe_total", "ecc_dbe_total", "nvlink_crc_flit_total")
 PORT_GAUGES = ("port_state", "port_phys_state")
@@ -42,6 +44,10 @@ PORT_COUNTERS = ("symbol_error_total", "link_error_recovery_total", "link_downed
                  "rcv_bytes_total", "xmit_bytes_total")
 # What each exporter profile publishes (stock = dcgm-exporter's default-counters.csv).
 FULL_ONLY = frozenset({"ecc_sbe_total", "ecc_dbe_total", "nvlink_crc_flit_total", "throttle_thermal"})
+NVIDIA_NEVER = frozenset({"npu_error_code_0"})  # engine arrays no NVIDIA exporter publishes
+# npu-exporter keeps reporting an NPU it can no longer read (its other values are failure values, dropped
+# by the name table): its fault codes are what says it is gone.
+STILL_REPORTED = frozenset({"npu_error_code_0"})
 BASELINE_PER_HOUR = {"ecc_sbe_total": 1 / 2000, "pcie_replay_total": 0.01, "symbol_error_total": 1 / 168,
                      "rcv_errors_total": 1 / 336}
 PORT_BYTES_PER_S = 45e9
@@ -51,7 +57,7 @@ FB_TOTAL_MIB = 81559.0
 
 def emitted_metrics(profile: str) -> tuple[list[str], list[str]]:
     """GPU and port metrics a profile publishes."""
-    gpu = [m for m in GPU_GAUGES + GPU_COUNTERS if profile == "full" or m not in FULL_ONLY]
+    gpu = [m for m in GPU_GAUGES + GPU_COUNTERS if (profile == "full" or m not in FULL_ONLY) and m not in NVIDIA_NEVER]
     return gpu, list(PORT_GAUGES + PORT_COUNTERS)
 
 
@@ -87,6 +93,7 @@ class _Placed:
     port_rows: np.ndarray
     rack_rows: np.ndarray
     lines: list[tuple[float, str, str]] = field(default_factory=list)
+    codes: list[tuple[float, int, int, float]] = field(default_factory=list)  # Ascend: (ts, GPU row, code, until)
 
 
 class Simulator:
@@ -95,7 +102,7 @@ class Simulator:
     def __init__(self, scenario: Scenario, library: dict[str, FaultTemplate] | Path):
         self.scenario = scenario
         self.library = load_library(library) if isinstance(library, Path) else library
-        self.batch_dtypes: dict[tuple[str, ...], tuple[pd.CategoricalDtype, pd.CategoricalDtype]] = {}  # chunk_to_batch
+        self.batch_dtypes: dict[tuple[str, ...], tuple] = {}  # chunk_to_batch: dtypes and families per profile
         if scenario.preset not in PRESETS:
             raise TemplateError(f"{scenario.source}: unknown topology preset {scenario.preset!r}")
         self.topo: SimTopology = PRESETS[scenario.preset](scenario.accelerators)
@@ -112,8 +119,18 @@ class Simulator:
         self.port_node = np.repeat(np.arange(t.n_nodes), t.ports_per_node)
         self.gpu_rack = t.node_rack[self.gpu_node]
         self.r_thermal = np.clip(g.normal(0.075, 0.005, t.n_gpus), 0.06, 0.09)
-        self.p_idle = g.normal(66.0, 3.0, t.n_gpus)
-        self.p_peak = g.normal(430.0, 15.0, t.n_gpus)
+        # Each GPU's vendor profile (physics, what its exporter publishes, how it reports a fault).
+        self.node_vendor = [t.vendor(n) for n in range(t.n_nodes)]
+        self.gpu_vendor = [self.node_vendor[int(n)] for n in self.gpu_node]
+        nv = VENDORS["nvidia"]
+        self.p_idle = g.normal(66.0, 3.0, t.n_gpus) * np.array([v.p_idle / nv.p_idle for v in self.gpu_vendor])
+        self.p_peak = g.normal(430.0, 15.0, t.n_gpus) * np.array([v.p_peak / nv.p_peak for v in self.gpu_vendor])
+        # A bigger, hotter part sits in a bigger cold plate: the same temperatures at its own power.
+        self.r_thermal *= np.array([nv.p_peak / v.p_peak for v in self.gpu_vendor])
+        self.clock_busy = np.array([v.clock_busy for v in self.gpu_vendor])
+        self.clock_idle = np.array([v.clock_idle for v in self.gpu_vendor])
+        self.fb_total = np.array([v.fb_total_mib for v in self.gpu_vendor])
+        self.fb_busy = np.where(self.fb_total == FB_TOTAL_MIB, 71000.0, np.round(self.fb_total * 0.87))
         self.uuids = [str(uuidlib.UUID(int=int(g.integers(0, 2**62)) << 64 | int(g.integers(0, 2**62))))
                       for _ in range(t.n_gpus)]
         self.jobs = self._plan_jobs()
@@ -150,19 +167,29 @@ class Simulator:
             raise TemplateError(f"{self.scenario.source}: no template {key!r} (have {', '.join(choices)})")
         return self.library[key]
 
-    def _random_entity(self, target: str, taken: set[str] | None = None) -> str:
-        """A random entity of the target kind, on a node (or rack) not in ``taken`` while there is one: two
-        listed faults on one GPU would have the second start on hardware already failed."""
-        g = self.rng
+    def _random_entity(self, target: str, taken: set[str] | None = None, vendor: str | None = None) -> str:
+        """A random entity of the target kind (of ``vendor``'s nodes when given), on a node (or rack) not in
+        ``taken`` while there is one: two listed faults on one GPU would have the second start on hardware
+        already failed."""
+        g, t = self.rng, self.topo
+        if vendor is None:
+            gpus, ports, nodes = self.gpu_ids, self.port_ids, list(t.nodes)
+        else:
+            mine = [n for n in range(t.n_nodes) if self.node_vendor[n].name == vendor]
+            if not mine:
+                raise TemplateError(f"{self.scenario.source}: no {vendor} nodes in this topology")
+            nodes = [t.nodes[n] for n in mine]
+            gpus = [self.gpu_ids[n * t.gpus_per_node + k] for n in mine for k in range(t.gpus_per_node)]
+            ports = [self.port_ids[n * t.ports_per_node + k] for n in mine for k in range(t.ports_per_node)]
         for _ in range(64):
             if target == "accelerator":
-                pick = self.gpu_ids[int(g.integers(self.topo.n_gpus))]
+                pick = gpus[int(g.integers(len(gpus)))]
             elif target == "port":
-                pick = self.port_ids[int(g.integers(self.topo.n_ports))]
+                pick = ports[int(g.integers(len(ports)))]
             elif target == "rack":
-                pick = self.topo.racks[int(g.integers(len(self.topo.racks)))]
+                pick = t.racks[int(g.integers(len(t.racks)))]
             else:
-                pick = self.topo.nodes[int(g.integers(self.topo.n_nodes))]
+                pick = nodes[int(g.integers(len(nodes)))]
             if not taken or pick.split("/", 1)[0] not in taken:
                 break
         if taken is not None:
@@ -175,7 +202,8 @@ class Simulator:
         taken: set[str] = set()
         for spec in sc.faults:
             template = self._template(spec.fault, spec.template)
-            entity = self._random_entity(template.target, taken) if spec.entity == "random" else spec.entity
+            entity = (self._random_entity(template.target, taken, spec.vendor) if spec.entity == "random"
+                      else spec.entity)
             failure = None if spec.failure is None else sc.start + spec.failure
             out.append(FaultInstance.place(template, entity, sc.start + spec.onset, failure, self.rng))
         if sc.sample is not None:
@@ -234,12 +262,19 @@ class Simulator:
                     gi = int(row) % t.gpus_per_node
                     full = t.gpu_pci(gi)
                     pci = normalize_pci(full)
-                    out.append((ts, t.nodes[int(self.gpu_node[row])],
-                                line.format(pci_xid=pci, pci=f"{pci}.0", **fields)))
+                    node = t.nodes[int(self.gpu_node[row])]
+                    said = render_line(self.gpu_vendor[int(row)], line.format(pci_xid=pci, pci=f"{pci}.0", **fields))
+                    if isinstance(said, int):  # an Ascend fault code; the job's own clear when it restarts
+                        app = said in APPLICATION_CODES
+                        p.codes.append((ts, int(row), said, ts + 300.0 if app else math.inf))
+                    elif said:
+                        out.extend((ts, node, text) for text in said)
             elif "{port_pci}" in line or "{netdev}" in line:
                 rows = p.port_rows
                 for row in rows:
                     pi = int(row) % t.ports_per_node
+                    if self.node_vendor[int(self.port_node[row])].name == "ascend":
+                        continue  # an NPU's own port: its state is npu-exporter's, no host kernel line
                     out.append((ts, t.nodes[int(self.port_node[row])],
                                 line.format(port_pci=t.port_pci(pi), netdev=t.netdev(pi), **fields)))
             else:
@@ -287,6 +322,7 @@ class Simulator:
         xid_last = np.zeros(t.n_gpus)
         pending_lines = sorted((line for p in self.placed for line in p.lines
                                 if p.inst.until is None or line[0] <= p.inst.until), key=lambda x: (x[0], x[1], x[2]))
+        self._codes = sorted(c for p in self.placed for c in p.codes if p.inst.until is None or c[0] <= p.inst.until)
         li = 0
         for s0 in range(0, steps, chunk_steps):
             ts = sc.start + sc.resolution * np.arange(s0 + 1, min(s0 + chunk_steps, steps) + 1)
@@ -392,9 +428,10 @@ class Simulator:
         throttle = (temp >= 87.0).astype(float)
         if "throttle_thermal" in gauge_set:
             throttle = np.where(np.isnan(gauge_set["throttle_thermal"]), throttle, gauge_set["throttle_thermal"])
-        clock = np.where(busy, 1980.0 - 15.0 * rng.integers(0, 3, busy.shape), 345.0)
+        clock = np.where(busy, self.clock_busy[:, None] - 15.0 * rng.integers(0, 3, busy.shape),
+                         self.clock_idle[:, None])
         clock = np.where(throttle > 0, clock * 0.85, clock) * gauge_scale["sm_clock_mhz"]
-        fb = np.where(busy, 71000.0 + rng.integers(0, 2000, busy.shape), 0.0)
+        fb = np.where(busy, self.fb_busy[:, None] + rng.integers(0, 2000, busy.shape), 0.0)
 
         gpu_inc["energy_mj_total"] += power * dt * 1000.0
         for m, rate in BASELINE_PER_HOUR.items():
@@ -425,7 +462,8 @@ class Simulator:
             "gpu_temp_c": np.round(temp), "hbm_temp_c": np.round(hbm), "power_w": np.round(power, 3),
             "sm_clock_mhz": np.round(clock), "mem_clock_mhz": np.full(busy.shape, 2619.0),
             "gpu_util_pct": np.round(util), "mem_copy_util_pct": np.round(util * 0.4),
-            "fb_used_mib": fb, "fb_free_mib": FB_TOTAL_MIB - fb, "xid_last": xid,
+            "fb_used_mib": fb, "fb_free_mib": self.fb_total[:, None] - fb, "xid_last": xid,
+            "npu_error_code_0": self._npu_codes(ts, gpu_reset),
             "row_remap_failure": np.nan_to_num(gauge_set.get("row_remap_failure", np.zeros(busy.shape))),
             "throttle_thermal": throttle,
         }
@@ -444,6 +482,22 @@ class Simulator:
         speed = gauge_scale["sm_clock_mhz"] * np.where(throttle > 0, 0.85, 1.0)
         return SimChunk(ts, gpu, port, gpu_present, port_present, lines, np.clip(speed, 0.0, 1.0))
 
+    def _npu_codes(self, ts: np.ndarray, resets: list[tuple[np.ndarray, int]]) -> np.ndarray:
+        """npu-exporter's first error-code slot: the latest active Ascend fault code per GPU row (0: none); a
+        fault's code holds until the NPU is reset (a counter reset, as after a reboot), a job's own for 5 min."""
+        out = np.zeros((self.topo.n_gpus, len(ts)))
+        for start, row, code, until in self._codes:
+            if start > ts[-1]:
+                break
+            if until < ts[0]:
+                continue
+            on = (ts >= start) & (ts < until)
+            for rows, step in resets:
+                if row in rows and ts[step] >= start:
+                    on[step:] = False
+            out[row, on] = code
+        return out
+
     def _gpu_by_pci(self, pci: str) -> int:
         short = normalize_pci(pci)
         for g in range(self.topo.gpus_per_node):
@@ -452,6 +506,7 @@ class Simulator:
         return -1
 
 _XID = re.compile(r"NVRM: Xid \(PCI:([0-9a-fA-F:.]+)\): (\d+)")
+APPLICATION_CODES = frozenset({RESTART_BUSINESS})
 
 
 def _accumulate(carry: np.ndarray, inc: np.ndarray, resets: list[tuple[np.ndarray, int]]) -> np.ndarray:
@@ -464,23 +519,54 @@ def _accumulate(carry: np.ndarray, inc: np.ndarray, resets: list[tuple[np.ndarra
     return cum
 
 
+def emission(sim: Simulator, profile: str) -> list[tuple[str, str, bool, np.ndarray | None]]:
+    """What the exporters publish: (canonical metric, engine array, is a GPU metric, rows or None for all).
+
+    One vendor's exporter maps an engine array to its own canonical metric (AMD's XGMI errors stand where
+    NVIDIA's NVLink CRC errors do) or leaves it out; an all-NVIDIA topology publishes the profile's set.
+    """
+    gpu_metrics, port_metrics = emitted_metrics(profile)
+    if sim.topo.vendors == ("nvidia",):
+        return [(m, m, True, None) for m in gpu_metrics] + [(m, m, False, None) for m in port_metrics]
+    out = []
+    gpu_vendor = np.array([v.name for v in sim.gpu_vendor])
+    port_vendor = np.array([sim.node_vendor[int(n)].name for n in sim.port_node])
+    for name in sim.topo.vendors:
+        v = VENDORS[name]
+        rows = np.flatnonzero(gpu_vendor == name)
+        out += [(v.canonical(m), m, True, rows) for m in GPU_GAUGES + GPU_COUNTERS
+                if v.publishes(m, profile, FULL_ONLY, NVIDIA_NEVER)]
+        rows = np.flatnonzero(port_vendor == name)
+        out += [(v.canonical(m), m, False, rows) for m in PORT_GAUGES + PORT_COUNTERS if v.publishes_port(m)]
+    return out
+
+
 def chunk_to_batch(sim: Simulator, chunk: SimChunk, profile: str | None = None) -> Batch:
     """A pipeline batch from a chunk (canonical names), time-major, without the file round trip."""
-    gpu_metrics, port_metrics = emitted_metrics(profile or sim.scenario.profile)
-    metrics = gpu_metrics + port_metrics
-    # One categorical dtype per simulator and metric list: built once, and the same categories object every
+    profile = profile or sim.scenario.profile
+    # One categorical dtype per simulator and profile: built once, and the same categories object every
     # tick, so the pipeline's per-name caches (detectors.schema.name_codes) hit.
-    key = tuple(metrics)
+    key = ("emission", profile)
     if key not in sim.batch_dtypes:
-        sim.batch_dtypes[key] = (pd.CategoricalDtype(sim.gpu_ids + sim.port_ids), pd.CategoricalDtype(metrics))
-    entity_dtype, metric_dtype = sim.batch_dtypes[key]
+        families = emission(sim, profile)
+        metrics = list(dict.fromkeys(f[0] for f in families))
+        sim.batch_dtypes[key] = (pd.CategoricalDtype(sim.gpu_ids + sim.port_ids), pd.CategoricalDtype(metrics),
+                                 families, {m: i for i, m in enumerate(metrics)})
+    entity_dtype, metric_dtype, families, metric_index = sim.batch_dtypes[key]
     n_g = len(sim.gpu_ids)
     parts_ts, parts_e, parts_m, parts_v = [], [], [], []
-    for mi, m in enumerate(metrics):
-        if m in chunk.gpu:
+    for out_metric, m, is_gpu, only in families:
+        mi = metric_index[out_metric]
+        if is_gpu:
             arr, present, offset = chunk.gpu[m], chunk.gpu_present, 0
+            if m in STILL_REPORTED:
+                present = np.ones_like(present)
         else:
             arr, present, offset = chunk.port[m], chunk.port_present, n_g
+        if only is not None:
+            mask = np.zeros(len(present), dtype=bool)
+            mask[only] = True
+            present = present & mask[:, None]
         steps, rows = np.nonzero(present.T)  # step-major: already in time order within the metric
         parts_ts.append(chunk.ts[steps])
         parts_e.append(rows + offset)

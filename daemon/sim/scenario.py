@@ -13,6 +13,7 @@
     faults:                       # listed: times relative to start; entity 'random' picks one of the target kind
       - {entity: sn01-b07/gpu3, fault: hbm_degradation, template: a, onset: 2h, failure: 6h}
       - {entity: random, fault: benign_coolant_swing, template: b, onset: 3h}
+      - {entity: random, vendor: ascend, fault: gpu_off_bus, onset: 1h}   # among one vendor's (mixed presets)
     sample:                       # optional: arrivals drawn from fleet statistics (FLEET-STATS.md)
       faults_per_node_year: 0.78
       weibull_shape: 0.62
@@ -49,6 +50,7 @@ class FaultSpec:
     template: str | None
     onset: float  # seconds from start
     failure: float | None  # seconds from start, or None to draw from the template window
+    vendor: str | None = None  # with entity 'random': pick among this vendor's accelerators, ports or nodes
 
 
 @dataclass
@@ -132,6 +134,7 @@ class Scenario:
                 None if f.get("template") is None else str(f["template"]),
                 parse_duration(f["onset"], f"{where}.onset"),
                 None if f.get("failure") is None else parse_duration(f["failure"], f"{where}.failure"),
+                None if f.get("vendor") is None else str(f["vendor"]),
             ))
         if d.get("sample"):
             s = d["sample"]

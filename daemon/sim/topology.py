@@ -1,8 +1,19 @@
 """Simulated topology: racks and supernodes → blades → accelerators and fabric ports → leaf switch ports.
 
-Preset ``scalex640``: one supernode of 640 accelerators in one rack (80 blades × 8), 4 × 400G ports per
-blade, a cooling loop per rack; ``accelerators`` scales it (up to 100,000: 640 per rack, a supernode
-per rack). The result is written as ``topology.yaml`` and read back by :class:`daemon.topology.Topology`.
+Presets (``topology: {preset: ..., accelerators: N}`` in a scenario):
+
+* ``scalex640``: one supernode of 640 accelerators in one rack (80 blades × 8), 4 × 400G ports per blade, a
+  cooling loop per rack; ``accelerators`` scales it (up to 100,000: 640 per rack, a supernode per rack);
+* ``scalex640-mixed``: the same rack built from three vendors' blades, a third each (NVIDIA H100, AMD
+  MI300X, Ascend 910B) in runs of blades, 8 × 400G ports per blade (one per accelerator, rail-optimized;
+  an Ascend NPU's port is its own RoCE interface);
+* ``cloudmatrix384``: 384 Ascend NPUs in one supernode spread over 16 racks: 12 compute racks of 4 nodes × 8
+  NPUs and 4 network racks of the unified-bus switches (no nodes), one NPU RoCE port each; cooling per
+  rack pair;
+* ``nvl72``: 72 GPUs in 18 compute trays of 4 per rack, one NVLink domain (a supernode per rack), 4 × 400G
+  ports per tray.
+
+The result is written as ``topology.yaml`` and read back by :class:`daemon.topology.Topology`.
 """
 
 from __future__ import annotations
@@ -13,9 +24,11 @@ from pathlib import Path
 import numpy as np
 import yaml
 
+from daemon.sim.vendors import VENDORS, VendorProfile
+
 GPU_PCI = ("18", "2a", "3a", "5d", "9a", "ab", "ba", "db")
-PORT_PCI = ("0c", "2c", "8c", "ac")
-MODEL = "NVIDIA H100 80GB HBM3"
+PORT_PCI = ("0c", "2c", "8c", "ac", "1c", "3c", "9c", "bc")
+MODEL = VENDORS["nvidia"].model
 
 
 def host_octets(node_index: int) -> str:
@@ -35,6 +48,16 @@ class SimTopology:
     ports_per_node: int
     supernode_of_rack: tuple[str, ...]
     cooling_of_rack: tuple[str, ...]
+    node_vendor: tuple[str, ...] = ()  # vendor name per node (default: all NVIDIA)
+    nodes_per_leaf: int = 80  # switch port numbering: a leaf's port per node of its rack
+
+    def vendor(self, node_index: int) -> VendorProfile:
+        return VENDORS[self.node_vendor[node_index]] if self.node_vendor else VENDORS["nvidia"]
+
+    @property
+    def vendors(self) -> tuple[str, ...]:
+        """The vendors present, in first-node order."""
+        return tuple(dict.fromkeys(self.node_vendor)) if self.node_vendor else ("nvidia",)
 
     @property
     def n_nodes(self) -> int:
@@ -49,10 +72,11 @@ class SimTopology:
         return self.n_nodes * self.ports_per_node
 
     def gpu_ids(self) -> list[str]:
-        return [f"{n}/gpu{g}" for n in self.nodes for g in range(self.gpus_per_node)]
+        return [f"{n}/{self.vendor(i).prefix}{g}" for i, n in enumerate(self.nodes) for g in range(self.gpus_per_node)]
 
     def port_ids(self) -> list[str]:
-        return [f"{n}/mlx5_{p}:1" for n in self.nodes for p in range(self.ports_per_node)]
+        return [f"{n}/{self.vendor(i).port_device.format(p=p)}:1" for i, n in enumerate(self.nodes)
+                for p in range(self.ports_per_node)]
 
     def address(self, node_index: int) -> str:
         """The node's management address (what ``instance`` labels carry)."""
@@ -74,11 +98,13 @@ class SimTopology:
         for r, rack in enumerate(self.racks):
             nodes = []
             for i in np.flatnonzero(self.node_rack == r):
-                name = self.nodes[i]
-                accs = [{"index": g, "pci_bus_id": self.gpu_pci(g), "model": MODEL}
+                name, vendor = self.nodes[i], self.vendor(int(i))
+                accs = [{"index": g, "pci_bus_id": self.gpu_pci(g), "model": vendor.model}
+                        | ({"kind": vendor.prefix} if vendor.prefix != "gpu" else {})
                         | ({"uuid": uuid_of(i, g)} if uuid_of else {}) for g in range(self.gpus_per_node)]
-                ports = [{"device": f"mlx5_{p}", "port": 1, "pci": self.port_pci(p), "netdev": self.netdev(p),
-                          "switchport": f"{rack}-leaf{p + 1:02d}/{int(i) % 80 + 1}"}
+                ports = [{"device": vendor.port_device.format(p=p), "port": 1}
+                         | ({"pci": self.port_pci(p), "netdev": self.netdev(p)} if vendor.name != "ascend" else {})
+                         | {"switchport": f"{rack}-leaf{p + 1:02d}/{int(i) % self.nodes_per_leaf + 1}"}
                          for p in range(self.ports_per_node)]
                 nodes.append({"name": name, "scheduler_name": name, "aliases": [self.address(int(i))],
                               "accelerators": accs, "ports": ports})
@@ -90,26 +116,78 @@ class SimTopology:
         path.write_text(yaml.safe_dump(self.to_dict(uuid_of), sort_keys=False, width=200))
 
 
+def _racks(n: int, prefix: str) -> tuple[str, ...]:
+    return tuple(f"{prefix}{r + 1:02d}" if n < 100 else f"{prefix}{r + 1:03d}" for r in range(n))
+
+
 def scalex640(accelerators: int = 640, gpus_per_node: int = 8, ports_per_node: int = 4,
-              nodes_per_rack: int = 80) -> SimTopology:
-    """The scaleX640 preset: 640 accelerators per rack-sized supernode, as many racks as needed."""
+              nodes_per_rack: int = 80, vendors: tuple[str, ...] = ()) -> SimTopology:
+    """The scaleX640 preset: 640 accelerators per rack-sized supernode, as many racks as needed.
+
+    ``vendors`` (e.g. ``("nvidia", "amd", "ascend")``) splits each rack's blades into equal runs per vendor.
+    """
     if accelerators % gpus_per_node:
         raise ValueError(f"accelerators ({accelerators}) must be a multiple of {gpus_per_node} per blade")
     if not 0 < accelerators <= 100_000:
         raise ValueError("accelerators must be between 1 and 100,000")
     n_nodes = accelerators // gpus_per_node
     n_racks = -(-n_nodes // nodes_per_rack)
-    racks = tuple(f"r{r + 1:02d}" if n_racks < 100 else f"r{r + 1:03d}" for r in range(n_racks))
+    racks = _racks(n_racks, "r")
     nodes = []
     node_rack = np.empty(n_nodes, dtype=np.int64)
+    node_vendor = []
     for i in range(n_nodes):
         r, b = divmod(i, nodes_per_rack)
         node_rack[i] = r
         sn = f"sn{r + 1:02d}" if n_racks < 100 else f"sn{r + 1:03d}"
         nodes.append(f"{sn}-b{b + 1:02d}")
+        if vendors:
+            in_rack = min(nodes_per_rack, n_nodes - r * nodes_per_rack)
+            node_vendor.append(vendors[b * len(vendors) // in_rack])
     supernodes = tuple(n.split("-")[0] for n in (nodes[r * nodes_per_rack] for r in range(n_racks)))
-    cooling = tuple(f"cdu{r + 1:02d}" if n_racks < 100 else f"cdu{r + 1:03d}" for r in range(n_racks))
-    return SimTopology(tuple(nodes), node_rack, racks, gpus_per_node, ports_per_node, supernodes, cooling)
+    cooling = _racks(n_racks, "cdu")
+    return SimTopology(tuple(nodes), node_rack, racks, gpus_per_node, ports_per_node, supernodes, cooling,
+                       tuple(node_vendor), nodes_per_rack)
 
 
-PRESETS = {"scalex640": scalex640}
+def scalex640_mixed(accelerators: int = 640) -> SimTopology:
+    """scaleX640 with a third of each rack's blades from each vendor, 8 ports per blade."""
+    return scalex640(accelerators, ports_per_node=8, vendors=("nvidia", "amd", "ascend"))
+
+
+def cloudmatrix384(accelerators: int = 384) -> SimTopology:
+    """CloudMatrix384: 384 Ascend NPUs of one supernode over 16 racks (12 with 4 nodes of 8 NPUs, 4 of
+    unified-bus switches); several supernodes when ``accelerators`` asks for more."""
+    per_node, per_rack, compute_racks = 8, 4, 12
+    if accelerators % (per_node * per_rack * compute_racks):
+        raise ValueError("cloudmatrix384 takes multiples of 384 accelerators")
+    n_super = accelerators // 384
+    nodes, node_rack, racks, supers, cooling = [], [], [], [], []
+    for s in range(n_super):
+        for r in range(16):
+            racks.append(f"cm{s + 1:02d}-r{r + 1:02d}")
+            supers.append(f"cm{s + 1:02d}")
+            cooling.append(f"cm{s + 1:02d}-cdu{r // 2 + 1:02d}")
+            if r >= compute_racks:
+                continue  # unified-bus switch racks: no compute nodes
+            for b in range(per_rack):
+                nodes.append(f"cm{s + 1:02d}-n{r * per_rack + b + 1:02d}")
+                node_rack.append(len(racks) - 1)
+    return SimTopology(tuple(nodes), np.array(node_rack, dtype=np.int64), tuple(racks), per_node, per_node,
+                       tuple(supers), tuple(cooling), ("ascend",) * len(nodes), per_rack)
+
+
+def nvl72(accelerators: int = 72) -> SimTopology:
+    """GB200 NVL72: 18 compute trays of 4 GPUs per rack, one NVLink domain (supernode) per rack."""
+    if accelerators % 72:
+        raise ValueError("nvl72 takes multiples of 72 accelerators")
+    n_racks = accelerators // 72
+    racks = _racks(n_racks, "nvl")
+    nodes = [f"{rack}-t{t + 1:02d}" for rack in racks for t in range(18)]
+    node_rack = np.repeat(np.arange(n_racks), 18)
+    return SimTopology(tuple(nodes), node_rack, racks, 4, 4, racks, _racks(n_racks, "cdu"), ("nvidia",) * len(nodes),
+                       18)
+
+
+PRESETS = {"scalex640": scalex640, "scalex640-mixed": scalex640_mixed, "cloudmatrix384": cloudmatrix384,
+           "nvl72": nvl72}

@@ -1,0 +1,131 @@
+"""Accelerator vendors in the simulator: ids, physics, what each exporter publishes, and each fault's signature.
+
+The fault templates describe a fault in canonical metrics (which every vendor's exporter maps to, see
+``daemon/names``) and in NVIDIA's kernel lines. A vendor profile re-expresses those lines the way its own
+stack reports the same fact:
+
+* **AMD** (Instinct, and Hygon DCUs on the same ROCm stack): the amdgpu driver's RAS lines. Uncorrectable
+  memory errors (Xid 48, 64, 95) are ``... new uncorrectable hardware errors detected in umc block``, a
+  remapped row or contained error (63, 94) a ``deferred`` one, an NVLink error (74) an uncorrectable error in
+  the ``xgmi_wafl`` block, a GPU lost from the bus (79) the fatal ``ERREVENT_ATHUB_INTERRUPT`` and a failed
+  reset; application faults (13, 31, 43) a GPU page fault, which is no RAS event. AER lines name the amdgpu
+  driver.
+* **Ascend**: no kernel lines. npu-exporter reports the NPU's active fault codes
+  (``npu_chip_info_error_code``); each Xid becomes a code of the MindCluster handling level such a fault gets
+  (a hard fault: SeparateNPU or RestartNPU; a remapped row: SubHealthFault; an application fault:
+  RestartBusiness). The codes are real catalog codes of that level, not claimed to be the exact code
+  the hardware would raise for that fault. AER lines name ``drv_pcie_host`` (the Ascend driver's PCIe host
+  module) as the device's driver; the AER reader keys on the address, not the name.
+
+Physics: board power and clocks per model from the vendors' data sheets (MI300X 750 W, 2,100 MHz;
+Ascend 910B about 400 W at 1,800 MHz AI core clock; H100 SXM 700 W but drawing ~430 W under the
+AcmeTrace-calibrated load of the NVIDIA profile).
+"""
+
+from __future__ import annotations
+
+import re
+from dataclasses import dataclass
+
+# Canonical accelerator metrics each vendor's exporter publishes (besides what every one does).
+_COMMON = frozenset({"gpu_temp_c", "hbm_temp_c", "power_w", "sm_clock_mhz", "gpu_util_pct", "fb_used_mib",
+                     "ecc_sbe_total", "ecc_dbe_total"})
+
+
+@dataclass(frozen=True)
+class VendorProfile:
+    """One vendor's accelerators as the simulator renders them."""
+
+    name: str
+    prefix: str  # accelerator id prefix: gpu | npu
+    model: str
+    port_device: str  # the node port's device, formatted with the port's index
+    exporter: str
+    p_idle: float
+    p_peak: float
+    clock_busy: float
+    clock_idle: float
+    fb_total_mib: float
+    metrics: frozenset[str]  # canonical accelerator metrics published (stock and full profiles alike)
+    renames: tuple[tuple[str, str], ...] = ()  # engine metric -> this vendor's canonical metric
+    port_metrics: frozenset[str] | None = None  # None: node_exporter's InfiniBand set
+    port_renames: tuple[tuple[str, str], ...] = ()
+
+    def publishes(self, metric: str, profile: str, full_only: frozenset[str], never: frozenset[str]) -> bool:
+        """Whether this vendor's exporter publishes the engine's accelerator metric in ``profile``."""
+        if self.name == "nvidia":
+            return (profile == "full" or metric not in full_only) and metric not in never
+        return metric in self.metrics
+
+    def publishes_port(self, metric: str) -> bool:
+        return self.port_metrics is None or metric in self.port_metrics
+
+    def canonical(self, metric: str) -> str:
+        """The canonical name this vendor's series of an engine metric maps to (``daemon/names``)."""
+        return dict(self.renames + self.port_renames).get(metric, metric)
+
+
+NVIDIA = VendorProfile("nvidia", "gpu", "NVIDIA H100 80GB HBM3", "mlx5_{p}", "dcgm-exporter", 66.0, 430.0, 1980.0,
+                       345.0, 81559.0, frozenset())
+AMD = VendorProfile("amd", "gpu", "AMD Instinct MI300X", "mlx5_{p}", "amd-device-metrics-exporter", 140.0, 720.0,
+                    2100.0, 500.0, 196608.0,
+                    _COMMON | {"mem_clock_mhz", "mem_copy_util_pct", "fb_free_mib", "energy_mj_total",
+                               "pcie_replay_total", "nvlink_crc_flit_total"},
+                    (("nvlink_crc_flit_total", "xgmi_ce_total"),))
+# An NPU's own RoCE port, as npu-exporter reports it: link status, link-ups (one per recovery from a down),
+# FCS errors (the physical layer's, standing for InfiniBand's symbol errors) and RoCE receive errors.
+# npu-exporter has no PCIe error counter (only bandwidth): the host kernel's per-device AER counter
+# (sysfs aer_dev_correctable, read by raswarden's sysfs collector) stands for the replays.
+ASCEND = VendorProfile("ascend", "npu", "Ascend910B3", "hccn{p}", "npu-exporter", 90.0, 390.0, 1800.0, 1800.0, 65536.0,
+                       _COMMON | {"npu_error_code_0", "nvlink_crc_flit_total", "pcie_replay_total"},
+                       (("nvlink_crc_flit_total", "hccs_crc_lane1_total"),
+                        ("pcie_replay_total", "aer_correctable_total")),
+                       frozenset({"port_state", "link_downed_total", "symbol_error_total", "rcv_errors_total"}),
+                       (("symbol_error_total", "rcv_errors_total"), ("rcv_errors_total", "roce_rx_err_pkt_total")))
+VENDORS = {v.name: v for v in (NVIDIA, AMD, ASCEND)}
+
+_XID = re.compile(r"NVRM: Xid \(PCI:([0-9A-Fa-f:.]+)\): (\d+)(?:, (.*))?$")
+_NV_GONE = re.compile(r"NVRM: GPU \S+: GPU has fallen off the bus")
+_AER_DRIVER = re.compile(r"^nvidia ")
+
+# Xid -> amdgpu lines for the same fact ({pci} is the full PCI address).
+_UMC_UE = "amdgpu {pci}: amdgpu: socket: 0, die: 0, 1 new uncorrectable hardware errors detected in umc block"
+_UMC_DE = "amdgpu {pci}: amdgpu: socket: 0, die: 0, 1 new deferred hardware errors detected in umc block"
+AMD_LINES: dict[int, tuple[str, ...]] = {
+    48: (_UMC_UE,), 64: (_UMC_UE,), 95: (_UMC_UE,), 63: (_UMC_DE,), 94: (_UMC_DE,),
+    74: ("amdgpu {pci}: amdgpu: socket: 0, die: 0, 1 new uncorrectable hardware errors detected in xgmi_wafl "
+         "block",),
+    79: ("amdgpu {pci}: amdgpu: Uncorrectable hardware error(ERREVENT_ATHUB_INTERRUPT) detected!",
+         "amdgpu {pci}: amdgpu: GPU reset(1) failed"),
+    13: ("amdgpu {pci}: amdgpu: [gfxhub] page fault (src_id:0 ring:24 vmid:8 pasid:32769)",),
+    31: ("amdgpu {pci}: amdgpu: [gfxhub] page fault (src_id:0 ring:24 vmid:8 pasid:32769)",),
+    43: ("amdgpu {pci}: amdgpu: ring gfx_0.0.0 timeout, signaled seq=1042, emitted seq=1043",),
+}
+# Xid -> an Ascend fault code of the MindCluster level the same fault gets (detectors/catalogs).
+SEPARATE, RESTART_NPU, FREE_RESTART, SUB_HEALTH, RESTART_BUSINESS = (0x80E18402, 0x80E18008, 0x8C0E4E00,
+                                                                     0x80E18405, 0x8C204E00)
+ASCEND_CODES: dict[int, int] = {48: SEPARATE, 64: SEPARATE, 95: SEPARATE, 79: RESTART_NPU, 74: RESTART_NPU,
+                                63: SUB_HEALTH, 94: SUB_HEALTH, 13: RESTART_BUSINESS, 31: RESTART_BUSINESS,
+                                43: RESTART_BUSINESS}
+
+
+def render_line(vendor: VendorProfile, line: str) -> list[str] | int | None:
+    """An NVIDIA kernel line as ``vendor`` reports the same fact: kernel lines, an Ascend fault code, or None
+    (nothing to report)."""
+    if vendor.name == "nvidia":
+        return [line]
+    m = _XID.search(line)
+    if m:
+        code, text = int(m.group(2)), (m.group(3) or "").lower()
+        if code == 154:  # the driver's recovery action: reboot (hard) or reset
+            code = 79 if "reboot" in text else 63
+        pci = m.group(1).lower()
+        pci = pci if pci.count(":") == 2 and "." in pci else f"{pci}.0"
+        if vendor.name == "ascend":
+            return ASCEND_CODES.get(code)
+        return [x.format(pci=pci) for x in AMD_LINES.get(code, ())] or None
+    if _NV_GONE.search(line):
+        return None
+    if _AER_DRIVER.search(line):
+        return [_AER_DRIVER.sub("amdgpu " if vendor.name == "amd" else "drv_pcie_host ", line)]
+    return [line]
