@@ -278,10 +278,18 @@ def cmd_simulate(args: argparse.Namespace) -> int:
         print(f"serving {sim.topo.n_nodes} nodes at {args.speed:g}x: dcgm-exporter on {loopback(0)}:{DCGM_PORT} .. "
               f"{loopback(sim.topo.n_nodes - 1)}:{DCGM_PORT}, node_exporter on port {NODE_PORT}; kernel log, "
               f"topology.yaml and prometheus-targets.json in {args.out}", flush=True)
-        serve(sim, Path(args.out), args.speed)
+        try:
+            serve(sim, Path(args.out), args.speed)
+        except ValueError as exc:
+            print(f"raswarden: error: {exc}", file=sys.stderr)
+            return 2
         return 0
     started = time.perf_counter()
-    writer = simulate_to(sim, Path(args.out), args.format)
+    try:
+        writer = simulate_to(sim, Path(args.out), args.format)
+    except TemplateError as exc:
+        print(f"raswarden: error: {exc}", file=sys.stderr)
+        return 2
     wall = time.perf_counter() - started
     labels = sim.labels()
     faults = sum(1 for x in labels if not x["fault"].startswith("benign_"))

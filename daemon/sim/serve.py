@@ -139,6 +139,9 @@ class SimServer:
     def __init__(self, sim: Simulator, out: Path, speed: float = 60.0):
         if sim.topo.n_nodes > MAX_NODES:
             raise ValueError(f"--serve supports up to {MAX_NODES} nodes")
+        if sim.topo.vendors != ("nvidia",):
+            raise ValueError("--serve serves dcgm-exporter and node_exporter endpoints; a topology with "
+                             f"{', '.join(sim.topo.vendors)} accelerators is simulated with --format parquet")
         self.sim, self.out, self.speed = sim, out, speed
         self.state = LiveState(sim)
         self.servers: list[ThreadingHTTPServer] = []

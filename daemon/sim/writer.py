@@ -25,6 +25,7 @@ from daemon.batch import Batch
 from daemon.formats.columnar import ColumnarWriter
 from daemon.sim.engine import SimChunk, Simulator, chunk_to_batch, emitted_metrics
 from daemon.sim.exposition import dcgm_labels, port_labels, reverse_names, to_source
+from daemon.sim.faults import TemplateError
 
 class TraceWriter:
     """Streams chunks of a simulation to a trace directory."""
@@ -40,6 +41,10 @@ class TraceWriter:
         self.lines = 0
         if fmt == "parquet":
             self._columnar = ColumnarWriter(out)
+        elif topo.vendors != ("nvidia",):
+            raise TemplateError(f"{sim.scenario.source or sim.scenario.name}: the OpenMetrics trace form is written "
+                                "as dcgm-exporter and node_exporter publish it; a topology with "
+                                f"{', '.join(topo.vendors)} accelerators is written with --format parquet")
         else:
             dcgm_names = reverse_names("dcgm_exporter.csv")
             node_names = reverse_names("node_exporter.csv")

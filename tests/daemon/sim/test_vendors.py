@@ -1,0 +1,113 @@
+"""Vendors in the simulator: presets, each fault's signature in each vendor's stack, end to end."""
+
+import io
+import json
+
+import numpy as np
+import pytest
+
+from daemon.cli import main
+from daemon.replay import replay
+from daemon.sim.engine import Simulator, chunk_to_batch
+from daemon.sim.faults import TemplateError, load_library
+from daemon.sim.scenario import Scenario
+from daemon.sim.topology import PRESETS
+from daemon.sim.vendors import AMD, ASCEND, NVIDIA, render_line
+from daemon.sim.writer import simulate_to
+from daemon.topology import Topology
+from tests.detectors.sim_helpers import LIBRARY
+
+
+def test_presets_of_the_sources():
+    cm = PRESETS["cloudmatrix384"]()
+    assert (cm.n_gpus, cm.n_nodes, len(cm.racks), cm.vendors) == (384, 48, 16, ("ascend",))
+    assert len(set(cm.supernode_of_rack)) == 1 and set(cm.node_rack) == set(range(12))  # 4 racks of UB switches
+    nvl = PRESETS["nvl72"]()
+    assert (nvl.n_gpus, nvl.n_nodes, nvl.gpus_per_node, len(nvl.racks)) == (72, 18, 4, 1)
+    mixed = PRESETS["scalex640-mixed"]()
+    assert mixed.n_gpus == 640 and mixed.vendors == ("nvidia", "amd", "ascend")
+    counts = {v: mixed.node_vendor.count(v) for v in mixed.vendors}
+    assert max(counts.values()) - min(counts.values()) <= 1
+    ids = set(mixed.gpu_ids())
+    assert "sn01-b01/gpu0" in ids and "sn01-b80/npu7" in ids and "sn01-b80/hccn7:1" in mixed.port_ids()
+    topo = Topology.from_dict(mixed.to_dict())
+    assert topo.node_vendor["sn01-b01"] == "nvidia" and topo.node_vendor["sn01-b40"] == "amd"
+    assert topo.node_vendor["sn01-b80"] == "ascend"
+    assert topo.pci_accelerator[("sn01-b80", "0000:18:00")] == "sn01-b80/npu0"
+    with pytest.raises(ValueError):
+        PRESETS["cloudmatrix384"](400)
+
+
+def test_each_vendor_reports_a_fault_its_own_way():
+    xid48 = "NVRM: Xid (PCI:0000:18:00): 48, pid=123, name=python3, An uncorrectable double bit error (DBE)"
+    assert render_line(NVIDIA, xid48) == [xid48]
+    amd = render_line(AMD, xid48)
+    assert amd == ["amdgpu 0000:18:00.0: amdgpu: socket: 0, die: 0, 1 new uncorrectable hardware errors detected in "
+                   "umc block"]
+    assert render_line(ASCEND, xid48) == 0x80E18402  # a SeparateNPU code
+    assert render_line(ASCEND, "NVRM: Xid (PCI:0000:18:00): 13, pid=1, Graphics Exception") == 0x8C204E00
+    assert render_line(AMD, "nvidia 0000:18:00.0: AER: PCIe Bus Error: severity=Corrected, type=Physical Layer, "
+                            "(Receiver ID)")[0].startswith("amdgpu 0000:18:00.0: AER:")
+    assert render_line(AMD, "NVRM: GPU 0000:18:00.0: GPU has fallen off the bus.") is None
+
+
+def mixed(faults, duration="3h"):
+    return Scenario.from_dict({"name": "m", "seed": 4, "topology": {"preset": "scalex640-mixed", "accelerators": 72},
+                               "duration": duration, "resolution": "30s", "profile": "full",
+                               "jobs": {"nodes_per_job": [3, 3], "duration": ["12h", "12h"], "gap": ["1m", "1m"]},
+                               "faults": faults})
+
+
+def test_each_exporter_publishes_its_own_metrics():
+    sim = Simulator(mixed([]), load_library(LIBRARY))
+    batch = chunk_to_batch(sim, next(sim.chunks()))
+    s = batch.samples.astype({"entity": str, "metric": str})
+    by_kind = {k: set(g["metric"]) for k, g in s.groupby(s["entity"].str.split("/").str[1].str[:3])}
+    assert "xid_last" in by_kind["gpu"] and "npu_error_code_0" in by_kind["npu"]
+    assert "xid_last" not in by_kind["npu"] and "hccs_crc_lane1_total" in by_kind["npu"]
+    amd_gpu = s[s["entity"].str.startswith("sn01-b04/")]
+    assert "xgmi_ce_total" in set(amd_gpu["metric"]) and "nvlink_crc_flit_total" not in set(amd_gpu["metric"])
+    assert "roce_rx_err_pkt_total" in by_kind["hcc"] and "symbol_error_total" not in by_kind["hcc"]
+    power = s[(s["metric"] == "power_w")].groupby(s["entity"].str[:8])["value"].max()
+    assert power["sn01-b04"] > power["sn01-b01"] * 1.3  # an MI300X draws more than an H100 under load
+
+
+def test_faults_on_each_vendor_are_found_in_its_own_words(tmp_path):
+    sc = mixed([
+        {"entity": "random", "vendor": "ascend", "fault": "gpu_off_bus", "template": "a", "onset": "20m",
+         "failure": "2h"},
+        {"entity": "random", "vendor": "amd", "fault": "hbm_degradation", "template": "a", "onset": "20m",
+         "failure": "2h30m"},
+    ])
+    out = tmp_path / "t"
+    simulate_to(Simulator(sc, load_library(LIBRARY)), out, fmt="parquet")
+    labels = [json.loads(x) for x in (out / "labels.jsonl").read_text().splitlines()]
+    npu = next(lb["entity"] for lb in labels if lb["fault"] == "gpu_off_bus")
+    gpu = next(lb["entity"] for lb in labels if lb["fault"] == "hbm_degradation")
+    assert "/npu" in npu and "/gpu" in gpu
+    buf = io.StringIO()
+    replay([out], findings_out=buf)
+    found = [json.loads(x) for x in buf.getvalue().splitlines()]
+    failed = {f["entity"]: " ".join(f["reasons"]) for f in found if f["state"] == "failed"}
+    assert "Ascend fault code" in failed[npu]
+    assert "amdgpu umc block" in failed[gpu]
+    early = [f for f in found if f["entity"] == npu and f["state"] == "subhealthy"]
+    assert early and "AER" in early[0]["reasons"][0]  # the kernel's AER counter: npu-exporter has no replays
+
+
+def test_mixed_topologies_are_written_as_parquet_only(tmp_path, capsys):
+    with pytest.raises(TemplateError, match="--format parquet"):
+        simulate_to(Simulator(mixed([], duration="10m"), load_library(LIBRARY)), tmp_path / "om")
+    scenario = tmp_path / "s.yaml"
+    scenario.write_text("name: s\ntopology: {preset: cloudmatrix384, accelerators: 384}\nduration: 5m\n")
+    assert main(["simulate", str(scenario), "--out", str(tmp_path / "o2")]) == 2
+    assert "--format parquet" in capsys.readouterr().err
+
+
+def test_vendor_picks_only_that_vendors_hardware():
+    sc = mixed([{"entity": "random", "vendor": "amd", "fault": "link_degradation", "onset": "10m"}
+                for _ in range(5)])
+    sim = Simulator(sc, load_library(LIBRARY))
+    amd_nodes = {n for i, n in enumerate(sim.topo.nodes) if sim.node_vendor[i].name == "amd"}
+    assert {p.inst.entity.split("/")[0] for p in sim.placed} <= amd_nodes
+    assert np.all([p.inst.entity.split("/")[1].startswith("mlx5_") for p in sim.placed])
