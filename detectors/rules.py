@@ -17,7 +17,8 @@ Rules (ARCHITECTURE §5):
   shutdown limit ``failed``; HBM at its limit (95 °C) ``suspect`` (a watch: a warm slot gets there in a
   rack-wide coolant swing; a degrading GPU is flagged by the peer detector).
 * Host: EDAC uncorrected, fatal MCE ``failed``; corrected MCE ``suspect``.
-* Other vendors' RAS events (amdgpu kernel lines, Ascend fault codes) by ``vendor_events``.
+* Other vendors' RAS events (amdgpu kernel lines, Ascend fault codes) by ``vendor_events``; the vendor's own
+  health bit (npu-exporter's health status, npu-smi's Health) at 0 is ``subhealthy``.
 
 ``baseline=True`` keeps only what shipped static-threshold tools (DCGM health checks, NVSentinel) act on:
 any DBE increase, any Xid of the hardware set (as fatal), a row-remap failure, AER fatal, EDAC
@@ -406,7 +407,8 @@ class RuleDetector:
         )
         if not self.baseline:
             hit |= (names_in(metric, ("hbm_temp_c",)) & (peak >= self.hbm_temp_limit_c)) | (
-                names_in(metric, ("throttle_thermal",)) & (last >= 1))
+                names_in(metric, ("throttle_thermal",)) & (last >= 1)) | (
+                names_in(metric, ("accelerator_health",)) & (last == 0))
         if not hit.any():
             return
         g = g[hit]
@@ -425,6 +427,10 @@ class RuleDetector:
                                     [f"HBM {peak:.0f} °C at or over its {self.hbm_temp_limit_c:.0f} °C limit"]))
             elif metric == "throttle_thermal" and last >= 1:
                 out.append(Evidence(entity, State.SUBHEALTHY, "gpu_thermal", ["clocks throttled for temperature"]))
+            elif metric == "accelerator_health" and last == 0:
+                # The vendor's own health bit (npu-exporter, npu-smi): its fault codes say how bad; this alone
+                # is a sub-healthy NPU, never a drain by itself.
+                out.append(Evidence(entity, State.SUBHEALTHY, "gpu_compute", ["vendor health status unhealthy"]))
             elif metric == "row_remap_failure" and last >= 1:
                 out.append(Evidence(entity, State.FAILED, "gpu_memory", ["row remapping failed"], hard=True))
             elif metric == "port_state" and not np.isnan(last) and last != PORT_ACTIVE:

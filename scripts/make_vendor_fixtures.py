@@ -104,6 +104,77 @@ error(ERREVENT_ATHUB_INTERRUPT) detected!
 """
 
 
+# npu-smi info, as the 910B driver prints it (two rows per NPU); npu1 turns unhealthy in the second snapshot.
+NPU_SMI = """\
++------------------------------------------------------------------------------------------------+
+| npu-smi 24.1.rc2                 Version: 24.1.rc2                                             |
++---------------------------+---------------+----------------------------------------------------+
+| NPU   Name                | Health        | Power(W)    Temp(C)           Hugepages-Usage(page)|
+| Chip                      | Bus-Id        | AICore(%)   Memory-Usage(MB)  HBM-Usage(MB)        |
++===========================+===============+====================================================+
+| 0     910B3               | OK            | 301.5       58                0    / 0             |
+| 0                         | 0000:C1:00.0  | 95          0    / 0          58000/ 65536         |
++===========================+===============+====================================================+
+| 1     910B3               | {health:<14}| 310.8       {temp:<18}0    / 0             |
+| 0                         | 0000:C2:00.0  | 94          0    / 0          57000/ 65536         |
++===========================+===============+====================================================+
++---------------------------+---------------+----------------------------------------------------+
+| NPU     Chip              | Process id    | Process name             | Process memory(MB)      |
++===========================+===============+====================================================+
+| 0       0                 | 2461803       | python3                  | 54312                   |
+| 1       0                 | 2461804       | python3                  | 53290                   |
++===========================+===============+====================================================+
+"""
+
+
+def amd_smi(k: int) -> dict:
+    """``amd-smi metric --json`` (ROCm 7 form) for sn02-b01's two MI300X at scrape ``k``."""
+    gpus = []
+    for g in (0, 1):
+        def v(name, unit=None, g=g):
+            x = AMD[name][1][g][k]
+            return {"value": x, "unit": unit} if unit else x
+        gpus.append({
+            "gpu": g,
+            "usage": {"gfx_activity": v("amd_gpu_gfx_activity", "%"), "umc_activity": v("amd_gpu_umc_activity", "%")},
+            "power": {"socket_power": v("amd_gpu_package_power", "W"), "gfx_voltage": "N/A"},
+            "temperature": {"edge": "N/A", "hotspot": v("amd_gpu_junction_temperature", "C"),
+                            "mem": v("amd_gpu_memory_temperature", "C")},
+            "pcie": {"width": 16, "replay_count": v("amd_pcie_replay_count"), "l0_to_recovery_count": 0,
+                     "nak_received_count": "N/A"},
+            "ecc": {"total_correctable_count": v("amd_gpu_ecc_correct_total"),
+                    "total_uncorrectable_count": v("amd_gpu_ecc_uncorrect_total"), "total_deferred_count": 0},
+            "ecc_blocks": {"UMC": {"correctable_count": v("amd_gpu_ecc_correct_umc"), "uncorrectable_count": 0,
+                                   "deferred_count": 0}},
+            "energy": {"total_energy_consumption": {"value": AMD["amd_gpu_energy_consumed"][1][g][k] / 1e6,
+                                                    "unit": "J"}},
+            "mem_usage": {"used_vram": v("amd_gpu_used_vram", "MB"), "free_vram": v("amd_gpu_free_vram", "MB")},
+        })
+    return {"gpu_data": gpus}
+
+
+def snapshots() -> str:
+    """Envelopes of both tools' snapshots (scripts/capture-smi.sh writes them), then malformed records."""
+    import json
+
+    out = []
+    for k, ts in enumerate(T):
+        out.append(json.dumps({"ts": ts / 1000, "host": "sn02-b01", "tool": "amd-smi", "output": amd_smi(k)}))
+        text = NPU_SMI.format(health="OK" if k == 0 else "Alarm", temp="61" if k == 0 else "NA")
+        out.append(json.dumps({"ts": ts / 1000, "host": "sn03-b01", "tool": "npu-smi", "output": text}))
+    out += [
+        '{"ts": 1772409690, "host": "sn02-b01", "tool": "amd-smi", "output": {"gpu_data": [{"gpu": 0, ',
+        json.dumps({"ts": "yesterday", "host": "sn02-b01", "tool": "amd-smi", "output": []}),
+        json.dumps({"ts": 1772409690, "host": "10.3.0.9", "tool": "npu-smi", "output": NPU_SMI}),
+        json.dumps({"ts": 1772409690, "host": "sn02-b01", "tool": "rocm-smi", "output": {}}),
+        json.dumps({"ts": 1772409690, "host": "sn02-b01", "tool": "amd-smi",
+                    "output": {"gpu_data": [{"gpu": 0, "power": {"socket_power": {"value": "high", "unit": "W"}}},
+                                            {"power": {"socket_power": 5}}]}}),
+        json.dumps({"ts": 1772409690, "host": "sn03-b01", "tool": "npu-smi", "output": "npu-smi: command failed"}),
+    ]
+    return "\n".join(out) + "\n"
+
+
 def exposition(series: dict, labels: str, ids: tuple, label_args) -> list[str]:
     lines = []
     for name, (help_text, values) in series.items():
@@ -134,6 +205,7 @@ def main(out: Path) -> None:
     (out / "npu-exporter.prom").write_text("\n".join(npu) + "\n")
     (out / "npu-exporter-malformed.prom").write_text(NPU_MALFORMED)
     (out / "sn02-b01.dmesg").write_text(AMDGPU_DMESG)
+    (out / "smi-snapshots.jsonl").write_text(snapshots())
 
 
 if __name__ == "__main__":

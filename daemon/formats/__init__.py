@@ -11,10 +11,11 @@ from daemon.formats.kernellog import JournalJsonReader, TextLogReader
 from daemon.formats.openmetrics import OpenMetricsReader
 from daemon.formats.promjson import QueryRangeReader
 from daemon.formats.rasdaemon import RasdaemonReader
+from daemon.formats.smi import SmiReader
 
 __all__ = [
     "ColumnarReader", "ColumnarWriter", "JournalJsonReader", "OpenMetricsReader", "QueryRangeReader",
-    "RasdaemonReader", "ReadContext", "Reader", "TextLogReader", "sniff",
+    "RasdaemonReader", "ReadContext", "Reader", "SmiReader", "TextLogReader", "sniff",
 ]
 
 _EXPOSITION = re.compile(rb"^[a-zA-Z_:][a-zA-Z0-9_:]*(\{| )")
@@ -35,6 +36,8 @@ def sniff(path: Path) -> Reader | None:
     if first.startswith(b"{"):
         if b"__REALTIME_TIMESTAMP" in first or b"_TRANSPORT" in first:
             return JournalJsonReader()
+        if b'"tool"' in first and b'"output"' in first:
+            return SmiReader()
         return QueryRangeReader()
     if first.startswith(b"ts,"):
         return ColumnarReader()

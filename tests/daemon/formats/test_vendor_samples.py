@@ -76,3 +76,19 @@ def test_amdgpu_kernel_log_events_land_on_their_gpus():
     assert list(ev["severity"]) == ["corrected", "corrected", "deferred", "uncorrected", "fatal", "info"]
     assert list(ev["code"][:4]) == [3, 2, 1, 1]  # the "in total" line repeats a count: no event
     assert set(ev["pci"]) == {"0000:05:00", "0000:26:00"}
+
+
+def test_amd_smi_and_npu_smi_snapshots(ctx):
+    path = FIXTURES / "smi-snapshots.jsonl"
+    reader = sniff(path)
+    assert type(reader).__name__ == "SmiReader"
+    s = read_all(reader, path, ctx).samples
+    assert last(s, "sn02-b01/gpu1", "ecc_sbe_total") == 229 and last(s, "sn02-b01/gpu1", "gpu_temp_c") == 71
+    assert last(s, "sn02-b01/gpu0", "energy_mj_total") == pytest.approx(8.1252e10)  # J to mJ
+    assert not len(s[s["metric"] == "gpu_edge_temp_c"])  # "N/A": not supported there, not an error
+    assert last(s, "sn03-b01/npu1", "accelerator_health") == 0 and last(s, "sn03-b01/npu0", "power_w") == 301.5
+    assert last(s, "sn03-b01/npu1", "gpu_temp_c") == 61  # "NA" in the second snapshot: skipped
+    assert ctx.mapper.accelerator_at("sn03-b01", "0000:c2:00") == "sn03-b01/npu1"
+    lines = sorted({m.split(":", 2)[1].split(" ")[0] for m in ctx.rejects.messages})
+    assert lines == ["10", "5", "6", "7", "8", "9"], ctx.rejects.messages
+    assert any("gpu_data[0].power.socket_power: not a number" in m for m in ctx.rejects.messages)
