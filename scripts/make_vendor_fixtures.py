@@ -162,11 +162,22 @@ def snapshots() -> str:
         out.append(json.dumps({"ts": ts / 1000, "host": "sn02-b01", "tool": "amd-smi", "output": amd_smi(k)}))
         text = NPU_SMI.format(health="OK" if k == 0 else "Alarm", temp="61" if k == 0 else "NA")
         out.append(json.dumps({"ts": ts / 1000, "host": "sn03-b01", "tool": "npu-smi", "output": text}))
+    # The same GPUs through the older rocm-smi (ROCm 6 keys "card:N"; one value in a one-element list).
+    rocm = {f"card:{g}": {"Temperature (Sensor junction) (C)": [f"{AMD['amd_gpu_junction_temperature'][1][g][1]}.0"],
+                          "Temperature (Sensor memory) (C)": f"{AMD['amd_gpu_memory_temperature'][1][g][1]}.0",
+                          "Current Socket Graphics Package Power (W)": f"{AMD['amd_gpu_package_power'][1][g][1]}.0",
+                          "GPU use (%)": str(AMD["amd_gpu_gfx_activity"][1][g][1]),
+                          "VRAM Total Used Memory (B)": str(AMD["amd_gpu_used_vram"][1][g][1] * 2**20),
+                          "PCIe Replay Count": str(AMD["amd_pcie_replay_count"][1][g][1]),
+                          "sclk clock speed:": f"({AMD_CLOCKS[0][2 + g]}Mhz)", "Card Series": "AMD Instinct MI300X",
+                          "Temperature (Sensor edge) (C)": "N/A"} for g in (0, 1)}
+    rocm["system"] = {"Driver version": "6.8.5"}
+    out.append(json.dumps({"ts": T[1] / 1000 + 5, "host": "sn02-b01", "tool": "rocm-smi", "output": rocm}))
     out += [
         '{"ts": 1772409690, "host": "sn02-b01", "tool": "amd-smi", "output": {"gpu_data": [{"gpu": 0, ',
         json.dumps({"ts": "yesterday", "host": "sn02-b01", "tool": "amd-smi", "output": []}),
         json.dumps({"ts": 1772409690, "host": "10.3.0.9", "tool": "npu-smi", "output": NPU_SMI}),
-        json.dumps({"ts": 1772409690, "host": "sn02-b01", "tool": "rocm-smi", "output": {}}),
+        json.dumps({"ts": 1772409690, "host": "sn02-b01", "tool": "nvidia-smi", "output": {}}),
         json.dumps({"ts": 1772409690, "host": "sn02-b01", "tool": "amd-smi",
                     "output": {"gpu_data": [{"gpu": 0, "power": {"socket_power": {"value": "high", "unit": "W"}}},
                                             {"power": {"socket_power": 5}}]}}),

@@ -1,4 +1,5 @@
-"""Vendor tool snapshots: ``amd-smi metric --json`` and ``npu-smi info`` outputs, one snapshot per line.
+"""Vendor tool snapshots: ``amd-smi metric --json``, ``rocm-smi --json`` and ``npu-smi info`` outputs, one
+snapshot per line.
 
 Neither tool says which host or when, so each snapshot is kept in a JSON Lines envelope (what
 ``scripts/capture-smi.sh`` writes from a node's cron or a fleet tool)::
@@ -13,6 +14,10 @@ Neither tool says which host or when, so each snapshot is kept in a JSON Lines e
   ``l0_to_recovery_count``, ``energy.total_energy_consumption`` (J), ``mem_usage.used_vram``/``free_vram``
   (MB). A value is a number or ``{"value": ..., "unit": ...}``; ``"N/A"`` means not supported here and is
   skipped.
+* ``rocm-smi --showtemp --showpower --showuse --showmeminfo vram --showreplaycount --showclocks --json``
+  (the older ROCm tool; cards keyed ``card0`` or, from ROCm 6, ``card:0``): junction, memory and edge
+  temperatures, average or current socket power, GPU use, VRAM used (bytes), the PCIe replay count and the
+  system clock (``"(1269Mhz)"``); values are strings, sometimes in a one-element list.
 * ``npu-smi info``: the two rows per NPU of its table (``NPU Name | Health | Power(W) Temp(C) ...`` and
   ``Chip | Bus-Id | AICore(%) Memory-Usage(MB) HBM-Usage(MB)``) give power, temperature, AI core
   utilisation, HBM use and total and health (``OK`` is 1, anything else 0); the Bus-Id maps kernel lines
@@ -60,6 +65,20 @@ AMD_FIELDS = (
     (("mem_usage", "used_vram"), "fb_used_mib", 1.0),
     (("mem_usage", "free_vram"), "fb_free_mib", 1.0),
 )
+# rocm-smi --json: key -> (canonical metric, scale)
+ROCM_FIELDS = {
+    "Temperature (Sensor junction) (C)": ("gpu_temp_c", 1.0),
+    "Temperature (Sensor memory) (C)": ("hbm_temp_c", 1.0),
+    "Temperature (Sensor edge) (C)": ("gpu_edge_temp_c", 1.0),
+    "Average Graphics Package Power (W)": ("power_w", 1.0),
+    "Current Socket Graphics Package Power (W)": ("power_w", 1.0),
+    "GPU use (%)": ("gpu_util_pct", 1.0),
+    "VRAM Total Used Memory (B)": ("fb_used_mib", 1.0 / 2**20),
+    "PCIe Replay Count": ("pcie_replay_total", 1.0),
+    "sclk clock speed:": ("sm_clock_mhz", 1.0),
+}
+_CARD = re.compile(r"^card:?(\d+)$")
+_MHZ = re.compile(r"^\(?(\d+(?:\.\d+)?)\s*Mhz\)?$", re.IGNORECASE)
 _NUM = r"(NA|-?\d+(?:\.\d+)?)"
 _NPU_ROW1 = re.compile(rf"^\|\s*(\d+)\s+(\S+)\s*\|\s*(\S+)\s*\|\s*{_NUM}\s+{_NUM}\s")
 _NPU_ROW2 = re.compile(rf"^\|\s*(\d+)\s*\|\s*([0-9A-Fa-f]{{4}}:[0-9A-Fa-f]{{2}}:[0-9A-Fa-f]{{2}}\.[0-7])\s*\|\s*{_NUM}"
@@ -109,10 +128,12 @@ class SmiReader:
             return
         if rec["tool"] == "amd-smi":
             self._amd(rec["output"], float(ts), node, position, ctx, rows)
+        elif rec["tool"] == "rocm-smi":
+            self._rocm(rec["output"], float(ts), node, position, ctx, rows)
         elif rec["tool"] == "npu-smi":
             self._npu(rec["output"], float(ts), node, position, ctx, rows)
         else:
-            ctx.rejects.reject(FORMAT, position, f"unknown tool {rec['tool']!r} (amd-smi, npu-smi)")
+            ctx.rejects.reject(FORMAT, position, f"unknown tool {rec['tool']!r} (amd-smi, rocm-smi, npu-smi)")
 
     @staticmethod
     def _amd(output, ts: float, node: str, position: str, ctx: ReadContext, rows: list) -> None:
@@ -142,6 +163,39 @@ class SmiReader:
                     continue
                 if not np.isfinite(number):
                     ctx.rejects.reject(FORMAT, f"{where}.{'.'.join(keys)}", "value is NaN or infinite")
+                    continue
+                seen.add(metric)
+                rows.append((ctx.mapper.canonical_series(entity, metric), ts, number * scale))
+
+    @staticmethod
+    def _rocm(output, ts: float, node: str, position: str, ctx: ReadContext, rows: list) -> None:
+        if not isinstance(output, dict):
+            ctx.rejects.reject(FORMAT, position, "rocm-smi output is not a JSON object of cards")
+            return
+        for card, fields in output.items():
+            m = _CARD.match(card)
+            if m is None:  # "system": the driver version and processes, not a card
+                continue
+            if not isinstance(fields, dict):
+                ctx.rejects.reject(FORMAT, f"{position} {card}", "a card's fields are not an object")
+                continue
+            entity = f"{node}/gpu{m.group(1)}"
+            seen: set[str] = set()
+            for key, (metric, scale) in ROCM_FIELDS.items():
+                value = fields.get(key)
+                if isinstance(value, list) and len(value) == 1:
+                    value = value[0]
+                if value is None or metric in seen or str(value).strip().upper() in ("N/A", "NA", ""):
+                    continue
+                text = str(value).strip()
+                mhz = _MHZ.match(text)
+                try:
+                    number = float(mhz.group(1) if mhz else text)
+                except ValueError:
+                    ctx.rejects.reject(FORMAT, f"{position} {card}.{key}", f"not a number: {value!r}")
+                    continue
+                if not np.isfinite(number):
+                    ctx.rejects.reject(FORMAT, f"{position} {card}.{key}", "value is NaN or infinite")
                     continue
                 seen.add(metric)
                 rows.append((ctx.mapper.canonical_series(entity, metric), ts, number * scale))

@@ -89,6 +89,10 @@ def test_amd_smi_and_npu_smi_snapshots(ctx):
     assert last(s, "sn03-b01/npu1", "accelerator_health") == 0 and last(s, "sn03-b01/npu0", "power_w") == 301.5
     assert last(s, "sn03-b01/npu1", "gpu_temp_c") == 61  # "NA" in the second snapshot: skipped
     assert ctx.mapper.accelerator_at("sn03-b01", "0000:c2:00") == "sn03-b01/npu1"
-    lines = sorted({m.split(":", 2)[1].split(" ")[0] for m in ctx.rejects.messages})
-    assert lines == ["10", "5", "6", "7", "8", "9"], ctx.rejects.messages
+    # rocm-smi (ROCm 6's "card:N" keys, a value in a one-element list, the clock as "(1420Mhz)"), 5 s later.
+    rocm = s[s["ts"] == s["ts"].max()]
+    assert last(rocm, "sn02-b01/gpu1", "sm_clock_mhz") == 1420 and last(rocm, "sn02-b01/gpu1", "gpu_temp_c") == 71
+    assert last(rocm, "sn02-b01/gpu0", "fb_used_mib") == 183265 and "gpu_edge_temp_c" not in set(rocm["metric"])
+    lines = sorted({int(m.split(":", 2)[1].split(" ")[0]) for m in ctx.rejects.messages})
+    assert lines == [6, 7, 8, 9, 10, 11], ctx.rejects.messages
     assert any("gpu_data[0].power.socket_power: not a number" in m for m in ctx.rejects.messages)
