@@ -1,31 +1,102 @@
-"""How simulated series are named and labelled, as dcgm-exporter and node_exporter publish them.
+"""How simulated series are named and labelled, as each vendor's exporter publishes them.
 
 One place for the trace writer and the live exporters: the name tables read backwards (canonical metric ->
-source metric), the label sets, and the throttle-reasons bitmask written back from its 0/1 flag.
+source metric, with the labels a table matches on and the inverse of its value transform), the label sets
+of dcgm-exporter, AMD's device-metrics-exporter, npu-exporter and node_exporter, and the throttle-reasons
+bitmask written back from its 0/1 flag.
 """
 
 from __future__ import annotations
 
 import csv
+from dataclasses import dataclass
 from importlib import resources
 
 import numpy as np
 
+from daemon.naming import Transform
 from daemon.sim.topology import MODEL
 
 DRIVER = "550.90.07"
+# Where each vendor's accelerator and port series are published: (file, name table, label set).
+EXPORTER_FILES = {("nvidia", True): ("dcgm-exporter.om", "dcgm_exporter.csv", "dcgm"),
+                  ("amd", True): ("amd-device-metrics-exporter.om", "amd_device_metrics_exporter.csv", "amd"),
+                  ("ascend", True): ("npu-exporter.om", "npu_exporter.csv", "npu"),
+                  ("nvidia", False): ("node-exporter.om", "node_exporter.csv", "node"),
+                  ("amd", False): ("node-exporter.om", "node_exporter.csv", "node"),
+                  ("ascend", False): ("npu-exporter.om", "npu_exporter.csv", "npu-port")}
 
+
+@dataclass(frozen=True)
+class SourceName:
+    """How one canonical metric is published: the source metric, labels its table matches on, its transform."""
+
+    name: str
+    extra: str  # ',clock_type="GPU_CLOCK_TYPE_SYSTEM",clock_index="0"' or ""
+    transform: Transform | None
+
+    def values(self, canonical: np.ndarray) -> np.ndarray:
+        """Canonical values back into the exporter's own (NaN where the exporter would publish nothing)."""
+        t = self.transform
+        if t is None or t.kind in ("invalid", "nonzero"):
+            return canonical
+        if t.kind == "mask":
+            return to_source(canonical, t.mask)
+        if t.kind == "scale":
+            return canonical / t.factor
+        inverse = {v: k for k, v in reversed(list(zip(t.keys, t.values)))}
+        out = np.full(canonical.shape, np.nan)
+        for v, k in inverse.items():
+            out[canonical == v] = k
+        return out
+
+
+def source_names(table: str) -> dict[str, SourceName]:
+    """canonical metric -> how it is published, from a name table (the first row of a canonical wins)."""
+    text = resources.files("daemon.names").joinpath(table).read_text()
+    out: dict[str, SourceName] = {}
+    for row in csv.DictReader(line for line in text.splitlines() if not line.startswith("#")):
+        extra = "".join(f',{k}="{v}"' for k, v in (p.split("=", 1) for p in (row.get("match") or "").split(";") if p))
+        out.setdefault(row["canonical"], SourceName(row["source_metric"], extra,
+                                                    Transform.parse(row.get("transform") or "")))
+    return out
 
 
 def reverse_names(table: str) -> dict[str, tuple[str, int | None]]:
     """canonical metric -> (source metric, mask) from a name table (the first row of a canonical wins)."""
-    text = resources.files("daemon.names").joinpath(table).read_text()
-    out: dict[str, tuple[str, int | None]] = {}
-    for row in csv.DictReader(text.splitlines()):
-        transform = row.get("transform") or ""
-        mask = int(transform.split(":", 1)[1], 0) if transform.startswith("mask:") else None
-        out.setdefault(row["canonical"], (row["source_metric"], mask))
-    return out
+    return {c: (n.name, n.transform.mask if n.transform is not None and n.transform.kind == "mask" else None)
+            for c, n in source_names(table).items()}
+
+
+def labels_of(sim, kind: str, row: int, scraped: bool) -> str:
+    """The label set of an accelerator or port row as its exporter publishes it (see :data:`EXPORTER_FILES`)."""
+    return {"dcgm": dcgm_labels, "amd": amd_labels, "npu": npu_labels, "node": port_labels,
+            "npu-port": npu_port_labels}[kind](sim, row, scraped)
+
+
+def amd_labels(sim, gpu_row: int, scraped: bool) -> str:
+    """AMD device-metrics-exporter's mandatory labels of one GPU (pkg/amdgpu/gpuagent)."""
+    topo = sim.topo
+    n, g = divmod(gpu_row, topo.gpus_per_node)
+    labels = (f'card_model="{topo.vendor(n).model}",gpu_compute_partition_type="spx",gpu_id="{g}",'
+              f'gpu_memory_partition_type="nps1",gpu_partition_id="0",hostname="{topo.nodes[n]}",'
+              f'serial_number="{sim.uuids[gpu_row][:12].upper()}"')
+    return labels + (f',instance="{topo.address(n)}:5000",job="amd"' if scraped else "")
+
+
+def npu_labels(sim, gpu_row: int, scraped: bool) -> str:
+    """npu-exporter's card labels of one NPU; it names no host (Prometheus' instance does)."""
+    topo = sim.topo
+    n, g = divmod(gpu_row, topo.gpus_per_node)
+    labels = (f'container_name="",id="{g}",model_name="{topo.vendor(n).model}",namespace="",'
+              f'pcie_bus_info="{topo.gpu_pci(g)[4:]}",pod_name="",vdie_id=""')
+    return labels + (f',instance="{topo.address(n)}:8082",job="npu"' if scraped else "")
+
+
+def npu_port_labels(sim, port_row: int, scraped: bool) -> str:
+    """An NPU's own RoCE port is reported on its NPU's series (its id is the port's index)."""
+    n, p = divmod(port_row, sim.topo.ports_per_node)
+    return npu_labels(sim, n * sim.topo.gpus_per_node + p % sim.topo.gpus_per_node, scraped)
 
 
 def dcgm_labels(sim, gpu_row: int, scraped: bool) -> str:

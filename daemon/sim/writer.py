@@ -1,10 +1,13 @@
 """Write a simulation as a recorded trace (ARCHITECTURE §8) that ``raswarden replay`` reads.
 
-* ``dcgm-exporter.om`` and ``node-exporter.om``: OpenMetrics as ``promtool tsdb dump-openmetrics`` writes
-  it (one family after another, one series after another, samples in time order, timestamps in seconds,
-  no metadata, ``# EOF``), metric and label names as dcgm-exporter and node_exporter publish them (the name
-  tables of ``daemon/names`` read backwards). Chunks stream to one spill file per family, so memory stays
-  at one chunk; the families are assembled at the end;
+* ``dcgm-exporter.om`` and ``node-exporter.om`` (and, for AMD and Ascend blades,
+  ``amd-device-metrics-exporter.om`` and ``npu-exporter.om``): OpenMetrics as ``promtool tsdb
+  dump-openmetrics`` writes it (one family after another, one series after another, samples in time order,
+  timestamps in seconds, no metadata, ``# EOF``), metric and label names as each exporter publishes them
+  (the name tables of ``daemon/names`` read backwards, values through the inverse of their transforms). A
+  canonical metric an exporter has no name for (the kernel's AER counter of an NPU, which raswarden reads
+  from sysfs) is left out of this form and listed in ``unpublished``. Chunks stream to one spill file per
+  family, so memory stays at one chunk; the families are assembled at the end;
 * ``kernel.journal.json``: the kernel lines as a ``journalctl -o json`` export;
 * ``topology.yaml``, ``labels.jsonl`` (every injected fault and confounder) and ``scenario.yaml``.
 
@@ -23,9 +26,8 @@ import yaml
 
 from daemon.batch import Batch
 from daemon.formats.columnar import ColumnarWriter
-from daemon.sim.engine import SimChunk, Simulator, chunk_to_batch, emitted_metrics
-from daemon.sim.exposition import dcgm_labels, port_labels, reverse_names, to_source
-from daemon.sim.faults import TemplateError
+from daemon.sim.engine import STILL_REPORTED, SimChunk, Simulator, chunk_to_batch, emission
+from daemon.sim.exposition import EXPORTER_FILES, labels_of, source_names
 
 class TraceWriter:
     """Streams chunks of a simulation to a trace directory."""
@@ -35,33 +37,40 @@ class TraceWriter:
         self.out = out
         self.fmt = fmt
         out.mkdir(parents=True, exist_ok=True)
-        topo = sim.topo
-        self.gpu_metrics, self.port_metrics = emitted_metrics(sim.scenario.profile)
         self.samples = 0
         self.lines = 0
+        self.unpublished: list[str] = []  # canonical metrics an exporter's table has no name for (not written)
         if fmt == "parquet":
             self._columnar = ColumnarWriter(out)
-        elif topo.vendors != ("nvidia",):
-            raise TemplateError(f"{sim.scenario.source or sim.scenario.name}: the OpenMetrics trace form is written "
-                                "as dcgm-exporter and node_exporter publish it; a topology with "
-                                f"{', '.join(topo.vendors)} accelerators is written with --format parquet")
         else:
-            dcgm_names = reverse_names("dcgm_exporter.csv")
-            node_names = reverse_names("node_exporter.csv")
             self._spill_dir = Path(tempfile.mkdtemp(prefix=".spill-", dir=out))
-            self._spills: dict[str, object] = {}
+            self._spills: dict[int, object] = {}
             self._ts: list[np.ndarray] = []
-            self._gpu_series = []
-            gpu_labels = [dcgm_labels(sim, i, scraped=True) for i in range(topo.n_gpus)]
-            ib_labels = [port_labels(sim, i, scraped=True) for i in range(topo.n_ports)]
-            for m in self.gpu_metrics:
-                name, mask = dcgm_names[m]
-                self._gpu_series.append((m, np.array([f"{name}{{{lb}}} " for lb in gpu_labels], dtype=object), mask))
-            self._port_series = []
-            for m in self.port_metrics:
-                name, _ = node_names[m]
-                self._port_series.append((m, np.array([f"{name}{{{lb}}} " for lb in ib_labels], dtype=object), None))
+            self._families = self._plan()
         self._journal = open(out / "kernel.journal.json", "w")
+
+    def _plan(self) -> list[tuple]:
+        """Each published family: (key, file, engine array, is a GPU array, rows or None, prefixes, source)."""
+        sim, names = self.sim, {}
+        gpu_vendor = [v.name for v in sim.gpu_vendor]
+        port_vendor = [sim.node_vendor[int(n)].name for n in sim.port_node]
+        families = []
+        for out_metric, m, is_gpu, rows in emission(sim, sim.scenario.profile):
+            idx = np.arange(sim.topo.n_gpus if is_gpu else sim.topo.n_ports) if rows is None else rows
+            if not len(idx):
+                continue
+            vendor = (gpu_vendor if is_gpu else port_vendor)[int(idx[0])]
+            path, table, kind = EXPORTER_FILES[(vendor, is_gpu)]
+            if table not in names:
+                names[table] = source_names(table)
+            source = names[table].get(out_metric)
+            if source is None:
+                self.unpublished.append(f"{out_metric} ({vendor})")
+                continue
+            prefixes = np.array([f"{source.name}{{{labels_of(sim, kind, int(i), scraped=True)}{source.extra}}} "
+                                 for i in idx], dtype=object)
+            families.append((len(families), path, m, is_gpu, rows, prefixes, source))
+        return families
 
     def write(self, chunk: SimChunk) -> None:
         if self.fmt == "parquet":
@@ -71,10 +80,13 @@ class TraceWriter:
             self.samples += len(samples)
         else:
             self._ts.append(chunk.ts)
-            for metric, _, _ in self._gpu_series:
-                self._spill(metric, chunk.gpu[metric], chunk.gpu_present)
-            for metric, _, _ in self._port_series:
-                self._spill(metric, chunk.port[metric], chunk.port_present)
+            for key, _, m, is_gpu, rows, _, _ in self._families:
+                values, present = (chunk.gpu[m], chunk.gpu_present) if is_gpu else (chunk.port[m], chunk.port_present)
+                if m in STILL_REPORTED:
+                    present = np.ones_like(present)
+                if rows is not None:
+                    values, present = values[rows], present[rows]
+                self._spill(key, values, present)
         for ts, node, line in chunk.lines:
             self._journal.write(json.dumps({
                 "__REALTIME_TIMESTAMP": str(int(round(ts * 1e6))), "_HOSTNAME": node, "_TRANSPORT": "kernel",
@@ -82,43 +94,45 @@ class TraceWriter:
             }) + "\n")
             self.lines += 1
 
-    def _spill(self, metric: str, values: np.ndarray, present: np.ndarray) -> None:
+    def _spill(self, key: int, values: np.ndarray, present: np.ndarray) -> None:
         """Append a chunk's ``[series x steps]`` block of a family (NaN where absent) to its spill file."""
-        fh = self._spills.get(metric)
+        fh = self._spills.get(key)
         if fh is None:
-            fh = self._spills[metric] = open(self._spill_dir / f"{metric}.f8", "wb")
+            fh = self._spills[key] = open(self._spill_dir / f"{key}.f8", "wb")
         fh.write(np.where(present, values, np.nan).astype(np.float64).tobytes())
 
-    def _assemble(self, fh, series) -> None:
-        """Write each family's series one after another from the spill files."""
+    def _assemble(self, fh, family: tuple) -> None:
+        """Write one family's series one after another from its spill file."""
+        key, _, _, _, _, prefixes, source = family
         ts = np.concatenate(self._ts) if self._ts else np.empty(0)
         stamps = [f"{t:.3f}".rstrip("0").rstrip(".") for t in ts]
         sizes = [len(t) for t in self._ts]
-        for metric, prefixes, mask in series:
-            self._spills.pop(metric).close()
-            raw = np.fromfile(self._spill_dir / f"{metric}.f8", dtype=np.float64)
-            n = len(prefixes)
-            blocks, at = [], 0
-            for size in sizes:
-                blocks.append(raw[at : at + n * size].reshape(n, size))
-                at += n * size
-            table = np.concatenate(blocks, axis=1) if blocks else np.empty((n, 0))
-            (self._spill_dir / f"{metric}.f8").unlink()
-            table = to_source(table, mask)
-            for prefix, row in zip(prefixes, table):
-                keep = np.flatnonzero(~np.isnan(row))
-                fh.write("".join(f"{prefix}{v:.15g} {stamps[j]}\n" for j, v in zip(keep.tolist(), row[keep].tolist())))
-                self.samples += len(keep)
-            del raw, table, blocks
+        self._spills.pop(key).close()
+        raw = np.fromfile(self._spill_dir / f"{key}.f8", dtype=np.float64)
+        n = len(prefixes)
+        blocks, at = [], 0
+        for size in sizes:
+            blocks.append(raw[at : at + n * size].reshape(n, size))
+            at += n * size
+        table = np.concatenate(blocks, axis=1) if blocks else np.empty((n, 0))
+        (self._spill_dir / f"{key}.f8").unlink()
+        table = source.values(table)
+        for prefix, row in zip(prefixes, table):
+            keep = np.flatnonzero(~np.isnan(row))
+            fh.write("".join(f"{prefix}{v:.15g} {stamps[j]}\n" for j, v in zip(keep.tolist(), row[keep].tolist())))
+            self.samples += len(keep)
+        del raw, table, blocks
 
     def close(self) -> None:
         sim = self.sim
         if self.fmt == "parquet":
             self._columnar.close()
         else:
-            for path, series in (("dcgm-exporter.om", self._gpu_series), ("node-exporter.om", self._port_series)):
+            for path in dict.fromkeys(f[1] for f in self._families):
                 with open(self.out / path, "w") as fh:
-                    self._assemble(fh, series)
+                    for family in self._families:
+                        if family[1] == path:
+                            self._assemble(fh, family)
                     fh.write("# EOF\n")
             shutil.rmtree(self._spill_dir, ignore_errors=True)
         self._journal.close()

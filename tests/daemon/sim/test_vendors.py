@@ -9,7 +9,7 @@ import pytest
 from daemon.cli import main
 from daemon.replay import replay
 from daemon.sim.engine import Simulator, chunk_to_batch
-from daemon.sim.faults import TemplateError, load_library
+from daemon.sim.faults import load_library
 from daemon.sim.scenario import Scenario
 from daemon.sim.topology import PRESETS
 from daemon.sim.vendors import AMD, ASCEND, NVIDIA, render_line
@@ -95,12 +95,38 @@ def test_faults_on_each_vendor_are_found_in_its_own_words(tmp_path):
     assert early and "AER" in early[0]["reasons"][0]  # the kernel's AER counter: npu-exporter has no replays
 
 
-def test_mixed_topologies_are_written_as_parquet_only(tmp_path, capsys):
-    with pytest.raises(TemplateError, match="--format parquet"):
-        simulate_to(Simulator(mixed([], duration="10m"), load_library(LIBRARY)), tmp_path / "om")
+def test_a_mixed_trace_in_each_exporters_own_format_replays_like_the_parquet_one(tmp_path):
+    sc = mixed([{"entity": "random", "vendor": "ascend", "fault": "gpu_off_bus", "template": "a", "onset": "20m",
+                 "failure": "1h30m"},
+                {"entity": "random", "vendor": "amd", "fault": "hbm_degradation", "template": "a", "onset": "20m",
+                 "failure": "1h40m"}], duration="2h")
+    flags = {}
+    for fmt in ("openmetrics", "parquet"):
+        out = tmp_path / fmt
+        writer = simulate_to(Simulator(sc, load_library(LIBRARY)), out, fmt=fmt)
+        buf = io.StringIO()
+        result = replay([out], findings_out=buf)
+        assert result.rejects.total == 0
+        flags[fmt] = {(f["entity"], f["state"]) for f in map(json.loads, buf.getvalue().splitlines())
+                      if f["state"] == "failed"}
+        if fmt == "openmetrics":
+            files = {p.name for p in out.iterdir()}
+            assert {"dcgm-exporter.om", "amd-device-metrics-exporter.om", "npu-exporter.om",
+                    "node-exporter.om"} <= files
+            text = (out / "amd-device-metrics-exporter.om").read_text()
+            assert 'amd_gpu_clock{card_model="AMD Instinct MI300X"' in text
+            assert 'clock_type="GPU_CLOCK_TYPE_SYSTEM",clock_index="0"' in text
+            npu = (out / "npu-exporter.om").read_text()
+            assert "npu_chip_info_link_status{" in npu and "npu_chip_info_error_code{" in npu
+            assert writer.unpublished == ["aer_correctable_total (ascend)"]  # read from sysfs, not an exporter
+    assert flags["openmetrics"] == flags["parquet"] and any("/npu" in e for e, _ in flags["parquet"])
+    assert any(e.startswith("sn01-b0") and "/gpu" in e for e, _ in flags["parquet"])
+
+
+def test_mixed_topologies_are_not_served_live(tmp_path, capsys):
     scenario = tmp_path / "s.yaml"
     scenario.write_text("name: s\ntopology: {preset: cloudmatrix384, accelerators: 384}\nduration: 5m\n")
-    assert main(["simulate", str(scenario), "--out", str(tmp_path / "o2")]) == 2
+    assert main(["simulate", str(scenario), "--serve", "--out", str(tmp_path / "o2")]) == 2
     assert "--format parquet" in capsys.readouterr().err
 
 
