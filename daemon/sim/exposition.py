@@ -62,6 +62,49 @@ def source_names(table: str) -> dict[str, SourceName]:
     return out
 
 
+@dataclass(frozen=True)
+class Family:
+    """One published metric family of one vendor's exporter: its file, the engine array and rows behind it,
+    each row's series prefix (``name{labels} ``) and how values are written."""
+
+    path: str
+    port: int  # the live exporter's TCP port
+    metric: str  # engine array
+    is_gpu: bool
+    rows: np.ndarray  # accelerator or port rows, ascending
+    prefixes: np.ndarray
+    source: SourceName
+
+
+EXPORTER_PORTS = {"dcgm-exporter.om": 9400, "amd-device-metrics-exporter.om": 5000, "npu-exporter.om": 8082,
+                  "node-exporter.om": 9100}
+
+
+def published_families(sim, families: list[tuple], scraped: bool) -> tuple[list[Family], list[str]]:
+    """The families of ``emission(sim, profile)`` as each vendor's exporter publishes them, and the canonical
+    metrics no exporter names (left out)."""
+    names: dict[str, dict[str, SourceName]] = {}
+    gpu_vendor = [v.name for v in sim.gpu_vendor]
+    port_vendor = [sim.node_vendor[int(n)].name for n in sim.port_node]
+    out, unpublished = [], []
+    for out_metric, m, is_gpu, rows in families:
+        idx = np.arange(sim.topo.n_gpus if is_gpu else sim.topo.n_ports) if rows is None else np.asarray(rows)
+        if not len(idx):
+            continue
+        vendor = (gpu_vendor if is_gpu else port_vendor)[int(idx[0])]
+        path, table, kind = EXPORTER_FILES[(vendor, is_gpu)]
+        if table not in names:
+            names[table] = source_names(table)
+        source = names[table].get(out_metric)
+        if source is None:
+            unpublished.append(f"{out_metric} ({vendor})")
+            continue
+        prefixes = np.array([f"{source.name}{{{labels_of(sim, kind, int(i), scraped)}{source.extra}}} " for i in idx],
+                            dtype=object)
+        out.append(Family(path, EXPORTER_PORTS[path], m, is_gpu, idx, prefixes, source))
+    return out, unpublished
+
+
 def reverse_names(table: str) -> dict[str, tuple[str, int | None]]:
     """canonical metric -> (source metric, mask) from a name table (the first row of a canonical wins)."""
     return {c: (n.name, n.transform.mask if n.transform is not None and n.transform.kind == "mask" else None)

@@ -1,8 +1,9 @@
 """Live, time-accelerated exporters for a simulation (``raswarden simulate SCENARIO --serve``).
 
-Per node, a dcgm-exporter-like endpoint (``http://127.0.X.Y:9400/metrics``) and a node_exporter-like one
-(``:9100``) on a loopback address of its own, serving the Prometheus text format (HELP, TYPE, no
-timestamps) with the exporters' metric and label names, and the kernel log growing as a journald JSON
+Per node, on a loopback address of its own, its vendor's exporter (dcgm-exporter ``http://127.0.X.Y:9400/metrics``,
+AMD's device-metrics-exporter ``:5000``, Ascend's npu-exporter ``:8082``, which also carries the NPUs' own
+ports) and, for nodes with host NICs, a node_exporter (``:9100``), serving the Prometheus text format (HELP,
+TYPE, no timestamps) with the exporters' metric and label names, and the kernel log growing as a journald JSON
 export. Simulated time runs ``speed`` times faster than the wall clock; an endpoint serves the values of
 the latest simulated step. What is served is live: kernel log records and ``labels.jsonl`` are stamped with
 the wall-clock time at which the simulated moment is played (``start + (t - scenario start) / speed``), as a
@@ -22,12 +23,16 @@ from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 from pathlib import Path
 
 
-from daemon.sim.engine import GPU_COUNTERS, PORT_COUNTERS, SimChunk, Simulator, emitted_metrics
-from daemon.sim.exposition import dcgm_labels, port_labels, reverse_names, to_source
+import numpy as np
+
+from daemon.sim.engine import GPU_COUNTERS, PORT_COUNTERS, STILL_REPORTED, SimChunk, Simulator, emission
+from daemon.sim.exposition import EXPORTER_PORTS, published_families
 from daemon.sim.topology import host_octets
 
 log = logging.getLogger("raswarden.sim.serve")
-DCGM_PORT, NODE_PORT = 9400, 9100
+DCGM_PORT, NODE_PORT = EXPORTER_PORTS["dcgm-exporter.om"], EXPORTER_PORTS["node-exporter.om"]
+JOBS = {"dcgm-exporter.om": "dcgm", "amd-device-metrics-exporter.om": "amd", "npu-exporter.om": "npu",
+        "node-exporter.om": "node"}
 MAX_NODES = 65_000
 
 
@@ -46,70 +51,66 @@ class LiveState:
         self.chunk: SimChunk | None = None
         self.step = 0
         self.now = sim.scenario.start
-        dcgm, node = reverse_names("dcgm_exporter.csv"), reverse_names("node_exporter.csv")
-        gpu_metrics, port_metrics = emitted_metrics(sim.scenario.profile)
-        self.gpu_families = [(m, *dcgm[m]) for m in gpu_metrics]
-        self.port_families = [(m, *node[m]) for m in port_metrics]
         # Exporters publish no instance/job: Prometheus attaches those when it scrapes.
-        self.gpu_labels = [dcgm_labels(sim, i, scraped=False) for i in range(sim.topo.n_gpus)]
-        self.port_labels = [port_labels(sim, i, scraped=False) for i in range(sim.topo.n_ports)]
+        self.families, _ = published_families(sim, emission(sim, sim.scenario.profile), scraped=False)
+        topo = sim.topo
+        # node -> exporter file -> [(family, positions of the node's rows in family.rows)]
+        self.by_node: list[dict[str, list]] = [{} for _ in range(topo.n_nodes)]
+        for f in self.families:
+            node = f.rows // (topo.gpus_per_node if f.is_gpu else topo.ports_per_node)
+            for n in np.unique(node):
+                self.by_node[int(n)].setdefault(f.path, []).append((f, np.flatnonzero(node == n)))
 
     def set(self, chunk: SimChunk, step: int) -> None:
         with self.lock:
             self.chunk, self.step, self.now = chunk, step, float(chunk.ts[step])
 
-    def dcgm_text(self, n: int) -> str:
-        topo = self.sim.topo
+    def exporters(self, n: int) -> list[str]:
+        """The exporter files (kinds) node ``n`` serves, in a stable order."""
+        return list(self.by_node[n])
+
+    def text(self, n: int, path: str) -> str:
+        """Node ``n``'s exporter ``path`` at the current step, in the Prometheus text format."""
         with self.lock:
             chunk, j = self.chunk, self.step
         if chunk is None:
             return ""
-        rows = [i for i in range(n * topo.gpus_per_node, (n + 1) * topo.gpus_per_node) if chunk.gpu_present[i, j]]
         out = []
-        for metric, name, mask in self.gpu_families:
-            kind = "counter" if metric in GPU_COUNTERS else "gauge"
-            out.append(f"# HELP {name} {metric} (raswarden simulator).\n# TYPE {name} {kind}\n")
-            values = to_source(chunk.gpu[metric][rows, j], mask)
-            out.extend(f"{name}{{{self.gpu_labels[i]}}} {v:.15g}\n" for i, v in zip(rows, values.tolist()))
+        for f, at in self.by_node[n].get(path, []):
+            rows = f.rows[at]
+            values, present = ((chunk.gpu[f.metric], chunk.gpu_present) if f.is_gpu
+                               else (chunk.port[f.metric], chunk.port_present))
+            keep = np.ones(len(rows), dtype=bool) if f.metric in STILL_REPORTED else present[rows, j]
+            published = f.source.values(values[rows, j].astype(np.float64))
+            keep &= ~np.isnan(published)
+            kind = "counter" if f.metric in GPU_COUNTERS or f.metric in PORT_COUNTERS else "gauge"
+            out.append(f"# HELP {f.source.name} {f.metric} (raswarden simulator).\n# TYPE {f.source.name} {kind}\n")
+            out.extend(f"{p}{v:.15g}\n" for p, v in zip(f.prefixes[at][keep], published[keep].tolist()))
         return "".join(out)
 
-    def node_text(self, n: int) -> str:
-        topo = self.sim.topo
-        with self.lock:
-            chunk, j = self.chunk, self.step
-        if chunk is None:
-            return ""
-        rows = [i for i in range(n * topo.ports_per_node, (n + 1) * topo.ports_per_node) if chunk.port_present[i, j]]
-        out = []
-        for metric, name, _ in self.port_families:
-            kind = "counter" if metric in PORT_COUNTERS else "gauge"
-            out.append(f"# HELP {name} {metric} (raswarden simulator).\n# TYPE {name} {kind}\n")
-            out.extend(f"{name}{{{self.port_labels[i]}}} {float(chunk.port[metric][i, j]):.15g}\n" for i in rows)
-        return "".join(out)
-
-    def node_present(self, n: int, exporter: str) -> bool:
+    def node_present(self, n: int, path: str) -> bool:
         """False while the node's exporter is down (reboot, maintenance, exporter gap)."""
         topo = self.sim.topo
         with self.lock:
             chunk, j = self.chunk, self.step
         if chunk is None:
             return True
-        if exporter == "dcgm":
+        if path != "node-exporter.om":
             return bool(chunk.gpu_present[n * topo.gpus_per_node : (n + 1) * topo.gpus_per_node, j].any())
         return bool(chunk.port_present[n * topo.ports_per_node : (n + 1) * topo.ports_per_node, j].any())
 
 
-def _handler(state: LiveState, n: int, exporter: str):
+def _handler(state: LiveState, n: int, path: str):
     class Handler(BaseHTTPRequestHandler):
         def do_GET(self):  # noqa: N802 (http.server's name)
             if self.path.split("?")[0] != "/metrics":
                 self.send_error(404)
                 return
-            if not state.node_present(n, exporter):
+            if not state.node_present(n, path):
                 # An exporter that is down does not answer; closing the connection is the closest.
                 self.close_connection = True
                 return
-            body = (state.dcgm_text(n) if exporter == "dcgm" else state.node_text(n)).encode()
+            body = state.text(n, path).encode()
             self.send_response(200)
             self.send_header("Content-Type", "text/plain; version=0.0.4; charset=utf-8")
             self.send_header("Content-Length", str(len(body)))
@@ -139,9 +140,6 @@ class SimServer:
     def __init__(self, sim: Simulator, out: Path, speed: float = 60.0):
         if sim.topo.n_nodes > MAX_NODES:
             raise ValueError(f"--serve supports up to {MAX_NODES} nodes")
-        if sim.topo.vendors != ("nvidia",):
-            raise ValueError("--serve serves dcgm-exporter and node_exporter endpoints; a topology with "
-                             f"{', '.join(sim.topo.vendors)} accelerators is simulated with --format parquet")
         self.sim, self.out, self.speed = sim, out, speed
         self.state = LiveState(sim)
         self.servers: list[ThreadingHTTPServer] = []
@@ -163,9 +161,11 @@ class SimServer:
         import yaml
 
         (out / "topology.yaml").write_text(yaml.safe_dump(doc, sort_keys=False, width=200))
-        targets = [{"targets": [f"{loopback(i)}:{DCGM_PORT}" for i in range(topo.n_nodes)],
-                    "labels": {"job": "dcgm"}},
-                   {"targets": [f"{loopback(i)}:{NODE_PORT}" for i in range(topo.n_nodes)], "labels": {"job": "node"}}]
+        jobs: dict[str, list[str]] = {}
+        for i in range(topo.n_nodes):
+            for path in self.state.exporters(i):
+                jobs.setdefault(path, []).append(f"{loopback(i)}:{EXPORTER_PORTS[path]}")
+        targets = [{"targets": t, "labels": {"job": JOBS[path]}} for path, t in jobs.items()]
         (out / "prometheus-targets.json").write_text(json.dumps(targets, indent=1))
         with open(out / "labels.jsonl", "w") as fh:
             for label in self.sim.labels():
@@ -178,9 +178,9 @@ class SimServer:
         self.epoch0 = time.time()
         self.write_files()
         for i in range(self.sim.topo.n_nodes):
-            for port, exporter in ((DCGM_PORT, "dcgm"), (NODE_PORT, "node")):
-                srv = _ExporterServer((loopback(i), port), _handler(self.state, i, exporter))
-                threading.Thread(target=srv.serve_forever, daemon=True, name=f"{exporter}-{i}").start()
+            for path in self.state.exporters(i):
+                srv = _ExporterServer((loopback(i), EXPORTER_PORTS[path]), _handler(self.state, i, path))
+                threading.Thread(target=srv.serve_forever, daemon=True, name=f"{JOBS[path]}-{i}").start()
                 self.servers.append(srv)
 
     def run(self) -> None:

@@ -27,7 +27,7 @@ import yaml
 from daemon.batch import Batch
 from daemon.formats.columnar import ColumnarWriter
 from daemon.sim.engine import STILL_REPORTED, SimChunk, Simulator, chunk_to_batch, emission
-from daemon.sim.exposition import EXPORTER_FILES, labels_of, source_names
+from daemon.sim.exposition import Family, published_families
 
 class TraceWriter:
     """Streams chunks of a simulation to a trace directory."""
@@ -46,31 +46,9 @@ class TraceWriter:
             self._spill_dir = Path(tempfile.mkdtemp(prefix=".spill-", dir=out))
             self._spills: dict[int, object] = {}
             self._ts: list[np.ndarray] = []
-            self._families = self._plan()
+            self._families, self.unpublished = published_families(sim, emission(sim, sim.scenario.profile),
+                                                                   scraped=True)
         self._journal = open(out / "kernel.journal.json", "w")
-
-    def _plan(self) -> list[tuple]:
-        """Each published family: (key, file, engine array, is a GPU array, rows or None, prefixes, source)."""
-        sim, names = self.sim, {}
-        gpu_vendor = [v.name for v in sim.gpu_vendor]
-        port_vendor = [sim.node_vendor[int(n)].name for n in sim.port_node]
-        families = []
-        for out_metric, m, is_gpu, rows in emission(sim, sim.scenario.profile):
-            idx = np.arange(sim.topo.n_gpus if is_gpu else sim.topo.n_ports) if rows is None else rows
-            if not len(idx):
-                continue
-            vendor = (gpu_vendor if is_gpu else port_vendor)[int(idx[0])]
-            path, table, kind = EXPORTER_FILES[(vendor, is_gpu)]
-            if table not in names:
-                names[table] = source_names(table)
-            source = names[table].get(out_metric)
-            if source is None:
-                self.unpublished.append(f"{out_metric} ({vendor})")
-                continue
-            prefixes = np.array([f"{source.name}{{{labels_of(sim, kind, int(i), scraped=True)}{source.extra}}} "
-                                 for i in idx], dtype=object)
-            families.append((len(families), path, m, is_gpu, rows, prefixes, source))
-        return families
 
     def write(self, chunk: SimChunk) -> None:
         if self.fmt == "parquet":
@@ -80,13 +58,12 @@ class TraceWriter:
             self.samples += len(samples)
         else:
             self._ts.append(chunk.ts)
-            for key, _, m, is_gpu, rows, _, _ in self._families:
-                values, present = (chunk.gpu[m], chunk.gpu_present) if is_gpu else (chunk.port[m], chunk.port_present)
-                if m in STILL_REPORTED:
+            for key, f in enumerate(self._families):
+                values, present = ((chunk.gpu[f.metric], chunk.gpu_present) if f.is_gpu
+                                   else (chunk.port[f.metric], chunk.port_present))
+                if f.metric in STILL_REPORTED:
                     present = np.ones_like(present)
-                if rows is not None:
-                    values, present = values[rows], present[rows]
-                self._spill(key, values, present)
+                self._spill(key, values[f.rows], present[f.rows])
         for ts, node, line in chunk.lines:
             self._journal.write(json.dumps({
                 "__REALTIME_TIMESTAMP": str(int(round(ts * 1e6))), "_HOSTNAME": node, "_TRANSPORT": "kernel",
@@ -101,9 +78,9 @@ class TraceWriter:
             fh = self._spills[key] = open(self._spill_dir / f"{key}.f8", "wb")
         fh.write(np.where(present, values, np.nan).astype(np.float64).tobytes())
 
-    def _assemble(self, fh, family: tuple) -> None:
+    def _assemble(self, fh, key: int, family: Family) -> None:
         """Write one family's series one after another from its spill file."""
-        key, _, _, _, _, prefixes, source = family
+        prefixes, source = family.prefixes, family.source
         ts = np.concatenate(self._ts) if self._ts else np.empty(0)
         stamps = [f"{t:.3f}".rstrip("0").rstrip(".") for t in ts]
         sizes = [len(t) for t in self._ts]
@@ -128,11 +105,11 @@ class TraceWriter:
         if self.fmt == "parquet":
             self._columnar.close()
         else:
-            for path in dict.fromkeys(f[1] for f in self._families):
+            for path in dict.fromkeys(f.path for f in self._families):
                 with open(self.out / path, "w") as fh:
-                    for family in self._families:
-                        if family[1] == path:
-                            self._assemble(fh, family)
+                    for key, family in enumerate(self._families):
+                        if family.path == path:
+                            self._assemble(fh, key, family)
                     fh.write("# EOF\n")
             shutil.rmtree(self._spill_dir, ignore_errors=True)
         self._journal.close()

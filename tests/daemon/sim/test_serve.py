@@ -110,3 +110,44 @@ def test_every_served_node_gets_a_valid_address_of_its_own():
     assert len(set(addresses)) == MAX_NODES
     assert all(ipaddress.ip_address(a).is_loopback and not a.endswith((".0", ".255")) for a in addresses)
     assert all(ipaddress.ip_address(SimTopology.address(None, i)).is_private for i in (0, 255, 256, 70000))
+
+
+def test_a_mixed_vendor_rack_serves_each_vendors_own_exporter(tmp_path):
+    """NVIDIA blades serve dcgm-exporter and node_exporter, AMD blades AMD's exporter and node_exporter, Ascend
+    blades npu-exporter alone; the live scrape reader names every series through the name tables."""
+    import numpy as np
+
+    from daemon.formats import ReadContext
+    from daemon.formats.openmetrics import parse_scrape_arrays
+    from daemon.naming import SeriesMapper
+    from daemon.sim.engine import Simulator
+    from daemon.sim.faults import load_library
+    from daemon.sim.scenario import Scenario
+    from daemon.sim.serve import JOBS, SimServer, loopback
+    from tests.detectors.sim_helpers import LIBRARY
+
+    sc = Scenario.from_dict({"name": "m", "seed": 5, "topology": {"preset": "scalex640-mixed", "accelerators": 72},
+                             "duration": "10m", "resolution": "30s",
+                             "jobs": {"nodes_per_job": [3, 3], "duration": ["1h", "1h"], "gap": ["1m", "1m"]}})
+    server = SimServer(Simulator(sc, load_library(LIBRARY)), tmp_path / "live", speed=600.0)
+    server.start()
+    try:
+        chunk = next(server.sim.chunks())
+        server.state.set(chunk, 0)
+        targets = json.loads((tmp_path / "live" / "prometheus-targets.json").read_text())
+        jobs = {t["labels"]["job"]: t["targets"] for t in targets}
+        assert set(jobs) == set(JOBS.values()) and len(jobs["npu"]) == 3 and len(jobs["node"]) == 6
+        topo = Topology.load(tmp_path / "live" / "topology.yaml")
+        entities = set()
+        for job, urls in jobs.items():
+            for target in urls:
+                raw = urllib.request.urlopen(f"http://{target}/metrics", timeout=5).read()
+                ctx = ReadContext(mapper=SeriesMapper(topology=topo), target_labels={"instance": target, "job": job})
+                sid, _, value = parse_scrape_arrays(raw, ctx, {}, target, 0.0)
+                assert ctx.rejects.total == 0 and len(sid) and np.isfinite(value).all()
+                ent_of, _, _ = ctx.mapper.series_table()
+                entities |= {ctx.mapper.entities[e] for e in ent_of[sid]}
+        assert loopback(0) in jobs["dcgm"][0] and "sn01-b09/npu7" in entities and "sn01-b09/hccn7:1" in entities
+        assert "sn01-b04/gpu0" in entities and "sn01-b04/mlx5_7:1" in entities
+    finally:
+        server.shutdown()
