@@ -273,11 +273,14 @@ def cmd_simulate(args: argparse.Namespace) -> int:
         print("raswarden: error: simulate needs --out DIR (or --closed-loop)", file=sys.stderr)
         return 2
     if args.serve:
-        from daemon.sim.serve import DCGM_PORT, NODE_PORT, loopback, serve
+        from daemon.sim.serve import loopback, serve
 
-        print(f"serving {sim.topo.n_nodes} nodes at {args.speed:g}x: dcgm-exporter on {loopback(0)}:{DCGM_PORT} .. "
-              f"{loopback(sim.topo.n_nodes - 1)}:{DCGM_PORT}, node_exporter on port {NODE_PORT}; kernel log, "
-              f"topology.yaml and prometheus-targets.json in {args.out}", flush=True)
+        exporters = ("dcgm-exporter on port 9400, node_exporter on port 9100" if sim.topo.vendors == ("nvidia",)
+                     else "each vendor's exporter (dcgm-exporter 9400, AMD 5000, npu-exporter 8082) and node_exporter "
+                          "9100")
+        print(f"serving {sim.topo.n_nodes} nodes at {args.speed:g}x on {loopback(0)} .. "
+              f"{loopback(sim.topo.n_nodes - 1)}: {exporters}; kernel log, topology.yaml and "
+              f"prometheus-targets.json in {args.out}", flush=True)
         try:
             serve(sim, Path(args.out), args.speed)
         except ValueError as exc:

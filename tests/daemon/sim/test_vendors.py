@@ -6,7 +6,6 @@ import json
 import numpy as np
 import pytest
 
-from daemon.cli import main
 from daemon.replay import replay
 from daemon.sim.engine import Simulator, chunk_to_batch
 from daemon.sim.faults import load_library
@@ -121,13 +120,6 @@ def test_a_mixed_trace_in_each_exporters_own_format_replays_like_the_parquet_one
             assert writer.unpublished == ["aer_correctable_total (ascend)"]  # read from sysfs, not an exporter
     assert flags["openmetrics"] == flags["parquet"] and any("/npu" in e for e, _ in flags["parquet"])
     assert any(e.startswith("sn01-b0") and "/gpu" in e for e, _ in flags["parquet"])
-
-
-def test_mixed_topologies_are_not_served_live(tmp_path, capsys):
-    scenario = tmp_path / "s.yaml"
-    scenario.write_text("name: s\ntopology: {preset: cloudmatrix384, accelerators: 384}\nduration: 5m\n")
-    assert main(["simulate", str(scenario), "--serve", "--out", str(tmp_path / "o2")]) == 2
-    assert "--format parquet" in capsys.readouterr().err
 
 
 def test_vendor_picks_only_that_vendors_hardware():
