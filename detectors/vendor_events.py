@@ -1,10 +1,11 @@
 """RAS events of the other accelerator vendors, judged beside NVIDIA's Xids (see ``rules.py``).
 
-* **amdgpu** kernel RAS lines (``daemon/formats/kernel_events.py``): uncorrectable errors in any block, the
-  fatal-error interrupt and a failed GPU reset are ``failed`` (the driver resets the GPU; the job on it is
-  gone); deferred (poisoned, contained) errors are ``subhealthy``; correctable errors count towards an hourly
-  rate by block (the UMC, the HBM's memory controller, against the rule detector's correctable-ECC limit);
-  a GPU reset that succeeds is ``suspect``.
+* **amdgpu** kernel lines (``daemon/formats/kernel_events.py``) by ``catalogs/amdgpu.csv``: uncorrectable
+  errors in any block, the fatal-error interrupt and a failed GPU reset are ``failed`` (the driver resets the
+  GPU; the job on it is gone); deferred (poisoned, contained) errors are ``subhealthy``; correctable errors
+  count towards an hourly rate by block (the UMC, the HBM's memory controller, against the rule detector's
+  correctable-ECC limit); a GPU reset is ``suspect``; page faults and ring timeouts are the job's
+  (``application``).
 * **Ascend** fault codes (npu-exporter's ``npu_chip_info_error_code``) by the handling level Ascend
   MindCluster gives them (``catalogs/ascend_fault_codes.csv``): SeparateNPU and RestartNPU ``failed`` (the
   NPU must be isolated or reset now: MindCluster stops the job); PreSeparateNPU, FreeRestartNPU (reset
@@ -40,9 +41,6 @@ _ASCEND_WORDS = {
     "RestartBusiness": "restart the job", "FreeRestartNPU": "reset the NPU when idle",
     "PreSeparateNPU": "isolate the NPU soon", "RestartNPU": "reset the NPU", "SeparateNPU": "isolate the NPU",
 }
-# amdgpu RAS blocks and the category their errors belong to (UMC: the HBM's memory controller).
-_AMDGPU_BLOCKS = {"umc": "gpu_memory", "xgmi_wafl": "scaleup_link", "pcie_bif": "gpu_bus", "bif": "gpu_bus",
-                  "mmhub": "gpu_memory", "hdp": "gpu_memory", "mca": "gpu_memory"}
 
 
 @dataclass(frozen=True)
@@ -87,20 +85,44 @@ def ascend_verdict(code: int | None, catalog: dict[int, str], baseline: bool = F
     return Verdict(state, "gpu_compute", reason, hard=hard)
 
 
+@dataclass(frozen=True)
+class AmdgpuRule:
+    """One row of the amdgpu catalog."""
+
+    event: str
+    block: str
+    state: str
+    category: str
+    meaning: str
+
+
+def load_amdgpu_catalog() -> list[AmdgpuRule]:
+    """The packaged amdgpu catalog, in file order (the first matching row wins)."""
+    text = resources.files("detectors.catalogs").joinpath("amdgpu.csv").read_text()
+    rows = csv.DictReader(line for line in text.splitlines() if not line.startswith("#"))
+    return [AmdgpuRule(r["event"], r["block"], r["state"], r["category"], r["meaning"]) for r in rows]
+
+
+_AMDGPU_CATALOG: list[AmdgpuRule] | None = None
+
+
 def amdgpu_verdict(severity: str, message: str, count: int | None, baseline: bool = False) -> Verdict | None:
-    """The verdict on an amdgpu RAS kernel event (``message`` starts with the block for error counts)."""
+    """The verdict on an amdgpu kernel event by ``catalogs/amdgpu.csv`` (``message`` starts with the block
+    for error counts)."""
+    global _AMDGPU_CATALOG
+    if _AMDGPU_CATALOG is None:
+        _AMDGPU_CATALOG = load_amdgpu_catalog()
     block = message.split(" block:", 1)[0] if " block:" in message else ""
-    category = _AMDGPU_BLOCKS.get(block, "gpu_compute")
+    rule = next((r for r in _AMDGPU_CATALOG if r.event == severity and r.block in (block, "*")), None)
+    if rule is None:
+        return None
     text = f"amdgpu {message}"
-    if severity in ("uncorrected", "fatal"):
-        return Verdict(State.FAILED, category, text, hard=True)
+    if rule.state == "failed":
+        return Verdict(State.FAILED, rule.category, text, hard=True)
     if baseline:
         return None
-    if severity == "deferred":
-        return Verdict(State.SUBHEALTHY, "gpu_memory" if block == "umc" else category,
-                       f"{text} (poisoned data contained; pages retired)")
-    if severity == "corrected":
-        return Verdict(None, category, text, rate_key=f"amdgpu-ce-{block or 'any'}", count=float(count or 1))
-    if message.startswith("GPU reset"):
-        return Verdict(State.SUSPECT, "gpu_compute", f"{text} (the jobs on the GPU were lost)")
-    return None
+    if rule.state == "rate":
+        return Verdict(None, rule.category, text, rate_key=f"amdgpu-ce-{block or 'any'}", count=float(count or 1))
+    if rule.state == "application":
+        return Verdict(None, "application", f"amdgpu {message}", application=True)
+    return Verdict(State.parse(rule.state), rule.category, f"{text} ({rule.meaning[0].lower()}{rule.meaning[1:]})")

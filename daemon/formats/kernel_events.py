@@ -16,7 +16,9 @@ mlx5 (en_main.c ``mlx5e_update_carrier``): ``mlx5_core 0000:0c:00.0 ibp12s0: Lin
 (older kernels: ``3 correctable hardware errors detected in umc block, no user action is needed.``; the
 cumulative ``... detected in total in ...`` lines repeat counts and are not events), the fatal-error
 interrupt's ``Uncorrectable hardware error(ERREVENT_ATHUB_INTERRUPT) detected!`` and amdgpu_device.c's
-``GPU reset begin!`` and ``GPU reset(2) failed`` (``succeeded!`` ends a reset already reported).
+``GPU reset begin!`` and ``GPU reset(2) failed`` (``succeeded!`` ends a reset already reported); GPU page
+faults (``[gfxhub] page fault``, gmc_v9_0.c) and ring timeouts (``ring gfx_0.0.0 timeout``, amdgpu_job.c),
+the job's faults as a rule.
 """
 
 from __future__ import annotations
@@ -55,6 +57,7 @@ _AMDGPU_RAS = re.compile(r"(?:socket: \d+, die: \d+,? )?(\d+) (new )?(correctabl
                          r"hardware errors detected in (total in )?(\w+) block")
 _AMDGPU_RESET = re.compile(r"GPU reset(?:\((\d+)\))? (begin!|succeeded!|failed)")
 _AMDGPU_FATAL = re.compile(r"Uncorrectable hardware error\((\w+)\) detected")
+_AMDGPU_APP = re.compile(r"\[(\w+)\] (?:no-retry )?page fault|ring (\S+) timeout")
 _LINK = re.compile(r"mlx5_core ([0-9a-f]{4}:[0-9a-f]{2}:[0-9a-f]{2}\.[0-7]) (\S+): Link (down|up)\b")
 
 
@@ -126,6 +129,10 @@ def _amdgpu(message: str) -> KernelEvent | None:
     m = _AMDGPU_FATAL.search(message)
     if m:
         return KernelEvent("amdgpu", None, "fatal", f"uncorrectable hardware error {m.group(1)}", pci)
+    m = _AMDGPU_APP.search(message)
+    if m:  # the job's fault, usually: judged by repetition on one GPU, like application Xids
+        what = f"{m.group(1)} page fault" if m.group(1) else f"ring {m.group(2)} timeout"
+        return KernelEvent("amdgpu", None, "application", what, pci)
     m = _AMDGPU_RESET.search(message)
     if m:
         outcome = m.group(2).rstrip("!")

@@ -123,4 +123,4 @@ def test_other_vendors_recorded_samples_replay_to_findings(tmp_path):
     assert "xgmi_wafl block" in " ".join(amd["reasons"]) or "ATHUB" in " ".join(amd["reasons"])
     assert ("sn02-b01/gpu0", "subhealthy") in flags  # poisoned (deferred) UMC errors
     assert not any(e in ("sn03-b01/npu0", "sn03-b01/hccn0:1") for e, _ in flags)
-    assert result.stats.events_by_kind["ascend"] == 1 and result.stats.events_by_kind["amdgpu"] == 6
+    assert result.stats.events_by_kind["ascend"] == 1 and result.stats.events_by_kind["amdgpu"] == 8

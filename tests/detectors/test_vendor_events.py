@@ -40,6 +40,8 @@ def test_amdgpu_verdicts():
     ce = amdgpu_verdict("corrected", "umc block: 3 correctable hardware errors", 3)
     assert ce.level is None and ce.rate_key == "amdgpu-ce-umc" and ce.count == 3
     assert amdgpu_verdict("info", "GPU reset begin", None).level == State.SUSPECT
+    assert amdgpu_verdict("application", "gfxhub page fault", None).application
+    assert amdgpu_verdict("application", "gfxhub page fault", None, baseline=True) is None
     assert amdgpu_verdict("fatal", "GPU reset failed", None).level == State.FAILED
     assert amdgpu_verdict("corrected", "umc block: 3 correctable hardware errors", 3, baseline=True) is None
     assert amdgpu_verdict("fatal", "uncorrectable hardware error ERREVENT_ATHUB_INTERRUPT", None,

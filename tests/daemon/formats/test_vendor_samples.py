@@ -73,7 +73,9 @@ def test_amdgpu_kernel_log_events_land_on_their_gpus():
     ev = read_all(sniff(path), path, ctx).events
     assert ctx.rejects.total == 0
     assert list(ev["kind"].unique()) == ["amdgpu"] and set(ev["entity"]) == {"sn02-b01"}
-    assert list(ev["severity"]) == ["corrected", "corrected", "deferred", "uncorrected", "fatal", "info"]
+    assert list(ev["severity"]) == ["corrected", "corrected", "deferred", "uncorrected", "fatal", "info",
+                                    "application", "application"]  # the OOM kill is no event
+    assert list(ev["message"][-2:]) == ["ring gfx_0.0.0 timeout", "gfxhub page fault"]
     assert list(ev["code"][:4]) == [3, 2, 1, 1]  # the "in total" line repeats a count: no event
     assert set(ev["pci"]) == {"0000:05:00", "0000:26:00"}
 
