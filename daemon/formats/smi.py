@@ -85,6 +85,19 @@ _NPU_ROW2 = re.compile(rf"^\|\s*(\d+)\s*\|\s*([0-9A-Fa-f]{{4}}:[0-9A-Fa-f]{{2}}:
                        r"\s+\d+\s*/\s*\d+\s+(\d+)\s*/\s*(\d+)")
 
 
+def _number(value, where: str, ctx: ReadContext) -> float | None:
+    """A finite number from a tool's value (a number or its text), or None with the value rejected at ``where``."""
+    try:
+        number = float(value)
+    except (TypeError, ValueError):
+        ctx.rejects.reject(FORMAT, where, f"not a number: {value!r}")
+        return None
+    if not np.isfinite(number):
+        ctx.rejects.reject(FORMAT, where, "value is NaN or infinite")
+        return None
+    return number
+
+
 class SmiReader:
     """Reads capture envelopes of amd-smi and npu-smi snapshots (see the module docstring)."""
 
@@ -156,13 +169,8 @@ class SmiReader:
                     value = value.get("value")
                 if value is None or value == "N/A" or metric in seen:
                     continue
-                try:
-                    number = float(value)
-                except (TypeError, ValueError):
-                    ctx.rejects.reject(FORMAT, f"{where}.{'.'.join(keys)}", f"not a number: {value!r}")
-                    continue
-                if not np.isfinite(number):
-                    ctx.rejects.reject(FORMAT, f"{where}.{'.'.join(keys)}", "value is NaN or infinite")
+                number = _number(value, f"{where}.{'.'.join(keys)}", ctx)
+                if number is None:
                     continue
                 seen.add(metric)
                 rows.append((ctx.mapper.canonical_series(entity, metric), ts, number * scale))
@@ -187,15 +195,9 @@ class SmiReader:
                     value = value[0]
                 if value is None or metric in seen or str(value).strip().upper() in ("N/A", "NA", ""):
                     continue
-                text = str(value).strip()
-                mhz = _MHZ.match(text)
-                try:
-                    number = float(mhz.group(1) if mhz else text)
-                except ValueError:
-                    ctx.rejects.reject(FORMAT, f"{position} {card}.{key}", f"not a number: {value!r}")
-                    continue
-                if not np.isfinite(number):
-                    ctx.rejects.reject(FORMAT, f"{position} {card}.{key}", "value is NaN or infinite")
+                mhz = _MHZ.match(str(value).strip())
+                number = _number(mhz.group(1) if mhz else value, f"{position} {card}.{key}", ctx)
+                if number is None:
                     continue
                 seen.add(metric)
                 rows.append((ctx.mapper.canonical_series(entity, metric), ts, number * scale))
