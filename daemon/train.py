@@ -1,7 +1,10 @@
 """``raswarden train``: replay labelled traces, collect feature rows, fit the learned detectors, save a model.
 
-Rows of entities that carry a fault or injected confounder label are kept at every tick; the rest of the
-fleet every ``stride`` ticks with weight ``stride``, so a 30-day trace of a whole supernode fits in memory
+Rows of entities that carry a fault or injected confounder label are kept at every tick while the label is
+in force (from ``horizon_s`` before a fault's onset, whose rows may be positives, to an hour after its
+failure; a confounder's own window); the rest of the fleet, and those entities at other times, every
+``stride`` ticks with weight ``stride``. Rows are kept as float32. So a 30-day trace of a whole supernode
+fits in memory (a node labelled once for a 10-minute exporter gap is not kept at every tick for the month)
 while every labelled minute is seen. The model's metadata records the traces (name, labels digest, file
 sizes) as the training data fingerprint, the row counts and, with ``--holdout``, the evaluation figures on
 traces it never saw.
@@ -49,7 +52,21 @@ class Collected:
     rack_of: dict[int, object]
 
 
-def collect(paths: list[Path], interval_s: float = 30.0, stride: int = 10, progress=None) -> Collected:
+def label_windows(faults: list[Fault], horizon_s: float) -> list[tuple[str, float, float]]:
+    """(entity, from, to): when a label's entity is kept at every tick (see the module docstring)."""
+    out = []
+    for f in faults:
+        if f.template == "workload":
+            continue
+        if f.benign:
+            out.append((f.entity, f.onset, f.failure if f.failure is not None else f.onset + 3600.0))
+        else:
+            out.append((f.entity, f.onset - horizon_s, (f.failure if f.failure is not None else np.inf) + 3600.0))
+    return out
+
+
+def collect(paths: list[Path], interval_s: float = 30.0, stride: int = 10, progress=None,
+            horizon_s: float = 12 * 3600.0) -> Collected:
     """Feature rows of every trace (see the module docstring)."""
     sets = {kind: TrainingSet(kind) for kind in FEATURES}
     labels: dict[int, list[Fault]] = {}
@@ -59,18 +76,22 @@ def collect(paths: list[Path], interval_s: float = 30.0, stride: int = 10, progr
         labels[t] = faults
         # The workload's own confounders (load steps, half-used nodes) touch nearly every node: they are
         # sampled with the fleet, not kept at every tick.
-        labelled = np.array(sorted({f.entity for f in faults if f.template != "workload"}), dtype=object)
+        windows = label_windows(faults, horizon_s)
         state = {"tick": 0}
 
-        def on_tick(now: float, pipeline: Pipeline, t=t, labelled=labelled, state=state) -> None:
+        def on_tick(now: float, pipeline: Pipeline, t=t, windows=windows, state=state) -> None:
             frames = pipeline.features.frames if pipeline.features else {}
             every = state["tick"] % stride == 0
             state["tick"] += 1
+            labelled = np.array(sorted({e for e, a, b in windows if a <= now <= b}), dtype=object)
             for kind, frame in frames.items():
                 if not len(frame.entities):
                     continue
-                nodes = np.array([e.split("/", 1)[0] for e in frame.entities], dtype=object)
-                mine = np.isin(frame.entities, labelled) | np.isin(nodes, labelled)
+                if len(labelled):
+                    nodes = np.array([e.split("/", 1)[0] for e in frame.entities], dtype=object)
+                    mine = np.isin(frame.entities, labelled) | np.isin(nodes, labelled)
+                else:
+                    mine = np.zeros(len(frame.entities), dtype=bool)
                 sets[kind].add(frame, np.flatnonzero(mine), 1.0, t)
                 if every:
                     sets[kind].add(frame, np.flatnonzero(~mine), float(stride), t)
@@ -127,7 +148,7 @@ def train(paths: list[Path], out: Path, interval_s: float = 30.0, stride: int = 
           horizon_s: float = 12 * 3600.0, progress=None) -> ModelBundle:
     """Collect, fit and save; returns the bundle (its ``meta`` holds the figures)."""
     started = time.perf_counter()
-    collected = collect(paths, interval_s, stride, progress)
+    collected = collect(paths, interval_s, stride, progress, horizon_s)
     collect_s = time.perf_counter() - started
     detectors, summary = fit(collected, horizon_s)
     meta = {

@@ -116,7 +116,9 @@ class TrainingSet:
     trace: list[np.ndarray] = field(default_factory=list)
 
     def add(self, frame: FeatureFrame, pick: np.ndarray, weight: float, trace: int) -> None:
-        self.X.append(frame.X[pick])
+        if not len(pick):
+            return
+        self.X.append(frame.X[pick].astype(np.float32))  # half the memory of a month of rows; the fit is float32
         self.entities.append(frame.entities[pick])
         self.ts.append(np.full(len(pick), frame.now))
         self.weight.append(np.full(len(pick), weight))

@@ -111,3 +111,20 @@ def test_evaluate_with_a_model_prints_both(model, capsys):
     assert main(["evaluate", str(held_out), "--model", str(out)]) == 0
     text = capsys.readouterr().out
     assert "raswarden:" in text and "baseline:" in text
+
+
+def test_labelled_entities_are_kept_at_every_tick_only_while_their_label_is_in_force():
+    """(A 30-day trace's collection ran out of memory: every node labelled once, for a 10-minute exporter gap
+    say, was kept at every tick for the whole month.)"""
+    from daemon.train import label_windows
+    from detectors.evaluation import Fault
+
+    faults = [Fault("n1/gpu2", "hbm_degradation", 50_000.0, 60_000.0),
+              Fault("n2", "benign_exporter_gap", 10_000.0, 10_600.0),
+              Fault("n3", "benign_reboot", 20_000.0, None),
+              Fault("n4/gpu0", "fail_slow", 30_000.0, None),
+              Fault("n5", "benign_load_step", 1.0, 601.0, template="workload")]
+    windows = {e: (a, b) for e, a, b in label_windows(faults, horizon_s=43_200.0)}
+    assert windows["n1/gpu2"] == (50_000.0 - 43_200.0, 60_000.0 + 3600.0)
+    assert windows["n2"] == (10_000.0, 10_600.0) and windows["n3"] == (20_000.0, 23_600.0)
+    assert windows["n4/gpu0"][1] == float("inf") and "n5" not in windows
