@@ -87,6 +87,8 @@ class LoopResult:
     symptom_to_action_s: list[float]
     wall_s: float
     ticks: int
+    # per fault class: [hard faults acted on before failure, hard faults]
+    acted_by_class: dict[str, list[int]] = field(default_factory=dict)
 
     @property
     def false_drains_per_1000_node_days(self) -> float:
@@ -102,6 +104,7 @@ class LoopResult:
                 "acted_before_failure": self.acted_before_failure,
                 "symptom_to_action_median_s": statistics.median(s2a) if s2a else None,
                 "symptom_to_action_s": [round(x, 1) for x in s2a],
+                "acted_by_class": self.acted_by_class,
                 "wall_s": round(self.wall_s, 1), "ticks": self.ticks}
 
 
@@ -261,12 +264,16 @@ def run(sim: Simulator, policy: str, opts: LoopOptions | None = None, model=None
     drained = [detail.split(" ", 1)[0] for _, what, detail in sched.log if what == "drain"]
     true_drains = sum(1 for node in drained if node in faulty_nodes)
     s2a, before = [], 0
+    by_class: dict[str, list[int]] = {}
     for lb in faults:
         t = first_action.get(_node_of(lb["entity"]))
+        if lb["failure"] is not None:
+            by_class.setdefault(lb["fault"], [0, 0])[1] += 1
         if t is not None and t >= lb["onset"]:
             s2a.append(t - lb["onset"])
             if lb["failure"] is not None and t < lb["failure"]:
                 before += 1
+                by_class[lb["fault"]][0] += 1
     acct = sched.gpu_hours
     gpu_hours = {"productive": acct.productive, "allocated": acct.allocated,
                  "lost_to_failures": acct.lost_to_failures, "checkpoints": acct.checkpoints,
@@ -276,7 +283,7 @@ def run(sim: Simulator, policy: str, opts: LoopOptions | None = None, model=None
                  "effective_training_ratio": acct.effective_training_ratio}
     return LoopResult(sc.name, sc.seed, policy, sim.topo.n_nodes * sc.duration / 86400.0, gpu_hours,
                       true_drains, len(drained) - true_drains, len(faults),
-                      len(failures), before, s2a, time.perf_counter() - started, ticks)
+                      len(failures), before, s2a, time.perf_counter() - started, ticks, by_class)
 
 
 ROWS = (("net loss (GPU-h)", lambda r: r.gpu_hours["net_loss"]),

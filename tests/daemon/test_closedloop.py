@@ -59,6 +59,9 @@ def test_reactive_drains_failed_nodes_only_after_they_fail(results):
 def test_full_acts_before_the_failures_and_loses_less(results):
     full, reactive = results["full"], results["reactive"]
     assert full.acted_before_failure >= 2 and full.drains_false == 0
+    by_class = full.acted_by_class  # per class: [acted on before failure, hard faults]
+    assert sum(a for a, _ in by_class.values()) == full.acted_before_failure
+    assert sum(n for _, n in by_class.values()) == full.hard_faults
     assert full.gpu_hours["lost_to_failures"] < reactive.gpu_hours["lost_to_failures"]
     assert full.gpu_hours["net_loss"] < reactive.gpu_hours["net_loss"]
     assert full.gpu_hours["effective_training_ratio"] > reactive.gpu_hours["effective_training_ratio"]
