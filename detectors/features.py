@@ -316,8 +316,18 @@ class FeatureState:
         changed = st.load[touched] != load
         st.load[touched] = load
         st.load_since[touched] = np.where(changed, now, st.load_since[touched])
-        settled = touched[now - st.load_since[touched] >= 2 * LEVEL_HALFLIFE_S]
-        _ewma_into(st.peer_base, (settled, st.load[settled]), raw[settled], self._dt or BASELINE_HALFLIFE_S,
+        age = now - st.load_since[touched]
+        settled = touched[age >= 2 * LEVEL_HALFLIFE_S]
+        # A load state's own baseline starts from the smoothed residual once it has converged (five half-lives
+        # after the load change), not from one tick's raw value, which can sit tens of watts off: a held-out
+        # mixed-vendor trace's busy baseline began 37 W below the GPU's steady residual and read as a 28 W rise
+        # three hours later. Once started it follows the raw ticks.
+        unset = np.isnan(st.peer_base[settled, st.load[settled]])
+        ready = now - st.load_since[settled] >= 5 * LEVEL_HALFLIFE_S
+        go = ~unset.all(axis=1) | ready
+        settled, unset = settled[go], unset[go]
+        value = np.where(unset, st.peer[settled], raw[settled])
+        _ewma_into(st.peer_base, (settled, st.load[settled]), value, self._dt or BASELINE_HALFLIFE_S,
                    BASELINE_HALFLIFE_S)
 
     def _events(self, events: pd.DataFrame) -> None:
@@ -339,11 +349,12 @@ class FeatureState:
     @staticmethod
     def _change(now: float, st: _KindState, live: np.ndarray) -> np.ndarray:
         """Peer residuals against the entity's own baseline in its current load state; 0 (no evidence of a
-        change) for ten minutes after a load change, while the smoothed residual still moves."""
+        change) for ten minutes after a load change, while the smoothed residual still moves, and until the
+        state's baseline has started."""
         load = st.load[live]
         settled = (load >= 0) & (now - st.load_since[live] >= 2 * LEVEL_HALFLIFE_S)
         base = st.peer_base[live, np.maximum(load, 0)]
-        return np.where(settled[:, None], st.peer[live] - base, 0.0)
+        return np.where(settled[:, None] & np.isfinite(base), st.peer[live] - base, 0.0)
     def _frame(self, now: float, st: _KindState) -> FeatureFrame:
         names = FEATURES[st.kind]
         live = np.flatnonzero(now - st.seen <= STALE_S)

@@ -167,3 +167,20 @@ def test_other_vendors_scaleup_counters_feed_the_same_column_summed():
         frames = fs.update(30.0 * (k + 1), inc(30.0 * (k + 1), rows), empty)
     f = frames["accelerator"].frame()["nvlink_crc_flit_per_h_15m"]
     assert f["n/gpu0"] == pytest.approx(f["n/gpu1"]) == pytest.approx(f["n/npu0"]) and f["n/gpu0"] > 0
+
+
+def test_an_own_baseline_does_not_start_from_one_odd_tick():
+    """(A held-out trace's busy baseline began from one tick 37 W below the GPU's steady residual, and three hours
+    later that read as a 28 W rise.) The baseline starts from the smoothed residual once it has converged."""
+    fs = FeatureState()
+    for k in range(0, 4 * 120):  # idle 30 min, then busy; one odd tick 10 min into the job
+        t = 30.0 * k
+        busy = k >= 60
+        rows = []
+        for g in range(8):
+            power = (400.0 if busy else 70.0) - (40.0 if (g == 6 and k == 80) else 0.0)
+            rows += [(f"n1/gpu{g}", "power_w", power), (f"n1/gpu{g}", "gpu_temp_c", 30.0 + 0.075 * power),
+                     (f"n1/gpu{g}", "gpu_util_pct", 95.0 if busy else 0.0)]
+        fs.update(t, inc([]), gauges(rows))
+    f = fs.frames["accelerator"].frame()
+    assert abs(f.loc["n1/gpu6", "power_w_peer_residual_change"]) < 2.0
