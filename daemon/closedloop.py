@@ -128,6 +128,33 @@ def _node_of(entity: str) -> str:
     return entity.split("/", 1)[0]
 
 
+def score_actions(faults: list[dict], actions: dict[str, list[float]], drains: dict[str, list[float]]
+                  ) -> tuple[list[float], int, dict[str, list[int]]]:
+    """Per labelled fault: the time from its onset to raswarden's first action on its node (a checkpoint
+    signal to a job there, or a drain), and whether raswarden drained the node between onset and failure.
+
+    Returns (symptom-to-action seconds, hard faults acted on before failure, per class [acted, hard faults]).
+    Only actions from a fault's onset on count: a node can carry an earlier one (a checkpoint of a job that
+    spans it, asked for because of another node) that has nothing to do with this fault; and a checkpoint
+    alone leaves the job on the faulty hardware, so "acted on before failure" needs the drain.
+    """
+    s2a: list[float] = []
+    before = 0
+    by_class: dict[str, list[int]] = {}
+    for lb in faults:
+        node, onset, failure = _node_of(lb["entity"]), lb["onset"], lb["failure"]
+        acted = [t for t in actions.get(node, []) if t >= onset]
+        if acted:
+            s2a.append(min(acted) - onset)
+        if failure is not None:
+            counts = by_class.setdefault(lb["fault"], [0, 0])
+            counts[1] += 1
+            if any(onset <= t < failure for t in drains.get(node, [])):
+                before += 1
+                counts[0] += 1
+    return s2a, before, by_class
+
+
 def run(sim: Simulator, policy: str, opts: LoopOptions | None = None, model=None,
         workdir: Path | None = None, playbook_dirs: list[str] | None = None) -> LoopResult:
     """Run one policy over the simulator's scenario (the simulator is consumed)."""
@@ -189,7 +216,9 @@ def run(sim: Simulator, policy: str, opts: LoopOptions | None = None, model=None
     operator_due: list[tuple[float, str]] = []  # (when, node) an operator drains a broken node
     operator_drained: dict[str, float] = {}  # node -> repair time
     fi, seen_log, ticks = 0, 0, 0
-    first_action: dict[str, float] = {}  # node -> first raswarden action (checkpoint signal or drain)
+    # node -> times raswarden acted on it: checkpoint signals to a job on it, and drains of it
+    actions: dict[str, list[float]] = {}
+    drains: dict[str, list[float]] = {}
     steps = max(1, int(round(opts.interval_s / sc.resolution)))
     clock = [sc.start]
     try:
@@ -238,10 +267,12 @@ def run(sim: Simulator, policy: str, opts: LoopOptions | None = None, model=None
                 remediation.step()
             for ts, what, detail in sched.log[seen_log:]:
                 if what == "drain":
-                    first_action.setdefault(detail.split(" ", 1)[0], ts)
+                    node = detail.split(" ", 1)[0]
+                    actions.setdefault(node, []).append(ts)
+                    drains.setdefault(node, []).append(ts)
                 elif what == "signal":
                     for node in sched.jobs[detail.split(" ", 1)[0]].nodes:
-                        first_action.setdefault(node, ts)
+                        actions.setdefault(node, []).append(ts)
             seen_log = len(sched.log)
             for p in list(open_faults):
                 inst, node = p.inst, _node_of(p.inst.entity)
@@ -263,17 +294,7 @@ def run(sim: Simulator, policy: str, opts: LoopOptions | None = None, model=None
             tmp.cleanup()
     drained = [detail.split(" ", 1)[0] for _, what, detail in sched.log if what == "drain"]
     true_drains = sum(1 for node in drained if node in faulty_nodes)
-    s2a, before = [], 0
-    by_class: dict[str, list[int]] = {}
-    for lb in faults:
-        t = first_action.get(_node_of(lb["entity"]))
-        if lb["failure"] is not None:
-            by_class.setdefault(lb["fault"], [0, 0])[1] += 1
-        if t is not None and t >= lb["onset"]:
-            s2a.append(t - lb["onset"])
-            if lb["failure"] is not None and t < lb["failure"]:
-                before += 1
-                by_class[lb["fault"]][0] += 1
+    s2a, before, by_class = score_actions(faults, actions, drains)
     acct = sched.gpu_hours
     gpu_hours = {"productive": acct.productive, "allocated": acct.allocated,
                  "lost_to_failures": acct.lost_to_failures, "checkpoints": acct.checkpoints,

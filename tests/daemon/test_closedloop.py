@@ -11,7 +11,7 @@ from pathlib import Path
 
 import pytest
 
-from daemon.closedloop import LoopOptions, run, table
+from daemon.closedloop import LoopOptions, run, score_actions, table
 from daemon.sim.engine import Simulator
 from daemon.sim.scenario import Scenario
 
@@ -65,6 +65,26 @@ def test_full_acts_before_the_failures_and_loses_less(results):
     assert full.gpu_hours["lost_to_failures"] < reactive.gpu_hours["lost_to_failures"]
     assert full.gpu_hours["net_loss"] < reactive.gpu_hours["net_loss"]
     assert full.gpu_hours["effective_training_ratio"] > reactive.gpu_hours["effective_training_ratio"]
+
+
+def test_actions_count_for_a_fault_only_from_its_onset_and_acting_needs_the_drain():
+    faults = [
+        {"entity": "n1/gpu0", "fault": "hbm_degradation", "onset": 100.0, "failure": 500.0},
+        {"entity": "n2/gpu3", "fault": "hbm_degradation", "onset": 300.0, "failure": 900.0},
+        {"entity": "n3/mlx5_0:1", "fault": "link_degradation", "onset": 100.0, "failure": 400.0},
+        {"entity": "n4/gpu1", "fault": "fail_slow", "onset": 100.0, "failure": None},
+    ]
+    # n1: checkpoint at 150, drain at 160. n2: a job spanning n1 and n2 was signalled at 150 (n1's fault), n2
+    # itself drained at 350. n3: only its job checkpointed (a checkpoint leaves the job on the hardware).
+    # n4: drained at 200 (no failure to beat).
+    actions = {"n1": [150.0, 160.0], "n2": [150.0, 350.0], "n3": [120.0], "n4": [200.0]}
+    drains = {"n1": [160.0], "n2": [350.0], "n4": [200.0]}
+    s2a, before, by_class = score_actions(faults, actions, drains)
+    assert sorted(s2a) == [20.0, 50.0, 50.0, 100.0]  # n2's counts from 350, not from the signal before its onset
+    assert before == 2
+    assert by_class == {"hbm_degradation": [2, 2], "link_degradation": [0, 1]}
+    # a drain after the failure is no action before it
+    assert score_actions(faults[:1], {"n1": [600.0]}, {"n1": [600.0]})[1:] == (0, {"hbm_degradation": [0, 1]})
 
 
 def test_a_fail_slow_gpu_holds_back_its_job_until_it_is_drained(results):
