@@ -47,8 +47,9 @@ from daemon.topology import Topology
 from playbooks.engine import Guards
 
 POLICIES = ("none", "reactive", "full")
-# What the GPU-hours mean; results of another version do not mix (2: a slow GPU holds back its job).
-ACCOUNTING_VERSION = 2
+# What the figures mean; results of another version do not mix (2: a slow GPU holds back its job; 3: actions are
+# scored per fault from its onset, and "acted on before failure" needs the drain).
+ACCOUNTING_VERSION = 3
 OPERATOR = "operator"
 
 
