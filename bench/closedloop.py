@@ -22,7 +22,7 @@ ROOT = Path(__file__).resolve().parent.parent
 sys.path.insert(0, str(ROOT))
 sys.path.insert(0, str(ROOT / "bench"))
 
-from common import write_results  # noqa: E402
+from common import seeds, write_results  # noqa: E402
 
 SCENARIOS = ROOT / "fixtures" / "scenarios"
 
@@ -43,14 +43,6 @@ def one_run(scenario: str, seed: int, policy: str, model: str, interval: float) 
     result = run(Simulator(sc, ROOT / "fixtures" / "faults"), policy, LoopOptions(interval_s=interval), model=bundle)
     return result.as_dict() | {"model": model if policy == "full" else "", "interval_s": interval,
                                "accounting": ACCOUNTING_VERSION}
-
-
-def seeds(text: str) -> list[int]:
-    out: list[int] = []
-    for part in text.split(","):
-        lo, _, hi = part.partition("..")
-        out += list(range(int(lo), int(hi or lo) + 1))
-    return out
 
 
 def main() -> None:

@@ -20,6 +20,15 @@ def run_phase(script: str, *args: str) -> dict:
     return json.loads(out.stdout.strip().splitlines()[-1])
 
 
+def seeds(text: str) -> list[int]:
+    """Seeds from "1001..1020", "1,2,3" or a mix ("1..5,9"); "" is none."""
+    out: list[int] = []
+    for part in filter(None, text.split(",")):
+        lo, _, hi = part.partition("..")
+        out += list(range(int(lo), int(hi or lo) + 1))
+    return out
+
+
 def write_results(path: Path, results: dict) -> None:
     path.parent.mkdir(parents=True, exist_ok=True)
     path.write_text(json.dumps(results, indent=2))

@@ -26,7 +26,7 @@ ROOT = Path(__file__).resolve().parent.parent
 sys.path.insert(0, str(ROOT))
 sys.path.insert(0, str(ROOT / "bench"))
 
-from common import write_results  # noqa: E402
+from common import seeds, write_results  # noqa: E402
 
 SCENARIOS = ROOT / "fixtures" / "scenarios"
 
@@ -134,8 +134,8 @@ def main() -> None:
         return
     work = args.work
     work.mkdir(parents=True, exist_ok=True)
-    train_seeds = [int(x) for x in args.train_seeds.split(",")]
-    eval_seeds = [int(x) for x in args.eval_seeds.split(",")]
+    train_seeds = seeds(args.train_seeds)
+    eval_seeds = seeds(args.eval_seeds)
     profiles = args.profiles.split(",")
     other = {"a": "b", "b": "a"}
     started = time.perf_counter()
@@ -147,7 +147,7 @@ def main() -> None:
                 jobs.append((f"dense-template-{t}", seed, prof, work / f"{t}-{prof}-{seed}"))
     quiet = []  # (seed or None, profile, trace directory, fold whose model scores it)
     if args.quiet:
-        quiet_seeds = [int(x) for x in args.quiet_seeds.split(",")] if args.quiet_seeds else [None]
+        quiet_seeds = seeds(args.quiet_seeds) or [None]
         quiet = [(seed, prof, work / (f"{args.quiet}-{prof}" + ("" if seed is None else f"-{seed}")), "ab"[i % 2])
                  for i, seed in enumerate(quiet_seeds) for prof in profiles]
         jobs += [(args.quiet, seed, prof, path) for seed, prof, path, _ in quiet]

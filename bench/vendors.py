@@ -23,7 +23,7 @@ ROOT = Path(__file__).resolve().parent.parent
 sys.path.insert(0, str(ROOT))
 sys.path.insert(0, str(ROOT / "bench"))
 
-from common import write_results  # noqa: E402
+from common import seeds, write_results  # noqa: E402
 from holdout import _h, simulate, spread  # noqa: E402
 
 DEFAULT_MODEL = ROOT / "bench" / "results" / "models" / "holdout4-a"
@@ -65,9 +65,9 @@ def main() -> None:
     ap = argparse.ArgumentParser(description=__doc__.split("\n")[0])
     ap.add_argument("--report", type=Path, metavar="JSON", help="only print the tables of an earlier run's JSON")
     ap.add_argument("--work", type=Path, default=Path("/tmp/raswarden-vendors"))
-    ap.add_argument("--seeds", default="1,2,3,4,5")
+    ap.add_argument("--seeds", default="1..10", help="e.g. 1..10 or 1,2,3")
     ap.add_argument("--profiles", default="full,stock")
-    ap.add_argument("--quiet-seeds", default="7", help="seeds of quiet-7d-mixed ('' for none)")
+    ap.add_argument("--quiet-seeds", default="7..12", help="seeds of quiet-7d-mixed ('' for none)")
     ap.add_argument("--model", default=str(DEFAULT_MODEL), help="model directory ('' for the rules and statistics)")
     ap.add_argument("--jobs", type=int, default=2)
     ap.add_argument("--out", type=Path, default=ROOT / "bench" / "results" / "vendors.json")
@@ -79,10 +79,10 @@ def main() -> None:
     work.mkdir(parents=True, exist_ok=True)
     started = time.perf_counter()
     profiles = args.profiles.split(",")
-    jobs = [("mixed-vendor-template-b", int(s), p, work / f"mixed-b-{p}-{s}") for s in args.seeds.split(",")
+    jobs = [("mixed-vendor-template-b", s, p, work / f"mixed-b-{p}-{s}") for s in seeds(args.seeds)
             for p in profiles]
     if args.quiet_seeds:
-        jobs += [("quiet-7d-mixed", int(s), "full", work / f"quiet-mixed-{s}") for s in args.quiet_seeds.split(",")]
+        jobs += [("quiet-7d-mixed", s, "full", work / f"quiet-mixed-{s}") for s in seeds(args.quiet_seeds)]
     with ProcessPoolExecutor(args.jobs) as pool:
         list(pool.map(simulate, *zip(*jobs)))
     print(f"traces ready in {time.perf_counter() - started:.0f} s", flush=True)
