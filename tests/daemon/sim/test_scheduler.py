@@ -47,6 +47,11 @@ def test_checkpoint_signal_saves_work_before_a_requeue():
     assert s.gpu_hours.lost_to_failures < 16 * 200 / H  # only what ran after the checkpoint finished
     assert s.gpu_hours.checkpoints_requested == pytest.approx(16 * 60 / H)  # the signal's, not the hourly one
     assert s.gpu_hours.checkpoints == pytest.approx(2 * 16 * 60 / H)
+    # the net loss counts the checkpoint raswarden asked for; the hourly one is the job's own schedule
+    a = s.gpu_hours
+    assert a.periodic_checkpoints == pytest.approx(16 * 60 / H)
+    assert a.net_loss == pytest.approx(a.lost_to_failures + a.checkpoints_requested + a.restarts)
+    assert a.net_loss_with_periodic_checkpoints == pytest.approx(a.net_loss + 16 * 60 / H)
     s.step(s.now)
     assert "n2" not in s.jobs["1"].nodes
     assert DRAIN in s.snapshot().nodes["n2"].states
