@@ -27,7 +27,7 @@ from common import seeds, write_results  # noqa: E402
 SCENARIOS = ROOT / "fixtures" / "scenarios"
 
 
-def one_run(scenario: str, seed: int, policy: str, model: str, interval: float) -> dict:
+def one_run(scenario: str, seed: int, policy: str, model: str, interval: float, playbooks: str = "") -> dict:
     """One policy on one seed, in a process of its own."""
     import os
 
@@ -40,9 +40,10 @@ def one_run(scenario: str, seed: int, policy: str, model: str, interval: float) 
     bundle = ModelBundle.load(model) if model and policy == "full" else None
     sc = Scenario.load(SCENARIOS / f"{scenario}.yaml")
     sc.seed = seed
-    result = run(Simulator(sc, ROOT / "fixtures" / "faults"), policy, LoopOptions(interval_s=interval), model=bundle)
+    result = run(Simulator(sc, ROOT / "fixtures" / "faults"), policy, LoopOptions(interval_s=interval), model=bundle,
+                 playbook_dirs=[playbooks] if playbooks else None)
     return result.as_dict() | {"model": model if policy == "full" else "", "interval_s": interval,
-                               "accounting": ACCOUNTING_VERSION}
+                               "playbooks": playbooks, "accounting": ACCOUNTING_VERSION}
 
 
 def main() -> None:
@@ -51,6 +52,7 @@ def main() -> None:
     ap.add_argument("--seeds", default="1001..1020", help="e.g. 1001..1020 or 1,2,3")
     ap.add_argument("--model", default="", help="learned detectors for the full policy (raswarden train)")
     ap.add_argument("--interval", type=float, default=30.0)
+    ap.add_argument("--playbooks", default="", help="an operator playbook directory beside the built-ins")
     ap.add_argument("--policies", default="none,reactive,full")
     ap.add_argument("--jobs", type=int, default=2)
     ap.add_argument("--out", type=Path, default=ROOT / "bench" / "results" / "closedloop.json")
@@ -64,6 +66,7 @@ def main() -> None:
     def same(r: dict, seed: int, policy: str) -> bool:
         return (r["scenario"], r["seed"], r["policy"]) == (args.scenario, seed, policy) and (
             policy != "full" or r.get("model", args.model) == args.model) and (
+            r.get("playbooks", "") == args.playbooks) and (
             r.get("accounting", 1) == ACCOUNTING_VERSION)
 
     if not args.report:
@@ -72,7 +75,8 @@ def main() -> None:
         started = time.perf_counter()
         opts = LoopOptions(interval_s=args.interval)
         with ProcessPoolExecutor(args.jobs) as pool:
-            futures = {pool.submit(one_run, args.scenario, s, p, args.model, args.interval): (s, p) for s, p in todo}
+            futures = {pool.submit(one_run, args.scenario, s, p, args.model, args.interval, args.playbooks): (s, p)
+                       for s, p in todo}
             for fut in as_completed(futures):
                 row = fut.result()
                 key = (args.scenario, row["seed"], row["policy"])

@@ -399,10 +399,12 @@ class Engine:
             self.scheduler.drain(node, self._reason(action, st))
             return "done"
         if t == "requeue":
-            jobs = [j.id for j in state.jobs_on(node)]
+            jobs, left = self._requeue_targets(action, node, state)
             for job in jobs:
                 self.scheduler.requeue(job)
             st.detail["requeued"] = st.detail.get("requeued", []) + jobs
+            if left:
+                st.detail["left_running"] = left
             return "done"
         if t == "resume":
             return self._resume(action, st, state)
@@ -416,7 +418,7 @@ class Engine:
             return info is not None and DRAIN in info.states and info.reason.startswith(
                 f"{REASON_PREFIX} {action.incident.id}")
         if st.type == "requeue":
-            return not state.jobs_on(node) if node else True
+            return not self._requeue_targets(action, node, state)[0] if node else True
         if st.type == "resume":
             return info is not None and DRAIN not in info.states
         return False
@@ -439,6 +441,19 @@ class Engine:
                 return f"{in_rack} of {len(members)} nodes of rack {rack} would be unavailable " \
                        f"(budget {g.max_rack_fraction:.0%})"
         return None
+
+    @staticmethod
+    def _requeue_targets(action: Action, node: str, state: ClusterState) -> tuple[list[str], list[str]]:
+        """The jobs a requeue moves off ``node``, and those it leaves running. After a checkpoint step only the
+        jobs it signalled (they opted in): a requeue sends TERM, and a job that did not opt in would lose its
+        work since its own last checkpoint, so it keeps running on the drained node (ARCHITECTURE §6). Without
+        a checkpoint step (a failed node: its jobs are lost anyway) every job on the node."""
+        on_node = [j.id for j in state.jobs_on(node)]
+        ckpt = next((s for s in action.steps if s.type == "checkpoint"), None)
+        if ckpt is None:
+            return on_node, []
+        signalled = set(ckpt.detail.get("signalled", []))
+        return [j for j in on_node if j in signalled], [j for j in on_node if j not in signalled]
 
     def _wait_checkpoint(self, action: Action, st: StepState, state: ClusterState) -> str:
         signalled = next((s.detail.get("signalled", []) for s in action.steps if s.type == "checkpoint"), [])

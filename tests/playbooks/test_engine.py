@@ -91,6 +91,10 @@ def test_checkpoint_timeout_goes_on_and_non_opted_jobs_are_not_signalled(world):
     a = StoreJournal(store).get(action.key)
     assert a.steps[1].detail == {"signalled": [], "left_running": ["j3"]}
     assert a.status == "done" and DRAIN in sched.snapshot().nodes[node].states
+    # the requeue leaves it running too: its TERM would cost j3 the work since its own last checkpoint
+    assert a.steps[4].type == "requeue" and a.steps[4].detail["requeued"] == []
+    assert a.steps[4].detail["left_running"] == ["j3"]
+    assert sched.jobs["j3"].state == "running" and node_of(sched, "j3") == node
 
 
 def test_an_operators_drain_is_left_alone(world):
