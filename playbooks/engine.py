@@ -26,7 +26,7 @@ from dataclasses import asdict, dataclass, field
 from typing import Any, Protocol
 
 from playbooks.model import Playbook
-from playbooks.scheduler import DRAIN, MAINT, REBOOT, ClusterState, Scheduler, SchedulerError
+from playbooks.scheduler import DOWN, DRAIN, MAINT, REBOOT, ClusterState, Scheduler, SchedulerError
 
 log = logging.getLogger("raswarden.playbooks")
 REASON_PREFIX = "raswarden:"
@@ -503,6 +503,12 @@ class Engine:
         if not info.reason.startswith(REASON_PREFIX):
             st.detail["note"] = f"drained by {info.reason_set_by or 'someone else'} ({info.reason!r}): left alone"
             return "skipped"
+        if DOWN in info.states:
+            # Down (being repaired, or lost): its quiet says nothing about the hardware. A node drained for a
+            # fault that shows only under load looks healthy once idle; resuming it then puts the job back
+            # on the fault, and the drain after that makes it a repeat offender.
+            st.detail["note"] = "down: resumed once it is back"
+            return "waiting"
         now = self.clock()
         since = action.incident.closed_at or action.created_at
         if now - since < st.params.get("clean_for", 1800.0):

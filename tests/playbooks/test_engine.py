@@ -223,6 +223,30 @@ def test_resume_only_own_drains_after_the_clean_period_and_not_repeat_offenders(
     assert sched.snapshot().nodes["sn01-b08"].reason == "RMA"
 
 
+def test_a_node_that_is_down_is_resumed_only_once_it_is_back(world):
+    """Drained for a fault, then down for repair: quiet while down says nothing about the hardware."""
+    store, sched = world
+    clock = Clock(1000.0)
+    eng = engine(store, sched, clock=clock)
+    node = node_of(sched, "j0")
+    eng.submit(incident(f"{node}/gpu1", state="failed"), sched.snapshot())
+    eng.run()
+    sched.repair(node, until=20_000.0)  # the technicians have it
+    healed = IncidentRef(id="inc-healed", entity=node, kind="node", state="healthy", category="gpu_memory",
+                         closed_at=1100.0)
+    action = eng.submit(healed, sched.snapshot())
+    clock.t = 1100.0 + 1801  # the clean period is over, but the node is down
+    sched.step(clock.t)
+    eng.run()
+    a = StoreJournal(store).get(action.key)
+    assert a.status == "running" and a.steps[0].detail["note"] == "down: resumed once it is back"
+    assert DRAIN in sched.snapshot().nodes[node].states
+    clock.t = 20_001.0
+    sched.step(clock.t)
+    eng.run()
+    assert StoreJournal(store).get(action.key).status == "done" and DRAIN not in sched.snapshot().nodes[node].states
+
+
 def test_builtin_playbook_waits_for_the_jobs_comment(world):
     """The built-in waits until the job sets its comment to raswarden:checkpointed (the simulated launcher
     does so once the requested checkpoint is saved)."""
