@@ -3,7 +3,7 @@ and playbooks, and a simulated Slurm, with every GPU-hour accounted, under one o
 
 * ``none``: no raswarden. A hard fault kills the job on its node; the node stays schedulable (Slurm does not
   see a GPU off the bus), so jobs placed on it crash, until an operator drains it ``operator_response_s``
-  after the failure. The operator resumes it after the repair.
+  after the failure.
 * ``reactive``: raswarden acts on ``failed`` incidents only: drain and requeue right after the failure. Only
   the rules run (they alone say ``failed``).
 * ``full``: every built-in playbook on every incident (checkpoint, drain and requeue ahead of the failure),
@@ -13,9 +13,10 @@ The loop is closed both ways: playbooks act on the simulated scheduler, and the 
 the scheduler (a GPU is busy while a job runs on it, idle on a drained node and while a job restarts), so
 the detectors see what a drain does. A hard fault breaks its node at the labelled failure time (the job on it
 hangs for ``hang_s``, the collective timeout, then dies) and is repaired ``repair_s`` after the node is taken
-out of service for it, when the fault's effects stop. A node raswarden drains (and its job has left) while
-it carries a fault that has not failed yet goes to repair right then: the part is replaced and the failure
-never happens. Time under repair is not counted as idle (the node is out for ``repair_s`` whoever takes it
+out of service for it, when the fault's effects stop, and the technician returns it to service (resumes it,
+whoever drained it; the same under every policy). A node raswarden drains (and its job has left) while it
+carries a fault that has not failed yet goes to repair right then: the part is replaced and the failure never
+happens. Time under repair is not counted as idle (the node is out for ``repair_s`` whoever takes it
 out, so only when differs); time drained on working hardware is: that is what a false drain costs. A fabric
 port that fails kills the job on its node (its collectives fail) but leaves the node usable on its other
 rails. The same operator acts under every policy (a
@@ -49,8 +50,9 @@ from playbooks.engine import Guards
 POLICIES = ("none", "reactive", "full")
 # What the figures mean; results of another version do not mix (2: a slow GPU holds back its job; 3: actions are
 # scored per fault from its onset, and "acted on before failure" needs the drain; 4: the net loss leaves out the
-# periodic checkpoints, reported beside it).
-ACCOUNTING_VERSION = 4
+# periodic checkpoints, reported beside it; 5: a drain is true only while its node carries the fault, and the
+# technician returns a repaired node to service under every policy).
+ACCOUNTING_VERSION = 5
 OPERATOR = "operator"
 
 
@@ -91,6 +93,7 @@ class LoopResult:
     ticks: int
     # per fault class: [hard faults acted on before failure, hard faults]
     acted_by_class: dict[str, list[int]] = field(default_factory=dict)
+    failed: int = 0  # hard faults whose failure happened (the others were repaired after a drain ahead of it)
 
     @property
     def false_drains_per_1000_node_days(self) -> float:
@@ -106,7 +109,7 @@ class LoopResult:
                 "acted_before_failure": self.acted_before_failure,
                 "symptom_to_action_median_s": statistics.median(s2a) if s2a else None,
                 "symptom_to_action_s": [round(x, 1) for x in s2a],
-                "acted_by_class": self.acted_by_class,
+                "acted_by_class": self.acted_by_class, "failed": self.failed,
                 "wall_s": round(self.wall_s, 1), "ticks": self.ticks}
 
 
@@ -157,6 +160,29 @@ def score_actions(faults: list[dict], actions: dict[str, list[float]], drains: d
     return s2a, before, by_class
 
 
+def _return_repaired(sched: SimScheduler, under_repair: set[str], now: float) -> None:
+    """The technician who repaired a node returns it to service (resumes it, whoever drained it): the
+    same under every policy. Nodes drained on working hardware are not theirs; raswarden's own playbooks
+    (or nobody) resume those."""
+    for n in sched.nodes.values():
+        if n.drained and max(n.broken_until, n.down_until) > now:
+            under_repair.add(n.name)
+    for name in sorted(under_repair):
+        n = sched.nodes[name]
+        if max(n.broken_until, n.down_until) <= now:
+            under_repair.discard(name)
+            if n.drained:
+                n.drained, n.reason, n.reason_set_by = False, "", ""
+                sched.log.append((now, "returned", name))
+
+
+def carries_fault(present: list[tuple[str, float, float | None]], node: str, ts: float) -> bool:
+    """Whether ``node`` carries a fault at ``ts``: one of ``present`` (node, onset, repaired at or None)
+    from its onset until its repair. A drain then is true; any other, on a node that is healthy (or whose
+    fault was already repaired), is false."""
+    return any(n == node and onset <= ts and (until is None or ts <= until) for n, onset, until in present)
+
+
 def run(sim: Simulator, policy: str, opts: LoopOptions | None = None, model=None,
         workdir: Path | None = None, playbook_dirs: list[str] | None = None) -> LoopResult:
     """Run one policy over the simulator's scenario (the simulator is consumed)."""
@@ -169,18 +195,18 @@ def run(sim: Simulator, policy: str, opts: LoopOptions | None = None, model=None
     sc = sim.scenario
     labels = sim.labels()
     faults = [lb for lb in labels if not lb["fault"].startswith("benign_")]
-    faulty_nodes = {_node_of(lb["entity"]) for lb in faults}
     for p in sim.placed:
         if p.inst.template.fails and not p.inst.template.benign:
             p.inst.until = p.inst.failure + opts.repair_s
         elif not p.inst.template.benign:  # a fail-slow GPU left alone recovers (or is found) at its window's end
             p.inst.until = p.inst.failure
-    failures = sorted((lb["failure"], _node_of(lb["entity"]), lb.get("kind") == "port")
-                      for lb in faults if lb["failure"] is not None)
     # Faults not yet failed nor repaired; a node raswarden drains and empties while it carries one goes to
     # repair (a fault with no failure, fail-slow, too). Repaired ones never fail.
     open_faults = [p for p in sim.placed if not p.inst.template.benign]
-    repaired_early: set[tuple[float, str]] = set()  # (failure, node) of the failures that never happen
+    failures = sorted(((p.inst.failure, _node_of(p.inst.entity), p.inst.template.target == "port", i)
+                       for i, p in enumerate(open_faults) if p.inst.template.fails), key=lambda f: f[:3])
+    repaired_early: set[int] = set()  # the open_faults indices of the failures that never happen
+    pending = list(range(len(open_faults)))  # neither failed nor repaired yet
 
     sched = SimScheduler(list(sim.topo.nodes), sim.topo.gpus_per_node)
     for job in plan_jobs(sim, opts):
@@ -216,8 +242,8 @@ def run(sim: Simulator, policy: str, opts: LoopOptions | None = None, model=None
                                            rules_only=policy == "reactive"),
                             store)
     operator_due: list[tuple[float, str]] = []  # (when, node) an operator drains a broken node
-    operator_drained: dict[str, float] = {}  # node -> repair time
-    fi, seen_log, ticks = 0, 0, 0
+    under_repair: set[str] = set()  # drained nodes out of service for a repair
+    fi, seen_log, ticks, failed = 0, 0, 0, 0
     # node -> times raswarden acted on it: checkpoint signals to a job on it, and drains of it
     actions: dict[str, list[float]] = {}
     drains: dict[str, list[float]] = {}
@@ -233,10 +259,11 @@ def run(sim: Simulator, policy: str, opts: LoopOptions | None = None, model=None
                     sched.nodes[sim.topo.nodes[i]].speed = float(pace[i])
                 speeds = pace
             while fi < len(failures) and failures[fi][0] <= now:
-                t, node, port = failures[fi]
+                t, node, port, which = failures[fi]
                 fi += 1
-                if (t, node) in repaired_early:
+                if which in repaired_early:
                     continue
+                failed += 1
                 sched.step(t)
                 if port:
                     sched.interrupt(node)
@@ -249,13 +276,7 @@ def run(sim: Simulator, policy: str, opts: LoopOptions | None = None, model=None
                 if sched.broken(node) and not n.drained:
                     sched.step(when)
                     sched.operator_drain(node, "hardware failure", OPERATOR)
-                    operator_drained[node] = n.broken_until
-            for node, repaired in list(operator_drained.items()):
-                if repaired <= now:
-                    n = sched.nodes[node]
-                    if n.drained and n.reason_set_by == OPERATOR:
-                        n.drained, n.reason, n.reason_set_by = False, "", ""
-                    del operator_drained[node]
+            _return_repaired(sched, under_repair, now)
             sched.step(now)
             clock[0] = now
             if pipeline is not None:
@@ -276,16 +297,17 @@ def run(sim: Simulator, policy: str, opts: LoopOptions | None = None, model=None
                     for node in sched.jobs[detail.split(" ", 1)[0]].nodes:
                         actions.setdefault(node, []).append(ts)
             seen_log = len(sched.log)
-            for p in list(open_faults):
-                inst, node = p.inst, _node_of(p.inst.entity)
+            for which in list(pending):
+                inst = open_faults[which].inst
+                node = _node_of(inst.entity)
                 if inst.template.fails and inst.failure <= now:  # it failed first
-                    open_faults.remove(p)
+                    pending.remove(which)
                     continue
                 n = sched.nodes[node]
                 if (inst.onset <= now and n.drained and n.reason.startswith("raswarden:") and n.job is None
                         and not sched.broken(node)):
-                    open_faults.remove(p)
-                    repaired_early.add((inst.failure, node))
+                    pending.remove(which)
+                    repaired_early.add(which)
                     sched.repair(node, now + opts.repair_s)
                     inst.until = now + opts.repair_s
             ticks += 1
@@ -294,8 +316,9 @@ def run(sim: Simulator, policy: str, opts: LoopOptions | None = None, model=None
             store.close()
         if tmp is not None:
             tmp.cleanup()
-    drained = [detail.split(" ", 1)[0] for _, what, detail in sched.log if what == "drain"]
-    true_drains = sum(1 for node in drained if node in faulty_nodes)
+    present = [(_node_of(p.inst.entity), p.inst.onset, p.inst.until) for p in open_faults]
+    drained = [(detail.split(" ", 1)[0], ts) for ts, what, detail in sched.log if what == "drain"]
+    true_drains = sum(1 for node, ts in drained if carries_fault(present, node, ts))
     s2a, before, by_class = score_actions(faults, actions, drains)
     acct = sched.gpu_hours
     gpu_hours = {"productive": acct.productive, "allocated": acct.allocated,
@@ -308,7 +331,7 @@ def run(sim: Simulator, policy: str, opts: LoopOptions | None = None, model=None
                  "effective_training_ratio": acct.effective_training_ratio}
     return LoopResult(sc.name, sc.seed, policy, sim.topo.n_nodes * sc.duration / 86400.0, gpu_hours,
                       true_drains, len(drained) - true_drains, len(faults),
-                      len(failures), before, s2a, time.perf_counter() - started, ticks, by_class)
+                      len(failures), before, s2a, time.perf_counter() - started, ticks, by_class, failed)
 
 
 ROWS = (("net loss (GPU-h)", lambda r: r.gpu_hours["net_loss"]),

@@ -11,7 +11,7 @@ from pathlib import Path
 
 import pytest
 
-from daemon.closedloop import LoopOptions, run, score_actions, table
+from daemon.closedloop import LoopOptions, carries_fault, run, score_actions, table
 from daemon.sim.engine import Simulator
 from daemon.sim.scenario import Scenario
 
@@ -38,9 +38,19 @@ def scenario() -> Scenario:
     return Scenario.from_dict(copy.deepcopy(SCENARIO))
 
 
+def simulator() -> Simulator:
+    """The scenario, with failure times off the millisecond grid its labels are rounded to (as drawn
+    windows are): the loop must match a failure to its fault exactly, not through the rounded label."""
+    sim = Simulator(scenario(), LIBRARY)
+    for p in sim.placed:
+        if not p.inst.template.benign:
+            p.inst.failure -= 0.0004
+    return sim
+
+
 @pytest.fixture(scope="module")
 def results():
-    return {p: run(Simulator(scenario(), LIBRARY), p) for p in ("none", "reactive", "full")}
+    return {p: run(simulator(), p) for p in ("none", "reactive", "full")}
 
 
 def test_without_raswarden_failures_cost_work_and_crash_loops(results):
@@ -67,6 +77,12 @@ def test_full_acts_before_the_failures_and_loses_less(results):
     assert full.gpu_hours["effective_training_ratio"] > reactive.gpu_hours["effective_training_ratio"]
 
 
+def test_a_fault_repaired_after_a_drain_ahead_of_it_never_fails(results):
+    assert results["none"].failed == results["reactive"].failed == results["none"].hard_faults == 3
+    full = results["full"]
+    assert full.failed == full.hard_faults - full.acted_before_failure, full.as_dict()
+
+
 def test_actions_count_for_a_fault_only_from_its_onset_and_acting_needs_the_drain():
     faults = [
         {"entity": "n1/gpu0", "fault": "hbm_degradation", "onset": 100.0, "failure": 500.0},
@@ -85,6 +101,14 @@ def test_actions_count_for_a_fault_only_from_its_onset_and_acting_needs_the_drai
     assert by_class == {"hbm_degradation": [2, 2], "link_degradation": [0, 1]}
     # a drain after the failure is no action before it
     assert score_actions(faults[:1], {"n1": [600.0]}, {"n1": [600.0]})[1:] == (0, {"hbm_degradation": [0, 1]})
+
+
+def test_a_drain_is_true_only_while_the_node_carries_its_fault():
+    present = [("n1", 1000.0, 90_000.0), ("n2", 500.0, None)]
+    assert carries_fault(present, "n1", 1000.0) and carries_fault(present, "n1", 90_000.0)
+    assert not carries_fault(present, "n1", 999.0)  # before the onset
+    assert not carries_fault(present, "n1", 90_001.0)  # after the repair: the part is new
+    assert carries_fault(present, "n2", 10**9) and not carries_fault(present, "n3", 2000.0)
 
 
 def test_a_fail_slow_gpu_holds_back_its_job_until_it_is_drained(results):
