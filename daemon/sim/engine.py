@@ -365,6 +365,12 @@ class Simulator:
         port_present = np.ones((t.n_ports, n_s), dtype=bool)
         gpu_reset: list[tuple[np.ndarray, int]] = []
         port_reset: list[tuple[np.ndarray, int]] = []
+        for p in self.placed:  # a repaired part comes back reset: counters from zero, no last Xid
+            u = p.inst.until
+            if u is not None and not p.inst.template.benign and ts[0] - dt <= u < ts[-1]:
+                step = int(np.searchsorted(ts, u, side="right"))
+                gpu_reset.append((p.gpu_rows, step))
+                port_reset.append((p.port_rows, step))
         for p in active:
             inst = p.inst
             alive = np.ones(n_s, dtype=bool) if inst.until is None else ts <= inst.until

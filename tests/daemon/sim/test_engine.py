@@ -213,3 +213,19 @@ def test_chunks_carry_each_gpus_speed_for_the_closed_loop(library):
     assert 0.7 < speed[g][late].max() < 0.8 and (speed[g][ts < sim.scenario.start + H] == 1.0).all()
     others = np.delete(speed, g, axis=0)
     assert (others == 1.0).all()
+
+
+def test_a_repaired_gpu_comes_back_reset(library):
+    """The closed loop sets when a fault is repaired (``until``): the GPU is back on the bus then, with its
+    counters from zero and no last Xid, as after the part is replaced and the node rebooted."""
+    sim = make(library, [{"entity": "sn01-b02/gpu5", "fault": "gpu_off_bus", "template": "a", "onset": "30m",
+                          "failure": "1h30m"}], accelerators=16, duration="4h")
+    p = next(p for p in sim.placed if not p.inst.template.benign)
+    p.inst.until = sim.scenario.start + 3 * H + 15  # mid-chunk, off the 30 s grid
+    ts, gpu, _port, gp, *_ = collect(sim)
+    g = sim.gpu_index["sn01-b02/gpu5"]
+    gone, back = window(ts, sim.scenario.start, 2 * H, 3 * H), ts > sim.scenario.start + 3 * H + 15
+    assert not gp[g][gone].any() and gp[g][back].all()
+    assert gpu["xid_last"][g][ts <= sim.scenario.start + 3 * H].max() == 79 and (gpu["xid_last"][g][back] == 0).all()
+    replay = gpu["pcie_replay_total"][g]
+    assert replay[ts <= sim.scenario.start + 3 * H][-1] > 100 and replay[back][0] < 5
