@@ -6,7 +6,8 @@ fixed-size arrays and returns a :class:`FeatureFrame` per entity kind (rows = en
 
 * **counter rates** per hour as EWMAs over three horizons (15 min, 1 h, 6 h half-life); increases come
   from :mod:`detectors.counters`, so resets and wraps are already handled, and each entity's rate uses
-  the time since *its* previous sample (an exporter gap does not turn into a spike);
+  the time since *its* previous sample (an exporter gap does not turn into a spike); a counter that reset
+  restarts its rates (its device restarted: a reboot, a GPU reset, a replaced part);
 * **gauge level and slope**: a fast (5 min) and a slow (1 h) EWMA of each gauge; the slope per hour is
   their difference over the difference of their mean ages;
 * **peer residuals**: an accelerator's temperature and HBM temperature (power-corrected with the
@@ -243,20 +244,24 @@ class FeatureState:
         if not parts:
             return
         increase = inc["increase"].to_numpy(dtype=float)
+        resets = (inc["resets"].to_numpy() > 0) if "resets" in inc else np.zeros(len(inc), dtype=bool)
         for kind, (pick, rows, cols) in parts.items():
             st = self.kinds[kind]
-            inc_k = increase[pick]
+            inc_k, reset_k = increase[pick], resets[pick]
             key = rows * st.rates.shape[1] + cols
             if len(np.unique(key)) < len(key):  # several series of one column (aliases): their sum
                 uniq, inv = np.unique(key, return_inverse=True)
                 inc_k = np.bincount(inv, weights=inc_k, minlength=len(uniq))
+                reset_k = np.bincount(inv, weights=reset_k, minlength=len(uniq)) > 0
                 rows, cols = uniq // st.rates.shape[1], uniq % st.rates.shape[1]
             prev = st.counter_seen[rows, cols]
             dt = now - prev
             first = ~np.isfinite(dt)
             rate = np.where(first, 0.0, inc_k * 3600.0 / np.where(first, 1.0, np.maximum(dt, 1.0)))
             for j, (_, horizon) in enumerate(RATE_HORIZONS):
-                _ewma_into(st.rates, (rows, cols, j), rate, np.where(first, 1.0, dt), horizon)
+                # A counter that reset restarted with its device (a reboot, a GPU reset, a replaced part): its
+                # rates start again from what the new counter says, not from the device before it.
+                _ewma_into(st.rates, (rows, cols, j), rate, np.where(first, 1.0, dt), horizon, restart=reset_k)
             st.counter_seen[rows, cols] = now
             st.seen[rows] = now
 

@@ -4,8 +4,11 @@ For each counter (correctable ECC, PCIe replays, symbol errors, link error recov
 detector accumulates the log-likelihood ratio of an elevated rate ``λ1`` against the entity's baseline
 ``λ0`` tick by tick: ``S = max(0, S + x·ln(λ1/λ0) − (λ1 − λ0)·dt)``. One isolated error lifts ``S`` by
 ``ln(λ1/λ0)`` and decays away; a rate that keeps rising crosses ``h`` long before a static threshold
-would. ``λ0`` starts at the counter's prior (what healthy hardware shows) and is learned slowly from
-quiet periods; ``λ1`` is ``rise_factor × λ0``, at least the counter's floor. Resets are already removed
+would. ``S`` is capped at ``cap × h``: after a burst of any length the alarm clears within
+``(cap − 1)·h / (λ1 − λ0)`` plus ``hold_s`` of the errors stopping (a GPU that threw millions of replays
+before it fell off the bus would otherwise stay "rising" for weeks after its repair). ``λ0`` starts at the
+counter's prior (what healthy hardware shows) and is learned slowly from quiet periods; ``λ1`` is
+``rise_factor × λ0``, at least the counter's floor. Resets are already removed
 from the increases (detectors/counters.py).
 """
 
@@ -40,8 +43,9 @@ class TrendDetector:
     name = "trend"
 
     def __init__(self, h: float = 25.0, rise_factor: float = 100.0, learn_halflife_s: float = 7 * 86400.0,
-                 hold_s: float = 3600.0):
+                 hold_s: float = 3600.0, cap: float = 2.0):
         self.h = h
+        self.cap = cap
         self.rise_factor = rise_factor
         self.learn_halflife_s = learn_halflife_s
         self.hold_s = hold_s
@@ -76,7 +80,8 @@ class TrendDetector:
             lam0 = self._lam0.get(key, prior)
             lam1 = max(floor, self.rise_factor * lam0)
             x = counts.get(key, 0.0)
-            s = max(0.0, self._s.get(key, 0.0) + x * math.log(lam1 / lam0) - (lam1 - lam0) * dt_h)
+            s = min(self.cap * self.h,
+                    max(0.0, self._s.get(key, 0.0) + x * math.log(lam1 / lam0) - (lam1 - lam0) * dt_h))
             if s > 0:
                 self._s[key] = s
             else:
@@ -95,7 +100,7 @@ class TrendDetector:
                 continue
             entity, metric = key
             _, _, category, words = COUNTERS[metric]
-            reason = (f"{words} rising: {rate:.0f}/h in the last tick against a baseline of "
+            reason = (f"{words} rising: up to {rate:.0f}/h against a baseline of "
                       f"{lam0:.3g}/h (CUSUM {self._s.get(key, 0.0):.0f} over {self.h:.0f})")
             out.append(Evidence(entity, State.SUBHEALTHY, category, [reason], detector=self.name,
                                 score=min(1.0, 0.6 + np.log10(max(rate, 1.0)) / 10)))

@@ -45,6 +45,20 @@ def test_an_exporter_gap_is_not_a_spike():
     assert f["ecc_sbe_per_h_15m"] <= 10.0 + 1e-9
 
 
+def test_a_counter_reset_restarts_the_rates():
+    """A GPU that threw thousands of replays an hour fell off the bus and came back a day later with its
+    counter reset (a replaced part): its rates are what the new counter says, not a remainder of before."""
+    fs = FeatureState()
+    for k in range(0, 121):
+        fs.update(30.0 * k, inc([("n1/gpu0", "pcie_replay_total", 0 if k == 0 else 40)]), NO_GAUGES)
+    assert fs.frames["accelerator"].frame().loc["n1/gpu0", "pcie_replay_per_h_6h"] > 500
+    back = inc([("n1/gpu0", "pcie_replay_total", 2)])
+    back["resets"] = [1]
+    fs.update(3600.0 + 86400.0, back, NO_GAUGES)
+    f = fs.frames["accelerator"].frame().loc["n1/gpu0"]
+    assert f["pcie_replay_per_h_6h"] == pytest.approx(2 / 24, rel=0.01)
+
+
 def test_unobserved_features_are_nan_and_stale_rows_leave_the_frame():
     fs = FeatureState()
     fs.update(0.0, inc([]), gauges([("n1/gpu0", "gpu_temp_c", 50.0)]))

@@ -42,3 +42,11 @@ def test_rising_counters_flag_before_the_static_rules(tmp_path):
         assert rules is None or trend["ts"] <= rules["ts"], (trend, rules)
     flagged = {f["entity"] for f in findings if f["state"] in ("subhealthy", "failed")}
     assert not flagged & {"sn01-b03/gpu0", "sn01-b04/gpu4", "sn01-b03", "sn01-b04"}
+
+
+def test_after_a_burst_of_any_size_the_alarm_clears_soon_after_the_errors_stop():
+    det = TrendDetector().fit()
+    assert tick(det, 30, 5_000_000)  # a counter that jumped by millions (a GPU back from the bus)
+    # capped at 2h: h / (6/h - prior) = 4.2 hours of decay for correctable ECC, plus the hour's hold
+    flagged = [k for k in range(2, 8 * 120) if tick(det, 30 * k, 0)]
+    assert flagged and 30 * flagged[-1] <= 5.5 * 3600
