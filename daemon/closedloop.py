@@ -160,10 +160,11 @@ def score_actions(faults: list[dict], actions: dict[str, list[float]], drains: d
     return s2a, before, by_class
 
 
-def _return_repaired(sched: SimScheduler, under_repair: set[str], now: float) -> None:
-    """The technician who repaired a node returns it to service (resumes it, whoever drained it): the
-    same under every policy. Nodes drained on working hardware are not theirs; raswarden's own playbooks
-    (or nobody) resume those."""
+def _return_repaired(sched: SimScheduler, under_repair: set[str], now: float,
+                     pipeline: Pipeline | None) -> None:
+    """The technician who repaired a node returns it to service (resumes it, whoever drained it) and tells
+    raswarden its parts are new: the same under every policy. Nodes drained on working hardware are not
+    theirs; raswarden's own playbooks (or nobody) resume those."""
     for n in sched.nodes.values():
         if n.drained and max(n.broken_until, n.down_until) > now:
             under_repair.add(n.name)
@@ -174,6 +175,8 @@ def _return_repaired(sched: SimScheduler, under_repair: set[str], now: float) ->
             if n.drained:
                 n.drained, n.reason, n.reason_set_by = False, "", ""
                 sched.log.append((now, "returned", name))
+            if pipeline is not None:
+                pipeline.forget(name)
 
 
 def carries_fault(present: list[tuple[str, float, float | None]], node: str, ts: float) -> bool:
@@ -276,7 +279,7 @@ def run(sim: Simulator, policy: str, opts: LoopOptions | None = None, model=None
                 if sched.broken(node) and not n.drained:
                     sched.step(when)
                     sched.operator_drain(node, "hardware failure", OPERATOR)
-            _return_repaired(sched, under_repair, now)
+            _return_repaired(sched, under_repair, now, pipeline)
             sched.step(now)
             clock[0] = now
             if pipeline is not None:

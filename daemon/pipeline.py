@@ -146,6 +146,17 @@ class Pipeline:
             restored += 1
         return len(rows), restored
 
+    def forget(self, node: str) -> None:
+        """The node's parts were replaced (an operator says it was repaired): the features and every
+        detector drop what they remember of its entities, so the new parts are judged on their own telemetry.
+        Health follows from the next ticks' evidence, through the usual hysteresis."""
+        if self.features is not None:
+            self.features.forget(node)
+        for detector in self.detectors:
+            forget = getattr(detector, "forget", None)
+            if forget is not None:
+                forget(node)
+
     def tick(self, now: float, batch: Batch, collector_state: dict[str, dict] | None = None) -> TickResult:
         """Process the batch of tick ``(now - interval, now]``.
 

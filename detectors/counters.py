@@ -140,6 +140,12 @@ class DecayingCount:
             return 0.0
         return old * float(np.exp(-(now - self._stamp[key]) / self.horizon))
 
+    def drop(self, matches) -> None:
+        """Forget the keys for which ``matches(key)`` is true."""
+        for key in [k for k in self._values if matches(k)]:
+            del self._values[key]
+            del self._stamp[key]
+
     def prune(self, now: float, floor: float = 0.01) -> None:
         """Forget keys whose count decayed below ``floor`` (keeps memory bounded)."""
         for key in [k for k in self._values if self.value(k, now) < floor]:

@@ -206,6 +206,19 @@ class FeatureState:
         self.frames = {kind: self._frame(now, st) for kind, st in self.kinds.items()}
         return self.frames
 
+    def forget(self, node: str) -> None:
+        """Drop what the state remembers of the node's entities (its parts were replaced): their rates,
+        levels, baselines and event counts start again from their next samples."""
+        for st in self.kinds.values():
+            rows = st.index.rows_of_node(node)
+            if not len(rows):
+                continue
+            for a in (st.rates, st.counter_seen, st.fast, st.slow, st.gauge_seen, st.peer, st.peer_base,
+                      st.load_since):
+                a[rows] = np.nan
+            st.load[rows] = -1
+            st.events[rows] = 0.0
+
     # -- folding ---------------------------------------------------------------------------------
     def _split(self, frame: pd.DataFrame, kind_cols: dict[str, dict[str, int]]):
         """Per kind: rows, columns and positions of the frame's entries that a kind tracks."""

@@ -41,6 +41,10 @@ class RowIndex:
     def __len__(self) -> int:
         return len(self.keys)
 
+    def rows_of_node(self, node: str) -> np.ndarray:
+        """Rows of the node's own entities (``node`` and ``node/...``)."""
+        return np.flatnonzero([k == node or k.startswith(node + "/") for k in self.keys])
+
     def lookup(self, keys: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
         """Rows of ``keys`` and the keys that were new (already given their rows)."""
         last = self._last

@@ -21,7 +21,7 @@ from threadpoolctl import ThreadpoolController
 from detectors.evaluation import Fault
 from detectors.features import FEATURES, RATE_HORIZONS, FeatureFrame
 from detectors.rules import Evidence, TickInput
-from detectors.schema import State
+from detectors.schema import State, node_of
 
 # Feature name fragments -> (category, words); the first match wins.
 _WORDS = (
@@ -192,6 +192,11 @@ class Persistence:
             if e in self.above:
                 self._forget(e)
 
+    def forget_node(self, node: str) -> None:
+        """Drop the run lengths and evidence of the node's entities."""
+        for e in [e for e in self.above if node_of(e) == node]:
+            self._forget(e)
+
     def _forget(self, e: str) -> None:
         del self.above[e]
         self.scored_at.pop(e, None)
@@ -308,6 +313,12 @@ class LearnedDetector(ABC):
     @abstractmethod
     def _score(self, kind: str, Xt: np.ndarray) -> np.ndarray:
         """Scores of transformed feature rows of ``kind``, higher = worse."""
+
+    def forget(self, node: str) -> None:
+        """Drop the node's run lengths above the threshold (its parts were replaced; the features it is
+        scored on forget their past in :meth:`detectors.features.FeatureState.forget`)."""
+        if hasattr(self, "_persist"):
+            self._persist.forget_node(node)
 
     def update(self, tick: TickInput) -> list[Evidence]:
         self._start()

@@ -140,6 +140,18 @@ class PeerDeviation:
         self._models = None
         return self
 
+    def forget(self, node: str) -> None:
+        """Drop the node's smoothed residuals and own baselines (its parts were replaced)."""
+        if not hasattr(self, "_rows"):
+            return
+        rows = self._rows.index.rows_of_node(node)
+        for e in (*self._smooth.values(), *self._own.values()):
+            e.value[rows], e.at[rows] = np.nan, np.nan
+        for m in self._hot:
+            self._hot[m][rows] = False
+        self._slow_now[rows] = False
+        self._load_state[rows], self._load_since[rows] = -1, np.nan
+
     def _grow(self, n: int) -> None:
         for e in (*self._smooth.values(), *self._own.values()):
             e.grow(n)

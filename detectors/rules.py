@@ -179,6 +179,16 @@ class RuleDetector:
     def _latch(self, ev: Evidence, until: float, tag: str = "") -> None:
         self._latches[ev.entity].append((until, ev, tag))
 
+    def forget(self, node: str) -> None:
+        """Drop the node's latched evidence and event counts (its parts were replaced)."""
+        if not hasattr(self, "catalog_"):
+            return
+        for entity in [e for e in (*self._latches, *self._app_xids) if node_of(e) == node]:
+            self._latches.pop(entity, None)
+            self._app_xids.pop(entity, None)
+        for counts in (self._hourly, self._daily):  # keys are "what|entity"
+            counts.drop(lambda key: node_of(key.rsplit("|", 1)[-1]) == node)
+
     def clear_latch(self, entity: str, tag: str) -> None:
         """Drop an entity's latched evidence carrying ``tag`` (e.g. a link that came back up)."""
         if entity in self._latches:

@@ -19,7 +19,7 @@ import math
 import numpy as np
 
 from detectors.rules import Evidence, TickInput
-from detectors.schema import State, names_in
+from detectors.schema import State, names_in, node_of
 
 # counter -> (prior per hour, elevated floor per hour, category, words)
 COUNTERS = {
@@ -57,6 +57,14 @@ class TrendDetector:
         self._alarm: dict[tuple[str, str], tuple[float, float, float]] = {}  # until, rate, lam0
         self._last_now: float | None = None
         return self
+
+    def forget(self, node: str) -> None:
+        """Drop the node's sums, baselines and alarms (its parts were replaced)."""
+        if not hasattr(self, "_s"):
+            return
+        for d in (self._s, self._lam0, self._alarm):
+            for key in [k for k in d if node_of(k[0]) == node]:
+                del d[key]
 
     def update(self, tick: TickInput) -> list[Evidence]:
         if not hasattr(self, "_s"):

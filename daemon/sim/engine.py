@@ -320,15 +320,19 @@ class Simulator:
         carry_gpu = {m: np.zeros(t.n_gpus) for m in GPU_COUNTERS}
         carry_port = {m: np.zeros(t.n_ports) for m in PORT_COUNTERS}
         xid_last = np.zeros(t.n_gpus)
-        pending_lines = sorted((line for p in self.placed for line in p.lines
-                                if p.inst.until is None or line[0] <= p.inst.until), key=lambda x: (x[0], x[1], x[2]))
-        self._codes = sorted(c for p in self.placed for c in p.codes if p.inst.until is None or c[0] <= p.inst.until)
+        # Each line and code with its fault: a fault's ``until`` can move while the run goes on (the closed
+        # loop repairs a node early), and nothing of it is emitted after that.
+        pending_lines = sorted(((line, p.inst) for p in self.placed for line in p.lines),
+                               key=lambda x: (x[0][0], x[0][1], x[0][2]))
+        self._codes = sorted(((c, p.inst) for p in self.placed for c in p.codes), key=lambda x: x[0])
         li = 0
         for s0 in range(0, steps, chunk_steps):
             ts = sc.start + sc.resolution * np.arange(s0 + 1, min(s0 + chunk_steps, steps) + 1)
             chunk_lines = []
-            while li < len(pending_lines) and pending_lines[li][0] <= ts[-1]:
-                chunk_lines.append(pending_lines[li])
+            while li < len(pending_lines) and pending_lines[li][0][0] <= ts[-1]:
+                line, inst = pending_lines[li]
+                if inst.until is None or line[0] <= inst.until:
+                    chunk_lines.append(line)
                 li += 1
             yield self._chunk(ts, rng, carry_gpu, carry_port, xid_last, chunk_lines)
 
@@ -492,9 +496,13 @@ class Simulator:
         """npu-exporter's first error-code slot: the latest active Ascend fault code per GPU row (0: none); a
         fault's code holds until the NPU is reset (a counter reset, as after a reboot), a job's own for 5 min."""
         out = np.zeros((self.topo.n_gpus, len(ts)))
-        for start, row, code, until in self._codes:
+        for (start, row, code, until), inst in self._codes:
             if start > ts[-1]:
                 break
+            if inst.until is not None:
+                if start > inst.until:
+                    continue
+                until = min(until, inst.until)
             if until < ts[0]:
                 continue
             on = (ts >= start) & (ts < until)

@@ -153,3 +153,11 @@ def test_cli_closed_loop(tmp_path):
     bad = subprocess.run([sys.executable, "-m", "daemon", "simulate", str(sc), "--closed-loop", "--policy", "eager"],
                          capture_output=True, text=True, timeout=60, cwd=ROOT)
     assert bad.returncode == 2 and "--policy takes" in bad.stderr
+
+
+def test_a_repaired_node_comes_back_and_is_judged_on_its_new_parts():
+    """With a 30-minute repair, the nodes drained ahead of their failures are back within the scenario: the
+    technician returns them and raswarden, told their parts are new, does not drain them again."""
+    r = run(simulator(), "full", LoopOptions(repair_s=1800.0))
+    assert r.drains_false == 0 and r.drains_true >= 2, r.as_dict()
+    assert r.gpu_hours["idle_drained"] < 8.0, r.gpu_hours

@@ -25,6 +25,8 @@ def test_contract(name):
     assert det.fit() is det and hasattr(det, "threshold_")
     out = det.update(EMPTY)
     assert isinstance(out, list) and all(isinstance(e, Evidence) for e in out)
+    det.forget("sn01-b01")  # a repaired node: every detector that remembers entities forgets it
+    assert cls().forget("sn01-b01") is None  # before fit too
 
 
 def test_build():

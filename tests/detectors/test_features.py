@@ -198,3 +198,13 @@ def test_an_own_baseline_does_not_start_from_one_odd_tick():
         fs.update(t, inc([]), gauges(rows))
     f = fs.frames["accelerator"].frame()
     assert abs(f.loc["n1/gpu6", "power_w_peer_residual_change"]) < 2.0
+
+
+def test_forget_restarts_only_the_repaired_nodes_rows():
+    fs = FeatureState()
+    fs.update(0.0, inc([("n1/gpu0", "ecc_sbe_total", 0), ("n2/gpu0", "ecc_sbe_total", 0)]), NO_GAUGES)
+    fs.update(30.0, inc([("n1/gpu0", "ecc_sbe_total", 9), ("n2/gpu0", "ecc_sbe_total", 9)]), NO_GAUGES)
+    fs.forget("n1")
+    fs.update(60.0, inc([("n1/gpu0", "ecc_sbe_total", 0), ("n2/gpu0", "ecc_sbe_total", 0)]), NO_GAUGES)
+    f = fs.frames["accelerator"].frame()
+    assert f.loc["n1/gpu0", "ecc_sbe_per_h_1h"] == 0.0 and f.loc["n2/gpu0", "ecc_sbe_per_h_1h"] > 0

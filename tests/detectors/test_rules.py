@@ -118,3 +118,12 @@ def test_xid_154_from_the_gauge_alone_is_subhealthy():
     ev = run(det, 30, [(20, "n/gpu0", "xid", 154, "error", "reported by dcgm-exporter DCGM_FI_DEV_XID_ERRORS",
                         "dcgm-exporter", None, None)])
     assert worst(ev, "n/gpu0") == State.SUBHEALTHY
+
+
+def test_forget_drops_only_the_repaired_nodes_latches():
+    det = RuleDetector().fit()
+    run(det, 30, [xid(20, "n1/gpu0", 79), xid(20, "n2/gpu0", 79), xid(25, "n10/gpu0", 79)])
+    det.forget("n1")  # not n10
+    ev = run(det, 60)
+    assert worst(ev, "n1/gpu0") == State.HEALTHY
+    assert worst(ev, "n2/gpu0") == worst(ev, "n10/gpu0") == State.FAILED

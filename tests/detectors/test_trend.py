@@ -50,3 +50,12 @@ def test_after_a_burst_of_any_size_the_alarm_clears_soon_after_the_errors_stop()
     # capped at 2h: h / (6/h - prior) = 4.2 hours of decay for correctable ECC, plus the hour's hold
     flagged = [k for k in range(2, 8 * 120) if tick(det, 30 * k, 0)]
     assert flagged and 30 * flagged[-1] <= 5.5 * 3600
+
+
+def test_forget_drops_only_the_repaired_nodes_alarms():
+    det = TrendDetector().fit()
+    for entity in ("n1/gpu0", "n2/gpu0"):
+        inc = pd.DataFrame({"entity": [entity], "metric": ["pcie_replay_total"], "increase": [500.0], "resets": [0]})
+        det.update(TickInput(30, events_frame([]), inc, EMPTY_G))
+    det.forget("n1")
+    assert [e.entity for e in tick(det, 60, 0)] == ["n2/gpu0"]
