@@ -532,7 +532,8 @@ def cmd_node(args: argparse.Namespace) -> int:
     with _config_and_store(args) as (cfg, store):
         try:
             print(node_action(scheduler_from_config(cfg), store, args.command, args.node, args.reason,
-                              args.by or getpass.getuser(), args.force if args.command == "resume" else False))
+                              args.by or getpass.getuser(), args.force if args.command == "resume" else False,
+                              repaired=getattr(args, "repaired", False)))
             return 0
         except OperatorError as exc:
             print(f"raswarden: {exc}", file=sys.stderr)
@@ -828,6 +829,8 @@ def build_parser() -> argparse.ArgumentParser:
         p.add_argument("--by", help="who (default: the current user)")
         if name == "resume":
             p.add_argument("--force", action="store_true", help="also resume a node someone else drained")
+            p.add_argument("--repaired", action="store_true",
+                           help="its parts were replaced: the running daemon's detectors forget their history")
         config_args(p)
         p.set_defaults(func=cmd_node)
 

@@ -7,6 +7,8 @@ from __future__ import annotations
 
 import time
 
+from sqlmodel import select
+
 from daemon.alerting.silences import Silence, SilenceBook
 from daemon.store import ActionRow, Store
 from playbooks.duration import parse_duration
@@ -23,8 +25,11 @@ class OperatorError(Exception):
 
 
 def node_action(scheduler: Scheduler | None, store: Store, command: str, node: str, reason: str, who: str,
-                force: bool = False) -> str:
-    """Drain or resume ``node`` as the operator ``who`` (journaled); someone else's drain only with ``force``."""
+                force: bool = False, repaired: bool = False) -> str:
+    """Drain or resume ``node`` as the operator ``who`` (journaled); someone else's drain only with ``force``.
+
+    A resume with ``repaired`` says the node's parts were replaced: the running daemon's detectors forget
+    what they remember of its entities (see :func:`repaired_nodes`)."""
     if command not in ("drain", "resume"):
         raise OperatorError(f"unknown command {command!r}", 400)
     if not reason.strip():
@@ -46,10 +51,20 @@ def node_action(scheduler: Scheduler | None, store: Store, command: str, node: s
         raise OperatorError(f"{exc}" + (" (temporary: try again)" if exc.retryable else ""), 503) from None
     now = time.time()
     with store.session() as s:
+        detail = {"node": node, "by": who, "reason": reason} | ({"repaired": True} if repaired else {})
         s.add(ActionRow(idempotency_key=f"manual:{command}:{node}:{now:.6f}", incident_id="-", playbook="manual",
-                        step=command, status="done", ts=now, detail={"node": node, "by": who, "reason": reason}))
+                        step=command, status="done", ts=now, detail=detail))
         s.commit()
-    return f"{node}: {command} ({reason}) by {who}"
+    return f"{node}: {command} ({reason}) by {who}" + (", parts replaced" if repaired else "")
+
+
+def repaired_nodes(store: Store, after_id: int) -> tuple[list[str], int]:
+    """Nodes an operator resumed as repaired since journal row ``after_id``, and the last row id read."""
+    with store.session() as s:
+        rows = s.exec(select(ActionRow).where(ActionRow.playbook == "manual", ActionRow.step == "resume",
+                                              ActionRow.id > after_id).order_by(ActionRow.id)).all()
+    nodes = [r.detail["node"] for r in rows if r.detail.get("repaired")]
+    return nodes, max([after_id] + [r.id for r in rows])
 
 
 def approve(remediation, target: str, who: str) -> list[str]:

@@ -46,6 +46,7 @@ from daemon.config import Config, ConfigError, load
 from daemon.formats.base import ReadContext
 from daemon.lease import Lease, shard_lease
 from daemon.naming import SeriesMapper
+from daemon.operator import repaired_nodes
 from daemon.pipeline import Pipeline, PipelineConfig
 from daemon.rejects import RejectLog
 from daemon.remediation import Remediation, scheduler_from_config
@@ -88,6 +89,7 @@ class Service:
         self.cycles = 0
         self.last = CycleReport()
         self.previous_tick: float | None = None
+        self.repairs_seen = 0  # the journal row up to which operators' "repaired" resumes were taken in
         self.scheduler: BackgroundScheduler | None = None
         self.stop_event = threading.Event()
         self.reload_event = threading.Event()
@@ -126,6 +128,7 @@ class Service:
     def activate(self) -> None:
         """Become the shard's active daemon: take up the store's incidents, states and cursors."""
         incidents, states = self.pipeline.restore(self.store)
+        _, self.repairs_seen = repaired_nodes(self.store, 0)  # earlier repairs: the features start afresh anyway
         for c in self.collectors:
             c.restore(self.store.collector_state(c.name))
         self.active = True
@@ -165,6 +168,10 @@ class Service:
             batch = merge_batches(batches)
             batch, late = self._drop_late(batch)
             states = {c.name: dict(c.state) for c in self.collectors if c.state}
+            repaired, self.repairs_seen = repaired_nodes(self.store, self.repairs_seen)
+            for node in repaired:
+                log.info("%s: an operator resumed it as repaired; the detectors forget its history", node)
+                self.pipeline.forget(node)
             result = self.pipeline.tick(now, batch, collector_state=states)
             self.previous_tick = now
             self.cycles += 1

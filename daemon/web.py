@@ -8,7 +8,7 @@
 | GET | ``/api/v1/entities``, ``/api/v1/incidents[?status=open]``, ``/api/v1/actions``, ``/api/v1/silences`` | JSON |
 | POST | ``/api/v1/incidents/{id}/approve`` ``{"by"}`` | approve an action waiting for an operator |
 | POST | ``/api/v1/silences`` ``{"matchers", "duration", "comment", "by"}`` | add a silence |
-| POST | ``/api/v1/nodes/{node}/resume`` ``{"reason", "by", "force"}`` (and ``/drain``) | an operator's drain/resume |
+| POST | ``/api/v1/nodes/{node}/resume`` ``{"reason", "by", "force", "repaired"}`` (``/drain``) | by hand |
 
 Writes need ``Authorization: Bearer <token>`` (``[http] token_file``/``token_credential``); without a
 configured token they are refused. The page is plain HTML and inline SVG: no script, no external asset.
@@ -266,7 +266,8 @@ def _handler(service, token: str | None):
                     from daemon.remediation import scheduler_from_config
 
                     text = node_action(scheduler_from_config(service.cfg), service.store, parts[4], parts[3],
-                                       str(body.get("reason", "")), who, bool(body.get("force", False)))
+                                       str(body.get("reason", "")), who, bool(body.get("force", False)),
+                                       repaired=parts[4] == "resume" and bool(body.get("repaired", False)))
                     self._json(200, {"done": text})
                 else:
                     self._json(404, {"error": f"no such path {url.path}"})

@@ -92,8 +92,15 @@ def test_operator_drain_and_resume_through_the_cli(slurm, tmp_path):
     assert out.returncode == 0, out.stderr
     info = SlurmScheduler(slurm.conf).snapshot().nodes["node3"]
     assert DRAIN in info.states and info.reason == "raswarden: manual by alice: fan noise"
-    assert run("resume", "node3", "--reason", "fans replaced").returncode == 0
+    out = run("resume", "node3", "--reason", "fans replaced", "--repaired")
+    assert out.returncode == 0 and "parts replaced" in out.stdout, out.stderr
     slurm.wait(lambda: slurm.node_state("node3") == "idle", 15)
+    from daemon.operator import repaired_nodes
+    from daemon.store import Store
+
+    store = Store(f"sqlite:///{tmp_path / 's.db'}")
+    assert repaired_nodes(store, 0)[0] == ["node3"]  # what the running daemon takes in on its next cycle
+    store.close()
     slurm.run("scontrol", "update", "NodeName=node4", "State=DRAIN", "Reason=RMA 123")
     refused = run("resume", "node4", "--reason", "looks fine")
     assert refused.returncode == 1 and "drained by root ('RMA 123')" in refused.stderr

@@ -46,6 +46,29 @@ def test_cycles_collect_tick_and_open_an_incident_for_a_gpu_off_the_bus(live):
         svc.stop()
 
 
+def test_an_operator_resume_as_repaired_makes_the_running_daemon_forget_the_node(live):
+    """`raswarden resume NODE --repaired` (or the API) writes the journal; the daemon's next cycle takes it in
+    and its detectors drop what they remember of the node (here the latched Xid 79), no other node's."""
+    from daemon.operator import node_action
+    from daemon.sim.scheduler import SimScheduler
+
+    svc = Service(load(live.config()))
+    try:
+        def gpu5_latched():
+            svc.cycle()
+            return "sn01-b02/gpu5" in svc.pipeline.rules._latches
+
+        until(gpu5_latched)
+        done = node_action(SimScheduler(["sn01-b02"]), svc.store, "resume", "sn01-b02", "GPU replaced", "tester",
+                           repaired=True)
+        assert done.endswith("parts replaced")
+        svc.cycle()
+        assert "sn01-b02/gpu5" not in svc.pipeline.rules._latches
+        assert svc.repairs_seen > 0
+    finally:
+        svc.stop()
+
+
 def test_a_restarted_daemon_takes_up_its_incidents_and_reads_no_event_twice(live):
     path = live.config()
     svc = Service(load(path))
