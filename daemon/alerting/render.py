@@ -32,7 +32,7 @@ def commands(alert: Alert) -> list[str]:
     if "awaiting approval" in action:
         out.append(f"raswarden approve {alert.incident_id}")
     if "drain" in action:
-        out.append(f"raswarden resume {alert.entity.split('/', 1)[0]} --reason " + shlex.quote("repaired"))
+        out.append(f"raswarden resume {alert.entity.split('/', 1)[0]} --reason repaired --repaired")
     return out
 
 

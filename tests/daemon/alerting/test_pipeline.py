@@ -155,7 +155,7 @@ def test_messages_say_what_raswarden_did_and_a_new_step_is_news(store):
     assert n.alerts[0].action == "playbook subhealthy-node-idle: drain dry-run (dry-run)"
     from daemon.alerting.render import commands
 
-    assert any(c.startswith("raswarden resume sn01-b07") for c in commands(n.alerts[0]))
+    assert any(c.startswith("raswarden resume sn01-b07") and c.endswith("--repaired") for c in commands(n.alerts[0]))
     action.status, action.approval = "awaiting_approval", True
     StoreJournal(store).save(action)
     (n, _), = p.step(T0 + 700)
