@@ -92,11 +92,12 @@ def sample_instances(sim: Simulator, spec: SampleSpec) -> list[FaultInstance]:
         else:
             entity = name
         out.append(FaultInstance.place(template, entity, float(t), None, rng))
+    standing: set[str] = set()  # nodes with a standing confounder: one slot is not warm twice over
     for fault, per_day in sorted(spec.confounders_per_day.items()):
         n = int(rng.poisson(per_day * sc.duration / 86400.0))
         for t in np.sort(rng.uniform(sc.start, sc.start + sc.duration, n)):
             template = sim._template(fault, None)
-            entity = sim._random_entity(template.target)
+            entity = sim._random_entity(template.target, standing if fault in STANDING else None)
             if fault in STANDING:  # a property of the slot, there all along: never a step in mid-trace
                 out.append(FaultInstance.place(template, entity, sc.start, sc.start + sc.duration, rng))
             else:

@@ -46,3 +46,14 @@ def test_sampled_warm_slots_stand_for_the_whole_scenario(library):
     assert slots
     for inst in slots:
         assert inst.onset == sc.start and inst.failure == inst.until == sc.start + sc.duration
+
+
+def test_no_slot_is_warm_twice_over(library):
+    """Two warm slots drawn onto one GPU added up to a GPU 11 °C and its HBM 15 °C above its peers, which
+    is no longer "a few degrees, steady" (30-day seed 2001's only false drain, idle for the whole month)."""
+    sc = Scenario.from_dict({"name": "w", "seed": 2001, "duration": "30d", "resolution": "60s",
+                             "topology": {"accelerators": 640},
+                             "sample": {"faults_per_node_year": 0.0, "confounders_per_day": {"benign_warm_slot": 1}}})
+    nodes = [p.inst.entity.split("/")[0] for p in Simulator(sc, library).placed
+             if p.inst.template.fault == "benign_warm_slot"]
+    assert len(nodes) > 20 and len(set(nodes)) == len(nodes)
