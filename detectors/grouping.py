@@ -11,6 +11,8 @@ from collections.abc import Mapping
 import numpy as np
 import pandas as pd
 
+from detectors.schema import node_of
+
 def peer_group(entity: str, models: Mapping[str, str] | None = None) -> str:
     """The peer group of an accelerator: its node, the kind of its id (``gpu``, ``npu``, ``dcu``) and its model
     where the telemetry names one, so that peers never mix vendors or models (a node with two models has two
@@ -43,7 +45,7 @@ class RowIndex:
 
     def rows_of_node(self, node: str) -> np.ndarray:
         """Rows of the node's own entities (``node`` and ``node/...``)."""
-        return np.flatnonzero([k == node or k.startswith(node + "/") for k in self.keys])
+        return np.flatnonzero([node_of(k) == node for k in self.keys])
 
     def lookup(self, keys: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
         """Rows of ``keys`` and the keys that were new (already given their rows)."""
