@@ -57,6 +57,8 @@ def main() -> None:
     ap.add_argument("--jobs", type=int, default=2)
     ap.add_argument("--out", type=Path, default=ROOT / "bench" / "results" / "closedloop.json")
     ap.add_argument("--report", action="store_true", help="only print the table of --out")
+    ap.add_argument("--with", dest="extra", type=Path, nargs="*", default=[],
+                    help="more result files (other writers' runs, e.g. other seeds) joined to --out's in the table")
     args = ap.parse_args()
     from daemon.closedloop import ACCOUNTING_VERSION, LoopOptions, LoopResult, table
 
@@ -88,6 +90,11 @@ def main() -> None:
                       f"{time.perf_counter() - started:.0f} s in all)", flush=True)
                 write_results(args.out, {"options": {k: v for k, v in opts.__dict__.items() if k != "guards"}
                                          | {"guards": opts.guards.__dict__}, "runs": runs})
+    for extra in args.extra:  # one run per (scenario, seed, policy) and what it ran with
+        more = json.loads(extra.read_text()).get("runs", [])
+        key = lambda r: (r["scenario"], r["seed"], r["policy"], r.get("model", ""), r.get("playbooks", ""),
+                         r.get("accounting", 1))
+        runs = list({key(r): r for r in runs + more}.values())
     chosen = [r for r in runs if r["seed"] in set(seeds(args.seeds)) and same(r, r["seed"], r["policy"])]
     # A seed counts once all of its policies have run.
     complete = {s for s in seeds(args.seeds) if all(any(same(r, s, p) for r in chosen) for p in policies)}
