@@ -60,7 +60,7 @@ def main() -> None:
     ap.add_argument("--with", dest="extra", type=Path, nargs="*", default=[],
                     help="more result files (other writers' runs, e.g. other seeds) joined to --out's in the table")
     args = ap.parse_args()
-    from daemon.closedloop import ACCOUNTING_VERSION, LoopOptions, LoopResult, table
+    from daemon.closedloop import ACCOUNTING_VERSION, LoopOptions, LoopResult, per_seed_table, table
 
     policies = args.policies.split(",")
     runs: list[dict] = json.loads(args.out.read_text()).get("runs", []) if args.out.exists() else []
@@ -100,10 +100,13 @@ def main() -> None:
     complete = {s for s in seeds(args.seeds) if all(any(same(r, s, p) for r in chosen) for p in policies)}
     results = [LoopResult(r["scenario"], r["seed"], r["policy"], r["node_days"], r["gpu_hours"], r["drains_true"],
                           r["drains_false"], r["faults"], r["hard_faults"], r["acted_before_failure"],
-                          r.get("symptom_to_action_s", []), r["wall_s"], r["ticks"])
+                          r.get("symptom_to_action_s", []), r["wall_s"], r["ticks"], r.get("acted_by_class", {}),
+                          r.get("failed", 0))
                for r in chosen if r["seed"] in complete]
     print(f"{args.scenario}: {len(complete)} complete seed(s)")
     print(table(results))
+    print()
+    print(per_seed_table(results))
 
 
 if __name__ == "__main__":

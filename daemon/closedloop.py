@@ -391,3 +391,25 @@ def table(results: list[LoopResult]) -> str:
                 lines.append(f"| {name} | " + " | ".join(
                     _spread(ratios, ".2f") if p == "full" else "" for p in policies) + " |")
     return "\n".join(lines)
+
+
+def per_seed_table(results: list[LoopResult]) -> str:
+    """A markdown table, one row per seed: each policy's net loss, full's ratio to reactive's, and what full
+    did there (drains, hard faults drained ahead of failure, idle on drained nodes): the seeds to read first."""
+    policies = [p for p in POLICIES if any(r.policy == p for r in results)]
+    by = {(r.scenario, r.seed, r.policy): r for r in results}
+    lines = ["| seed | hard faults (failed under none) | " + " | ".join(f"{p} net loss" for p in policies)
+             + " | full / reactive | full: drains true / false, acted ahead, idle on drained |",
+             "|---|---|" + "---|" * len(policies) + "---|---|"]
+    for scenario, seed in sorted({(r.scenario, r.seed) for r in results}):
+        row = {p: by.get((scenario, seed, p)) for p in policies}
+        any_run = next(r for r in row.values() if r is not None)
+        failed = f" ({row['none'].failed})" if row.get("none") is not None else ""
+        cells = [f"{r.gpu_hours['net_loss']:.0f}" if r is not None else "-" for r in row.values()]
+        full, reactive = row.get("full"), row.get("reactive")
+        ratio = (f"{full.gpu_hours['net_loss'] / reactive.gpu_hours['net_loss']:.2f}"
+                 if full is not None and reactive is not None and reactive.gpu_hours["net_loss"] else "")
+        did = (f"{full.drains_true} / {full.drains_false}, {full.acted_before_failure} / {full.hard_faults}, "
+               f"{full.gpu_hours['idle_drained']:.0f}" if full is not None else "")
+        lines.append(f"| {seed} | {any_run.hard_faults}{failed} | " + " | ".join(cells) + f" | {ratio} | {did} |")
+    return "\n".join(lines)

@@ -11,7 +11,7 @@ from pathlib import Path
 
 import pytest
 
-from daemon.closedloop import LoopOptions, carries_fault, run, score_actions, table
+from daemon.closedloop import LoopOptions, carries_fault, per_seed_table, run, score_actions, table
 from daemon.sim.engine import Simulator
 from daemon.sim.scenario import Scenario
 
@@ -128,6 +128,17 @@ def test_table_puts_policies_side_by_side(results):
     text = table(list(results.values()))
     assert text.splitlines()[0] == "| 1 run(s) | none | reactive | full |"
     assert "| full's net loss / reactive's |" in text
+
+
+def test_per_seed_table_gives_each_seeds_losses_and_full_over_reactive(results):
+    rows = per_seed_table(list(results.values())).splitlines()
+    assert len(rows) == 3  # header, rule, the one seed
+    cells = [c.strip() for c in rows[2].strip("|").split("|")]
+    none, reactive, full = (results[p] for p in ("none", "reactive", "full"))
+    assert cells[1] == f"{none.hard_faults} ({none.failed})"
+    assert cells[2:5] == [f"{r.gpu_hours['net_loss']:.0f}" for r in (none, reactive, full)]
+    assert float(cells[5]) == pytest.approx(full.gpu_hours["net_loss"] / reactive.gpu_hours["net_loss"], abs=0.005)
+    assert cells[6].startswith(f"{full.drains_true} / {full.drains_false}, {full.acted_before_failure} / ")
 
 
 def test_unknown_policy_is_refused():
