@@ -66,8 +66,9 @@ def main() -> None:
     runs: list[dict] = json.loads(args.out.read_text()).get("runs", []) if args.out.exists() else []
 
     def same(r: dict, seed: int, policy: str) -> bool:
+        # A model is known by its directory's name: runs written from another checkout hold another path.
         return (r["scenario"], r["seed"], r["policy"]) == (args.scenario, seed, policy) and (
-            policy != "full" or r.get("model", args.model) == args.model) and (
+            policy != "full" or Path(r.get("model", args.model)).name == Path(args.model).name) and (
             r.get("playbooks", "") == args.playbooks) and (
             r.get("accounting", 1) == ACCOUNTING_VERSION)
 
