@@ -57,10 +57,11 @@ def main() -> None:
     ap.add_argument("--jobs", type=int, default=2)
     ap.add_argument("--out", type=Path, default=ROOT / "bench" / "results" / "closedloop.json")
     ap.add_argument("--report", action="store_true", help="only print the table of --out")
+    ap.add_argument("--faults", type=int, metavar="SEED", help="also print what happened to each fault of SEED")
     ap.add_argument("--with", dest="extra", type=Path, nargs="*", default=[],
                     help="more result files (other writers' runs, e.g. other seeds) joined to --out's in the table")
     args = ap.parse_args()
-    from daemon.closedloop import ACCOUNTING_VERSION, LoopOptions, LoopResult, per_seed_table, table
+    from daemon.closedloop import ACCOUNTING_VERSION, LoopOptions, LoopResult, fault_table, per_seed_table, table
 
     policies = args.policies.split(",")
     runs: list[dict] = json.loads(args.out.read_text()).get("runs", []) if args.out.exists() else []
@@ -102,12 +103,18 @@ def main() -> None:
     results = [LoopResult(r["scenario"], r["seed"], r["policy"], r["node_days"], r["gpu_hours"], r["drains_true"],
                           r["drains_false"], r["faults"], r["hard_faults"], r["acted_before_failure"],
                           r.get("symptom_to_action_s", []), r["wall_s"], r["ticks"], r.get("acted_by_class", {}),
-                          r.get("failed", 0))
+                          r.get("failed", 0), r.get("fault_outcomes", []))
                for r in chosen if r["seed"] in complete]
     print(f"{args.scenario}: {len(complete)} complete seed(s)")
     print(table(results))
     print()
     print(per_seed_table(results))
+    of_seed = [r for r in results if r.seed == args.faults]
+    if of_seed and all(r.fault_outcomes for r in of_seed):
+        print(f"\nseed {args.faults}, fault by fault:")
+        print(fault_table(of_seed))
+    elif args.faults is not None:
+        print(f"\nseed {args.faults}: no per-fault outcomes (not complete, or run before they were recorded)")
 
 
 if __name__ == "__main__":

@@ -94,6 +94,8 @@ class LoopResult:
     # per fault class: [hard faults acted on before failure, hard faults]
     acted_by_class: dict[str, list[int]] = field(default_factory=dict)
     failed: int = 0  # hard faults whose failure happened (the others were repaired after a drain ahead of it)
+    # per fault: what happened to it and what it cost (see :func:`fault_outcomes`)
+    fault_outcomes: list[dict] = field(default_factory=list)
 
     @property
     def false_drains_per_1000_node_days(self) -> float:
@@ -109,7 +111,7 @@ class LoopResult:
                 "acted_before_failure": self.acted_before_failure,
                 "symptom_to_action_median_s": statistics.median(s2a) if s2a else None,
                 "symptom_to_action_s": [round(x, 1) for x in s2a],
-                "acted_by_class": self.acted_by_class, "failed": self.failed,
+                "acted_by_class": self.acted_by_class, "failed": self.failed, "fault_outcomes": self.fault_outcomes,
                 "wall_s": round(self.wall_s, 1), "ticks": self.ticks}
 
 
@@ -179,6 +181,31 @@ def _return_repaired(sched: SimScheduler, under_repair: set[str], now: float,
                 pipeline.forget(name)
 
 
+def fault_outcomes(insts: list, at_failure: dict[int, dict], repaired_early: set[int],
+                   actions: dict[str, list[float]], drains: dict[str, list[float]], start: float) -> list[dict]:
+    """What happened to each fault (benign ones left out), to read a seed by: its class, entity, onset and
+    drawn failure (hours from the scenario's start), raswarden's first action on its node and first drain
+    from its onset (hours after onset), whether it was repaired ahead of its failure, and, if it failed:
+    whether its node was drained then or already out for another fault's repair, the job on the node (its
+    GPUs; whether it opted in to checkpoint signals, since a job that did not is left running on a drained
+    node) and the work the failure cost (``lost_gpu_h``, the job's hang included)."""
+    out = []
+    for i, inst in enumerate(insts):
+        node = _node_of(inst.entity)
+        acted = [t for t in actions.get(node, []) if t >= inst.onset]
+        drained = [t for t in drains.get(node, []) if t >= inst.onset]
+        row = {"fault": inst.template.fault, "template": inst.template.template, "entity": inst.entity,
+               "onset_h": round((inst.onset - start) / 3600, 3),
+               "failure_h": round((inst.failure - start) / 3600, 3) if inst.template.fails else None,
+               "first_action_h": round((min(acted) - inst.onset) / 3600, 3) if acted else None,
+               "first_drain_h": round((min(drained) - inst.onset) / 3600, 3) if drained else None,
+               "repaired_early": i in repaired_early, "failed": i in at_failure}
+        if i in at_failure:
+            row |= {k: (round(v, 2) if isinstance(v, float) else v) for k, v in at_failure[i].items()}
+        out.append(row)
+    return out
+
+
 def carries_fault(present: list[tuple[str, float, float | None]], node: str, ts: float) -> bool:
     """Whether ``node`` carries a fault at ``ts``: one of ``present`` (node, onset, repaired at or None)
     from its onset until its repair. A drain then is true; any other, on a node that is healthy (or whose
@@ -210,6 +237,7 @@ def run(sim: Simulator, policy: str, opts: LoopOptions | None = None, model=None
                        for i, p in enumerate(open_faults) if p.inst.template.fails), key=lambda f: f[:3])
     repaired_early: set[int] = set()  # the open_faults indices of the failures that never happen
     pending = list(range(len(open_faults)))  # neither failed nor repaired yet
+    at_failure: dict[int, dict] = {}  # open_faults index -> the node and its job when the failure happened
 
     sched = SimScheduler(list(sim.topo.nodes), sim.topo.gpus_per_node)
     for job in plan_jobs(sim, opts):
@@ -268,11 +296,18 @@ def run(sim: Simulator, policy: str, opts: LoopOptions | None = None, model=None
                     continue
                 failed += 1
                 sched.step(t)
+                lost_before, n = sched.gpu_hours.lost_to_failures, sched.nodes[node]
+                job = sched.jobs.get(n.job) if n.job else None
+                at_failure[which] = {"drained": n.drained, "under_repair": max(n.broken_until, n.down_until) > t,
+                                     "job": job.id if job else None,
+                                     "job_gpus": job.n_nodes * per_node if job else 0,
+                                     "job_opted_in": job.opt_in if job else None}
                 if port:
                     sched.interrupt(node)
                 else:
                     sched.break_node(node, t + opts.repair_s, opts.hang_s)
                     operator_due.append((t + opts.operator_response_s, node))
+                at_failure[which]["lost_gpu_h"] = sched.gpu_hours.lost_to_failures - lost_before
             for when, node in [x for x in operator_due if x[0] <= now]:
                 operator_due.remove((when, node))
                 n = sched.nodes[node]
@@ -323,6 +358,7 @@ def run(sim: Simulator, policy: str, opts: LoopOptions | None = None, model=None
     drained = [(detail.split(" ", 1)[0], ts) for ts, what, detail in sched.log if what == "drain"]
     true_drains = sum(1 for node, ts in drained if carries_fault(present, node, ts))
     s2a, before, by_class = score_actions(faults, actions, drains)
+    outcomes = fault_outcomes([p.inst for p in open_faults], at_failure, repaired_early, actions, drains, sc.start)
     acct = sched.gpu_hours
     gpu_hours = {"productive": acct.productive, "allocated": acct.allocated,
                  "lost_to_failures": acct.lost_to_failures, "checkpoints": acct.checkpoints,
@@ -334,7 +370,7 @@ def run(sim: Simulator, policy: str, opts: LoopOptions | None = None, model=None
                  "effective_training_ratio": acct.effective_training_ratio}
     return LoopResult(sc.name, sc.seed, policy, sim.topo.n_nodes * sc.duration / 86400.0, gpu_hours,
                       true_drains, len(drained) - true_drains, len(faults),
-                      len(failures), before, s2a, time.perf_counter() - started, ticks, by_class, failed)
+                      len(failures), before, s2a, time.perf_counter() - started, ticks, by_class, failed, outcomes)
 
 
 ROWS = (("net loss (GPU-h)", lambda r: r.gpu_hours["net_loss"]),
@@ -412,4 +448,34 @@ def per_seed_table(results: list[LoopResult]) -> str:
         did = (f"{full.drains_true} / {full.drains_false}, {full.acted_before_failure} / {full.hard_faults}, "
                f"{full.gpu_hours['idle_drained']:.0f}" if full is not None else "")
         lines.append(f"| {seed} | {any_run.hard_faults}{failed} | " + " | ".join(cells) + f" | {ratio} | {did} |")
+    return "\n".join(lines)
+
+
+def _outcome_cell(o: dict) -> str:
+    drained = f"drained +{o['first_drain_h']:.2f} h" if o["first_drain_h"] is not None else ""
+    if o["repaired_early"]:
+        return f"repaired ahead ({drained})"
+    if not o["failed"]:
+        return drained or "-"
+    if o.get("under_repair"):
+        return "failed while out for repair"
+    why = [drained] if o.get("drained") else []
+    if o.get("job") and o.get("job_opted_in") is False:
+        why.append("job not opted in")
+    lost = f"{o['lost_gpu_h']:.0f} GPU-h" if o.get("job") else "no job"
+    return "failed, " + ", ".join(why + [lost])
+
+
+def fault_table(results: list[LoopResult]) -> str:
+    """A markdown table for one seed, a row per fault and a column per policy: repaired ahead of its failure
+    (and when raswarden drained the node), or failed and what that cost."""
+    policies = [p for p in POLICIES if any(r.policy == p for r in results)]
+    by = {r.policy: r for r in results}
+    first = by[policies[0]]
+    lines = ["| fault | entity | onset (h) | window (h) | " + " | ".join(policies) + " |",
+             "|---|---|---|---|" + "---|" * len(policies)]
+    for i, o in enumerate(first.fault_outcomes):
+        window = f"{o['failure_h'] - o['onset_h']:.2f}" if o["failure_h"] is not None else "-"
+        cells = [_outcome_cell(by[p].fault_outcomes[i]) if i < len(by[p].fault_outcomes) else "?" for p in policies]
+        lines.append(f"| {o['fault']} | {o['entity']} | {o['onset_h']:.1f} | {window} | " + " | ".join(cells) + " |")
     return "\n".join(lines)

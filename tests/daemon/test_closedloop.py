@@ -11,7 +11,8 @@ from pathlib import Path
 
 import pytest
 
-from daemon.closedloop import LoopOptions, carries_fault, per_seed_table, run, score_actions, table
+from daemon.closedloop import (LoopOptions, carries_fault, fault_table, per_seed_table, run, score_actions,
+                               table)
 from daemon.sim.engine import Simulator
 from daemon.sim.scenario import Scenario
 
@@ -139,6 +140,33 @@ def test_per_seed_table_gives_each_seeds_losses_and_full_over_reactive(results):
     assert cells[2:5] == [f"{r.gpu_hours['net_loss']:.0f}" for r in (none, reactive, full)]
     assert float(cells[5]) == pytest.approx(full.gpu_hours["net_loss"] / reactive.gpu_hours["net_loss"], abs=0.005)
     assert cells[6].startswith(f"{full.drains_true} / {full.drains_false}, {full.acted_before_failure} / ")
+
+
+def test_fault_outcomes_say_what_happened_to_each_fault_and_what_it_cost(results):
+    for r in results.values():
+        assert sum(o["failed"] for o in r.fault_outcomes) == r.failed, r.policy
+        assert {o["fault"] for o in r.fault_outcomes} == {"hbm_degradation", "gpu_off_bus", "link_degradation",
+                                                          "fail_slow"}  # the benign ones are left out
+    none = results["none"]
+    hard = [o for o in none.fault_outcomes if o["failure_h"] is not None]
+    assert all(o["failed"] and not o["repaired_early"] and o["first_action_h"] is None for o in hard)
+    assert all(o["lost_gpu_h"] > 0 for o in hard if o["job"])
+    # the failures' own cost; jobs placed on a broken node afterwards crash too, counted beside it
+    assert 0 < sum(o["lost_gpu_h"] for o in hard) <= none.gpu_hours["lost_to_failures"] + 0.01
+    full = {o["fault"]: o for o in results["full"].fault_outcomes}
+    off_bus = full["gpu_off_bus"]
+    assert off_bus["repaired_early"] and not off_bus["failed"] and "lost_gpu_h" not in off_bus
+    assert 0 <= off_bus["first_drain_h"] < off_bus["failure_h"] - off_bus["onset_h"]
+    link = full["link_degradation"]  # notify-only by default: it fails, on a node nobody drained
+    assert link["failed"] and link["drained"] is False and link["first_drain_h"] is None
+
+
+def test_fault_table_gives_each_faults_fate_under_each_policy(results):
+    rows = fault_table(list(results.values())).splitlines()
+    assert rows[0] == "| fault | entity | onset (h) | window (h) | none | reactive | full |"
+    off_bus = next([c.strip() for c in r.strip("|").split("|")] for r in rows if "gpu_off_bus" in r)
+    assert off_bus[4].startswith("failed, ") and off_bus[4].endswith("GPU-h")
+    assert off_bus[6].startswith("repaired ahead (drained +")
 
 
 def test_unknown_policy_is_refused():
