@@ -42,7 +42,9 @@ def one_run(scenario: str, seed: int, policy: str, model: str, interval: float, 
     sc.seed = seed
     result = run(Simulator(sc, ROOT / "fixtures" / "faults"), policy, LoopOptions(interval_s=interval), model=bundle,
                  playbook_dirs=[playbooks] if playbooks else None)
-    return result.as_dict() | {"model": model if policy == "full" else "", "interval_s": interval,
+    return result.as_dict() | {"model": model if policy == "full" else "",
+                               "model_sha256": bundle.meta.get("estimators_sha256", "") if bundle else "",
+                               "interval_s": interval,
                                "playbooks": playbooks, "accounting": ACCOUNTING_VERSION}
 
 
