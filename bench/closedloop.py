@@ -94,19 +94,16 @@ def main() -> None:
                       f"{time.perf_counter() - started:.0f} s in all)", flush=True)
                 write_results(args.out, {"options": {k: v for k, v in opts.__dict__.items() if k != "guards"}
                                          | {"guards": opts.guards.__dict__}, "runs": runs})
-    for extra in args.extra:  # one run per (scenario, seed, policy) and what it ran with
-        more = json.loads(extra.read_text()).get("runs", [])
-        key = lambda r: (r["scenario"], r["seed"], r["policy"], r.get("model", ""), r.get("playbooks", ""),
-                         r.get("accounting", 1))
-        runs = list({key(r): r for r in runs + more}.values())
+    def key(r: dict) -> tuple:  # one run per (scenario, seed, policy) and what it ran with
+        return (r["scenario"], r["seed"], r["policy"], Path(r.get("model", "")).name, r.get("playbooks", ""),
+                r.get("accounting", 1))
+
+    for extra in args.extra:
+        runs = list({key(r): r for r in runs + json.loads(extra.read_text()).get("runs", [])}.values())
     chosen = [r for r in runs if r["seed"] in set(seeds(args.seeds)) and same(r, r["seed"], r["policy"])]
     # A seed counts once all of its policies have run.
     complete = {s for s in seeds(args.seeds) if all(any(same(r, s, p) for r in chosen) for p in policies)}
-    results = [LoopResult(r["scenario"], r["seed"], r["policy"], r["node_days"], r["gpu_hours"], r["drains_true"],
-                          r["drains_false"], r["faults"], r["hard_faults"], r["acted_before_failure"],
-                          r.get("symptom_to_action_s", []), r["wall_s"], r["ticks"], r.get("acted_by_class", {}),
-                          r.get("failed", 0), r.get("fault_outcomes", []))
-               for r in chosen if r["seed"] in complete]
+    results = [LoopResult.from_dict(r) for r in chosen if r["seed"] in complete]
     print(f"{args.scenario}: {len(complete)} complete seed(s)")
     print(table(results))
     print()

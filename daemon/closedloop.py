@@ -97,6 +97,14 @@ class LoopResult:
     # per fault: what happened to it and what it cost (see :func:`fault_outcomes`)
     fault_outcomes: list[dict] = field(default_factory=list)
 
+    @classmethod
+    def from_dict(cls, d: dict) -> LoopResult:
+        """A result as :meth:`as_dict` wrote it (fields that older results lack take their defaults)."""
+        return cls(d["scenario"], d["seed"], d["policy"], d["node_days"], d["gpu_hours"], d["drains_true"],
+                   d["drains_false"], d["faults"], d["hard_faults"], d["acted_before_failure"],
+                   d.get("symptom_to_action_s", []), d["wall_s"], d["ticks"], d.get("acted_by_class", {}),
+                   d.get("failed", 0), d.get("fault_outcomes", []))
+
     @property
     def false_drains_per_1000_node_days(self) -> float:
         return 1000.0 * self.drains_false / self.node_days if self.node_days else 0.0
@@ -185,15 +193,17 @@ def fault_outcomes(insts: list, at_failure: dict[int, dict], repaired_early: set
                    actions: dict[str, list[float]], drains: dict[str, list[float]], start: float) -> list[dict]:
     """What happened to each fault (benign ones left out), to read a seed by: its class, entity, onset and
     drawn failure (hours from the scenario's start), raswarden's first action on its node and first drain
-    from its onset (hours after onset), whether it was repaired ahead of its failure, and, if it failed:
+    from its onset to its repair (hours after onset), whether it was repaired ahead of its failure, and, if it failed:
     whether its node was drained then or already out for another fault's repair, the job on the node (its
     GPUs; whether it opted in to checkpoint signals, since a job that did not is left running on a drained
     node) and the work the failure cost (``lost_gpu_h``, the job's hang included)."""
     out = []
     for i, inst in enumerate(insts):
         node = _node_of(inst.entity)
-        acted = [t for t in actions.get(node, []) if t >= inst.onset]
-        drained = [t for t in drains.get(node, []) if t >= inst.onset]
+        # from its onset until its repair: a later action on the node is for another fault
+        end = inst.until if inst.until is not None else float("inf")
+        acted = [t for t in actions.get(node, []) if inst.onset <= t <= end]
+        drained = [t for t in drains.get(node, []) if inst.onset <= t <= end]
         row = {"fault": inst.template.fault, "template": inst.template.template, "entity": inst.entity,
                "onset_h": round((inst.onset - start) / 3600, 3),
                "failure_h": round((inst.failure - start) / 3600, 3) if inst.template.fails else None,
@@ -453,8 +463,8 @@ def per_seed_table(results: list[LoopResult]) -> str:
 
 def _outcome_cell(o: dict) -> str:
     drained = f"drained +{o['first_drain_h']:.2f} h" if o["first_drain_h"] is not None else ""
-    if o["repaired_early"]:
-        return f"repaired ahead ({drained})"
+    if o["repaired_early"]:  # without a drain of its own: it began on a node already drained or under repair
+        return f"repaired ahead ({drained or 'its node already out'})"
     if not o["failed"]:
         return drained or "-"
     if o.get("under_repair"):

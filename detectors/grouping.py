@@ -13,6 +13,7 @@ import pandas as pd
 
 from detectors.schema import node_of
 
+
 def peer_group(entity: str, models: Mapping[str, str] | None = None) -> str:
     """The peer group of an accelerator: its node, the kind of its id (``gpu``, ``npu``, ``dcu``) and its model
     where the telemetry names one, so that peers never mix vendors or models (a node with two models has two

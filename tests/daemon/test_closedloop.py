@@ -11,8 +11,8 @@ from pathlib import Path
 
 import pytest
 
-from daemon.closedloop import (LoopOptions, carries_fault, fault_table, per_seed_table, run, score_actions,
-                               table)
+from daemon.closedloop import (LoopOptions, LoopResult, carries_fault, fault_outcomes, fault_table, per_seed_table,
+                               run, score_actions, table)
 from daemon.sim.engine import Simulator
 from daemon.sim.scenario import Scenario
 
@@ -159,6 +159,24 @@ def test_fault_outcomes_say_what_happened_to_each_fault_and_what_it_cost(results
     assert 0 <= off_bus["first_drain_h"] < off_bus["failure_h"] - off_bus["onset_h"]
     link = full["link_degradation"]  # notify-only by default: it fails, on a node nobody drained
     assert link["failed"] and link["drained"] is False and link["first_drain_h"] is None
+
+
+def test_a_faults_outcome_counts_only_actions_from_its_onset_to_its_repair():
+    from types import SimpleNamespace
+
+    hbm = SimpleNamespace(template=SimpleNamespace(fault="hbm_degradation", template="a", fails=True),
+                          entity="n1/gpu0", onset=3600.0, failure=4 * 3600.0, until=3 * 3600.0)
+    [o] = fault_outcomes([hbm], {}, {0}, {"n1": [0.0, 7200.0, 90000.0]}, {"n1": [0.0, 7200.0, 90000.0]}, 0.0)
+    assert o["first_action_h"] == o["first_drain_h"] == 1.0  # not the drain before onset, nor the one after repair
+    assert o["repaired_early"] and not o["failed"] and o["onset_h"] == 1.0 and o["failure_h"] == 4.0
+    [later] = fault_outcomes([hbm], {}, {0}, {}, {"n1": [90000.0]}, 0.0)  # began on a node already out
+    assert later["first_drain_h"] is None
+
+
+def test_a_result_reads_back_as_it_was_written(results):
+    for r in results.values():
+        back = LoopResult.from_dict(json.loads(json.dumps(r.as_dict())))
+        assert back.as_dict() == r.as_dict()
 
 
 def test_fault_table_gives_each_faults_fate_under_each_policy(results):
