@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import json
+import os
 import resource
 import subprocess
 import sys
@@ -30,6 +31,10 @@ def seeds(text: str) -> list[int]:
 
 
 def write_results(path: Path, results: dict) -> None:
+    """Write ``results`` as JSON to ``path`` whole or not at all: a writer killed mid-write (a long run cut by
+    the end of a session) leaves the previous file, never a truncated one that would lose every run in it."""
     path.parent.mkdir(parents=True, exist_ok=True)
-    path.write_text(json.dumps(results, indent=2))
+    tmp = path.with_name(f".{path.name}.{os.getpid()}.tmp")
+    tmp.write_text(json.dumps(results, indent=2))
+    os.replace(tmp, path)
     print(f"wrote {path}")
