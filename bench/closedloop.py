@@ -114,6 +114,12 @@ def main() -> None:
         print(fault_table(of_seed))
     elif args.faults is not None:
         print(f"\nseed {args.faults}: no per-fault outcomes (not complete, or run before they were recorded)")
+    for r in of_seed:
+        if r.drains_false:
+            print(f"\nseed {r.seed} {r.policy}: {r.drains_false} false drain(s)"
+                  + ("" if r.false_drains else " (run before they were recorded)"))
+            for d in r.false_drains:
+                print("  " + json.dumps(d))
 
 
 if __name__ == "__main__":

@@ -96,6 +96,8 @@ class LoopResult:
     failed: int = 0  # hard faults whose failure happened (the others were repaired after a drain ahead of it)
     # per fault: what happened to it and what it cost (see :func:`fault_outcomes`)
     fault_outcomes: list[dict] = field(default_factory=list)
+    # per false drain: the node, when, why and the last fault it had (see :func:`false_drain_details`)
+    false_drains: list[dict] = field(default_factory=list)
 
     @classmethod
     def from_dict(cls, d: dict) -> LoopResult:
@@ -103,7 +105,7 @@ class LoopResult:
         return cls(d["scenario"], d["seed"], d["policy"], d["node_days"], d["gpu_hours"], d["drains_true"],
                    d["drains_false"], d["faults"], d["hard_faults"], d["acted_before_failure"],
                    d.get("symptom_to_action_s", []), d["wall_s"], d["ticks"], d.get("acted_by_class", {}),
-                   d.get("failed", 0), d.get("fault_outcomes", []))
+                   d.get("failed", 0), d.get("fault_outcomes", []), d.get("false_drains", []))
 
     @property
     def false_drains_per_1000_node_days(self) -> float:
@@ -120,7 +122,7 @@ class LoopResult:
                 "symptom_to_action_median_s": statistics.median(s2a) if s2a else None,
                 "symptom_to_action_s": [round(x, 1) for x in s2a],
                 "acted_by_class": self.acted_by_class, "failed": self.failed, "fault_outcomes": self.fault_outcomes,
-                "wall_s": round(self.wall_s, 1), "ticks": self.ticks}
+                "false_drains": self.false_drains, "wall_s": round(self.wall_s, 1), "ticks": self.ticks}
 
 
 def plan_jobs(sim: Simulator, opts: LoopOptions) -> list[SimJob]:
@@ -212,6 +214,30 @@ def fault_outcomes(insts: list, at_failure: dict[int, dict], repaired_early: set
                "repaired_early": i in repaired_early, "failed": i in at_failure}
         if i in at_failure:
             row |= {k: (round(v, 2) if isinstance(v, float) else v) for k, v in at_failure[i].items()}
+        out.append(row)
+    return out
+
+
+def false_drain_details(false: list[tuple[str, float, str]], insts: list, incidents: dict[str, object],
+                        start: float) -> list[dict]:
+    """Each false drain (node, time, drain reason), to read it without running the seed again: when (hours
+    from the scenario's start), the reason, the incident the reason names (its entity, category, severity and
+    first evidence, if the store still had it) and the last fault on the node before the drain (its class,
+    entity and hours from its repair to the drain), or None if the node never had one."""
+    out = []
+    for node, ts, reason in false:
+        row: dict = {"node": node, "at_h": round((ts - start) / 3600, 3), "reason": reason}
+        words = reason.split()
+        inc = incidents.get(words[1]) if len(words) > 1 and words[0] == "raswarden:" else None
+        if inc is not None:
+            row["incident"] = {"id": inc.id, "entity": inc.entity, "category": inc.category,
+                               "severity": inc.severity, "evidence": [str(e)[:200] for e in inc.evidence[:3]]}
+        before = [i for i in insts if _node_of(i.entity) == node and i.onset <= ts]
+        if before:
+            last = max(before, key=lambda i: i.onset)
+            row["last_fault"] = {"fault": last.template.fault, "entity": last.entity,
+                                 "repaired_h_before": (round((ts - last.until) / 3600, 3)
+                                                       if last.until is not None else None)}
         out.append(row)
     return out
 
@@ -359,6 +385,7 @@ def run(sim: Simulator, policy: str, opts: LoopOptions | None = None, model=None
                     sched.repair(node, now + opts.repair_s)
                     inst.until = now + opts.repair_s
             ticks += 1
+        incidents = {row.id: row for row in store.incidents()} if store is not None else {}
     finally:
         if store is not None:
             store.close()
@@ -367,6 +394,8 @@ def run(sim: Simulator, policy: str, opts: LoopOptions | None = None, model=None
     present = [(_node_of(p.inst.entity), p.inst.onset, p.inst.until) for p in open_faults]
     drained = [(detail.split(" ", 1)[0], ts) for ts, what, detail in sched.log if what == "drain"]
     true_drains = sum(1 for node, ts in drained if carries_fault(present, node, ts))
+    false = [(node, ts, reason) for ts, what, detail in sched.log if what == "drain"
+             for node, _, reason in [detail.partition(" ")] if not carries_fault(present, node, ts)]
     s2a, before, by_class = score_actions(faults, actions, drains)
     outcomes = fault_outcomes([p.inst for p in open_faults], at_failure, repaired_early, actions, drains, sc.start)
     acct = sched.gpu_hours
@@ -380,7 +409,8 @@ def run(sim: Simulator, policy: str, opts: LoopOptions | None = None, model=None
                  "effective_training_ratio": acct.effective_training_ratio}
     return LoopResult(sc.name, sc.seed, policy, sim.topo.n_nodes * sc.duration / 86400.0, gpu_hours,
                       true_drains, len(drained) - true_drains, len(faults),
-                      len(failures), before, s2a, time.perf_counter() - started, ticks, by_class, failed, outcomes)
+                      len(failures), before, s2a, time.perf_counter() - started, ticks, by_class, failed, outcomes,
+                      false_drain_details(false, [p.inst for p in open_faults], incidents, sc.start))
 
 
 ROWS = (("net loss (GPU-h)", lambda r: r.gpu_hours["net_loss"]),

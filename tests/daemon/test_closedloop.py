@@ -11,8 +11,8 @@ from pathlib import Path
 
 import pytest
 
-from daemon.closedloop import (LoopOptions, LoopResult, carries_fault, fault_outcomes, fault_table, per_seed_table,
-                               run, score_actions, table)
+from daemon.closedloop import (LoopOptions, LoopResult, carries_fault, false_drain_details, fault_outcomes, fault_table,
+                               per_seed_table, run, score_actions, table)
 from daemon.sim.engine import Simulator
 from daemon.sim.scenario import Scenario
 
@@ -171,6 +171,29 @@ def test_a_faults_outcome_counts_only_actions_from_its_onset_to_its_repair():
     assert o["repaired_early"] and not o["failed"] and o["onset_h"] == 1.0 and o["failure_h"] == 4.0
     [later] = fault_outcomes([hbm], {}, {0}, {}, {"n1": [90000.0]}, 0.0)  # began on a node already out
     assert later["first_drain_h"] is None
+
+
+def test_a_false_drain_names_its_incident_and_the_nodes_last_fault():
+    from types import SimpleNamespace
+
+    hbm = SimpleNamespace(template=SimpleNamespace(fault="hbm_degradation"), entity="n1/gpu0", onset=3600.0,
+                          until=7200.0)
+    inc = SimpleNamespace(id="inc-7", entity="n1/gpu0", category="memory", severity="warning",
+                          evidence=["dbe rising", "x" * 500, "third", "fourth"])
+    false = [("n1", 9000.0, "raswarden: inc-7 memory"), ("n2", 3600.0, "raswarden: inc-gone memory"),
+             ("n1", 1800.0, "maintenance")]
+    one, gone, other = false_drain_details(false, [hbm], {"inc-7": inc}, 0.0)
+    assert one["node"] == "n1" and one["at_h"] == 2.5 and one["reason"] == "raswarden: inc-7 memory"
+    assert one["incident"]["category"] == "memory" and len(one["incident"]["evidence"]) == 3
+    assert len(one["incident"]["evidence"][1]) == 200  # evidence is cut, not dropped
+    assert one["last_fault"] == {"fault": "hbm_degradation", "entity": "n1/gpu0", "repaired_h_before": 0.5}
+    assert "incident" not in gone and "last_fault" not in gone  # a closed store or a node that never had a fault
+    assert "incident" not in other and "last_fault" not in other  # the fault began after this drain
+
+
+def test_every_false_drain_is_listed(results):
+    for r in results.values():
+        assert len(r.false_drains) == r.drains_false
 
 
 def test_a_result_reads_back_as_it_was_written(results):
