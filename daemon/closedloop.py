@@ -45,7 +45,7 @@ from daemon.sim.scheduler import SimJob, SimScheduler
 from daemon.store import Store
 from daemon.timeorder import tick_index
 from daemon.topology import Topology
-from playbooks.engine import Guards
+from playbooks.engine import REASON_PREFIX, Guards
 
 POLICIES = ("none", "reactive", "full")
 # What the figures mean; results of another version do not mix (2: a slow GPU holds back its job; 3: actions are
@@ -223,12 +223,12 @@ def false_drain_details(false: list[tuple[str, float, str]], insts: list, incide
     """Each false drain (node, time, drain reason), to read it without running the seed again: when (hours
     from the scenario's start), the reason, the incident the reason names (its entity, category, severity and
     first evidence, if the store still had it) and the last fault on the node before the drain (its class,
-    entity and hours from its repair to the drain), or None if the node never had one."""
+    entity and hours from its repair to the drain); either is left out when there is none."""
     out = []
     for node, ts, reason in false:
         row: dict = {"node": node, "at_h": round((ts - start) / 3600, 3), "reason": reason}
-        words = reason.split()
-        inc = incidents.get(words[1]) if len(words) > 1 and words[0] == "raswarden:" else None
+        words = reason.removeprefix(REASON_PREFIX).split() if reason.startswith(REASON_PREFIX) else []
+        inc = incidents.get(words[0]) if words else None
         if inc is not None:
             row["incident"] = {"id": inc.id, "entity": inc.entity, "category": inc.category,
                                "severity": inc.severity, "evidence": [str(e)[:200] for e in inc.evidence[:3]]}
@@ -392,10 +392,10 @@ def run(sim: Simulator, policy: str, opts: LoopOptions | None = None, model=None
         if tmp is not None:
             tmp.cleanup()
     present = [(_node_of(p.inst.entity), p.inst.onset, p.inst.until) for p in open_faults]
-    drained = [(detail.split(" ", 1)[0], ts) for ts, what, detail in sched.log if what == "drain"]
-    true_drains = sum(1 for node, ts in drained if carries_fault(present, node, ts))
-    false = [(node, ts, reason) for ts, what, detail in sched.log if what == "drain"
-             for node, _, reason in [detail.partition(" ")] if not carries_fault(present, node, ts)]
+    drained = [(node, ts, reason) for ts, what, detail in sched.log if what == "drain"
+               for node, _, reason in [detail.partition(" ")]]
+    false = [d for d in drained if not carries_fault(present, d[0], d[1])]
+    true_drains = len(drained) - len(false)
     s2a, before, by_class = score_actions(faults, actions, drains)
     outcomes = fault_outcomes([p.inst for p in open_faults], at_failure, repaired_early, actions, drains, sc.start)
     acct = sched.gpu_hours
@@ -408,7 +408,7 @@ def run(sim: Simulator, policy: str, opts: LoopOptions | None = None, model=None
                  "net_loss_with_periodic_checkpoints": acct.net_loss_with_periodic_checkpoints,
                  "effective_training_ratio": acct.effective_training_ratio}
     return LoopResult(sc.name, sc.seed, policy, sim.topo.n_nodes * sc.duration / 86400.0, gpu_hours,
-                      true_drains, len(drained) - true_drains, len(faults),
+                      true_drains, len(false), len(faults),
                       len(failures), before, s2a, time.perf_counter() - started, ticks, by_class, failed, outcomes,
                       false_drain_details(false, [p.inst for p in open_faults], incidents, sc.start))
 
