@@ -65,6 +65,9 @@ def main() -> None:
     args = ap.parse_args()
     from daemon.closedloop import ACCOUNTING_VERSION, LoopOptions, LoopResult, fault_table, per_seed_table, table
 
+    missing = [str(p) for p in args.extra if not p.is_file()]
+    if missing:
+        ap.error(f"--with: no such result file: {', '.join(missing)}")
     policies = args.policies.split(",")
     runs: list[dict] = json.loads(args.out.read_text()).get("runs", []) if args.out.exists() else []
 
