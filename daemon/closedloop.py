@@ -45,7 +45,7 @@ from daemon.sim.scheduler import SimJob, SimScheduler
 from daemon.store import Store
 from daemon.timeorder import tick_index
 from daemon.topology import Topology
-from playbooks.engine import REASON_PREFIX, Guards
+from playbooks.engine import Guards, incident_in_reason
 
 POLICIES = ("none", "reactive", "full")
 # What the figures mean; results of another version do not mix (2: a slow GPU holds back its job; 3: actions are
@@ -227,8 +227,7 @@ def false_drain_details(false: list[tuple[str, float, str]], insts: list, incide
     out = []
     for node, ts, reason in false:
         row: dict = {"node": node, "at_h": round((ts - start) / 3600, 3), "reason": reason}
-        words = reason.removeprefix(REASON_PREFIX).split() if reason.startswith(REASON_PREFIX) else []
-        inc = incidents.get(words[0]) if words else None
+        inc = incidents.get(incident_in_reason(reason) or "")
         if inc is not None:
             row["incident"] = {"id": inc.id, "entity": inc.entity, "category": inc.category,
                                "severity": inc.severity, "evidence": [str(e)[:200] for e in inc.evidence[:3]]}

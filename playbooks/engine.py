@@ -30,6 +30,15 @@ from playbooks.scheduler import DOWN, DRAIN, MAINT, REBOOT, ClusterState, Schedu
 
 log = logging.getLogger("raswarden.playbooks")
 REASON_PREFIX = "raswarden:"
+
+
+def incident_in_reason(reason: str) -> str | None:
+    """The incident id a raswarden drain reason names (``raswarden: <incident> ...``), or None for another's."""
+    if not reason.startswith(REASON_PREFIX):
+        return None
+    words = reason.removeprefix(REASON_PREFIX).split()
+    return words[0] if words else None
+
 OPEN = ("planned", "awaiting_approval", "running", "held")
 
 
@@ -415,8 +424,7 @@ class Engine:
         node = action.node
         info = state.nodes.get(node) if node else None
         if st.type == "drain":
-            return info is not None and DRAIN in info.states and info.reason.startswith(
-                f"{REASON_PREFIX} {action.incident.id}")
+            return info is not None and DRAIN in info.states and incident_in_reason(info.reason) == action.incident.id
         if st.type == "requeue":
             return not self._requeue_targets(action, node, state)[0] if node else True
         if st.type == "resume":

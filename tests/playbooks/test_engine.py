@@ -8,7 +8,7 @@ import pytest
 from daemon.actions import StoreJournal
 from daemon.sim.scheduler import SimJob, SimScheduler
 from daemon.store import Store
-from playbooks.engine import Engine, Guards, IncidentRef
+from playbooks.engine import Engine, Guards, IncidentRef, incident_in_reason
 from playbooks.model import load, parse
 from playbooks.scheduler import DRAIN
 
@@ -290,3 +290,10 @@ def test_a_node_drained_once_is_not_a_repeat_offender(world):
     clock.t += 1801
     eng.run()
     assert StoreJournal(store).get(healed.key).status == "done" and DRAIN not in sched.snapshot().nodes[node].states
+
+
+def test_a_drain_reason_names_its_incident_by_the_whole_id():
+    assert incident_in_reason("raswarden: inc-12 sub-healthy: gpu_thermal") == "inc-12"
+    assert incident_in_reason("raswarden: inc-12 sub-healthy") != "inc-1"  # a prefix of the id is another incident
+    assert incident_in_reason("raswarden:") is None
+    assert incident_in_reason("maintenance by ops") is None
