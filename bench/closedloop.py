@@ -56,6 +56,11 @@ def main() -> None:
     ap.add_argument("--interval", type=float, default=30.0)
     ap.add_argument("--playbooks", default="", help="an operator playbook directory beside the built-ins")
     ap.add_argument("--policies", default="none,reactive,full")
+    ap.add_argument("--builtin-for", default="", metavar="POLICIES",
+                    help="with --playbooks: take these policies' runs from the built-in playbooks' runs when there "
+                         "are any, for a directory that cannot change them (none runs no playbook; reactive acts "
+                         "on failed incidents only, so a directory that only changes what is done on sub-healthy "
+                         "ones leaves it as it was)")
     ap.add_argument("--jobs", type=int, default=2)
     ap.add_argument("--out", type=Path, default=ROOT / "bench" / "results" / "closedloop.json")
     ap.add_argument("--report", action="store_true", help="only print the table of --out")
@@ -68,14 +73,20 @@ def main() -> None:
     missing = [str(p) for p in args.extra if not p.is_file()]
     if missing:
         ap.error(f"--with: no such result file: {', '.join(missing)}")
+    if args.playbooks and not Path(args.playbooks).is_dir():
+        ap.error(f"--playbooks: no such directory: {args.playbooks}")
     policies = args.policies.split(",")
     runs: list[dict] = json.loads(args.out.read_text()).get("runs", []) if args.out.exists() else []
+    builtin_for = set(filter(None, args.builtin_for.split(","))) if args.playbooks else set()
+    if builtin_for - set(policies):
+        ap.error(f"--builtin-for: not among --policies: {', '.join(sorted(builtin_for - set(policies)))}")
 
-    def same(r: dict, seed: int, policy: str) -> bool:
+    def same(r: dict, seed: int, policy: str, exact: bool = False) -> bool:
         # A model is known by its directory's name: runs written from another checkout hold another path.
+        pb = r.get("playbooks", "")
         return (r["scenario"], r["seed"], r["policy"]) == (args.scenario, seed, policy) and (
             policy != "full" or Path(r.get("model", args.model)).name == Path(args.model).name) and (
-            r.get("playbooks", "") == args.playbooks) and (
+            pb == args.playbooks or (not exact and policy in builtin_for and pb == "")) and (
             r.get("accounting", 1) == ACCOUNTING_VERSION)
 
     if not args.report:
@@ -89,7 +100,7 @@ def main() -> None:
             for fut in as_completed(futures):
                 row = fut.result()
                 key = (args.scenario, row["seed"], row["policy"])
-                runs = [r for r in runs if not (same(r, *key[1:]) or (
+                runs = [r for r in runs if not (same(r, *key[1:], exact=True) or (
                     (r["scenario"], r["seed"], r["policy"]) == key and r.get("accounting", 1) != ACCOUNTING_VERSION))]
                 runs.append(row)
                 print(f"seed {row['seed']} {row['policy']}: net loss {row['gpu_hours']['net_loss']:.0f} GPU-h, "
@@ -103,10 +114,14 @@ def main() -> None:
 
     for extra in args.extra:
         runs = list({key(r): r for r in runs + json.loads(extra.read_text()).get("runs", [])}.values())
-    chosen = [r for r in runs if r["seed"] in set(seeds(args.seeds)) and same(r, r["seed"], r["policy"])]
+    chosen: dict[tuple, dict] = {}  # one run per (seed, policy), a run with the directory itself before a built-in one
+    for r in runs:
+        if r["seed"] in set(seeds(args.seeds)) and same(r, r["seed"], r["policy"]) and (
+                (r["seed"], r["policy"]) not in chosen or same(r, r["seed"], r["policy"], exact=True)):
+            chosen[r["seed"], r["policy"]] = r
     # A seed counts once all of its policies have run.
-    complete = {s for s in seeds(args.seeds) if all(any(same(r, s, p) for r in chosen) for p in policies)}
-    results = [LoopResult.from_dict(r) for r in chosen if r["seed"] in complete]
+    complete = {s for s in seeds(args.seeds) if all((s, p) in chosen for p in policies)}
+    results = [LoopResult.from_dict(r) for (s, _), r in chosen.items() if s in complete]
     print(f"{args.scenario}: {len(complete)} complete seed(s)")
     print(table(results))
     print()
