@@ -226,3 +226,45 @@ def test_resume_after_recovery_breaker_and_dry_run_on_slurm(slurm, tmp_path):
     assert StoreJournal(store).get(planned.key).status == "done"
     assert DRAIN not in s.snapshot().nodes["node4"].states
     store.close()
+
+
+def test_an_operators_drain_is_left_alone_on_slurm(slurm, tmp_path):
+    """A node an operator drained on a real Slurm (``scontrol``, their own reason) keeps its drain, its reason and
+    its running job whatever raswarden's incidents say: no signal, no drain over it, no requeue, no resume."""
+    from daemon.actions import StoreJournal
+    from daemon.store import Store
+    from playbooks.engine import Engine, Guards, IncidentRef
+    from playbooks.model import load
+
+    class Clock:
+        t = 10_000.0
+
+        def __call__(self):
+            return self.t
+
+    clock = Clock()
+    store = Store(f"sqlite:///{tmp_path / 's.db'}")
+    s = SlurmScheduler(slurm.conf)
+    job = slurm.submit()  # opted in: the built-in playbook would signal it
+    node = slurm.job_node(job)
+    slurm.run("scontrol", "update", f"NodeName={node}", "State=DRAIN", "Reason=RMA 123")
+    eng = Engine(s, StoreJournal(store), load(), Guards(max_drained_nodes=4, max_cluster_fraction=1.0), clock=clock)
+    acts = [eng.submit(IncidentRef(f"inc-op{i}", f"{node}/gpu0", "accelerator", state, "gpu_memory",
+                                   opened_at=clock.t), s.snapshot())
+            for i, state in enumerate(("subhealthy", "failed"))]
+    eng.run()
+    for act in acts:
+        a = StoreJournal(store).get(act.key)
+        acting = [x for x in a.steps if x.type != "notify"]
+        assert acting and all(x.status == "skipped" for x in acting), [(x.type, x.status, x.detail) for x in a.steps]
+        assert any("left alone" in x.detail.get("note", "") for x in acting)
+    healed = eng.submit(IncidentRef("inc-op-recovered", node, "node", "healthy", "gpu_memory", closed_at=clock.t),
+                        s.snapshot())
+    clock.t += 7200
+    eng.run()
+    assert StoreJournal(store).get(healed.key).status in ("done", "skipped")
+    info = s.snapshot().nodes[node]
+    assert DRAIN in info.states and info.reason == "RMA 123"
+    assert slurm.job_state(job) == "RUNNING" and slurm.job_node(job) == node
+    assert not slurm.log(job, "ckpt") and "restart=1" not in slurm.log(job)  # never signalled, never requeued
+    store.close()
