@@ -162,9 +162,10 @@ def test_failed_node_is_drained_and_its_job_requeued_and_guards_hold_on_slurm(sl
     store.close()
 
 
-def test_resume_after_recovery_breaker_and_dry_run_on_slurm(slurm, tmp_path):
+def test_resume_after_recovery_breaker_modes_and_rate_limit_on_slurm(slurm, tmp_path):
     """On a real Slurm: a node raswarden drained is resumed after its clean period only once the health check
-    passes; a tripped breaker holds a drain until reset; dry-run decides and leaves Slurm untouched."""
+    passes; a tripped breaker holds a drain until reset; dry-run (global) and shadow (one playbook) decide and
+    leave Slurm untouched; a playbook's rate limit holds its second drain."""
     from daemon.actions import StoreJournal
     from daemon.store import Store
     from playbooks.engine import Engine, Guards, IncidentRef
@@ -225,6 +226,24 @@ def test_resume_after_recovery_breaker_and_dry_run_on_slurm(slurm, tmp_path):
     dry.run()
     assert StoreJournal(store).get(planned.key).status == "done"
     assert DRAIN not in s.snapshot().nodes["node4"].states
+    # shadow, the same for one playbook: the plan recorded, Slurm untouched
+    quiet = parse({"name": "quiet", "guards": {"mode": "shadow"}, "match": {"states": ["failed"]},
+                   "steps": [{"step": "drain"}]})
+    shadow = Engine(s, StoreJournal(store), [quiet], Guards(max_drained_nodes=4, max_cluster_fraction=1.0))
+    recorded = shadow.submit(IncidentRef("inc-r4", "node4", "node", "failed", "gpu_bus"), s.snapshot())
+    shadow.run()
+    assert "shadow" in StoreJournal(store).get(recorded.key).note
+    assert DRAIN not in s.snapshot().nodes["node4"].states
+    # a playbook's rate limit: the second drain within the hour waits
+    drainer = parse({"name": "drainer", "guards": {"rate_limit": {"max": 1, "per": "1h"}},
+                     "match": {"states": ["failed"]}, "steps": [{"step": "drain"}]})
+    limited = Engine(s, StoreJournal(store), [drainer], Guards(max_drained_nodes=4, max_cluster_fraction=1.0))
+    first = limited.submit(IncidentRef("inc-r5", "node1", "node", "failed", "gpu_bus"), s.snapshot())
+    second = limited.submit(IncidentRef("inc-r6", "node2", "node", "failed", "gpu_bus"), s.snapshot())
+    limited.run()
+    assert StoreJournal(store).get(first.key).status == "done" and DRAIN in s.snapshot().nodes["node1"].states
+    a = StoreJournal(store).get(second.key)
+    assert a.status == "held" and "rate limit" in a.note and DRAIN not in s.snapshot().nodes["node2"].states
     store.close()
 
 
