@@ -114,13 +114,14 @@ def main() -> None:
 
     for extra in args.extra:
         runs = list({key(r): r for r in runs + json.loads(extra.read_text()).get("runs", [])}.values())
+    wanted = set(seeds(args.seeds))
     chosen: dict[tuple, dict] = {}  # one run per (seed, policy), a run with the directory itself before a built-in one
     for r in runs:
-        if r["seed"] in set(seeds(args.seeds)) and same(r, r["seed"], r["policy"]) and (
+        if r["seed"] in wanted and same(r, r["seed"], r["policy"]) and (
                 (r["seed"], r["policy"]) not in chosen or same(r, r["seed"], r["policy"], exact=True)):
             chosen[r["seed"], r["policy"]] = r
     # A seed counts once all of its policies have run.
-    complete = {s for s in seeds(args.seeds) if all((s, p) in chosen for p in policies)}
+    complete = {s for s in wanted if all((s, p) in chosen for p in policies)}
     results = [LoopResult.from_dict(r) for (s, _), r in chosen.items() if s in complete]
     print(f"{args.scenario}: {len(complete)} complete seed(s)")
     print(table(results))

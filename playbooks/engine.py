@@ -30,6 +30,7 @@ from playbooks.scheduler import DOWN, DRAIN, MAINT, REBOOT, ClusterState, Schedu
 
 log = logging.getLogger("raswarden.playbooks")
 REASON_PREFIX = "raswarden:"
+OPEN = ("planned", "awaiting_approval", "running", "held")
 
 
 def incident_in_reason(reason: str) -> str | None:
@@ -38,8 +39,6 @@ def incident_in_reason(reason: str) -> str | None:
         return None
     words = reason.removeprefix(REASON_PREFIX).split()
     return words[0] if words else None
-
-OPEN = ("planned", "awaiting_approval", "running", "held")
 
 
 @dataclass

@@ -1,4 +1,4 @@
-"""Shared test helpers: the bundled trace, and components that must exist in CI."""
+"""Shared test helpers: the bundled trace, components that must exist in CI, a clock the test sets."""
 
 from __future__ import annotations
 
@@ -19,6 +19,16 @@ def require(condition: bool, reason: str) -> None:
     if os.environ.get("CI", "").lower() == "true":
         pytest.fail(f"required in CI: {reason}")
     pytest.skip(reason)
+
+
+class Clock:
+    """A clock the test sets: ``clock.t += 3600`` moves an hour on (for code that takes ``clock=``)."""
+
+    def __init__(self, t: float = 1000.0):
+        self.t = t
+
+    def __call__(self) -> float:
+        return self.t
 
 
 @pytest.fixture

@@ -11,15 +11,9 @@ import pytest
 
 from daemon.lease import Lease
 from daemon.store import Store
+from tests.conftest import Clock
 
 ROOT = Path(__file__).resolve().parents[2]
-
-
-class Clock:
-    t = 1000.0
-
-    def __call__(self):
-        return self.t
 
 
 def check(store: Store) -> None:

@@ -11,6 +11,7 @@ from daemon.store import Store
 from playbooks.engine import Engine, Guards, IncidentRef, incident_in_reason
 from playbooks.model import load, parse
 from playbooks.scheduler import DRAIN
+from tests.conftest import Clock
 
 
 @pytest.fixture
@@ -22,14 +23,6 @@ def world(tmp_path):
     sched.step(60.0)
     yield store, sched
     store.close()
-
-
-class Clock:
-    def __init__(self, t: float = 1000.0):
-        self.t = t
-
-    def __call__(self) -> float:
-        return self.t
 
 
 def node_of(sched, job):

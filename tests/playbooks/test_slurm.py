@@ -7,6 +7,7 @@ import pytest
 
 from playbooks.scheduler import DRAIN, IDLE, Scheduler, SchedulerError
 from playbooks.slurm import SlurmScheduler
+from tests.conftest import Clock
 
 
 def test_snapshot_nodes_and_jobs_with_opt_in(slurm):
@@ -171,13 +172,7 @@ def test_resume_after_recovery_breaker_modes_and_rate_limit_on_slurm(slurm, tmp_
     from playbooks.engine import Engine, Guards, IncidentRef
     from playbooks.model import load, parse
 
-    class Clock:
-        t = 10_000.0
-
-        def __call__(self):
-            return self.t
-
-    clock = Clock()
+    clock = Clock(10_000.0)
     store = Store(f"sqlite:///{tmp_path / 's.db'}")
     s = SlurmScheduler(slurm.conf)
     check = tmp_path / "diag.sh"
@@ -255,13 +250,7 @@ def test_an_operators_drain_is_left_alone_on_slurm(slurm, tmp_path):
     from playbooks.engine import Engine, Guards, IncidentRef
     from playbooks.model import load
 
-    class Clock:
-        t = 10_000.0
-
-        def __call__(self):
-            return self.t
-
-    clock = Clock()
+    clock = Clock(10_000.0)
     store = Store(f"sqlite:///{tmp_path / 's.db'}")
     s = SlurmScheduler(slurm.conf)
     job = slurm.submit()  # opted in: the built-in playbook would signal it
