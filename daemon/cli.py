@@ -20,6 +20,14 @@ def _fmt_ts(ts: float | None) -> str:
     return dt.datetime.fromtimestamp(ts, dt.UTC).strftime("%Y-%m-%d %H:%M:%SZ")
 
 
+def _fmt_duration(seconds: float) -> str:
+    if seconds >= 2 * 86400:
+        return f"{seconds / 86400:.0f} days"
+    if seconds >= 7200:
+        return f"{seconds / 3600:.1f} h"
+    return f"{seconds / 60:.0f} min"
+
+
 def _console():
     """stdout console: the terminal's width on a terminal, wide and unwrapped into a file or pipe."""
     from rich.console import Console
@@ -87,6 +95,14 @@ def print_summary(console, result) -> None:
     rejected = result.rejects.total
     console.print(f"lines rejected: {rejected:,}; duplicate samples dropped: {s.duplicates:,}; "
                   f"Xids merged across sources: {p.resolver.merged}")
+    for path, why in s.skipped:
+        console.print(f"  skipped {path}: {why}", markup=False, highlight=False)
+    for note in result.rejects.notes[:10]:
+        console.print(f"  note: {note}", markup=False, highlight=False)
+    if s.jumps:
+        longest = max(s.jumps, key=lambda j: j[1] - j[0])
+        console.print(f"stretches without data jumped over: {len(s.jumps)}, the longest "
+                      f"{_fmt_duration(longest[1] - longest[0])} ({_fmt_ts(longest[0])} .. {_fmt_ts(longest[1])})")
     if rejected:
         t = Table(title="rejected input", show_lines=False)
         t.add_column("format")
@@ -103,6 +119,10 @@ def print_summary(console, result) -> None:
     missing = [f"{m} ({what})" for m, what in RULE_INPUTS.items() if m not in present]
     if missing:
         console.print("not in this trace, so these rules are blind: " + "; ".join(missing))
+    not_read = result.pipeline.mapper.values_not_read
+    if not_read:
+        console.print("values dropped as no reading: "
+                      + ", ".join(f"{why} {n:,}" for why, n in sorted(not_read.items())))
     unmapped = result.pipeline.mapper.unmapped_hosts
     if unmapped:
         console.print("addresses without a topology alias: " + ", ".join(sorted(unmapped)))

@@ -11,6 +11,8 @@ through the topology's alias table; an unmapped address is reported, never inven
 from __future__ import annotations
 
 import csv
+import dataclasses
+import math
 import re
 import string
 import threading
@@ -32,6 +34,11 @@ TABLES: tuple[tuple[str, str], ...] = (
     ("dcgm_exporter.csv", ""), ("node_exporter.csv", ""), ("infiniband_exporter.csv", ""),
     ("amd_device_metrics_exporter.csv", "amd_"), ("npu_exporter.csv", ""),
 )
+# DCGM's blank values (dcgm_structs.h): DCGM_FP64_BLANK is 2^47 and DCGM_INT64_BLANK 0x7ffffffffffffff0, each with
+# NOT_FOUND, NOT_SUPPORTED and NOT_PERMISSIONED just above; dcgm-exporter prints them as values
+# (``DCGM_FI_DEV_MEMORY_TEMP{...} 9223372036854775794`` on a GPU whose memory has no sensor). A gauge at or above
+# 2^47 (no reading of a GPU comes near) or a counter at or above the int64 blank is no reading.
+BLANKS: dict[str, dict[str, float]] = {"dcgm_exporter.csv": {"gauge": 2.0**47, "counter": 9.2e18}}
 # Labels that name an accelerator's model (dcgm-exporter, AMD device-metrics-exporter, Ascend npu-exporter):
 # peer groups never mix models.
 MODEL_LABELS = ("modelName", "card_model", "model_name")
@@ -46,7 +53,10 @@ class Transform:
     ``mask:0x60`` turns a bitmask into 0/1 (any of the bits set); ``scale:0.001`` multiplies (µJ to mJ);
     ``map:1=4,0=1`` looks values up and makes any other value NaN (a vendor's failure value, such as
     npu-exporter's -1 for a read that failed); ``invalid:4294967295`` makes the listed failure values NaN and
-    keeps the rest; ``nonzero`` turns a share or count into 0/1.
+    keeps the rest; ``nonzero`` turns a share or count into 0/1; ``range:-40,150`` makes a value outside the
+    range NaN (a GPU cannot read 345 °C: dcgm-exporter 3.3.5 was seen to report such values, NVIDIA/dcgm-exporter
+    issue 312). ``blank`` (set from :data:`BLANKS`, not written in a table) makes an exporter's blank value NaN
+    before the transform proper.
     """
 
     text: str
@@ -55,6 +65,20 @@ class Transform:
     factor: float = 1.0
     keys: tuple[float, ...] = ()
     values: tuple[float, ...] = ()
+    blank: float = math.inf
+
+    def with_blank(self, blank: float) -> Transform:
+        """This transform, with values at or above ``blank`` dropped first."""
+        return dataclasses.replace(self, text=f"{self.text}|blank>={blank:g}", blank=blank)
+
+    @property
+    def why(self) -> str:
+        """What a value this transform drops was, for the replay summary."""
+        if self.kind == "range":
+            return f"outside {self.keys[0]:g}..{self.keys[1]:g}"
+        if self.kind in ("map", "invalid"):
+            return "the exporter's failure value"
+        return "not a reading"
 
     @classmethod
     def parse(cls, text: str) -> Transform | None:
@@ -76,11 +100,22 @@ class Transform:
             return cls(text, kind, keys=tuple(float(k) for k in arg.split(",")))
         if kind == "nonzero" and not arg:
             return cls(text, kind)
+        if kind == "range":
+            lo, _, hi = arg.partition(",")
+            return cls(text, kind, keys=(float(lo), float(hi)))
+        if kind == "none" and not arg:  # only a blank (see with_blank)
+            return cls(text, kind)
         raise ValueError(f"unknown transform {text!r}")
 
     def apply(self, x: np.ndarray) -> np.ndarray:
         """The transformed values (a new array; NaN where a ``map`` has no entry)."""
         x = np.asarray(x, dtype=np.float64)
+        if self.blank < math.inf:
+            x = np.where(x >= self.blank, np.nan, x)
+        if self.kind == "none":
+            return x
+        if self.kind == "range":
+            return np.where((x >= self.keys[0]) & (x <= self.keys[1]), x, np.nan)
         if self.kind == "mask":
             ok = np.isfinite(x)
             out = np.full(len(x), np.nan)
@@ -133,11 +168,16 @@ def load_rules(tables: tuple[tuple[str, str], ...] = TABLES) -> dict[str, tuple[
     rules: dict[str, list[NameRule]] = {}
     for table, prefix in tables:
         text = resources.files("daemon.names").joinpath(table).read_text()
+        blanks = BLANKS.get(table, {})
         for row in csv.DictReader(line for line in text.splitlines() if not line.startswith("#")):
             template = row["entity"]
             fields = tuple(f for _, f, _, _ in string.Formatter().parse(template) if f)
+            transform = Transform.parse(row.get("transform") or "")
+            blank = blanks.get(row["type"])
+            if blank is not None:
+                transform = (transform or Transform.parse("none")).with_blank(blank)
             rule = NameRule(row["source_metric"], row["canonical"], row["type"], template, fields,
-                            _match(row.get("match") or ""), Transform.parse(row.get("transform") or ""))
+                            _match(row.get("match") or ""), transform)
             names = [rule.source]
             if prefix and rule.source.startswith(prefix):
                 names.append(rule.source[len(prefix):])
@@ -223,6 +263,7 @@ class SeriesMapper:
     unmapped_metrics: Counter = field(default_factory=Counter)
     unmapped_hosts: Counter = field(default_factory=Counter)
     unlinked_switchports: Counter = field(default_factory=Counter)
+    values_not_read: Counter = field(default_factory=Counter)  # values a transform dropped, by why
     _linked: set[str] | None = None
     _entity_code: dict[str, int] = field(default_factory=dict)
     _metric_code: dict[str, int] = field(default_factory=dict)
@@ -323,7 +364,17 @@ class SeriesMapper:
         value = np.array(value, dtype=np.float64)
         for code in np.unique(transform_of[transform_of >= 0]):
             sel = transform_of == code
-            value[sel] = self.transforms[int(code)].apply(value[sel])
+            transform = self.transforms[int(code)]
+            part = value[sel]
+            blanks = int((part >= transform.blank).sum())
+            if blanks:
+                self.values_not_read["the exporter's blank (field not supported or not read yet)"] += blanks
+            nan_before = int(np.isnan(part).sum()) + blanks
+            part = transform.apply(part)
+            dropped = int(np.isnan(part).sum()) - nan_before
+            if dropped > 0:
+                self.values_not_read[transform.why] += dropped
+            value[sel] = part
         unread = int(np.isnan(value).sum())
         if unread:
             metrics.SAMPLES_NOT_READ.labels(source).inc(unread)

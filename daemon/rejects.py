@@ -22,6 +22,7 @@ class RejectLog:
     max_logged_per_reason: int = 5
     counts: Counter = field(default_factory=Counter)
     messages: list[str] = field(default_factory=list)
+    notes: list[str] = field(default_factory=list)
 
     def reject(self, fmt: str, position: str, reason: str, excerpt: str = "") -> None:
         """Record one rejected record of format ``fmt`` at ``position`` (e.g. ``trace/a.om:1234``)."""
@@ -40,6 +41,13 @@ class RejectLog:
     def refuse(self, fmt: str, position: str, reason: str) -> None:
         """Record that a whole file was refused (e.g. a raw dmesg with no boot time)."""
         self.reject(fmt, position, reason)
+
+    def note(self, fmt: str, position: str, text: str) -> None:
+        """Record an assumption a reader had to make (nothing was lost), for the summary and the log."""
+        message = f"{position}: {text}"
+        if message not in self.notes:
+            self.notes.append(message)
+            log.warning("%s input: %s", fmt, message)
 
     @property
     def total(self) -> int:

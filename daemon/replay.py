@@ -8,12 +8,16 @@ Actions are never sent to a scheduler here.
 from __future__ import annotations
 
 import json
+import math
 import time
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import TextIO
 from collections.abc import Callable
 
+import numpy as np
+
+from daemon.batch import Batch
 from daemon.formats import ReadContext
 from daemon.naming import SeriesMapper
 from daemon.pipeline import Finding, Pipeline, PipelineConfig
@@ -33,6 +37,9 @@ class ReplayStats:
     ticks: int = 0
     findings: int = 0
     duplicates: int = 0
+    implausible: int = 0  # rows whose time is before 2000-01-01 (a corrupted stamp), rejected
+    jumps: list[tuple[float, float]] = field(default_factory=list)  # stretches without data jumped over
+    skipped: list[tuple[str, str]] = field(default_factory=list)  # files not read, and what they are
     wall_s: float = 0.0
     read_s: float = 0.0
     first_ts: float | None = None
@@ -46,6 +53,35 @@ class ReplayResult:
     stats: ReplayStats
     rejects: RejectLog
     trace: Trace
+
+
+EARLIEST_TS = 946684800.0  # 2000-01-01: telemetry stamped before it is a corrupted stamp, not history
+# How long replay walks a stretch without data before it jumps to the next data: longer than anything the pipeline
+# does without data (a hard fault's evidence is held six hours; staleness and the telemetry incident come sooner).
+IDLE_WALK_S = 6 * 3600.0
+
+
+def _plausible(batch, source: str, ctx: ReadContext, stats: ReplayStats):
+    """The batch without rows stamped before 2000 (rejected and counted: one flipped digit must not make replay
+    walk fifty years of ticks); widens the span that dates syslog lines (daemon.formats.kernellog)."""
+    parts = {}
+    for name, frame in (("samples", batch.samples), ("events", batch.events)):
+        if not len(frame):
+            parts[name] = frame
+            continue
+        ts = frame["ts"].to_numpy(dtype=float)
+        bad = ~(ts >= EARLIEST_TS) | ~np.isfinite(ts)
+        if bad.any():
+            n = int(bad.sum())
+            stats.implausible += n
+            ctx.rejects.reject("replay", source, f"{n} {name} stamped before 2000-01-01 (first: {ts[bad][0]!r} s); "
+                                                 "a corrupted stamp", "")
+            frame = frame[~bad]
+            ts = ts[~bad]
+        if len(ts):
+            ctx.extend_span(float(ts.min()), float(ts.max()))
+        parts[name] = frame
+    return Batch(samples=parts["samples"], events=parts["events"])
 
 
 def replay(
@@ -74,11 +110,13 @@ def replay(
             findings_out.write(json.dumps(f.as_dict(), ensure_ascii=False) + "\n")
 
     pipeline = Pipeline(mapper, config, store, on_finding=write)
+    stats.skipped = [(str(p), why) for p, why in trace.skipped]
     with TimeSpill(interval=config.interval_s, directory=spill_dir) as spill:
         total_bytes = sum(p.stat().st_size for p, _ in trace.files) or 1
         done_bytes = 0
         for path, reader in trace.files:
             for batch in reader.read(path, ctx):
+                batch = _plausible(batch, str(path), ctx, stats)
                 stats.samples += len(batch.samples)
                 stats.events += len(batch.events)
                 spill.add(batch)
@@ -88,7 +126,8 @@ def replay(
         stats.read_s = time.perf_counter() - started
         span = spill.span
         n_ticks = (span[1] - span[0] + 1) if span else 0
-        for i, (now, batch) in enumerate(spill.ticks()):
+        idle = math.ceil(IDLE_WALK_S / config.interval_s)
+        for i, (now, batch) in enumerate(spill.ticks(idle_ticks=idle, tail_ticks=config.health.enter_n)):
             result = pipeline.tick(now, batch)
             if on_tick is not None:
                 on_tick(now, pipeline)
@@ -100,6 +139,7 @@ def replay(
             if progress and (i % 200 == 0 or i == n_ticks - 1):
                 progress("replay", i + 1, n_ticks)
         stats.duplicates = spill.duplicates
+        stats.jumps = list(spill.jumps)
     stats.events_by_kind = dict(pipeline.events_by_kind)
     stats.wall_s = time.perf_counter() - started
     if store is not None:

@@ -22,6 +22,7 @@ import numpy as np
 import pandas as pd
 
 from daemon.naming import SeriesMapper
+from daemon.topology import normalize_pci
 from detectors.schema import EVENT_COLUMNS, events_frame
 
 
@@ -44,21 +45,23 @@ class EventResolver:
         self.unresolved = 0
         self._xid_last: dict[str, float] = {}
         self._nonzero: set[str] = set()
-        self._recent_xid: dict[tuple[str, int], float] = {}
+        self._recent_xid: dict[tuple[str, int], tuple[float, str]] = {}
         self.merged = 0
 
     def _entity(self, node: str, kind: str, pci: str | None, device: str | None) -> str:
         topo = self.mapper.topology
         if kind == "link":
-            port = (topo.pci_port.get((node, pci)) if pci else None) or (
+            if device and ":" in device:  # the RDMA core names the port itself: "mlx5_5:1"
+                return f"{node}/{device}"
+            port = (topo.port_at(node, pci) if pci else None) or (
                 topo.netdev_port.get((node, device)) if device else None)
             return port or node
         if pci is None:
             return node
-        acc = self.mapper.accelerator_at(node, pci)
+        acc = self.mapper.accelerator_at(node, normalize_pci(pci) or pci)
         if acc is not None:
             return acc
-        port = topo.pci_port.get((node, pci))
+        port = topo.port_at(node, pci)
         return port or node
 
     def resolve(self, events: pd.DataFrame) -> pd.DataFrame:
@@ -68,6 +71,9 @@ class EventResolver:
         rows = []
         for r in events.itertuples(index=False, name=None):
             rec = dict(zip(EVENT_COLUMNS, r))
+            for col in ("pci", "device"):  # a column of None and strings may come back from a frame as NaN
+                if not isinstance(rec[col], str):
+                    rec[col] = None
             if "/" not in rec["entity"] and (rec["pci"] or rec["device"]):
                 entity = self._entity(rec["entity"], rec["kind"], rec["pci"], rec["device"])
                 if entity == rec["entity"]:
@@ -146,7 +152,7 @@ class EventResolver:
         return out
 
     def merge_xids(self, events: pd.DataFrame, now: float) -> pd.DataFrame:
-        """Drop an Xid already reported for the same GPU and code within the window.
+        """Drop an Xid already reported for the same GPU and code by the other source within the window.
 
         Events are put in time order with, at equal times, the kernel line first: it carries the Xid's
         text (Xid 154's recovery action, say), which the gauge lacks, so it is the one kept.
@@ -157,17 +163,19 @@ class EventResolver:
         events = (events.assign(_rank=rank).sort_values(["ts", "entity", "_rank"], kind="stable")
                   .drop(columns="_rank").reset_index(drop=True))
         keep = np.ones(len(events), dtype=bool)
-        for i, (kind, entity, code, ts) in enumerate(zip(events["kind"], events["entity"], events["code"],
-                                                         events["ts"])):
+        for i, (kind, entity, code, ts, source) in enumerate(zip(events["kind"], events["entity"], events["code"],
+                                                                 events["ts"], events["source"])):
             if kind != "xid" or pd.isna(code):
                 continue
             key = (entity, int(code))
             seen = self._recent_xid.get(key)
-            if seen is not None and abs(ts - seen) <= self.window_s:
+            # Only the other source's report of the same Xid is the same fact: the kernel repeating an Xid (another
+            # process, another channel) is another event, which the application-Xid rule counts.
+            if seen is not None and seen[1] != source and abs(ts - seen[0]) <= self.window_s:
                 keep[i] = False
                 self.merged += 1
                 continue
-            self._recent_xid[key] = ts
+            self._recent_xid[key] = (ts, source)
         if len(self._recent_xid) > 10_000:
-            self._recent_xid = {k: t for k, t in self._recent_xid.items() if now - t <= self.window_s}
+            self._recent_xid = {k: v for k, v in self._recent_xid.items() if now - v[0] <= self.window_s}
         return events[keep].reset_index(drop=True)

@@ -14,6 +14,7 @@ the same whatever the file order, chunk size or speed.
 
 from __future__ import annotations
 
+import math
 import shutil
 import tempfile
 from collections import defaultdict
@@ -43,6 +44,7 @@ class TimeSpill:
     bucket_ticks: int = 120
     directory: Path | None = None
     duplicates: int = 0
+    jumps: list[tuple[float, float]] = field(default_factory=list)  # stretches without data jumped over
     _files: dict[int, list[Path]] = field(default_factory=lambda: defaultdict(list))
     _event_files: dict[int, list[Path]] = field(default_factory=lambda: defaultdict(list))
     _owned: bool = False
@@ -164,27 +166,58 @@ class TimeSpill:
             return None
         return self._first, self._last
 
-    def ticks(self) -> Iterator[tuple[float, Batch]]:
-        """Every tick from the first to the last, in order, with its (possibly empty) batch."""
+    def ticks(self, idle_ticks: int | None = None, tail_ticks: int = 0) -> Iterator[tuple[float, Batch]]:
+        """The ticks in order, each with its (possibly empty) batch.
+
+        With ``idle_ticks`` None, every tick from the first to the last. Otherwise a stretch with no data is
+        walked for ``idle_ticks`` empty ticks after the last data (enough for what the pipeline does without
+        data: staleness, latches running out) and then jumped over to the next tick with data (recorded in
+        :attr:`jumps`): a 2020 dmesg beside this year's syslog costs nothing. ``tail_ticks`` empty ticks follow
+        the last data, so that evidence of the last tick still passes the health hysteresis.
+        """
         if self.span is None:
             return
         first, last = self.span
-        for bucket in range(first // self.bucket_ticks, last // self.bucket_ticks + 1):
+        buckets = sorted(set(self._files) | set(self._event_files))
+        walk = math.inf if idle_ticks is None else idle_ticks
+        last_data = first - 1  # the last tick with data so far
+        next_tick = first  # the next tick to yield: never one twice, never back in time
+        empty = Batch(samples=empty_samples(), events=empty_events())
+        for bucket in buckets:
+            start = bucket * self.bucket_ticks
+            if idle_ticks is None:
+                for k in range(next_tick, start):
+                    yield k * self.interval, empty
+                next_tick = max(next_tick, start)
+            else:
+                for k in range(next_tick, min(start, last_data + idle_ticks + 1)):
+                    yield k * self.interval, empty
+                    next_tick = k + 1
             samples = self._load_samples(bucket)
             events = self._load_events(bucket)
             s_ticks = tick_index(samples["ts"].to_numpy(), self.interval)
             e_ticks = tick_index(events["ts"].to_numpy(), self.interval)
-            bounds = np.arange(bucket * self.bucket_ticks, (bucket + 1) * self.bucket_ticks + 1)
+            bounds = np.arange(start, start + self.bucket_ticks + 1)
             s_cuts = np.searchsorted(s_ticks, bounds)
             e_cuts = np.searchsorted(e_ticks, bounds)
             for j in range(self.bucket_ticks):
-                k = bucket * self.bucket_ticks + j
-                if k < first or k > last:
+                k = start + j
+                if k < next_tick or k > last:
                     continue
+                has_data = s_cuts[j + 1] > s_cuts[j] or e_cuts[j + 1] > e_cuts[j]
+                if not has_data and k > last_data + walk:
+                    continue
+                if k > next_tick and next_tick > last_data + walk:
+                    self.jumps.append(((next_tick - 1) * self.interval, k * self.interval))
+                if has_data:
+                    last_data = k
+                next_tick = k + 1
                 yield k * self.interval, Batch(
                     samples=samples.iloc[s_cuts[j] : s_cuts[j + 1]],
                     events=events.iloc[e_cuts[j] : e_cuts[j + 1]],
                 )
+        for k in range(max(next_tick, last + 1), last + tail_ticks + 1):
+            yield k * self.interval, empty
 
     def close(self) -> None:
         """Remove spilled files (the whole directory when this spill created it)."""

@@ -60,6 +60,21 @@ def normalize_pci(address: str) -> str | None:
     return f"{d & 0xFFFF:04x}:{b:02x}:{v:02x}"
 
 
+def normalize_pci_function(address: str) -> str | None:
+    """Canonical PCI id with its function, ``dddd:bb:dd.f``, when the address names one; else as
+    :func:`normalize_pci`. The two ports of a dual-port NIC differ only in the function (``0000:41:00.0`` and
+    ``.1``), so fabric ports are told apart by it; accelerators (and the Xid lines, which print no function) use
+    the short form."""
+    short = normalize_pci(address)
+    if short is None:
+        return None
+    text = address.strip().lower()
+    _, dot, function = text.rpartition(".")
+    if dot and function.isdigit() and int(function) <= 7 and ":" in text:
+        return f"{short}.{int(function)}"
+    return short
+
+
 def vendor_of(kind: str, model: str) -> str | None:
     """The vendor of an accelerator by its id kind and model name (None when neither tells)."""
     lowered = model.lower()
@@ -105,6 +120,7 @@ class Topology:
     port_switchport: dict[str, str] = field(default_factory=dict)
     node_vendor: dict[str, str] = field(default_factory=dict)  # from the accelerators' model or kind
     accelerator_model: dict[str, str] = field(default_factory=dict)
+    _ambiguous_pci: set[tuple[str, str]] = field(default_factory=set, repr=False)
 
     @classmethod
     def load(cls, path: str | Path) -> Topology:
@@ -167,11 +183,28 @@ class Topology:
                 raise TopologyError(f"{where}.ports[{p}]: needs a device")
             entity = f"{name}/{port['device']}:{port.get('port', 1)}"
             if port.get("pci"):
-                self.pci_port[(name, _pci(port["pci"], f"{where}.ports[{p}].pci"))] = entity
+                where_pci = f"{where}.ports[{p}].pci"
+                short = _pci(port["pci"], where_pci)
+                full = normalize_pci_function(str(port["pci"])) or short
+                self.pci_port[(name, full)] = entity
+                # The short form (no function) names the port only while no other port of the node shares it.
+                taken = self.pci_port.get((name, short))
+                if taken is None and (name, short) not in self._ambiguous_pci:
+                    self.pci_port[(name, short)] = entity
+                elif taken is not None and taken != entity:
+                    del self.pci_port[(name, short)]
+                    self._ambiguous_pci.add((name, short))
             if port.get("netdev"):
                 self.netdev_port[(name, str(port["netdev"]))] = entity
             if port.get("switchport"):
                 self.port_switchport[entity] = str(port["switchport"])
+
+    def port_at(self, node: str, pci: str) -> str | None:
+        """The fabric port at a PCI address (with its function where the line gives one) on a node."""
+        port = self.pci_port.get((node, pci))
+        if port is None and "." in pci:
+            port = self.pci_port.get((node, pci.rsplit(".", 1)[0]))
+        return port
 
     def rack_of(self, node: str) -> str | None:
         """Rack of a node, or None when the topology does not place it."""

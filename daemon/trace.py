@@ -7,7 +7,8 @@ import logging
 from dataclasses import dataclass, field
 from pathlib import Path
 
-from daemon.formats import Reader, sniff
+from daemon.formats import Reader, describe_unread, sniff
+from daemon.formats.kernellog import TextLogReader
 from daemon.topology import Topology
 
 log = logging.getLogger("raswarden.trace")
@@ -33,7 +34,7 @@ class Trace:
     """The files of one or more trace paths, sorted by name so discovery is deterministic."""
 
     files: list[tuple[Path, Reader]] = field(default_factory=list)
-    skipped: list[Path] = field(default_factory=list)
+    skipped: list[tuple[Path, str]] = field(default_factory=list)  # with what each file is and why it is not read
     topology_path: Path | None = None
     labels_path: Path | None = None
 
@@ -55,15 +56,22 @@ class Trace:
                 trace.topology_path = p
             elif name == "labels.jsonl":
                 trace.labels_path = p
-            elif name.startswith(".") or name.endswith((".md", ".yaml", ".yml", "-wal", "-shm")):
-                trace.skipped.append(p)
+            elif name.startswith("."):
+                trace.skipped.append((p, "a hidden file"))
+            elif name.endswith((".md", ".yaml", ".yml")):
+                trace.skipped.append((p, "documentation or a scenario, not telemetry"))
+            elif name.endswith(("-wal", "-shm")):
+                trace.skipped.append((p, "SQLite's write-ahead log of a database beside it (read with it)"))
             else:
                 reader = sniff(p)
                 if reader is None:
-                    trace.skipped.append(p)
-                    log.warning("%s: not a telemetry format raswarden reads; skipped", p)
+                    why = describe_unread(p)
+                    trace.skipped.append((p, why))
+                    log.warning("%s: skipped: %s", p, why)
                 else:
                     trace.files.append((p, reader))
+        # Syslog lines carry no year: read them after the files whose stamps date the trace (daemon.formats.kernellog)
+        trace.files.sort(key=lambda f: isinstance(f[1], TextLogReader))
         return trace
 
     def topology(self) -> Topology:

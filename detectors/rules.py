@@ -227,7 +227,7 @@ class RuleDetector:
             entity = row.entity
             code = None if pd.isna(row.code) else int(row.code)
             if kind == "xid":
-                self._xid(entity, code, row.message or "", row.ts, now, row.source)
+                self._xid(entity, code, row.message or "", row.ts, now, row.source, row.severity)
             elif kind == "sxid":
                 hard = row.severity == "fatal"
                 ev = Evidence(entity, State.FAILED if hard else State.SUSPECT, "scaleup_link",
@@ -245,12 +245,14 @@ class RuleDetector:
             elif kind == "link":
                 if row.severity == "info":
                     self.clear_latch(entity, "link-down")
+                elif row.severity == "notice":  # INIT/ARMED: a port on its way up; its state gauge says if it stays
+                    continue
                 elif node_of(entity) not in tick.grace_nodes:
                     ev = Evidence(entity, State.FAILED, "fabric_link", [f"kernel: {row.message}"], hard=True)
                     self._latch(ev, now + self.event_hold_s, "link-down")
 
     def _xid(self, entity: str, code: int | None, message: str, ts: float, now: float,
-             source: str = "kernel") -> None:
+             source: str = "kernel", severity: str = "error") -> None:
         rule = self.catalog_.get(code) if code is not None else None
         text = f"Xid {code}" + (f" {rule.mnemonic}" if rule else "") + (f": {message}" if message else "")
         if rule is None:
@@ -282,6 +284,10 @@ class RuleDetector:
                         now + (self.failed_hold_s if hard else self.event_hold_s))
             return
         level = State.parse(rule.state)
+        if severity == "fatal":  # the NVLink 5 Xids rate themselves: "149, NETIR_LINK_EVT Fatal ..."
+            level = State.FAILED
+        elif severity == "nonfatal":  # "... Nonfatal": the catalog's advice is to watch the link, not act
+            level = State.SUSPECT
         hard = level == State.FAILED
         self._latch(Evidence(entity, level, rule.category, [text], hard=hard),
                     now + (self.failed_hold_s if hard else self.event_hold_s))

@@ -15,7 +15,7 @@ import pandas as pd
 SAMPLE_COLUMNS = ("ts", "entity", "metric", "value")
 EVENT_COLUMNS = ("ts", "entity", "kind", "code", "severity", "message", "source", "pci", "device")
 
-EVENT_KINDS = frozenset({"xid", "sxid", "amdgpu", "ascend", "ecc", "aer", "mce", "edac", "link", "thermal",
+EVENT_KINDS = frozenset({"xid", "sxid", "amdgpu", "ascend", "ecc", "aer", "mce", "edac", "link", "thermal", "boot",
                          "telemetry"})
 
 CATEGORIES = (

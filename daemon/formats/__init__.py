@@ -1,4 +1,5 @@
-"""Readers and writers of recorded telemetry (ARCHITECTURE §8), and the sniffing that picks one per file."""
+"""Readers and writers of recorded telemetry (ARCHITECTURE §8), the sniffing that picks one per file, and what a
+file no reader takes is (:func:`describe_unread`), so a replay can say why it skipped it."""
 
 from __future__ import annotations
 
@@ -7,6 +8,8 @@ from pathlib import Path
 
 from daemon.formats.base import ReadContext, Reader, open_binary
 from daemon.formats.columnar import ColumnarReader, ColumnarWriter
+from daemon.formats.fabricmanager import STAMP as FABRIC_MANAGER_STAMP, FabricManagerReader
+from daemon.formats.kernel_events import parse_kernel_message
 from daemon.formats.kernellog import JournalJsonReader, TextLogReader
 from daemon.formats.openmetrics import OpenMetricsReader
 from daemon.formats.promjson import QueryRangeReader
@@ -14,11 +17,15 @@ from daemon.formats.rasdaemon import RasdaemonReader
 from daemon.formats.smi import SmiReader
 
 __all__ = [
-    "ColumnarReader", "ColumnarWriter", "JournalJsonReader", "OpenMetricsReader", "QueryRangeReader",
-    "RasdaemonReader", "ReadContext", "Reader", "SmiReader", "TextLogReader", "sniff",
+    "ColumnarReader", "ColumnarWriter", "FabricManagerReader", "JournalJsonReader", "OpenMetricsReader",
+    "QueryRangeReader", "RasdaemonReader", "ReadContext", "Reader", "SmiReader", "TextLogReader", "describe_unread",
+    "sniff",
 ]
 
 _EXPOSITION = re.compile(rb"^[a-zA-Z_:][a-zA-Z0-9_:]*(\{| )")
+_KMSG = re.compile(r"^\d+,\d+,\d+,[^;]*;")  # /dev/kmsg: "6,3964,206764307,-;message"
+_PSTORE_HEADER = re.compile(r"^(Panic|Oops|Emergency|Shutdown|Halt|Poweroff|Restart|Unknown)#\d+ Part\d+\s*$")
+_LEVEL_RAW = re.compile(r"^<\d+>\[\s*\d+\.\d+\]")  # dmesg -r / pstore: "<6>[  201.650687] ..."
 
 
 def sniff(path: Path) -> Reader | None:
@@ -41,9 +48,45 @@ def sniff(path: Path) -> Reader | None:
         return QueryRangeReader()
     if first.startswith(b"ts,"):
         return ColumnarReader()
-    if first.startswith(b"#") or _EXPOSITION.match(first):
-        if TextLogReader._detect(first.decode("utf-8", "replace")) is None:
-            return OpenMetricsReader()
-    if TextLogReader._detect(first.decode("utf-8", "replace")) is not None:
+    text = first.decode("utf-8", "replace")
+    # Log shapes first: "kern  :warn  : 2025-..." (dmesg --decode) also looks like an exposition line's name.
+    if TextLogReader._detect(text) is not None:
         return TextLogReader()
+    if FABRIC_MANAGER_STAMP.match(text):
+        return FabricManagerReader()
+    if first.startswith(b"#") or _EXPOSITION.match(first):
+        return OpenMetricsReader()
     return None
+
+
+def describe_unread(path: Path) -> str:
+    """What a file no reader takes is, and why it is not replayed (for the replay's summary)."""
+    try:
+        if path.stat().st_size == 0:
+            return "empty"
+        with open_binary(path) as fh:
+            head = fh.read(1 << 20)
+    except (OSError, EOFError) as exc:
+        return f"unreadable: {exc}"
+    if b"\x00" in head[:4096]:
+        return "a binary file of no format raswarden reads"
+    lines = [ln for ln in head.decode("utf-8", "replace").splitlines() if ln.strip()]
+    if not lines:
+        return "blank lines only"
+    ras = [parse_kernel_message(_KMSG.sub("", _LEVEL_RAW.sub("", ln)).strip()) for ln in lines[:20000]]
+    ras = [e for e in ras if e is not None and e.kind != "boot"]
+    held = ""
+    if ras:
+        shown = ", ".join(f"{e.kind}{'' if e.code is None else f' {e.code}'}"
+                          f"{'' if not e.pci else f' at {e.pci}'}" for e in ras[:3])
+        held = f"; it holds {len(ras)} hardware RAS line(s) ({shown}{', ...' if len(ras) > 3 else ''}), not replayed"
+    if _KMSG.match(lines[0]):
+        return ("a /dev/kmsg dump: its stamps count microseconds since boot and it gives no boot time; record the "
+                "journal (journalctl -k -o json) or 'dmesg --time-format iso' instead" + held)
+    if _PSTORE_HEADER.match(lines[0]) or (_LEVEL_RAW.match(lines[0]) and "erst" in path.name):
+        return ("a pstore crash record: the kernel's last messages before a crash or reboot, stamped in seconds "
+                "since that boot with no wall-clock time" + held)
+    if _LEVEL_RAW.match(lines[0]):
+        return ("raw dmesg with levels (dmesg -r): its stamps count seconds since boot and the file gives no boot "
+                "time; record it with 'dmesg -T' or 'dmesg --time-format iso'" + held)
+    return f"not a telemetry format raswarden reads (it begins {lines[0][:60]!r})" + held

@@ -25,6 +25,13 @@ class ReadContext:
     read_bytes: int = 16 * 1024 * 1024
     #: labels a live scrape attaches to every series that lacks them (``instance``, ``job``), as Prometheus does
     target_labels: dict[str, str] = field(default_factory=dict)
+    #: first and last time of the data read so far (replay reads files with full stamps first), which dates
+    #: the syslog lines that carry no year
+    span: tuple[float, float] | None = None
+
+    def extend_span(self, lo: float, hi: float) -> None:
+        """Widen :attr:`span` to take in ``[lo, hi]``."""
+        self.span = (lo, hi) if self.span is None else (min(self.span[0], lo), max(self.span[1], hi))
 
     @property
     def rejects(self) -> RejectLog:

@@ -19,6 +19,15 @@ interrupt's ``Uncorrectable hardware error(ERREVENT_ATHUB_INTERRUPT) detected!``
 ``GPU reset begin!`` and ``GPU reset(2) failed`` (``succeeded!`` ends a reset already reported); GPU page
 faults (``[gfxhub] page fault``, gmc_v9_0.c) and ring timeouts (``ring gfx_0.0.0 timeout``, amdgpu_job.c),
 the job's faults as a rule.
+
+Also: the RDMA core's port state changes (drivers/infiniband/core/cache.c ``ib_cache_update``:
+``mlx5_core 0000:ab:00.0 mlx5_5: Port: 1 Link INIT``), which name the InfiniBand device and port themselves;
+the AER severities of current kernels (``severity=Correctable``, ``Uncorrectable (Non-Fatal)``); the NVIDIA
+driver's message for a GPU lost without an Xid, printed over three lines (``NVRM: The NVIDIA GPU 0000:b3:00.0``
+/ ``NVRM: (PCI ID: 10de:26b5) installed in this system has`` / ``NVRM: fallen off the bus and is not responding
+to commands.``), read as Xid 79 once the lines are joined (:class:`MessageJoiner`); the NVLink 5 Xids' own
+severity word (``149, NETIR_LINK_EVT Fatal XC0 ...``); and the kernel's boot banner (``Linux version ...``), a
+``boot`` event that tells the pipeline the node restarted.
 """
 
 from __future__ import annotations
@@ -26,7 +35,7 @@ from __future__ import annotations
 import re
 from dataclasses import dataclass
 
-from daemon.topology import normalize_pci
+from daemon.topology import normalize_pci, normalize_pci_function
 
 
 @dataclass(frozen=True)
@@ -45,7 +54,7 @@ _XID = re.compile(r"NVRM: Xid \(PCI:([0-9A-Fa-f:.]+)\): (\d+)(?:, (.*))?$")
 _SXID = re.compile(r"nvidia-nvswitch\d+: SXid \(PCI:([0-9A-Fa-f:.]+)\): (\d+), (Fatal|Non-fatal)[^,]*(?:, (.*))?$")
 _AER = re.compile(
     r"(?:^|\s)([0-9a-f]{4}:[0-9a-f]{2}:[0-9a-f]{2}\.[0-7]): (?:AER: )?PCIe Bus Error: "
-    r"severity=(Corrected|Uncorrected \(Non-Fatal\)|Uncorrected \(Fatal\)|Uncorrectable \(Non-Fatal\)|"
+    r"severity=(Corrected|Correctable|Uncorrected \(Non-Fatal\)|Uncorrected \(Fatal\)|Uncorrectable \(Non-Fatal\)|"
     r"Uncorrectable \(Fatal\)), type=([^,]+)"
 )
 _EDAC = re.compile(r"EDAC (?:\S+ )?MC(\d+): (\d+) (CE|UE) (.*)$")
@@ -59,6 +68,16 @@ _AMDGPU_RESET = re.compile(r"GPU reset(?:\((\d+)\))? (begin!|succeeded!|failed)"
 _AMDGPU_FATAL = re.compile(r"Uncorrectable hardware error\((\w+)\) detected")
 _AMDGPU_APP = re.compile(r"\[(\w+)\] (?:no-retry )?page fault|ring (\S+) timeout")
 _LINK = re.compile(r"mlx5_core ([0-9a-f]{4}:[0-9a-f]{2}:[0-9a-f]{2}\.[0-7]) (\S+): Link (down|up)\b")
+# drivers/infiniband/core/cache.c: ibdev_info(device, "Port: %d Link %s\n", port, ib_port_state_to_str(state))
+_IB_PORT = re.compile(r"(?:^|\s)([0-9a-f]{4}:[0-9a-f]{2}:[0-9a-f]{2}\.[0-7]) (\S+): Port: (\d+) Link "
+                      r"(NOP|DOWN|INIT|ARMED|ACTIVE_DEFER|ACTIVE)\b")
+_IB_STATE_SEVERITY = {"DOWN": "error", "ACTIVE": "info", "ACTIVE_DEFER": "info"}  # INIT, ARMED, NOP: coming up
+_OFF_BUS = re.compile(r"NVRM: The NVIDIA GPU ([0-9A-Fa-f]{4,8}:[0-9A-Fa-f]{2}:[0-9A-Fa-f]{2}(?:\.[0-7])?)")
+_OFF_BUS_TEXT = "fallen off the bus"
+# The NVLink 5 Xids (144-150) print their own severity after the unit: "149, NETIR_LINK_EVT Fatal XC0 i0 Link 00 ..."
+_XID_SEVERITY = re.compile(r"^\S+ (Fatal|Non-?[Ff]atal)\b")
+SELF_RATED_XIDS = frozenset(range(144, 151))
+_BOOT = re.compile(r"^Linux version (\S+)")
 
 
 def parse_kernel_message(message: str) -> KernelEvent | None:
@@ -67,7 +86,19 @@ def parse_kernel_message(message: str) -> KernelEvent | None:
         m = _XID.search(message)
         if not m:
             return None
-        return KernelEvent("xid", int(m.group(2)), "error", (m.group(3) or "").strip(), normalize_pci(m.group(1)))
+        code, text = int(m.group(2)), (m.group(3) or "").strip()
+        severity = "error"
+        if code in SELF_RATED_XIDS:
+            rated = _XID_SEVERITY.match(text)
+            if rated:
+                severity = "fatal" if rated.group(1) == "Fatal" else "nonfatal"
+        return KernelEvent("xid", code, severity, text, normalize_pci(m.group(1)))
+    if _OFF_BUS_TEXT in message and "NVRM: The NVIDIA GPU" in message:
+        m = _OFF_BUS.search(message)
+        if not m:
+            return None
+        return KernelEvent("xid", 79, "error", "GPU has fallen off the bus and is not responding to commands "
+                           "(the driver's message, no Xid line)", normalize_pci(m.group(1)))
     if "SXid" in message:
         m = _SXID.search(message)
         if not m:
@@ -79,8 +110,9 @@ def parse_kernel_message(message: str) -> KernelEvent | None:
         if not m:
             return None
         sev = m.group(2)
-        severity = "corrected" if sev == "Corrected" else ("fatal" if "(Fatal)" in sev else "uncorrected")
-        return KernelEvent("aer", None, severity, f"{sev}, type={m.group(3)}", normalize_pci(m.group(1)))
+        severity = ("corrected" if sev in ("Corrected", "Correctable")
+                    else "fatal" if "(Fatal)" in sev else "uncorrected")
+        return KernelEvent("aer", None, severity, f"{sev}, type={m.group(3)}", normalize_pci_function(m.group(1)))
     if "EDAC" in message:
         m = _EDAC.search(message)
         if not m:
@@ -102,6 +134,16 @@ def parse_kernel_message(message: str) -> KernelEvent | None:
         return KernelEvent("mce", None, "fatal", message.strip())
     if "amdgpu" in message:
         return _amdgpu(message)
+    if "Port: " in message and " Link " in message:
+        m = _IB_PORT.search(message)
+        if m:
+            state = m.group(4)
+            return KernelEvent("link", None, _IB_STATE_SEVERITY.get(state, "notice"),
+                               f"{m.group(2)} port {m.group(3)} link {state}", normalize_pci_function(m.group(1)),
+                               f"{m.group(2)}:{m.group(3)}")
+    if message.startswith("Linux version "):
+        m = _BOOT.match(message)
+        return KernelEvent("boot", None, "info", f"kernel booted: Linux {m.group(1)}" if m else "kernel booted")
     if "mlx5_core" in message and "Link" in message:
         m = _LINK.search(message)
         if not m:
@@ -109,7 +151,7 @@ def parse_kernel_message(message: str) -> KernelEvent | None:
         state = m.group(3)
         return KernelEvent(
             "link", None, "error" if state == "down" else "info", f"{m.group(2)} link {state}",
-            normalize_pci(m.group(1)), m.group(2),
+            normalize_pci_function(m.group(1)), m.group(2),
         )
     return None
 
@@ -140,3 +182,35 @@ def _amdgpu(message: str) -> KernelEvent | None:
             return None
         return KernelEvent("amdgpu", None, "fatal" if outcome == "failed" else "info", f"GPU reset {outcome}", pci)
     return None
+
+
+class MessageJoiner:
+    """Rejoin a driver message that a text log split over several records, one host at a time.
+
+    The NVIDIA driver prints a GPU lost without an Xid as one message of three lines; journald keeps it whole,
+    but syslog and dmesg give each line its own record (dmesg prints the later ones indented, without a time).
+    :meth:`feed` returns the text to parse: the record itself, or, on the record that completes such a message,
+    the whole message.
+    """
+
+    def __init__(self, window_s: float = 5.0):
+        self.window_s = window_s
+        self._pending: dict[str, tuple[float, str]] = {}
+
+    def feed(self, host: str, ts: float, message: str) -> str:
+        """The text to parse for this record of ``host`` at ``ts``."""
+        if message.startswith("NVRM: The NVIDIA GPU ") and _OFF_BUS_TEXT not in message:
+            self._pending[host] = (ts, message)
+            return message
+        pending = self._pending.get(host)
+        if pending is None or not message.startswith("NVRM:"):
+            return message
+        if ts - pending[0] > self.window_s:
+            del self._pending[host]
+            return message
+        joined = pending[1] + "\n" + message
+        if _OFF_BUS_TEXT in message:
+            del self._pending[host]
+            return joined
+        self._pending[host] = (pending[0], joined)
+        return message

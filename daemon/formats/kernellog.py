@@ -5,12 +5,23 @@ only hardware RAS becomes an event. The node is the record's host (``_HOSTNAME``
 field, or for dmesg, which has none, the file name ``<host>.dmesg[...]``), mapped through the
 topology's aliases. Times without a zone (dmesg -T, classic syslog) are read as UTC. A raw dmesg
 (``[ seconds]`` since boot, with no boot time) cannot be placed in time and is refused.
+
+Shapes read besides the plain ones: ``dmesg --decode`` (``kern  :warn  : 2025-01-21T04:41:44,283302+00:00 ...``;
+records of other facilities are not the kernel's and are passed over), dmesg's indented continuation lines
+(the later lines of a multi-line message, printed without a time), rsyslog's ``#012`` escapes of the newlines
+inside one message, the caller id of ``CONFIG_PRINTK_CALLER`` kernels (``[  24.235980][  T511]``), and a
+journal whose ``_BOOT_ID`` changes (a reboot: a ``boot`` event). RFC 3164 stamps carry no year: it is the year
+that puts the file's first line nearest the rest of the trace (files with full stamps are read first), or,
+for a trace of such files alone, the file's modification year, said in the summary; each later line takes the
+year that puts it nearest its host's previous line (December to January, and a central syslog interleaving
+hosts whose clocks differ across New Year).
 """
 
 from __future__ import annotations
 
 import datetime as dt
 import json
+import math
 import os
 import re
 from pathlib import Path
@@ -19,11 +30,13 @@ from collections.abc import Iterator
 from daemon import metrics
 from daemon.batch import Batch
 from daemon.formats.base import ReadContext, iter_lines
-from daemon.formats.kernel_events import parse_kernel_message
+from daemon.formats.kernel_events import KernelEvent, MessageJoiner, parse_kernel_message
 from detectors.schema import events_frame
 
 UTC = dt.UTC
-_MONOTONIC_PREFIX = re.compile(r"^\s*\[\s*\d+\.\d+\]\s?")
+_MONOTONIC_PREFIX = re.compile(r"^\s*\[\s*\d+\.\d+\](?:\[\s*[TC]\d+\])?\s?")
+# dmesg --decode: "kern  :warn  : " (facility and level, padded) before the time
+_DECODE = re.compile(r"^([a-z]+)\s*:([a-z]+)\s*: ")
 _RFC3164 = re.compile(r"^([A-Z][a-z]{2}) +(\d{1,2}) (\d{2}):(\d{2}):(\d{2}) (\S+) ([^:\[]+)(?:\[\d+\])?: (.*)$")
 _RFC3339 = re.compile(
     r"^(\d{4}-\d{2}-\d{2}T\d{2}:\d{2}:\d{2}(?:[.,]\d+)?(?:Z|[+-]\d{2}:?\d{2})?) (\S+) ([^:\[]+)(?:\[\d+\])?: (.*)$"
@@ -33,6 +46,14 @@ _DMESG_ISO = re.compile(r"^(\d{4}-\d{2}-\d{2}T\d{2}:\d{2}:\d{2}(?:[.,]\d+)?(?:[+
 _DMESG_RAW = re.compile(r"^\[\s*\d+\.\d+\] ")
 _MONTHS = {m: i for i, m in enumerate(
     ["Jan", "Feb", "Mar", "Apr", "May", "Jun", "Jul", "Aug", "Sep", "Oct", "Nov", "Dec"], start=1)}
+
+
+def _strip_decode(line: str) -> tuple[str, str | None]:
+    """A line without ``dmesg --decode``'s facility and level, and the facility (None when absent)."""
+    m = _DECODE.match(line)
+    if m is None:
+        return line, None
+    return line[m.end():], m.group(1)
 
 
 def _iso_to_epoch(text: str) -> float:
@@ -50,11 +71,24 @@ class EventRows:
         self.fmt = fmt
         self.source = source
         self.rows: list[tuple] = []
+        self.joiner = MessageJoiner()
+        self.boot_ids: dict[str, str] = {}
 
     def add(self, ts: float, host: str, message: str, position: str) -> None:
-        event = parse_kernel_message(message)
+        event = parse_kernel_message(self.joiner.feed(host, ts, message))
         if event is None:
             return
+        self.append_event(ts, host, event, position)
+
+    def boot_id(self, ts: float, host: str, boot_id: str, position: str) -> None:
+        """A journal record's ``_BOOT_ID``: a host whose boot id changes has rebooted (a ``boot`` event)."""
+        before = self.boot_ids.get(host)
+        self.boot_ids[host] = boot_id
+        if before is not None and before != boot_id:
+            self.append_event(ts, host, KernelEvent("boot", None, "info", f"new boot id {boot_id[:8]}"), position)
+
+    def append_event(self, ts: float, host: str, event: KernelEvent, position: str) -> None:
+        """Add one event of ``host`` at ``ts`` (the host mapped through the topology's aliases)."""
         node = self.ctx.mapper.topology.resolve_host(host)
         if node is None:
             self.ctx.rejects.reject(self.fmt, position, f"host {host!r} is an address with no alias in the topology")
@@ -100,6 +134,9 @@ def journal_record(line: str, position: str, rows: EventRows) -> dict | None:
     if not isinstance(message, str) or not isinstance(host, str) or not host:
         ctx.rejects.reject(fmt, position, "kernel record without MESSAGE or _HOSTNAME", line)
         return None
+    boot = record.get("_BOOT_ID")
+    if isinstance(boot, str) and boot:
+        rows.boot_id(ts, host, boot, position)
     rows.add(ts, host, message, position)
     return record
 
@@ -132,13 +169,18 @@ class TextLogReader:
         src = str(path)
         style: str | None = None
         file_host = self._host_from_name(path)
-        year = dt.datetime.fromtimestamp(os.stat(path).st_mtime, UTC).year
-        last_month = 0
+        year: int | None = None
+        # RFC 3164: each line takes the year that puts it nearest its host's previous line (a central syslog
+        # interleaves hosts whose clocks differ), or the file's previous line for a host's first
+        last_ts: dict[str, float] = {}
+        file_last: float | None = None
+        previous: tuple[float, str] | None = None  # the last record's time and host, for continuation lines
         for first, lines in iter_lines(path, ctx.read_bytes):
             for offset, line in enumerate(lines):
                 if not line.strip():
                     continue
                 position = f"{src}:{first + offset}"
+                line, facility = _strip_decode(line)
                 if style is None:
                     style = self._detect(line)
                     if style == "raw":
@@ -157,23 +199,64 @@ class TextLogReader:
                             "dmesg output names no host: name the file '<host>.dmesg' (or '<host>.dmesg.log')",
                         )
                         return
-                parsed = self._parse(style, line, year, last_month)
+                if style == "rfc3164" and year is None:
+                    year = self._year(path, line, ctx, position)
+                if line[:1].isspace() and style.startswith("dmesg") and previous is not None:
+                    # dmesg prints the later lines of a multi-line message indented and without a time
+                    rows.add(previous[0], previous[1], line.strip(), position)
+                    continue
+                if facility is not None and facility != "kern":
+                    continue  # dmesg --decode shows what programs wrote to /dev/kmsg too: not the kernel's
+                parsed = self._parse(style, line, year or 1970)
                 if parsed is None:
                     ctx.rejects.reject(self.format, position, f"line does not match the file's {style} format", line)
                     continue
                 ts, host, ident, message, month = parsed
+                host = host or file_host or ""
                 if month:
-                    if last_month and month < last_month:  # December -> January rollover
-                        year += 1
-                        ts = self._parse(style, line, year, month)[0]  # type: ignore[index]
-                    last_month = month
+                    ref = last_ts.get(host, file_last)
+                    if ref is not None:  # December -> January (and a host a little behind across New Year)
+                        ref_year = dt.datetime.fromtimestamp(ref, UTC).year
+                        options = [p[0] for p in (self._parse(style, line, y) for y in (ref_year - 1, ref_year,
+                                                                                          ref_year + 1)) if p]
+                        ts = min(options, key=lambda t: abs(t - ref))
+                    last_ts[host] = file_last = ts
                 if ident is not None and ident.strip() != "kernel":
                     continue
-                rows.add(ts, host or file_host or "", _MONOTONIC_PREFIX.sub("", message), position)
+                previous = (ts, host)
+                message = _MONOTONIC_PREFIX.sub("", message)
+                if "#012" in message:  # rsyslog's escape of a newline inside one message
+                    message = message.replace("#012", "\n")
+                rows.add(ts, host, message, position)
             if len(rows.rows) >= ctx.chunk_rows:
                 yield rows.take()
         if rows.rows:
             yield rows.take()
+
+    @staticmethod
+    def _year(path: Path, line: str, ctx: ReadContext, position: str) -> int:
+        """The year of an RFC 3164 file: nearest the span of the trace's stamped data, else its modification year."""
+        m = _RFC3164.match(line)
+        span = ctx.span
+        if m and m.group(1) in _MONTHS and span is not None:
+            lo, hi = span
+            best, best_gap = None, math.inf
+            for y in range(dt.datetime.fromtimestamp(hi, UTC).year + 1,
+                           dt.datetime.fromtimestamp(lo, UTC).year - 2, -1):
+                try:
+                    t = dt.datetime(y, _MONTHS[m.group(1)], int(m.group(2)), tzinfo=UTC).timestamp()
+                except ValueError:  # Feb 29 of a common year
+                    continue
+                gap = 0.0 if lo - 86400 <= t <= hi + 86400 else min(abs(t - lo), abs(t - hi))
+                if gap < best_gap:
+                    best, best_gap = y, gap
+            if best is not None:
+                return best
+        year = dt.datetime.fromtimestamp(os.stat(path).st_mtime, UTC).year
+        ctx.rejects.note("kernlog", position,
+                         f"RFC 3164 stamps carry no year and nothing else in the trace dates them: took {year}, "
+                         "the file's modification year")
+        return year
 
     @staticmethod
     def _host_from_name(path: Path) -> str | None:
@@ -185,6 +268,7 @@ class TextLogReader:
 
     @staticmethod
     def _detect(line: str) -> str | None:
+        line = _strip_decode(line)[0]
         if _DMESG_RAW.match(line):
             return "raw"
         if _RFC3339.match(line):
@@ -198,7 +282,7 @@ class TextLogReader:
         return None
 
     @staticmethod
-    def _parse(style: str, line: str, year: int, last_month: int):
+    def _parse(style: str, line: str, year: int):
         """(ts, host, ident, message, month) or None."""
         try:
             if style == "rfc3339":

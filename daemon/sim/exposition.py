@@ -38,7 +38,7 @@ class SourceName:
     def values(self, canonical: np.ndarray) -> np.ndarray:
         """Canonical values back into the exporter's own (NaN where the exporter would publish nothing)."""
         t = self.transform
-        if t is None or t.kind in ("invalid", "nonzero"):
+        if t is None or t.kind in ("invalid", "nonzero", "range", "none"):
             return canonical
         if t.kind == "mask":
             return to_source(canonical, t.mask)

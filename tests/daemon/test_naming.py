@@ -33,7 +33,9 @@ def test_dcgm_series_maps_to_accelerator_and_learns_its_pci():
     labels = {"gpu": "3", "pci_bus_id": "00000000:3B:00.0", "Hostname": "sn01-b07", "instance": "10.0.0.7:9400"}
     sid = m.series_id("DCGM_FI_DEV_GPU_TEMP", labels, "f:1", "openmetrics")
     ent, met, mask = m.series_table()
-    assert m.entities[ent[sid]] == "sn01-b07/gpu3" and m.metrics[met[sid]] == "gpu_temp_c" and mask[sid] == -1
+    assert m.entities[ent[sid]] == "sn01-b07/gpu3" and m.metrics[met[sid]] == "gpu_temp_c"
+    transform = m.transforms[mask[sid]]  # a plausible range, and DCGM's blank dropped first
+    assert transform.kind == "range" and transform.blank == 2.0**47
     assert m.accelerator_at("sn01-b07", "0000:3b:00") == "sn01-b07/gpu3"
 
 

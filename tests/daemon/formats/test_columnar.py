@@ -20,7 +20,7 @@ def test_parquet_and_csv_round_trip(tmp_path, ctx, trace_dir):
         ev = read_all(ColumnarReader(), out / f"events.{fmt}", ctx).events
         assert len(back) == n_samples and len(ev) == n_events
         assert back["value"].sum() == sum(b.samples["value"].sum() for b in src)
-        assert set(ev["kind"]) == {"xid", "aer", "link"}
+        assert set(ev["kind"]) == {"xid", "aer", "link", "boot"}  # boot: the reboot of sn01-b01
 
 
 def test_bad_csv_rows_are_rejected_by_line(tmp_path, ctx):

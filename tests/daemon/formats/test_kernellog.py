@@ -26,7 +26,7 @@ def test_journald_export(tmp_path, ctx):
     ev = read_all(JournalJsonReader(), p, ctx).events
     assert list(ev["kind"]) == ["xid", "link", "xid"]
     assert list(ev["entity"]) == ["sn01-b01"] * 3  # resolved to accelerators later, from the pci column
-    assert list(ev["pci"]) == ["0000:18:00", "0000:0c:00", "0000:18:00"]
+    assert list(ev["pci"]) == ["0000:18:00", "0000:0c:00.0", "0000:18:00"]  # a NIC port keeps its PCI function
     msgs = "\n".join(ctx.rejects.messages)
     assert f"{p}:2: not a JSON object" in msgs and f"{p}:5: host '10.9.9.9'" in msgs and f"{p}:6:" in msgs
 

@@ -1,0 +1,216 @@
+"""Kernel, Fabric Manager and exporter lines as real machines print them (fixtures/real, provenance in
+fixtures/README.md): each shape a fleet's logs come in is read, and what cannot be placed in time says what it is."""
+
+from __future__ import annotations
+
+import json
+import os
+from pathlib import Path
+
+import numpy as np
+import pandas as pd
+import pytest
+
+from daemon.formats import (FabricManagerReader, JournalJsonReader, OpenMetricsReader, TextLogReader, describe_unread,
+                            sniff)
+from daemon.formats.kernel_events import MessageJoiner, parse_kernel_message
+from daemon.naming import SeriesMapper
+from daemon.resolve import EventResolver
+from daemon.topology import Topology
+from detectors.rules import RuleDetector, TickInput
+from detectors.schema import State, events_frame
+from tests.daemon.formats.conftest import read_all
+
+REAL = Path(__file__).resolve().parents[3] / "fixtures" / "real"
+GPUD = REAL / "gpud"
+QUOTED = REAL / "quoted"
+
+
+def test_dmesg_decode_is_a_kernel_log_not_openmetrics(ctx):
+    """gpud's `dmesg --decode --time-format iso` sample: every Xid line becomes an event, the segfault and the VFS
+    line none (it was sniffed as OpenMetrics before, and every event lost without a word)."""
+    path = GPUD / "gpu-node-01.dmesg-decode-iso.log"
+    assert isinstance(sniff(path), TextLogReader)
+    ev = read_all(TextLogReader(), path, ctx).events
+    xid_lines = sum("NVRM: Xid" in ln for ln in path.read_text().splitlines())
+    assert xid_lines > 10 and len(ev) == xid_lines and ctx.rejects.total == 0
+    assert set(ev["code"]) == {13, 43} and set(ev["entity"]) == {"gpu-node-01"}
+    assert ev["ts"].iloc[0] == pytest.approx(1737434504.283302)  # 2025-01-21T04:41:44,283302+00:00
+
+
+def test_dmesg_T_with_the_gsp_dump_after_xid_119(ctx):
+    path = GPUD / "gpu-node-02.dmesg-T-xid119.log"
+    ev = read_all(TextLogReader(), path, ctx).events
+    assert set(ev["code"]) == {119} and len(ev) == 5 and set(ev["pci"]) == {"0000:9b:00"} and ctx.rejects.total == 0
+
+
+def test_fabric_manager_log_gives_the_nvswitch_errors(ctx, tmp_path):
+    path = GPUD / "gpu-node-03.fabricmanager.log"
+    assert isinstance(sniff(path), FabricManagerReader)
+    ev = read_all(FabricManagerReader(), path, ctx).events
+    assert list(ev["kind"]) == ["sxid"] and int(ev["code"].iloc[0]) == 12028 and ev["severity"].iloc[0] == "error"
+    assert ev["entity"].iloc[0] == "gpu-node-03" and "physical id 3 port 61" in ev["message"].iloc[0]
+    fatal = tmp_path / "sw1.fabricmanager.log"
+    fatal.write_text("[Jul 23 2024 07:53:55] [ERROR] [tid 841] detected NVSwitch fatal error 20034 on fid 0 on "
+                     "NVSwitch pci bus id 00000000:86:00.0 physical id 3 port 33\n")
+    ev = read_all(FabricManagerReader(), fatal, ctx).events
+    assert ev["severity"].iloc[0] == "fatal"
+    nameless = tmp_path / "fabricmanager.log"
+    nameless.write_text(fatal.read_text())
+    assert not len(read_all(FabricManagerReader(), nameless, ctx).events)
+    assert any("names no host" in m for m in ctx.rejects.messages)
+
+
+@pytest.mark.parametrize("name,words", [
+    ("kmsg.1.log", "/dev/kmsg dump"),
+    ("dmesg-erst-7530486857247752193", "pstore crash record"),
+])
+def test_files_that_cannot_be_placed_in_time_say_what_they_are(name, words):
+    path = GPUD / name
+    assert sniff(path) is None
+    why = describe_unread(path)
+    assert words in why and "since" in why and "boot" in why
+
+
+def test_pstore_record_lists_the_hardware_lines_it_holds(tmp_path):
+    record = tmp_path / "dmesg-erst-1"
+    record.write_text("Panic#1 Part1\n<4>[ 88.1] NVRM: Xid (PCI:0000:3b:00): 79, pid=0, GPU has fallen off the bus.\n")
+    assert "1 hardware RAS line(s) (xid 79 at 0000:3b:00)" in describe_unread(record)
+
+
+def test_aer_correctable_of_current_kernels(tmp_path, ctx):
+    """pop-os/pop#3363: `severity=Correctable` (kernels since 6.x; older ones print `Corrected`)."""
+    ev = read_all(TextLogReader(), QUOTED / "pop-os-pop-3363.kern.log", ctx).events
+    assert list(ev["kind"]) == ["aer", "aer"] and set(ev["severity"]) == {"corrected"}
+    assert set(ev["pci"]) == {"0000:00:03.1"} and set(ev["entity"]) == {"bubz"}
+    # the year: nothing else in this trace dates the RFC 3164 stamps, so the file's modification year, said
+    assert any("modification year" in n for n in ctx.rejects.notes)
+
+
+def test_printk_caller_id_prefix():
+    """qualcomm-linux/kernel#323: `[   24.235980][  T511] ath11k_pci ...` (CONFIG_PRINTK_CALLER)."""
+    from daemon.formats.kernellog import _MONOTONIC_PREFIX
+
+    lines = (QUOTED / "qualcomm-linux-kernel-323.dmesg.txt").read_text().splitlines()
+    events = [parse_kernel_message(_MONOTONIC_PREFIX.sub("", ln)) for ln in lines]
+    aer = [e for e in events if e is not None]
+    assert len(aer) == 1 and aer[0].severity == "corrected" and aer[0].pci == "0000:01:00.0"
+
+
+def test_ib_port_state_lines_name_the_port_themselves():
+    lines = (QUOTED / "kernel-ib-port-state.txt").read_text().splitlines()
+    ev = [parse_kernel_message(ln) for ln in lines]
+    assert [e.severity for e in ev] == ["error", "notice", "info", "notice", "info"]
+    assert ev[0].device == "mlx5_5:1" and ev[3].device == "ibp195s0:1" and ev[0].pci == "0000:ab:00.0"
+    resolver = EventResolver(SeriesMapper())
+    frame = events_frame([(1.0, "n1", e.kind, e.code, e.severity, e.message, "kernel", e.pci, e.device) for e in ev])
+    assert resolver.resolve(frame)["entity"].iloc[0] == "n1/mlx5_5:1"
+
+
+def _fallen_off_lines() -> list[str]:
+    from daemon.formats.kernellog import _MONOTONIC_PREFIX
+
+    return [_MONOTONIC_PREFIX.sub("", ln).strip() for ln in (QUOTED / "nvidia-nvsentinel-155.dmesg.txt")
+            .read_text().splitlines()]
+
+
+def test_fallen_off_the_bus_without_an_xid_journald_form():
+    """NVIDIA/NVSentinel#155: the driver's three-line message with no Xid line; journald keeps it as one message."""
+    message = "\n".join(_fallen_off_lines()[:3])
+    ev = parse_kernel_message(message)
+    assert (ev.kind, ev.code, ev.pci) == ("xid", 79, "0000:b3:00")
+
+
+def test_fallen_off_the_bus_without_an_xid_over_several_records(tmp_path, ctx):
+    lines = _fallen_off_lines()
+    joiner = MessageJoiner()
+    events = [parse_kernel_message(joiner.feed("h", 10.0, ln)) for ln in lines]
+    assert [e.code for e in events if e is not None] == [79]
+    # as dmesg -T prints it: the later lines indented and without a time
+    dmesg = tmp_path / "sn01-b01.dmesg"
+    dmesg.write_text("[Mon Mar  2 00:30:43 2026] NVRM: The NVIDIA GPU 0000:18:00.0\n"
+                     "                           NVRM: (PCI ID: 10de:26b5) installed in this system has\n"
+                     "                           NVRM: fallen off the bus and is not responding to commands.\n"
+                     "[Mon Mar  2 00:30:43 2026] NVRM: The NVIDIA probe routine failed for 1 device(s).\n")
+    ev = read_all(TextLogReader(), dmesg, ctx).events
+    assert list(ev["code"]) == [79] and ctx.rejects.total == 0
+    # as rsyslog writes one message with its newlines escaped
+    syslog = tmp_path / "kern.log"
+    syslog.write_text("2026-03-02T00:30:43+00:00 sn01-b01 kernel: NVRM: The NVIDIA GPU 0000:18:00.0#012NVRM: (PCI ID: "
+                      "10de:26b5) installed in this system has#012NVRM: fallen off the bus and is not responding to "
+                      "commands.\n")
+    assert list(read_all(TextLogReader(), syslog, ctx).events["code"]) == [79]
+
+
+def test_nvlink5_xids_rate_themselves():
+    """gpud's Xid 144/145/149 lines: `Fatal` makes the GPU failed, `Nonfatal` a watch, whatever the catalog says."""
+    lines = (QUOTED / "gpud-nvlink5-xids.txt").read_text().splitlines()
+    events = [parse_kernel_message(ln) for ln in lines]
+    assert [e.severity for e in events] == ["fatal", "nonfatal", "nonfatal"]
+    rules = RuleDetector().fit()
+    frame = events_frame([(1.0, f"n1/gpu{k}", "xid", e.code, e.severity, e.message, "kernel", None, None)
+                          for k, e in enumerate(events)])
+    out = {ev.entity: ev for ev in rules.update(TickInput(30.0, frame, pd.DataFrame(), pd.DataFrame()))}
+    assert out["n1/gpu0"].level == State.FAILED and out["n1/gpu0"].hard
+    assert out["n1/gpu1"].level == out["n1/gpu2"].level == State.SUSPECT
+
+
+def test_dcgm_blanks_and_impossible_temperatures_are_no_readings(ctx):
+    path = QUOTED / "dcgm-blank-and-garbage.prom"
+    samples = read_all(OpenMetricsReader(), path, ctx).samples
+    got = samples.groupby("metric")["value"].apply(list).to_dict()
+    assert got == {"gpu_temp_c": [44.0], "power_w": [70.5]}, got  # no HBM at 9.2e18, no GPU at 345 °C
+    not_read = ctx.mapper.values_not_read
+    assert not_read["the exporter's blank (field not supported or not read yet)"] == 4
+    assert not_read["outside -40..150"] == 4
+
+
+def test_dual_port_nic_ports_stay_apart():
+    topo = Topology.from_dict({"racks": [{"name": "r1", "nodes": [{"name": "n1", "ports": [
+        {"device": "mlx5_0", "port": 1, "pci": "0000:41:00.0", "netdev": "ibp65s0f0"},
+        {"device": "mlx5_1", "port": 1, "pci": "0000:41:00.1", "netdev": "ibp65s0f1"},
+        {"device": "mlx5_2", "port": 1, "pci": "0000:c1:00.0"}]}]}]})
+    resolver = EventResolver(SeriesMapper(topology=topo))
+    lines = ["mlx5_core 0000:41:00.0 ibp65s0f0: Link down", "pcieport 0000:41:00.1: PCIe Bus Error: "
+             "severity=Uncorrectable (Non-Fatal), type=Transaction Layer, (Requester ID)",
+             "mlx5_core 0000:c1:00.0 eth9: Link down"]
+    ev = [parse_kernel_message(ln) for ln in lines]
+    frame = events_frame([(1.0, "n1", e.kind, e.code, e.severity, e.message, "kernel", e.pci, e.device) for e in ev])
+    assert list(resolver.resolve(frame)["entity"]) == ["n1/mlx5_0:1", "n1/mlx5_1:1", "n1/mlx5_2:1"]
+
+
+def test_kernel_xid_repeats_are_events_and_only_the_gauge_merges():
+    """Application Xids repeating across processes within 120 s are each an event (the repeats-across-jobs rule
+    needs them); the dcgm-exporter gauge's report of the same Xid is the one merged."""
+    resolver = EventResolver(SeriesMapper(), window_s=120.0)
+    rows = [(10.0, "n1/gpu0", "xid", 13, "error", "pid=100, name=python3", "kernel", None, None),
+            (40.0, "n1/gpu0", "xid", 13, "error", "pid=200, name=python3", "kernel", None, None),
+            (45.0, "n1/gpu0", "xid", 13, "error", "reported by dcgm-exporter", "dcgm-exporter", None, None),
+            (70.0, "n1/gpu0", "xid", 13, "error", "pid=300, name=python3", "kernel", None, None)]
+    out = resolver.merge_xids(events_frame(rows), 90.0)
+    assert list(out["source"]) == ["kernel"] * 3 and resolver.merged == 1
+
+
+def test_journal_boot_id_change_is_a_boot_event(tmp_path, ctx):
+    def rec(ts, boot, msg="NVRM: GPU at PCI:0000:18:00: GPU-1"):
+        return json.dumps({"__REALTIME_TIMESTAMP": str(int(ts * 1e6)), "_HOSTNAME": "sn01-b01", "_BOOT_ID": boot,
+                           "_TRANSPORT": "kernel", "MESSAGE": msg})
+
+    path = tmp_path / "k.json"
+    path.write_text("\n".join([rec(100, "aaaa"), rec(200, "aaaa"), rec(400, "bbbb")]) + "\n")
+    ev = read_all(JournalJsonReader(), path, ctx).events
+    assert list(ev["kind"]) == ["boot"] and list(ev["ts"]) == [400.0]
+
+
+def test_rfc3164_year_comes_from_the_rest_of_the_trace(tmp_path, ctx):
+    path = tmp_path / "kern.log"
+    path.write_text("Dec 31 23:59:58 a kernel: NVRM: Xid (PCI:0000:18:00): 79, pid=0, GPU has fallen off the bus.\n"
+                    "Jan  1 00:00:01 b kernel: NVRM: Xid (PCI:0000:18:00): 79, pid=0, GPU has fallen off the bus.\n"
+                    "Dec 31 23:59:59 a kernel: NVRM: Xid (PCI:0000:18:00): 79, pid=0, GPU has fallen off the bus.\n")
+    os.utime(path, (0, 0))  # a copied file: its modification time says 1970
+    ctx.span = (1767139200.0, 1767225600.0)  # other files of the trace: 2025-12-31 .. 2026-01-01
+    ev = read_all(TextLogReader(), path, ctx).events
+    years = [pd.Timestamp(t, unit="s").year for t in ev["ts"]]
+    assert years == [2025, 2026, 2025], years  # host a's last line stays in December: rollover is per host
+    assert not ctx.rejects.notes
+    assert np.all(np.isfinite(ev["ts"]))
