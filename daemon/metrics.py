@@ -25,6 +25,11 @@ SAMPLES_NOT_READ = Counter(
     ["source"],
     registry=REGISTRY,
 )
+SDNOTIFY_DROPPED = Counter(
+    "raswarden_sdnotify_dropped_total",
+    "systemd notifications dropped because the notify socket's reader was behind (never waited for).",
+    registry=REGISTRY,
+)
 LATE_DROPPED = Counter(
     "raswarden_late_samples_dropped_total",
     "Samples that arrived later than the allowed lateness and were dropped.",

@@ -3,6 +3,10 @@
 One datagram per call to the ``AF_UNIX`` socket named by ``$NOTIFY_SOCKET`` (an abstract socket when it
 starts with ``@``). Without the variable (not run by systemd) every call does nothing. The watchdog
 interval is ``$WATCHDOG_USEC`` (set by ``WatchdogSec=``) when ``$WATCHDOG_PID`` is unset or this process.
+
+A notification never blocks the daemon: a datagram socket whose reader has fallen behind (Linux queues ten
+datagrams, ``net.unix.max_dgram_qlen``) makes a blocking send wait until it reads, and the cycle with it. Sends
+are non-blocking; one that finds the queue full is dropped and counted (``raswarden_sdnotify_dropped_total``).
 """
 
 from __future__ import annotations
@@ -10,6 +14,8 @@ from __future__ import annotations
 import logging
 import os
 import socket
+
+from daemon import metrics
 
 log = logging.getLogger("raswarden.sdnotify")
 
@@ -38,8 +44,12 @@ class Notifier:
         try:
             if self._sock is None:
                 self._sock = socket.socket(socket.AF_UNIX, socket.SOCK_DGRAM | socket.SOCK_CLOEXEC)
-            self._sock.sendto(message, self.address)
+            self._sock.sendto(message, socket.MSG_DONTWAIT, self.address)
             return True
+        except BlockingIOError:
+            metrics.SDNOTIFY_DROPPED.inc()
+            log.debug("sd_notify to %s: the reader is behind, %s dropped", self.address, ",".join(fields))
+            return False
         except OSError as exc:
             log.warning("sd_notify to %s failed: %s", self.address, exc)
             return False
