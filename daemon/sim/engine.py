@@ -28,6 +28,8 @@ import pandas as pd
 from daemon.batch import Batch
 from daemon.formats.kernel_events import parse_kernel_message
 from daemon.sim.faults import FaultInstance, FaultTemplate, TemplateError, load_library
+from daemon.sim.noise import HEALTHY_MAX_PER_H, PartNoise
+from daemon.sim.observe import Observation
 from daemon.sim.scenario import Scenario
 from daemon.sim.topology import PRESETS, SimTopology
 from daemon.sim.vendors import RESTART_BUSINESS, VENDORS, render_line
@@ -48,8 +50,6 @@ NVIDIA_NEVER = frozenset({"npu_error_code_0"})  # engine arrays no NVIDIA export
 # npu-exporter keeps reporting an NPU it can no longer read (its other values are failure values, dropped
 # by the name table): its fault codes are what says it is gone.
 STILL_REPORTED = frozenset({"npu_error_code_0"})
-BASELINE_PER_HOUR = {"ecc_sbe_total": 1 / 2000, "pcie_replay_total": 0.01, "symbol_error_total": 1 / 168,
-                     "rcv_errors_total": 1 / 336}
 PORT_BYTES_PER_S = 45e9
 LOAD_STEP_WINDOW_S = 600.0
 FB_TOTAL_MIB = 81559.0
@@ -74,6 +74,16 @@ class SimChunk:
     # Each GPU's compute speed against a healthy one (its SM clock scale: fail-slow, thermal throttling); a
     # synchronous job runs at the pace of its slowest GPU (the closed loop's accounting)
     gpu_speed: np.ndarray | None = None
+    # Which steps each exporter is sampled at ([rows x steps], daemon.sim.observe); None: every step
+    gpu_sampled: np.ndarray | None = None
+    port_sampled: np.ndarray | None = None
+
+    def gpu_emitted(self) -> np.ndarray:
+        """Present and sampled: the GPU samples an exporter's scrapes carry."""
+        return self.gpu_present if self.gpu_sampled is None else self.gpu_present & self.gpu_sampled
+
+    def port_emitted(self) -> np.ndarray:
+        return self.port_present if self.port_sampled is None else self.port_present & self.port_sampled
 
 
 @dataclass
@@ -135,6 +145,16 @@ class Simulator:
                       for _ in range(t.n_gpus)]
         self.jobs = self._plan_jobs()
         self.placed = [self._place(inst) for inst in self._instances()]
+        self.observation = Observation(scenario.seed, scenario.start, scenario.resolution, scenario.sampling)
+        # Healthy parts' background errors: the engine's own stream for the quiet default (the traces of before),
+        # a stream of their own otherwise (daemon.sim.noise)
+        self.part_noise: dict[str, PartNoise] = {}
+        if scenario.noise_name != "quiet":
+            noise_rng = np.random.default_rng([scenario.seed, 11])
+            for m, spec in sorted(scenario.noise.items()):
+                if m in GPU_COUNTERS or m in PORT_COUNTERS:
+                    self.part_noise[m] = PartNoise(spec, t.n_gpus if m in GPU_COUNTERS else t.n_ports, noise_rng,
+                                                   HEALTHY_MAX_PER_H.get(m, np.inf))
         # The closed loop drives the workload from its scheduler: a function of step times returning which
         # GPUs are busy ([gpus × steps]); None follows the scenario's planned jobs.
         self.workload: Callable[[np.ndarray], np.ndarray] | None = None
@@ -317,6 +337,7 @@ class Simulator:
         if chunk_steps is None:
             chunk_steps = max(1, min(240, 4_000_000 // max(t.n_gpus * 20, 1)))
         rng = np.random.default_rng(sc.seed + 1)
+        self._noise_rng = np.random.default_rng([sc.seed, 7])
         carry_gpu = {m: np.zeros(t.n_gpus) for m in GPU_COUNTERS}
         carry_port = {m: np.zeros(t.n_ports) for m in PORT_COUNTERS}
         xid_last = np.zeros(t.n_gpus)
@@ -444,11 +465,15 @@ class Simulator:
         fb = np.where(busy, self.fb_busy[:, None] + rng.integers(0, 2000, busy.shape), 0.0)
 
         gpu_inc["energy_mj_total"] += power * dt * 1000.0
-        for m, rate in BASELINE_PER_HOUR.items():
-            if m in gpu_inc:
-                gpu_inc[m] += rng.poisson(rate * dt / 3600.0, busy.shape)
-            else:
-                port_inc[m] += rng.poisson(rate * dt / 3600.0, (t.n_ports, n_s))
+        if not self.part_noise:  # quiet: one homogeneous rare rate per counter, from the engine's stream
+            for m, spec in sc.noise.items():
+                rate = spec.rate_per_h
+                if m in gpu_inc:
+                    gpu_inc[m] += rng.poisson(rate * dt / 3600.0, busy.shape)
+                elif m in port_inc:
+                    port_inc[m] += rng.poisson(rate * dt / 3600.0, (t.n_ports, n_s))
+        for m, noise in self.part_noise.items():
+            (gpu_inc if m in gpu_inc else port_inc)[m] += noise.increments(self._noise_rng, n_s, dt)
         node_util = util.reshape(t.n_nodes, t.gpus_per_node, n_s).mean(axis=1) / 100.0
         traffic = np.repeat(node_util, t.ports_per_node, axis=0) * PORT_BYTES_PER_S * dt
         port_state_up = np.ones((t.n_ports, n_s), dtype=bool)
@@ -490,7 +515,11 @@ class Simulator:
                                                 nan=5.0)
         xid_last[:] = gpu["xid_last"][:, -1]
         speed = gauge_scale["sm_clock_mhz"] * np.where(throttle > 0, 0.85, 1.0)
-        return SimChunk(ts, gpu, port, gpu_present, port_present, lines, np.clip(speed, 0.0, 1.0))
+        obs = self.observation
+        gpu_sampled = obs.sampled("dcgm", self.gpu_node, ts) if obs else None
+        port_sampled = obs.sampled("node", self.port_node, ts) if obs else None
+        return SimChunk(ts, gpu, port, gpu_present, port_present, lines, np.clip(speed, 0.0, 1.0), gpu_sampled,
+                        port_sampled)
 
     def _npu_codes(self, ts: np.ndarray, resets: list[tuple[np.ndarray, int]]) -> np.ndarray:
         """npu-exporter's first error-code slot: the latest active Ascend fault code per GPU row (0: none); a
@@ -568,21 +597,25 @@ def chunk_to_batch(sim: Simulator, chunk: SimChunk, profile: str | None = None) 
                                  families, {m: i for i, m in enumerate(metrics)})
     entity_dtype, metric_dtype, families, metric_index = sim.batch_dtypes[key]
     n_g = len(sim.gpu_ids)
+    obs = sim.observation
+    stamps = {}
+    if obs:
+        stamps = {True: obs.stamps("dcgm", sim.gpu_node, chunk.ts), False: obs.stamps("node", sim.port_node, chunk.ts)}
     parts_ts, parts_e, parts_m, parts_v = [], [], [], []
     for out_metric, m, is_gpu, only in families:
         mi = metric_index[out_metric]
         if is_gpu:
-            arr, present, offset = chunk.gpu[m], chunk.gpu_present, 0
+            arr, present, offset = chunk.gpu[m], chunk.gpu_emitted(), 0
             if m in STILL_REPORTED:
-                present = np.ones_like(present)
+                present = np.ones_like(present) if chunk.gpu_sampled is None else chunk.gpu_sampled
         else:
-            arr, present, offset = chunk.port[m], chunk.port_present, n_g
+            arr, present, offset = chunk.port[m], chunk.port_emitted(), n_g
         if only is not None:
             mask = np.zeros(len(present), dtype=bool)
             mask[only] = True
             present = present & mask[:, None]
         steps, rows = np.nonzero(present.T)  # step-major: already in time order within the metric
-        parts_ts.append(chunk.ts[steps])
+        parts_ts.append(stamps[is_gpu][rows, steps] if stamps else chunk.ts[steps])
         parts_e.append(rows + offset)
         parts_m.append(np.full(len(rows), mi))
         parts_v.append(arr[rows, steps])

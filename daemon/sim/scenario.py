@@ -20,6 +20,10 @@
       repeat_share: 0.836
       mix: {hbm_degradation: 0.4, gpu_off_bus: 0.15, link_degradation: 0.25, ...}
       confounders_per_day: {benign_reboot: 1, benign_exporter_gap: 2}
+    sampling:                     # optional: how the exporters are sampled (daemon/sim/observe.py); default every step
+      dcgm: {interval: 15s, jitter: 2s, missed: 0.01}
+      node: {interval: 5m, aligned: true}
+    noise: realistic              # optional: healthy parts' background errors (daemon/sim/noise.py); default quiet
 """
 
 from __future__ import annotations
@@ -31,6 +35,8 @@ from pathlib import Path
 import yaml
 
 from daemon.sim.faults import TemplateError, parse_duration
+from daemon.sim.noise import QUIET, CounterNoise, parse_noise
+from daemon.sim.observe import SourceSampling, parse_sampling
 
 PROFILES = ("stock", "full")
 
@@ -75,6 +81,9 @@ class Scenario:
     jobs: JobMix = field(default_factory=JobMix)
     faults: list[FaultSpec] = field(default_factory=list)
     sample: SampleSpec | None = None
+    sampling: dict[str, SourceSampling] = field(default_factory=dict)
+    noise_name: str = "quiet"
+    noise: dict[str, CounterNoise] = field(default_factory=lambda: dict(QUIET))
     source: str = ""
 
     @property
@@ -95,7 +104,7 @@ class Scenario:
         if not isinstance(d, dict):
             raise TemplateError(f"{source}: the top level must be a mapping")
         known = {"name", "seed", "topology", "start", "duration", "resolution", "profile", "jobs", "faults",
-                 "sample", "description"}
+                 "sample", "sampling", "noise", "description"}
         for key in d:
             if key not in known:
                 raise TemplateError(f"{source}: unknown key '{key}' (known: {', '.join(sorted(known))})")
@@ -136,6 +145,8 @@ class Scenario:
                 None if f.get("failure") is None else parse_duration(f["failure"], f"{where}.failure"),
                 None if f.get("vendor") is None else str(f["vendor"]),
             ))
+        sc.sampling = parse_sampling(d.get("sampling"), sc.resolution, f"{source}: sampling")
+        sc.noise_name, sc.noise = parse_noise(d.get("noise"), f"{source}: noise")
         if d.get("sample"):
             s = d["sample"]
             sc.sample = SampleSpec(float(s.get("faults_per_node_year", 0.78)), float(s.get("weibull_shape", 0.62)),

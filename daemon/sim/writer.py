@@ -59,10 +59,10 @@ class TraceWriter:
         else:
             self._ts.append(chunk.ts)
             for key, f in enumerate(self._families):
-                values, present = ((chunk.gpu[f.metric], chunk.gpu_present) if f.is_gpu
-                                   else (chunk.port[f.metric], chunk.port_present))
+                values, present = ((chunk.gpu[f.metric], chunk.gpu_emitted()) if f.is_gpu
+                                   else (chunk.port[f.metric], chunk.port_emitted()))
                 if f.metric in STILL_REPORTED:
-                    present = np.ones_like(present)
+                    present = np.ones_like(present) if chunk.gpu_sampled is None else chunk.gpu_sampled
                 self._spill(key, values[f.rows], present[f.rows])
         for ts, node, line in chunk.lines:
             self._journal.write(json.dumps({
@@ -94,9 +94,16 @@ class TraceWriter:
         table = np.concatenate(blocks, axis=1) if blocks else np.empty((n, 0))
         (self._spill_dir / f"{key}.f8").unlink()
         table = source.values(table)
-        for prefix, row in zip(prefixes, table):
+        obs = self.sim.observation
+        nodes = (self.sim.gpu_node if family.is_gpu else self.sim.port_node)[family.rows]
+        for k, (prefix, row) in enumerate(zip(prefixes, table)):
             keep = np.flatnonzero(~np.isnan(row))
-            fh.write("".join(f"{prefix}{v:.15g} {stamps[j]}\n" for j, v in zip(keep.tolist(), row[keep].tolist())))
+            if obs:  # each node's scrapes carry their own jittered stamps (daemon.sim.observe)
+                own = obs.stamps("dcgm" if family.is_gpu else "node", nodes[k : k + 1], ts[keep])[0]
+                at = [f"{t:.3f}".rstrip("0").rstrip(".") for t in own.tolist()]
+            else:
+                at = [stamps[j] for j in keep.tolist()]
+            fh.write("".join(f"{prefix}{v:.15g} {t}\n" for t, v in zip(at, row[keep].tolist())))
             self.samples += len(keep)
         del raw, table, blocks
 

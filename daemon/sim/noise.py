@@ -1,0 +1,103 @@
+"""Background errors of healthy parts: the counts a fleet's error counters show when nothing is wrong.
+
+Healthy links see a symbol error now and then, healthy GPUs a correctable ECC error or a PCIe replay; some parts
+much more than others (a slightly worse cable, a GPU in a noisier slot), and errors come in bursts (a cable moved,
+a retraining). Each counter's noise is a per-part rate drawn once (log-normal around ``rate_per_h`` with
+``spread``) plus bursts (``bursts_per_day`` per part, each of a geometric number of errors with mean
+``burst_size``). A scenario names a preset (``noise: realistic``) or gives counters of its own::
+
+    noise:
+      symbol_error_total: {rate_per_h: 0.05, spread: 1.5, bursts_per_day: 0.3, burst_size: 5}
+
+``quiet`` is the engine's noise before this module: one homogeneous rare rate per counter, no bursts, drawn from
+the engine's own random stream, so a scenario that names no noise gives the same trace as before. The other
+presets draw from a stream of their own.
+
+What the presets rest on (assumptions to vary, not measurements of one fleet; docs/simulator.md): IBTA's symbol
+error budget of a healthy link is a bit error rate of 1e-12 (NVSentinel flags 120/h; a healthy 400G link sits
+orders below it); a real H100 node's ports each showed 14 ``port_rcv_errors`` and no symbol errors since boot
+(leptonai/gpud testdata, fixtures/real); NVSentinel's own guidance that PAM4 links show some raw errors as
+normal; rasdaemon's page-offlining threshold of 50 corrected memory errors in 24 h as what a healthy part stays
+well under. ``realistic`` puts a median port at half a symbol error a day and one in twenty at several a day;
+``noisy`` five times that, wider spread and more bursts.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+import numpy as np
+
+from daemon.sim.faults import TemplateError
+
+
+@dataclass(frozen=True)
+class CounterNoise:
+    """One counter's healthy background."""
+
+    rate_per_h: float
+    spread: float = 0.0
+    bursts_per_day: float = 0.0
+    burst_size: float = 1.0
+
+
+# A healthy part stays within a tenth of what shipped tools call a fault (the rules' limits, docs/rules.md: symbol
+# errors 120/h, link error recoveries 300/h, correctable ECC 50/h, the PCIe replay budget 921.6/h): a part's
+# drawn rate is clipped there, or "healthy" would include parts out of spec.
+HEALTHY_MAX_PER_H = {"symbol_error_total": 12.0, "rcv_errors_total": 12.0, "link_error_recovery_total": 30.0,
+                     "ecc_sbe_total": 5.0, "pcie_replay_total": 92.0, "nvlink_crc_flit_total": 100.0}
+
+
+QUIET = {"ecc_sbe_total": CounterNoise(1 / 2000), "pcie_replay_total": CounterNoise(0.01),
+         "symbol_error_total": CounterNoise(1 / 168), "rcv_errors_total": CounterNoise(1 / 336)}
+REALISTIC = {
+    "symbol_error_total": CounterNoise(0.02, 1.5, 0.2, 4.0),
+    "rcv_errors_total": CounterNoise(0.02, 1.5, 0.1, 3.0),
+    "link_error_recovery_total": CounterNoise(0.001, 1.0, 0.02, 1.0),
+    "ecc_sbe_total": CounterNoise(0.002, 2.0, 0.02, 3.0),
+    "pcie_replay_total": CounterNoise(0.05, 2.0, 0.1, 10.0),
+    "nvlink_crc_flit_total": CounterNoise(0.1, 2.0, 0.1, 20.0),
+}
+NOISY = {m: CounterNoise(n.rate_per_h * 5, n.spread + 0.5, n.bursts_per_day * 3, n.burst_size * 2)
+         for m, n in REALISTIC.items()}
+PRESETS = {"quiet": QUIET, "realistic": REALISTIC, "noisy": NOISY}
+
+
+def parse_noise(d: str | dict | None, where: str) -> tuple[str, dict[str, CounterNoise]]:
+    """A scenario's ``noise``: a preset name or counters of its own; returns (name, counters)."""
+    if d is None:
+        return "quiet", QUIET
+    if isinstance(d, str):
+        if d not in PRESETS:
+            raise TemplateError(f"{where}: unknown noise preset '{d}' (known: {', '.join(PRESETS)})")
+        return d, PRESETS[d]
+    if not isinstance(d, dict):
+        raise TemplateError(f"{where}: a preset name or a mapping of counters")
+    out = {}
+    for metric, spec in d.items():
+        try:
+            out[str(metric)] = CounterNoise(**{k: float(v) for k, v in (spec or {}).items()})
+        except TypeError as exc:
+            raise TemplateError(f"{where}.{metric}: {exc}") from None
+    return "custom", out
+
+
+class PartNoise:
+    """Per-part rates of one counter over ``n`` parts, and their increments step by step."""
+
+    def __init__(self, spec: CounterNoise, n: int, rng: np.random.Generator, max_per_h: float = np.inf):
+        self.spec = spec
+        spread = rng.normal(0.0, spec.spread, n) if spec.spread > 0 else np.zeros(n)
+        self.rate_per_h = np.minimum(spec.rate_per_h * np.exp(spread), max_per_h)
+
+    def increments(self, rng: np.random.Generator, steps: int, dt: float) -> np.ndarray:
+        """``[parts x steps]`` errors in steps of ``dt`` seconds."""
+        lam = (self.rate_per_h * dt / 3600.0)[:, None]
+        out = rng.poisson(np.broadcast_to(lam, (len(self.rate_per_h), steps))).astype(np.float64)
+        if self.spec.bursts_per_day > 0:
+            bursts = rng.poisson(self.spec.bursts_per_day * dt / 86400.0, out.shape)
+            hit = np.nonzero(bursts)
+            if len(hit[0]):
+                p = 1.0 / max(self.spec.burst_size, 1.0)
+                out[hit] += rng.geometric(p, len(hit[0])) * bursts[hit]
+        return out
