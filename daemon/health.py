@@ -4,7 +4,8 @@
   reached that level in ``enter_k`` of the last ``enter_n`` ticks.
 * It leaves for a better state after ``clear_ticks`` consecutive fresh ticks whose evidence is below
   its state; ``failed`` is left only after ``failed_clear_ticks`` fresh ticks with no evidence at all.
-* ``unknown``: no telemetry for ``stale_after_s``; only a healthy or suspect entity becomes unknown
+* ``unknown``: no telemetry for its staleness window (``stale_after``, learned from the entity's own sampling
+  interval by the pipeline; ``stale_after_s`` until it is known); only a healthy or suspect entity becomes unknown
   (a failed GPU that fell off the bus stays failed). Unknown is never acted on.
 * A node's health is the worst of its own and its accelerators' and host components'; its fabric
   ports make it bad only when none of them is healthy (no path left).
@@ -28,6 +29,9 @@ class HealthConfig:
     clear_ticks: int = 10
     failed_clear_ticks: int = 20
     stale_after_s: float = 150.0
+    # A state restored from the store (a restarted daemon) is kept this long at least: the streaming detectors
+    # start again from nothing and need their longest short window (the trend's hour) to see again what they saw
+    restore_hold_s: float = 3600.0
 
 
 @dataclass
@@ -53,6 +57,8 @@ class EntityHealth:
     window: deque = field(default_factory=lambda: deque(maxlen=3))
     below: int = 0
     top: Evidence | None = None
+    restored: bool = False  # restored from the store: held for restore_hold_s from the first tick after
+    hold_until: float | None = None
 
 
 def _combine(evidence: list[Evidence]) -> Evidence:
@@ -74,6 +80,7 @@ class HealthTracker:
         self.config = config or HealthConfig()
         self.entities: dict[str, EntityHealth] = {}
         self.last_seen: dict[str, float] = {}
+        self.stale_after: dict[str, float] = {}  # per entity, from its sampling interval (default stale_after_s)
 
     def state_of(self, entity: str) -> State:
         h = self.entities.get(entity)
@@ -85,7 +92,7 @@ class HealthTracker:
 
     def is_fresh(self, entity: str, now: float) -> bool:
         seen = self.last_seen.get(entity)
-        return seen is not None and now - seen <= self.config.stale_after_s
+        return seen is not None and now - seen <= self.stale_after.get(entity, self.config.stale_after_s)
 
     def update(self, now: float, evidence: list[Evidence]) -> list[Transition]:
         """Advance every entity by one tick."""
@@ -96,7 +103,8 @@ class HealthTracker:
         combined = {e: _combine(evs) for e, evs in by_entity.items()}
         transitions: list[Transition] = []
         candidates = set(combined) | {e for e, h in self.entities.items() if h.state != State.HEALTHY or any(h.window)}
-        candidates |= {e for e, t in self.last_seen.items() if now - t > cfg.stale_after_s}
+        window, default = self.stale_after.get, cfg.stale_after_s
+        candidates |= {e for e, t in self.last_seen.items() if now - t > window(e, default)}
         for entity in sorted(candidates):
             h = self.entities.get(entity)
             if h is None:
@@ -105,7 +113,10 @@ class HealthTracker:
             level = ev.level if ev else State.HEALTHY
             h.window.append(int(level))
             fresh = self.is_fresh(entity, now) or ev is not None
-            new = self._next(h, ev, level, fresh)
+            if h.restored and h.hold_until is None:
+                h.hold_until = now + cfg.restore_hold_s
+            held = h.hold_until is not None and now < h.hold_until
+            new = self._next(h, ev, level, fresh, held)
             if ev is not None and ev.level >= State.SUSPECT:
                 h.top = ev
             if new != h.state:
@@ -129,7 +140,7 @@ class HealthTracker:
                 del self.entities[entity]
         return transitions
 
-    def _next(self, h: EntityHealth, ev: Evidence | None, level: State, fresh: bool) -> State:
+    def _next(self, h: EntityHealth, ev: Evidence | None, level: State, fresh: bool, held: bool = False) -> State:
         cfg = self.config
         state = h.state
         if ev is not None and ev.hard and level == State.FAILED:
@@ -149,8 +160,11 @@ class HealthTracker:
             h.below = 0
             return candidate
         # Leaving: below the current state for clear_ticks fresh ticks; a failed entity must be
-        # entirely clean (no evidence at all) for failed_clear_ticks.
+        # entirely clean (no evidence at all) for failed_clear_ticks. A restored state waits out its hold.
         better = level == State.HEALTHY if state == State.FAILED else level < state
+        if held:
+            h.below = 0
+            return state
         if better:
             h.below += 1
             needed = cfg.failed_clear_ticks if state == State.FAILED else cfg.clear_ticks

@@ -154,10 +154,11 @@ class IncidentBook:
             if inc.kind == "rack" and fp not in grouped:
                 self.resolve(ts, inc.entity, "fewer nodes affected", inc.category)
 
-    def on_stale(self, ts: float, node: str, stale_since: float | None) -> None:
-        """Open or close a node's telemetry incident."""
+    def on_stale(self, ts: float, node: str, stale_since: float | None, after_s: float | None = None) -> None:
+        """Open or close a node's telemetry incident (after ``after_s`` without telemetry, by default
+        ``telemetry_after_s``)."""
         fingerprint = f"{node}|telemetry"
-        if stale_since is not None and ts - stale_since >= self.telemetry_after_s:
+        if stale_since is not None and ts - stale_since >= (after_s or self.telemetry_after_s):
             if fingerprint not in self.open:
                 self.raise_(ts, node, "telemetry", State.UNKNOWN,
                             [f"no telemetry for {(ts - stale_since) / 60:.0f} min"])

@@ -7,6 +7,7 @@ clock and the source of batches differ. Nothing in here reads a wall clock.
 from __future__ import annotations
 
 import logging
+import math
 from collections import Counter, deque
 from dataclasses import dataclass, field
 from collections.abc import Callable
@@ -21,12 +22,15 @@ from daemon.incidents import Incident, IncidentBook
 from daemon.naming import SeriesMapper
 from daemon.resolve import EventResolver, is_code_gauge
 from daemon.store import Store
+from detectors.cadence import Cadence
 from detectors.counters import CounterTracker
 from detectors.grouping import group_keys, last_and_max
 from detectors.features import FeatureState
+from detectors.hold import GaugeHold
 from detectors import registry
 from detectors.rules import Evidence, RuleDetector, TickInput
-from detectors.schema import State, entity_kind, events_frame, is_counter, name_codes, name_column, node_of
+from detectors.schema import (State, entity_kind, events_frame, is_counter, name_codes, name_column, names_in,
+                              node_of)
 
 log = logging.getLogger("raswarden.pipeline")
 
@@ -36,8 +40,8 @@ class PipelineConfig:
     """Tick and detection parameters."""
 
     interval_s: float = 30.0
-    reboot_grace_s: float = 600.0
-    telemetry_incident_after_s: float = 900.0
+    reboot_grace_s: float = 600.0  # after reboot evidence: a boot, a new boot time, a node's counters reset at once
+    telemetry_incident_after_s: float = 900.0  # at least; a node sampled every 5 min gets four intervals
     baseline: bool = False  # run only the static-threshold baseline rules (for evaluation)
     rules_only: bool = False  # run only raswarden's rules, the one detector that says `failed` (reactive policy)
     model: object | None = None  # a detectors.model.ModelBundle: adds the learned detectors
@@ -97,8 +101,13 @@ class Pipeline:
                                       rack_size=lambda rack: rack_sizes.get(rack, 0))
         # The switch end of each fabric link (topology `switchport`): its telemetry is judged as the link's.
         self.switch_ends = {sp: port for port, sp in self.mapper.topology.port_switchport.items()}
+        self.cadence = Cadence(tick_s=self.config.interval_s, floor_s=self.config.health.stale_after_s)
+        self._told_window = np.empty(0)  # the window health was last given, per cadence row
+        self.hold = GaugeHold()
         self.grace_until: dict[str, float] = {}
+        self.boot_time: dict[str, float] = {}
         self.node_seen: dict[str, float] = {}
+        self.node_window: dict[str, float] = {}  # the longest staleness window of a node's entities
         self.node_stale_since: dict[str, float] = {}
         self.ports_by_node: dict[str, set[str]] = {}
         self.reported: dict[str, State] = {}
@@ -142,8 +151,14 @@ class Pipeline:
             top = Evidence(h.entity, state, category_of.get(h.entity, ""), list(h.reasons), "restored", False,
                            h.score)
             self.health.entities[h.entity] = EntityHealth(state=state, since=h.since,
-                                                          window=deque([int(state)] * n, maxlen=n), top=top)
+                                                          window=deque([int(state)] * n, maxlen=n), top=top,
+                                                          restored=True)
             restored += 1
+        flagged = {e for e, h in self.health.entities.items() if h.state >= State.SUBHEALTHY}
+        for detector in self.detectors:
+            restore = getattr(detector, "restore", None)
+            if restore is not None:
+                restore(flagged)
         return len(rows), restored
 
     def forget(self, node: str) -> None:
@@ -164,7 +179,7 @@ class Pipeline:
         transaction as the tick's findings and incidents, so a crash loses or repeats no input.
         """
         samples = batch.samples
-        counters, gauges, xid_gauge = self._split(samples)
+        counters, sampled, xid_gauge = self._split(samples)
         events = self.resolver.resolve(batch.events)
         gauge_xids = self.resolver.code_gauge_events(xid_gauge)
         if gauge_xids:
@@ -177,13 +192,13 @@ class Pipeline:
         seen = self._seen_entities(samples, now)
         self._track_nodes(now, seen, events)
         increases = self.counters.update(counters)
-        if not increases.empty and increases["resets"].any():
-            for entity in increases.loc[increases["resets"] > 0, "entity"]:
-                self.grace_until[node_of(entity)] = now + self.config.reboot_grace_s
+        gauges = self.hold.update(now, sampled, self.cadence)
+        self._reboot_evidence(now, events, increases, sampled)
         grace = frozenset(n for n, t in self.grace_until.items() if t >= now)
 
         models = self.mapper.accelerator_model
-        frames = self.features.update(now, increases, gauges, events, models) if self.features is not None else None
+        fresh = gauges[gauges["fresh"].to_numpy(dtype=bool)] if len(gauges) else gauges
+        frames = self.features.update(now, increases, fresh, events, models) if self.features is not None else None
         tick_input = TickInput(now, events, increases, gauges, grace, frames, models)
         evidence = []
         for detector in self.detectors:
@@ -195,7 +210,9 @@ class Pipeline:
         transitions = self.health.update(now, evidence)
         findings = self._findings(now, transitions)
         for node in sorted(self.node_seen):
-            self.incidents.on_stale(now, node, self.node_stale_since.get(node))
+            # a node sampled every 5 minutes is not lost after one missed sample
+            after = max(self.config.telemetry_incident_after_s, 1.5 * self.node_window.get(node, 0.0))
+            self.incidents.on_stale(now, node, self.node_stale_since.get(node), after)
         self.incidents.escalate(now)
         changed = self.incidents.take_changed()
         if self.store is not None:
@@ -262,15 +279,39 @@ class Pipeline:
         return out
 
     def _seen_entities(self, samples: pd.DataFrame, now: float) -> list[str]:
+        """The entities sampled this tick (switch ends left out); learns their sampling intervals."""
         if samples.empty:
             return []
         codes, names = name_codes(samples["entity"])
-        seen = names[np.flatnonzero(np.bincount(codes[codes >= 0], minlength=len(names)))].tolist()
+        ok = codes >= 0
+        last = np.full(len(names), -np.inf)
+        np.maximum.at(last, codes[ok], samples["ts"].to_numpy()[ok])
+        present = np.flatnonzero(last > -np.inf)
+        rows = self.cadence.observe(names[present], last[present])
+        self._learn_windows(names[present], rows)
+        seen = names[present].tolist()
         if self.switch_ends:  # a switch port is the far end of a node's link, not an entity of a node
             seen = [e for e in seen if e not in self.switch_ends]
         for e in sorted(set(seen).difference(self.known_entities)):
             self._register(e, now)
         return seen
+
+    def _learn_windows(self, names: np.ndarray, rows: np.ndarray) -> None:
+        """Give health the staleness window each entity's sampling interval implies, where it changed."""
+        window = self.cadence.window_of(rows)
+        told = self._told_window
+        if len(told) < len(self.cadence.last):
+            told = self._told_window = np.concatenate((told, np.full(len(self.cadence.last) - len(told), np.nan)))
+        changed = np.flatnonzero(~np.isclose(told[rows], window))
+        if not len(changed):
+            return
+        told[rows[changed]] = window[changed]
+        stale_after = self.health.stale_after
+        for entity, w in zip(names[changed].tolist(), window[changed].tolist()):
+            stale_after[entity] = w
+            node = node_of(entity)
+            if w > self.node_window.get(node, 0.0):
+                self.node_window[node] = stale_after[node] = w
 
     def _register(self, entity: str, now: float) -> None:
         self.known_entities.add(entity)
@@ -282,23 +323,53 @@ class Pipeline:
                                   "rack": self.mapper.topology.rack_of(node), "first_seen": now, "attrs": {}})
 
     def _track_nodes(self, now: float, seen: list[str], events: pd.DataFrame) -> None:
-        """Node freshness, and reboot grace for a node whose telemetry comes back after a gap."""
+        """Node freshness: a node is fresh while any of its entities is, stale after its longest window."""
         node_of_entity = self.node_of_entity
         nodes = set(map(node_of_entity.__getitem__, seen))
-        stale_after = self.config.health.stale_after_s
+        default = self.config.health.stale_after_s
         for node in nodes:
-            last = self.node_seen.get(node)
-            if last is not None and now - last > stale_after:
-                self.grace_until[node] = now + self.config.reboot_grace_s
             self.node_seen[node] = now
             self.node_stale_since.pop(node, None)
             if node not in self.known_entities:
                 self._register(node, now)
         for node, last in self.node_seen.items():
-            if now - last > stale_after and node not in self.node_stale_since:
+            if now - last > self.node_window.get(node, default) and node not in self.node_stale_since:
                 self.node_stale_since[node] = last
         # A node is fresh when any of its entities is: mark the node itself observed.
         self.health.observe(nodes, now)
+
+    def _reboot_evidence(self, now: float, events: pd.DataFrame, increases: pd.DataFrame,
+                         gauges: pd.DataFrame) -> None:
+        """A reboot grace (port state and link-down rules quiet for ``reboot_grace_s``) from evidence that a node
+        restarted, never from a gap in its telemetry (a node sampled every 5 minutes has one between any two
+        samples): a ``boot`` event (the kernel's banner, a new journal boot id), a new ``node_boot_time_seconds``,
+        or the counters of several of its entities resetting together. One counter cleared by an operator
+        (``perfquery -R`` on one port) graces nothing."""
+        grace = self.config.reboot_grace_s
+        if len(events):
+            boots = events[events["kind"].to_numpy(object) == "boot"]
+            for entity, ts in zip(boots["entity"], boots["ts"]):
+                self._grace(node_of(entity), float(ts) + grace)
+        if len(gauges) and names_in(gauges["metric"], ("boot_time_s",)).any():
+            part = gauges[names_in(gauges["metric"], ("boot_time_s",))]
+            for node, booted in zip(part["entity"].tolist(), part["last"].tolist()):
+                before = self.boot_time.get(node)
+                self.boot_time[node] = booted
+                if before is not None and booted - before > 60.0:
+                    self._grace(node, booted + grace)
+        if len(increases) and (increases["resets"].to_numpy() > 0).any():
+            entity = increases["entity"].to_numpy(object)
+            node = np.array([self.node_of_entity.get(e) or node_of(e) for e in entity], dtype=object)
+            reset = increases["resets"].to_numpy() > 0
+            for n in sorted(set(node[reset])):
+                mine = node == n
+                reset_entities = len(set(entity[mine & reset]))
+                if reset_entities >= 2 and (mine & reset).sum() >= 0.5 * mine.sum():
+                    self._grace(n, now + grace)
+
+    def _grace(self, node: str, until: float) -> None:
+        if until > self.grace_until.get(node, -math.inf):
+            self.grace_until[node] = until
 
     def _findings(self, now: float, transitions: list[Transition]) -> list[Finding]:
         findings: list[Finding] = []

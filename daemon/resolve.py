@@ -172,6 +172,11 @@ class EventResolver:
             # Only the other source's report of the same Xid is the same fact: the kernel repeating an Xid (another
             # process, another channel) is another event, which the application-Xid rule counts.
             if seen is not None and seen[1] != source and abs(ts - seen[0]) <= self.window_s:
+                if source == "kernel" and seen[1] != "kernel":
+                    # the gauge was read first (a scrape stamped before the line, or clocks apart): the kernel line
+                    # is kept too, for what only it says (Xid 154's recovery action, the process)
+                    self._recent_xid[key] = (ts, source)
+                    continue
                 keep[i] = False
                 self.merged += 1
                 continue

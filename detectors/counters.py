@@ -12,7 +12,7 @@ from __future__ import annotations
 import numpy as np
 import pandas as pd
 
-from detectors.grouping import group_keys
+from detectors.grouping import SeriesSlots, group_keys
 from detectors.schema import name_codes, name_column
 
 WRAP32 = float(2**32)
@@ -37,49 +37,36 @@ def counter_increases(prev: np.ndarray, cur: np.ndarray) -> tuple[np.ndarray, np
     return out, reset
 
 
-def intern(keys, index: dict) -> tuple[np.ndarray, int]:
-    """Dense integer ids of ``keys`` in ``index``, numbering unseen keys in order; and how many were new."""
-    out = np.empty(len(keys), dtype=np.int64)
-    before = len(index)
-    for i, key in enumerate(keys):
-        slot = index.get(key)
-        if slot is None:
-            slot = index[key] = len(index)
-        out[i] = slot
-    return out, len(index) - before
-
-
 class CounterTracker:
-    """Keeps the last value of every counter series and reports increases tick by tick."""
+    """Keeps the last value and time of every counter series and reports increases tick by tick."""
 
     def __init__(self) -> None:
-        self._slot: dict[tuple[str, str], int] = {}
+        self._slots = SeriesSlots()
         self._last = np.empty(0, dtype=np.float64)
-        self._cats: tuple[np.ndarray, np.ndarray] | None = None
-        self._table = np.empty(0, dtype=np.int64)
+        self._ts = np.empty(0, dtype=np.float64)
 
     def __len__(self) -> int:
-        return len(self._slot)
-
-    def _slots(self, keys: list[tuple[str, str]]) -> np.ndarray:
-        out, grow = intern(keys, self._slot)
-        if grow:
-            self._last = np.concatenate((self._last, np.full(grow, np.nan)))
-        return out
+        return len(self._slots)
 
     def update(self, samples: pd.DataFrame) -> pd.DataFrame:
         """Increases per (entity, metric) over this batch of counter samples (sorted by time).
 
-        Returns columns ``entity, metric, increase, resets, last``.
+        Returns columns ``entity, metric, increase, resets, last, dt``: ``dt`` is the time the increase was counted
+        over, from the series' previous sample to its last one (NaN at its first sight), so a rate is
+        ``increase / dt`` whatever the sampling interval.
         """
         if samples.empty:
-            return pd.DataFrame({"entity": [], "metric": [], "increase": [], "resets": [], "last": []})
+            return pd.DataFrame({"entity": [], "metric": [], "increase": [], "resets": [], "last": [], "dt": []})
         ent_codes, ent_names = name_codes(samples["entity"])
         met_codes, met_names = name_codes(samples["metric"])
         width = len(met_names) + 1
         val = samples["value"].to_numpy(dtype=np.float64)
+        ts = samples["ts"].to_numpy(dtype=np.float64)
         inverse, keys = group_keys(ent_codes.astype(np.int64) * width + met_codes, len(ent_names) * width)
-        slots = self._slots_for(keys, ent_names, met_names)
+        slots, grow = self._slots.lookup(keys, ent_names, met_names)
+        if grow:
+            self._last = np.concatenate((self._last, np.full(grow, np.nan)))
+            self._ts = np.concatenate((self._ts, np.full(grow, np.nan)))
         # Walk rows in order; consecutive rows of a series chain their increases.
         order = np.argsort(inverse, kind="stable")
         g = inverse[order]
@@ -96,26 +83,14 @@ class CounterTracker:
         ends[:-1] = g[1:] != g[:-1]
         last = np.empty(len(keys))
         last[g[ends]] = v[ends]
+        last_ts = np.empty(len(keys))
+        last_ts[g[ends]] = ts[order][ends]
+        dt = last_ts - self._ts[slots]
         self._last[slots] = last
+        self._ts[slots] = last_ts
         return pd.DataFrame({"entity": name_column(keys // width, ent_names, samples["entity"]),
                              "metric": name_column(keys % width, met_names, samples["metric"]), "increase": total,
-                             "resets": resets.astype(np.int64), "last": last})
-
-    def _slots_for(self, keys: np.ndarray, ent_names: np.ndarray, met_names: np.ndarray) -> np.ndarray:
-        """Slots of the batch's series, through a code table cached while the names stay the same (equal
-        names are handed out as one array by :func:`~detectors.schema.name_codes`)."""
-        if self._cats is None or self._cats[0] is not ent_names or self._cats[1] is not met_names:
-            self._table = np.full(len(ent_names) * (len(met_names) + 1), -1, dtype=np.int64)
-        self._cats = (ent_names, met_names)
-        out = self._table[keys]
-        missing = np.flatnonzero(out < 0)
-        if len(missing):
-            width = len(met_names) + 1
-            pairs = [(ent_names[k // width], met_names[k % width]) for k in keys[missing].tolist()]
-            slots = self._slots(pairs)
-            out[missing] = slots
-            self._table[keys[missing]] = slots
-        return out
+                             "resets": resets.astype(np.int64), "last": last, "dt": dt})
 
 
 class DecayingCount:

@@ -65,6 +65,42 @@ class RowIndex:
         return rows, fresh
 
 
+class SeriesSlots:
+    """Persistent dense slots for (entity, metric) series, looked up from a tick's integer codes.
+
+    A tick names its series by ``entity code * (len(metric names) + 1) + metric code`` over the tick's own name
+    arrays; a code table is kept while the name arrays are the same objects (equal names are handed out as one
+    array by :func:`~detectors.schema.name_codes`), so steady ticks look their series up without a string.
+    """
+
+    def __init__(self) -> None:
+        self.index: dict[tuple[str, str], int] = {}
+        self._cats: tuple[np.ndarray, np.ndarray] | None = None
+        self._table = np.empty(0, dtype=np.int64)
+
+    def __len__(self) -> int:
+        return len(self.index)
+
+    def lookup(self, keys: np.ndarray, ent_names: np.ndarray, met_names: np.ndarray) -> tuple[np.ndarray, int]:
+        """Slots of the series ``keys`` (new series numbered in order of first sight), and how many were new."""
+        if self._cats is None or self._cats[0] is not ent_names or self._cats[1] is not met_names:
+            self._table = np.full(len(ent_names) * (len(met_names) + 1), -1, dtype=np.int64)
+        self._cats = (ent_names, met_names)
+        out = self._table[keys]
+        missing = np.flatnonzero(out < 0)
+        before = len(self.index)
+        if len(missing):
+            width = len(met_names) + 1
+            for i, k in zip(missing.tolist(), keys[missing].tolist()):
+                pair = (ent_names[k // width], met_names[k % width])
+                slot = self.index.get(pair)
+                if slot is None:
+                    slot = self.index[pair] = len(self.index)
+                out[i] = slot
+            self._table[keys[missing]] = out[missing]
+        return out, len(self.index) - before
+
+
 def group_keys(key: np.ndarray, n_keys: int) -> tuple[np.ndarray, np.ndarray]:
     """Group integer keys in ``[0, n_keys)``: (each row's group number, the sorted distinct keys).
 

@@ -54,6 +54,11 @@ _PORT_STATES = {0: "NOP", 1: "DOWN", 2: "INIT", 3: "ARMED", 4: "ACTIVE", 5: "ACT
 # Counters whose every increase is judged on its own (the rate rules below read the others).
 _HARD_COUNTERS = frozenset({"ecc_dbe_total", "ecc_dbe_agg_total", "row_remap_uncorrectable_total",
                             "retired_pages_dbe_total", "link_downed_total", "edac_ue_total"})
+# InfiniBand PortCounters that stop at their maximum instead of wrapping (IBA 16.1.3.5: LinkDownedCounter and
+# LinkErrorRecoveryCounter are 8 bits, SymbolErrorCounter and PortRcvErrors 16), as sysfs and node_exporter show
+# them: a counter at its maximum counts nothing more.
+SATURATES = {"link_downed_total": 255.0, "link_error_recovery_total": 255.0, "symbol_error_total": 65535.0,
+             "rcv_errors_total": 65535.0}
 
 
 # What each rule reads, so a replay or the service can say which rules a source set leaves blind
@@ -172,6 +177,7 @@ class RuleDetector:
         self._latches: dict[str, list[tuple[float, Evidence, str]]] = defaultdict(list)
         self._hourly = DecayingCount(3600.0)
         self._daily = DecayingCount(86400.0)
+        self._hot: dict[str, tuple[str, str]] = {}  # counter rate keys at or over their limit: key -> (metric, entity)
         self._app_xids: dict[str, deque] = defaultdict(deque)
         self._pruned_at = -math.inf
         return self
@@ -186,6 +192,8 @@ class RuleDetector:
         for entity in [e for e in (*self._latches, *self._app_xids) if node_of(e) == node]:
             self._latches.pop(entity, None)
             self._app_xids.pop(entity, None)
+        for key in [k for k, (_, e) in self._hot.items() if node_of(e) == node]:
+            del self._hot[key]
         for counts in (self._hourly, self._daily):  # keys are "what|entity"
             counts.drop(lambda key: node_of(key.rsplit("|", 1)[-1]) == node)
 
@@ -393,21 +401,47 @@ class RuleDetector:
             elif metric in ("edac_ue_total",):
                 ev = Evidence(entity, State.FAILED, "host", [f"EDAC uncorrectable errors +{increase:.0f}"], hard=True)
                 self._latch(ev, now + self.failed_hold_s)
-        rates = (
-            ("ecc_sbe_total", self.sbe_per_hour, "gpu_memory", "correctable ECC errors"),
-            ("pcie_replay_total", self.pcie_replay_per_hour, "gpu_bus", "PCIe replays"),
-            ("symbol_error_total", self.symbol_errors_per_hour, "fabric_link", "symbol errors"),
-            ("link_error_recovery_total", self.link_recovery_per_hour, "fabric_link", "link error recoveries"),
-        )
-        for metric, limit, category, words in rates:
+        if not self.baseline and "last" in inc:
+            self._saturated(inc, now)
+        rates = {
+            "ecc_sbe_total": (self.sbe_per_hour, "gpu_memory", "correctable ECC errors"),
+            "pcie_replay_total": (self.pcie_replay_per_hour, "gpu_bus", "PCIe replays"),
+            "symbol_error_total": (self.symbol_errors_per_hour, "fabric_link", "symbol errors"),
+            "link_error_recovery_total": (self.link_recovery_per_hour, "fabric_link", "link error recoveries"),
+        }
+        for metric, (limit, _, _) in rates.items():
             if self.baseline and metric != "symbol_error_total":
                 continue
             part = np.flatnonzero(np.isin(mcodes, np.flatnonzero(mnames == metric)))
             for entity, increase in zip(enames[ecodes[part]], increases[part]):
-                rate = self._hourly.add(f"{metric}|{entity}", now, float(increase))
-                if rate >= limit:
-                    out.append(Evidence(entity, State.SUBHEALTHY, category,
-                                        [f"{words} {rate:.0f}/h (limit {limit:.0f}/h)"]))
+                key = f"{metric}|{entity}"
+                if self._hourly.add(key, now, float(increase)) >= limit:
+                    self._hot[key] = (metric, entity)
+        self._rates(now, rates, out)
+
+    def _rates(self, now: float, rates: dict, out: list[Evidence]) -> None:
+        """Rate rules, every tick while the count of the last hour is at or over the limit, sampled this tick or
+        not (sampled every 5 minutes, a counter's increase comes one tick in ten)."""
+        for key, (metric, entity) in list(self._hot.items()):
+            limit, category, words = rates[metric]
+            rate = self._hourly.value(key, now)
+            if rate < limit:
+                del self._hot[key]
+                continue
+            out.append(Evidence(entity, State.SUBHEALTHY, category, [f"{words} {rate:.0f}/h (limit {limit:.0f}/h)"]))
+
+    def _saturated(self, inc: pd.DataFrame, now: float) -> None:
+        """A counter stuck at its maximum is blind: say so on the port (a watch, with the way to clear it)."""
+        metric = inc["metric"].to_numpy(object)
+        at_max = np.fromiter((SATURATES.get(m, np.inf) for m in metric), dtype=float, count=len(metric))
+        stuck = np.flatnonzero(inc["last"].to_numpy() >= at_max)
+        for i in stuck:
+            entity, name = str(inc["entity"].iat[i]), metric[i]
+            reason = (f"{name.removesuffix('_total')} stuck at {at_max[i]:.0f}, the counter's maximum: it counts no "
+                      "more (clear the port's counters, e.g. perfquery -R)")
+            self.clear_latch(entity, f"saturated-{name}")
+            self._latch(Evidence(entity, State.SUSPECT, "telemetry", [reason]), now + self.event_hold_s,
+                        f"saturated-{name}")
 
     def _gauges(self, tick: TickInput, out: list[Evidence]) -> None:
         g = tick.gauges

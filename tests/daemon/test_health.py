@@ -100,3 +100,20 @@ class HealthMachine(RuleBasedStateMachine):
 
 TestHealthMachine = HealthMachine.TestCase
 TestHealthMachine.settings = settings(max_examples=60, stateful_step_count=40, deadline=None)
+
+
+def test_a_restored_state_is_held_while_the_detectors_warm_up():
+    """A restarted daemon's streaming detectors start from nothing: the sub-healthy state it restored from its
+    store is not cleared by the first clean ticks (it would close the incident and reopen it, acting twice)."""
+    from collections import deque
+
+    from daemon.health import EntityHealth
+
+    cfg = HealthConfig(enter_k=2, enter_n=3, clear_ticks=3, failed_clear_ticks=5, stale_after_s=90,
+                       restore_hold_s=600)
+    tr = HealthTracker(cfg)
+    tr.entities["n/gpu0"] = EntityHealth(state=State.SUBHEALTHY, since=0.0, window=deque([2, 2, 2], maxlen=3),
+                                         restored=True)
+    changes = [(t, step(tr, t)) for t in range(1000, 2000, 30)]
+    cleared = [t for t, out in changes if any(x.new == State.HEALTHY for x in out)]
+    assert cleared and 1000 + 600 <= cleared[0] <= 1000 + 600 + 3 * 30

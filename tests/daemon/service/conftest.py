@@ -22,7 +22,7 @@ resolution: 30s
 profile: full
 jobs: {nodes_per_job: [2, 2], duration: [3h, 3h], gap: [1m, 1m], partial_share: 0.0}
 faults:
-  - {entity: sn01-b02/gpu5, fault: gpu_off_bus, template: a, onset: 2m, failure: %(failure)s}
+  - {entity: sn01-b02/gpu5, fault: gpu_off_bus, template: a, onset: %(onset)s, failure: %(failure)s}
 """
 
 
@@ -44,10 +44,11 @@ def free_port() -> int:
 class Live:
     """The simulator process and the files it serves."""
 
-    def __init__(self, root: Path, failure: str = "10m", speed: float = 60.0, duration: str = "2h"):
+    def __init__(self, root: Path, failure: str = "10m", speed: float = 60.0, duration: str = "2h",
+                 onset: str = "2m"):
         self.root = root
         self.sim_dir = root / "sim"
-        (root / "scenario.yaml").write_text(SCENARIO % {"failure": failure, "duration": duration})
+        (root / "scenario.yaml").write_text(SCENARIO % {"failure": failure, "duration": duration, "onset": onset})
         self.proc = subprocess.Popen([sys.executable, "-m", "daemon", "simulate", str(root / "scenario.yaml"),
                                       "--serve", "--out", str(self.sim_dir), "--speed", str(speed)],
                                      stdout=subprocess.PIPE, stderr=subprocess.STDOUT)

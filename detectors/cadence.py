@@ -1,0 +1,78 @@
+"""Each entity's sampling interval, learned from its own timestamps, and how long its data stays current.
+
+Fleets sample every 10 s to 5 min, each exporter at its own interval, with jitter and missed scrapes; long-term
+storage may hold 5-minute downsamples. A fixed staleness (150 s) makes every entity sampled every 5 minutes
+stale between its samples. Here each entity's interval is the median of its last :data:`GAPS` gaps between
+the ticks it was seen in (the last sample of each), so a missed scrape or a jittered one does not move it, and
+its data stays current for ``factor`` intervals plus a tick (as Prometheus' lookback keeps a sample), never
+less than ``floor_s``. An entity not yet seen twice takes the median interval of the entities that have one.
+
+Sampled faster than the tick (10 s against 30 s ticks), an entity's gaps are the tick: its window is the floor,
+which is what matters for staleness; rates take each series' own time between samples (detectors.counters).
+"""
+
+from __future__ import annotations
+
+import numpy as np
+
+from detectors.grouping import RowIndex
+
+GAPS = 5
+
+
+class Cadence:
+    """Learned sampling interval and staleness window per entity (rows of a :class:`RowIndex`)."""
+
+    def __init__(self, tick_s: float = 30.0, factor: float = 2.5, floor_s: float = 150.0):
+        self.tick_s = tick_s
+        self.factor = factor
+        self.floor_s = floor_s
+        self.index = RowIndex()
+        self.last = np.full(0, np.nan)  # time of the entity's last sample
+        self.gaps = np.full((0, GAPS), np.nan)  # ring of its last gaps between ticks it was seen in
+        self.interval = np.full(0, np.nan)
+        self._pos = np.zeros(0, dtype=np.int64)
+        self.fleet_interval = np.nan  # median of the learned intervals (for entities without their own yet)
+
+    def rows(self, names: np.ndarray) -> np.ndarray:
+        """Rows of entity ``names``, allocated on first sight."""
+        rows, fresh = self.index.lookup(names)
+        if len(fresh):
+            n = len(fresh)
+            self.last = np.concatenate((self.last, np.full(n, np.nan)))
+            self.gaps = np.concatenate((self.gaps, np.full((n, GAPS), np.nan)))
+            self.interval = np.concatenate((self.interval, np.full(n, np.nan)))
+            self._pos = np.concatenate((self._pos, np.zeros(n, dtype=np.int64)))
+        return rows
+
+    def observe(self, names: np.ndarray, last_ts: np.ndarray) -> np.ndarray:
+        """Entities ``names`` were sampled this tick, last at ``last_ts``; returns their rows."""
+        rows = self.rows(names)
+        prev = self.last[rows]
+        gap = last_ts - prev
+        new = np.isfinite(gap) & (gap > 0)
+        if new.any():
+            r = rows[new]
+            self.gaps[r, self._pos[r] % GAPS] = gap[new]
+            self._pos[r] += 1
+            self.interval[r] = np.nanmedian(self.gaps[r], axis=1)
+            known = self.interval[np.isfinite(self.interval)]
+            self.fleet_interval = float(np.median(known)) if len(known) else np.nan
+        self.last[rows] = np.fmax(prev, last_ts)
+        return rows
+
+    def interval_of(self, rows: np.ndarray) -> np.ndarray:
+        """Learned interval of ``rows`` (the fleet's where an entity has none yet; NaN before anything is known)."""
+        own = self.interval[rows]
+        return np.where(np.isfinite(own), own, self.fleet_interval)
+
+    def window_of(self, rows: np.ndarray) -> np.ndarray:
+        """How long the data of ``rows`` stays current after their last sample."""
+        interval = self.interval_of(rows)
+        window = self.factor * np.nan_to_num(interval, nan=0.0) + self.tick_s
+        return np.maximum(window, self.floor_s)
+
+    def window(self, entity: str) -> float:
+        """The window of one entity (the floor when it was never seen)."""
+        row = int(self.index.index.get_indexer([entity])[0])
+        return self.floor_s if row < 0 else float(self.window_of(np.array([row]))[0])

@@ -1,0 +1,99 @@
+"""Gauge readings held while they are current, so a level rule sees a port DOWN between two 5-minute samples.
+
+A tick's samples hold each gauge only where it was sampled in that tick. Sampled every 5 minutes, a port's
+DOWN state would be there one tick in ten, and the health hysteresis (2 of 3 ticks) would never see it twice.
+A reading stays what the entity's telemetry says until the next sample or until its data is no longer current
+(:class:`~detectors.cadence.Cadence`), as Prometheus' lookback holds a sample. :meth:`GaugeHold.update` returns
+every current reading each tick, marked ``fresh`` where it was sampled in this tick: level rules read them all,
+while the streaming features take only fresh ones (an EWMA must not count one reading ten times).
+"""
+
+from __future__ import annotations
+
+import numpy as np
+import pandas as pd
+
+from detectors.cadence import Cadence
+from detectors.grouping import SeriesSlots
+from detectors.schema import name_codes
+
+COLUMNS = ("entity", "metric", "last", "max", "fresh")
+
+
+class GaugeHold:
+    """The last reading of every gauge series and the tick it came in."""
+
+    def __init__(self) -> None:
+        self._slots = SeriesSlots()
+        self.last = np.empty(0)
+        self.at = np.empty(0)  # the tick a slot was last sampled in
+        self.entity_row = np.empty(0, dtype=np.int64)  # the slot's entity in the cadence
+        self.entity_code = np.empty(0, dtype=np.int64)
+        self.metric_code = np.empty(0, dtype=np.int64)
+        self._entities: list[str] = []
+        self._entity_of: dict[str, int] = {}
+        self._metrics: list[str] = []
+        self._metric_of: dict[str, int] = {}
+        self._cats: tuple[pd.CategoricalDtype, pd.CategoricalDtype] | None = None
+
+    def update(self, now: float, gauges: pd.DataFrame, cadence: Cadence) -> pd.DataFrame:
+        """Fold in the tick's gauge readings (``entity, metric, last, max``) and return every current one."""
+        fresh_slots = np.empty(0, dtype=np.int64)
+        peak_of_fresh = np.empty(0)
+        if len(gauges):
+            ent_codes, ent_names = name_codes(gauges["entity"])
+            met_codes, met_names = name_codes(gauges["metric"])
+            width = len(met_names) + 1
+            slots, grow = self._slots.lookup(ent_codes.astype(np.int64) * width + met_codes, ent_names, met_names)
+            if grow:
+                self._grow(slots, ent_names[ent_codes], met_names[met_codes], cadence)
+            self.last[slots] = gauges["last"].to_numpy(dtype=float)
+            self.at[slots] = now
+            fresh_slots, peak_of_fresh = slots, gauges["max"].to_numpy(dtype=float)
+        if not len(self.last):
+            return pd.DataFrame({c: [] for c in COLUMNS})
+        current = (now - self.at) <= cadence.window_of(self.entity_row)
+        current[fresh_slots] = True
+        pick = np.flatnonzero(current)
+        peak = self.last[pick].copy()  # a held reading's peak was judged when it came
+        fresh = self.at[pick] == now
+        if len(fresh_slots):
+            where = np.searchsorted(pick, fresh_slots)
+            peak[where] = peak_of_fresh
+        ent_dtype, met_dtype = self._dtypes()
+        return pd.DataFrame({
+            "entity": pd.Categorical.from_codes(self.entity_code[pick], dtype=ent_dtype, validate=False),
+            "metric": pd.Categorical.from_codes(self.metric_code[pick], dtype=met_dtype, validate=False),
+            "last": self.last[pick], "max": peak, "fresh": fresh,
+        })
+
+    def _grow(self, slots: np.ndarray, entities: np.ndarray, metrics: np.ndarray, cadence: Cadence) -> None:
+        n = len(self._slots)
+        old = len(self.last)
+        new_slots = np.arange(old, n)
+        first = {int(s): i for i, s in reversed(list(enumerate(slots.tolist()))) if s >= old}
+        ent = [entities[first[int(s)]] for s in new_slots]
+        met = [metrics[first[int(s)]] for s in new_slots]
+        self.last = np.concatenate((self.last, np.full(n - old, np.nan)))
+        self.at = np.concatenate((self.at, np.full(n - old, -np.inf)))
+        self.entity_row = np.concatenate((self.entity_row, cadence.rows(np.asarray(ent, dtype=object))))
+        codes = [self._code(e, self._entity_of, self._entities) for e in ent]
+        self.entity_code = np.concatenate((self.entity_code, np.asarray(codes, dtype=np.int64)))
+        codes = [self._code(m, self._metric_of, self._metrics) for m in met]
+        self.metric_code = np.concatenate((self.metric_code, np.asarray(codes, dtype=np.int64)))
+
+    def _code(self, name: str, of: dict[str, int], names: list[str]) -> int:
+        code = of.get(name)
+        if code is None:
+            code = of[name] = len(names)
+            names.append(name)
+            self._cats = None
+        return code
+
+    def _dtypes(self) -> tuple[pd.CategoricalDtype, pd.CategoricalDtype]:
+        """The categories of the returned frames, the same objects while no name is added (the pipeline's
+        per-name caches key on them)."""
+        if self._cats is None:
+            self._cats = (pd.CategoricalDtype(pd.Index(self._entities, dtype=object)),
+                          pd.CategoricalDtype(pd.Index(self._metrics, dtype=object)))
+        return self._cats
