@@ -1,61 +1,133 @@
+import numpy as np
 import pandas as pd
+import pytest
+from scipy.stats import nbinom, poisson
 
 from detectors.rules import TickInput
 from detectors.schema import events_frame
-from detectors.trend import TrendDetector
+from detectors.trend import TrendDetector, episodes_tail
 from tests.detectors.sim_helpers import first_flag, simulate_and_replay
 
 EMPTY_G = pd.DataFrame({"entity": [], "metric": [], "last": [], "max": []})
 
 
-def tick(det, now, n):
-    inc = pd.DataFrame({"entity": ["n/gpu0"], "metric": ["ecc_sbe_total"], "increase": [float(n)], "resets": [0]})
+def tick(det, now, n, entity="n/gpu0", metric="ecc_sbe_total", dt=None, others=0):
+    """One tick's increases: ``n`` errors on ``entity`` and none on ``others`` quiet parts of the same counter."""
+    entities = [entity] + [f"q{k}/gpu0" for k in range(others)]
+    inc = pd.DataFrame({"entity": entities, "metric": [metric] * len(entities),
+                        "increase": [float(n)] + [0.0] * others, "resets": [0] * len(entities),
+                        "dt": [dt if dt is not None else 30.0] * len(entities)})
     return det.update(TickInput(now, events_frame([]), inc, EMPTY_G))
 
 
-def test_one_error_decays_a_rising_rate_alarms():
+def test_the_tail_is_the_negative_binomial_and_tends_to_the_poisson():
+    """Known answers: P(K >= k) of a Gamma-Poisson (scipy's nbinom), and of a Poisson when the shape is large."""
+    k, exposure, shape, rate = np.array([3.0, 5.0, 1.0]), np.array([1.0, 3.0, 0.5]), np.array([0.5, 2.0, 1.0]), \
+        np.array([25.0, 10.0, 4.0])
+    expected = nbinom.sf(k - 1, shape, rate / (rate + exposure))
+    assert np.allclose(episodes_tail(k, exposure, shape, rate), expected, rtol=1e-9)
+    assert episodes_tail(np.array([4.0]), np.array([2.0]), np.array([1e7]), np.array([1e7 / 0.5]))[0] == \
+        pytest.approx(poisson.sf(3, 1.0), rel=1e-5)
+    assert episodes_tail(np.array([0.0]), np.array([1.0]), np.array([1.0]), np.array([1.0]))[0] == 1.0
+
+
+def test_a_handful_of_errors_a_day_is_normal_a_rising_rate_is_not():
     det = TrendDetector().fit()
-    assert tick(det, 30, 0) == [] and tick(det, 60, 1) == []
-    for k in range(3, 400):
-        assert tick(det, 30 * k, 0) == []
-    det = TrendDetector().fit()
+    # five errors spread over a day on a fleet of 200 parts that sees some too: no alarm
+    day = 86400
+    for k in range(0, day, 300):
+        n = 1 if k in (3600, 20000, 41000, 60000, 80000) else 0
+        assert tick(det, k, n, dt=300.0, others=199) == []
+    # then errors in every 5-minute sample: an alarm within the hour
     fired = None
-    for k in range(1, 400):
-        n = 1 if k % max(1, 40 - k // 10) == 0 else 0  # errors come faster and faster
-        if tick(det, 30 * k, n) and fired is None:
-            fired = k
-    assert fired is not None and fired < 400
+    for j, k in enumerate(range(day, day + 3 * 3600, 300)):
+        if tick(det, k, 1, dt=300.0, others=199) and fired is None:
+            fired = j
+    assert fired is not None and (fired + 1) * 300 <= 3600, fired
 
 
-def test_rising_counters_flag_before_the_static_rules(tmp_path):
-    findings, labels = simulate_and_replay(tmp_path, [
-        {"entity": "sn01-b01/gpu3", "fault": "hbm_degradation", "template": "a", "onset": "20m", "failure": "3h30m"},
-        {"entity": "sn01-b02/mlx5_1:1", "fault": "link_degradation", "template": "a", "onset": "20m",
-         "failure": "3h30m"},
-        {"entity": "sn01-b03/gpu0", "fault": "benign_single_correctable_ecc", "template": "b", "onset": "1h"},
-        {"entity": "sn01-b04/gpu4", "fault": "benign_single_correctable_ecc", "template": "a", "onset": "2h"},
-    ])
-    for entity in ("sn01-b01/gpu3", "sn01-b02/mlx5_1:1"):
-        trend = first_flag(findings, entity, "trend")
-        rules = first_flag(findings, entity, "rules")
-        assert trend is not None and "rising" in trend["reasons"][0]
-        assert rules is None or trend["ts"] <= rules["ts"], (trend, rules)
-    flagged = {f["entity"] for f in findings if f["state"] in ("subhealthy", "failed")}
-    assert not flagged & {"sn01-b03/gpu0", "sn01-b04/gpu4", "sn01-b03", "sn01-b04"}
-
-
-def test_after_a_burst_of_any_size_the_alarm_clears_soon_after_the_errors_stop():
+def test_a_burst_of_any_size_is_one_episode():
+    """A counter that jumps by millions (a GPU back from the bus) is the rules' to judge by magnitude."""
     det = TrendDetector().fit()
-    assert tick(det, 30, 5_000_000)  # a counter that jumped by millions (a GPU back from the bus)
-    # capped at 2h: h / (6/h - prior) = 4.2 hours of decay for correctable ECC, plus the hour's hold
-    flagged = [k for k in range(2, 8 * 120) if tick(det, 30 * k, 0)]
-    assert flagged and 30 * flagged[-1] <= 5.5 * 3600
+    assert tick(det, 30, 5_000_000) == []
+    for k in range(2, 30):  # the burst going on for ten more samples within its five minutes
+        assert tick(det, 30 * k, 1000 if k < 12 else 0) == []
+
+
+def test_the_same_rate_reads_the_same_at_any_sampling_interval():
+    """Errors at 12 an hour flag at 15 s, 1 min and 5 min sampling alike, within about the same time."""
+    times = {}
+    for interval in (15, 60, 300):
+        det = TrendDetector().fit()
+        for k in range(0, 6 * 3600, interval):  # six quiet hours on a fleet of 100
+            tick(det, k, 0, dt=float(interval), others=99)
+        start = 6 * 3600
+        for k in range(start, start + 3 * 3600, interval):
+            n = 1 if (k - start) % 300 < interval else 0  # one error every 5 minutes, whatever the sampling
+            if tick(det, k, n, dt=float(interval), others=99):
+                times[interval] = k - start
+                break
+    assert set(times) == {15, 60, 300}, times
+    assert max(times.values()) - min(times.values()) <= 600, times
+
+
+def test_a_part_that_always_counts_more_learns_its_own_rate():
+    det = TrendDetector().fit()
+    flags = []
+    for k in range(0, 3 * 86400, 300):  # an episode every 40 minutes, for three days, steady
+        n = 1 if k % 2400 == 0 else 0
+        if tick(det, k, n, dt=300.0, others=99):
+            flags.append(k)
+    assert not [f for f in flags if f > 86400], flags[:5]  # after a day it is this part's normal
 
 
 def test_forget_drops_only_the_repaired_nodes_alarms():
     det = TrendDetector().fit()
-    for entity in ("n1/gpu0", "n2/gpu0"):
-        inc = pd.DataFrame({"entity": [entity], "metric": ["pcie_replay_total"], "increase": [500.0], "resets": [0]})
-        det.update(TickInput(30, events_frame([]), inc, EMPTY_G))
+    for k in range(12):
+        for entity in ("n1/gpu0", "n2/gpu0"):
+            inc = pd.DataFrame({"entity": [entity], "metric": ["pcie_replay_total"], "increase": [5.0],
+                                "resets": [0], "dt": [300.0]})
+            det.update(TickInput(300.0 * k, events_frame([]), inc, EMPTY_G))
     det.forget("n1")
-    assert [e.entity for e in tick(det, 60, 0)] == ["n2/gpu0"]
+    assert [e.entity for e in tick(det, 3700, 0)] == ["n2/gpu0"]
+
+
+def test_rising_counters_flag_before_the_static_rules(tmp_path):
+    """Onsets 1.5 h in: raswarden has watched the parts before their errors rise (a flag, not a watch)."""
+    findings, labels = simulate_and_replay(tmp_path, [
+        {"entity": "sn01-b01/gpu3", "fault": "hbm_degradation", "template": "a", "onset": "1h30m",
+         "failure": "4h40m"},
+        {"entity": "sn01-b02/mlx5_1:1", "fault": "link_degradation", "template": "a", "onset": "1h30m",
+         "failure": "4h40m"},
+        {"entity": "sn01-b03/gpu0", "fault": "benign_single_correctable_ecc", "template": "b", "onset": "2h"},
+        {"entity": "sn01-b04/gpu4", "fault": "benign_single_correctable_ecc", "template": "a", "onset": "3h"},
+    ], duration="5h")
+    # the link: the trend first, before any static rule; the GPU: its correctable errors are a trend reason before
+    # its double-bit error fails it (an Xid 63 row remap may flag it first)
+    trend = first_flag(findings, "sn01-b02/mlx5_1:1", "trend")
+    rules = first_flag(findings, "sn01-b02/mlx5_1:1", "rules")
+    assert trend is not None and any("episodes" in r for r in trend["reasons"])
+    assert rules is None or trend["ts"] <= rules["ts"], (trend, rules)
+    dbe = next(f["ts"] for f in findings if f["entity"] == "sn01-b01/gpu3" and f["state"] == "failed")
+    assert any("correctable ECC errors in" in r for f in findings if f["entity"] in ("sn01-b01/gpu3", "sn01-b01")
+               and f["ts"] <= dbe for r in f["reasons"])
+    flagged = {f["entity"] for f in findings if f["state"] in ("subhealthy", "failed")}
+    assert not flagged & {"sn01-b03/gpu0", "sn01-b04/gpu4", "sn01-b03", "sn01-b04"}
+
+
+def test_a_part_already_erring_when_watching_starts_is_a_watch_then_a_flag():
+    """Errors from the first minutes at a steady rate: no record of the part before them, so a watch (suspect), and
+    no rise after it either; a flag at once for a part the store says was flagged before a restart."""
+    from detectors.schema import State
+
+    levels = {}
+    for restored in (False, True):
+        det = TrendDetector().fit()
+        if restored:
+            det.restore({"n/gpu0"})
+        seen = []
+        for k in range(0, 3 * 3600, 300):
+            seen += [e.level for e in tick(det, k, 2 if k >= 600 else 0, dt=300.0, others=99)]
+        levels[restored] = seen
+    assert levels[False] and set(levels[False]) == {State.SUSPECT}
+    assert levels[True] and set(levels[True]) == {State.SUBHEALTHY}

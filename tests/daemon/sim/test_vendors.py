@@ -72,12 +72,13 @@ def test_each_exporter_publishes_its_own_metrics():
 
 
 def test_faults_on_each_vendor_are_found_in_its_own_words(tmp_path):
+    # onsets two hours in: a part's rising error counts are a flag once raswarden has a record of it before them
     sc = mixed([
-        {"entity": "random", "vendor": "ascend", "fault": "gpu_off_bus", "template": "a", "onset": "20m",
-         "failure": "2h"},
-        {"entity": "random", "vendor": "amd", "fault": "hbm_degradation", "template": "a", "onset": "20m",
-         "failure": "2h30m"},
-    ])
+        {"entity": "random", "vendor": "ascend", "fault": "gpu_off_bus", "template": "a", "onset": "2h",
+         "failure": "3h40m"},
+        {"entity": "random", "vendor": "amd", "fault": "hbm_degradation", "template": "a", "onset": "2h",
+         "failure": "4h10m"},
+    ], duration="4h30m")
     out = tmp_path / "t"
     simulate_to(Simulator(sc, load_library(LIBRARY)), out, fmt="parquet")
     labels = [json.loads(x) for x in (out / "labels.jsonl").read_text().splitlines()]
