@@ -71,6 +71,54 @@ def evaluate_trace_by_vendor(path: Path, baseline: bool, interval_s: float = 30.
     return out
 
 
+def evaluate_simulation(sim, baseline: bool, interval_s: float = 30.0, model=None) -> Evaluation:
+    """Run a simulation straight through the pipeline, tick by tick without writing a trace, and score it against
+    its own labels (for the evaluation matrix, where traces would be hundreds of gigabytes). The batches are the
+    ones its trace would replay: rows stamped past a tick's end (jitter) go to the next tick."""
+    import numpy as np
+    import pandas as pd
+
+    from daemon.naming import SeriesMapper
+    from daemon.pipeline import Pipeline
+    from daemon.rejects import RejectLog
+    from daemon.sim.engine import chunk_to_batch
+    from daemon.timeorder import tick_index
+    from daemon.topology import Topology
+
+    per_node = sim.topo.gpus_per_node
+    topo = Topology.from_dict(sim.topo.to_dict(uuid_of=lambda n, g: f"GPU-{sim.uuids[n * per_node + g]}"))
+    sink = _Collect()
+    config = PipelineConfig(interval_s=interval_s, baseline=baseline, model=None if baseline else model)
+    pipeline = Pipeline(SeriesMapper(topology=topo, rejects=RejectLog()), config,
+                        on_finding=lambda f: sink.findings.append(f.as_dict()))
+    steps = max(1, int(round(interval_s / sim.scenario.resolution)))
+    carry = None
+    last = None
+    for chunk in sim.chunks(chunk_steps=steps):
+        batch = chunk_to_batch(sim, chunk)
+        now = float(tick_index(np.array([chunk.ts[-1]]), interval_s)[0] * interval_s)
+        samples, events = batch.samples, batch.events
+        if carry is not None:
+            samples = pd.concat([carry[0], samples], ignore_index=True)
+            events = pd.concat([carry[1], events], ignore_index=True) if len(carry[1]) else events
+        later = samples["ts"].to_numpy() > now
+        carry = (samples[later], events[events["ts"].to_numpy() > now])
+        batch.samples = samples[~later].reset_index(drop=True)
+        batch.events = events[events["ts"].to_numpy() <= now].reset_index(drop=True)
+        pipeline.tick(now, batch)
+        last = now
+    labels = [Fault.from_dict(x) for x in sim.labels()]
+    sampling = max((s.interval for s in sim.scenario.sampling.values()), default=sim.scenario.resolution)
+    days = sim.scenario.duration / 86400.0
+
+    def holds(container: str, entity: str) -> bool:
+        node = entity.split("/", 1)[0]
+        return entity == container or node == container or topo.rack_of(node) == container
+
+    return evaluate(flags_from_findings(sink.findings), labels, trace_end=last or sim.scenario.start,
+                    node_days=len(sim.topo.nodes) * days, interval_s=interval_s, holds=holds, sampling_s=sampling)
+
+
 def merge(evaluations: list[Evaluation]) -> Evaluation:
     """Pool several traces' evaluations."""
     by_class: dict[str, ClassScore] = {}

@@ -165,9 +165,15 @@ def evaluate(
     node_days: float,
     interval_s: float,
     holds: Callable[[str, str], bool] | None = None,
+    sampling_s: float | None = None,
 ) -> Evaluation:
     """Score flags against labels. ``holds(container, entity)`` says whether a benign label's entity
-    (a rack, say) holds an entity; by default a node holds the devices named ``node/...``."""
+    (a rack, say) holds an entity; by default a node holds the devices named ``node/...``. ``sampling_s`` is the
+    telemetry's sampling interval where it is longer than the tick: a fault is flagged before its failure when
+    two sampling intervals before it, and a hard fault is failed in time when within one sampling interval (and
+    the tick that reads it) after it."""
+    step = max(interval_s, sampling_s or 0.0)
+    allowance = interval_s if step <= interval_s else step + interval_s
     holds = holds or (lambda container, entity: entity == container or _node(entity) == container)
     faults = [lb for lb in labels if not lb.benign]
     benign = [lb for lb in labels if lb.benign]
@@ -185,7 +191,7 @@ def evaluate(
         candidates = sorted(by_entity.get(f.entity, []) + (by_entity.get(_node(f.entity), [])
                                                             if _node(f.entity) != f.entity else []),
                             key=lambda x: x.ts)
-        deadline = (f.failure - 2 * interval_s) if f.failure is not None else trace_end
+        deadline = (f.failure - 2 * step) if f.failure is not None else trace_end
         early = [x for x in candidates if f.onset <= x.ts <= deadline]
         if early:
             score.flagged_before_failure += 1
@@ -197,7 +203,7 @@ def evaluate(
             failed = [x for x in candidates if x.state == "failed" and x.ts >= f.onset]
             if failed:
                 score.hard_latencies_s.append(failed[0].ts - f.failure)
-                if failed[0].ts <= f.failure + interval_s:
+                if failed[0].ts <= f.failure + allowance:
                     score.failed_in_time += 1
 
     n_flags = len(flags)
