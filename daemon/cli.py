@@ -273,6 +273,8 @@ def cmd_simulate(args: argparse.Namespace) -> int:
 
     from daemon.sim.engine import Simulator
     from daemon.sim.faults import TemplateError
+    from daemon.sim.noise import parse_noise
+    from daemon.sim.observe import sampling_from_text
     from daemon.sim.scenario import Scenario
     from daemon.sim.writer import simulate_to
 
@@ -283,6 +285,10 @@ def cmd_simulate(args: argparse.Namespace) -> int:
             scenario.seed = args.seed
         if args.profile is not None:
             scenario.profile = args.profile
+        if args.noise is not None:
+            scenario.noise_name, scenario.noise = parse_noise(args.noise, "--noise")
+        if args.sampling is not None:
+            scenario.sampling = sampling_from_text(args.sampling, scenario.resolution)
         sim = Simulator(scenario, library)
     except (TemplateError, OSError) as exc:
         print(f"raswarden: error: {exc}", file=sys.stderr)
@@ -317,10 +323,20 @@ def cmd_simulate(args: argparse.Namespace) -> int:
     labels = sim.labels()
     faults = sum(1 for x in labels if not x["fault"].startswith("benign_"))
     print(f"simulated {scenario.name} (seed {scenario.seed}): {sim.topo.n_gpus} accelerators, {sim.topo.n_ports} "
-          f"ports, {scenario.duration / 3600:g} h at {scenario.resolution:g} s; {writer.samples:,} samples, "
+          f"ports, {scenario.duration / 3600:g} h at {scenario.resolution:g} s{_sampled(scenario)}; "
+          f"{writer.samples:,} samples, "
           f"{writer.lines} kernel lines, {faults} faults and {len(labels) - faults} confounders labelled; "
           f"{wall:.1f} s ({writer.samples / max(wall, 1e-9):,.0f} samples/s) -> {args.out}")
     return 0
+
+
+def _sampled(scenario) -> str:
+    """How a scenario is sampled and how noisy it is, for the summary line."""
+    words = [f"{src} every {s.interval:g} s{' (downsampled)' if s.aligned else ''}"
+             for src, s in scenario.sampling.items()]
+    if scenario.noise_name != "quiet":
+        words.append(f"{scenario.noise_name} noise")
+    return f" ({', '.join(words)})" if words else ""
 
 
 def _closed_loop(args: argparse.Namespace, scenario, library: Path) -> int:
@@ -771,6 +787,11 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("--seed", type=int, help="override the scenario's seed")
     p.add_argument("--profile", choices=("stock", "full"),
                    help="override the scenario's exporter profile (stock: dcgm-exporter's default counters)")
+    p.add_argument("--sampling", metavar="SPEC",
+                   help="override the scenario's sampling, e.g. 'dcgm=15s,node=5m', 'all=5m:aligned' (downsampled "
+                        "storage), 'all=60s:jitter=2s:missed=0.01'; intervals are multiples of the resolution")
+    p.add_argument("--noise", choices=("quiet", "realistic", "noisy"),
+                   help="override the healthy parts' background errors (default: the scenario's, else quiet)")
     p.add_argument("--serve", action="store_true",
                    help="instead of writing files, serve live exporters on loopback (one 127.x address per node)")
     p.add_argument("--speed", type=float, default=60.0,

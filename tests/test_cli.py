@@ -52,3 +52,18 @@ def test_evaluate_needs_labels(tmp_path, capsys):
     (tmp_path / "x.json").write_text("")
     assert main(["evaluate", str(tmp_path)]) == 2
     assert "no labels.jsonl" in capsys.readouterr().err
+
+
+def test_simulate_at_another_cadence_and_noise(tmp_path, capsys):
+    """The same fleet sampled otherwise: the accelerators every minute, the ports on a 5-minute grid."""
+    out = tmp_path / "t"
+    scenario = "fixtures/scenarios/mini.yaml"
+    assert main(["simulate", scenario, "--out", str(out), "--sampling", "dcgm=60s:jitter=2s,node=5m:aligned",
+                 "--noise", "realistic"]) == 0
+    said = capsys.readouterr().out
+    assert "dcgm every 60 s, node every 300 s (downsampled), realistic noise" in said
+    stamps = [float(line.rsplit(" ", 1)[1]) for line in (out / "node-exporter.om").read_text().splitlines()
+              if line.startswith("node_infiniband_state_id{device=\"mlx5_0\",instance=\"10.0.0.1:9100\"")]
+    assert stamps and all(t % 300 == 0 for t in stamps) and len(stamps) == 4 * 12
+    assert main(["simulate", scenario, "--out", str(out), "--sampling", "dcgm=7s"]) == 2
+    assert "not a multiple of the resolution" in capsys.readouterr().err

@@ -75,6 +75,24 @@ def parse_sampling(d: dict | None, resolution: float, where: str) -> dict[str, S
     return out
 
 
+def sampling_from_text(text: str, resolution: float) -> dict[str, SourceSampling]:
+    """A command line's sampling, ``dcgm=15s,node=5m`` (``all=`` for both; ``:aligned`` for downsampled storage,
+    ``:jitter=2s``, ``:missed=0.01``), checked against the resolution."""
+    spec: dict[str, dict] = {}
+    for part in filter(None, text.split(",")):
+        source, sep, rest = part.partition("=")
+        if not sep:
+            raise TemplateError(f"--sampling: {part!r} is not SOURCE=INTERVAL (dcgm, node or all)")
+        interval, *options = rest.split(":")
+        d: dict = {"interval": interval}
+        for option in options:
+            key, _, value = option.partition("=")
+            d[key] = True if key == "aligned" and not value else value
+        for name in (SOURCES if source == "all" else (source,)):
+            spec[name] = dict(d)
+    return parse_sampling(spec, resolution, "--sampling")
+
+
 def _hash(*parts: np.ndarray | int) -> np.ndarray:
     """A uniform draw in [0, 1) per element, from integers (SplitMix64 over their mix)."""
     with np.errstate(over="ignore"):
