@@ -39,7 +39,7 @@ import numpy as np
 from scipy.special import betainc
 
 from detectors.rules import Evidence, TickInput
-from detectors.schema import State, names_in, node_of
+from detectors.schema import State, name_codes, names_in, node_of
 
 # counter -> (prior healthy episodes per hour, category, words)
 COUNTERS = {
@@ -118,6 +118,7 @@ class TrendDetector:
         self._last_now: float | None = None
         self._flagged_before: set[str] = set()  # see restore
         self._baseline: dict[tuple[str, str], tuple[float, float]] = {}  # a part's rate when it went into alarm
+        self._model_cache: tuple | None = None
         return self
 
     def restore(self, entities) -> None:
@@ -162,18 +163,24 @@ class TrendDetector:
 
     def _count(self, part, now: float, tick_s: float, models) -> None:
         """Fold a tick's counter increases into episodes, the fleet's exposure, and judge new episodes."""
-        entity = part["entity"].to_numpy(object)
-        metric = part["metric"].to_numpy(object)
+        ecodes, enames = name_codes(part["entity"])
+        mcodes, mnames = name_codes(part["metric"])
         x = part["increase"].to_numpy(dtype=float)
         dt = part["dt"].to_numpy(dtype=float) if "dt" in part else np.full(len(part), tick_s)
-        dt = np.nan_to_num(dt, nan=0.0)
-        model = np.array([models.get(e, "") for e in entity], dtype=object) if models else np.full(len(part), "")
+        hours = np.nan_to_num(dt, nan=0.0) / 3600.0
+        model_of, model_names = self._models_of(enames, models)
+        group = mcodes.astype(np.int64) * len(model_names) + model_of[ecodes]
+        for g in np.unique(group):  # the fleet's exposure per counter and part model: a few groups
+            name = (mnames[g // len(model_names)], model_names[g % len(model_names)])
+            acc = self._exposure.setdefault(name, [0.0, now])
+            acc[0] = acc[0] * 0.5 ** ((now - acc[1]) / self.history_halflife_s) + float(hours[group == g].sum())
+            acc[1] = now
         fresh: list[tuple[str, str]] = []
-        for i in np.flatnonzero(x > 0):
-            key = (entity[i], metric[i])
+        for i in np.flatnonzero(x > 0):  # the few series with errors this tick
+            key = (enames[ecodes[i]], mnames[mcodes[i]])
             s = self._series.get(key)
             if s is None:
-                s = self._series[key] = _Series(self._start, (metric[i], model[i]))
+                s = self._series[key] = _Series(self._start, (key[1], model_names[model_of[ecodes[i]]]))
             # an episode is at most episode_gap_s long: a burst is one, a rate that goes on is one per span
             if now - s.last_active > self.episode_gap_s or not s.episodes or now - s.episodes[-1][0] >= \
                     self.episode_gap_s:
@@ -182,18 +189,22 @@ class TrendDetector:
             elif s.episodes:
                 s.episodes[-1][1] += float(x[i])
             s.last_active = now
-        exposure: dict[tuple[str, str], float] = {}
-        for g_metric, g_model, hours in zip(metric, model, dt / 3600.0):
-            group = (g_metric, g_model)
-            exposure[group] = exposure.get(group, 0.0) + hours
-        for group, hours in exposure.items():
-            acc = self._exposure.setdefault(group, [0.0, now])
-            acc[0] = acc[0] * 0.5 ** ((now - acc[1]) / self.history_halflife_s) + hours
-            acc[1] = now
         if now - self._learned_at >= self.learn_every_s:
             self._learn_fleet(now)
         for key in fresh:
             self._judge(key, now)
+
+    def _models_of(self, enames: np.ndarray, models) -> tuple[np.ndarray, list[str]]:
+        """Each entity name's part model as a code (and the model names), kept while the names are the same."""
+        cached = self._model_cache
+        if cached is not None and cached[0] is enames and cached[1] is models:
+            return cached[2], cached[3]
+        names = sorted({models.get(e, "") for e in enames} | {""}) if models else [""]
+        index = {m: i for i, m in enumerate(names)}
+        codes = np.array([index[models.get(e, "")] for e in enames] if models else np.zeros(len(enames)),
+                         dtype=np.int64)
+        self._model_cache = (enames, models, codes, names)
+        return codes, names
 
     def _learn_fleet(self, now: float) -> None:
         """The fleet's healthy rate and spread per counter and part model (every ``learn_every_s``).
