@@ -166,6 +166,8 @@ def main() -> int:
     todo = [(kind, s, n, seed) for s in args.sampling.split(",") for n in args.noise.split(",")
             for kind, group in (("dense", seeds(args.seeds)), ("quiet", seeds(args.quiet_seeds))) for seed in group
             if (kind, s, n, seed, args.model) not in done]
+    # Seed-major order: a matrix stopped part-way holds as many seeds in every cell.
+    todo.sort(key=lambda t: (t[0] != "dense", t[3]))
     for s in args.sampling.split(","):
         if s not in SAMPLING:
             ap.error(f"--sampling: unknown cell {s!r}")

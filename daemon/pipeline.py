@@ -28,7 +28,7 @@ from detectors.grouping import group_keys, last_and_max
 from detectors.features import FeatureState
 from detectors.hold import GaugeHold
 from detectors import registry
-from detectors.rules import Evidence, RuleDetector, TickInput
+from detectors.rules import Evidence, TickInput
 from detectors.schema import (State, entity_kind, events_frame, is_counter, name_codes, name_column, names_in,
                               node_of)
 
@@ -46,6 +46,8 @@ class PipelineConfig:
     rules_only: bool = False  # run only raswarden's rules, the one detector that says `failed` (reactive policy)
     model: object | None = None  # a detectors.model.ModelBundle: adds the learned detectors
     features: bool = False  # compute the feature frames even when no detector reads them (training)
+    # Only the feature frames (``raswarden train``): no detector, health or incident runs, and no finding comes
+    features_only: bool = False
     health: HealthConfig = field(default_factory=HealthConfig)
 
 
@@ -90,11 +92,11 @@ class Pipeline:
         self.on_finding = on_finding
         self.resolver = EventResolver(self.mapper, window_s=max(120.0, 4 * self.config.interval_s))
         self.counters = CounterTracker()
-        self.detectors = registry.build(baseline=self.config.baseline, model=self.config.model,
-                                        rules_only=self.config.rules_only)
-        wants = self.config.features or any(getattr(d, "needs_features", False) for d in self.detectors)
+        self.detectors = [] if self.config.features_only else registry.build(
+            baseline=self.config.baseline, model=self.config.model, rules_only=self.config.rules_only)
+        wants = self.config.features or self.config.features_only or \
+            any(getattr(d, "needs_features", False) for d in self.detectors)
         self.features = FeatureState() if wants else None
-        self.rules = next(d for d in self.detectors if isinstance(d, RuleDetector))
         self.health = HealthTracker(self.config.health)
         rack_sizes = Counter(self.mapper.topology.node_rack.values())
         self.incidents = IncidentBook(self.mapper.topology.rack_of, self.config.telemetry_incident_after_s,
@@ -199,6 +201,8 @@ class Pipeline:
         models = self.mapper.accelerator_model
         fresh = gauges[gauges["fresh"].to_numpy(dtype=bool)] if len(gauges) else gauges
         frames = self.features.update(now, increases, fresh, events, models) if self.features is not None else None
+        if self.config.features_only:
+            return TickResult([], [], len(events), len(samples))
         tick_input = TickInput(now, events, increases, gauges, grace, frames, models)
         evidence = []
         for detector in self.detectors:

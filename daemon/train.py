@@ -2,12 +2,13 @@
 
 Rows of entities that carry a fault or injected confounder label are kept at every tick while the label is
 in force (from ``horizon_s`` before a fault's onset, whose rows may be positives, to an hour after its
-failure; a confounder's own window); the rest of the fleet, and those entities at other times, every
-``stride`` ticks with weight ``stride``. Rows are kept as float32. So a 30-day trace of a whole supernode
-fits in memory (a node labelled once for a 10-minute exporter gap is not kept at every tick for the month)
-while every labelled minute is seen. The model's metadata records the traces (name, labels digest, file
-sizes) as the training data fingerprint, the row counts and, with ``--holdout``, the evaluation figures on
-traces it never saw.
+failure; a confounder's own window); the rest of the fleet, and those entities at other times, are offered
+every ``stride`` ticks with weight ``stride`` to a uniform reservoir of ``sample_cap`` rows per entity kind
+(re-weighted to stand for all). Rows are kept as float32. So memory is bounded by the labelled rows and the
+reservoir, not by the traces' length (a node labelled once for a 10-minute exporter gap is not kept at every
+tick for the month), while every labelled minute is seen. The replay computes the feature frames only. The
+model's metadata records the traces (name, labels digest, file sizes) as the training data fingerprint, the
+row counts and, with ``--holdout``, the evaluation figures on traces it never saw.
 """
 
 from __future__ import annotations
@@ -66,9 +67,9 @@ def label_windows(faults: list[Fault], horizon_s: float) -> list[tuple[str, floa
 
 
 def collect(paths: list[Path], interval_s: float = 30.0, stride: int = 10, progress=None,
-            horizon_s: float = 12 * 3600.0) -> Collected:
+            horizon_s: float = 12 * 3600.0, sample_cap: int = 400_000) -> Collected:
     """Feature rows of every trace (see the module docstring)."""
-    sets = {kind: TrainingSet(kind) for kind in FEATURES}
+    sets = {kind: TrainingSet(kind, sample_cap) for kind in FEATURES}
     labels: dict[int, list[Fault]] = {}
     racks: dict[int, object] = {}
     for t, path in enumerate(paths):
@@ -94,9 +95,11 @@ def collect(paths: list[Path], interval_s: float = 30.0, stride: int = 10, progr
                     mine = np.zeros(len(frame.entities), dtype=bool)
                 sets[kind].add(frame, np.flatnonzero(mine), 1.0, t)
                 if every:
-                    sets[kind].add(frame, np.flatnonzero(~mine), float(stride), t)
+                    sets[kind].sample(frame, np.flatnonzero(~mine), float(stride), t)
 
-        result = replay([path], config=PipelineConfig(interval_s=interval_s, features=True), on_tick=on_tick)
+        # Only the features: the detectors, health and incidents a replay runs are half its time and no
+        # training row reads them.
+        result = replay([path], config=PipelineConfig(interval_s=interval_s, features_only=True), on_tick=on_tick)
         racks[t] = result.pipeline.mapper.topology.rack_of
         if progress:
             progress(path, result.stats)
@@ -127,7 +130,8 @@ def fit(collected: Collected, horizon_s: float = 12 * 3600.0, max_negatives: int
             keep[drop] = False
             w = w.copy()
             w[neg] *= len(neg) / max_negatives
-        row = {"rows": int(len(X)), "positive_rows": int(positive.sum()), "healthy_rows": int(healthy.sum())}
+        row = {"rows": int(len(X)), "positive_rows": int(positive.sum()), "healthy_rows": int(healthy.sum()),
+               "fleet_rows_offered": ts_set.offered_rows}
         started = time.perf_counter()
         mv.fit(X[healthy], kind=kind, names=FEATURES[kind], sample_weight=w[healthy])
         row["multivariate_threshold"] = round(mv.thresholds_[kind], 4)

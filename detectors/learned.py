@@ -13,7 +13,6 @@ from __future__ import annotations
 
 from abc import ABC, abstractmethod
 from collections.abc import Iterable
-from dataclasses import dataclass, field
 
 import numpy as np
 from threadpoolctl import ThreadpoolController
@@ -104,32 +103,66 @@ def transform(X: np.ndarray, names: tuple[str, ...]) -> np.ndarray:
     return out
 
 
-@dataclass
 class TrainingSet:
-    """Feature rows of one entity kind collected from training traces."""
+    """Feature rows of one entity kind collected from training traces.
 
-    kind: str
-    X: list[np.ndarray] = field(default_factory=list)
-    entities: list[np.ndarray] = field(default_factory=list)
-    ts: list[np.ndarray] = field(default_factory=list)
-    weight: list[np.ndarray] = field(default_factory=list)
-    trace: list[np.ndarray] = field(default_factory=list)
+    Rows given to :meth:`add` are all kept; rows given to :meth:`sample` (the healthy fleet's, which a month of
+    a supernode gives by the million) go into a uniform reservoir of at most ``sample_cap`` rows, re-weighted to
+    stand for all that were offered, so memory stays bounded however long the traces are.
+    """
+
+    def __init__(self, kind: str, sample_cap: int = 400_000, seed: int = 0):
+        self.kind = kind
+        self.sample_cap = sample_cap
+        self._rng = np.random.default_rng(seed)
+        self._kept: list[tuple[np.ndarray, ...]] = []  # (X, entities, ts, weight, trace)
+        self._pool: list[tuple[np.ndarray, ...]] = []  # the same plus each row's random key
+        self._pool_rows = 0
+        self.offered_rows = 0
+        self._offered_weight = 0.0
 
     def add(self, frame: FeatureFrame, pick: np.ndarray, weight: float, trace: int) -> None:
+        """Keep these rows of the frame."""
+        if len(pick):
+            self._kept.append(self._rows(frame, pick, weight, trace))
+
+    def sample(self, frame: FeatureFrame, pick: np.ndarray, weight: float, trace: int) -> None:
+        """Offer these rows of the frame to the reservoir."""
         if not len(pick):
             return
-        self.X.append(frame.X[pick].astype(np.float32))  # half the memory of a month of rows; the fit is float32
-        self.entities.append(frame.entities[pick])
-        self.ts.append(np.full(len(pick), frame.now))
-        self.weight.append(np.full(len(pick), weight))
-        self.trace.append(np.full(len(pick), trace))
+        self.offered_rows += len(pick)
+        self._offered_weight += weight * len(pick)
+        self._pool.append(self._rows(frame, pick, weight, trace) + (self._rng.random(len(pick)),))
+        self._pool_rows += len(pick)
+        if self._pool_rows > 2 * self.sample_cap:
+            self._thin()
+
+    @staticmethod
+    def _rows(frame: FeatureFrame, pick: np.ndarray, weight: float, trace: int) -> tuple[np.ndarray, ...]:
+        return (frame.X[pick].astype(np.float32),  # half the memory of a month of rows; the fit is float32
+                frame.entities[pick], np.full(len(pick), frame.now), np.full(len(pick), weight),
+                np.full(len(pick), trace))
+
+    def _thin(self) -> None:
+        """Keep the ``sample_cap`` pooled rows with the smallest keys: a uniform sample of all offered."""
+        cols = [np.concatenate(c) for c in zip(*self._pool)]
+        if len(cols[0]) > self.sample_cap:
+            keep = np.sort(np.argpartition(cols[-1], self.sample_cap - 1)[:self.sample_cap])
+            cols = [c[keep] for c in cols]
+        self._pool = [tuple(cols)]
+        self._pool_rows = len(cols[0])
 
     def arrays(self) -> tuple[np.ndarray, np.ndarray, np.ndarray, np.ndarray, np.ndarray]:
+        """``(X, entities, ts, weight, trace)`` of the kept rows, then the reservoir's (weighted up)."""
         width = len(FEATURES[self.kind])
-        if not self.X:
+        parts = list(self._kept)
+        if self._pool:
+            self._thin()
+            X, ents, ts, w, trace, _ = self._pool[0]
+            parts.append((X, ents, ts, w * (self._offered_weight / w.sum()), trace))
+        if not parts:
             return np.empty((0, width)), np.empty(0, object), np.empty(0), np.empty(0), np.empty(0, int)
-        return (np.concatenate(self.X), np.concatenate(self.entities), np.concatenate(self.ts),
-                np.concatenate(self.weight), np.concatenate(self.trace))
+        return tuple(np.concatenate(c) for c in zip(*parts))
 
 
 def label_rows(entities: np.ndarray, ts: np.ndarray, faults: Iterable[Fault], horizon_s: float,

@@ -432,11 +432,11 @@ class RuleDetector:
 
     def _saturated(self, inc: pd.DataFrame, now: float) -> None:
         """A counter stuck at its maximum is blind: say so on the port (a watch, with the way to clear it)."""
-        metric = inc["metric"].to_numpy(object)
-        at_max = np.fromiter((SATURATES.get(m, np.inf) for m in metric), dtype=float, count=len(metric))
+        codes, names = name_codes(inc["metric"])
+        at_max = np.array([SATURATES.get(m, np.inf) for m in names], dtype=float)[codes]  # per name, not per row
         stuck = np.flatnonzero(inc["last"].to_numpy() >= at_max)
         for i in stuck:
-            entity, name = str(inc["entity"].iat[i]), metric[i]
+            entity, name = str(inc["entity"].iat[i]), names[codes[i]]
             reason = (f"{name.removesuffix('_total')} stuck at {at_max[i]:.0f}, the counter's maximum: it counts no "
                       "more (clear the port's counters, e.g. perfquery -R)")
             self.clear_latch(entity, f"saturated-{name}")

@@ -124,3 +124,28 @@ def test_other_vendors_recorded_samples_replay_to_findings(tmp_path):
     assert ("sn02-b01/gpu0", "subhealthy") in flags  # poisoned (deferred) UMC errors
     assert not any(e in ("sn03-b01/npu0", "sn03-b01/hccn0:1") for e, _ in flags)
     assert result.stats.events_by_kind["ascend"] == 1 and result.stats.events_by_kind["amdgpu"] == 8
+
+
+def test_a_features_only_replay_computes_the_same_frames_and_runs_no_detector(trace_dir):
+    """``raswarden train`` replays with ``features_only``: the frames must be those the daemon's models see."""
+    import numpy as np
+
+    from daemon.pipeline import PipelineConfig
+
+    def frames_of(config):
+        seen = []
+
+        def on_tick(now, pipeline):
+            for kind, f in sorted((pipeline.features.frames or {}).items()):
+                seen.append((now, kind, tuple(f.entities), f.X.copy()))
+
+        text, result = run([trace_dir], config=config, on_tick=on_tick)
+        return seen, text, result
+
+    full, full_text, _ = frames_of(PipelineConfig(features=True))
+    only, only_text, result = frames_of(PipelineConfig(features_only=True))
+    assert full_text and not only_text and result.pipeline.detectors == []
+    assert len(only) == len(full) > 100
+    for (t1, k1, e1, x1), (t2, k2, e2, x2) in zip(full, only):
+        assert (t1, k1, e1) == (t2, k2, e2)
+        np.testing.assert_array_equal(x1, x2)

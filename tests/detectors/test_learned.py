@@ -5,10 +5,32 @@ import pandas as pd
 
 from detectors.evaluation import Fault
 from detectors.features import FEATURES, FeatureFrame
-from detectors.learned import Persistence, describe, label_rows, transform
+from detectors.learned import Persistence, TrainingSet, describe, label_rows, transform
 from detectors.multivariate import MultivariateDetector
 from detectors.rules import Evidence
 from detectors.schema import State
+
+
+def test_training_set_keeps_labelled_rows_and_a_uniform_reweighted_sample_of_the_fleet():
+    """A month of a supernode offers millions of fleet rows: the reservoir keeps ``sample_cap`` of them, drawn
+    uniformly from all ticks (not the first ones), weighted to stand for all offered."""
+    width = len(FEATURES["port"])
+    ts_set = TrainingSet("port", sample_cap=1000, seed=3)
+    offered = 0
+    for tick in range(200):  # 200 ticks x 50 fleet rows, the value = the tick
+        frame = FeatureFrame("port", float(tick), np.array([f"n{i}/ib{i}" for i in range(50)], dtype=object),
+                             np.full((50, width), float(tick)), FEATURES["port"])
+        ts_set.sample(frame, np.arange(50), 10.0, trace=0)
+        offered += 50
+        if tick == 100:
+            ts_set.add(frame, np.array([7]), 1.0, trace=0)  # a labelled row, kept whatever the cap
+    X, ents, ts, w, trace = ts_set.arrays()
+    assert ts_set.offered_rows == offered and len(X) == 1000 + 1
+    assert X.dtype == np.float32 and X[0, 0] == 100.0 and w[0] == 1.0  # the labelled row first, as given
+    fleet_w = w[1:]
+    assert np.isclose(fleet_w.sum(), 10.0 * offered)  # the sample stands for every offered row
+    assert abs(X[1:, 0].mean() - 99.5) < 5.0 and X[1:, 0].min() < 10 and X[1:, 0].max() > 190  # all ticks
+    assert np.unique(np.stack([ts[1:], [int(e[1:].split("/")[0]) for e in ents[1:]]]), axis=1).shape[1] == 1000
 
 
 def test_label_rows_known_answers():
