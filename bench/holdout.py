@@ -8,8 +8,12 @@ never saw. The quiet scenario (no faults, everyday confounders) at each of ``--q
 false-flag rate, scored with fold a's and fold b's model in turn. Every trace is also run with the
 static-threshold baseline.
 
-Traces are simulated into ``--work`` when missing (``raswarden simulate --format parquet``). Prints the
-pooled table with each figure's spread across seeds and writes JSON (default bench/results/holdout.json).
+Traces are simulated into ``--work`` when missing (``raswarden simulate --format parquet``). With
+``--randomize`` (domain randomization, issue 24) each trace, training and evaluation alike, is sampled and as
+noisy as a fleet drawn at random from its name: every 30 s, 60 s, 5 minutes on the storage's grid, or
+accelerators every 30 s and ports every 5 minutes, with jitter and lost scrapes; quiet, realistic or noisy
+healthy parts. Prints the pooled table with each figure's spread across seeds and writes JSON (default
+bench/results/holdout.json).
 """
 
 from __future__ import annotations
@@ -31,7 +35,21 @@ from common import seeds, write_results  # noqa: E402
 SCENARIOS = ROOT / "fixtures" / "scenarios"
 
 
-def simulate(scenario: str, seed: int | None, profile: str, out: Path) -> Path:
+# The fleets --randomize draws from (the scenarios' resolution is 30 s): `raswarden simulate --sampling`.
+RANDOM_SAMPLING = ("all=30s:jitter=1s:missed=0.01", "all=60s:jitter=1s:missed=0.01", "all=5m:aligned",
+                   "dcgm=30s:jitter=1s:missed=0.01,node=5m:jitter=1s:missed=0.01")
+RANDOM_NOISE = ("quiet", "realistic", "noisy")
+
+
+def fleet_of(name: str) -> tuple[str, str]:
+    """The sampling and noise --randomize gives the trace of this name (the same on every run)."""
+    import hashlib
+
+    h = int.from_bytes(hashlib.sha256(name.encode()).digest()[:8], "big")
+    return RANDOM_SAMPLING[h % len(RANDOM_SAMPLING)], RANDOM_NOISE[(h // len(RANDOM_SAMPLING)) % len(RANDOM_NOISE)]
+
+
+def simulate(scenario: str, seed: int | None, profile: str, out: Path, randomize: bool = False) -> Path:
     if (out / "labels.jsonl").exists():
         return out
     tmp = out.with_name(out.name + ".tmp")
@@ -39,6 +57,9 @@ def simulate(scenario: str, seed: int | None, profile: str, out: Path) -> Path:
            "--format", "parquet", "--out", str(tmp)]
     if seed is not None:
         cmd += ["--seed", str(seed)]
+    if randomize:
+        sampling, noise = fleet_of(out.name)
+        cmd += ["--sampling", sampling, "--noise", noise]
     subprocess.run(cmd, check=True, cwd=ROOT, stdout=subprocess.DEVNULL)
     tmp.rename(out)
     return out
@@ -127,12 +148,14 @@ def main() -> None:
     ap.add_argument("--quiet-seeds", default="", help="seeds of the quiet scenario, e.g. 88,89 (default: its own);"
                     " scored with fold a's and fold b's model in turn")
     ap.add_argument("--jobs", type=int, default=2)
+    ap.add_argument("--randomize", action="store_true",
+                    help="draw each trace's sampling and noise at random (domain randomization; traces named -r)")
     ap.add_argument("--out", type=Path, default=ROOT / "bench" / "results" / "holdout.json")
     args = ap.parse_args()
     if args.report:
         print(report(json.loads(args.report.read_text())))
         return
-    work = args.work
+    work = args.work / "randomized" if args.randomize else args.work
     work.mkdir(parents=True, exist_ok=True)
     train_seeds = seeds(args.train_seeds)
     eval_seeds = seeds(args.eval_seeds)
@@ -152,7 +175,7 @@ def main() -> None:
                  for i, seed in enumerate(quiet_seeds) for prof in profiles]
         jobs += [(args.quiet, seed, prof, path) for seed, prof, path, _ in quiet]
     with ProcessPoolExecutor(args.jobs) as pool:
-        list(pool.map(simulate, *zip(*jobs)))
+        list(pool.map(simulate, *zip(*jobs), [args.randomize] * len(jobs)))
     print(f"traces ready in {time.perf_counter() - started:.0f} s", flush=True)
 
     with ProcessPoolExecutor(args.jobs) as pool:
@@ -169,10 +192,12 @@ def main() -> None:
     results = []
     with ProcessPoolExecutor(args.jobs) as pool:
         for r in pool.map(evaluate_one, *zip(*tasks)):
+            if args.randomize:
+                r["fleet"] = "{} / {}".format(*fleet_of(Path(r["trace"]).name))
             a = r["raswarden"]
             print(f"{Path(r['trace']).name:>22}: recall {a['all']['recall_before_failure']} lead "
                   f"{a['all']['lead_time_median_s']} false {a['false_flags']} confounder {a['confounder_flags']} "
-                  f"({r['wall_s']} s)", flush=True)
+                  f"({r['wall_s']} s{', ' + r['fleet'] if 'fleet' in r else ''})", flush=True)
             results.append(r)
 
     from daemon.evaluate import merge
