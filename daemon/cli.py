@@ -199,6 +199,11 @@ def cmd_evaluate(args: argparse.Namespace) -> int:
     from detectors.model import IncompatibleModel, ModelBundle
 
     console = _console()
+    if args.matrix:
+        return _evaluate_matrix(args, console)
+    if not args.trace:
+        print("raswarden: error: evaluate needs trace directories (or --matrix)", file=sys.stderr)
+        return 2
     try:
         model = ModelBundle.load(args.model) if args.model else None
         result = compare([Path(p) for p in args.trace], interval_s=args.interval, model=model)
@@ -227,6 +232,32 @@ def cmd_evaluate(args: argparse.Namespace) -> int:
     if args.json:
         Path(args.json).write_text(json.dumps(result.as_dict(), indent=2))
         console.print(f"wrote {args.json}")
+    return 0
+
+
+def _evaluate_matrix(args: argparse.Namespace, console) -> int:
+    """``evaluate --matrix``: the cells' runs (resumed from ``--json``), then the table per cell."""
+    import tempfile
+
+    from daemon.matrix import parse_seeds, report, run_matrix
+
+    out = Path(args.json) if args.json else Path(tempfile.mkdtemp(prefix="raswarden-matrix-")) / "matrix.json"
+
+    def progress(r: dict) -> None:
+        a = r["raswarden"]
+        hit = sum(c["flagged"] for c in a["classes"].values())
+        n = sum(c["faults"] for c in a["classes"].values())
+        console.print(f"{r['kind']} {r['sampling']}/{r['noise']} seed {r['seed']}: {hit}/{n} faults flagged before "
+                      f"failure, {a['false_flags']} false flags ({r['wall_s']:.0f} s)")
+
+    try:
+        results = run_matrix(args.sampling.split(","), args.noise.split(","), parse_seeds(args.seeds),
+                             parse_seeds(args.quiet_seeds), out, args.jobs, args.model, progress)
+    except ValueError as exc:
+        print(f"raswarden: error: {exc}", file=sys.stderr)
+        return 2
+    print(report(results))
+    console.print(f"results in {out}")
     return 0
 
 
@@ -753,11 +784,21 @@ def build_parser() -> argparse.ArgumentParser:
                        description="Replay labelled traces (labels.jsonl) with raswarden's detectors and with the "
                                    "static-threshold baseline, and report per fault class the recall before "
                                    "failure, lead time, hard-fault latency, false and confounder flags "
-                                   "(ARCHITECTURE §5).")
-    p.add_argument("trace", nargs="+", help="trace directories, each with labels.jsonl")
-    p.add_argument("--json", metavar="FILE", help="also write the figures as JSON")
+                                   "(ARCHITECTURE §5). With --matrix, simulated fleets instead of traces: every "
+                                   "cell of sampling interval x healthy-part noise, over the seeds given, figures "
+                                   "per cell (docs/detectors.md).")
+    p.add_argument("trace", nargs="*", help="trace directories, each with labels.jsonl")
+    p.add_argument("--json", metavar="FILE", help="also write the figures as JSON (with --matrix: the results file, "
+                                                  "resumed when it exists)")
     p.add_argument("--interval", type=float, default=30.0, help="tick interval in seconds (default 30)")
     p.add_argument("--model", metavar="DIR", help="add the learned detectors of a model from 'raswarden train'")
+    m = p.add_argument_group("matrix")
+    m.add_argument("--matrix", action="store_true", help="evaluate over the matrix of simulated fleets")
+    m.add_argument("--sampling", default="15s,60s,300s,mixed", help="matrix cells' sampling (default: all)")
+    m.add_argument("--noise", default="quiet,realistic,noisy", help="matrix cells' noise (default: all)")
+    m.add_argument("--seeds", default="1..3", help="dense-trace seeds per cell (default 1..3)")
+    m.add_argument("--quiet-seeds", default="", help="quiet-week seeds per cell, e.g. 1..4 (default none)")
+    m.add_argument("--jobs", type=int, default=1, help="runs at once (default 1)")
     p.set_defaults(func=cmd_evaluate)
 
     p = sub.add_parser("train", help="fit the learned detectors on labelled traces and save a model",

@@ -67,3 +67,24 @@ def test_simulate_at_another_cadence_and_noise(tmp_path, capsys):
     assert stamps and all(t % 300 == 0 for t in stamps) and len(stamps) == 4 * 12
     assert main(["simulate", scenario, "--out", str(out), "--sampling", "dcgm=7s"]) == 2
     assert "not a multiple of the resolution" in capsys.readouterr().err
+
+
+def test_evaluate_over_the_matrix_of_fleets(tmp_path, capsys):
+    """One cell, one dense seed: every fault flagged before failure at 5-minute sampling, the hard faults failed
+    in time, no false flag; a second call resumes from the results file instead of running again."""
+    out = tmp_path / "m.json"
+    args = ["evaluate", "--matrix", "--sampling", "300s", "--noise", "realistic", "--seeds", "1", "--json", str(out)]
+    assert main(args) == 0
+    text = capsys.readouterr().out
+    run = json.loads(out.read_text())["runs"][0]
+    ours = run["raswarden"]
+    assert (run["sampling"], run["noise"], run["seed"], run["kind"]) == ("300s", "realistic", 1, "dense")
+    faults = sum(c["faults"] for c in ours["classes"].values())
+    assert faults >= 10 and sum(c["flagged"] for c in ours["classes"].values()) == faults
+    assert sum(c["in_time"] for c in ours["classes"].values()) == sum(c["hard"] for c in ours["classes"].values())
+    assert ours["false_flags"] == 0 and ours["confounder_flags"] == 0
+    assert "300s/realistic   raswarden    1.000" in text and "baseline" in text
+    assert main(args) == 0 and len(json.loads(out.read_text())["runs"]) == 1  # resumed: nothing to run
+    assert main(["evaluate", "--matrix", "--sampling", "7s"]) == 2
+    assert "unknown sampling cell '7s'" in capsys.readouterr().err
+    assert main(["evaluate"]) == 2

@@ -1,0 +1,200 @@
+"""Detection over a matrix of fleets (issue 24): sampling interval x healthy-part noise, from the simulator.
+
+Cells: sampling ``15s``, ``60s``, ``300s`` (5-minute downsampled storage: on the clock's grid) and ``mixed``
+(accelerators every 15 s, ports every 5 minutes), each with jitter and 1 % of scrapes lost where a live scrape
+would have them; noise ``quiet`` (this project's simulator before issue 24), ``realistic`` and ``noisy``
+(daemon/sim/noise.py). In each cell: dense traces (every fault class twice, ``dense-template-a`` and ``-b``
+alternating by seed, the full and stock exporter profiles alternating by pairs of seeds) and quiet weeks
+(``quiet-7d``: no faults, everyday confounders) for the false-flag rate. Every run is scored for raswarden
+(the rules and statistical detectors, plus a model's learned ones) and for the static-threshold baseline,
+straight from the simulator through the pipeline (:func:`daemon.evaluate.evaluate_simulation`: the batches a
+replay of the trace would make, without writing hundreds of gigabytes of traces).
+
+Runs are appended to a results file as they finish and skipped when already there, so a long matrix can be run
+in pieces. ``raswarden evaluate --matrix`` and ``bench/matrix.py`` run it; :func:`report` prints the table.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import statistics
+import time
+from collections.abc import Callable
+from concurrent.futures import ProcessPoolExecutor, as_completed
+from pathlib import Path
+
+SCENARIOS = Path(__file__).resolve().parent.parent / "fixtures" / "scenarios"
+FAULTS = Path(__file__).resolve().parent.parent / "fixtures" / "faults"
+LIVE = {"jitter": "1s", "missed": 0.01}
+# cell -> (the simulator's resolution in seconds, the sampling per source)
+SAMPLING = {
+    "15s": (15.0, {"dcgm": {"interval": "15s", **LIVE}, "node": {"interval": "15s", **LIVE}}),
+    "60s": (30.0, {"dcgm": {"interval": "60s", **LIVE}, "node": {"interval": "60s", **LIVE}}),
+    "300s": (60.0, {"dcgm": {"interval": "5m", "aligned": True}, "node": {"interval": "5m", "aligned": True}}),
+    "mixed": (15.0, {"dcgm": {"interval": "15s", **LIVE}, "node": {"interval": "5m", **LIVE}}),
+}
+NOISE = ("quiet", "realistic", "noisy")
+
+
+def parse_seeds(text: str) -> list[int]:
+    """Seeds from "1001..1020", "1,2,3" or a mix ("1..5,9"); "" is none."""
+    out: list[int] = []
+    for part in filter(None, text.split(",")):
+        lo, _, hi = part.partition("..")
+        out += list(range(int(lo), int(hi or lo) + 1))
+    return out
+
+
+def scenario_for(kind: str, sampling: str, noise: str, seed: int) -> dict:
+    """The scenario of one run: the base scenario with the cell's sampling and noise (and seed)."""
+    import yaml
+
+    base = f"dense-template-{'ab'[seed % 2]}" if kind == "dense" else "quiet-7d"
+    d = yaml.safe_load((SCENARIOS / f"{base}.yaml").read_text())
+    resolution, spec = SAMPLING[sampling]
+    d.update(name=f"{base}-{sampling}-{noise}-{seed}", seed=seed, resolution=f"{resolution:g}s", sampling=spec,
+             noise=noise)
+    if kind == "dense":
+        d["profile"] = "full" if (seed // 2) % 2 == 0 else "stock"
+    return d
+
+
+def run_one(kind: str, sampling: str, noise: str, seed: int, model: str | None) -> dict:
+    """One run of the matrix, scored for raswarden and for the baseline."""
+    from daemon.evaluate import evaluate_simulation
+    from daemon.sim.engine import Simulator
+    from daemon.sim.faults import load_library
+    from daemon.sim.scenario import Scenario
+    from detectors.model import ModelBundle
+
+    d = scenario_for(kind, sampling, noise, seed)
+    library = load_library(FAULTS)
+    started = time.perf_counter()
+    bundle = ModelBundle.load(Path(model)) if model else None
+    ours = evaluate_simulation(Simulator(Scenario.from_dict(d, d["name"]), library), baseline=False, model=bundle)
+    base = evaluate_simulation(Simulator(Scenario.from_dict(d, d["name"]), library), baseline=True)
+    return {"kind": kind, "sampling": sampling, "noise": noise, "seed": seed, "profile": d.get("profile", "full"),
+            "model": model, "raswarden": raw(ours), "baseline": raw(base),
+            "wall_s": round(time.perf_counter() - started, 1)}
+
+
+def raw(ev) -> dict:
+    """What pooling runs needs of an evaluation: counts and the lists behind the medians, per class."""
+    classes = {name: {"faults": c.faults, "flagged": c.flagged_before_failure, "leads_s": c.lead_times_s,
+                      "hard": c.hard_faults, "in_time": c.failed_in_time, "latencies_s": c.hard_latencies_s}
+               for name, c in ev.by_class.items()}
+    return {"classes": classes, "windows_s": ev.onset_to_failure_s, "false_flags": ev.false_flags,
+            "confounder_flags": ev.confounder_flags, "node_days": ev.node_days,
+            "false_flag_list": [f.as_dict() for f in ev.false_flag_list]}
+
+
+def key(r: dict) -> tuple:
+    return (r["kind"], r["sampling"], r["noise"], r["seed"], r.get("model"))
+
+
+def pooled(runs: list[dict], who: str) -> dict:
+    """Pooled figures of runs (ARCHITECTURE §5) and their spread over seeds."""
+    faults = flagged = hard = in_time = 0
+    leads, windows, latencies, per_seed_recall = [], [], [], []
+    false = conf = 0
+    node_days = 0.0
+    for r in runs:
+        ev = r[who]
+        classes = ev["classes"].values()
+        n = sum(c["faults"] for c in classes)
+        hit = sum(c["flagged"] for c in classes)
+        faults += n
+        flagged += hit
+        hard += sum(c["hard"] for c in classes)
+        in_time += sum(c["in_time"] for c in classes)
+        leads += [x for c in classes for x in c["leads_s"]]
+        latencies += [x for c in classes for x in c["latencies_s"]]
+        windows += ev["windows_s"]
+        false += ev["false_flags"]
+        conf += ev["confounder_flags"]
+        node_days += ev["node_days"]
+        if n:
+            per_seed_recall.append(hit / n)
+    median_lead = statistics.median(leads) if leads else None
+    median_window = statistics.median(windows) if windows else None
+    return {
+        "runs": len(runs), "faults": faults, "recall": flagged / faults if faults else None,
+        "recall_per_seed_min": min(per_seed_recall) if per_seed_recall else None,
+        "median_lead_h": median_lead / 3600 if median_lead else None,
+        "lead_share_of_window": (median_lead / median_window) if median_lead and median_window else None,
+        "hard_faults": hard, "hard_failed_in_time": in_time,
+        "hard_latency_max_s": max(latencies) if latencies else None, "node_days": round(node_days, 1),
+        "false_flags": false, "false_per_1000_node_days": 1000 * false / node_days if node_days else None,
+        "confounder_flags": conf,
+    }
+
+
+def report(results: dict) -> str:
+    """The table per cell (raswarden and baseline): recall, lead, hard faults in time, false flags."""
+    runs = results["runs"]
+    lines = [f"{'cell':16} {'':10} {'recall':>7} {'min':>5} {'lead h':>7} {'lead/win':>8} {'hard ok':>9} "
+             f"{'node-days':>9} {'false':>6} {'/1000':>6} {'conf':>5}"]
+
+    def f(x, fmt):
+        return "-" if x is None else format(x, fmt)
+
+    for sampling in SAMPLING:
+        for noise in NOISE:
+            cell = [r for r in runs if r["sampling"] == sampling and r["noise"] == noise]
+            if not cell:
+                continue
+            for who in ("raswarden", "baseline"):
+                dense = pooled([r for r in cell if r["kind"] == "dense"], who)
+                quiet = pooled([r for r in cell if r["kind"] == "quiet"], who)
+                allp = pooled(cell, who)
+                lines.append(
+                    f"{sampling + '/' + noise:16} {who:10} {f(dense['recall'], '.3f'):>7} "
+                    f"{f(dense['recall_per_seed_min'], '.2f'):>5} {f(dense['median_lead_h'], '.2f'):>7} "
+                    f"{f(dense['lead_share_of_window'], '.2f'):>8} "
+                    f"{dense['hard_failed_in_time']:>4}/{dense['hard_faults']:<4} {allp['node_days']:>9} "
+                    f"{allp['false_flags']:>6} {f(allp['false_per_1000_node_days'], '.2f'):>6} "
+                    f"{allp['confounder_flags']:>5}   ({dense['runs']} dense, {quiet['runs']} quiet)")
+    return "\n".join(lines)
+
+
+def write_results(path: Path, results: dict) -> None:
+    """Write the results whole or not at all (a run cut off mid-write leaves the previous file)."""
+    path.parent.mkdir(parents=True, exist_ok=True)
+    tmp = path.with_name(f".{path.name}.{os.getpid()}.tmp")
+    tmp.write_text(json.dumps(results, indent=2))
+    os.replace(tmp, path)
+
+
+def run_matrix(sampling: list[str], noise: list[str], dense_seeds: list[int], quiet_seeds: list[int],
+               out: Path, jobs: int = 1, model: str | None = None,
+               progress: Callable[[dict], None] | None = None) -> dict:
+    """Run the cells' runs not yet in ``out`` (seed-major: a matrix stopped part-way holds as many seeds in every
+    cell), appending each to ``out`` as it finishes; returns the results."""
+    for name in sampling:
+        if name not in SAMPLING:
+            raise ValueError(f"unknown sampling cell {name!r} (one of {', '.join(SAMPLING)})")
+    for name in noise:
+        if name not in NOISE:
+            raise ValueError(f"unknown noise cell {name!r} (one of {', '.join(NOISE)})")
+    results = json.loads(out.read_text()) if out.exists() else {"runs": []}
+    done = {key(r) for r in results["runs"]}
+    todo = [(kind, s, n, seed) for s in sampling for n in noise
+            for kind, group in (("dense", dense_seeds), ("quiet", quiet_seeds)) for seed in group
+            if (kind, s, n, seed, model) not in done]
+    todo.sort(key=lambda t: (t[0] != "dense", t[3]))
+    if jobs <= 1:
+        for t in todo:
+            _done(run_one(*t, model), results, out, progress)
+        return results
+    with ProcessPoolExecutor(max_workers=jobs) as pool:
+        for fut in as_completed([pool.submit(run_one, *t, model) for t in todo]):
+            _done(fut.result(), results, out, progress)
+    return results
+
+
+def _done(r: dict, results: dict, out: Path, progress) -> None:
+    results["runs"].append(r)
+    write_results(out, results)
+    if progress is not None:
+        progress(r)
