@@ -38,8 +38,11 @@ class ColumnarReader:
             pf = pq.ParquetFile(path)
             names = set(pf.schema_arrow.names)
             is_events = "kind" in names
-            if not is_events and {"entity", "metric"} <= names:  # names arrive dictionary-encoded
-                pf = pq.ParquetFile(path, read_dictionary=["entity", "metric"])
+            # pre_buffer off: with it, pyarrow keeps what it read ahead for the life of the reader, and replaying a
+            # 30-day trace (1,080 row groups) grew by 1.5 MB a batch to 2.4 GB (apache/arrow#39808, #39820)
+            pf = pq.ParquetFile(path, pre_buffer=False,
+                                read_dictionary=["entity", "metric"] if not is_events and {"entity", "metric"} <= names
+                                else None)  # names arrive dictionary-encoded
         except (pa.ArrowException, OSError) as exc:
             ctx.rejects.refuse(FORMAT, str(path), f"not a readable Parquet file: {exc}")
             return
