@@ -12,6 +12,7 @@ from __future__ import annotations
 
 import argparse
 import json
+import resource
 import subprocess
 import sys
 import time
@@ -26,7 +27,7 @@ from common import peak_rss_mb, run_phase, write_results  # noqa: E402
 SCENARIO = ROOT / "fixtures" / "scenarios" / "scalex640-30d.yaml"
 
 
-def phase(trace: str, out: str) -> None:
+def phase(trace: str, out: str, jobs: str = "1") -> None:
     """Train on one trace in this process; print one JSON line."""
     import os
 
@@ -34,15 +35,18 @@ def phase(trace: str, out: str) -> None:
     from daemon.train import train
 
     started = time.perf_counter()
-    train([Path(trace)], Path(out))
+    train([Path(trace)], Path(out), jobs=int(jobs))
     meta = json.loads((Path(out) / "model.json").read_text())
     print(json.dumps({"wall_s": round(time.perf_counter() - started, 1), "collect_s": meta["collect_s"],
-                      "fit_s": meta["fit_s"], "training": meta["training"], "peak_rss_mb": peak_rss_mb()}))
+                      "fit_s": meta["fit_s"], "training": meta["training"], "peak_rss_mb": peak_rss_mb(),
+                      # the largest collecting process's (with --jobs); all of them at once hold at most jobs x it
+                      "child_peak_rss_mb": round(resource.getrusage(resource.RUSAGE_CHILDREN).ru_maxrss / 1024)}))
 
 
 def main() -> None:
     ap = argparse.ArgumentParser(description=__doc__.split("\n")[0])
-    ap.add_argument("--phase", nargs=2, metavar=("TRACE", "OUT"), help=argparse.SUPPRESS)
+    ap.add_argument("--phase", nargs=3, metavar=("TRACE", "OUT", "JOBS"), help=argparse.SUPPRESS)
+    ap.add_argument("--jobs", type=int, default=1, help="collecting processes (a trace cut into parts of time)")
     ap.add_argument("--work", type=Path, default=Path("/tmp/raswarden-train-bench"))
     ap.add_argument("--seed", type=int, default=None, help="scenario seed (default: the scenario's own)")
     ap.add_argument("--out", type=Path, default=ROOT / "bench" / "results" / "train.json")
@@ -61,10 +65,11 @@ def main() -> None:
         simulate_s = round(time.perf_counter() - started, 1)
     faults = sum(1 for line in (trace / "labels.jsonl").read_text().splitlines()
                  if line.strip() and not json.loads(line)["fault"].startswith("benign_"))
-    result = run_phase(__file__, str(trace), str(args.work / "model"))
-    out = {"trace": str(trace), "faults": faults, "simulate_s": simulate_s} | result
-    print(f"30-day scalex640 trace ({faults} faults): collect {out['collect_s']} s, fit {out['fit_s']} s, "
-          f"wall {out['wall_s']} s, peak RSS {out['peak_rss_mb']} MB")
+    result = run_phase(__file__, str(trace), str(args.work / f"model-{args.jobs}"), str(args.jobs))
+    out = {"trace": str(trace), "faults": faults, "simulate_s": simulate_s, "jobs": args.jobs} | result
+    print(f"30-day scalex640 trace ({faults} faults), {args.jobs} job(s): collect {out['collect_s']} s, fit "
+          f"{out['fit_s']} s, wall {out['wall_s']} s, peak RSS {out['peak_rss_mb']} MB (largest collecting "
+          f"process {out['child_peak_rss_mb']} MB)")
     for kind, t in out["training"].items():
         print(f"  {kind}: {t['rows']:,} rows ({t['positive_rows']:,} positive), predictor out of fold "
               f"{t.get('predictor_out_of_fold')}")

@@ -273,7 +273,7 @@ def cmd_train(args: argparse.Namespace) -> int:
 
     try:
         bundle = train([Path(p) for p in args.trace], out, args.interval, args.stride, args.horizon * 3600.0,
-                       progress)
+                       progress, jobs=args.jobs)
     except (FileNotFoundError, ValueError) as exc:
         print(f"raswarden: error: {exc}", file=sys.stderr)
         return 2
@@ -812,6 +812,9 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("--stride", type=int, default=10,
                    help="keep unlabelled entities' rows every N ticks (default 10); labelled ones every tick")
     p.add_argument("--horizon", type=float, default=12.0, help="failure horizon of the predictor in hours")
+    p.add_argument("--jobs", type=int, default=1,
+                   help="processes collecting at once: traces side by side, a long trace cut into parts of time, "
+                        "each warmed up on the day before it (default 1)")
     p.add_argument("--holdout", nargs="+", metavar="TRACE",
                    help="evaluate the new model on these traces and record the figures in its metadata")
     p.set_defaults(func=cmd_train)

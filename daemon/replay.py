@@ -84,6 +84,19 @@ def _plausible(batch, source: str, ctx: ReadContext, stats: ReplayStats):
     return Batch(samples=parts["samples"], events=parts["events"])
 
 
+def _within(batch, window: tuple[float, float]):
+    """The batch's rows stamped in ``(since, until]``."""
+    since, until = window
+    for name in ("samples", "events"):
+        frame = getattr(batch, name)
+        if len(frame):
+            ts = frame["ts"].to_numpy(dtype=float)
+            inside = (ts > since) & (ts <= until)
+            if not inside.all():
+                setattr(batch, name, frame[inside].reset_index(drop=True))
+    return batch
+
+
 def replay(
     paths: list[str | Path],
     findings_out: TextIO | None = None,
@@ -93,8 +106,11 @@ def replay(
     spill_dir: Path | None = None,
     progress: Callable[[str, float, float], None] | None = None,
     on_tick: Callable[[float, Pipeline], None] | None = None,
+    window: tuple[float, float] | None = None,
 ) -> ReplayResult:
-    """Replay trace paths; findings go to ``findings_out`` as JSON lines (ARCHITECTURE §8)."""
+    """Replay trace paths; findings go to ``findings_out`` as JSON lines (ARCHITECTURE §8). With ``window``
+    ``(since, until)``, only the rows stamped in ``(since, until]``, the ticks' own bounds (a part of a long
+    trace, for training)."""
     config = config or PipelineConfig()
     started = time.perf_counter()
     trace = Trace.discover(paths)
@@ -117,6 +133,8 @@ def replay(
         for path, reader in trace.files:
             for batch in reader.read(path, ctx):
                 batch = _plausible(batch, str(path), ctx, stats)
+                if window is not None:
+                    batch = _within(batch, window)
                 stats.samples += len(batch.samples)
                 stats.events += len(batch.events)
                 spill.add(batch)

@@ -74,6 +74,31 @@ class Trace:
         trace.files.sort(key=lambda f: isinstance(f[1], TextLogReader))
         return trace
 
+    def sample_span(self) -> tuple[float, float] | None:
+        """First and last sample time of the trace's Parquet sample files, from their row groups' statistics
+        (nothing is read); None when there is no such file or one lacks the statistics."""
+        import pyarrow.parquet as pq
+
+        lo, hi = float("inf"), float("-inf")
+        for path, _ in self.files:
+            if path.suffix != ".parquet":
+                continue
+            try:
+                meta = pq.ParquetFile(path).metadata
+                names = [meta.schema.column(i).name for i in range(meta.num_columns)]
+                if "kind" in names or "ts" not in names:  # events, or no time column
+                    continue
+                col = names.index("ts")
+                for g in range(meta.num_row_groups):
+                    stats = meta.row_group(g).column(col).statistics
+                    if stats is None or not stats.has_min_max:
+                        return None
+                    lo, hi = min(lo, float(stats.min)), max(hi, float(stats.max))
+            except (OSError, ValueError) as exc:
+                log.warning("%s: no time span from its statistics: %s", path, exc)
+                return None
+        return (lo, hi) if lo <= hi else None
+
     def topology(self) -> Topology:
         return Topology.load(self.topology_path) if self.topology_path else Topology()
 

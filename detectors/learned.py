@@ -137,6 +137,17 @@ class TrainingSet:
         if self._pool_rows > 2 * self.sample_cap:
             self._thin()
 
+    def merge(self, other: TrainingSet) -> None:
+        """Take in another set's rows (a part of the traces collected elsewhere): its kept rows, and its reservoir
+        into this one (the smallest keys of the two are the smallest of all the rows both were offered)."""
+        self._kept += other._kept
+        self._pool += other._pool
+        self._pool_rows += other._pool_rows
+        self.offered_rows += other.offered_rows
+        self._offered_weight += other._offered_weight
+        if self._pool_rows > 2 * self.sample_cap:
+            self._thin()
+
     @staticmethod
     def _rows(frame: FeatureFrame, pick: np.ndarray, weight: float, trace: int) -> tuple[np.ndarray, ...]:
         return (frame.X[pick].astype(np.float32),  # half the memory of a month of rows; the fit is float32

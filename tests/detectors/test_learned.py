@@ -31,6 +31,16 @@ def test_training_set_keeps_labelled_rows_and_a_uniform_reweighted_sample_of_the
     assert np.isclose(fleet_w.sum(), 10.0 * offered)  # the sample stands for every offered row
     assert abs(X[1:, 0].mean() - 99.5) < 5.0 and X[1:, 0].min() < 10 and X[1:, 0].max() > 190  # all ticks
     assert np.unique(np.stack([ts[1:], [int(e[1:].split("/")[0]) for e in ents[1:]]]), axis=1).shape[1] == 1000
+    # a part of the traces collected elsewhere: its reservoir joins this one, still sample_cap rows for all
+    other = TrainingSet("port", sample_cap=1000, seed=4)
+    for tick in range(200, 400):
+        frame = FeatureFrame("port", float(tick), np.array([f"n{i}/ib{i}" for i in range(50)], dtype=object),
+                             np.full((50, width), float(tick)), FEATURES["port"])
+        other.sample(frame, np.arange(50), 10.0, trace=1)
+    ts_set.merge(other)
+    X, _, _, w, trace = ts_set.arrays()
+    assert ts_set.offered_rows == 2 * offered and len(X) == 1000 + 1 and np.isclose(w[1:].sum(), 20.0 * offered)
+    assert 0.4 < (trace[1:] == 1).mean() < 0.6 and abs(X[1:, 0].mean() - 199.5) < 10.0
 
 
 def test_label_rows_known_answers():
