@@ -42,6 +42,16 @@ from detectors.rules import Evidence, TickInput
 from detectors.schema import State, name_codes, names_in, node_of
 
 # counter -> (prior healthy episodes per hour, category, words)
+#
+# Where the priors come from: no public source gives a healthy part's rate per counter, so they are bounds, not
+# measurements. The ceilings are the limits shipped tools call a fault (FLEET-STATS.md: IBTA's bit error rate of
+# 1e-12, i.e. 120 symbol errors an hour; DCGM's PCIe replay budget; rasdaemon offlining a page after 50 corrected
+# errors in 24 h); the floors are what real healthy parts showed (leptonai/gpud's H100 node, fixtures/real: no
+# symbol errors and 14 receive errors per port since boot; treydock/infiniband_exporter's perfquery fixtures:
+# SymbolErrorCounter 0 on every port). Each prior sits orders of magnitude under its ceiling and near one
+# episode a day or two. It only matters while the fleet's own rate is unknown: the fleet's pooled rate per counter
+# and part model starts from it as one episode's worth (``1 / prior`` hours of exposure), so a fleet of a thousand
+# parts outweighs it within hours; and until a part has a record as long as the window an alarm is only a watch.
 COUNTERS = {
     "ecc_sbe_total": (1 / 500, "gpu_memory", "correctable ECC errors"),
     "pcie_replay_total": (1 / 50, "gpu_bus", "PCIe replays"),
