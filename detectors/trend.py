@@ -15,6 +15,9 @@ counter), with the spread the fleet shows between its parts (the Gamma's shape b
 ``prior_shape`` until there is enough), worth at most ``prior_weight_h`` hours of observation, and narrowed by
 the part's own record before the window (an exponentially forgotten count and exposure, half-life
 ``history_halflife_s``): in a fleet whose parts differ a lot, a part's own record soon outweighs the fleet's.
+A record the fleet's prior could hardly have given (chance at most ``conflict_alpha``: healthy parts' rates
+spread like a log-normal, with a longer upper tail than any Gamma fitted to the fleet) is a part unlike the
+fleet, judged against its own record alone.
 The chance of ``k`` or more episodes is then the negative binomial's tail. A window whose chance is at most
 ``alpha`` (over the three windows), with at least ``min_episodes``, is an alarm held for ``hold_s``. So a part
 with a few errors a day against a fleet that shows them too is quiet, a part that always shows more learns its
@@ -103,7 +106,7 @@ class TrendDetector:
     def __init__(self, alpha: float = 1e-7, min_episodes: int = 3, episode_gap_s: float = 300.0,
                  prior_shape: float = 0.2, prior_weight_h: float = 6.0, history_halflife_s: float = 7 * 86400.0,
                  hold_s: float = 3600.0, min_fleet_rate_per_h: float = 1e-4, trim: float = 0.01,
-                 learn_every_s: float = 600.0):
+                 learn_every_s: float = 600.0, conflict_alpha: float = 1e-4):
         self.alpha = alpha
         self.min_episodes = min_episodes
         self.episode_gap_s = episode_gap_s
@@ -114,6 +117,7 @@ class TrendDetector:
         self.min_fleet_rate_per_h = min_fleet_rate_per_h
         self.trim = trim
         self.learn_every_s = learn_every_s
+        self.conflict_alpha = conflict_alpha
 
     def fit(self, X=None, y=None) -> TrendDetector:
         self.threshold_ = -math.log10(self.alpha)
@@ -281,11 +285,17 @@ class TrendDetector:
         if frozen is not None:
             # in alarm: judged against the part's rate before the alarm, not a baseline its own fault has raised
             shape, rate = np.full(len(WINDOWS_S), frozen[0]), np.full(len(WINDOWS_S), frozen[1])
+            own = np.zeros(len(WINDOWS_S), dtype=bool)
         else:
             a = self._shape.get(s.group, self.prior_shape)
             weight = min(a / lam, self.prior_weight_h)  # hours of the fleet's rate the prior is worth
-            shape = lam * weight + k_before
-            rate = weight + t_before
+            # A record the fleet's prior could hardly have given (its chance at most conflict_alpha) is a part
+            # that always counts more, from a tail the Gamma does not have (healthy parts' rates spread more like
+            # a log-normal): it is judged against its own record alone (Jeffreys' prior), not pulled to the fleet.
+            own = (k_before > 0) & (t_before > 0) & \
+                (episodes_tail(k_before, t_before, lam * weight, weight) <= self.conflict_alpha)
+            shape = np.where(own, 0.5 + k_before, lam * weight + k_before)
+            rate = np.where(own, t_before, weight + t_before)
         p = episodes_tail(k, exposure, shape, rate) * len(WINDOWS_S)
         # the first window is judged against the fleet from the start (a watch until the part has a record of its
         # own before it, below); a longer one (a slow rise) only against a record of the part's own at least as
@@ -299,9 +309,9 @@ class TrendDetector:
         errors = sum(e[1] for e in s.episodes if e[0] > now - WINDOWS_S[best])
         _, _, words = COUNTERS[key[1]]
         span = f"{WINDOWS_S[best] / 3600:.0f} h"
-        reason = (f"{words} in {int(k[best])} separate episodes over the last {span} ({errors:.0f} errors); a "
-                  f"healthy part of this fleet shows {shape[best] / rate[best]:.2g} episodes an hour "
-                  f"(chance {p[best]:.1g})")
+        whose = "this part itself showed" if own[best] else "a healthy part of this fleet shows"
+        reason = (f"{words} in {int(k[best])} separate episodes over the last {span} ({errors:.0f} errors); "
+                  f"{whose} {shape[best] / rate[best]:.2g} episodes an hour (chance {p[best]:.1g})")
         score = min(1.0, 0.6 + 0.02 * -math.log10(max(p[best], 1e-300)))
         level = State.SUBHEALTHY
         if record[best] < exposure[best] and key[0] not in self._flagged_before:
