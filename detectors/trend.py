@@ -39,10 +39,13 @@ import math
 from collections import deque
 
 import numpy as np
+import pandas as pd
 from scipy.special import betainc
 
 from detectors.rules import Evidence, TickInput
-from detectors.schema import State, name_codes, names_in, node_of
+from detectors.schema import State, entity_kind, name_codes, names_in, node_of
+
+LOGGED_AER = "aer_corrected_logged"
 
 # counter -> (prior healthy episodes per hour, category, words)
 #
@@ -67,6 +70,10 @@ COUNTERS = {
     # NPU whose exporter has no replay counter the only early sign of a link going bad.
     "aer_correctable_total": (1 / 50, "gpu_bus", "PCIe AER corrected errors"),
     **{f"hccs_crc_lane{n}_total": (1 / 10, "scaleup_link", f"HCCS lane {n} CRC errors") for n in range(1, 8)},
+    # The kernel's AER lines of severity Corrected on an accelerator, counted as the counter the kernel log is:
+    # most fleets see PCIe link trouble only there (a GPU about to fall off the bus logs them for hours). Its
+    # exposure is the accelerators' sampled time (kernel logs are taken to cover the fleet's nodes).
+    LOGGED_AER: (1 / 50, "gpu_bus", "PCIe AER corrected errors in the kernel log"),
 }
 WINDOWS_S = (3600.0, 3 * 3600.0, 12 * 3600.0)
 
@@ -133,6 +140,7 @@ class TrendDetector:
         self._flagged_before: set[str] = set()  # see restore
         self._baseline: dict[tuple[str, str], tuple[float, float]] = {}  # a part's rate when it went into alarm
         self._model_cache: tuple | None = None
+        self._accelerator_cache: tuple | None = None
         return self
 
     def restore(self, entities) -> None:
@@ -165,6 +173,9 @@ class TrendDetector:
             part = inc[names_in(inc["metric"], COUNTERS)]
             if len(part):
                 self._count(part, now, tick_s, tick.models or {})
+        logged = self._logged_aer(tick.events, inc)
+        if logged is not None:
+            self._count(logged[0], now, tick_s, tick.models or {}, entity_codes=logged[1:])
         out = []
         for key, (until, reason, score, level) in list(self._alarm.items()):
             if until < now:
@@ -175,9 +186,56 @@ class TrendDetector:
             out.append(Evidence(key[0], level, category, [reason], detector=self.name, score=score))
         return out
 
-    def _count(self, part, now: float, tick_s: float, models) -> None:
-        """Fold a tick's counter increases into episodes, the fleet's exposure, and judge new episodes."""
-        ecodes, enames = name_codes(part["entity"])
+    def _logged_aer(self, events: pd.DataFrame, inc: pd.DataFrame) -> tuple | None:
+        """The tick's corrected AER lines per accelerator as increases of :data:`LOGGED_AER`, with one exposure row
+        per accelerator sampled this tick (the time since its counters' previous sample): ``(frame, entity codes,
+        entity names)``, the names those of the counters' rows when every entity is among them."""
+        counts: dict[str, int] = {}
+        if len(events):
+            hit = (events["kind"].to_numpy(object) == "aer") & (events["severity"].to_numpy(object) == "corrected")
+            for e in events["entity"].to_numpy(object)[hit]:
+                if entity_kind(e) == "accelerator":
+                    counts[e] = counts.get(e, 0) + 1
+        enames = np.empty(0, dtype=object)
+        rows = np.empty(0, dtype=np.int64)
+        dt = np.empty(0)
+        if len(inc) and "dt" in inc:
+            codes, enames = name_codes(inc["entity"])
+            cached = self._accelerator_cache
+            if cached is None or cached[0] is not enames:
+                cached = self._accelerator_cache = (enames, np.array([entity_kind(e) == "accelerator"
+                                                                      for e in enames], dtype=bool))
+            longest = np.full(len(enames), np.nan)
+            ok = codes >= 0
+            np.fmax.at(longest, codes[ok], inc["dt"].to_numpy(dtype=float)[ok])
+            rows = np.flatnonzero(cached[1] & np.isfinite(longest))
+            dt = longest[rows]
+        if not counts and not len(rows):
+            return None
+        increase = np.zeros(len(rows))
+        if counts:
+            index = {e: i for i, e in enumerate(enames)}
+            extra = [e for e in counts if e not in index]
+            if extra:  # accelerators with AER lines that no counter row names this tick
+                index.update({e: len(enames) + i for i, e in enumerate(extra)})
+                enames = np.concatenate((enames, np.array(extra, dtype=object)))
+            where = {r: i for i, r in enumerate(rows.tolist())}
+            unsampled = [index[e] for e in counts if index[e] not in where]  # lines, no exposure of their own
+            if unsampled:
+                where.update({r: len(rows) + i for i, r in enumerate(unsampled)})
+                rows = np.concatenate((rows, np.array(unsampled, dtype=np.int64)))
+                dt = np.concatenate((dt, np.zeros(len(unsampled))))
+                increase = np.concatenate((increase, np.zeros(len(unsampled))))
+            for e, n in counts.items():
+                increase[where[index[e]]] += n
+        frame = pd.DataFrame({"metric": pd.Categorical.from_codes(np.zeros(len(rows), dtype=np.int8), [LOGGED_AER]),
+                              "increase": increase, "dt": dt})
+        return frame, rows, enames
+
+    def _count(self, part, now: float, tick_s: float, models, entity_codes=None) -> None:
+        """Fold a tick's counter increases into episodes, the fleet's exposure, and judge new episodes
+        (``entity_codes``: the rows' entities as codes into a names array, when the caller has them)."""
+        ecodes, enames = entity_codes if entity_codes is not None else name_codes(part["entity"])
         mcodes, mnames = name_codes(part["metric"])
         x = part["increase"].to_numpy(dtype=float)
         dt = part["dt"].to_numpy(dtype=float) if "dt" in part else np.full(len(part), tick_s)

@@ -5,6 +5,7 @@ from scipy.stats import nbinom, poisson
 
 from detectors.rules import TickInput
 from detectors.schema import events_frame
+from detectors.trend import LOGGED_AER as LOGGED
 from detectors.trend import TrendDetector, episodes_tail
 from tests.detectors.sim_helpers import first_flag, simulate_and_replay
 
@@ -157,3 +158,30 @@ def test_a_part_unlike_the_fleet_from_the_start_is_judged_on_its_own_record():
     assert not [f for f in _flags(TrendDetector().fit(), noisy) if f[1] != "suspect"]
     quiet_then_rising = [0] * 43 + noisy[43:]
     assert any(level == "subhealthy" for _, level in _flags(TrendDetector().fit(), quiet_then_rising))
+
+
+def test_corrected_aer_lines_in_the_kernel_log_count_like_a_counter():
+    """A GPU about to fall off the bus logs corrected AER errors for hours (gpu_off_bus templates; real lines in
+    fixtures/real): a line every 5 minutes after a quiet record, among 99 GPUs sampled without any, is flagged
+    by the trend with the kernel log named; lines on a GPU no counter row names this tick are counted too."""
+    from detectors.schema import events_frame as ev
+
+    det = TrendDetector().fit()
+    gpus = [f"n{k}/gpu0" for k in range(100)]
+    levels = []
+    for i in range(1, 5 * 12 + 1):  # 5 hours of 5-minute samples
+        now = 300.0 * i
+        inc = pd.DataFrame({"entity": gpus, "metric": ["ecc_sbe_total"] * 100, "increase": [0.0] * 100,
+                            "resets": [0] * 100, "dt": [300.0] * 100})
+        lines = []
+        if i > 36:  # after three quiet hours
+            lines.append((now - 10.0, "n0/gpu0", "aer", None, "corrected", "Corrected, type=Data Link Layer",
+                          "kernel", None, None))
+            lines.append((now - 5.0, "m9/gpu3", "aer", None, "corrected", "Corrected, type=Physical Layer",
+                          "kernel", None, None))
+        out = det.update(TickInput(now, ev(lines), inc, EMPTY_G))
+        levels += [(e.entity, e.level.label, e.reasons[0]) for e in out]
+    flagged = [x for x in levels if x[0] == "n0/gpu0" and x[1] == "subhealthy"]
+    assert flagged and "PCIe AER corrected errors in the kernel log" in flagged[0][2]
+    assert not [x for x in levels if x[0].startswith("n") and x[0] != "n0/gpu0"]
+    assert ("m9/gpu3", LOGGED) in det._series and det._series[("m9/gpu3", LOGGED)].episodes
