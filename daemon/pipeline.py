@@ -28,7 +28,7 @@ from detectors.grouping import group_keys, last_and_max
 from detectors.features import FeatureState
 from detectors.hold import GaugeHold
 from detectors import registry
-from detectors.rules import Evidence, TickInput
+from detectors.rules import Evidence, RuleDetector, TickInput
 from detectors.schema import (State, entity_kind, events_frame, is_counter, name_codes, name_column, names_in,
                               node_of)
 
@@ -97,6 +97,7 @@ class Pipeline:
         wants = self.config.features or self.config.features_only or \
             any(getattr(d, "needs_features", False) for d in self.detectors)
         self.features = FeatureState() if wants else None
+        self.rules = next((d for d in self.detectors if isinstance(d, RuleDetector)), None)  # None: features only
         self.health = HealthTracker(self.config.health)
         rack_sizes = Counter(self.mapper.topology.node_rack.values())
         self.incidents = IncidentBook(self.mapper.topology.rack_of, self.config.telemetry_incident_after_s,
