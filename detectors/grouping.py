@@ -70,35 +70,64 @@ class SeriesSlots:
 
     A tick names its series by ``entity code * (len(metric names) + 1) + metric code`` over the tick's own name
     arrays; a code table is kept while the name arrays are the same objects (equal names are handed out as one
-    array by :func:`~detectors.schema.name_codes`), so steady ticks look their series up without a string.
+    array by :func:`~detectors.schema.name_codes`), so steady ticks look their series up without a string. When the
+    name arrays change (a metric appears, a replay's next bucket), each name is mapped to a lasting id once and the
+    series found by their id pairs in a sorted array: a 100,000-accelerator tick does not look up a million pairs
+    one by one.
     """
 
     def __init__(self) -> None:
-        self.index: dict[tuple[str, str], int] = {}
+        self._ent_id: dict[str, int] = {}
+        self._met_id: dict[str, int] = {}
+        self._pairs = np.empty(0, dtype=np.int64)  # sorted ent_id << 20 | met_id of every series
+        self._pair_slots = np.empty(0, dtype=np.int64)
+        self._n = 0
         self._cats: tuple[np.ndarray, np.ndarray] | None = None
         self._table = np.empty(0, dtype=np.int64)
+        self._ent_ids = np.empty(0, dtype=np.int64)
+        self._met_ids = np.empty(0, dtype=np.int64)
 
     def __len__(self) -> int:
-        return len(self.index)
+        return self._n
+
+    @staticmethod
+    def _ids(names: np.ndarray, ids: dict[str, int]) -> np.ndarray:
+        return np.fromiter((ids.setdefault(n, len(ids)) for n in names.tolist()), dtype=np.int64, count=len(names))
 
     def lookup(self, keys: np.ndarray, ent_names: np.ndarray, met_names: np.ndarray) -> tuple[np.ndarray, int]:
         """Slots of the series ``keys`` (new series numbered in order of first sight), and how many were new."""
         if self._cats is None or self._cats[0] is not ent_names or self._cats[1] is not met_names:
             self._table = np.full(len(ent_names) * (len(met_names) + 1), -1, dtype=np.int64)
+            self._ent_ids = self._ids(ent_names, self._ent_id)
+            self._met_ids = np.concatenate((self._ids(met_names, self._met_id), [-1]))
         self._cats = (ent_names, met_names)
         out = self._table[keys]
         missing = np.flatnonzero(out < 0)
-        before = len(self.index)
+        before = self._n
         if len(missing):
             width = len(met_names) + 1
-            for i, k in zip(missing.tolist(), keys[missing].tolist()):
-                pair = (ent_names[k // width], met_names[k % width])
-                slot = self.index.get(pair)
-                if slot is None:
-                    slot = self.index[pair] = len(self.index)
-                out[i] = slot
-            self._table[keys[missing]] = out[missing]
-        return out, len(self.index) - before
+            k = keys[missing]
+            pair = (self._ent_ids[k // width] << 20) | self._met_ids[k % width]
+            at = np.searchsorted(self._pairs, pair)
+            known = (at < len(self._pairs)) & (self._pairs[np.minimum(at, len(self._pairs) - 1)] == pair) \
+                if len(self._pairs) else np.zeros(len(pair), dtype=bool)
+            found = np.full(len(pair), -1, dtype=np.int64)
+            found[known] = self._pair_slots[at[known]]
+            new = np.flatnonzero(~known)
+            if len(new):  # first sight, in order; a pair twice in one tick gets one slot
+                uniq, first, inverse = np.unique(pair[new], return_index=True, return_inverse=True)
+                order = np.argsort(first, kind="stable")  # slots by first sight
+                slot_of = np.empty(len(uniq), dtype=np.int64)
+                slot_of[order] = self._n + np.arange(len(uniq))
+                found[new] = slot_of[inverse.ravel()]
+                self._n += len(uniq)
+                merged = np.concatenate((self._pairs, uniq))
+                sort = np.argsort(merged, kind="stable")
+                self._pairs = merged[sort]
+                self._pair_slots = np.concatenate((self._pair_slots, slot_of))[sort]
+            out[missing] = found
+            self._table[k] = found
+        return out, self._n - before
 
 
 def group_keys(key: np.ndarray, n_keys: int) -> tuple[np.ndarray, np.ndarray]:

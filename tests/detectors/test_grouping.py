@@ -49,3 +49,20 @@ def test_name_columns_compare_on_codes_and_share_the_source_dtype():
     assert column.dtype is source.dtype and list(column) == ["x", "y"]
     plain = pd.Series(["y", None, "y"], dtype=object)
     assert list(names_in(plain, {"y"})) == [True, False, True]  # a missing name is never wanted
+
+
+def test_series_slots_last_across_name_arrays_and_are_numbered_by_first_sight():
+    from detectors.grouping import SeriesSlots
+
+    slots = SeriesSlots()
+    ents, mets = np.array(["a", "b"], dtype=object), np.array(["x", "y"], dtype=object)
+    w = len(mets) + 1
+    out, new = slots.lookup(np.array([1 * w + 0, 0 * w + 1, 1 * w + 0]), ents, mets)  # (b,x) (a,y) (b,x)
+    assert out.tolist() == [0, 1, 0] and new == 2 and len(slots) == 2
+    # the next bucket names the entities in another order and brings a metric: the same series keep their slots
+    ents2, mets2 = np.array(["c", "b", "a"], dtype=object), np.array(["z", "y", "x"], dtype=object)
+    w2 = len(mets2) + 1
+    out, new = slots.lookup(np.array([2 * w2 + 1, 1 * w2 + 2, 0 * w2 + 0, 1 * w2 + 0, 0 * w2 + 0]), ents2, mets2)
+    assert out.tolist() == [1, 0, 2, 3, 2] and new == 2 and len(slots) == 4  # (a,y) (b,x) (c,z) (b,z) (c,z)
+    out, new = slots.lookup(np.array([1 * w2 + 2]), ents2, mets2)  # steady: from the table
+    assert out.tolist() == [0] and new == 0
