@@ -3,7 +3,6 @@
 from __future__ import annotations
 
 import json
-import os
 import resource
 import subprocess
 import sys
@@ -23,18 +22,15 @@ def run_phase(script: str, *args: str) -> dict:
 
 def seeds(text: str) -> list[int]:
     """Seeds from "1001..1020", "1,2,3" or a mix ("1..5,9"); "" is none."""
-    out: list[int] = []
-    for part in filter(None, text.split(",")):
-        lo, _, hi = part.partition("..")
-        out += list(range(int(lo), int(hi or lo) + 1))
-    return out
+    from daemon.matrix import parse_seeds
+
+    return parse_seeds(text)
 
 
 def write_results(path: Path, results: dict) -> None:
-    """Write ``results`` as JSON to ``path`` whole or not at all: a writer killed mid-write (a long run cut by
-    the end of a session) leaves the previous file, never a truncated one that would lose every run in it."""
-    path.parent.mkdir(parents=True, exist_ok=True)
-    tmp = path.with_name(f".{path.name}.{os.getpid()}.tmp")
-    tmp.write_text(json.dumps(results, indent=2))
-    os.replace(tmp, path)
+    """Write ``results`` as JSON to ``path`` whole or not at all (:func:`daemon.matrix.write_results`): a writer killed
+    mid-write (a long run cut by the end of a session) leaves the previous file, never a truncated one."""
+    from daemon.matrix import write_results as write
+
+    write(path, results)
     print(f"wrote {path}")
