@@ -377,6 +377,11 @@ class TrendDetector:
             # part may always be like this, so a watch until its record says it rose
             level = State.SUSPECT
             reason += "; no record of this part before it yet: watched, not flagged"
-        if key not in self._alarm or key not in self._baseline:
+        # The rate to judge the alarm against while it lasts, frozen when the part rose over a record of its own,
+        # however short, without errors. A part erring from its first minutes has none: freezing the fleet's rate
+        # then would hold every later window of a part that always counts more against the fleet (a healthy port at
+        # 7 receive errors an hour, watched from the start, was flagged a day later when its 12-hour window came).
+        quiet_record = t_before[0] * 3600.0 >= 2 * self.episode_gap_s and k_before[0] < 1.0
+        if (level == State.SUBHEALTHY or quiet_record) and (key not in self._alarm or key not in self._baseline):
             self._baseline[key] = (float(shape[0]), float(rate[0]))
         self._alarm[key] = (now + self.hold_s, reason, score, level)

@@ -127,11 +127,12 @@ def test_a_part_already_erring_when_watching_starts_is_a_watch_then_a_flag():
         if restored:
             det.restore({"n/gpu0"})
         seen = []
-        for k in range(0, 3 * 3600, 300):
+        for k in range(0, 26 * 3600, 300):
             seen += [e.level for e in tick(det, k, 2 if k >= 600 else 0, dt=300.0, others=99)]
         levels[restored] = seen
+    # a day on, its 12-hour window is judged too: against its own record, not the fleet's rate of the first watch
     assert levels[False] and set(levels[False]) == {State.SUSPECT}
-    assert levels[True] and set(levels[True]) == {State.SUBHEALTHY}
+    assert levels[True] and State.SUBHEALTHY in levels[True] and State.SUSPECT not in levels[True]
 
 
 def _flags(det, counts, step=300.0, entity="n/mlx5_0:1", metric="rcv_errors_total"):
