@@ -189,48 +189,40 @@ class TrendDetector:
     def _logged_aer(self, events: pd.DataFrame, inc: pd.DataFrame) -> tuple | None:
         """The tick's corrected AER lines per accelerator as increases of :data:`LOGGED_AER`, with one exposure row
         per accelerator sampled this tick (the time since its counters' previous sample): ``(frame, entity codes,
-        entity names)``, the names those of the counters' rows when every entity is among them."""
+        entity names)``, the names those of the counters' rows unless a line names an accelerator they lack."""
         counts: dict[str, int] = {}
         if len(events):
             hit = (events["kind"].to_numpy(object) == "aer") & (events["severity"].to_numpy(object) == "corrected")
             for e in events["entity"].to_numpy(object)[hit]:
                 if entity_kind(e) == "accelerator":
                     counts[e] = counts.get(e, 0) + 1
-        enames = np.empty(0, dtype=object)
-        rows = np.empty(0, dtype=np.int64)
-        dt = np.empty(0)
+        names, longest, accelerator = np.empty(0, dtype=object), np.empty(0), np.empty(0, dtype=bool)
         if len(inc) and "dt" in inc:
-            codes, enames = name_codes(inc["entity"])
-            cached = self._accelerator_cache
-            if cached is None or cached[0] is not enames:
-                cached = self._accelerator_cache = (enames, np.array([entity_kind(e) == "accelerator"
-                                                                      for e in enames], dtype=bool))
-            longest = np.full(len(enames), np.nan)
+            codes, names = name_codes(inc["entity"])
+            if self._accelerator_cache is None or self._accelerator_cache[0] is not names:
+                self._accelerator_cache = (names, np.array([entity_kind(e) == "accelerator" for e in names], bool))
+            accelerator = self._accelerator_cache[1]
+            longest = np.full(len(names), np.nan)
             ok = codes >= 0
             np.fmax.at(longest, codes[ok], inc["dt"].to_numpy(dtype=float)[ok])
-            rows = np.flatnonzero(cached[1] & np.isfinite(longest))
-            dt = longest[rows]
-        if not counts and not len(rows):
-            return None
-        increase = np.zeros(len(rows))
+        increase = np.zeros(len(names))
         if counts:
-            index = {e: i for i, e in enumerate(enames)}
+            index = dict(zip(names.tolist(), range(len(names))))
             extra = [e for e in counts if e not in index]
             if extra:  # accelerators with AER lines that no counter row names this tick
-                index.update({e: len(enames) + i for i, e in enumerate(extra)})
-                enames = np.concatenate((enames, np.array(extra, dtype=object)))
-            where = {r: i for i, r in enumerate(rows.tolist())}
-            unsampled = [index[e] for e in counts if index[e] not in where]  # lines, no exposure of their own
-            if unsampled:
-                where.update({r: len(rows) + i for i, r in enumerate(unsampled)})
-                rows = np.concatenate((rows, np.array(unsampled, dtype=np.int64)))
-                dt = np.concatenate((dt, np.zeros(len(unsampled))))
-                increase = np.concatenate((increase, np.zeros(len(unsampled))))
+                index.update((e, len(names) + i) for i, e in enumerate(extra))
+                names = np.concatenate((names, np.array(extra, dtype=object)))
+                longest = np.concatenate((longest, np.full(len(extra), np.nan)))
+                accelerator = np.concatenate((accelerator, np.ones(len(extra), dtype=bool)))
+                increase = np.concatenate((increase, np.zeros(len(extra))))
             for e, n in counts.items():
-                increase[where[index[e]]] += n
+                increase[index[e]] += n
+        rows = np.flatnonzero(accelerator & (np.isfinite(longest) | (increase > 0)))
+        if not len(rows):
+            return None
         frame = pd.DataFrame({"metric": pd.Categorical.from_codes(np.zeros(len(rows), dtype=np.int8), [LOGGED_AER]),
-                              "increase": increase, "dt": dt})
-        return frame, rows, enames
+                              "increase": increase[rows], "dt": np.nan_to_num(longest[rows], nan=0.0)})
+        return frame, rows, names
 
     def _count(self, part, now: float, tick_s: float, models, entity_codes=None) -> None:
         """Fold a tick's counter increases into episodes, the fleet's exposure, and judge new episodes
