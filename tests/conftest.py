@@ -9,7 +9,8 @@ import pytest
 
 ROOT = Path(__file__).resolve().parent.parent
 BUNDLED_TRACE = ROOT / "fixtures" / "traces" / "sn01-mini"
-SHARED_DATA = ROOT.parent / "shared" / "data"
+REAL = ROOT / "fixtures" / "real"
+"""Real public samples, vendored with their source and licence (fixtures/README.md)."""
 
 
 def require(condition: bool, reason: str) -> None:

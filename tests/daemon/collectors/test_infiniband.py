@@ -2,7 +2,7 @@
 
 The exposition is the one infiniband_exporter's own switch collector test expects for its real perfquery
 fixtures (treydock/infiniband_exporter collectors/switch_test.go; the perfquery outputs are in
-../shared/data/infiniband_exporter_fixtures), trimmed to the families raswarden reads plus one it does not.
+fixtures/real/infiniband_exporter), trimmed to the families raswarden reads plus one it does not.
 """
 
 import time
@@ -11,7 +11,7 @@ from daemon.collectors.infiniband import InfinibandExporterCollector, switch_nam
 from daemon.formats.base import ReadContext
 from daemon.naming import SeriesMapper
 from daemon.topology import Topology
-from tests.conftest import SHARED_DATA
+from tests.conftest import REAL
 
 EXPOSITION = """# HELP infiniband_switch_info Infiniband switch information
 # TYPE infiniband_switch_info gauge
@@ -41,7 +41,7 @@ TOPOLOGY = {"racks": [{"name": "r01", "nodes": [
 
 
 def test_the_shared_perfquery_fixture_matches_these_counters():
-    text = (SHARED_DATA / "infiniband_exporter_fixtures/collectors/fixtures/perfquery/0x7cfe9003009ce5b0.out").read_text()
+    text = (REAL / "infiniband_exporter" / "perfquery" / "0x7cfe9003009ce5b0.out").read_text()
     assert "PortXmitWait:....................22730501" in text
 
 

@@ -7,9 +7,9 @@ from daemon.collectors.sysfs import SysfsCollector
 from daemon.formats.base import ReadContext
 from daemon.naming import SeriesMapper
 from daemon.topology import Topology
-from tests.conftest import SHARED_DATA
+from tests.conftest import REAL
 
-TREE = SHARED_DATA / "node_exporter_sysfs" / "sys"
+TREE = REAL / "node_exporter_sysfs" / "sys"
 
 
 def rows(batch):

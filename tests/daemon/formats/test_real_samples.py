@@ -1,4 +1,4 @@
-"""Real counter values from ../shared/data (node_exporter's sysfs fixture) through reader and counters.
+"""Real counter values from fixtures/real (node_exporter's sysfs fixture) through reader and counters.
 
 The mlx4_0 counters there look like a real capture, with port_xmit_wait saturated at 2^32 - 1 (a 32-bit
 PMA counter that stopped counting). They are rendered as node_exporter would export them.
@@ -11,7 +11,7 @@ import pandas as pd
 
 from daemon.formats import OpenMetricsReader
 from detectors.counters import CounterTracker
-from tests.conftest import SHARED_DATA, require
+from tests.conftest import REAL
 from tests.daemon.formats.conftest import read_all
 
 # sysfs counter file -> node_exporter metric (collector/infiniband_linux.go)
@@ -42,8 +42,7 @@ def render(ports: Path, ts_ms: int, bump: dict[str, int] | None = None) -> str:
 
 
 def test_real_mlx4_counters_and_the_saturated_one(tmp_path, ctx):
-    ports = SHARED_DATA / "node_exporter_sysfs" / "sys" / "class" / "infiniband" / "mlx4_0" / "ports"
-    require(ports.is_dir(), f"shared data not found at {ports}")
+    ports = REAL / "node_exporter_sysfs" / "sys" / "class" / "infiniband" / "mlx4_0" / "ports"
     p = tmp_path / "scrapes.prom"
     p.write_text(render(ports, 1772409630000) + render(ports, 1772409660000, {"port_rcv_errors": 2})
                  + render(ports, 1772409690000, {"port_rcv_errors": 2, "port_xmit_wait": -4294967295 + 7}))
