@@ -9,16 +9,20 @@ began less than that before (a burst over several samples is one episode; errors
 twelve), so the count means the same at any sampling interval up to 5 minutes.
 
 The number of episodes ``k`` in a window of ``T`` hours (1 h, 3 h and 12 h) is set against what a healthy part
-of this fleet shows over that exposure. A part's healthy rate is unknown: it is taken as Gamma-distributed
-around the fleet's pooled rate for that counter and part model (learned as the fleet runs, from a prior per
-counter), with the spread the fleet shows between its parts (the Gamma's shape by the method of moments,
-``prior_shape`` until there is enough), worth at most ``prior_weight_h`` hours of observation, and narrowed by
-the part's own record before the window (an exponentially forgotten count and exposure, half-life
-``history_halflife_s``): in a fleet whose parts differ a lot, a part's own record soon outweighs the fleet's.
-A record the fleet's prior could hardly have given (chance at most ``conflict_alpha``: healthy parts' rates
-spread like a log-normal, with a longer upper tail than any Gamma fitted to the fleet) is a part unlike the
-fleet, judged against its own record alone.
-The chance of ``k`` or more episodes is then the negative binomial's tail. A window whose chance is at most
+of this fleet shows over that exposure. A part's healthy rate is unknown: it is taken from the fleet's spread of
+rates per counter and part model, a **log-normal** fitted to every part's record (Poisson counts of a log-normal
+rate, maximum a posteriori, from a prior per counter while the fleet says little), and narrowed by the part's
+own record before the window (an exponentially forgotten count and exposure, half-life ``history_halflife_s``).
+Healthy parts' rates spread like that: most parts alike, a few a hundred times noisier. Until 2026-11-25 the
+spread was a Gamma fitted by moments and worth at most 6 hours of observation. For the realistic noise's symbol
+errors the fitted Gamma put one port in 250 million above 2 an hour where one in a thousand is (the cap raised,
+a dense run flagged such a port); capped, it gave a quiet fleet's parts so vague a rate (one in 2,500 above
+half an error an hour, where none is) that a link needed seven episodes in an hour to be seen. The log-normal,
+fitted to the same counts, puts both within a factor of a few of the fleet (tests: a known spread is found).
+A record the fleet could hardly have given (chance at most ``conflict_alpha``: a part beyond the fleet's fitted
+spread, which the top ``trim`` share of parts it leaves out) is a part unlike the fleet, judged against its own
+record alone (Jeffreys' prior).
+The chance of ``k`` or more episodes is then the Poisson tail averaged over that rate. A window whose chance is at most
 ``alpha`` (over the three windows), with at least ``min_episodes``, is an alarm held for ``hold_s``. So a part
 with a few errors a day against a fleet that shows them too is quiet, a part that always shows more learns its
 own rate, and a rate that rises an order of magnitude is seen within an hour or two.
@@ -40,7 +44,8 @@ from collections import deque
 
 import numpy as np
 import pandas as pd
-from scipy.special import betainc
+from scipy.optimize import minimize
+from scipy.special import gammainc, gammaln
 
 from detectors.rules import Evidence, TickInput
 from detectors.schema import State, entity_kind, name_codes, names_in, node_of
@@ -55,9 +60,10 @@ LOGGED_AER = "aer_corrected_logged"
 # errors in 24 h); the floors are what real healthy parts showed (leptonai/gpud's H100 node, fixtures/real: no
 # symbol errors and 14 receive errors per port since boot; treydock/infiniband_exporter's perfquery fixtures:
 # SymbolErrorCounter 0 on every port). Each prior sits orders of magnitude under its ceiling and near one
-# episode a day or two. It only matters while the fleet's own rate is unknown: the fleet's pooled rate per counter
-# and part model starts from it as one episode's worth (``1 / prior`` hours of exposure), so a fleet of a thousand
-# parts outweighs it within hours; and until a part has a record as long as the window an alarm is only a watch.
+# episode a day or two. It only matters while the fleet's own spread is unknown: the fleet's log-normal is fitted
+# with its median drawn towards the prior (a normal of sd 3 on the log rate) and its spread towards
+# ``prior_spread`` (sd 1 on the log), which a fleet of a thousand parts outweighs within hours; and until a part
+# has a record as long as the window an alarm is only a watch.
 COUNTERS = {
     "ecc_sbe_total": (1 / 500, "gpu_memory", "correctable ECC errors"),
     "pcie_replay_total": (1 / 50, "gpu_bus", "PCIe replays"),
@@ -78,16 +84,61 @@ COUNTERS = {
 WINDOWS_S = (3600.0, 3 * 3600.0, 12 * 3600.0)
 
 
-def episodes_tail(k: np.ndarray, exposure_h: np.ndarray, shape: np.ndarray, rate: np.ndarray) -> np.ndarray:
-    """P(K >= k) for K ~ NegBin: Poisson counts over ``exposure_h`` hours at a rate that is Gamma(``shape``,
-    ``rate``) (mean shape/rate per hour). ``k`` <= 0 gives 1."""
+GRID_PER_H = np.logspace(-6.0, 2.0, 129)
+"""The rates a part may have, episodes per hour (5-minute episodes can show at most 12 an hour)."""
+LOG_GRID = np.log(GRID_PER_H)
+
+
+def rate_weights(mu: float, sigma: float) -> np.ndarray:
+    """The log-normal's mass on :data:`GRID_PER_H` (log rate ~ Normal(``mu``, ``sigma``)), summing to 1."""
+    w = np.exp(-0.5 * ((LOG_GRID - mu) / sigma) ** 2)
+    return w / w.sum()
+
+
+def episodes_tail(k: np.ndarray, exposure_h: np.ndarray, log_weights: np.ndarray) -> np.ndarray:
+    """P(K >= k) for K Poisson over ``exposure_h`` hours at a rate drawn from ``log_weights`` (``[..., grid]``, the
+    log of a mass on :data:`GRID_PER_H`, normalised here). ``k`` <= 0 gives 1."""
     k = np.asarray(k, dtype=float)
-    p_fail = np.asarray(exposure_h, dtype=float) / (np.asarray(rate, dtype=float) + np.asarray(exposure_h, float))
-    out = np.ones(np.broadcast(k, p_fail).shape)
-    pos = np.broadcast_to(k > 0, out.shape)
-    out[pos] = betainc(np.broadcast_to(k, out.shape)[pos], np.broadcast_to(shape, out.shape)[pos],
-                       np.broadcast_to(p_fail, out.shape)[pos])
-    return out
+    lw = np.asarray(log_weights, dtype=float)
+    w = np.exp(lw - lw.max(axis=-1, keepdims=True))
+    w /= w.sum(axis=-1, keepdims=True)
+    mean = np.asarray(exposure_h, dtype=float)[..., None] * GRID_PER_H
+    tail = gammainc(np.maximum(k, 1e-300)[..., None], mean)  # P(Poisson(mean) >= k), continuous in k
+    return np.where(k > 0, (w * tail).sum(axis=-1), 1.0)
+
+
+def record_log_weights(log_prior: np.ndarray, k_before: np.ndarray, t_before_h: np.ndarray) -> np.ndarray:
+    """The log mass over rates after a record of ``k_before`` episodes in ``t_before_h`` hours (unnormalised)."""
+    return log_prior + np.asarray(k_before, dtype=float)[..., None] * LOG_GRID - \
+        np.asarray(t_before_h, dtype=float)[..., None] * GRID_PER_H
+
+
+def fit_lognormal(counts: np.ndarray, zeros: float, exposure_h: float, prior_rate: float,
+                  prior_spread: float, start: tuple[float, float] | None = None) -> tuple[float, float]:
+    """The fleet's log-normal spread of rates, (mu, sigma) of the log rate, from its parts' episode counts over
+    ``exposure_h`` hours each (``counts`` of the parts that had any, ``zeros`` parts without): Poisson counts of a
+    log-normal rate, the maximum a posteriori with log rate ~ Normal(log ``prior_rate``, 3) and log sigma ~
+    Normal(log ``prior_spread``, 1), so a fleet that has said little is taken as spread as the prior says."""
+    values, mult = np.unique(np.round(np.asarray(counts, dtype=float)), return_counts=True)
+    mult = mult.astype(float)
+    if zeros > 0:
+        values, mult = np.concatenate(([0.0], values)), np.concatenate(([float(zeros)], mult))
+    mean = exposure_h * GRID_PER_H
+    log_pois = values[:, None] * np.log(mean)[None, :] - mean[None, :] - gammaln(values + 1.0)[:, None]
+    mu0, ls0 = math.log(prior_rate), math.log(prior_spread)
+
+    def cost(x: np.ndarray) -> float:
+        mu, ls = float(x[0]), float(np.clip(x[1], -3.0, 1.5))
+        lw = -0.5 * ((LOG_GRID - mu) / math.exp(ls)) ** 2
+        lw -= np.log(np.exp(lw - lw.max()).sum()) + lw.max()
+        m = log_pois + lw[None, :]
+        top = m.max(axis=1)
+        ll = top + np.log(np.exp(m - top[:, None]).sum(axis=1))
+        return -float((mult * ll).sum()) + 0.5 * ((mu - mu0) / 3.0) ** 2 + 0.5 * (ls - ls0) ** 2
+
+    x0 = np.array((start[0], math.log(start[1])) if start is not None else (mu0, ls0), dtype=float)
+    best = minimize(cost, x0, method="Nelder-Mead", options={"xatol": 1e-3, "fatol": 1e-3, "maxiter": 400})
+    return float(best.x[0]), float(math.exp(np.clip(best.x[1], -3.0, 1.5)))
 
 
 class _Series:
@@ -111,14 +162,13 @@ class TrendDetector:
     name = "trend"
 
     def __init__(self, alpha: float = 1e-7, min_episodes: int = 3, episode_gap_s: float = 300.0,
-                 prior_shape: float = 0.2, prior_weight_h: float = 6.0, history_halflife_s: float = 7 * 86400.0,
+                 prior_spread: float = 1.5, history_halflife_s: float = 7 * 86400.0,
                  hold_s: float = 3600.0, min_fleet_rate_per_h: float = 1e-4, trim: float = 0.01,
                  learn_every_s: float = 600.0, conflict_alpha: float = 1e-4):
         self.alpha = alpha
         self.min_episodes = min_episodes
         self.episode_gap_s = episode_gap_s
-        self.prior_shape = prior_shape
-        self.prior_weight_h = prior_weight_h
+        self.prior_spread = prior_spread
         self.history_halflife_s = history_halflife_s
         self.hold_s = hold_s
         self.min_fleet_rate_per_h = min_fleet_rate_per_h
@@ -132,13 +182,14 @@ class TrendDetector:
         self._alarm: dict[tuple[str, str], tuple[float, str, float, State]] = {}  # until, reason, score, level
         # (counter, part model) -> [decayed hours of exposure of all its parts, time of the last update]
         self._exposure: dict[tuple[str, str], list[float]] = {}
-        self._fleet: dict[tuple[str, str], float] = {}  # healthy episodes per hour of a part
-        self._shape: dict[tuple[str, str], float] = {}  # how much healthy parts differ (the Gamma's shape)
+        # (counter, part model) -> (mu, sigma): the log-normal spread of healthy parts' episodes per hour
+        self._fleet: dict[tuple[str, str], tuple[float, float]] = {}
+        self._log_prior: dict[tuple[str, str], np.ndarray] = {}  # its log mass on GRID_PER_H
         self._learned_at = -math.inf
         self._start: float | None = None
         self._last_now: float | None = None
         self._flagged_before: set[str] = set()  # see restore
-        self._baseline: dict[tuple[str, str], tuple[float, float]] = {}  # a part's rate when it went into alarm
+        self._baseline: dict[tuple[str, str], np.ndarray] = {}  # a part's log mass over rates when it went into alarm
         self._model_cache: tuple | None = None
         self._accelerator_cache: tuple | None = None
         return self
@@ -271,34 +322,30 @@ class TrendDetector:
         return codes, names
 
     def _learn_fleet(self, now: float) -> None:
-        """The fleet's healthy rate and spread per counter and part model (every ``learn_every_s``).
+        """The fleet's spread of healthy rates per counter and part model (every ``learn_every_s``).
 
         From every part's record without the top ``trim`` share of parts (at least one: a failing part must not
-        teach the fleet that its errors are normal). The rate is the parts' episodes over their exposure, from the
-        counter's prior (one episode's worth: ``1 / prior`` hours); the spread is the Gamma's shape by the method
-        of moments (Var k = lambda T + (lambda T)^2 / shape), once the fleet has had 10 episodes (``prior_shape``
-        until then), clipped to [0.02, 5]: where some healthy parts always count a hundred times more than most,
-        the shape is small and a part's own record soon outweighs the fleet's; where parts are alike it is large
-        and a few episodes stand out."""
+        teach the fleet that its errors are normal): the parts that counted, those that never did (the fleet's
+        exposure over the time watched says how many parts there are), each over that time, fitted as a log-normal
+        (:func:`fit_lognormal`, from the counter's prior and ``prior_spread`` while the fleet says little)."""
         horizon_h = min((now - self._start) / 3600.0, self.history_halflife_s / 3600.0)
         counts: dict[tuple[str, str], list[float]] = {}
         for s in self._series.values():
             self._fold(s, now)
             counts.setdefault(s.group, []).append(s.k_hist + len(s.episodes))
-        self._fleet, self._shape = {}, {}
         for group, (hours, _) in self._exposure.items():
-            prior = COUNTERS[group[0]][0]
-            parts = max(hours / horizon_h, 1.0) if horizon_h > 0 else 1.0  # exposure over time: how many parts
+            if horizon_h <= 0 or hours <= 0:
+                continue
+            prior = max(COUNTERS[group[0]][0], self.min_fleet_rate_per_h)
+            parts = max(hours / horizon_h, 1.0)  # exposure over time: how many parts
             k = np.sort(np.asarray(counts.get(group, []), dtype=float))
             drop = min(len(k), max(1, int(math.ceil(self.trim * parts))))
             k = k[: len(k) - drop]
-            kept_parts = max(parts - drop, 1.0)
-            total = float(k.sum())
-            self._fleet[group] = (total + 1.0) / (hours * kept_parts / parts + 1.0 / prior)
-            if total >= 10:
-                mean = total / kept_parts  # episodes per part: lambda T
-                excess = float((k * k).sum()) - total * (mean + 1.0)
-                self._shape[group] = 5.0 if excess <= 0 else float(np.clip(total * mean / excess, 0.02, 5.0))
+            zeros = max(parts - drop - len(k), 0.0)
+            mu, sigma = fit_lognormal(k, zeros, hours / parts, prior, self.prior_spread, self._fleet.get(group))
+            mu = max(mu, math.log(self.min_fleet_rate_per_h) - 2.0 * sigma)
+            self._fleet[group] = (mu, sigma)
+            self._log_prior[group] = np.log(np.maximum(rate_weights(mu, sigma), 1e-300))
         self._learned_at = now
 
     def _fold(self, s: _Series, now: float) -> None:
@@ -316,37 +363,46 @@ class TrendDetector:
         s.hist_at = horizon
 
     def fleet_rate(self, metric: str, model: str = "") -> float:
-        """Healthy episodes per hour of a part of this fleet (the counter's prior until the fleet says)."""
-        return max(self._fleet.get((metric, model), COUNTERS[metric][0]), self.min_fleet_rate_per_h)
+        """Healthy episodes per hour of a part of this fleet, the mean of its spread (the counter's prior until the
+        fleet says)."""
+        mu, sigma = self._fleet.get((metric, model), (math.log(COUNTERS[metric][0]), self.prior_spread))
+        return max(math.exp(mu + sigma * sigma / 2.0), self.min_fleet_rate_per_h)
+
+    def _fleet_log_prior(self, group: tuple[str, str]) -> np.ndarray:
+        lp = self._log_prior.get(group)
+        if lp is None:
+            lp = self._log_prior[group] = np.log(np.maximum(
+                rate_weights(math.log(max(COUNTERS[group[0]][0], self.min_fleet_rate_per_h)), self.prior_spread),
+                1e-300))
+        return lp
 
     def _judge(self, key: tuple[str, str], now: float) -> None:
         s = self._series[key]
         self._fold(s, now)
-        lam = self.fleet_rate(*s.group)
         times = np.array([e[0] for e in s.episodes])
         k = np.array([np.count_nonzero(times > now - w) for w in WINDOWS_S], dtype=float)
         seen_h = (now - s.first) / 3600.0
         exposure = np.minimum(np.array(WINDOWS_S) / 3600.0, seen_h + self.episode_gap_s / 3600.0)
-        # the part's own record before each window narrows the fleet's prior for it
+        # the part's own record before each window narrows the fleet's spread to it
         k_before = s.k_hist + len(s.episodes) - k
         t_before = np.maximum(s.t_hist + min(seen_h, WINDOWS_S[-1] / 3600.0) - exposure, 0.0)
         record = t_before  # the part's own record before each window, now
         frozen = self._baseline.get(key) if key in self._alarm else None
         if frozen is not None:
             # in alarm: judged against the part's rate before the alarm, not a baseline its own fault has raised
-            shape, rate = np.full(len(WINDOWS_S), frozen[0]), np.full(len(WINDOWS_S), frozen[1])
+            log_w = np.broadcast_to(frozen, (len(WINDOWS_S), len(GRID_PER_H)))
             own = np.zeros(len(WINDOWS_S), dtype=bool)
         else:
-            a = self._shape.get(s.group, self.prior_shape)
-            weight = min(a / lam, self.prior_weight_h)  # hours of the fleet's rate the prior is worth
-            # A record the fleet's prior could hardly have given (its chance at most conflict_alpha) is a part
-            # that always counts more, from a tail the Gamma does not have (healthy parts' rates spread more like
-            # a log-normal): it is judged against its own record alone (Jeffreys' prior), not pulled to the fleet.
+            fleet = self._fleet_log_prior(s.group)
+            # A record the fleet could hardly have given (its chance at most conflict_alpha) is a part beyond the
+            # fleet's fitted spread (which leaves out its top parts): judged against its own record alone (Jeffreys'
+            # prior, mass r^(1/2) on the log grid), not pulled to the fleet.
             own = (k_before > 0) & (t_before > 0) & \
-                (episodes_tail(k_before, t_before, lam * weight, weight) <= self.conflict_alpha)
-            shape = np.where(own, 0.5 + k_before, lam * weight + k_before)
-            rate = np.where(own, t_before, weight + t_before)
-        p = episodes_tail(k, exposure, shape, rate) * len(WINDOWS_S)
+                (episodes_tail(k_before, t_before, np.broadcast_to(fleet, (len(WINDOWS_S), len(fleet))))
+                 <= self.conflict_alpha)
+            log_w = record_log_weights(np.where(own[:, None], 0.5 * LOG_GRID[None, :], fleet[None, :]),
+                                       k_before, t_before)
+        p = episodes_tail(k, exposure, log_w) * len(WINDOWS_S)
         # the first window is judged against the fleet from the start (a watch until the part has a record of its
         # own before it, below); a longer one (a slow rise) only against a record of the part's own at least as
         # long (or the rate frozen at the alarm): without one, a part that was always this noisy looks risen
@@ -360,8 +416,10 @@ class TrendDetector:
         _, _, words = COUNTERS[key[1]]
         span = f"{WINDOWS_S[best] / 3600:.0f} h"
         whose = "this part itself showed" if own[best] else "a healthy part of this fleet shows"
+        w = np.exp(log_w[best] - log_w[best].max())
+        expected = float((w * GRID_PER_H).sum() / w.sum())
         reason = (f"{words} in {int(k[best])} separate episodes over the last {span} ({errors:.0f} errors); "
-                  f"{whose} {shape[best] / rate[best]:.2g} episodes an hour (chance {p[best]:.1g})")
+                  f"{whose} {expected:.2g} episodes an hour (chance {p[best]:.1g})")
         score = min(1.0, 0.6 + 0.02 * -math.log10(max(p[best], 1e-300)))
         level = State.SUBHEALTHY
         if record[best] < exposure[best] and key[0] not in self._flagged_before:
@@ -375,5 +433,5 @@ class TrendDetector:
         # 7 receive errors an hour, watched from the start, was flagged a day later when its 12-hour window came).
         quiet_record = t_before[0] * 3600.0 >= 2 * self.episode_gap_s and k_before[0] < 1.0
         if (level == State.SUBHEALTHY or quiet_record) and (key not in self._alarm or key not in self._baseline):
-            self._baseline[key] = (float(shape[0]), float(rate[0]))
+            self._baseline[key] = np.array(log_w[0], dtype=float)
         self._alarm[key] = (now + self.hold_s, reason, score, level)
