@@ -8,8 +8,8 @@ Rules (ARCHITECTURE §5):
   and 154 by the recovery action the driver names. An Xid not in the catalog is ``suspect`` and counted.
 * ECC: any double-bit increase is ``failed``; correctable errors above ``sbe_per_hour``; a row-remap
   failure flag is ``failed``; an uncorrectable row remap or DBE page retirement is ``subhealthy``.
-* PCIe: AER fatal ``failed``, uncorrected ``subhealthy``, corrected above ``aer_corrected_per_hour``;
-  replays above the DCGM budget.
+* PCIe: AER fatal ``failed``, uncorrected ``subhealthy``, corrected in ``aer_corrected_per_hour`` separate minutes
+  of an hour; replays above the DCGM budget.
 * Fabric: ``link_downed`` increase, a port not ACTIVE, or an mlx5 "Link down" is ``failed`` (not during a
   node's reboot grace); symbol errors above 120/h (the IBTA 1e-12 BER limit NVSentinel uses) and link
   error recoveries above ``link_recovery_per_hour`` are ``subhealthy``.
@@ -179,6 +179,7 @@ class RuleDetector:
         self._daily = DecayingCount(86400.0)
         self._hot: dict[str, tuple[str, str]] = {}  # counter rate keys at or over their limit: key -> (metric, entity)
         self._app_xids: dict[str, deque] = defaultdict(deque)
+        self._aer_minute: dict[str, float] = {}  # entity -> stamp of its last corrected AER line counted
         self._pruned_at = -math.inf
         return self
 
@@ -189,9 +190,10 @@ class RuleDetector:
         """Drop the node's latched evidence and event counts (its parts were replaced)."""
         if not hasattr(self, "catalog_"):
             return
-        for entity in [e for e in (*self._latches, *self._app_xids) if node_of(e) == node]:
+        for entity in [e for e in (*self._latches, *self._app_xids, *self._aer_minute) if node_of(e) == node]:
             self._latches.pop(entity, None)
             self._app_xids.pop(entity, None)
+            self._aer_minute.pop(entity, None)
         for key in [k for k, (_, e) in self._hot.items() if node_of(e) == node]:
             del self._hot[key]
         for counts in (self._hourly, self._daily):  # keys are "what|entity"
@@ -223,6 +225,7 @@ class RuleDetector:
         if now - self._pruned_at >= 3600.0:  # keep the decaying counts' memory bounded
             self._hourly.prune(now)
             self._daily.prune(now)
+            self._aer_minute = {e: t for e, t in self._aer_minute.items() if t >= now - 3600.0}
             self._pruned_at = now
         return out
 
@@ -242,7 +245,7 @@ class RuleDetector:
                               [f"NVSwitch SXid {code} ({row.severity}): {row.message}"], hard=hard)
                 self._latch(ev, now + (self.failed_hold_s if hard else self.event_hold_s))
             elif kind == "aer":
-                self._aer(entity, row.severity, row.message, now)
+                self._aer(entity, row.severity, row.message, row.ts, now)
             elif kind in ("edac", "mce"):
                 self._host(entity, kind, row.severity, row.message, code, now)
             elif kind == "ascend":
@@ -341,7 +344,7 @@ class RuleDetector:
                            f"{self.app_xid_window_s / 3600:.0f} h"])
             self._latch(ev, now + self.event_hold_s)
 
-    def _aer(self, entity: str, severity: str, message: str, now: float) -> None:
+    def _aer(self, entity: str, severity: str, message: str, ts: float, now: float) -> None:
         category = "gpu_bus" if entity_kind(entity) == "accelerator" else "host"
         if severity == "fatal":
             self._latch(Evidence(entity, State.FAILED, category, [f"PCIe AER {message}"], hard=True),
@@ -351,10 +354,17 @@ class RuleDetector:
         elif severity == "uncorrected":
             self._latch(Evidence(entity, State.SUBHEALTHY, category, [f"PCIe AER {message}"]), now + self.event_hold_s)
         else:
+            # A rate that goes on, not a burst: the lines of one minute (a link retraining logs a handful at once)
+            # count once, so the limit is minutes with corrected errors in the last hour.
+            last = self._aer_minute.get(entity)
+            if last is not None and abs(ts - last) < 60.0:
+                return
+            self._aer_minute[entity] = ts
             rate = self._hourly.add(f"aer|{entity}", now, 1.0)
             if rate >= self.aer_corrected_per_hour:
                 ev = Evidence(entity, State.SUBHEALTHY, category,
-                              [f"PCIe AER corrected errors {rate:.0f}/h (limit {self.aer_corrected_per_hour:.0f}/h)"])
+                              [f"PCIe AER corrected errors in {rate:.0f} separate minutes of the last hour (limit "
+                               f"{self.aer_corrected_per_hour:.0f})"])
                 self._latch(ev, now + self.event_hold_s, "aer-rate")
 
     def _host(self, entity: str, kind: str, severity: str, message: str, code, now: float) -> None:

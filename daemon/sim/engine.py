@@ -28,7 +28,7 @@ import pandas as pd
 from daemon.batch import Batch
 from daemon.formats.kernel_events import parse_kernel_message
 from daemon.sim.faults import FaultInstance, FaultTemplate, TemplateError, load_library
-from daemon.sim.noise import HEALTHY_MAX_PER_H, PartNoise
+from daemon.sim.noise import AER_LINE, AER_LOGGED, HEALTHY_MAX_PER_H, PartNoise
 from daemon.sim.observe import Observation
 from daemon.sim.scenario import Scenario
 from daemon.sim.topology import PRESETS, SimTopology
@@ -152,8 +152,8 @@ class Simulator:
         if scenario.noise_name != "quiet":
             noise_rng = np.random.default_rng([scenario.seed, 11])
             for m, spec in sorted(scenario.noise.items()):
-                if m in GPU_COUNTERS or m in PORT_COUNTERS:
-                    self.part_noise[m] = PartNoise(spec, t.n_gpus if m in GPU_COUNTERS else t.n_ports, noise_rng,
+                if m in GPU_COUNTERS or m in PORT_COUNTERS or m == AER_LOGGED:
+                    self.part_noise[m] = PartNoise(spec, t.n_ports if m in PORT_COUNTERS else t.n_gpus, noise_rng,
                                                    HEALTHY_MAX_PER_H.get(m, np.inf))
         # The closed loop drives the workload from its scheduler: a function of step times returning which
         # GPUs are busy ([gpus × steps]); None follows the scenario's planned jobs.
@@ -473,7 +473,10 @@ class Simulator:
                 elif m in port_inc:
                     port_inc[m] += rng.poisson(rate * dt / 3600.0, (t.n_ports, n_s))
         for m, noise in self.part_noise.items():
-            (gpu_inc if m in gpu_inc else port_inc)[m] += noise.increments(self._noise_rng, n_s, dt)
+            if m == AER_LOGGED:
+                lines = sorted(lines + self._aer_lines(ts, noise.increments(self._noise_rng, n_s, dt), gpu_present))
+            else:
+                (gpu_inc if m in gpu_inc else port_inc)[m] += noise.increments(self._noise_rng, n_s, dt)
         node_util = util.reshape(t.n_nodes, t.gpus_per_node, n_s).mean(axis=1) / 100.0
         traffic = np.repeat(node_util, t.ports_per_node, axis=0) * PORT_BYTES_PER_S * dt
         port_state_up = np.ones((t.n_ports, n_s), dtype=bool)
@@ -520,6 +523,21 @@ class Simulator:
         port_sampled = obs.sampled("node", self.port_node, ts) if obs else None
         return SimChunk(ts, gpu, port, gpu_present, port_present, lines, np.clip(speed, 0.0, 1.0), gpu_sampled,
                         port_sampled)
+
+    def _aer_lines(self, ts: np.ndarray, errors: np.ndarray, present: np.ndarray) -> list[tuple[float, str, str]]:
+        """A healthy GPU's corrected PCIe errors as the kernel logs them, one line each (``errors``: [gpus x steps]),
+        in its vendor's words; none while the GPU is gone."""
+        t = self.topo
+        out = []
+        for row, step in zip(*np.nonzero((errors > 0) & present)):
+            full = t.gpu_pci(int(row) % t.gpus_per_node)
+            said = render_line(self.gpu_vendor[int(row)], AER_LINE.format(pci=f"{normalize_pci(full)}.0"))
+            if not said or isinstance(said, int):
+                continue
+            node = t.nodes[int(self.gpu_node[row])]
+            for k in range(int(errors[row, step])):
+                out.extend((float(ts[step]) - 0.5 - 0.01 * k, node, text) for text in said)
+        return out
 
     def _npu_codes(self, ts: np.ndarray, resets: list[tuple[np.ndarray, int]]) -> np.ndarray:
         """npu-exporter's first error-code slot: the latest active Ascend fault code per GPU row (0: none); a

@@ -127,3 +127,24 @@ def test_forget_drops_only_the_repaired_nodes_latches():
     ev = run(det, 60)
     assert worst(ev, "n1/gpu0") == State.HEALTHY
     assert worst(ev, "n2/gpu0") == worst(ev, "n10/gpu0") == State.FAILED
+
+
+def aer(ts, entity, severity="corrected"):
+    return (ts, entity, "aer", None, severity, "Corrected, type=Physical Layer", "kernel", None, None)
+
+
+def test_corrected_aer_counts_minutes_with_errors_not_a_bursts_lines():
+    """A link retraining logs a handful of corrected errors at once (the simulator's noisy GPUs: bursts of twenty
+    and more, a false flag at "20/h"): one minute's lines count once; corrected errors in 20 separate minutes of an
+    hour are a rate that goes on."""
+    det = RuleDetector().fit()
+    burst = [aer(100.0 + 0.01 * k, "n/gpu0") for k in range(40)]
+    assert worst(run(det, 120, burst), "n/gpu0") == State.HEALTHY
+    flagged = None
+    for minute in range(1, 40):
+        now = 120 + 90.0 * minute
+        if worst(run(det, now, [aer(now - 10.0, "n/gpu1"), aer(now - 9.0, "n/gpu1")]), "n/gpu1") == \
+                State.SUBHEALTHY:
+            flagged = minute
+            break
+    assert flagged is not None and flagged >= 20, flagged

@@ -229,3 +229,23 @@ def test_a_repaired_gpu_comes_back_reset(library):
     assert gpu["xid_last"][g][ts <= sim.scenario.start + 3 * H].max() == 79 and (gpu["xid_last"][g][back] == 0).all()
     replay = gpu["pcie_replay_total"][g]
     assert replay[ts <= sim.scenario.start + 3 * H][-1] > 100 and replay[back][0] < 5
+
+
+def test_healthy_gpus_log_corrected_aer_lines_in_realistic_noise_only(library):
+    """Healthy GPUs' kernel logs show corrected PCIe errors now and then (daemon/sim/noise.py): lines the kernel
+    reader reads as corrected AER events of the GPU's PCI address; the quiet preset logs none."""
+    from daemon.formats.kernel_events import parse_kernel_message
+    from daemon.sim.engine import Simulator
+    from daemon.sim.scenario import Scenario
+
+    def lines(noise):
+        sc = Scenario.from_dict({"name": "t", "seed": 5, "topology": {"accelerators": 640}, "duration": "2d",
+                                 "resolution": "5m", "profile": "full", "noise": noise, "faults": []})
+        return [x for c in Simulator(sc, library).chunks(chunk_steps=288) for x in c.lines]
+
+    assert not [x for x in lines("quiet") if "AER" in x[2]]
+    said = [x for x in lines("realistic") if "AER" in x[2]]
+    assert said and len(said) < 640 * 48  # rare: well under one a GPU an hour
+    events = [parse_kernel_message(x[2]) for x in said]
+    assert all(e is not None and e.kind == "aer" and e.severity == "corrected" and e.pci for e in events)
+    assert len({(x[1], e.pci) for x, e in zip(said, events)}) > 1
