@@ -152,9 +152,13 @@ class Simulator:
         if scenario.noise_name != "quiet":
             noise_rng = np.random.default_rng([scenario.seed, 11])
             for m, spec in sorted(scenario.noise.items()):
-                if m in GPU_COUNTERS or m in PORT_COUNTERS or m == AER_LOGGED:
+                if m in GPU_COUNTERS or m in PORT_COUNTERS:
                     self.part_noise[m] = PartNoise(spec, t.n_ports if m in PORT_COUNTERS else t.n_gpus, noise_rng,
                                                    HEALTHY_MAX_PER_H.get(m, np.inf))
+            if AER_LOGGED in scenario.noise:  # a stream of its own: the counters' draws stay those of before
+                self.part_noise[AER_LOGGED] = PartNoise(scenario.noise[AER_LOGGED], t.n_gpus,
+                                                        np.random.default_rng([scenario.seed, 13]),
+                                                        HEALTHY_MAX_PER_H[AER_LOGGED])
         # The closed loop drives the workload from its scheduler: a function of step times returning which
         # GPUs are busy ([gpus × steps]); None follows the scenario's planned jobs.
         self.workload: Callable[[np.ndarray], np.ndarray] | None = None
@@ -338,6 +342,7 @@ class Simulator:
             chunk_steps = max(1, min(240, 4_000_000 // max(t.n_gpus * 20, 1)))
         rng = np.random.default_rng(sc.seed + 1)
         self._noise_rng = np.random.default_rng([sc.seed, 7])
+        self._aer_rng = np.random.default_rng([sc.seed, 17])
         carry_gpu = {m: np.zeros(t.n_gpus) for m in GPU_COUNTERS}
         carry_port = {m: np.zeros(t.n_ports) for m in PORT_COUNTERS}
         xid_last = np.zeros(t.n_gpus)
@@ -474,7 +479,8 @@ class Simulator:
                     port_inc[m] += rng.poisson(rate * dt / 3600.0, (t.n_ports, n_s))
         for m, noise in self.part_noise.items():
             if m == AER_LOGGED:
-                lines = sorted(lines + self._aer_lines(ts, noise.increments(self._noise_rng, n_s, dt), gpu_present))
+                errors = noise.increments(self._aer_rng, n_s, dt)
+                lines = sorted(lines + self._aer_lines(ts, errors, gpu_present))
             else:
                 (gpu_inc if m in gpu_inc else port_inc)[m] += noise.increments(self._noise_rng, n_s, dt)
         node_util = util.reshape(t.n_nodes, t.gpus_per_node, n_s).mean(axis=1) / 100.0
