@@ -13,12 +13,9 @@ of this fleet shows over that exposure. A part's healthy rate is unknown: it is 
 rates per counter and part model, a **log-normal** fitted to every part's record (Poisson counts of a log-normal
 rate, maximum a posteriori, from a prior per counter while the fleet says little), and narrowed by the part's
 own record before the window (an exponentially forgotten count and exposure, half-life ``history_halflife_s``).
-Healthy parts' rates spread like that: most parts alike, a few a hundred times noisier. Until 2026-11-25 the
-spread was a Gamma fitted by moments and worth at most 6 hours of observation. For the realistic noise's symbol
-errors the fitted Gamma put one port in 250 million above 2 an hour where one in a thousand is (the cap raised,
-a dense run flagged such a port); capped, it gave a quiet fleet's parts so vague a rate (one in 2,500 above
-half an error an hour, where none is) that a link needed seven episodes in an hour to be seen. The log-normal,
-fitted to the same counts, puts both within a factor of a few of the fleet (tests: a known spread is found).
+Healthy parts' rates spread like that: most parts alike, a few a hundred times noisier. A Gamma fitted to the same
+counts has too thin a tail for the noisy few and, made vaguer to spare them, too wide a one for a quiet fleet
+(docs/detectors.md, "Run 2"); the log-normal fitted to them puts both within a factor of a few of the fleet.
 A record the fleet could hardly have given (chance at most ``conflict_alpha``: a part beyond the fleet's fitted
 spread, which the top ``trim`` share of parts it leaves out) is a part unlike the fleet, judged against its own
 record alone (Jeffreys' prior).
