@@ -86,10 +86,16 @@ GRID_PER_H = np.logspace(-6.0, 2.0, 129)
 LOG_GRID = np.log(GRID_PER_H)
 
 
-def rate_weights(mu: float, sigma: float) -> np.ndarray:
-    """The log-normal's mass on :data:`GRID_PER_H` (log rate ~ Normal(``mu``, ``sigma``)), summing to 1."""
-    w = np.exp(-0.5 * ((LOG_GRID - mu) / sigma) ** 2)
-    return w / w.sum()
+def log_rate_weights(mu: float, sigma: float, floor: float = -np.inf) -> np.ndarray:
+    """The log of the log-normal's mass on :data:`GRID_PER_H` (log rate ~ Normal(``mu``, ``sigma``)), summing to 1,
+    no lower than ``floor``."""
+    lw = -0.5 * ((LOG_GRID - mu) / sigma) ** 2
+    top = lw.max()
+    return np.maximum(lw - (top + np.log(np.exp(lw - top).sum())), floor)
+
+
+PRIOR_FLOOR = math.log(1e-300)
+"""The least log mass a rate keeps in a part's prior (a record can still move it)."""
 
 
 def episodes_tail(k: np.ndarray, exposure_h: np.ndarray, log_weights: np.ndarray) -> np.ndarray:
@@ -126,9 +132,7 @@ def fit_lognormal(counts: np.ndarray, zeros: float, exposure_h: float, prior_rat
 
     def cost(x: np.ndarray) -> float:
         mu, ls = float(x[0]), float(np.clip(x[1], -3.0, 1.5))
-        lw = -0.5 * ((LOG_GRID - mu) / math.exp(ls)) ** 2
-        lw -= np.log(np.exp(lw - lw.max()).sum()) + lw.max()
-        m = log_pois + lw[None, :]
+        m = log_pois + log_rate_weights(mu, math.exp(ls))[None, :]
         top = m.max(axis=1)
         ll = top + np.log(np.exp(m - top[:, None]).sum(axis=1))
         return -float((mult * ll).sum()) + 0.5 * ((mu - mu0) / 3.0) ** 2 + 0.5 * (ls - ls0) ** 2
@@ -333,7 +337,7 @@ class TrendDetector:
         for group, (hours, _) in self._exposure.items():
             if horizon_h <= 0 or hours <= 0:
                 continue
-            prior = max(COUNTERS[group[0]][0], self.min_fleet_rate_per_h)
+            prior = self._prior_rate(group[0])
             parts = max(hours / horizon_h, 1.0)  # exposure over time: how many parts
             k = np.sort(np.asarray(counts.get(group, []), dtype=float))
             drop = min(len(k), max(1, int(math.ceil(self.trim * parts))))
@@ -342,7 +346,7 @@ class TrendDetector:
             mu, sigma = fit_lognormal(k, zeros, hours / parts, prior, self.prior_spread, self._fleet.get(group))
             mu = max(mu, math.log(self.min_fleet_rate_per_h) - 2.0 * sigma)
             self._fleet[group] = (mu, sigma)
-            self._log_prior[group] = np.log(np.maximum(rate_weights(mu, sigma), 1e-300))
+            self._log_prior[group] = log_rate_weights(mu, sigma, PRIOR_FLOOR)
         self._learned_at = now
 
     def _fold(self, s: _Series, now: float) -> None:
@@ -359,18 +363,22 @@ class TrendDetector:
             s.k_hist += 0.5 ** ((horizon - ts) / self.history_halflife_s)
         s.hist_at = horizon
 
+    def _prior_rate(self, metric: str) -> float:
+        """The counter's prior healthy rate (episodes per hour), at least ``min_fleet_rate_per_h``."""
+        return max(COUNTERS[metric][0], self.min_fleet_rate_per_h)
+
     def fleet_rate(self, metric: str, model: str = "") -> float:
         """Healthy episodes per hour of a part of this fleet, the mean of its spread (the counter's prior until the
         fleet says)."""
-        mu, sigma = self._fleet.get((metric, model), (math.log(COUNTERS[metric][0]), self.prior_spread))
+        mu, sigma = self._fleet.get((metric, model), (math.log(self._prior_rate(metric)), self.prior_spread))
         return max(math.exp(mu + sigma * sigma / 2.0), self.min_fleet_rate_per_h)
 
     def _fleet_log_prior(self, group: tuple[str, str]) -> np.ndarray:
+        """The log mass over rates of a healthy part of ``group`` (the counter's prior until the fleet is fitted)."""
         lp = self._log_prior.get(group)
         if lp is None:
-            lp = self._log_prior[group] = np.log(np.maximum(
-                rate_weights(math.log(max(COUNTERS[group[0]][0], self.min_fleet_rate_per_h)), self.prior_spread),
-                1e-300))
+            lp = self._log_prior[group] = log_rate_weights(math.log(self._prior_rate(group[0])), self.prior_spread,
+                                                           PRIOR_FLOOR)
         return lp
 
     def _judge(self, key: tuple[str, str], now: float) -> None:

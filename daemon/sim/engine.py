@@ -153,7 +153,7 @@ class Simulator:
             noise_rng = np.random.default_rng([scenario.seed, 11])
             for m, spec in sorted(scenario.noise.items()):
                 if m in GPU_COUNTERS or m in PORT_COUNTERS:
-                    self.part_noise[m] = PartNoise(spec, t.n_ports if m in PORT_COUNTERS else t.n_gpus, noise_rng,
+                    self.part_noise[m] = PartNoise(spec, t.n_gpus if m in GPU_COUNTERS else t.n_ports, noise_rng,
                                                    HEALTHY_MAX_PER_H.get(m, np.inf))
             if AER_LOGGED in scenario.noise:  # a stream of its own: the counters' draws stay those of before
                 self.part_noise[AER_LOGGED] = PartNoise(scenario.noise[AER_LOGGED], t.n_gpus,
@@ -283,11 +283,7 @@ class Simulator:
             fields = {"pid": pid, "pid2": pid2, "addr": addr}
             if "{pci" in line and "{port_pci}" not in line:
                 for row in gpu_rows:
-                    gi = int(row) % t.gpus_per_node
-                    full = t.gpu_pci(gi)
-                    pci = normalize_pci(full)
-                    node = t.nodes[int(self.gpu_node[row])]
-                    said = render_line(self.gpu_vendor[int(row)], line.format(pci_xid=pci, pci=f"{pci}.0", **fields))
+                    node, said = self._gpu_line(int(row), line, **fields)
                     if isinstance(said, int):  # an Ascend fault code; the job's own clear when it restarts
                         app = said in APPLICATION_CODES
                         p.codes.append((ts, int(row), said, ts + 300.0 if app else math.inf))
@@ -479,8 +475,9 @@ class Simulator:
                     port_inc[m] += rng.poisson(rate * dt / 3600.0, (t.n_ports, n_s))
         for m, noise in self.part_noise.items():
             if m == AER_LOGGED:
-                errors = noise.increments(self._aer_rng, n_s, dt)
-                lines = sorted(lines + self._aer_lines(ts, errors, gpu_present))
+                logged = self._aer_lines(ts, noise.increments(self._aer_rng, n_s, dt), gpu_present)
+                if logged:
+                    lines = sorted(lines + logged)
             else:
                 (gpu_inc if m in gpu_inc else port_inc)[m] += noise.increments(self._noise_rng, n_s, dt)
         node_util = util.reshape(t.n_nodes, t.gpus_per_node, n_s).mean(axis=1) / 100.0
@@ -530,17 +527,21 @@ class Simulator:
         return SimChunk(ts, gpu, port, gpu_present, port_present, lines, np.clip(speed, 0.0, 1.0), gpu_sampled,
                         port_sampled)
 
+    def _gpu_line(self, row: int, line: str, **fields) -> tuple[str, list[str] | int | None]:
+        """A kernel line about GPU ``row`` (``{pci}``, ``{pci_xid}`` filled in) as its vendor reports it, and its
+        node."""
+        pci = normalize_pci(self.topo.gpu_pci(row % self.topo.gpus_per_node))
+        said = render_line(self.gpu_vendor[row], line.format(pci_xid=pci, pci=f"{pci}.0", **fields))
+        return self.topo.nodes[int(self.gpu_node[row])], said
+
     def _aer_lines(self, ts: np.ndarray, errors: np.ndarray, present: np.ndarray) -> list[tuple[float, str, str]]:
         """A healthy GPU's corrected PCIe errors as the kernel logs them, one line each (``errors``: [gpus x steps]),
         in its vendor's words; none while the GPU is gone."""
-        t = self.topo
         out = []
         for row, step in zip(*np.nonzero((errors > 0) & present)):
-            full = t.gpu_pci(int(row) % t.gpus_per_node)
-            said = render_line(self.gpu_vendor[int(row)], AER_LINE.format(pci=f"{normalize_pci(full)}.0"))
+            node, said = self._gpu_line(int(row), AER_LINE)
             if not said or isinstance(said, int):
                 continue
-            node = t.nodes[int(self.gpu_node[row])]
             for k in range(int(errors[row, step])):
                 out.extend((float(ts[step]) - 0.5 - 0.01 * k, node, text) for text in said)
         return out

@@ -46,13 +46,13 @@ class CounterNoise:
 # A healthy part stays within a tenth of what shipped tools call a fault (the rules' limits, docs/rules.md: symbol
 # errors 120/h, link error recoveries 300/h, correctable ECC 50/h, the PCIe replay budget 921.6/h): a part's
 # drawn rate is clipped there, or "healthy" would include parts out of spec.
-HEALTHY_MAX_PER_H = {"symbol_error_total": 12.0, "rcv_errors_total": 12.0, "link_error_recovery_total": 30.0,
-                     "ecc_sbe_total": 5.0, "pcie_replay_total": 92.0, "nvlink_crc_flit_total": 100.0,
-                     "aer_corrected_logged": 5.0}
-
 AER_LOGGED = "aer_corrected_logged"
 """Not a counter: corrected PCIe errors the kernel logs for a healthy GPU, one AER line each (``Simulator``)."""
 AER_LINE = "nvidia {pci}: AER: PCIe Bus Error: severity=Corrected, type=Physical Layer, (Receiver ID)"
+
+HEALTHY_MAX_PER_H = {"symbol_error_total": 12.0, "rcv_errors_total": 12.0, "link_error_recovery_total": 30.0,
+                     "ecc_sbe_total": 5.0, "pcie_replay_total": 92.0, "nvlink_crc_flit_total": 100.0,
+                     AER_LOGGED: 5.0}
 
 
 QUIET = {"ecc_sbe_total": CounterNoise(1 / 2000), "pcie_replay_total": CounterNoise(0.01),

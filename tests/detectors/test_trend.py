@@ -6,7 +6,7 @@ from scipy.stats import poisson
 from detectors.rules import TickInput
 from detectors.schema import events_frame
 from detectors.trend import LOGGED_AER as LOGGED
-from detectors.trend import GRID_PER_H, TrendDetector, episodes_tail, fit_lognormal, rate_weights
+from detectors.trend import GRID_PER_H, TrendDetector, episodes_tail, fit_lognormal, log_rate_weights
 from tests.detectors.sim_helpers import first_flag, simulate_and_replay
 
 EMPTY_G = pd.DataFrame({"entity": [], "metric": [], "last": [], "max": []})
@@ -36,7 +36,7 @@ def test_the_tail_is_the_poisson_averaged_over_the_rates():
     def integrand(x, k, t):
         return poisson.sf(k - 1, np.exp(x) * t) * norm.pdf(x, mu, sigma)
 
-    lw = np.log(rate_weights(mu, sigma))
+    lw = log_rate_weights(mu, sigma)
     for k, t in ((3.0, 1.0), (6.0, 3.0), (1.0, 12.0)):
         expected = quad(integrand, np.log(GRID_PER_H[0]), np.log(GRID_PER_H[-1]), args=(k, t), limit=200)[0]
         assert episodes_tail(np.array([k]), np.array([t]), lw[None, :])[0] == pytest.approx(expected, rel=0.02)
