@@ -115,7 +115,7 @@ def replay(
     started = time.perf_counter()
     trace = Trace.discover(paths)
     mapper = SeriesMapper(topology=trace.topology(), rejects=RejectLog())
-    ctx = ReadContext(mapper=mapper)
+    ctx = ReadContext(mapper=mapper, window=window)
     if chunk_rows:
         ctx.chunk_rows = chunk_rows
     stats = ReplayStats(files=len(trace.files))

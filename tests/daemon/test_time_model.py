@@ -70,6 +70,17 @@ def test_a_jittered_five_minute_interval_with_a_missed_scrape_is_learned():
     assert c.window_of(c.rows(np.array(["n2/gpu0"], dtype=object)))[0] == 150.0
 
 
+def test_the_interval_is_the_median_of_the_gaps_bit_for_bit():
+    from detectors.cadence import _row_nanmedian
+
+    rng = np.random.default_rng(7)
+    gaps = rng.choice([15.0, 29.7, 30.0, 31.2, 60.0, 300.0], size=(400, 5)) + rng.normal(0.0, 1.0, (400, 5))
+    gaps[rng.random((400, 5)) < 0.35] = np.nan  # rows with 0 to 5 gaps known
+    with np.errstate(all="ignore"), pytest.warns(RuntimeWarning):  # nanmedian warns on the all-NaN rows
+        expected = np.nanmedian(gaps, axis=1)
+    assert np.array_equal(_row_nanmedian(gaps), expected, equal_nan=True)
+
+
 def test_five_minute_ports_are_never_unknown_between_samples_and_a_down_port_fails():
     p = Pipeline()
     schedule = {float(t): port_rows(t - 3.0) for t in range(300, 3601, 300)}  # samples 3 s before the tick

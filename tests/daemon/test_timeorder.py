@@ -55,3 +55,19 @@ def test_duplicates_are_dropped_and_gaps_still_tick(tmp_path):
     ticks = collect(spill)
     assert [t[0] for t in ticks] == [30.0 * k for k in range(1, 11)]
     assert sum(len(t[1]) for t in ticks) == 2 and spill.duplicates == 4
+
+
+def test_the_bucket_order_is_the_four_key_sort_with_and_without_repeats():
+    from daemon.timeorder import _row_order
+
+    rng = np.random.default_rng(3)
+    for trial in range(200):
+        n = int(rng.integers(0, 400))
+        ts = np.round(rng.uniform(0, 60, n), 0 if trial % 2 else 3)
+        if trial % 3 == 0:
+            ts = np.sort(ts)  # the usual time order, ranked without a sort
+        ent, met = rng.integers(-1, 9, n), rng.integers(-1, 4, n)  # -1: a missing name
+        value = rng.integers(0, 3, n).astype(float)
+        order, repeats = _row_order(ts, ent, met, value)
+        assert np.array_equal(order, np.lexsort((value, met, ent, ts)))
+        assert repeats == (len({(t, e, m) for t, e, m in zip(ts, ent, met)}) < n)

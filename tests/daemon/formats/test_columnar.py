@@ -38,3 +38,24 @@ def test_truncated_parquet_is_refused(tmp_path, ctx):
     p.write_bytes(b"PAR1" + b"\x00" * 20)
     assert list(ColumnarReader().read(p, ctx)) == []
     assert "not a readable Parquet file" in ctx.rejects.messages[0]
+
+
+def test_parquet_window_skips_row_groups_outside_it_and_keeps_row_numbers(tmp_path, ctx):
+    """A part of a long trace reads only the row groups whose time statistics reach into its window; a bad row in
+    a group read is still named by its row in the file."""
+    import pyarrow as pa
+    import pyarrow.parquet as pq
+
+    p = tmp_path / "samples.parquet"
+    with pq.ParquetWriter(p, pa.schema([("ts", pa.float64()), ("entity", pa.string()), ("metric", pa.string()),
+                                        ("value", pa.float64())])) as w:
+        for g in range(4):  # four row groups of 10 rows: ts 1000g+0 .. 1000g+9
+            value = [float("nan") if (g, i) == (2, 3) else float(i) for i in range(10)]
+            w.write_table(pa.table({"ts": [1000.0 * g + i for i in range(10)], "entity": ["sn01-b01/gpu0"] * 10,
+                                    "metric": ["gpu_temp_c"] * 10, "value": value}))
+    ctx.window = (1500.0, 2500.0)  # groups 1 (max 1009 <= 1500: out), 2 (in), 3 (min 3000 > 2500: out)
+    s = read_all(ColumnarReader(), p, ctx).samples
+    assert sorted(set(s["ts"] // 1000)) == [2.0] and len(s) == 9
+    assert ctx.rejects.total == 1 and ctx.rejects.messages[0].startswith(f"{p}:row 23")
+    ctx.window = (5.0, 1005.0)  # groups 0 and 1
+    assert len(read_all(ColumnarReader(), p, ctx).samples) == 20
