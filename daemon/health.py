@@ -16,7 +16,7 @@ from __future__ import annotations
 from collections import deque
 from dataclasses import dataclass, field
 
-from detectors.rules import Evidence
+from detectors.contract import Evidence
 from detectors.schema import State, entity_kind, node_of
 
 

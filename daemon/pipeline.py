@@ -28,7 +28,8 @@ from detectors.grouping import group_keys, last_and_max
 from detectors.features import FeatureState
 from detectors.hold import GaugeHold
 from detectors import registry
-from detectors.rules import Evidence, RuleDetector, TickInput
+from detectors.contract import Detector, Evidence, TickInput
+from detectors.rules import RuleDetector
 from detectors.schema import (State, entity_kind, events_frame, is_counter, name_codes, name_column, names_in,
                               node_of)
 
@@ -92,10 +93,10 @@ class Pipeline:
         self.on_finding = on_finding
         self.resolver = EventResolver(self.mapper, window_s=max(120.0, 4 * self.config.interval_s))
         self.counters = CounterTracker()
-        self.detectors = [] if self.config.features_only else registry.build(
+        self.detectors: list[Detector] = [] if self.config.features_only else registry.build(
             baseline=self.config.baseline, model=self.config.model, rules_only=self.config.rules_only)
         wants = self.config.features or self.config.features_only or \
-            any(getattr(d, "needs_features", False) for d in self.detectors)
+            any(d.needs_features for d in self.detectors)
         self.features = FeatureState() if wants else None
         self.rules = next((d for d in self.detectors if isinstance(d, RuleDetector)), None)  # None: features only
         self.health = HealthTracker(self.config.health)
@@ -125,7 +126,7 @@ class Pipeline:
         if model is not None and not (self.config.baseline or self.config.rules_only):
             self.detectors += model.detectors()
         self.config.model = model
-        if self.features is None and any(getattr(d, "needs_features", False) for d in self.detectors):
+        if self.features is None and any(d.needs_features for d in self.detectors):
             self.features = FeatureState()
 
     # ------------------------------------------------------------------------------------------
@@ -159,9 +160,7 @@ class Pipeline:
             restored += 1
         flagged = {e for e, h in self.health.entities.items() if h.state >= State.SUBHEALTHY}
         for detector in self.detectors:
-            restore = getattr(detector, "restore", None)
-            if restore is not None:
-                restore(flagged)
+            detector.restore(flagged)
         return len(rows), restored
 
     def forget(self, node: str) -> None:
@@ -171,9 +170,7 @@ class Pipeline:
         if self.features is not None:
             self.features.forget(node)
         for detector in self.detectors:
-            forget = getattr(detector, "forget", None)
-            if forget is not None:
-                forget(node)
+            detector.forget(node)
 
     def tick(self, now: float, batch: Batch, collector_state: dict[str, dict] | None = None) -> TickResult:
         """Process the batch of tick ``(now - interval, now]``.

@@ -19,7 +19,7 @@ from threadpoolctl import ThreadpoolController
 
 from detectors.evaluation import Fault
 from detectors.features import FEATURES, RATE_HORIZONS, FeatureFrame
-from detectors.rules import Evidence, TickInput
+from detectors.contract import Evidence, TickInput
 from detectors.schema import State, node_of
 
 # Feature name fragments -> (category, words); the first match wins.
@@ -269,6 +269,7 @@ class LearnedDetector(ABC):
 
     name = "learned"
     needs_features = True
+    inputs: dict[str, str] = {}  # no metric of its own: it reads the features (detectors.features)
     fitted_per_kind: tuple[str, ...] = ()  # a subclass's own fitted attributes, one dict entry per kind
     # An alarm also needs one feature this many robust scales from the healthy fleet's median (None: no such
     # gate). A supervised model can key on a pattern of small deviations (a load step, a clock wobble) that
@@ -357,6 +358,11 @@ class LearnedDetector(ABC):
     @abstractmethod
     def _score(self, kind: str, Xt: np.ndarray) -> np.ndarray:
         """Scores of transformed feature rows of ``kind``, higher = worse."""
+
+    def restore(self, flagged: set[str]) -> None:
+        """Nothing to restore: scoring starts again from the features, and health keeps a restarted daemon's
+        states until they are clean for as long as they must be."""
+        return None  # a deliberate no-op of the contract, not an abstract method
 
     def forget(self, node: str) -> None:
         """Drop the node's run lengths above the threshold (its parts were replaced; the features it is

@@ -21,7 +21,7 @@ from collections.abc import Mapping
 import numpy as np
 
 from detectors.grouping import RowIndex, group_median, peer_group
-from detectors.rules import Evidence, TickInput
+from detectors.contract import Evidence, TickInput
 from detectors.schema import State, entity_kind, name_codes, names_in
 
 _MAD_TO_SIGMA = 1.4826
@@ -108,6 +108,10 @@ class PeerDeviation:
     """
 
     name = "peer"
+    needs_features = False
+    inputs = {"gpu_temp_c": "GPU temperature against its node's peers", "hbm_temp_c": "HBM temperature against its "
+              "node's peers", "power_w": "power (temperatures are corrected for it)", "sm_clock_mhz": "SM clock "
+              "against its node's busy peers (fail-slow)", "gpu_util_pct": "load state (busy or idle peers)"}
 
     def __init__(self, z_threshold: float = 6.0, min_excess_c: float = 8.0, suspect_excess_c: float = 6.0,
                  hbm_min_excess_c: float = 10.0, slow_ratio: float = 0.85, halflife_s: float = 300.0,
@@ -139,6 +143,10 @@ class PeerDeviation:
         self._load_since = np.full(0, np.nan)
         self._models = None
         return self
+
+    def restore(self, flagged: set[str]) -> None:
+        """Nothing to restore: residuals and baselines warm up again from the next samples, and health keeps a
+        restarted daemon's states until they are clean for as long as they must be."""
 
     def forget(self, node: str) -> None:
         """Drop the node's smoothed residuals and own baselines (its parts were replaced)."""

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+from detectors.contract import Detector
 from detectors.multivariate import MultivariateDetector
 from detectors.peer import PeerDeviation
 from detectors.predictor import FailurePredictor
@@ -21,7 +22,7 @@ LEARNED: dict[str, type] = {
 }
 
 
-def build(baseline: bool = False, model=None, rules_only: bool = False) -> list:
+def build(baseline: bool = False, model=None, rules_only: bool = False) -> list[Detector]:
     """Fitted instances of every detector (only the static rules for the baseline, only the rules with
     ``rules_only``), plus the learned detectors of ``model`` (a :class:`detectors.model.ModelBundle`)."""
     if baseline or rules_only:

@@ -36,19 +36,18 @@ import csv
 import math
 import re
 from collections import defaultdict, deque
-from collections.abc import Mapping
-from dataclasses import dataclass, field
+from dataclasses import dataclass
 from importlib import resources
 
 import numpy as np
 import pandas as pd
 
+from detectors.contract import Evidence, TickInput
 from detectors.counters import DecayingCount
 from detectors.schema import State, entity_kind, name_codes, names_in, node_of
 from detectors.vendor_events import Verdict, amdgpu_verdict, ascend_verdict, load_ascend_catalog
 
 _PID = re.compile(r"pid=('?[^,]*'?)")
-_SCORE = {State.FAILED: 1.0, State.SUBHEALTHY: 0.75, State.SUSPECT: 0.4}
 PORT_ACTIVE = 4.0
 _PORT_STATES = {0: "NOP", 1: "DOWN", 2: "INIT", 3: "ARMED", 4: "ACTIVE", 5: "ACTIVE_DEFER"}
 # Counters whose every increase is judged on its own (the rate rules below read the others).
@@ -99,40 +98,12 @@ def load_xid_catalog() -> dict[int, XidRule]:
     }
 
 
-@dataclass
-class Evidence:
-    """What one detector says of one entity in one tick."""
-
-    entity: str
-    level: State
-    category: str
-    reasons: list[str]
-    detector: str = "rules"
-    hard: bool = False
-    score: float = field(default=0.0)
-
-    def __post_init__(self) -> None:
-        if not self.score:
-            self.score = _SCORE.get(self.level, 0.0)
-
-
-@dataclass
-class TickInput:
-    """What the rule detector reads in one tick: events, counter increases, gauge levels."""
-
-    now: float
-    events: pd.DataFrame
-    increases: pd.DataFrame  # entity, metric, increase, resets
-    gauges: pd.DataFrame  # entity, metric, last, max
-    grace_nodes: frozenset[str] = frozenset()
-    features: dict | None = None  # kind -> detectors.features.FeatureFrame, when a detector needs them
-    models: Mapping[str, str] | None = None  # accelerator -> model from the telemetry (peer groups never mix)
-
-
 class RuleDetector:
     """Streaming rule evaluation with latched evidence; parameters are the thresholds (see module doc)."""
 
     name = "rules"
+    needs_features = False
+    inputs = RULE_INPUTS
 
     def __init__(
         self,
@@ -198,6 +169,10 @@ class RuleDetector:
             del self._hot[key]
         for counts in (self._hourly, self._daily):  # keys are "what|entity"
             counts.drop(lambda key: node_of(key.rsplit("|", 1)[-1]) == node)
+
+    def restore(self, flagged: set[str]) -> None:
+        """Nothing to restore: hard facts come again with the next events and levels, and health keeps a restarted
+        daemon's states until they are clean for as long as they must be."""
 
     def clear_latch(self, entity: str, tag: str) -> None:
         """Drop an entity's latched evidence carrying ``tag`` (e.g. a link that came back up)."""

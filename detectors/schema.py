@@ -147,7 +147,13 @@ def events_frame(rows: list[tuple]) -> pd.DataFrame:
     ``pci`` and ``device`` locate the hardware a kernel line names (a PCI id, a netdev) until the
     event is resolved to an accelerator or port; they are None after that or when unknown.
     """
-    columns = list(zip(*rows)) if rows else [()] * len(EVENT_COLUMNS)  # built column-wise: one per tick, often empty
+    if not rows:  # most ticks: a copy of one empty frame (building it is 0.7 ms of pandas)
+        return _EMPTY_EVENTS.copy()
+    return _events_frame(rows)
+
+
+def _events_frame(rows: list[tuple]) -> pd.DataFrame:
+    columns = list(zip(*rows)) if rows else [()] * len(EVENT_COLUMNS)  # built column-wise
     data = {}
     for name, values in zip(EVENT_COLUMNS, columns):
         if name == "ts":
@@ -159,6 +165,9 @@ def events_frame(rows: list[tuple]) -> pd.DataFrame:
             column[:] = values
             data[name] = pd.Series(column, dtype=object, copy=False)
     return pd.DataFrame(data)
+
+
+_EMPTY_EVENTS = _events_frame([])
 
 
 def is_counter(metric: str) -> bool:

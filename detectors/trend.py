@@ -44,7 +44,7 @@ import pandas as pd
 from scipy.optimize import minimize
 from scipy.special import gammainc, gammaln
 
-from detectors.rules import Evidence, TickInput
+from detectors.contract import Evidence, TickInput
 from detectors.schema import State, entity_kind, name_codes, names_in, node_of
 
 LOGGED_AER = "aer_corrected_logged"
@@ -161,6 +161,8 @@ class TrendDetector:
     """Episode counts of error counters against the fleet's healthy rate; parameters in ``__init__``."""
 
     name = "trend"
+    needs_features = False
+    inputs = {metric: f"{words} (a rate rising against the fleet's)" for metric, (_, _, words) in COUNTERS.items()}
 
     def __init__(self, alpha: float = 1e-7, min_episodes: int = 3, episode_gap_s: float = 300.0,
                  prior_spread: float = 1.5, history_halflife_s: float = 7 * 86400.0,
@@ -195,12 +197,12 @@ class TrendDetector:
         self._accelerator_cache: tuple | None = None
         return self
 
-    def restore(self, entities) -> None:
+    def restore(self, flagged: set[str]) -> None:
         """Entities a restarted raswarden had already flagged (from its store): their alarms are flags at once,
         not watches for want of a record (the record before the restart is what flagged them)."""
         if not hasattr(self, "_series"):
             self.fit()
-        self._flagged_before.update(entities)
+        self._flagged_before.update(flagged)
 
     def forget(self, node: str) -> None:
         """Drop the node's episodes, history and alarms (its parts were replaced)."""

@@ -3,7 +3,7 @@ from hypothesis import strategies as st
 from hypothesis.stateful import RuleBasedStateMachine, invariant, rule
 
 from daemon.health import HealthConfig, HealthTracker, rollup_nodes
-from detectors.rules import Evidence
+from detectors.contract import Evidence
 from detectors.schema import State
 
 CFG = HealthConfig(enter_k=2, enter_n=3, clear_ticks=3, failed_clear_ticks=5, stale_after_s=90)

@@ -7,7 +7,7 @@ from detectors.evaluation import Fault
 from detectors.features import FEATURES, FeatureFrame
 from detectors.learned import Persistence, TrainingSet, describe, label_rows, transform
 from detectors.multivariate import MultivariateDetector
-from detectors.rules import Evidence
+from detectors.contract import Evidence
 from detectors.schema import State
 
 
@@ -152,7 +152,7 @@ def test_predictor_trains_when_one_trace_lacks_a_signal_entirely():
 def test_predictor_alarms_only_with_one_feature_far_from_the_healthy_fleet():
     from detectors.features import FeatureFrame
     from detectors.predictor import FailurePredictor
-    from detectors.rules import TickInput
+    from detectors.contract import TickInput
 
     rng = np.random.default_rng(1)
     names = FEATURES["port"]
@@ -179,7 +179,7 @@ def test_predictor_alarms_only_with_one_feature_far_from_the_healthy_fleet():
 def test_no_learned_alarm_while_a_gpu_changes_load():
     from detectors.features import FeatureFrame
     from detectors.multivariate import MultivariateDetector
-    from detectors.rules import TickInput
+    from detectors.contract import TickInput
 
     rng = np.random.default_rng(2)
     names = FEATURES["accelerator"]
@@ -267,7 +267,7 @@ def test_an_isolation_forest_alarm_needs_support_too():
     from detectors.features import FeatureFrame
     from detectors.learned import LOAD_FOLLOWING
     from detectors.multivariate import MultivariateDetector
-    from detectors.rules import TickInput
+    from detectors.contract import TickInput
 
     rng = np.random.default_rng(5)
     names = FEATURES["accelerator"]

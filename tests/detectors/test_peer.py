@@ -31,7 +31,7 @@ def test_flags_a_gpu_hotter_than_its_peers_and_not_the_warm_slot_or_a_hot_rack(t
 def _tick(now, temps, util=None):
     import pandas as pd
 
-    from detectors.rules import TickInput
+    from detectors.contract import TickInput
     from detectors.schema import events_frame
 
     rows = []

@@ -1,6 +1,7 @@
 import pandas as pd
 
-from detectors.rules import RuleDetector, TickInput, load_xid_catalog
+from detectors.contract import TickInput
+from detectors.rules import RuleDetector, load_xid_catalog
 from detectors.schema import State, events_frame
 
 EMPTY_INC = pd.DataFrame({"entity": [], "metric": [], "increase": [], "resets": []})

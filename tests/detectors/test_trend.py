@@ -3,7 +3,7 @@ import pandas as pd
 import pytest
 from scipy.stats import poisson
 
-from detectors.rules import TickInput
+from detectors.contract import TickInput
 from detectors.schema import events_frame
 from detectors.trend import LOGGED_AER as LOGGED
 from detectors.trend import GRID_PER_H, TrendDetector, episodes_tail, fit_lognormal, log_rate_weights

@@ -2,7 +2,8 @@
 
 import pandas as pd
 
-from detectors.rules import RuleDetector, TickInput
+from detectors.contract import TickInput
+from detectors.rules import RuleDetector
 from detectors.schema import State, events_frame
 from detectors.vendor_events import ASCEND_LEVELS, amdgpu_verdict, ascend_verdict, load_ascend_catalog
 

@@ -17,7 +17,8 @@ from daemon.formats.kernel_events import MessageJoiner, parse_kernel_message
 from daemon.naming import SeriesMapper
 from daemon.resolve import EventResolver
 from daemon.topology import Topology
-from detectors.rules import RuleDetector, TickInput
+from detectors.contract import TickInput
+from detectors.rules import RuleDetector
 from detectors.schema import State, events_frame
 from tests.daemon.formats.conftest import read_all
 
