@@ -14,15 +14,13 @@
 from __future__ import annotations
 
 import math
-from typing import TYPE_CHECKING
+from typing import Protocol
 
 import numpy as np
 
-from daemon.sim.faults import FaultInstance
-
-if TYPE_CHECKING:
-    from daemon.sim.engine import Simulator
-    from daemon.sim.scenario import SampleSpec
+from daemon.sim.faults import FaultInstance, FaultTemplate
+from daemon.sim.scenario import SampleSpec, Scenario
+from daemon.sim.topology import SimTopology
 
 # InfiniteHBD hardware faults (fault_statistics.json) by simulated class: DBE/SBE over threshold and GPU
 # Xid errors -> hbm_degradation (72); PCI link width low, GPU lost or not found, device unknown error ->
@@ -69,7 +67,24 @@ def pick_nodes(rng: np.random.Generator, n_nodes: int, n: int, reuse: float = RE
     return out
 
 
-def sample_instances(sim: Simulator, spec: SampleSpec) -> list[FaultInstance]:
+class Fleet(Protocol):
+    """What sampling arrivals needs of the simulated fleet (the :class:`daemon.sim.engine.Simulator` is one)."""
+
+    scenario: Scenario
+    topo: SimTopology
+    gpu_ids: list[str]
+    port_ids: list[str]
+
+    def template(self, fault: str, name: str | None = None) -> FaultTemplate:
+        """The template ``name`` of a fault class, or one of its templates drawn at random (None)."""
+        ...
+
+    def random_entity(self, target: str, taken: set[str] | None = None, vendor: str | None = None) -> str:
+        """A random entity of the target kind, on a node not in ``taken`` while there is one."""
+        ...
+
+
+def sample_instances(sim: Fleet, spec: SampleSpec) -> list[FaultInstance]:
     """Faults and confounders for a scenario's ``sample`` section."""
     sc, topo = sim.scenario, sim.topo
     rng = np.random.default_rng(sc.seed + 7)
@@ -83,7 +98,7 @@ def sample_instances(sim: Simulator, spec: SampleSpec) -> list[FaultInstance]:
     out = []
     for t, node in zip(starts, nodes):
         fault = classes[int(rng.choice(len(classes), p=weights))]
-        template = sim._template(fault, None)
+        template = sim.template(fault, None)
         name = topo.nodes[int(node)]
         if template.target == "port":
             entity = sim.port_ids[int(node) * topo.ports_per_node + int(rng.integers(topo.ports_per_node))]
@@ -96,8 +111,8 @@ def sample_instances(sim: Simulator, spec: SampleSpec) -> list[FaultInstance]:
     for fault, per_day in sorted(spec.confounders_per_day.items()):
         n = int(rng.poisson(per_day * sc.duration / 86400.0))
         for t in np.sort(rng.uniform(sc.start, sc.start + sc.duration, n)):
-            template = sim._template(fault, None)
-            entity = sim._random_entity(template.target, standing if fault in STANDING else None)
+            template = sim.template(fault, None)
+            entity = sim.random_entity(template.target, standing if fault in STANDING else None)
             if fault in STANDING:  # a property of the slot, there all along: never a step in mid-trace
                 out.append(FaultInstance.place(template, entity, sc.start, sc.start + sc.duration, rng))
             else:

@@ -27,6 +27,7 @@ import pandas as pd
 
 from daemon.batch import Batch
 from daemon.formats.kernel_events import parse_kernel_message
+from daemon.sim.arrivals import sample_instances
 from daemon.sim.faults import FaultInstance, FaultTemplate, TemplateError, load_library
 from daemon.sim.noise import AER_LINE, AER_LOGGED, HEALTHY_MAX_PER_H, PartNoise
 from daemon.sim.observe import Observation
@@ -180,7 +181,8 @@ class Simulator:
                 t = end + float(g.uniform(*mix.gap))
         return jobs
 
-    def _template(self, fault: str, name: str | None) -> FaultTemplate:
+    def template(self, fault: str, name: str | None = None) -> FaultTemplate:
+        """The template ``name`` of a fault class, or one of its templates drawn at random (None)."""
         choices = sorted(k for k in self.library if k.split("/")[0] == fault)
         if not choices:
             raise TemplateError(f"{self.scenario.source}: no template for fault class {fault!r}")
@@ -191,7 +193,7 @@ class Simulator:
             raise TemplateError(f"{self.scenario.source}: no template {key!r} (have {', '.join(choices)})")
         return self.library[key]
 
-    def _random_entity(self, target: str, taken: set[str] | None = None, vendor: str | None = None) -> str:
+    def random_entity(self, target: str, taken: set[str] | None = None, vendor: str | None = None) -> str:
         """A random entity of the target kind (of ``vendor``'s nodes when given), on a node (or rack) not in
         ``taken`` while there is one: two listed faults on one GPU would have the second start on hardware
         already failed."""
@@ -225,14 +227,12 @@ class Simulator:
         out = []
         taken: set[str] = set()
         for spec in sc.faults:
-            template = self._template(spec.fault, spec.template)
-            entity = (self._random_entity(template.target, taken, spec.vendor) if spec.entity == "random"
+            template = self.template(spec.fault, spec.template)
+            entity = (self.random_entity(template.target, taken, spec.vendor) if spec.entity == "random"
                       else spec.entity)
             failure = None if spec.failure is None else sc.start + spec.failure
             out.append(FaultInstance.place(template, entity, sc.start + spec.onset, failure, self.rng))
         if sc.sample is not None:
-            from daemon.sim.arrivals import sample_instances
-
             out.extend(sample_instances(self, sc.sample))
         for inst in out:  # a confounder's label window is where it acts: its effects end with it
             if inst.template.benign and inst.until is None:

@@ -1,0 +1,79 @@
+"""The floors import one way: daemon -> detectors and playbooks, never back; and no module imports itself back.
+
+Module-level imports only (an import inside a function runs when it is called, and ``if TYPE_CHECKING:`` blocks
+never run): those are what make a cycle a problem at import time and a tangle to read.
+"""
+
+from __future__ import annotations
+
+import ast
+from pathlib import Path
+
+ROOT = Path(__file__).resolve().parent.parent
+PACKAGES = ("daemon", "detectors", "playbooks")
+# package -> the project's packages it may import
+MAY_IMPORT = {"daemon": {"daemon", "detectors", "playbooks"}, "detectors": {"detectors"}, "playbooks": {"playbooks"}}
+
+
+def _module(path: Path) -> str:
+    parts = path.relative_to(ROOT).with_suffix("").parts
+    return ".".join(parts[:-1] if parts[-1] == "__init__" else parts)
+
+
+def _top_level_imports(path: Path) -> set[str]:
+    """The project modules a file imports when it is imported (not in functions, not under TYPE_CHECKING)."""
+    tree = ast.parse(path.read_text(), str(path))
+    out: set[str] = set()
+
+    def visit(body: list[ast.stmt]) -> None:
+        for node in body:
+            if isinstance(node, ast.If):
+                test = node.test
+                if isinstance(test, ast.Name) and test.id == "TYPE_CHECKING":
+                    visit(node.orelse)
+                    continue
+                visit(node.body)
+                visit(node.orelse)
+            elif isinstance(node, ast.Try):
+                visit(node.body)
+                for h in node.handlers:
+                    visit(h.body)
+            elif isinstance(node, ast.Import):
+                out.update(a.name for a in node.names)
+            elif isinstance(node, ast.ImportFrom) and node.module and not node.level:
+                out.add(node.module)
+                out.update(f"{node.module}.{a.name}" for a in node.names)
+
+    visit(tree.body)
+    return {m for m in out if m.split(".")[0] in PACKAGES}
+
+
+def _graph() -> dict[str, set[str]]:
+    files = {_module(p): p for pkg in PACKAGES for p in (ROOT / pkg).rglob("*.py")}
+    return {mod: {m for m in _top_level_imports(path) if m in files and m != mod} for mod, path in files.items()}
+
+
+def test_imports_go_one_way():
+    wrong = sorted(f"{mod} imports {m}" for mod, deps in _graph().items() for m in deps
+                   if m.split(".")[0] not in MAY_IMPORT[mod.split(".")[0]])
+    assert not wrong, wrong
+
+
+def test_no_module_imports_itself_back():
+    graph = _graph()
+    state: dict[str, int] = {}  # 1: on the path being walked, 2: done
+    cycles: list[list[str]] = []
+
+    def walk(mod: str, path: list[str]) -> None:
+        state[mod] = 1
+        for dep in sorted(graph[mod]):
+            if state.get(dep) == 1:
+                cycles.append(path[path.index(dep):] + [dep])
+            elif dep not in state:
+                walk(dep, path + [dep])
+        state[mod] = 2
+
+    for mod in sorted(graph):
+        if mod not in state:
+            walk(mod, [mod])
+    assert not cycles, cycles
