@@ -11,11 +11,10 @@ from __future__ import annotations
 
 import time
 
-from sqlmodel import func, select
 
 from daemon.actions import StoreJournal
 from daemon.config import Config
-from daemon.store import AlertCursorRow, EntityRow, IncidentRow, Store
+from daemon.store import IncidentRow, Store
 from playbooks.engine import OPEN, Engine, IncidentRef
 from playbooks.model import load
 from playbooks.scheduler import ClusterState, Scheduler
@@ -82,10 +81,8 @@ class Remediation:
     def _defer_unplanned(self) -> None:
         """After a restart: open incidents whose present severity has no action yet (it came while another
         action of theirs was open) are deferred again, not forgotten."""
-        with self.store.session() as s:
-            rows = s.exec(select(IncidentRow).where(IncidentRow.closed_at == None)).all()  # noqa: E711
-            entities = {r.entity for r in rows}
-            attrs = {e.id: e.attrs for e in s.exec(select(EntityRow).where(EntityRow.id.in_(entities))).all()}
+        rows = self.store.incidents("open")
+        attrs = self.store.entity_attrs(r.entity for r in rows)
         for row in rows:
             if row.parent is None and row.severity in self.act_on:
                 ref = incident_ref(row, _labels(attrs, row.entity), self.scheduler_names)
@@ -94,8 +91,7 @@ class Remediation:
 
     def _racks(self) -> dict[str, str | None]:
         """Rack of each node, by its own and by its scheduler name (the engine sees the latter)."""
-        with self.store.session() as s:
-            racks = {r.node: r.rack for r in s.exec(select(EntityRow).where(EntityRow.kind == "node")).all()}
+        racks = self.store.node_racks()
         racks.update({sched: racks.get(node) for node, sched in self.scheduler_names.items()})
         return racks
 
@@ -103,20 +99,15 @@ class Remediation:
         """Plan actions for incidents changed since the cursor; returns how many were planned."""
         planned = 0
         now = self.clock()
-        with self.store.session() as s:
-            cursor = s.get(AlertCursorRow, CURSOR)
-            since = cursor.value if cursor else float("-inf")
-            rows = [r for r in s.exec(select(IncidentRow).where(IncidentRow.updated_at >= since)
-                                      .order_by(IncidentRow.updated_at)).all()
-                    if not (r.updated_at == since and _version(r) in self._seen_at_cursor)]
-            if not rows:  # the usual tick: read nothing else
-                return self._planned_deferred() if self._deferred else 0
-            entities = {r.entity for r in rows}
-            attrs = {e.id: e.attrs for e in s.exec(select(EntityRow).where(EntityRow.id.in_(entities))).all()}
-            window = self.engine.guards.breaker_window_s
-            recent = s.exec(select(func.count()).select_from(IncidentRow)
-                            .where(IncidentRow.opened_at >= now - window)).one()
-            nodes = s.exec(select(func.count()).select_from(EntityRow).where(EntityRow.kind == "node")).one()
+        cursor = self.store.incident_cursor(CURSOR)
+        since = cursor if cursor is not None else float("-inf")
+        rows = [r for r in self.store.incidents_updated_since(since)
+                if not (r.updated_at == since and _version(r) in self._seen_at_cursor)]
+        if not rows:  # the usual tick: read nothing else
+            return self._planned_deferred() if self._deferred else 0
+        attrs = self.store.entity_attrs(r.entity for r in rows)
+        recent = self.store.incidents_opened_since(now - self.engine.guards.breaker_window_s)
+        nodes = self.store.count_nodes()
         self.engine.observe(recent, nodes, stale_nodes=sum(1 for r in rows if r.category == "telemetry"
                                                            and r.closed_at is None and r.kind == "node"))
         state = state or self.engine.scheduler.snapshot()
@@ -141,9 +132,7 @@ class Remediation:
                 planned += self.engine.submit(ref, state) is not None
         planned += self._planned_deferred(state)
         last = max(r.updated_at for r in rows)
-        with self.store.session() as s:
-            s.merge(AlertCursorRow(name=CURSOR, value=last))
-            s.commit()
+        self.store.save_incident_cursor(CURSOR, last)
         self._seen_at_cursor = {_version(r) for r in rows if r.updated_at == last} | (
             self._seen_at_cursor if last == since else set())
         return planned

@@ -36,7 +36,6 @@ from pathlib import Path
 import numpy as np
 from apscheduler.executors.pool import ThreadPoolExecutor as JobExecutor
 from apscheduler.schedulers.background import BackgroundScheduler
-from sqlalchemy import delete
 
 from daemon import metrics
 from daemon.alerting.service import Alerting
@@ -51,7 +50,7 @@ from daemon.pipeline import Pipeline, PipelineConfig
 from daemon.rejects import RejectLog
 from daemon.remediation import Remediation, scheduler_from_config
 from daemon.sdnotify import Notifier
-from daemon.store import AlertRow, FindingRow, OutboxRow, Store
+from daemon.store import Store
 from daemon.topology import Topology
 
 log = logging.getLogger("raswarden.service")
@@ -267,16 +266,7 @@ class Service:
 
     def housekeeping(self) -> dict[str, int]:
         """Trim what is older than the retention: findings, delivered/failed notifications, told alerts."""
-        cutoff = self.clock() - self.cfg.service.retention_days * 86400
-        with self.store.session() as s:
-            out = {
-                "findings": s.exec(delete(FindingRow).where(FindingRow.ts < cutoff)).rowcount,
-                "outbox": s.exec(delete(OutboxRow).where(OutboxRow.status != "pending",
-                                                         OutboxRow.created_at < cutoff)).rowcount,
-                "alerts": s.exec(delete(AlertRow).where(AlertRow.status == "done",
-                                                        AlertRow.updated_at < cutoff)).rowcount,
-            }
-            s.commit()
+        out = self.store.trim(self.clock() - self.cfg.service.retention_days * 86400)
         if any(out.values()):
             log.info("housekeeping removed %s", out)
         return out

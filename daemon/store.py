@@ -18,7 +18,7 @@ from alembic.config import Config
 from sqlalchemy import JSON, Column, UniqueConstraint, event
 from sqlalchemy.engine import Engine
 from sqlalchemy.pool import StaticPool
-from sqlmodel import Field, Session, SQLModel, create_engine, select
+from sqlmodel import Field, Session, SQLModel, create_engine, delete, func, select
 
 DEFAULT_URL = "sqlite:////var/lib/raswarden/raswarden.db"
 
@@ -159,8 +159,9 @@ class CollectorStateRow(SQLModel, table=True):
     updated_at: float
 
 
-class AlertCursorRow(SQLModel, table=True):
-    """How far the alert pipeline has read the incident table (incident.updated_at)."""
+class IncidentCursorRow(SQLModel, table=True):
+    """How far a reader of the incident table (the alert pipeline, remediation) has read it, by incident.updated_at.
+    The table keeps the name it had when the alert pipeline was its only reader."""
 
     __tablename__ = "alert_cursor"
     name: str = Field(primary_key=True)
@@ -282,6 +283,57 @@ class Store:
             if status:
                 q = q.where(IncidentRow.status == status)
             return list(s.exec(q).all())
+
+    def incidents_updated_since(self, since: float) -> list[IncidentRow]:
+        """Incidents updated at or after ``since`` (inclusive: a later transaction may share that time), oldest
+        update first."""
+        with self.session() as s:
+            return list(s.exec(select(IncidentRow).where(IncidentRow.updated_at >= since)
+                               .order_by(IncidentRow.updated_at)).all())
+
+    def incidents_opened_since(self, since: float) -> int:
+        """How many incidents were opened at or after ``since``."""
+        with self.session() as s:
+            return s.exec(select(func.count()).select_from(IncidentRow).where(IncidentRow.opened_at >= since)).one()
+
+    def incident_cursor(self, name: str) -> float | None:
+        """Where reader ``name`` stopped reading the incident table (None: it never read it)."""
+        with self.session() as s:
+            row = s.get(IncidentCursorRow, name)
+            return row.value if row else None
+
+    def save_incident_cursor(self, name: str, value: float) -> None:
+        with self.session() as s:
+            s.merge(IncidentCursorRow(name=name, value=value))
+            s.commit()
+
+    def entity_attrs(self, ids: Iterable[str]) -> dict[str, dict | None]:
+        """The attributes (labels) of the known entities among ``ids``."""
+        with self.session() as s:
+            return {e.id: e.attrs for e in s.exec(select(EntityRow).where(EntityRow.id.in_(set(ids)))).all()}
+
+    def node_racks(self) -> dict[str, str | None]:
+        """Every known node's rack."""
+        with self.session() as s:
+            return {r.node: r.rack for r in s.exec(select(EntityRow).where(EntityRow.kind == "node")).all()}
+
+    def count_nodes(self) -> int:
+        with self.session() as s:
+            return s.exec(select(func.count()).select_from(EntityRow).where(EntityRow.kind == "node")).one()
+
+    def trim(self, cutoff: float) -> dict[str, int]:
+        """Remove what is older than ``cutoff``: findings, delivered or failed notifications, alerts told and done;
+        how many rows of each."""
+        with self.session() as s:
+            out = {
+                "findings": s.exec(delete(FindingRow).where(FindingRow.ts < cutoff)).rowcount,
+                "outbox": s.exec(delete(OutboxRow).where(OutboxRow.status != "pending",
+                                                         OutboxRow.created_at < cutoff)).rowcount,
+                "alerts": s.exec(delete(AlertRow).where(AlertRow.status == "done",
+                                                        AlertRow.updated_at < cutoff)).rowcount,
+            }
+            s.commit()
+        return out
 
     def health(self) -> list[HealthRow]:
         """The last recorded visible state of every entity that ever changed state."""

@@ -20,7 +20,7 @@ from daemon.alerting.alert import Alert, Notification, alert_from_incident, grou
 from daemon.alerting.outbox import enqueue
 from daemon.alerting.routing import Route, route
 from daemon.alerting.silences import Silence, SilenceBook
-from daemon.store import ActionRow, AlertCursorRow, AlertGroupRow, AlertRow, IncidentRow, Store
+from daemon.store import ActionRow, IncidentCursorRow, AlertGroupRow, AlertRow, IncidentRow, Store
 
 
 @dataclass
@@ -76,7 +76,7 @@ class AlertPipeline:
         """Read incidents changed since the cursor and update their alerts; returns alerts changed."""
         changed = 0
         with self.store.session() as s:
-            cursor = s.get(AlertCursorRow, self.cursor_name)
+            cursor = s.get(IncidentCursorRow, self.cursor_name)
             since = cursor.value if cursor else float("-inf")
             rows = s.exec(select(IncidentRow).where(IncidentRow.updated_at >= since)
                           .order_by(IncidentRow.updated_at)).all()
@@ -87,7 +87,7 @@ class AlertPipeline:
                                       .order_by(ActionRow.id)).all())
                 changed += self._upsert(s, alert_from_incident(inc, describe_action(actions)), now, inc.updated_at)
             if rows:
-                s.merge(AlertCursorRow(name=self.cursor_name, value=newest))
+                s.merge(IncidentCursorRow(name=self.cursor_name, value=newest))
             # A firing alert also changes when a playbook step moves (the incident itself does not).
             seen = {inc.id for inc in rows}
             for row in s.exec(select(AlertRow).where(AlertRow.status == "firing")).all():
