@@ -45,7 +45,7 @@ from daemon.sim.scheduler import SimJob, SimScheduler
 from daemon.store import Store
 from daemon.timeorder import tick_index
 from daemon.topology import Topology
-from playbooks.engine import Guards, incident_in_reason
+from playbooks.guards import Guards, incident_in_reason
 
 POLICIES = ("none", "reactive", "full")
 # What the figures mean; results of another version do not mix (2: a slow GPU holds back its job; 3: actions are

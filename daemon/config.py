@@ -20,7 +20,7 @@ from daemon.alerting.receivers.base import ReceiverConfig
 from daemon.alerting.routing import Route
 from daemon.alerting.secrets import SecretError, read_secret
 from daemon.store import DEFAULT_URL
-from playbooks.engine import Guards
+from playbooks.guards import Guards
 from playbooks.model import MODES
 
 DEFAULT_PATH = Path("/etc/raswarden/raswarden.toml")

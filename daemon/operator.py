@@ -12,7 +12,7 @@ from sqlmodel import select
 from daemon.alerting.silences import Silence, SilenceBook
 from daemon.store import ActionRow, Store
 from playbooks.duration import parse_duration
-from playbooks.engine import REASON_PREFIX
+from playbooks.guards import REASON_PREFIX
 from playbooks.scheduler import DRAIN, Scheduler, SchedulerError
 
 

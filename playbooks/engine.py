@@ -6,12 +6,9 @@ before it starts and after it ends, so a process killed at any point resumes on 
 done; a requeue whose jobs no longer run there is done; a resume whose node is back is done), and only
 repeated when it had not taken effect. Nothing is drained twice, requeued twice or forgotten.
 
-Guards, always on (:class:`Guards`): nodes drained, down or in maintenance by anyone else are never
-touched; a drain waits while it would exceed the blast-radius budget (nodes unavailable for any reason,
-in the cluster and in the rack); a tripped circuit breaker holds every action that touches the
-scheduler until an operator resets it; per-playbook rate limits; dry-run and shadow mode globally or per
-playbook; optional approval. Resume is only for nodes raswarden drained, after a clean period and the
-health check, and never for a repeat offender.
+The guards (:mod:`playbooks.guards`: others' nodes, the blast-radius budget, the circuit breaker, rate limits,
+modes, repeat offenders) are asked at every step. Resume is only for nodes raswarden drained, after a clean period
+and the health check.
 """
 
 from __future__ import annotations
@@ -25,20 +22,13 @@ from collections.abc import Callable
 from dataclasses import asdict, dataclass, field
 from typing import Any, Protocol
 
+from playbooks.guards import (REASON_PREFIX, Guards, breaker_trip, incident_in_reason, over_budget, owned_by_others,
+                              rate_limit, repeat_offender, strictest)
 from playbooks.model import Playbook
-from playbooks.scheduler import DOWN, DRAIN, MAINT, REBOOT, ClusterState, Scheduler, SchedulerError
+from playbooks.scheduler import DOWN, DRAIN, ClusterState, Scheduler, SchedulerError
 
 log = logging.getLogger("raswarden.playbooks")
-REASON_PREFIX = "raswarden:"
 OPEN = ("planned", "awaiting_approval", "running", "held")
-
-
-def incident_in_reason(reason: str) -> str | None:
-    """The incident id a raswarden drain reason names (``raswarden: <incident> ...``), or None for another's."""
-    if not reason.startswith(REASON_PREFIX):
-        return None
-    words = reason.removeprefix(REASON_PREFIX).split()
-    return words[0] if words else None
 
 
 @dataclass
@@ -126,24 +116,6 @@ class Journal(Protocol):
     def set_breaker(self, reason: str | None) -> None: ...
 
 
-@dataclass
-class Guards:
-    """Global guards (config ``[playbooks]``)."""
-
-    mode: str = "act"  # act | dry-run | shadow: overrides every playbook toward caution
-    max_drained_nodes: int = 10  # unavailable nodes (any reason) raswarden lets the cluster reach by draining
-    max_rack_fraction: float = 0.25
-    max_cluster_fraction: float = 0.05
-    breaker_incidents: int = 20  # new incidents within breaker_window_s trip the breaker...
-    breaker_window_s: float = 600.0
-    breaker_stale_fraction: float = 0.2  # ...as does telemetry gone from this share of nodes
-    repeat_offender: int = 3  # drains of one node within repeat_window_s: stays drained for a human
-    repeat_window_s: float = 7 * 86400.0
-
-
-_STRICTER = {"act": 0, "dry-run": 1, "shadow": 2}
-
-
 def fault_point(step: str, phase: str) -> None:
     """Test-only fault injection: ``RASWARDEN_FAULT=drain:executed`` kills this process with SIGKILL right
     there (phases: ``started`` after the start is journaled, ``executed`` after the scheduler acted and
@@ -183,7 +155,7 @@ class Engine:
         pb = self.choose(incident, state)
         if pb is None:
             return None
-        mode = max(pb.guards.mode, self.guards.mode, key=_STRICTER.__getitem__)
+        mode = strictest(pb.guards.mode, self.guards.mode)
         steps = [StepState(s.type, dict(s.params), s.timeout_s, s.retries) for s in pb.steps]
         return Action(f"{incident.id}:{pb.name}", incident, pb.name, mode, pb.guards.approval, steps, self.clock(),
                       status="awaiting_approval" if pb.guards.approval else "planned")
@@ -219,12 +191,7 @@ class Engine:
         """Trip the breaker when many entities go bad at once or telemetry vanishes (call once a tick)."""
         if self.journal.breaker():
             return
-        reason = None
-        if new_incidents >= self.guards.breaker_incidents:
-            reason = (f"{new_incidents} new incidents within {self.guards.breaker_window_s:.0f} s "
-                      f"(limit {self.guards.breaker_incidents})")
-        elif nodes and stale_nodes / nodes >= self.guards.breaker_stale_fraction:
-            reason = f"telemetry gone from {stale_nodes} of {nodes} nodes"
+        reason = breaker_trip(self.guards, new_incidents, nodes, stale_nodes)
         if reason:
             self.journal.set_breaker(reason)
             log.error("circuit breaker tripped: %s; raswarden stops acting until 'raswarden playbook reset'",
@@ -248,10 +215,7 @@ class Engine:
         pb = next((p for p in self.playbooks if p.name == action.playbook), None)
         if pb is None or any(st.status != "pending" for st in action.steps):
             return None  # only the start of an action is rate-limited
-        started = self.journal.started_since(pb.name, now - pb.guards.rate_per_s)
-        if started >= pb.guards.rate_max:
-            return f"rate limit: {started} actions of {pb.name} within {pb.guards.rate_per_s:.0f} s"
-        return None
+        return rate_limit(pb, self.journal.started_since(pb.name, now - pb.guards.rate_per_s))
 
     def _advance(self, action: Action, state: ClusterState) -> None:
         now = self.clock()
@@ -342,20 +306,6 @@ class Engine:
         return {"incident": inc.id, "node": action.node or "", "entity": inc.entity, "category": inc.category,
                 "state": inc.state, "rack": inc.rack or "", "job": job, "playbook": action.playbook}
 
-    def _owned_by_others(self, node: str, state: ClusterState) -> str | None:
-        """Why ``node`` is someone else's to handle: drained or in maintenance (or rebooting) with a reason
-        that is not raswarden's. A node that is only *down* (the scheduler lost it: the failure itself) is
-        not: raswarden may drain it so it does not return to service by itself."""
-        info = state.nodes.get(node)
-        if info is None or info.available:
-            return None
-        if info.reason.startswith(REASON_PREFIX):
-            return None
-        if not (info.states & {DRAIN, MAINT, REBOOT}):
-            return None
-        return f"{node} is unavailable ({', '.join(sorted(info.states))}, reason {info.reason!r} by " \
-               f"{info.reason_set_by or '?'}): left alone"
-
     def _describe(self, action: Action, st: StepState, state: ClusterState) -> str:
         node = action.node or "-"
         if st.type == "drain":
@@ -379,7 +329,7 @@ class Engine:
             return self._exec([render(a, self._values(action)) for a in st.params["argv"]], st)
         if node is None:
             return "skipped"
-        other = self._owned_by_others(node, state) if t != "resume" else None
+        other = owned_by_others(node, state) if t != "resume" else None
         if other:
             st.detail["note"] = other
             return "skipped"
@@ -400,7 +350,7 @@ class Engine:
             if info is not None and DRAIN in info.states and info.reason.startswith(REASON_PREFIX):
                 st.detail["note"] = "already drained by raswarden"
                 return "done"
-            held = self._budget(node, state)
+            held = over_budget(self.guards, node, state, self.rack_of)
             if held:
                 st.detail["held"] = held
                 return "held"
@@ -429,25 +379,6 @@ class Engine:
         if st.type == "resume":
             return info is not None and DRAIN not in info.states
         return False
-
-    def _budget(self, node: str, state: ClusterState) -> str | None:
-        """Why draining ``node`` now would exceed a blast-radius budget (every unavailable node counts)."""
-        g = self.guards
-        down = {n for n, i in state.nodes.items() if not i.available}
-        total = len(state.nodes) or 1
-        after = len(down | {node})
-        if after > g.max_drained_nodes:
-            return f"{after} nodes would be unavailable (budget {g.max_drained_nodes})"
-        if after / total > g.max_cluster_fraction and after > 1:
-            return f"{after} of {total} nodes would be unavailable (budget {g.max_cluster_fraction:.0%})"
-        rack = self.rack_of(node)
-        if rack is not None:
-            members = [n for n in state.nodes if self.rack_of(n) == rack]
-            in_rack = len((down | {node}) & set(members))
-            if members and in_rack / len(members) > g.max_rack_fraction and in_rack > 1:
-                return f"{in_rack} of {len(members)} nodes of rack {rack} would be unavailable " \
-                       f"(budget {g.max_rack_fraction:.0%})"
-        return None
 
     @staticmethod
     def _requeue_targets(action: Action, node: str, state: ClusterState) -> tuple[list[str], list[str]]:
@@ -520,10 +451,9 @@ class Engine:
         since = action.incident.closed_at or action.created_at
         if now - since < st.params.get("clean_for", 1800.0):
             return "waiting"
-        drains = self.journal.drains_of(node, now - self.guards.repeat_window_s)
-        if drains >= self.guards.repeat_offender:
-            st.detail["note"] = f"repeat offender: drained {drains} times within " \
-                                f"{self.guards.repeat_window_s / 86400:.0f} days; left drained for a human"
+        offender = repeat_offender(self.guards, self.journal.drains_of(node, now - self.guards.repeat_window_s))
+        if offender:
+            st.detail["note"] = offender
             return "skipped"
         if st.params.get("health_check"):
             self._exec([render(a, self._values(action)) for a in st.params["health_check"]], st)

@@ -8,7 +8,8 @@ import pytest
 from daemon.actions import StoreJournal
 from daemon.sim.scheduler import SimJob, SimScheduler
 from daemon.store import Store
-from playbooks.engine import Engine, Guards, IncidentRef, incident_in_reason
+from playbooks.engine import Engine, IncidentRef
+from playbooks.guards import Guards, incident_in_reason
 from playbooks.model import load, parse
 from playbooks.scheduler import DRAIN
 from tests.conftest import Clock

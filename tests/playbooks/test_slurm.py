@@ -117,7 +117,8 @@ def test_failed_node_is_drained_and_its_job_requeued_and_guards_hold_on_slurm(sl
 
     from daemon.actions import StoreJournal
     from daemon.store import Store
-    from playbooks.engine import Engine, Guards, IncidentRef
+    from playbooks.engine import Engine, IncidentRef
+    from playbooks.guards import Guards
     from playbooks.model import load, parse
     from tests.playbooks.conftest import LAB_DIR
 
@@ -169,7 +170,8 @@ def test_resume_after_recovery_breaker_modes_and_rate_limit_on_slurm(slurm, tmp_
     leave Slurm untouched; a playbook's rate limit holds its second drain."""
     from daemon.actions import StoreJournal
     from daemon.store import Store
-    from playbooks.engine import Engine, Guards, IncidentRef
+    from playbooks.engine import Engine, IncidentRef
+    from playbooks.guards import Guards
     from playbooks.model import load, parse
 
     clock = Clock(10_000.0)
@@ -247,7 +249,8 @@ def test_an_operators_drain_is_left_alone_on_slurm(slurm, tmp_path):
     its running job whatever raswarden's incidents say: no signal, no drain over it, no requeue, no resume."""
     from daemon.actions import StoreJournal
     from daemon.store import Store
-    from playbooks.engine import Engine, Guards, IncidentRef
+    from playbooks.engine import Engine, IncidentRef
+    from playbooks.guards import Guards
     from playbooks.model import load
 
     clock = Clock(10_000.0)
