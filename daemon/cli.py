@@ -555,7 +555,7 @@ def cmd_playbook(args: argparse.Namespace) -> int:
             print(f"{row.id} ({row.entity}, {row.severity}, {row.category}) -> playbook {action.playbook}, mode "
                   f"{action.mode}{', needs approval' if action.approval else ''}")
             for i, st in enumerate(action.steps, 1):
-                print(f"  {i}. {rem.engine._describe(action, st, state)}")
+                print(f"  {i}. {rem.engine.describe(action, st, state)}")
             return 0
         if args.playbook_command == "reset":
             rem.journal.set_breaker(None)

@@ -15,17 +15,15 @@ from __future__ import annotations
 
 import logging
 import os
-import re
-import subprocess
 import time
 from collections.abc import Callable
 from dataclasses import asdict, dataclass, field
 from typing import Any, Protocol
 
-from playbooks.guards import (REASON_PREFIX, Guards, breaker_trip, incident_in_reason, over_budget, owned_by_others,
-                              rate_limit, repeat_offender, strictest)
+from playbooks.guards import Guards, breaker_trip, owned_by_others, rate_limit, strictest
 from playbooks.model import Playbook
-from playbooks.scheduler import DOWN, DRAIN, ClusterState, Scheduler, SchedulerError
+from playbooks.scheduler import ClusterState, Scheduler, SchedulerError
+from playbooks.steps import STEPS
 
 log = logging.getLogger("raswarden.playbooks")
 OPEN = ("planned", "awaiting_approval", "running", "held")
@@ -124,10 +122,6 @@ def fault_point(step: str, phase: str) -> None:
         import signal
 
         os.kill(os.getpid(), signal.SIGKILL)
-
-
-def render(template: str, values: dict[str, str]) -> str:
-    return re.sub(r"\{([a-z_]+)\}", lambda m: values.get(m.group(1), m.group(0)), template)
 
 
 class Engine:
@@ -247,14 +241,15 @@ class Engine:
                     self.journal.save(action)
                     fault_point(st.type, "done")  # a boundary too: the step is recorded done
                     continue
+            handler = STEPS.get(st.type)
             breaker = self.journal.breaker()
-            if breaker and st.type not in ("notify", "wait", "wait_checkpoint"):
+            if breaker and (handler is None or handler.held_by_breaker):
                 action.status, action.note = "held", f"circuit breaker: {breaker}"
                 self.journal.save(action)
                 return
-            if action.mode == "dry-run" and st.type not in ("notify", "wait"):
+            if action.mode == "dry-run" and (handler is None or handler.dry_run):
                 st.status, st.finished_at = "dry-run", now
-                st.detail["would"] = self._describe(action, st, state)
+                st.detail["would"] = self.describe(action, st, state)
                 self.journal.save(action)
                 continue
             if st.status == "pending":
@@ -273,7 +268,7 @@ class Engine:
                 st.status, st.finished_at = "done", self.clock()
                 self.journal.save(action)  # persisted after it ends
                 fault_point(st.type, "done")
-                if st.type in ("drain", "requeue", "resume"):
+                if handler is not None and handler.changes_cluster:
                     state = self._state = self.scheduler.snapshot()
                 continue
             if result == "skipped":
@@ -300,162 +295,26 @@ class Engine:
             action.status = "done"
         self.journal.save(action)
 
-    # -- steps ---------------------------------------------------------------------------------
-    def _values(self, action: Action, job: str = "") -> dict[str, str]:
-        inc = action.incident
-        return {"incident": inc.id, "node": action.node or "", "entity": inc.entity, "category": inc.category,
-                "state": inc.state, "rack": inc.rack or "", "job": job, "playbook": action.playbook}
-
-    def _describe(self, action: Action, st: StepState, state: ClusterState) -> str:
-        node = action.node or "-"
-        if st.type == "drain":
-            return f"drain {node} with reason {self._reason(action, st)!r}"
-        if st.type in ("checkpoint", "requeue"):
-            jobs = [j.id for j in state.jobs_on(node)] if action.node else []
-            return f"{st.type} jobs {jobs} on {node}"
-        return f"{st.type} {node}"
-
-    def _reason(self, action: Action, st: StepState) -> str:
-        return f"{REASON_PREFIX} " + render(st.params.get("reason", "{incident} {category}"), self._values(action))
-
+    # -- steps: the handlers of playbooks.steps ------------------------------------------------
     def _execute(self, action: Action, st: StepState, state: ClusterState) -> str:
-        node = action.node
-        t = st.type
-        if t == "notify":
-            return "done"  # the alert pipeline tells the operators, with this action's steps
-        if t == "wait":
-            return "done" if self.clock() - (st.started_at or 0) >= st.params["duration"] else "waiting"
-        if t == "exec":
-            return self._exec([render(a, self._values(action)) for a in st.params["argv"]], st)
-        if node is None:
-            return "skipped"
-        other = owned_by_others(node, state) if t != "resume" else None
-        if other:
-            st.detail["note"] = other
-            return "skipped"
-        if t == "checkpoint":
-            signalled, left = [], []
-            for job in state.jobs_on(node):
-                if job.checkpoint_opt_in:
-                    self.scheduler.signal_job(job.id, st.params.get("signal", "USR1"))
-                    signalled.append(job.id)
-                else:
-                    left.append(job.id)
-            st.detail.update(signalled=signalled, left_running=left)
-            return "done"
-        if t == "wait_checkpoint":
-            return self._wait_checkpoint(action, st, state)
-        if t == "drain":
-            info = state.nodes.get(node)
-            if info is not None and DRAIN in info.states and info.reason.startswith(REASON_PREFIX):
-                st.detail["note"] = "already drained by raswarden"
-                return "done"
-            held = over_budget(self.guards, node, state, self.rack_of)
-            if held:
-                st.detail["held"] = held
-                return "held"
-            self.scheduler.drain(node, self._reason(action, st))
-            return "done"
-        if t == "requeue":
-            jobs, left = self._requeue_targets(action, node, state)
-            for job in jobs:
-                self.scheduler.requeue(job)
-            st.detail["requeued"] = st.detail.get("requeued", []) + jobs
-            if left:
-                st.detail["left_running"] = left
-            return "done"
-        if t == "resume":
-            return self._resume(action, st, state)
-        raise SchedulerError(f"unknown step {t}", retryable=False)
+        handler = STEPS.get(st.type)
+        if handler is None:
+            raise SchedulerError(f"unknown step {st.type}", retryable=False)
+        if handler.needs_node:
+            if action.node is None:
+                return "skipped"
+            other = owned_by_others(action.node, state) if handler.leaves_others_alone else None
+            if other:
+                st.detail["note"] = other
+                return "skipped"
+        return handler.execute(self, action, st, state)
 
     def _verify(self, action: Action, st: StepState, state: ClusterState) -> bool:
         """After a restart: did the step found ``started`` take effect?"""
-        node = action.node
-        info = state.nodes.get(node) if node else None
-        if st.type == "drain":
-            return info is not None and DRAIN in info.states and incident_in_reason(info.reason) == action.incident.id
-        if st.type == "requeue":
-            return not self._requeue_targets(action, node, state)[0] if node else True
-        if st.type == "resume":
-            return info is not None and DRAIN not in info.states
-        return False
+        handler = STEPS.get(st.type)
+        return handler is not None and handler.verify(self, action, st, state)
 
-    @staticmethod
-    def _requeue_targets(action: Action, node: str, state: ClusterState) -> tuple[list[str], list[str]]:
-        """The jobs a requeue moves off ``node``, and those it leaves running. After a checkpoint step only the
-        jobs it signalled (they opted in): a requeue sends TERM, and a job that did not opt in would lose its
-        work since its own last checkpoint, so it keeps running on the drained node (ARCHITECTURE §6). Without
-        a checkpoint step (a failed node: its jobs are lost anyway) every job on the node."""
-        on_node = [j.id for j in state.jobs_on(node)]
-        ckpt = next((s for s in action.steps if s.type == "checkpoint"), None)
-        if ckpt is None:
-            return on_node, []
-        signalled = set(ckpt.detail.get("signalled", []))
-        return [j for j in on_node if j in signalled], [j for j in on_node if j not in signalled]
-
-    def _wait_checkpoint(self, action: Action, st: StepState, state: ClusterState) -> str:
-        signalled = next((s.detail.get("signalled", []) for s in action.steps if s.type == "checkpoint"), [])
-        pending = []
-        for job_id in signalled:
-            job = state.jobs.get(job_id)
-            if job is None or job.state != "running" or self._confirmed(action, st, job_id, job.comment):
-                continue
-            pending.append(job_id)
-        st.detail["waiting_for"] = pending
-        if not pending:
-            return "done"
-        if self.clock() - (st.started_at or 0) >= st.timeout_s:
-            st.detail["note"] = f"no confirmation from {pending} within {st.timeout_s:.0f} s; going on"
-            return "done"
-        return "waiting"
-
-    def _confirmed(self, action: Action, st: StepState, job_id: str, comment: str) -> bool:
-        how = st.params.get("confirm", "marker")
-        if how == "comment":
-            return re.search(st.params["comment_pattern"], comment or "") is not None
-        if how == "marker":
-            return os.path.exists(render(st.params["marker"], self._values(action, job_id)))
-        argv = [render(a, self._values(action, job_id)) for a in st.params["command"]]
-        try:
-            return subprocess.run(argv, capture_output=True, timeout=30, check=False).returncode == 0
-        except (OSError, subprocess.TimeoutExpired):
-            return False
-
-    def _exec(self, argv: list[str], st: StepState) -> str:
-        try:
-            proc = subprocess.run(argv, capture_output=True, text=True, timeout=st.timeout_s, check=False)
-        except (OSError, subprocess.TimeoutExpired) as exc:
-            raise SchedulerError(f"exec {argv[0]}: {exc}", retryable=True) from None
-        st.detail["exit"] = proc.returncode
-        if proc.returncode != 0:
-            raise SchedulerError(f"exec {argv[0]}: exit {proc.returncode}: {proc.stderr.strip()[-200:]}",
-                                 retryable=True)
-        return "done"
-
-    def _resume(self, action: Action, st: StepState, state: ClusterState) -> str:
-        node = action.node
-        info = state.nodes.get(node)
-        if info is None or DRAIN not in info.states:
-            st.detail["note"] = "not drained"
-            return "done"
-        if not info.reason.startswith(REASON_PREFIX):
-            st.detail["note"] = f"drained by {info.reason_set_by or 'someone else'} ({info.reason!r}): left alone"
-            return "skipped"
-        if DOWN in info.states:
-            # Down (being repaired, or lost): its quiet says nothing about the hardware. A node drained for a
-            # fault that shows only under load looks healthy once idle; resuming it then puts the job back
-            # on the fault, and the drain after that makes it a repeat offender.
-            st.detail["note"] = "down: resumed once it is back"
-            return "waiting"
-        now = self.clock()
-        since = action.incident.closed_at or action.created_at
-        if now - since < st.params.get("clean_for", 1800.0):
-            return "waiting"
-        offender = repeat_offender(self.guards, self.journal.drains_of(node, now - self.guards.repeat_window_s))
-        if offender:
-            st.detail["note"] = offender
-            return "skipped"
-        if st.params.get("health_check"):
-            self._exec([render(a, self._values(action)) for a in st.params["health_check"]], st)
-        self.scheduler.resume(node)
-        return "done"
+    def describe(self, action: Action, st: StepState, state: ClusterState) -> str:
+        """What the step would do now, in words (what dry-run journals)."""
+        handler = STEPS.get(st.type)
+        return handler.describe(self, action, st, state) if handler else f"{st.type} {action.node or '-'}"

@@ -19,9 +19,12 @@ from __future__ import annotations
 
 from collections.abc import Callable
 from dataclasses import dataclass
+from typing import TYPE_CHECKING
 
-from playbooks.model import Playbook
 from playbooks.scheduler import DRAIN, MAINT, REBOOT, ClusterState
+
+if TYPE_CHECKING:  # the model reads the steps, which ask the guards
+    from playbooks.model import Playbook
 
 REASON_PREFIX = "raswarden:"
 STRICTER = {"act": 0, "dry-run": 1, "shadow": 2}

@@ -38,40 +38,15 @@ from typing import Any
 
 import yaml
 
-from playbooks.duration import parse_duration
+from playbooks.params import PlaybookError, duration
+from playbooks.steps import STEPS
 
-STEP_TYPES = {
-    "notify": set(),
-    "checkpoint": {"signal"},
-    "wait_checkpoint": {"confirm", "marker", "comment_pattern", "command"},
-    "drain": {"reason"},
-    "requeue": set(),
-    "resume": {"health_check", "clean_for"},
-    "exec": {"argv"},
-    "wait": {"duration"},
-}
 COMMON_STEP_KEYS = {"step", "timeout", "retries"}
 MODES = ("act", "dry-run", "shadow")
 KINDS = ("accelerator", "node", "port", "rack", "cooling", "supernode")
 STATES = ("suspect", "subhealthy", "failed", "unknown", "healthy")
 CATEGORIES = ("gpu_memory", "gpu_bus", "gpu_thermal", "gpu_compute", "scaleup_link", "fabric_link", "host",
               "cooling", "telemetry", "application")
-SIGNALS = ("USR1", "USR2", "TERM", "INT", "HUP")
-_PLACEHOLDER = re.compile(r"\{([a-z_]+)\}")
-PLACEHOLDERS = {"incident", "node", "entity", "category", "state", "rack", "job", "playbook"}
-
-
-class PlaybookError(ValueError):
-    """A playbook is malformed; the message names the file and the key."""
-
-
-def duration(value: Any, where: str) -> float:
-    try:
-        return parse_duration(value, where)
-    except ValueError as exc:
-        raise PlaybookError(str(exc)) from None
-
-
 @dataclass(frozen=True)
 class Step:
     type: str
@@ -140,20 +115,14 @@ def _no_more(raw: dict, where: str) -> None:
         raise PlaybookError(f"{where}: unknown key(s) {', '.join(sorted(map(str, raw)))}")
 
 
-def _templates(value: str, where: str) -> None:
-    for name in _PLACEHOLDER.findall(value):
-        if name not in PLACEHOLDERS:
-            raise PlaybookError(f"{where}: unknown placeholder {{{name}}} (one of {', '.join(sorted(PLACEHOLDERS))})")
-
-
 def parse_step(raw: Any, where: str) -> Step:
     if not isinstance(raw, dict):
         raise PlaybookError(f"{where}: expected a mapping with a 'step' key")
     raw = dict(raw)
     kind = raw.get("step")
-    if kind not in STEP_TYPES:
-        raise PlaybookError(f"{where}.step: {kind!r} is not a step (one of {', '.join(STEP_TYPES)})")
-    unknown = set(raw) - COMMON_STEP_KEYS - STEP_TYPES[kind]
+    if kind not in STEPS:
+        raise PlaybookError(f"{where}.step: {kind!r} is not a step (one of {', '.join(STEPS)})")
+    unknown = set(raw) - COMMON_STEP_KEYS - STEPS[kind].keys
     if unknown:
         raise PlaybookError(f"{where}: unknown key(s) {', '.join(sorted(unknown))} for step {kind}")
     timeout = duration(raw.pop("timeout", 60), f"{where}.timeout")
@@ -161,42 +130,8 @@ def parse_step(raw: Any, where: str) -> Step:
     if not isinstance(retries, int) or isinstance(retries, bool) or not 0 <= retries <= 20:
         raise PlaybookError(f"{where}.retries: an integer from 0 to 20")
     raw.pop("step")
-    if kind == "checkpoint":
-        raw.setdefault("signal", "USR1")
-        if raw["signal"] not in SIGNALS:
-            raise PlaybookError(f"{where}.signal: one of {', '.join(SIGNALS)}")
-    if kind == "wait_checkpoint":
-        confirm = raw.setdefault("confirm", "marker")
-        needed = {"marker": "marker", "comment": "comment_pattern", "command": "command"}.get(confirm)
-        if needed is None:
-            raise PlaybookError(f"{where}.confirm: one of marker, comment, command")
-        if needed not in raw:
-            raise PlaybookError(f"{where}.{needed}: required with confirm: {confirm}")
-        if confirm == "marker":
-            _templates(str(raw["marker"]), f"{where}.marker")
-        if confirm == "command":
-            raw["command"] = _argv(raw["command"], f"{where}.command")
-    if kind == "drain":
-        raw.setdefault("reason", "{incident} {category}")
-        _templates(str(raw["reason"]), f"{where}.reason")
-    if kind == "exec":
-        raw["argv"] = _argv(raw.get("argv"), f"{where}.argv")
-    if kind == "resume":
-        if "health_check" in raw:
-            raw["health_check"] = _argv(raw["health_check"], f"{where}.health_check")
-        raw["clean_for"] = duration(raw.get("clean_for", "30m"), f"{where}.clean_for")
-    if kind == "wait":
-        raw["duration"] = duration(raw.get("duration", 60), f"{where}.duration")
+    raw = STEPS[kind].parse(raw, where)
     return Step(kind, raw, timeout, retries)
-
-
-def _argv(value: Any, where: str) -> list[str]:
-    if not isinstance(value, list) or not value or not all(isinstance(v, str) for v in value):
-        raise PlaybookError(f"{where}: an argument list, e.g. [\"/usr/bin/ticket\", \"--node\", \"{{node}}\"] "
-                            "(never a shell string)")
-    for i, v in enumerate(value):
-        _templates(v, f"{where}[{i}]")
-    return list(value)
 
 
 def parse(raw: Any, source: str = "<playbook>") -> Playbook:
