@@ -1,6 +1,6 @@
 """raswarden: fault-recovery daemon for AI supernode clusters.
 
-This top-level package is called ``daemon`` (see ARCHITECTURE.md §2); it is not python-daemon,
+This top-level package is called ``daemon`` (see docs/architecture.md §2); it is not python-daemon,
 and tests/test_package.py pins that.
 """
 

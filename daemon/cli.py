@@ -784,7 +784,8 @@ def build_parser() -> argparse.ArgumentParser:
                        description="Replay labelled traces (labels.jsonl) with raswarden's detectors and with the "
                                    "static-threshold baseline, and report per fault class the recall before "
                                    "failure, lead time, hard-fault latency, false and confounder flags "
-                                   "(ARCHITECTURE §5). With --matrix, simulated fleets instead of traces: every "
+                                   "(docs/architecture.md §5). With --matrix, simulated fleets instead of traces: "
+                                   "every "
                                    "cell of sampling interval x healthy-part noise, over the seeds given, figures "
                                    "per cell (docs/detectors.md).")
     p.add_argument("trace", nargs="*", help="trace directories, each with labels.jsonl")

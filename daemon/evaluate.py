@@ -24,7 +24,7 @@ class _Collect:
 
 
 def read_labels(path: Path, purpose: str = "evaluate against") -> list[Fault]:
-    """The ground-truth labels of a trace directory (``labels.jsonl``, ARCHITECTURE §8)."""
+    """The ground-truth labels of a trace directory (``labels.jsonl``, docs/architecture.md §8)."""
     trace = Trace.discover([path])
     if trace.labels_path is None:
         raise FileNotFoundError(f"{path}: no labels.jsonl to {purpose}")

@@ -1,4 +1,4 @@
-"""Health per entity: the state machine with hysteresis, staleness, and the node roll-up (ARCHITECTURE §4).
+"""Health per entity: the state machine with hysteresis, staleness, and the node roll-up (docs/architecture.md §4).
 
 * A hard fault enters ``failed`` at once. Otherwise an entity enters a worse state when its evidence
   reached that level in ``enter_k`` of the last ``enter_n`` ticks.

@@ -1,4 +1,4 @@
-"""Incidents: what operators and playbooks act on (ARCHITECTURE §4).
+"""Incidents: what operators and playbooks act on (docs/architecture.md §4).
 
 An incident opens when an entity enters ``subhealthy`` or ``failed``; its fingerprint is entity +
 category, so a second transition of the same kind updates it instead of opening another. It

@@ -94,7 +94,7 @@ def key(r: dict) -> tuple:
 
 
 def pooled(runs: list[dict], who: str) -> dict:
-    """Pooled figures of runs (ARCHITECTURE §5) and their spread over seeds."""
+    """Pooled figures of runs (docs/architecture.md §5) and their spread over seeds."""
     faults = flagged = hard = in_time = 0
     leads, windows, latencies, per_seed_recall = [], [], [], []
     false = conf = 0

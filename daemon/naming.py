@@ -3,7 +3,7 @@
 The tables are data (``daemon/names/*.csv``, documented in docs/names.md): one row per source metric
 with its canonical metric, type, an entity template filled from the series' labels, an optional label
 match (``clock_type=GPU_CLOCK_TYPE_SYSTEM``: one source metric carries several canonical ones, told apart
-by a label) and an optional value transform (:class:`Transform`). Node ids follow ARCHITECTURE §3: the
+by a label) and an optional value transform (:class:`Transform`). Node ids follow docs/architecture.md §3: the
 host name the telemetry gives (``Hostname``/``hostname``, else the ``instance`` host), addresses only
 through the topology's alias table; an unmapped address is reported, never invented into a node.
 """

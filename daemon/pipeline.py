@@ -1,6 +1,6 @@
 """The tick: one batch of samples and events in, health transitions, findings and incidents out.
 
-The same :meth:`Pipeline.tick` runs in live, replay and simulation mode (ARCHITECTURE §1); only the
+The same :meth:`Pipeline.tick` runs in live, replay and simulation mode (docs/architecture.md §1); only the
 clock and the source of batches differ. Nothing in here reads a wall clock.
 """
 
@@ -54,7 +54,7 @@ class PipelineConfig:
 
 @dataclass
 class Finding:
-    """One visible state transition, in the JSON-lines form of ARCHITECTURE §8."""
+    """One visible state transition, in the JSON-lines form of docs/architecture.md §8."""
 
     ts: float
     entity: str

@@ -108,7 +108,7 @@ def replay(
     on_tick: Callable[[float, Pipeline], None] | None = None,
     window: tuple[float, float] | None = None,
 ) -> ReplayResult:
-    """Replay trace paths; findings go to ``findings_out`` as JSON lines (ARCHITECTURE §8). With ``window``
+    """Replay trace paths; findings go to ``findings_out`` as JSON lines (docs/architecture.md §8). With ``window``
     ``(since, until)``, only the rows stamped in ``(since, until]``, the ticks' own bounds (a part of a long
     trace, for training)."""
     config = config or PipelineConfig()

@@ -1,6 +1,6 @@
 """Resolve events to the entity they concern, and merge the same fact seen by two sources.
 
-Kernel lines name hardware by PCI address or netdev; the collector's job (ARCHITECTURE §4) is to
+Kernel lines name hardware by PCI address or netdev; the collector's job (docs/architecture.md §4) is to
 map that to an accelerator (through dcgm-exporter's ``pci_bus_id`` label or the topology) or a
 fabric port (through the topology). An address that maps to nothing stays on the node, with the
 address in the message, rather than inventing an entity.

@@ -6,7 +6,7 @@ chunk by time bucket into Arrow IPC files on disk (one file per chunk and bucket
 buckets in order, sorting one bucket at a time. Events are spilled the same way. Memory is bounded
 by a chunk plus a bucket, whatever the trace length.
 
-Tick ``k`` covers ``(k*interval - interval, k*interval]`` (ARCHITECTURE §1). Within a bucket rows are
+Tick ``k`` covers ``(k*interval - interval, k*interval]`` (docs/architecture.md §1). Within a bucket rows are
 sorted by (time, entity, metric, value) on the *names*, never on interning order, and exact
 duplicates (same entity, metric and time) are dropped, so the batches — and so the findings — are
 the same whatever the file order, chunk size or speed.

@@ -15,7 +15,7 @@ Format (``topology.yaml``)::
             ports:
               - {device: mlx5_0, port: 1, pci: "0000:0c:00.0", netdev: ibp12s0, switchport: leaf01/1}
 
-Without a topology, nodes and their devices are inferred from telemetry labels (ARCHITECTURE §3).
+Without a topology, nodes and their devices are inferred from telemetry labels (docs/architecture.md §3).
 """
 
 from __future__ import annotations
@@ -27,7 +27,8 @@ from pathlib import Path
 import yaml
 
 
-# Accelerator id prefixes (ARCHITECTURE §3): GPUs (NVIDIA, AMD), Ascend NPUs, Hygon DCUs named as their tools do.
+# Accelerator id prefixes (docs/architecture.md §3): GPUs (NVIDIA, AMD), Ascend NPUs, Hygon DCUs named as their
+# tools do.
 ACCELERATOR_PREFIXES = ("gpu", "npu", "dcu", "xpu")
 
 

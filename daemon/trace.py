@@ -1,4 +1,4 @@
-"""A recorded trace: the telemetry files, the optional topology.yaml and labels.jsonl (ARCHITECTURE §8)."""
+"""A recorded trace: the telemetry files, the optional topology.yaml and labels.jsonl (docs/architecture.md §8)."""
 
 from __future__ import annotations
 

@@ -1,6 +1,6 @@
 """Streaming counter state: per-series increases with resets and wraps handled, and decaying counts.
 
-Counters stay counters in the samples (ARCHITECTURE §4); this module turns them into increases.
+Counters stay counters in the samples (docs/architecture.md §4); this module turns them into increases.
 A decrease is a 32- or 64-bit wrap when the previous value sat near the top of that range and the
 new one near the bottom, and otherwise a reset (reboot, driver reload, counter clear), in which
 case the increase is the new value itself (what was counted since the reset). Neither ever turns

@@ -1,4 +1,4 @@
-"""Scoring findings against ground-truth labels, with the definitions of ARCHITECTURE §5, exactly.
+"""Scoring findings against ground-truth labels, with the definitions of docs/architecture.md §5, exactly.
 
 * A **flag** is an entity's transition into ``subhealthy`` or ``failed``; it counts for a fault when it
   names the faulty entity or the node that holds it.
@@ -30,7 +30,7 @@ MAX_LISTED = 200
 
 @dataclass(frozen=True)
 class Fault:
-    """A ground-truth label (ARCHITECTURE §8)."""
+    """A ground-truth label (docs/architecture.md §8)."""
 
     entity: str
     fault: str

@@ -2,7 +2,7 @@
 an operator's words, and the scoring cadence with persistence.
 
 Training rows (:class:`TrainingSet`) are feature-frame rows with their time. :func:`label_rows` marks each
-row against the ground truth (ARCHITECTURE §8 labels): *positive* when its entity (or the node or rack
+row against the ground truth (docs/architecture.md §8 labels): *positive* when its entity (or the node or rack
 holding it) carries a non-benign fault whose failure is at most ``horizon_s`` ahead and whose onset has
 passed; *healthy* when no non-benign fault touches the entity at all; rows of a faulty entity outside that
 window (before the horizon, after the failure) are left out of training rather than called healthy.

@@ -1,6 +1,6 @@
 """The rule detector: hard facts and shipped thresholds, each finding with its reasons.
 
-Rules (ARCHITECTURE §5):
+Rules (docs/architecture.md §5):
 
 * Xid events by NVIDIA's resolution buckets (``catalogs/xid.csv``): ``failed`` (48, 64, 79, 95,
   119/120, ...), ``subhealthy`` (63, 74, 92, 94, ...), ``application`` (13, 31, 43: the job's fault,

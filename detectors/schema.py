@@ -1,6 +1,6 @@
 """The shared vocabulary of the pipeline: column names, entity kinds, health states and categories.
 
-Everything here is defined in ARCHITECTURE.md §3 and §4; change both together.
+Everything here is defined in docs/architecture.md §3 and §4; change both together.
 """
 
 from __future__ import annotations
@@ -55,7 +55,7 @@ _ACCEL_RE = re.compile(r"^[^/]+/(gpu|npu|dcu|xpu)\d+$")
 
 
 def entity_kind(entity: str) -> str:
-    """Kind of an entity id as named in ARCHITECTURE §3 (``node``, ``accelerator``, ``port``...).
+    """Kind of an entity id as named in docs/architecture.md §3 (``node``, ``accelerator``, ``port``...).
 
     Ids from the topology file (racks, supernodes, cooling loops, switch ports) are classified by
     the topology itself; this function only reads the shape of node-side ids.

@@ -52,7 +52,7 @@ LOGGED_AER = "aer_corrected_logged"
 # counter -> (prior healthy episodes per hour, category, words)
 #
 # Where the priors come from: no public source gives a healthy part's rate per counter, so they are bounds, not
-# measurements. The ceilings are the limits shipped tools call a fault (FLEET-STATS.md: IBTA's bit error rate of
+# measurements. The ceilings are the limits shipped tools call a fault (docs/fleet-stats.md: IBTA's bit error rate of
 # 1e-12, i.e. 120 symbol errors an hour; DCGM's PCIe replay budget; rasdaemon offlining a page after 50 corrected
 # errors in 24 h); the floors are what real healthy parts showed (leptonai/gpud's H100 node, fixtures/real: no
 # symbol errors and 14 receive errors per port since boot; treydock/infiniband_exporter's perfquery fixtures:

@@ -1,4 +1,4 @@
-"""Guards: what keeps a playbook from doing harm, always on (ARCHITECTURE §6).
+"""Guards: what keeps a playbook from doing harm, always on (docs/architecture.md §6).
 
 * **Others' nodes.** A node drained, in maintenance or rebooting for a reason that is not raswarden's is never
   touched; raswarden's own drains carry :data:`REASON_PREFIX` and the incident they were for.

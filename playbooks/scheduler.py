@@ -1,4 +1,4 @@
-"""The Scheduler protocol (ARCHITECTURE §6): what every scheduler adapter offers the playbooks.
+"""The Scheduler protocol (docs/architecture.md §6): what every scheduler adapter offers the playbooks.
 
 One :meth:`Scheduler.snapshot` per tick gives every node and job at once; the actions are idempotent and
 raise :class:`SchedulerError` saying whether a retry can help. The Slurm adapter and the simulated

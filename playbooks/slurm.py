@@ -2,7 +2,7 @@
 of each per snapshot), acts through ``scontrol`` and ``scancel``, always with argument lists, never a
 shell; node names, job ids, signals and reasons are validated before they reach a command line.
 
-Verified against Slurm 22.05 (Debian 12; ../shared/recipes/README.md §1): ``sinfo --json`` gives each
+Verified against Slurm 22.05 (Debian 12; the lab of scripts/slurm-lab.sh): ``sinfo --json`` gives each
 node's ``state``, ``state_flags`` (``DRAIN``, ``MAINTENANCE``, ``REBOOT_REQUESTED``, ``NOT_RESPONDING``,
 ...), ``reason`` and ``reason_set_by_user``; ``squeue --json`` each job's ``job_state``, ``nodes`` (a host
 list), ``comment``, ``name``, ``partition``. ``scontrol requeue`` sends the batch script TERM, so a

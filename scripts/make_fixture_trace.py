@@ -5,7 +5,7 @@ Four H100 blades of one rack, 3 hours at 30 s: dcgm-exporter series (stock count
 volatile totals) as a promtool dump, node_exporter InfiniBand series as concatenated Prometheus
 scrapes, the kernel log as a journald JSON export, and one rasdaemon database. Three hard faults
 and six confounders are injected; labels.jsonl lists every one. Levels follow AcmeTrace (A100 DCGM at
-15 s, ../shared/data/acmetrace): busy GPUs 60-70 C at 380-450 W, idle ones 30-38 C at ~65 W.
+15 s; github.com/InternLM/AcmeTrace, docs/fleet-stats.md): busy GPUs 60-70 C at 380-450 W, idle ones 30-38 C at ~65 W.
 
 Usage: python scripts/make_fixture_trace.py [OUT_DIR]
 """

@@ -9,7 +9,7 @@
 #
 # Env: LAB_DIR (/tmp/raswarden-slurm), LAB_CTLD_PORT (16817), LAB_NODE_PORT_BASE (17000),
 # LAB_SLURMD_TIMEOUT (10 s to mark a dead node DOWN), LAB_CRED_EXPIRE (10 s before a requeued job restarts).
-# Settings follow ../shared/recipes (verified on this kind of machine): cred_expire and a 2 s scheduler
+# Settings verified on Debian 12 with Slurm 22.05: cred_expire and a 2 s scheduler
 # interval make a requeued job restart in about 11 s instead of two minutes.
 set -euo pipefail
 

@@ -1,4 +1,4 @@
-"""The top-level names are ours: ``daemon`` is this project, not python-daemon (ARCHITECTURE §2)."""
+"""The top-level names are ours: ``daemon`` is this project, not python-daemon (docs/architecture.md §2)."""
 
 import importlib.metadata
 import subprocess
@@ -57,3 +57,22 @@ def test_code_passes_the_linter():
     r = subprocess.run([ruff, "check", "--output-format", "concise", str(ROOT)], capture_output=True, text=True,
                        check=False)
     assert r.returncode == 0, r.stdout
+
+
+def test_nothing_cites_the_teams_folder_and_every_docs_link_resolves():
+    """A clone anywhere is whole: no file points at the team's shared folder (the design is docs/architecture.md, the
+    fleet figures docs/fleet-stats.md, the samples fixtures/real/), and every relative link of README.md and docs/
+    names a file."""
+    import re
+
+    shared = "../" + "shared"
+    tracked = subprocess.run(["git", "ls-files"], cwd=ROOT, capture_output=True, text=True, check=False).stdout.split()
+    files = [ROOT / f for f in tracked] or [p for p in ROOT.rglob("*") if ".venv" not in p.parts]
+    citing = [str(p.relative_to(ROOT)) for p in files
+              if p.is_file() and p.suffix in (".py", ".md", ".sh", ".yaml", ".toml") and shared in p.read_text("utf-8")]
+    assert not citing, citing
+    for page in [ROOT / "README.md", *sorted((ROOT / "docs").glob("*.md"))]:
+        for target in re.findall(r"\]\(([^)#\s]+)(?:#[^)]*)?\)", page.read_text()):
+            if "://" in target:
+                continue
+            assert (page.parent / target).exists(), f"{page.relative_to(ROOT)} links to {target}, which is not there"

@@ -1,4 +1,4 @@
-"""Alerts to ops chat (ARCHITECTURE §7).
+"""Alerts to ops chat (docs/architecture.md §7).
 
 An alert is an incident as humans see it. The pipeline reads incidents from the store and runs
 group (rack + category; ``group_wait``, ``group_interval``, ``repeat_interval``) → inhibit (a rack

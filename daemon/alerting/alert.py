@@ -20,7 +20,7 @@ CATEGORY_WORDS = {
 
 @dataclass
 class Alert:
-    """One incident as a chat message describes it (ARCHITECTURE §7)."""
+    """One incident as a chat message describes it (docs/architecture.md §7)."""
 
     incident_id: str
     status: str  # firing | resolved

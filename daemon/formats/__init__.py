@@ -1,4 +1,4 @@
-"""Readers and writers of recorded telemetry (ARCHITECTURE §8), the sniffing that picks one per file, and what a
+"""Readers and writers of recorded telemetry (docs/architecture.md §8), the sniffing that picks one per file, and what a
 file no reader takes is (:func:`describe_unread`), so a replay can say why it skipped it."""
 
 from __future__ import annotations

@@ -3,8 +3,8 @@
 Each table is read incrementally by its ``id`` (``WHERE id > ? ORDER BY id LIMIT n``), so a reader can
 resume where it stopped (the live collector persists the cursors). The database names no host: it
 is taken from the file name (``<host>.db``, ``<host>.ras-mc_event.db``) or, for a plain
-``ras-mc_event.db``, from its directory. Schema: rasdaemon 0.6.8 as Debian ships it
-(../shared/recipes/README.md §3).
+``ras-mc_event.db``, from its directory. Schema: rasdaemon 0.6.8 as Debian 12 ships it
+(its ``ras-mc_event.db`` as ``rasdaemon --record`` creates it; fixtures/README.md).
 """
 
 from __future__ import annotations

@@ -1,4 +1,4 @@
-"""Fault arrivals sampled from fleet statistics (../shared/data/FLEET-STATS.md).
+"""Fault arrivals sampled from fleet statistics (docs/fleet-stats.md).
 
 * Fleet inter-arrivals of fault starts are Weibull (shape 0.62 on the InfiniteHBD trace: bursty, not
   Poisson), scaled so the mean rate is ``faults_per_node_year`` × nodes.

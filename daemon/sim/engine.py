@@ -6,7 +6,7 @@ exporter that is down or a GPU that fell off the bus emits nothing), and the ker
 that time. Writers (:mod:`daemon.sim.writer`) turn chunks into trace files, and
 :func:`chunk_to_batch` into pipeline batches. Memory is one chunk, whatever the duration.
 
-Physics (calibrated to AcmeTrace, ../shared/data/acmetrace): power = idle + utilisation × (per-GPU peak −
+Physics (calibrated to AcmeTrace: docs/fleet-stats.md): power = idle + utilisation × (per-GPU peak −
 idle); GPU temperature = rack coolant inlet + per-GPU thermal resistance × power + noise (busy 55-70 °C,
 idle 30-38 °C); HBM a few degrees above; counters grow at rare baseline rates (correctable ECC about one
 per GPU-quarter, symbol errors one per port-week) and traffic counters with load.
@@ -305,7 +305,7 @@ class Simulator:
         return out
 
     def labels(self) -> list[dict]:
-        """Every injected fault and confounder, plus the workload's own confounders (ARCHITECTURE §8).
+        """Every injected fault and confounder, plus the workload's own confounders (docs/architecture.md §8).
 
         Workload confounders: a job that uses half of its nodes' GPUs (``benign_partial_node_job``, for
         the job's duration) and the load steps when a job starts or stops (``benign_load_step``, the ten

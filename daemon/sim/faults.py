@@ -206,7 +206,7 @@ class FaultInstance:
         return (ts - self.onset) / max(self.failure - self.onset, 1.0)
 
     def label(self) -> dict:
-        """The ground-truth label (ARCHITECTURE §8)."""
+        """The ground-truth label (docs/architecture.md §8)."""
         return {"entity": self.entity, "kind": self.template.target, "fault": self.template.fault,
                 "template": self.template.template, "onset": round(self.onset, 3),
                 "failure": round(self.failure, 3) if (self.template.fails or self.template.benign) else None}

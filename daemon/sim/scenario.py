@@ -14,7 +14,7 @@
       - {entity: sn01-b07/gpu3, fault: hbm_degradation, template: a, onset: 2h, failure: 6h}
       - {entity: random, fault: benign_coolant_swing, template: b, onset: 3h}
       - {entity: random, vendor: ascend, fault: gpu_off_bus, onset: 1h}   # among one vendor's (mixed presets)
-    sample:                       # optional: arrivals drawn from fleet statistics (FLEET-STATS.md)
+    sample:                       # optional: arrivals drawn from fleet statistics (docs/fleet-stats.md)
       faults_per_node_year: 0.78
       weibull_shape: 0.62
       repeat_share: 0.836

@@ -1,4 +1,4 @@
-"""Write a simulation as a recorded trace (ARCHITECTURE §8) that ``raswarden replay`` reads.
+"""Write a simulation as a recorded trace (docs/architecture.md §8) that ``raswarden replay`` reads.
 
 * ``dcgm-exporter.om`` and ``node-exporter.om`` (and, for AMD and Ascend blades,
   ``amd-device-metrics-exporter.om`` and ``npu-exporter.om``): OpenMetrics as ``promtool tsdb

@@ -8,7 +8,7 @@ from playbooks.steps.handler import StepHandler, describe_jobs
 def targets(action, node: str, state) -> tuple[list[str], list[str]]:
     """The jobs a requeue moves off ``node``, and those it leaves running. After a checkpoint step only the jobs it
     signalled (they opted in): a requeue sends TERM, and a job that did not opt in would lose its work since its
-    own last checkpoint, so it keeps running on the drained node (ARCHITECTURE §6). Without a checkpoint step (a
+    own last checkpoint, so it keeps running on the drained node (docs/architecture.md §6). Without a checkpoint step (a
     failed node: its jobs are lost anyway) every job on the node."""
     on_node = [j.id for j in state.jobs_on(node)]
     ckpt = next((s for s in action.steps if s.type == "checkpoint"), None)

@@ -1,4 +1,4 @@
-"""Every registered detector follows the shared interface (scikit-learn conventions, ARCHITECTURE §5)."""
+"""Every registered detector follows the shared interface (scikit-learn conventions, docs/architecture.md §5)."""
 
 import inspect
 

@@ -3,8 +3,9 @@ webhooks takes raswarden's.
 
 Format: https://prometheus.io/docs/alerting/latest/configuration/#webhook_config (the JSON body with
 ``version``, ``groupKey``, ``truncatedAlerts``, ``status``, ``receiver``, ``groupLabels``, ``commonLabels``,
-``commonAnnotations``, ``externalURL``, ``alerts``), as Alertmanager 0.25 posted it in our lab
-(../shared/recipes/README.md §2). 2xx is done, 5xx is retried (Alertmanager's notify/webhook does the same).
+``commonAnnotations``, ``externalURL``, ``alerts``), as Alertmanager 0.25 (Debian 12) posted it to a receiver of
+ours (tests/daemon/alerting/test_alertmanager_real.py). 2xx is done, 5xx is retried (Alertmanager's notify/webhook
+does the same).
 """
 
 from __future__ import annotations

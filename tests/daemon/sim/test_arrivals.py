@@ -1,4 +1,4 @@
-"""A long sampled run looks like the fleet in FLEET-STATS.md, within stated tolerances."""
+"""A long sampled run looks like the fleet in docs/fleet-stats.md, within stated tolerances."""
 
 from collections import Counter
 
