@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import subprocess
 import sys
+import threading
 import time
 from pathlib import Path
 
@@ -56,20 +57,31 @@ def test_a_second_runner_waits_and_takes_over_when_the_first_dies(tmp_path):
                                  "0.3", "--lease-ttl", "2", "--config", str(cfg)], cwd=ROOT,
                                 stdout=subprocess.DEVNULL, stderr=subprocess.PIPE, text=True)
 
+    store = Store(f"sqlite:///{tmp_path / 's.db'}")  # the schema first: the runners find it made
     first = start()
-    time.sleep(3)
+    until(lambda: holder_pid(store) == str(first.pid), "the first runner takes the lease")
     second = start()
-    time.sleep(3)
-    store = Store(f"sqlite:///{tmp_path / 's.db'}")
-    holder = Lease(store, "shard:default").current().holder
-    assert holder.split(":")[1] == str(first.pid)
+    standby = []  # the second runner's log lines, read as they come
+    reader = threading.Thread(target=lambda: standby.extend(iter(second.stderr.readline, "")), daemon=True)
+    reader.start()
+    until(lambda: any("standby:" in line for line in standby), "the second runner stands by")
+    assert holder_pid(store) == str(first.pid)
     first.kill()
     first.wait(10)
-    end = time.time() + 20
-    while time.time() < end and Lease(store, "shard:default").current().holder.split(":")[1] != str(second.pid):
-        time.sleep(0.3)
-    assert Lease(store, "shard:default").current().holder.split(":")[1] == str(second.pid)
+    until(lambda: holder_pid(store) == str(second.pid), "the second runner takes over", timeout=20.0)
     second.kill()
-    err = second.communicate(timeout=10)[1]
-    assert "standby:" in err
+    second.wait(10)
     store.close()
+
+
+def holder_pid(store) -> str | None:
+    """The pid of the lease's holder (``host:pid:...``), None while nobody holds it."""
+    lease = Lease(store, "shard:default").current()
+    return lease.holder.split(":")[1] if lease is not None and lease.holder else None
+
+
+def until(condition, what: str, timeout: float = 30.0) -> None:
+    deadline = time.monotonic() + timeout
+    while not condition():
+        assert time.monotonic() < deadline, f"timed out waiting until {what}"
+        time.sleep(0.1)

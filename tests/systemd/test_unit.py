@@ -20,11 +20,26 @@ from pathlib import Path
 import pytest
 
 from tests.conftest import ROOT, require
-from tests.daemon.service.conftest import Live, free_port
+from tests.daemon.service.conftest import Live, free_port, get
 
 UNIT = ROOT / "systemd" / "raswarden.service"
 SYSUSERS = ROOT / "systemd" / "raswarden.sysusers"
 TMPFILES = ROOT / "systemd" / "raswarden.tmpfiles"
+
+
+def ticks_after(port: int, n: int, proc: subprocess.Popen, timeout: float = 120.0) -> None:
+    """Wait until the daemon on ``port`` has run ``n`` ticks (its /metrics says so)."""
+    deadline = time.monotonic() + timeout
+    while time.monotonic() < deadline and proc.poll() is None:
+        try:
+            status, body = get(f"http://127.0.0.1:{port}/metrics")
+        except OSError:
+            status, body = 0, b""
+        found = re.search(rb"^raswarden_ticks_total (\S+)$", body, re.M) if status == 200 else None
+        if found and float(found.group(1)) >= n:
+            return
+        time.sleep(0.2)
+    raise AssertionError(f"the daemon did not run {n} ticks within {timeout:.0f} s")
 
 
 def unit_settings() -> dict[str, list[str]]:
@@ -160,7 +175,8 @@ def test_every_system_call_of_a_real_run_is_allowed_by_the_unit(tmp_path, journa
     require(shutil.which("strace") is not None, "strace is not installed (scripts/test.sh installs it)")
     live = Live(tmp_path)
     try:
-        config = live.config(interval=1.0, port=free_port(), extra=f"""
+        port = free_port()
+        config = live.config(interval=1.0, port=port, extra=f"""
 [[collectors]]
 type = "journald"
 name = "journal"
@@ -170,7 +186,7 @@ since = "2000-01-01"
         trace = tmp_path / "trace"
         proc = subprocess.Popen(["strace", "-f", "-qq", "-o", str(trace), sys.executable, "-m", "daemon", "run",
                                  "--config", str(config)], stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
-        time.sleep(10)
+        ticks_after(port, 3, proc)  # three cycles under strace: it scraped, ran journalctl, told systemd
         children = Path(f"/proc/{proc.pid}/task/{proc.pid}/children").read_text().split()
         for pid in children:  # the daemon itself (strace passes no signal on to it)
             os.kill(int(pid), signal.SIGTERM)
