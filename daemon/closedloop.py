@@ -302,8 +302,7 @@ def run(sim: Simulator, policy: str, opts: LoopOptions | None = None, model=None
         store = Store(f"sqlite:///{db}")
         pipeline = Pipeline(SeriesMapper(topology=Topology.load(topo_path), rejects=RejectLog()),
                             # Reactive is drain-on-failure: it acts on `failed` alone, which only the rules
-                            # say, so only they run (its dense runs took about a third of the full
-                            # policy's wall time in bench/closedloop.py: 734 s against 2,067 s over 20 seeds).
+                            # say, so only they run (a fraction of the full policy's time: docs/benchmarks.md).
                             PipelineConfig(interval_s=opts.interval_s, model=model if policy == "full" else None,
                                            rules_only=policy == "reactive"),
                             store)

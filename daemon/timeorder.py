@@ -240,8 +240,8 @@ def _row_order(ts: np.ndarray, ent: np.ndarray, met: np.ndarray, value: np.ndarr
     repeat (whether one does, unless the single key would overflow).
 
     Without repeats the value never decides, and one sort of a single integer key (the time's rank, then the
-    codes) gives the order of the four-key ``np.lexsort`` in a fraction of its time (the lexsort was 0.8 ms of a
-    7 ms training tick); with repeats, the four-key sort."""
+    codes) gives the order of the four-key ``np.lexsort`` in a fraction of its time; with repeats, the four-key
+    sort."""
     n = len(ts)
     if not n:
         return np.zeros(0, dtype=np.int64), False
