@@ -33,9 +33,9 @@ def one_run(scenario: str, seed: int, policy: str, model: str, interval: float, 
 
     os.environ.setdefault("OMP_NUM_THREADS", "1")
     from daemon.closedloop import ACCOUNTING_VERSION, LoopOptions, run
-    from daemon.sim.engine import Simulator
+    from daemon.sim.simulator import Simulator
     from daemon.sim.scenario import Scenario
-    from detectors.model import ModelBundle
+    from detectors.bundle import ModelBundle
 
     bundle = ModelBundle.load(model) if model and policy == "full" else None
     sc = Scenario.load(SCENARIOS / f"{scenario}.yaml")

@@ -27,7 +27,7 @@ def phase(accelerators: int, ticks: int, model: str = "") -> dict:
 
     from daemon.naming import SeriesMapper
     from daemon.pipeline import Pipeline, PipelineConfig
-    from daemon.sim.engine import Simulator, chunk_to_batch
+    from daemon.sim.simulator import Simulator, chunk_to_batch
     from daemon.sim.scenario import Scenario
     from daemon.timeorder import tick_index
 
@@ -36,7 +36,7 @@ def phase(accelerators: int, ticks: int, model: str = "") -> dict:
                              "faults": [{"entity": "random", "fault": "hbm_degradation", "template": "b",
                                          "onset": "0s", "failure": "1h"}]})
     sim = Simulator(sc, ROOT / "fixtures" / "faults")
-    from detectors.model import ModelBundle
+    from detectors.bundle import ModelBundle
 
     bundle = ModelBundle.load(model) if model else None
     pipeline = Pipeline(SeriesMapper(), PipelineConfig(interval_s=30.0, model=bundle))

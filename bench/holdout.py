@@ -78,7 +78,7 @@ def train_fold(fold: str, paths: list[str], out: str) -> dict:
 
 def evaluate_one(path: str, model: str, group: str) -> dict:
     from daemon.evaluate import evaluate_trace
-    from detectors.model import ModelBundle
+    from detectors.bundle import ModelBundle
 
     bundle = ModelBundle.load(model)
     started = time.perf_counter()

@@ -39,7 +39,7 @@ def scenario(accelerators: int, hours: float) -> dict:
 
 
 def phase(accelerators: int, hours: float, out: str) -> dict:
-    from daemon.sim.engine import Simulator, chunk_to_batch
+    from daemon.sim.simulator import Simulator, chunk_to_batch
     from daemon.sim.scenario import Scenario
     from daemon.sim.writer import simulate_to
 

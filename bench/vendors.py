@@ -31,7 +31,7 @@ DEFAULT_MODEL = ROOT / "bench" / "results" / "models" / "holdout4-a"
 
 def evaluate_vendors(path: str, model: str, group: str) -> dict:
     from daemon.evaluate import evaluate_trace_by_vendor
-    from detectors.model import ModelBundle
+    from detectors.bundle import ModelBundle
 
     started = time.perf_counter()
     bundle = ModelBundle.load(model) if model else None

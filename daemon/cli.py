@@ -196,7 +196,7 @@ def cmd_evaluate(args: argparse.Namespace) -> int:
 
     from daemon.evaluate import compare
 
-    from detectors.model import IncompatibleModel, ModelBundle
+    from detectors.bundle import IncompatibleModel, ModelBundle
 
     console = _console()
     if args.matrix:
@@ -302,7 +302,7 @@ DEFAULT_LIBRARY = Path(__file__).resolve().parent.parent / "fixtures" / "faults"
 def cmd_simulate(args: argparse.Namespace) -> int:
     import time
 
-    from daemon.sim.engine import Simulator
+    from daemon.sim.simulator import Simulator
     from daemon.sim.faults import TemplateError
     from daemon.sim.noise import parse_noise
     from daemon.sim.observe import sampling_from_text
@@ -375,8 +375,8 @@ def _closed_loop(args: argparse.Namespace, scenario, library: Path) -> int:
     import json
 
     from daemon.closedloop import POLICIES, LoopOptions, run, table
-    from daemon.sim.engine import Simulator
-    from detectors.model import IncompatibleModel, ModelBundle
+    from daemon.sim.simulator import Simulator
+    from detectors.bundle import IncompatibleModel, ModelBundle
 
     policies = [p.strip() for p in args.policy.split(",") if p.strip()]
     unknown = [p for p in policies if p not in POLICIES]
@@ -498,7 +498,7 @@ def cmd_check_config(args: argparse.Namespace) -> int:
         for c in build(cfg.collectors, ReadContext(mapper=SeriesMapper(topology=topology))):
             c.close()
         if cfg.service.model:
-            from detectors.model import ModelBundle
+            from detectors.bundle import ModelBundle
 
             ModelBundle.load(cfg.service.model)
     except (ValueError, OSError) as exc:

@@ -40,7 +40,7 @@ from daemon.naming import SeriesMapper
 from daemon.pipeline import Pipeline, PipelineConfig
 from daemon.rejects import RejectLog
 from daemon.remediation import Remediation
-from daemon.sim.engine import Simulator, chunk_to_batch
+from daemon.sim.simulator import Simulator, chunk_to_batch
 from daemon.sim.scheduler import SimJob, SimScheduler
 from daemon.store import Store
 from daemon.timeorder import tick_index

@@ -63,10 +63,10 @@ def scenario_for(kind: str, sampling: str, noise: str, seed: int) -> dict:
 def run_one(kind: str, sampling: str, noise: str, seed: int, model: str | None) -> dict:
     """One run of the matrix, scored for raswarden and for the baseline."""
     from daemon.evaluate import evaluate_simulation
-    from daemon.sim.engine import Simulator
+    from daemon.sim.simulator import Simulator
     from daemon.sim.faults import load_library
     from daemon.sim.scenario import Scenario
-    from detectors.model import ModelBundle
+    from detectors.bundle import ModelBundle
 
     d = scenario_for(kind, sampling, noise, seed)
     library = load_library(FAULTS)

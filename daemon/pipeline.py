@@ -45,7 +45,7 @@ class PipelineConfig:
     telemetry_incident_after_s: float = 900.0  # at least; a node sampled every 5 min gets four intervals
     baseline: bool = False  # run only the static-threshold baseline rules (for evaluation)
     rules_only: bool = False  # run only raswarden's rules, the one detector that says `failed` (reactive policy)
-    model: object | None = None  # a detectors.model.ModelBundle: adds the learned detectors
+    model: object | None = None  # a detectors.bundle.ModelBundle: adds the learned detectors
     features: bool = False  # compute the feature frames even when no detector reads them (training)
     # Only the feature frames (``raswarden train``): no detector, health or incident runs, and no finding comes
     features_only: bool = False

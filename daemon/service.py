@@ -105,7 +105,7 @@ class Service:
         ctx = ReadContext(mapper=mapper)
         model = None
         if cfg.service.model:
-            from detectors.model import ModelBundle
+            from detectors.bundle import ModelBundle
 
             model = ModelBundle.load(cfg.service.model)
         collectors: list[Collector] = build(cfg.collectors, ctx)
@@ -273,7 +273,7 @@ class Service:
 
     def retrain(self) -> bool:
         """Train a new model on the configured traces in a child process; use it when it loads."""
-        from detectors.model import IncompatibleModel, ModelBundle
+        from detectors.bundle import IncompatibleModel, ModelBundle
 
         sv = self.cfg.service
         base = Path(sv.model).parent if sv.model else Path(os.environ.get("STATE_DIRECTORY", "."))

@@ -36,7 +36,7 @@ from daemon.trace import Trace
 from detectors.evaluation import Fault
 from detectors.features import FEATURES
 from detectors.learned import TrainingSet, label_rows
-from detectors.model import ModelBundle
+from detectors.bundle import ModelBundle
 from detectors.multivariate import MultivariateDetector
 from detectors.predictor import FailurePredictor
 

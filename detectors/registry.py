@@ -24,7 +24,7 @@ LEARNED: dict[str, type] = {
 
 def build(baseline: bool = False, model=None, rules_only: bool = False) -> list[Detector]:
     """Fitted instances of every detector (only the static rules for the baseline, only the rules with
-    ``rules_only``), plus the learned detectors of ``model`` (a :class:`detectors.model.ModelBundle`)."""
+    ``rules_only``), plus the learned detectors of ``model`` (a :class:`detectors.bundle.ModelBundle`)."""
     if baseline or rules_only:
         return [RuleDetector(baseline=baseline).fit()]
     out = [cls().fit() for cls in DETECTORS.values()]

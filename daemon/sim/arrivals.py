@@ -68,7 +68,7 @@ def pick_nodes(rng: np.random.Generator, n_nodes: int, n: int, reuse: float = RE
 
 
 class Fleet(Protocol):
-    """What sampling arrivals needs of the simulated fleet (the :class:`daemon.sim.engine.Simulator` is one)."""
+    """What sampling arrivals needs of the simulated fleet (the :class:`daemon.sim.simulator.Simulator` is one)."""
 
     scenario: Scenario
     topo: SimTopology

@@ -25,7 +25,7 @@ from pathlib import Path
 
 import numpy as np
 
-from daemon.sim.engine import GPU_COUNTERS, PORT_COUNTERS, STILL_REPORTED, SimChunk, Simulator, emission
+from daemon.sim.simulator import GPU_COUNTERS, PORT_COUNTERS, STILL_REPORTED, SimChunk, Simulator, emission
 from daemon.sim.exposition import EXPORTER_PORTS, published_families
 from daemon.sim.topology import host_octets
 

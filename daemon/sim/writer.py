@@ -26,7 +26,7 @@ import yaml
 
 from daemon.batch import Batch
 from daemon.formats.columnar import ColumnarWriter
-from daemon.sim.engine import STILL_REPORTED, SimChunk, Simulator, chunk_to_batch, emission
+from daemon.sim.simulator import STILL_REPORTED, SimChunk, Simulator, chunk_to_batch, emission
 from daemon.sim.exposition import Family, published_families
 
 class TraceWriter:

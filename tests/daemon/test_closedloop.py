@@ -13,7 +13,7 @@ import pytest
 
 from daemon.closedloop import (LoopOptions, LoopResult, carries_fault, false_drain_details, fault_outcomes, fault_table,
                                per_seed_table, run, score_actions, table)
-from daemon.sim.engine import Simulator
+from daemon.sim.simulator import Simulator
 from daemon.sim.scenario import Scenario
 
 ROOT = Path(__file__).resolve().parents[2]

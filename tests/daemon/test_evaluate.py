@@ -2,7 +2,7 @@
 
 from daemon.cli import main
 from daemon.evaluate import evaluate_trace_by_vendor
-from daemon.sim.engine import Simulator
+from daemon.sim.simulator import Simulator
 from daemon.sim.faults import load_library
 from daemon.sim.scenario import Scenario
 from daemon.sim.writer import simulate_to

@@ -16,7 +16,7 @@ import pytest
 from daemon.batch import Batch
 from daemon.pipeline import Pipeline
 from daemon.replay import replay
-from daemon.sim.engine import Simulator
+from daemon.sim.simulator import Simulator
 from daemon.sim.faults import load_library
 from daemon.sim.scenario import Scenario
 from daemon.sim.writer import simulate_to

@@ -9,11 +9,11 @@ from daemon.cli import main
 from daemon.evaluate import _Collect
 from daemon.pipeline import PipelineConfig
 from daemon.replay import replay
-from daemon.sim.engine import Simulator
+from daemon.sim.simulator import Simulator
 from daemon.sim.faults import load_library
 from daemon.sim.scenario import Scenario
 from daemon.sim.writer import simulate_to
-from detectors.model import MODEL_FORMAT, IncompatibleModel, ModelBundle
+from detectors.bundle import MODEL_FORMAT, IncompatibleModel, ModelBundle
 from detectors.schema import State
 from tests.detectors.sim_helpers import LIBRARY
 

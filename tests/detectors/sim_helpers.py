@@ -5,7 +5,7 @@ import json
 from pathlib import Path
 
 from daemon.replay import replay
-from daemon.sim.engine import Simulator
+from daemon.sim.simulator import Simulator
 from daemon.sim.faults import load_library
 from daemon.sim.scenario import Scenario
 from daemon.sim.writer import simulate_to

@@ -2,7 +2,7 @@ from pathlib import Path
 
 import pytest
 
-from daemon.sim.engine import Simulator
+from daemon.sim.simulator import Simulator
 from daemon.sim.faults import load_library
 from daemon.sim.scenario import Scenario
 

@@ -6,7 +6,7 @@ import numpy as np
 from scipy.stats import weibull_min
 
 from daemon.sim.arrivals import DEFAULT_MIX
-from daemon.sim.engine import Simulator
+from daemon.sim.simulator import Simulator
 from daemon.sim.scenario import Scenario
 
 

@@ -4,7 +4,7 @@ from collections import Counter
 
 import pytest
 
-from daemon.sim.engine import Simulator
+from daemon.sim.simulator import Simulator
 from daemon.sim.faults import TemplateError
 from daemon.sim.scenario import Scenario
 from tests.daemon.sim.conftest import SCENARIOS

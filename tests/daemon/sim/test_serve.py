@@ -120,7 +120,7 @@ def test_a_mixed_vendor_rack_serves_each_vendors_own_exporter(tmp_path):
     from daemon.formats import ReadContext
     from daemon.formats.openmetrics import parse_scrape_arrays
     from daemon.naming import SeriesMapper
-    from daemon.sim.engine import Simulator
+    from daemon.sim.simulator import Simulator
     from daemon.sim.faults import load_library
     from daemon.sim.scenario import Scenario
     from daemon.sim.serve import JOBS, SimServer, loopback

@@ -7,7 +7,7 @@ import numpy as np
 import pytest
 
 from daemon.replay import replay
-from daemon.sim.engine import Simulator, chunk_to_batch
+from daemon.sim.simulator import Simulator, chunk_to_batch
 from daemon.sim.faults import load_library
 from daemon.sim.scenario import Scenario
 from daemon.sim.topology import PRESETS

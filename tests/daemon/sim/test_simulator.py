@@ -235,7 +235,7 @@ def test_healthy_gpus_log_corrected_aer_lines_in_realistic_noise_only(library):
     """Healthy GPUs' kernel logs show corrected PCIe errors now and then (daemon/sim/noise.py): lines the kernel
     reader reads as corrected AER events of the GPU's PCI address; the quiet preset logs none."""
     from daemon.formats.kernel_events import parse_kernel_message
-    from daemon.sim.engine import Simulator
+    from daemon.sim.simulator import Simulator
     from daemon.sim.scenario import Scenario
 
     def lines(noise):
