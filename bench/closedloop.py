@@ -68,7 +68,8 @@ def main() -> None:
     ap.add_argument("--with", dest="extra", type=Path, nargs="*", default=[],
                     help="more result files (other writers' runs, e.g. other seeds) joined to --out's in the table")
     args = ap.parse_args()
-    from daemon.closedloop import ACCOUNTING_VERSION, LoopOptions, LoopResult, fault_table, per_seed_table, table
+    from daemon.closedloop import ACCOUNTING_VERSION, LoopOptions, LoopResult
+    from daemon.closedloop_report import fault_table, per_seed_table, table
 
     missing = [str(p) for p in args.extra if not p.is_file()]
     if missing:

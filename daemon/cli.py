@@ -374,7 +374,8 @@ def _closed_loop(args: argparse.Namespace, scenario, library: Path) -> int:
     import copy
     import json
 
-    from daemon.closedloop import POLICIES, LoopOptions, run, table
+    from daemon.closedloop import POLICIES, LoopOptions, run
+    from daemon.closedloop_report import table
     from daemon.sim.simulator import Simulator
     from detectors.bundle import IncompatibleModel, ModelBundle
 

@@ -11,8 +11,9 @@ from pathlib import Path
 
 import pytest
 
-from daemon.closedloop import (LoopOptions, LoopResult, carries_fault, false_drain_details, fault_outcomes, fault_table,
-                               per_seed_table, run, score_actions, table)
+from daemon.closedloop import (LoopOptions, LoopResult, carries_fault, false_drain_details, fault_outcomes, run,
+                               score_actions)
+from daemon.closedloop_report import fault_table, per_seed_table, table
 from daemon.sim.simulator import Simulator
 from daemon.sim.scenario import Scenario
 

@@ -1,0 +1,117 @@
+"""The closed loop's report: its results as markdown tables, policies side by side, per seed and per fault
+(``raswarden simulate --closed-loop`` and ``bench/closedloop.py`` print them; the loop is ``daemon/closedloop.py``).
+"""
+
+from __future__ import annotations
+
+import statistics
+
+from daemon.closedloop import POLICIES, LoopResult
+
+
+ROWS = (("net loss (GPU-h)", lambda r: r.gpu_hours["net_loss"]),
+        ("lost to failures", lambda r: r.gpu_hours["lost_to_failures"]),
+        ("checkpoints raswarden asked for", lambda r: r.gpu_hours["checkpoints_requested"]),
+        ("restarts", lambda r: r.gpu_hours["restarts"]),
+        ("idle on drained nodes", lambda r: r.gpu_hours["idle_drained"]),
+        ("held back by slow GPUs", lambda r: r.gpu_hours["slowed"]),
+        ("periodic checkpoints (the jobs' own schedule)", lambda r: r.gpu_hours["periodic_checkpoints"]),
+        ("net loss with periodic checkpoints", lambda r: r.gpu_hours["net_loss_with_periodic_checkpoints"]),
+        ("effective training time ratio", lambda r: r.gpu_hours["effective_training_ratio"]),
+        ("drains true / false", None),
+        ("false drains per 1,000 node-days", lambda r: r.false_drains_per_1000_node_days),
+        ("hard faults acted on before failure", None),
+        ("first symptom to action, median", None))
+
+
+def _spread(values: list[float], fmt: str) -> str:
+    if not values:
+        return "-"
+    mean = statistics.fmean(values)
+    if len(values) == 1:
+        return format(mean, fmt)
+    return f"{format(mean, fmt)} ± {format(statistics.stdev(values), fmt)}"
+
+
+def table(results: list[LoopResult]) -> str:
+    """A markdown table, policies side by side: means with their standard deviation across seeds."""
+    policies = [p for p in POLICIES if any(r.policy == p for r in results)]
+    by = {p: [r for r in results if r.policy == p] for p in policies}
+    seeds = len({(r.scenario, r.seed) for r in results})
+    lines = [f"| {seeds} run(s) | " + " | ".join(policies) + " |", "|---|" + "---|" * len(policies)]
+    for name, get in ROWS:
+        cells = []
+        for p in policies:
+            rs = by[p]
+            if name.startswith("drains"):
+                cells.append(f"{sum(r.drains_true for r in rs)} / {sum(r.drains_false for r in rs)}")
+            elif name.startswith("hard faults"):
+                cells.append(f"{sum(r.acted_before_failure for r in rs)} / {sum(r.hard_faults for r in rs)}")
+            elif name.startswith("first symptom"):
+                s2a = [x for r in rs for x in r.symptom_to_action_s]
+                cells.append(f"{statistics.median(s2a) / 3600:.2f} h" if s2a else "-")
+            else:
+                cells.append(_spread([get(r) for r in rs], ".3f" if "ratio" in name else ".1f"))
+        lines.append(f"| {name} | " + " | ".join(cells) + " |")
+    if "full" in by and "reactive" in by:
+        pairs = {(r.scenario, r.seed): r for r in by["reactive"]}
+        for name, key in (("full's net loss / reactive's", "net_loss"),
+                          ("the same with periodic checkpoints", "net_loss_with_periodic_checkpoints")):
+            ratios = [r.gpu_hours[key] / base.gpu_hours[key] for r in by["full"]
+                      if (base := pairs.get((r.scenario, r.seed))) is not None and base.gpu_hours[key]]
+            if ratios:
+                lines.append(f"| {name} | " + " | ".join(
+                    _spread(ratios, ".2f") if p == "full" else "" for p in policies) + " |")
+    return "\n".join(lines)
+
+
+def per_seed_table(results: list[LoopResult]) -> str:
+    """A markdown table, one row per seed: each policy's net loss, full's ratio to reactive's, and what full
+    did there (drains, hard faults drained ahead of failure, idle on drained nodes): the seeds to read first."""
+    policies = [p for p in POLICIES if any(r.policy == p for r in results)]
+    by = {(r.scenario, r.seed, r.policy): r for r in results}
+    lines = ["| seed | hard faults (failed under none) | " + " | ".join(f"{p} net loss" for p in policies)
+             + " | full / reactive | full: drains true / false, acted ahead, idle on drained |",
+             "|---|---|" + "---|" * len(policies) + "---|---|"]
+    for scenario, seed in sorted({(r.scenario, r.seed) for r in results}):
+        row = {p: by.get((scenario, seed, p)) for p in policies}
+        any_run = next(r for r in row.values() if r is not None)
+        failed = f" ({row['none'].failed})" if row.get("none") is not None else ""
+        cells = [f"{r.gpu_hours['net_loss']:.0f}" if r is not None else "-" for r in row.values()]
+        full, reactive = row.get("full"), row.get("reactive")
+        ratio = (f"{full.gpu_hours['net_loss'] / reactive.gpu_hours['net_loss']:.2f}"
+                 if full is not None and reactive is not None and reactive.gpu_hours["net_loss"] else "")
+        did = (f"{full.drains_true} / {full.drains_false}, {full.acted_before_failure} / {full.hard_faults}, "
+               f"{full.gpu_hours['idle_drained']:.0f}" if full is not None else "")
+        lines.append(f"| {seed} | {any_run.hard_faults}{failed} | " + " | ".join(cells) + f" | {ratio} | {did} |")
+    return "\n".join(lines)
+
+
+def _outcome_cell(o: dict) -> str:
+    drained = f"drained +{o['first_drain_h']:.2f} h" if o["first_drain_h"] is not None else ""
+    if o["repaired_early"]:  # without a drain of its own: it began on a node already drained or under repair
+        return f"repaired ahead ({drained or 'its node already out'})"
+    if not o["failed"]:
+        return drained or "-"
+    if o.get("under_repair"):
+        return "failed while out for repair"
+    why = [drained] if o.get("drained") else []
+    if o.get("job") and o.get("job_opted_in") is False:
+        why.append("job not opted in")
+    lost = f"{o['lost_gpu_h']:.0f} GPU-h" if o.get("job") else "no job"
+    return "failed, " + ", ".join(why + [lost])
+
+
+def fault_table(results: list[LoopResult]) -> str:
+    """A markdown table for one seed, a row per fault and a column per policy: repaired ahead of its failure
+    (and when raswarden drained the node), or failed and what that cost."""
+    policies = [p for p in POLICIES if any(r.policy == p for r in results)]
+    by = {r.policy: r for r in results}
+    first = by[policies[0]]
+    lines = ["| fault | entity | onset (h) | window (h) | " + " | ".join(policies) + " |",
+             "|---|---|---|---|" + "---|" * len(policies)]
+    for i, o in enumerate(first.fault_outcomes):
+        window = f"{o['failure_h'] - o['onset_h']:.2f}" if o["failure_h"] is not None else "-"
+        cells = [_outcome_cell(by[p].fault_outcomes[i]) if i < len(by[p].fault_outcomes) else "?" for p in policies]
+        lines.append(f"| {o['fault']} | {o['entity']} | {o['onset_h']:.1f} | {window} | " + " | ".join(cells) + " |")
+    return "\n".join(lines)
