@@ -248,36 +248,102 @@ def carries_fault(present: list[tuple[str, float, float | None]], node: str, ts:
     return any(n == node and onset <= ts and (until is None or ts <= until) for n, onset, until in present)
 
 
-def run(sim: Simulator, policy: str, opts: LoopOptions | None = None, model=None,
-        workdir: Path | None = None, playbook_dirs: list[str] | None = None) -> LoopResult:
-    """Run one policy over the simulator's scenario (the simulator is consumed)."""
-    import time
+class _Faults:
+    """The world's hard faults as the loop plays them: each fails at its labelled time (the job on its node hangs,
+    then dies; the node breaks until repaired, and an operator drains it), unless raswarden took its node out
+    first, in which case the part is replaced and the failure never happens."""
 
-    if policy not in POLICIES:
-        raise ValueError(f"unknown policy {policy!r} (one of {', '.join(POLICIES)})")
-    opts = opts or LoopOptions()
-    started = time.perf_counter()
-    sc = sim.scenario
-    labels = sim.labels()
-    faults = [lb for lb in labels if not lb["fault"].startswith("benign_")]
-    for p in sim.placed:
-        if p.inst.template.fails and not p.inst.template.benign:
-            p.inst.until = p.inst.failure + opts.repair_s
-        elif not p.inst.template.benign:  # a fail-slow GPU left alone recovers (or is found) at its window's end
-            p.inst.until = p.inst.failure
-    # Faults not yet failed nor repaired; a node raswarden drains and empties while it carries one goes to
-    # repair (a fault with no failure, fail-slow, too). Repaired ones never fail.
-    open_faults = [p for p in sim.placed if not p.inst.template.benign]
-    failures = sorted(((p.inst.failure, _node_of(p.inst.entity), p.inst.template.target == "port", i)
-                       for i, p in enumerate(open_faults) if p.inst.template.fails), key=lambda f: f[:3])
-    repaired_early: set[int] = set()  # the open_faults indices of the failures that never happen
-    pending = list(range(len(open_faults)))  # neither failed nor repaired yet
-    at_failure: dict[int, dict] = {}  # open_faults index -> the node and its job when the failure happened
+    def __init__(self, sim: Simulator, opts: LoopOptions):
+        self.opts = opts
+        for p in sim.placed:
+            if p.inst.template.fails and not p.inst.template.benign:
+                p.inst.until = p.inst.failure + opts.repair_s
+            elif not p.inst.template.benign:  # a fail-slow GPU left alone recovers (or is found) at its window's end
+                p.inst.until = p.inst.failure
+        # Faults not yet failed nor repaired; a node raswarden drains and empties while it carries one goes to
+        # repair (a fault with no failure, fail-slow, too). Repaired ones never fail.
+        self.open = [p.inst for p in sim.placed if not p.inst.template.benign]
+        self.failures = sorted(((inst.failure, _node_of(inst.entity), inst.template.target == "port", i)
+                                for i, inst in enumerate(self.open) if inst.template.fails), key=lambda f: f[:3])
+        self.repaired_early: set[int] = set()  # the ``open`` indices of the failures that never happen
+        self.pending = list(range(len(self.open)))  # neither failed nor repaired yet
+        self.at_failure: dict[int, dict] = {}  # ``open`` index -> the node and its job when the failure happened
+        self.operator_due: list[tuple[float, str]] = []  # (when, node) an operator drains a broken node
+        self.failed = 0
+        self._next = 0
+        self.per_node = sim.topo.gpus_per_node
 
-    sched = SimScheduler(list(sim.topo.nodes), sim.topo.gpus_per_node)
-    for job in plan_jobs(sim, opts):
-        sched.submit(job)
-    sched.step(sc.start)
+    def fail_until(self, sched: SimScheduler, now: float) -> None:
+        """The failures due by ``now``: the node's job is lost (a port's) or its node breaks (anything else)."""
+        while self._next < len(self.failures) and self.failures[self._next][0] <= now:
+            t, node, port, which = self.failures[self._next]
+            self._next += 1
+            if which in self.repaired_early:
+                continue
+            self.failed += 1
+            sched.step(t)
+            lost_before, n = sched.gpu_hours.lost_to_failures, sched.nodes[node]
+            job = sched.jobs.get(n.job) if n.job else None
+            self.at_failure[which] = {"drained": n.drained, "under_repair": max(n.broken_until, n.down_until) > t,
+                                      "job": job.id if job else None,
+                                      "job_gpus": job.n_nodes * self.per_node if job else 0,
+                                      "job_opted_in": job.opt_in if job else None}
+            if port:
+                sched.interrupt(node)
+            else:
+                sched.break_node(node, t + self.opts.repair_s, self.opts.hang_s)
+                self.operator_due.append((t + self.opts.operator_response_s, node))
+            self.at_failure[which]["lost_gpu_h"] = sched.gpu_hours.lost_to_failures - lost_before
+
+    def operators_until(self, sched: SimScheduler, now: float) -> None:
+        """Operators drain the broken nodes they have got round to (those nobody drained yet)."""
+        for when, node in [x for x in self.operator_due if x[0] <= now]:
+            self.operator_due.remove((when, node))
+            if sched.broken(node) and not sched.nodes[node].drained:
+                sched.step(when)
+                sched.operator_drain(node, "hardware failure", OPERATOR)
+
+    def repair_ahead(self, sched: SimScheduler, now: float) -> None:
+        """A node raswarden drained and emptied while it carries a fault not yet failed goes to repair now."""
+        for which in list(self.pending):
+            inst = self.open[which]
+            node = _node_of(inst.entity)
+            if inst.template.fails and inst.failure <= now:  # it failed first
+                self.pending.remove(which)
+                continue
+            n = sched.nodes[node]
+            if (inst.onset <= now and n.drained and n.reason.startswith("raswarden:") and n.job is None
+                    and not sched.broken(node)):
+                self.pending.remove(which)
+                self.repaired_early.add(which)
+                sched.repair(node, now + self.opts.repair_s)
+                inst.until = now + self.opts.repair_s
+
+
+class _Actions:
+    """What raswarden did to each node, read from the scheduler's log: checkpoint signals to a job on it and drains
+    of it (node -> times)."""
+
+    def __init__(self) -> None:
+        self.actions: dict[str, list[float]] = {}
+        self.drains: dict[str, list[float]] = {}
+        self._seen = 0
+
+    def read(self, sched: SimScheduler) -> None:
+        for ts, what, detail in sched.log[self._seen:]:
+            if what == "drain":
+                node = detail.split(" ", 1)[0]
+                self.actions.setdefault(node, []).append(ts)
+                self.drains.setdefault(node, []).append(ts)
+            elif what == "signal":
+                for node in sched.jobs[detail.split(" ", 1)[0]].nodes:
+                    self.actions.setdefault(node, []).append(ts)
+        self._seen = len(sched.log)
+
+
+def _follow_the_scheduler(sim: Simulator, sched: SimScheduler) -> None:
+    """The simulator's workload follows the scheduler: a node's GPUs are busy while a job runs on it (not while it
+    restarts), idle otherwise."""
     per_node = sim.topo.gpus_per_node
 
     def workload(ts: np.ndarray) -> np.ndarray:
@@ -290,28 +356,52 @@ def run(sim: Simulator, policy: str, opts: LoopOptions | None = None, model=None
         return np.repeat(busy[:, None], len(ts), axis=1)
 
     sim.workload = workload
+
+
+def _raswarden(sim: Simulator, policy: str, opts: LoopOptions, model, work: Path) -> tuple[Store, Pipeline]:
+    """The store and pipeline of a policy that runs raswarden, on the simulated fleet's topology."""
+    topo_path = work / "topology.yaml"
+    per_node = sim.topo.gpus_per_node
+    sim.topo.write(topo_path, uuid_of=lambda n, g: f"GPU-{sim.uuids[n * per_node + g]}")
+    db = work / f"loop-{policy}.db"
+    db.unlink(missing_ok=True)
+    store = Store(f"sqlite:///{db}")
+    pipeline = Pipeline(SeriesMapper(topology=Topology.load(topo_path), rejects=RejectLog()),
+                        # Reactive is drain-on-failure: it acts on `failed` alone, which only the rules
+                        # say, so only they run (a fraction of the full policy's time: docs/benchmarks.md).
+                        PipelineConfig(interval_s=opts.interval_s, model=model if policy == "full" else None,
+                                       rules_only=policy == "reactive"),
+                        store)
+    return store, pipeline
+
+
+def run(sim: Simulator, policy: str, opts: LoopOptions | None = None, model=None,
+        workdir: Path | None = None, playbook_dirs: list[str] | None = None) -> LoopResult:
+    """Run one policy over the simulator's scenario (the simulator is consumed)."""
+    import time
+
+    if policy not in POLICIES:
+        raise ValueError(f"unknown policy {policy!r} (one of {', '.join(POLICIES)})")
+    opts = opts or LoopOptions()
+    started = time.perf_counter()
+    sc = sim.scenario
+    faults = [lb for lb in sim.labels() if not lb["fault"].startswith("benign_")]
+    world = _Faults(sim, opts)
+    sched = SimScheduler(list(sim.topo.nodes), sim.topo.gpus_per_node)
+    for job in plan_jobs(sim, opts):
+        sched.submit(job)
+    sched.step(sc.start)
+    per_node = sim.topo.gpus_per_node
+    _follow_the_scheduler(sim, sched)
     tmp = tempfile.TemporaryDirectory(prefix="raswarden-loop-") if workdir is None else None
     work = Path(tmp.name) if tmp else Path(workdir)
     work.mkdir(parents=True, exist_ok=True)
     store = pipeline = remediation = None
     if policy != "none":
-        topo_path = work / "topology.yaml"
-        sim.topo.write(topo_path, uuid_of=lambda n, g: f"GPU-{sim.uuids[n * per_node + g]}")
-        db = work / f"loop-{policy}.db"
-        db.unlink(missing_ok=True)
-        store = Store(f"sqlite:///{db}")
-        pipeline = Pipeline(SeriesMapper(topology=Topology.load(topo_path), rejects=RejectLog()),
-                            # Reactive is drain-on-failure: it acts on `failed` alone, which only the rules
-                            # say, so only they run (a fraction of the full policy's time: docs/benchmarks.md).
-                            PipelineConfig(interval_s=opts.interval_s, model=model if policy == "full" else None,
-                                           rules_only=policy == "reactive"),
-                            store)
-    operator_due: list[tuple[float, str]] = []  # (when, node) an operator drains a broken node
+        store, pipeline = _raswarden(sim, policy, opts, model, work)
     under_repair: set[str] = set()  # drained nodes out of service for a repair
-    fi, seen_log, ticks, failed = 0, 0, 0, 0
-    # node -> times raswarden acted on it: checkpoint signals to a job on it, and drains of it
-    actions: dict[str, list[float]] = {}
-    drains: dict[str, list[float]] = {}
+    did = _Actions()
+    ticks = 0
     steps = max(1, int(round(opts.interval_s / sc.resolution)))
     clock = [sc.start]
     try:
@@ -323,31 +413,8 @@ def run(sim: Simulator, policy: str, opts: LoopOptions | None = None, model=None
                 for i in np.flatnonzero(pace != speeds):
                     sched.nodes[sim.topo.nodes[i]].speed = float(pace[i])
                 speeds = pace
-            while fi < len(failures) and failures[fi][0] <= now:
-                t, node, port, which = failures[fi]
-                fi += 1
-                if which in repaired_early:
-                    continue
-                failed += 1
-                sched.step(t)
-                lost_before, n = sched.gpu_hours.lost_to_failures, sched.nodes[node]
-                job = sched.jobs.get(n.job) if n.job else None
-                at_failure[which] = {"drained": n.drained, "under_repair": max(n.broken_until, n.down_until) > t,
-                                     "job": job.id if job else None,
-                                     "job_gpus": job.n_nodes * per_node if job else 0,
-                                     "job_opted_in": job.opt_in if job else None}
-                if port:
-                    sched.interrupt(node)
-                else:
-                    sched.break_node(node, t + opts.repair_s, opts.hang_s)
-                    operator_due.append((t + opts.operator_response_s, node))
-                at_failure[which]["lost_gpu_h"] = sched.gpu_hours.lost_to_failures - lost_before
-            for when, node in [x for x in operator_due if x[0] <= now]:
-                operator_due.remove((when, node))
-                n = sched.nodes[node]
-                if sched.broken(node) and not n.drained:
-                    sched.step(when)
-                    sched.operator_drain(node, "hardware failure", OPERATOR)
+            world.fail_until(sched, now)
+            world.operators_until(sched, now)
             _return_repaired(sched, under_repair, now, pipeline)
             sched.step(now)
             clock[0] = now
@@ -360,28 +427,8 @@ def run(sim: Simulator, policy: str, opts: LoopOptions | None = None, model=None
                                               act_on=("failed",) if policy == "reactive" else
                                               ("subhealthy", "failed", "unknown"))
                 remediation.step()
-            for ts, what, detail in sched.log[seen_log:]:
-                if what == "drain":
-                    node = detail.split(" ", 1)[0]
-                    actions.setdefault(node, []).append(ts)
-                    drains.setdefault(node, []).append(ts)
-                elif what == "signal":
-                    for node in sched.jobs[detail.split(" ", 1)[0]].nodes:
-                        actions.setdefault(node, []).append(ts)
-            seen_log = len(sched.log)
-            for which in list(pending):
-                inst = open_faults[which].inst
-                node = _node_of(inst.entity)
-                if inst.template.fails and inst.failure <= now:  # it failed first
-                    pending.remove(which)
-                    continue
-                n = sched.nodes[node]
-                if (inst.onset <= now and n.drained and n.reason.startswith("raswarden:") and n.job is None
-                        and not sched.broken(node)):
-                    pending.remove(which)
-                    repaired_early.add(which)
-                    sched.repair(node, now + opts.repair_s)
-                    inst.until = now + opts.repair_s
+            did.read(sched)
+            world.repair_ahead(sched, now)
             ticks += 1
         incidents = {row.id: row for row in store.incidents()} if store is not None else {}
     finally:
@@ -389,13 +436,20 @@ def run(sim: Simulator, policy: str, opts: LoopOptions | None = None, model=None
             store.close()
         if tmp is not None:
             tmp.cleanup()
-    present = [(_node_of(p.inst.entity), p.inst.onset, p.inst.until) for p in open_faults]
+    return _result(sim, policy, sched, world, did, faults, incidents, ticks, time.perf_counter() - started)
+
+
+def _result(sim: Simulator, policy: str, sched: SimScheduler, world: _Faults, did: _Actions, faults: list[dict],
+            incidents: dict[str, object], ticks: int, wall_s: float) -> LoopResult:
+    """The run scored: drains true and false, actions ahead of the failures, every fault's outcome, GPU-hours."""
+    sc = sim.scenario
+    present = [(_node_of(inst.entity), inst.onset, inst.until) for inst in world.open]
     drained = [(node, ts, reason) for ts, what, detail in sched.log if what == "drain"
                for node, _, reason in [detail.partition(" ")]]
     false = [d for d in drained if not carries_fault(present, d[0], d[1])]
     true_drains = len(drained) - len(false)
-    s2a, before, by_class = score_actions(faults, actions, drains)
-    outcomes = fault_outcomes([p.inst for p in open_faults], at_failure, repaired_early, actions, drains, sc.start)
+    s2a, before, by_class = score_actions(faults, did.actions, did.drains)
+    outcomes = fault_outcomes(world.open, world.at_failure, world.repaired_early, did.actions, did.drains, sc.start)
     acct = sched.gpu_hours
     gpu_hours = {"productive": acct.productive, "allocated": acct.allocated,
                  "lost_to_failures": acct.lost_to_failures, "checkpoints": acct.checkpoints,
@@ -407,6 +461,5 @@ def run(sim: Simulator, policy: str, opts: LoopOptions | None = None, model=None
                  "effective_training_ratio": acct.effective_training_ratio}
     return LoopResult(sc.name, sc.seed, policy, sim.topo.n_nodes * sc.duration / 86400.0, gpu_hours,
                       true_drains, len(false), len(faults),
-                      len(failures), before, s2a, time.perf_counter() - started, ticks, by_class, failed, outcomes,
-                      false_drain_details(false, [p.inst for p in open_faults], incidents, sc.start))
-
+                      len(world.failures), before, s2a, wall_s, ticks, by_class, world.failed, outcomes,
+                      false_drain_details(false, world.open, incidents, sc.start))
