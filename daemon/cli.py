@@ -414,13 +414,18 @@ def _load_config(args: argparse.Namespace):
     return load(args.config or os.environ.get("RASWARDEN_CONFIG") or DEFAULT_PATH)
 
 
-@contextlib.contextmanager
-def _config_and_store(args: argparse.Namespace):
-    """The config and the state database of a command (``--db`` overrides the config's store.url)."""
+def _open_store(args: argparse.Namespace, cfg):
+    """The state database of a command: ``--db``, else the config's store.url."""
     from daemon.store import Store
 
+    return Store(args.db or cfg.store_url)
+
+
+@contextlib.contextmanager
+def _config_and_store(args: argparse.Namespace):
+    """The config and the state database of a command."""
     cfg = _load_config(args)
-    store = Store(args.db or cfg.store_url)
+    store = _open_store(args, cfg)
     try:
         yield cfg, store
     finally:
@@ -429,10 +434,9 @@ def _config_and_store(args: argparse.Namespace):
 
 def _alerting(args: argparse.Namespace):
     from daemon.alerting.service import Alerting
-    from daemon.store import Store
 
     cfg = _load_config(args)
-    store = Store(args.db or cfg.store_url)
+    store = _open_store(args, cfg)
     return Alerting.from_config(cfg, store), store
 
 
@@ -450,15 +454,7 @@ def cmd_alerts(args: argparse.Namespace) -> int:
                   + (" (temporary: retry later)" if outcome.retry else ""), file=sys.stderr)
             return 1
         if args.alerts_command == "outbox":
-            from sqlmodel import select
-
-            from daemon.store import OutboxRow
-
-            with store.session() as s:
-                q = select(OutboxRow).order_by(OutboxRow.id)
-                if not args.all:
-                    q = q.where(OutboxRow.status != "delivered")
-                rows = s.exec(q).all()
+            rows = alerting.outbox.listing(delivered=args.all)
             if not rows:
                 print("outbox empty" if not args.all else "no notifications")
             for r in rows:
@@ -514,10 +510,9 @@ def cmd_check_config(args: argparse.Namespace) -> int:
 
 def _remediation(args: argparse.Namespace):
     from daemon.remediation import Remediation, scheduler_from_config
-    from daemon.store import Store
 
     cfg = _load_config(args)
-    store = Store(args.db or cfg.store_url)
+    store = _open_store(args, cfg)
     return Remediation(cfg, store, scheduler_from_config(cfg)), store
 
 
@@ -541,10 +536,8 @@ def cmd_playbook(args: argparse.Namespace) -> int:
     try:
         if args.playbook_command == "plan":
             from daemon.remediation import incident_ref
-            from daemon.store import IncidentRow
 
-            with store.session() as s:
-                row = s.get(IncidentRow, args.incident)
+            row = store.incident(args.incident)
             if row is None:
                 print(f"no incident {args.incident}", file=sys.stderr)
                 return 1
@@ -631,10 +624,9 @@ def cmd_silence(args: argparse.Namespace) -> int:
 
     from daemon.alerting.silences import SilenceBook
     from playbooks.duration import parse_duration
-    from daemon.store import Store
 
     cfg = _load_config(args)
-    store = Store(args.db or cfg.store_url)
+    store = _open_store(args, cfg)
     book = SilenceBook(store)
     now = time.time()
     try:
@@ -694,7 +686,6 @@ def cmd_status(args: argparse.Namespace) -> int:
     import urllib.request
 
     from daemon.lease import Lease, shard_lease
-    from daemon.store import CollectorStateRow
 
     with _config_and_store(args) as (cfg, store):
         now = time.time()
@@ -705,12 +696,9 @@ def cmd_status(args: argparse.Namespace) -> int:
             alive = lease.expires_at > now
             print(f"shard {cfg.service.shard}: {'held by' if alive else 'last held by'} {lease.holder}"
                   f"{'' if alive else f' (lease ran out {now - lease.expires_at:.0f} s ago)'}")
-        from sqlmodel import select
-
-        with store.session() as s:
-            states = {r.name: r for r in s.exec(select(CollectorStateRow)).all() if not r.name.startswith("_")}
-        for name, row in sorted(states.items()):
-            print(f"collector {name}: last saved {_fmt_ts(row.updated_at)}")
+        for row in store.collector_states():
+            if not row.name.startswith("_"):
+                print(f"collector {row.name}: last saved {_fmt_ts(row.updated_at)}")
         health = Counter(h.state for h in store.health())
         print("health: " + (", ".join(f"{n} {st}" for st, n in sorted(health.items()) if st != "healthy")
                             or "every entity healthy"))

@@ -284,6 +284,15 @@ class Store:
                 q = q.where(IncidentRow.status == status)
             return list(s.exec(q).all())
 
+    def incident(self, incident_id: str) -> IncidentRow | None:
+        with self.session() as s:
+            return s.get(IncidentRow, incident_id)
+
+    def collector_states(self) -> list[CollectorStateRow]:
+        """The collectors' saved states (their cursors), by name."""
+        with self.session() as s:
+            return list(s.exec(select(CollectorStateRow).order_by(CollectorStateRow.name)).all())
+
     def incidents_updated_since(self, since: float) -> list[IncidentRow]:
         """Incidents updated at or after ``since`` (inclusive: a later transaction may share that time), oldest
         update first."""

@@ -94,6 +94,14 @@ class Outbox:
         with self.store.session() as s:
             return list(s.exec(select(OutboxRow).where(OutboxRow.status == "pending").order_by(OutboxRow.id)).all())
 
+    def listing(self, delivered: bool = False) -> list[OutboxRow]:
+        """Every notification not yet delivered (with ``delivered``, those too), oldest first."""
+        with self.store.session() as s:
+            q = select(OutboxRow).order_by(OutboxRow.id)
+            if not delivered:
+                q = q.where(OutboxRow.status != "delivered")
+            return list(s.exec(q).all())
+
     def heads(self, now: float) -> list[OutboxRow]:
         """The oldest pending notification of each (receiver, group) whose next attempt is due."""
         seen: set[tuple[str, str]] = set()

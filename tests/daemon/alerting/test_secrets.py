@@ -75,6 +75,7 @@ def test_cli_output_has_no_secret(tmp_path):
                            cwd=ROOT, capture_output=True, text=True, timeout=60)
             for args in (["test", "slack"], ["test", "ding"], ["flush", "--timeout", "1"], ["outbox", "--all"])]
     assert runs[0].returncode == 1 and "not delivered" in runs[0].stderr
+    assert runs[3].returncode == 0 and runs[3].stdout == "no notifications\n"  # nothing to tell in this store
     for r in runs:
         assert TOKEN not in r.stdout + r.stderr and SIGNING not in r.stdout + r.stderr
 
