@@ -8,6 +8,7 @@ starts and after it ends), the modes and the circuit breaker; a handler only doe
 
 from __future__ import annotations
 
+from abc import ABC, abstractmethod
 from collections.abc import Callable
 from typing import TYPE_CHECKING, Any, ClassVar, Protocol
 
@@ -42,7 +43,7 @@ def describe_jobs(action: Action, st: StepState, state: ClusterState) -> str:
     return f"{st.type} jobs {jobs} on {node}"
 
 
-class StepHandler:
+class StepHandler(ABC):
     """One step type. ``execute`` answers ``done``, ``skipped``, ``held``, ``waiting`` or ``failed`` (or raises
     :class:`playbooks.scheduler.SchedulerError`, retried while it says a retry can help)."""
 
@@ -64,8 +65,9 @@ class StepHandler:
         """Its parameters from a playbook (``raw`` holds only its own keys), with defaults, checked."""
         return raw
 
+    @abstractmethod
     def execute(self, ctx: StepContext, action: Action, st: StepState, state: ClusterState) -> str:
-        raise NotImplementedError
+        """Do the step now (the engine journaled it ``started``); its outcome word (see the class docstring)."""
 
     def verify(self, ctx: StepContext, action: Action, st: StepState, state: ClusterState) -> bool:
         """After a restart: did the step found ``started`` take effect? (False: run it again.)"""
