@@ -67,7 +67,7 @@ def test_stock_dcgm_exporter_without_ecc_counters_still_works_and_says_so(trace_
     import gzip
     import shutil
 
-    from daemon.cli import print_summary
+    from daemon.cli.traces import print_summary
     from rich.console import Console
 
     stock = tmp_path / "stock"

@@ -1,8 +1,11 @@
+import argparse
 import json
 import subprocess
 import sys
 
-from daemon.cli import main
+import pytest
+
+from daemon.cli import COMMAND_GROUPS, build_parser, main
 
 
 def test_replay_cli_writes_findings_and_a_summary(trace_dir, tmp_path, capsys):
@@ -33,6 +36,34 @@ def test_help_everywhere():
     for args in (["--help"], ["replay", "--help"], ["convert", "--help"]):
         r = subprocess.run([sys.executable, "-m", "daemon", *args], capture_output=True, text=True)
         assert r.returncode == 0 and "usage: raswarden" in r.stdout
+
+
+def _commands(parser: argparse.ArgumentParser, path=()):
+    """Every command and action of the parser, as argv prefixes, with its parser."""
+    for action in parser._actions:
+        if isinstance(action, argparse._SubParsersAction):
+            for name, sub in action.choices.items():
+                yield (*path, name), sub
+                yield from _commands(sub, (*path, name))
+
+
+def test_every_command_group_registers_commands_that_run_something(capsys):
+    """Each module of daemon/cli adds its commands; every leaf command has help and a function to run."""
+    parser = build_parser()
+    seen = set()
+    for group in COMMAND_GROUPS:
+        sub = argparse.ArgumentParser().add_subparsers()
+        group.register(sub)
+        assert sub.choices, f"{group.__name__} registers no command"
+        seen |= set(sub.choices)
+    commands = dict(_commands(parser))
+    assert {path[0] for path in commands} == seen
+    for path, sub in commands.items():
+        with pytest.raises(SystemExit) as exit:
+            parser.parse_args([*path, "--help"])
+        assert exit.value.code == 0 and f"usage: raswarden {' '.join(path)}" in capsys.readouterr().out
+        if not any(isinstance(a, argparse._SubParsersAction) for a in sub._actions):
+            assert callable(sub.get_default("func")) or callable(commands[path[:1]].get_default("func")), path
 
 
 def test_evaluate_cli_beside_the_baseline(trace_dir, tmp_path, capsys):

@@ -1,0 +1,45 @@
+"""The ``raswarden`` command line: one module per command group, each adding its commands with ``register``."""
+
+from __future__ import annotations
+
+import argparse
+import logging
+import sys
+
+from daemon import __version__
+from daemon.cli import alerts, operate, repair, scoring, simulation, traces
+
+COMMAND_GROUPS = (traces, scoring, simulation, operate, alerts, repair)
+"""The modules whose commands ``raswarden`` has, in the order ``--help`` lists them."""
+
+
+def build_parser() -> argparse.ArgumentParser:
+    parser = argparse.ArgumentParser(
+        prog="raswarden",
+        description="Fault-recovery daemon for AI supernode clusters: flags sub-healthy accelerators, "
+                    "blades and links from RAS, link and thermal telemetry.",
+    )
+    parser.add_argument("--version", action="version", version=f"raswarden {__version__}")
+    parser.add_argument("-v", "--verbose", action="count", default=0, help="more log output (-vv for debug)")
+    sub = parser.add_subparsers(dest="command", required=True, metavar="COMMAND")
+    for group in COMMAND_GROUPS:
+        group.register(sub)
+    return parser
+
+
+def main(argv: list[str] | None = None) -> int:
+    parser = build_parser()
+    args = parser.parse_args(argv)
+    level = logging.WARNING if args.verbose == 0 else (logging.INFO if args.verbose == 1 else logging.DEBUG)
+    logging.basicConfig(level=level, format="%(levelname)s %(name)s: %(message)s")
+    if args.verbose == 0:
+        logging.getLogger("raswarden.input").setLevel(logging.ERROR)
+    from daemon.alerting.secrets import SecretError, install_log_redaction
+    from daemon.config import ConfigError
+
+    install_log_redaction()
+    try:
+        return int(args.func(args) or 0)
+    except (ConfigError, SecretError) as exc:
+        print(f"raswarden: {exc}", file=sys.stderr)
+        return 2

@@ -1,0 +1,77 @@
+"""What the command modules share: times and durations as printed, the console, the config and the state
+database of a command."""
+
+from __future__ import annotations
+
+import argparse
+import contextlib
+import datetime as dt
+
+
+def fmt_ts(ts: float | None) -> str:
+    if ts is None:
+        return "-"
+    return dt.datetime.fromtimestamp(ts, dt.UTC).strftime("%Y-%m-%d %H:%M:%SZ")
+
+
+def fmt_duration(seconds: float) -> str:
+    if seconds >= 2 * 86400:
+        return f"{seconds / 86400:.0f} days"
+    if seconds >= 7200:
+        return f"{seconds / 3600:.1f} h"
+    return f"{seconds / 60:.0f} min"
+
+
+def console_out():
+    """stdout console: the terminal's width on a terminal, wide and unwrapped into a file or pipe."""
+    from rich.console import Console
+
+    console = Console()
+    return console if console.is_terminal else Console(width=200, soft_wrap=True)
+
+
+def progress_bar(console):
+    """A rich progress bar on a terminal; nothing otherwise."""
+    if console is None or not console.is_terminal:
+        return contextlib.nullcontext(None)
+    from rich.progress import BarColumn, Progress, TextColumn, TimeRemainingColumn
+
+    return Progress(TextColumn("{task.description}"), BarColumn(), TextColumn("{task.percentage:>5.1f}%"),
+                    TimeRemainingColumn(), console=console, transient=True)
+
+
+def hours(seconds) -> str:
+    return "-" if seconds is None else f"{seconds / 3600:.2f} h"
+
+
+def load_config(args: argparse.Namespace):
+    import os
+
+    from daemon.config import DEFAULT_PATH, load
+
+    return load(args.config or os.environ.get("RASWARDEN_CONFIG") or DEFAULT_PATH)
+
+
+def open_store(args: argparse.Namespace, cfg):
+    """The state database of a command: ``--db``, else the config's store.url."""
+    from daemon.store import Store
+
+    return Store(args.db or cfg.store_url)
+
+
+@contextlib.contextmanager
+def config_and_store(args: argparse.Namespace):
+    """The config and the state database of a command."""
+    cfg = load_config(args)
+    store = open_store(args, cfg)
+    try:
+        yield cfg, store
+    finally:
+        store.close()
+
+
+def config_args(p: argparse.ArgumentParser) -> None:
+    """``--config`` and ``--db``: the options of every command that reads the config and the state database."""
+    p.add_argument("--config", metavar="FILE", help="config file (default $RASWARDEN_CONFIG or "
+                                                    "/etc/raswarden/raswarden.toml)")
+    p.add_argument("--db", metavar="URL", help="state database (default: the config's store.url)")

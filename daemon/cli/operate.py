@@ -1,0 +1,149 @@
+"""Running and watching the daemon: ``check-config``, ``run``, ``status``, ``incidents``."""
+
+from __future__ import annotations
+
+import argparse
+import json
+import logging
+import sys
+from collections import Counter
+
+from daemon.cli.common import fmt_ts, load_config, config_and_store, config_args
+
+def cmd_check_config(args: argparse.Namespace) -> int:
+    cfg = load_config(args)
+    from daemon.alerting.service import Alerting  # builds every receiver: catches what parsing cannot
+    from daemon.store import Store
+
+    from daemon.collectors import build
+    from daemon.formats.base import ReadContext
+    from daemon.naming import SeriesMapper
+    from daemon.topology import Topology
+
+    store = Store("sqlite://")
+    try:
+        Alerting.from_config(cfg, store)
+        topology = Topology.load(cfg.service.topology) if cfg.service.topology else Topology()
+        for c in build(cfg.collectors, ReadContext(mapper=SeriesMapper(topology=topology))):
+            c.close()
+        if cfg.service.model:
+            from detectors.bundle import ModelBundle
+
+            ModelBundle.load(cfg.service.model)
+    except (ValueError, OSError) as exc:
+        print(f"raswarden: {cfg.path}: {exc}", file=sys.stderr)
+        return 2
+    finally:
+        store.close()
+    print(f"{cfg.path}: OK ({len(cfg.collectors)} collectors, {len(cfg.receivers)} receivers, "
+          f"{len(cfg.alerting.routes)} routes)")
+    return 0
+
+
+def cmd_run(args: argparse.Namespace) -> int:
+    """raswarden run: the daemon (systemd runs it as raswarden.service)."""
+    import os
+
+    from daemon.service import Service
+
+    cfg = load_config(args)
+    if args.db:
+        cfg.store_url = args.db
+    if os.environ.get("JOURNAL_STREAM") or os.environ.get("INVOCATION_ID"):
+        # under systemd: the journal stamps time and unit itself
+        for h in logging.getLogger().handlers:
+            h.setFormatter(logging.Formatter("<%(levelno)s>%(name)s: %(message)s"))
+    if args.verbose == 0:
+        logging.getLogger("raswarden").setLevel(logging.INFO)
+    try:
+        service = Service(cfg)
+    except (ValueError, OSError) as exc:  # a collector option, the topology or the model is unusable
+        print(f"raswarden: cannot start: {exc}", file=sys.stderr)
+        return 2
+    return service.run()
+
+
+def cmd_status(args: argparse.Namespace) -> int:
+    """raswarden status: who is active, the last tick, health by state, open incidents, the daemon's /healthz."""
+    import time
+    import urllib.error
+    import urllib.request
+
+    from daemon.lease import Lease, shard_lease
+
+    with config_and_store(args) as (cfg, store):
+        now = time.time()
+        lease = Lease(store, shard_lease(cfg.service.shard)).current()
+        if lease is None:
+            print(f"shard {cfg.service.shard}: no daemon has run on this store")
+        else:
+            alive = lease.expires_at > now
+            print(f"shard {cfg.service.shard}: {'held by' if alive else 'last held by'} {lease.holder}"
+                  f"{'' if alive else f' (lease ran out {now - lease.expires_at:.0f} s ago)'}")
+        for row in store.collector_states():
+            if not row.name.startswith("_"):
+                print(f"collector {row.name}: last saved {fmt_ts(row.updated_at)}")
+        health = Counter(h.state for h in store.health())
+        print("health: " + (", ".join(f"{n} {st}" for st, n in sorted(health.items()) if st != "healthy")
+                            or "every entity healthy"))
+        incidents = store.incidents("open")
+        print(f"open incidents: {len(incidents)}"
+              + (" (" + ", ".join(f"{n} {sev}" for sev, n in Counter(i.severity for i in incidents).items()) + ")"
+                 if incidents else ""))
+        url = f"http://{cfg.http.listen}/healthz"
+        try:
+            with urllib.request.urlopen(url, timeout=3) as r:
+                detail = json.loads(r.read())
+            print(f"daemon at {cfg.http.listen}: ready; {detail.get('status', '')}")
+        except urllib.error.HTTPError as exc:
+            detail = json.loads(exc.read() or b"{}")
+            print(f"daemon at {cfg.http.listen}: NOT ready: {'; '.join(detail.get('problems', [])) or exc}")
+            return 1
+        except OSError as exc:
+            print(f"daemon at {cfg.http.listen}: not answering ({getattr(exc, 'reason', exc)})")
+            return 1
+        return 0
+
+
+def cmd_incidents(args: argparse.Namespace) -> int:
+    """raswarden incidents: open (or all) incidents with their evidence."""
+    with config_and_store(args) as (_cfg, store):
+        rows = store.incidents(None if args.all else "open")
+        if args.json:
+            print(json.dumps([r.model_dump() for r in rows], indent=1, default=str))
+            return 0
+        if not rows:
+            print("no open incidents" if not args.all else "no incidents")
+        for r in rows:
+            closed = f" closed {fmt_ts(r.closed_at)} ({r.close_reason})" if r.closed_at else ""
+            under = f" under {r.parent}" if r.parent else ""
+            print(f"{r.id}  {r.severity:<10} {r.category:<12} {r.entity:<24} opened {fmt_ts(r.opened_at)}{closed}"
+                  f"{under}")
+            for line in r.evidence[:3]:
+                print(f"      {line}")
+        return 0
+
+
+def register(sub) -> None:
+    """Add this module's commands to the ``raswarden`` parser's subcommands."""
+    p = sub.add_parser("check-config", help="validate the config file (names the bad key)")
+    p.add_argument("--config", metavar="FILE", help="config file (default $RASWARDEN_CONFIG or "
+                                                    "/etc/raswarden/raswarden.toml)")
+    p.set_defaults(func=cmd_check_config)
+
+    p = sub.add_parser("run", help="the daemon: collect, detect, act and alert (systemd: raswarden.service)",
+                       description="Run the service from the config file: live collectors on an interval, the "
+                                   "pipeline, playbooks, alerts, /metrics, /healthz, the status page and the API. "
+                                   "SIGTERM finishes the step in flight; SIGHUP reloads the config.")
+    config_args(p)
+    p.set_defaults(func=cmd_run)
+
+    p = sub.add_parser("status", help="the shard's active daemon, collectors, health and open incidents")
+    config_args(p)
+    p.set_defaults(func=cmd_status)
+
+    p = sub.add_parser("incidents", help="open incidents with their evidence (--all: closed ones too)")
+    p.add_argument("--all", action="store_true")
+    p.add_argument("--json", action="store_true", help="as JSON")
+    config_args(p)
+    p.set_defaults(func=cmd_incidents)

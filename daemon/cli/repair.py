@@ -1,0 +1,163 @@
+"""Repair commands: ``playbook`` (validate, plan, run, list, reset), an operator's ``drain`` and ``resume``,
+``approve``."""
+
+from __future__ import annotations
+
+import argparse
+import sys
+
+from daemon.cli.common import load_config, open_store, config_and_store, config_args
+
+def _remediation(args: argparse.Namespace):
+    from daemon.remediation import Remediation, scheduler_from_config
+
+    cfg = load_config(args)
+    store = open_store(args, cfg)
+    return Remediation(cfg, store, scheduler_from_config(cfg)), store
+
+
+def cmd_playbook(args: argparse.Namespace) -> int:
+    import time
+
+    from playbooks.model import PlaybookError, load
+
+    if args.playbook_command == "validate":
+        try:
+            dirs = args.dir or (load_config(args).playbook_dirs if args.config else [])
+            books = load(dirs)
+        except PlaybookError as exc:
+            print(f"raswarden: {exc}", file=sys.stderr)
+            return 2
+        for p in books:
+            print(f"{p.priority:>4} {p.name:<28} {p.guards.mode:<8} {' -> '.join(s.type for s in p.steps)}"
+                  f"   ({p.source})")
+        return 0
+    rem, store = _remediation(args)
+    try:
+        if args.playbook_command == "plan":
+            from daemon.remediation import incident_ref
+
+            row = store.incident(args.incident)
+            if row is None:
+                print(f"no incident {args.incident}", file=sys.stderr)
+                return 1
+            state = rem.engine.scheduler.snapshot()
+            action = rem.engine.plan(incident_ref(row, scheduler_names=rem.scheduler_names), state)
+            if action is None:
+                print(f"{row.id} ({row.entity}, {row.severity}, {row.category}): no playbook matches")
+                return 0
+            print(f"{row.id} ({row.entity}, {row.severity}, {row.category}) -> playbook {action.playbook}, mode "
+                  f"{action.mode}{', needs approval' if action.approval else ''}")
+            for i, st in enumerate(action.steps, 1):
+                print(f"  {i}. {rem.engine.describe(action, st, state)}")
+            return 0
+        if args.playbook_command == "reset":
+            rem.journal.set_breaker(None)
+            print("circuit breaker reset")
+            return 0
+        if args.playbook_command == "list":
+            for a in rem.journal.actions():
+                steps = " ".join(f"{s.type}={s.status}" for s in a.steps)
+                print(f"{a.key:<52} {a.status:<18} {a.mode:<8} {steps} {a.note}")
+            return 0
+        # run: only the holder of the shard's lease acts; another instance waits as a standby
+        from daemon.lease import Lease, shard_lease
+
+        lease = Lease(store, shard_lease(args.shard), ttl_s=args.lease_ttl or max(10.0, 3 * args.interval))
+        try:
+            while True:
+                if lease.acquire():
+                    counts = rem.step()
+                    if args.verbose:
+                        print(counts, file=sys.stderr)
+                elif args.verbose or not args.follow:
+                    held = lease.current()
+                    print(f"standby: {held.holder if held else '?'} holds shard {args.shard}", file=sys.stderr)
+                if not args.follow:
+                    break
+                time.sleep(args.interval)
+        finally:
+            lease.release()
+        return 0
+    finally:
+        store.close()
+
+
+def cmd_node(args: argparse.Namespace) -> int:
+    """raswarden drain|resume NODE: an operator's own action through raswarden, journaled."""
+    import getpass
+
+    from daemon.operator import OperatorError, node_action
+    from daemon.remediation import scheduler_from_config
+
+    with config_and_store(args) as (cfg, store):
+        try:
+            print(node_action(scheduler_from_config(cfg), store, args.command, args.node, args.reason,
+                              args.by or getpass.getuser(), args.force if args.command == "resume" else False,
+                              repaired=getattr(args, "repaired", False)))
+            return 0
+        except OperatorError as exc:
+            print(f"raswarden: {exc}", file=sys.stderr)
+            return 2 if exc.status == 400 else 1
+
+
+def cmd_approve(args: argparse.Namespace) -> int:
+    import getpass
+
+    from daemon.operator import OperatorError, approve
+
+    rem, store = _remediation(args)
+    try:
+        for key in approve(rem, args.action, args.by or getpass.getuser()):
+            print(f"approved {key}")
+        return 0
+    except OperatorError as exc:
+        print(str(exc), file=sys.stderr)
+        return 1
+    finally:
+        store.close()
+
+
+def register(sub) -> None:
+    """Add this module's commands to the ``raswarden`` parser's subcommands."""
+    p = sub.add_parser("playbook", help="playbooks: validate, plan an incident, run pending actions",
+                       description="Playbooks drive checkpoint, drain, requeue and resume through the scheduler "
+                                   "under guards (docs/playbooks.md).")
+    psub = p.add_subparsers(dest="playbook_command", required=True, metavar="ACTION")
+    q = psub.add_parser("validate", help="load the built-in and operator playbooks; name the first error")
+    q.add_argument("--dir", action="append", help="an operator playbook directory (default: the config's)")
+    config_args(q)
+    q = psub.add_parser("plan", help="what would happen for an incident, without doing it")
+    q.add_argument("incident", help="incident id (raswarden incidents / the status page)")
+    config_args(q)
+    q = psub.add_parser("run", help="plan actions for new incidents and execute pending steps")
+    q.add_argument("--follow", action="store_true", help="keep going every --interval seconds until killed")
+    q.add_argument("--interval", type=float, default=5.0)
+    q.add_argument("--shard", default="default", help="the shard this instance acts for (one active per shard)")
+    q.add_argument("--lease-ttl", type=float, help="seconds before a silent holder's shard is taken over "
+                                                   "(default: 3 intervals, at least 10)")
+    config_args(q)
+    q = psub.add_parser("list", help="actions and their steps")
+    config_args(q)
+    q = psub.add_parser("reset", help="reset a tripped circuit breaker")
+    config_args(q)
+    p.set_defaults(func=cmd_playbook)
+
+    for name, words in (("drain", "drain a node by hand (recorded; raswarden will resume only its own drains)"),
+                        ("resume", "resume a node raswarden drained (--force for anyone's), recorded")):
+        p = sub.add_parser(name, help=words)
+        p.add_argument("node")
+        p.add_argument("--reason", required=True, help="why (kept in the scheduler's reason and the journal)")
+        p.add_argument("--by", help="who (default: the current user)")
+        if name == "resume":
+            p.add_argument("--force", action="store_true", help="also resume a node someone else drained")
+            p.add_argument("--repaired", action="store_true",
+                           help="its parts were replaced: the running daemon's detectors forget their history")
+        config_args(p)
+        p.set_defaults(func=cmd_node)
+
+    p = sub.add_parser("approve", help="approve an action that waits for an operator")
+    p.add_argument("action", help="action key or incident id")
+    p.add_argument("--by", help="who (default: the current user)")
+    config_args(p)
+    p.set_defaults(func=cmd_approve)

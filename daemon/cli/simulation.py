@@ -1,0 +1,156 @@
+"""``simulate``: a supernode from a scenario, written, served live or run in a closed loop."""
+
+from __future__ import annotations
+
+import argparse
+import json
+import sys
+from pathlib import Path
+
+
+DEFAULT_LIBRARY = Path(__file__).resolve().parents[2] / "fixtures" / "faults"
+
+
+def cmd_simulate(args: argparse.Namespace) -> int:
+    import time
+
+    from daemon.sim.simulator import Simulator
+    from daemon.sim.faults import TemplateError
+    from daemon.sim.noise import parse_noise
+    from daemon.sim.observe import sampling_from_text
+    from daemon.sim.scenario import Scenario
+    from daemon.sim.writer import simulate_to
+
+    library = Path(args.library)
+    try:
+        scenario = Scenario.load(args.scenario)
+        if args.seed is not None:
+            scenario.seed = args.seed
+        if args.profile is not None:
+            scenario.profile = args.profile
+        if args.noise is not None:
+            scenario.noise_name, scenario.noise = parse_noise(args.noise, "--noise")
+        if args.sampling is not None:
+            scenario.sampling = sampling_from_text(args.sampling, scenario.resolution)
+        sim = Simulator(scenario, library)
+    except (TemplateError, OSError) as exc:
+        print(f"raswarden: error: {exc}", file=sys.stderr)
+        return 2
+    if args.closed_loop:
+        return _closed_loop(args, scenario, library)
+    if not args.out:
+        print("raswarden: error: simulate needs --out DIR (or --closed-loop)", file=sys.stderr)
+        return 2
+    if args.serve:
+        from daemon.sim.serve import loopback, serve
+
+        exporters = ("dcgm-exporter on port 9400, node_exporter on port 9100" if sim.topo.vendors == ("nvidia",)
+                     else "each vendor's exporter (dcgm-exporter 9400, AMD 5000, npu-exporter 8082) and node_exporter "
+                          "9100")
+        print(f"serving {sim.topo.n_nodes} nodes at {args.speed:g}x on {loopback(0)} .. "
+              f"{loopback(sim.topo.n_nodes - 1)}: {exporters}; kernel log, topology.yaml and "
+              f"prometheus-targets.json in {args.out}", flush=True)
+        try:
+            serve(sim, Path(args.out), args.speed)
+        except ValueError as exc:
+            print(f"raswarden: error: {exc}", file=sys.stderr)
+            return 2
+        return 0
+    started = time.perf_counter()
+    try:
+        writer = simulate_to(sim, Path(args.out), args.format)
+    except TemplateError as exc:
+        print(f"raswarden: error: {exc}", file=sys.stderr)
+        return 2
+    wall = time.perf_counter() - started
+    labels = sim.labels()
+    faults = sum(1 for x in labels if not x["fault"].startswith("benign_"))
+    print(f"simulated {scenario.name} (seed {scenario.seed}): {sim.topo.n_gpus} accelerators, {sim.topo.n_ports} "
+          f"ports, {scenario.duration / 3600:g} h at {scenario.resolution:g} s{_sampled(scenario)}; "
+          f"{writer.samples:,} samples, "
+          f"{writer.lines} kernel lines, {faults} faults and {len(labels) - faults} confounders labelled; "
+          f"{wall:.1f} s ({writer.samples / max(wall, 1e-9):,.0f} samples/s) -> {args.out}")
+    return 0
+
+
+def _sampled(scenario) -> str:
+    """How a scenario is sampled and how noisy it is, for the summary line."""
+    words = [f"{src} every {s.interval:g} s{' (downsampled)' if s.aligned else ''}"
+             for src, s in scenario.sampling.items()]
+    if scenario.noise_name != "quiet":
+        words.append(f"{scenario.noise_name} noise")
+    return f" ({', '.join(words)})" if words else ""
+
+
+def _closed_loop(args: argparse.Namespace, scenario, library: Path) -> int:
+    import copy
+
+    from daemon.closedloop import POLICIES, LoopOptions, run
+    from daemon.closedloop_report import table
+    from daemon.sim.simulator import Simulator
+    from detectors.bundle import IncompatibleModel, ModelBundle
+
+    policies = [p.strip() for p in args.policy.split(",") if p.strip()]
+    unknown = [p for p in policies if p not in POLICIES]
+    if unknown or not policies:
+        print(f"raswarden: error: --policy takes {', '.join(POLICIES)} (comma-separated), not {args.policy!r}",
+              file=sys.stderr)
+        return 2
+    try:
+        model = ModelBundle.load(args.model) if args.model else None
+    except (IncompatibleModel, OSError) as exc:
+        print(f"raswarden: error: {exc}", file=sys.stderr)
+        return 2
+    opts = LoopOptions(interval_s=args.interval)
+    results = []
+    for policy in policies:
+        result = run(Simulator(copy.deepcopy(scenario), library), policy, opts, model=model,
+                     playbook_dirs=args.playbooks)
+        results.append(result)
+        print(f"{policy}: net loss {result.gpu_hours['net_loss']:,.1f} GPU-h, effective training time ratio "
+              f"{result.gpu_hours['effective_training_ratio']:.3f}, drains {result.drains_true} true / "
+              f"{result.drains_false} false ({result.ticks} ticks, {result.wall_s:.0f} s)", flush=True)
+    print(table(results))
+    if args.json:
+        Path(args.json).write_text(json.dumps({"options": opts.__dict__ | {"guards": opts.guards.__dict__},
+                                               "results": [r.as_dict() for r in results]}, indent=1) + "\n")
+    return 0
+
+
+def register(sub) -> None:
+    """Add this module's commands to the ``raswarden`` parser's subcommands."""
+    p = sub.add_parser("simulate", help="simulate a supernode from a scenario and write it as a trace",
+                       description="Generate a simulated supernode (workload, physics, fault templates and "
+                                   "confounders) from a scenario file and write a trace directory that "
+                                   "'raswarden replay' reads: OpenMetrics, journald kernel log, topology.yaml, "
+                                   "labels.jsonl. The same scenario and seed give byte-identical output.")
+    p.add_argument("scenario", help="scenario YAML (see fixtures/scenarios/)")
+    p.add_argument("--out", metavar="DIR", help="output trace directory")
+    p.add_argument("--format", choices=("openmetrics", "parquet"), default="openmetrics",
+                   help="telemetry as OpenMetrics text (default) or the long columnar Parquet form")
+    p.add_argument("--seed", type=int, help="override the scenario's seed")
+    p.add_argument("--profile", choices=("stock", "full"),
+                   help="override the scenario's exporter profile (stock: dcgm-exporter's default counters)")
+    p.add_argument("--sampling", metavar="SPEC",
+                   help="override the scenario's sampling, e.g. 'dcgm=15s,node=5m', 'all=5m:aligned' (downsampled "
+                        "storage), 'all=60s:jitter=2s:missed=0.01'; intervals are multiples of the resolution")
+    p.add_argument("--noise", choices=("quiet", "realistic", "noisy"),
+                   help="override the healthy parts' background errors (default: the scenario's, else quiet)")
+    p.add_argument("--serve", action="store_true",
+                   help="instead of writing files, serve live exporters on loopback (one 127.x address per node)")
+    p.add_argument("--speed", type=float, default=60.0,
+                   help="with --serve: simulated seconds per wall-clock second (default 60)")
+    p.add_argument("--closed-loop", action="store_true",
+                   help="instead of writing a trace, run detectors and playbooks against a simulated Slurm and "
+                        "account the GPU-hours per policy")
+    p.add_argument("--policy", default="none,reactive,full",
+                   help="with --closed-loop: none, reactive (act after failures only), full; comma-separated "
+                        "(default: all three)")
+    p.add_argument("--model", metavar="DIR", help="with --closed-loop: learned detectors for the full policy")
+    p.add_argument("--playbooks", action="append", default=[], metavar="DIR",
+                   help="with --closed-loop: operators' playbook directory (repeatable)")
+    p.add_argument("--interval", type=float, default=30.0, help="with --closed-loop: tick interval (default 30 s)")
+    p.add_argument("--json", metavar="FILE", help="with --closed-loop: also write the figures as JSON")
+    p.add_argument("--library", default=str(DEFAULT_LIBRARY), metavar="DIR",
+                   help="fault template directory (default: the bundled fixtures/faults)")
+    p.set_defaults(func=cmd_simulate)
