@@ -1,7 +1,7 @@
 #!/usr/bin/env python3
 """Closed loop over many seeds (issue 5's targets; not a test): every policy on every seed of a scenario.
 
-Runs ``daemon.closedloop.run`` for the policies none, reactive and full on each seed, one process per
+Runs ``lab.closedloop.run`` for the policies none, reactive and full on each seed, one process per
 (seed, policy) (``--jobs`` at a time), with the learned detectors of ``--model`` for the full policy (a
 model trained on other scenarios and seeds). Prints the table (means ± standard deviation across seeds,
 policies side by side) and writes every run as JSON (default bench/results/closedloop.json), each as it
@@ -32,9 +32,9 @@ def one_run(scenario: str, seed: int, policy: str, model: str, interval: float, 
     import os
 
     os.environ.setdefault("OMP_NUM_THREADS", "1")
-    from daemon.closedloop import ACCOUNTING_VERSION, LoopOptions, run
-    from daemon.sim.simulator import Simulator
-    from daemon.sim.scenario import Scenario
+    from lab.closedloop import ACCOUNTING_VERSION, LoopOptions, run
+    from lab.sim.simulator import Simulator
+    from lab.sim.scenario import Scenario
     from detectors.bundle import ModelBundle
 
     bundle = ModelBundle.load(model) if model and policy == "full" else None
@@ -68,8 +68,8 @@ def main() -> None:
     ap.add_argument("--with", dest="extra", type=Path, nargs="*", default=[],
                     help="more result files (other writers' runs, e.g. other seeds) joined to --out's in the table")
     args = ap.parse_args()
-    from daemon.closedloop import ACCOUNTING_VERSION, LoopOptions, LoopResult
-    from daemon.closedloop_report import fault_table, per_seed_table, table
+    from lab.closedloop import ACCOUNTING_VERSION, LoopOptions, LoopResult
+    from lab.closedloop_report import fault_table, per_seed_table, table
 
     missing = [str(p) for p in args.extra if not p.is_file()]
     if missing:

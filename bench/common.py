@@ -22,15 +22,15 @@ def run_phase(script: str, *args: str) -> dict:
 
 def seeds(text: str) -> list[int]:
     """Seeds from "1001..1020", "1,2,3" or a mix ("1..5,9"); "" is none."""
-    from daemon.matrix import parse_seeds
+    from lab.matrix import parse_seeds
 
     return parse_seeds(text)
 
 
 def write_results(path: Path, results: dict) -> None:
-    """Write ``results`` as JSON to ``path`` whole or not at all (:func:`daemon.matrix.write_results`): a writer killed
+    """Write ``results`` as JSON to ``path`` whole or not at all (:func:`lab.matrix.write_results`): a writer killed
     mid-write (a long run cut by the end of a session) leaves the previous file, never a truncated one."""
-    from daemon.matrix import write_results as write
+    from lab.matrix import write_results as write
 
     write(path, results)
     print(f"wrote {path}")

@@ -27,8 +27,8 @@ def phase(accelerators: int, ticks: int, model: str = "") -> dict:
 
     from daemon.naming import SeriesMapper
     from daemon.pipeline import Pipeline, PipelineConfig
-    from daemon.sim.simulator import Simulator, chunk_to_batch
-    from daemon.sim.scenario import Scenario
+    from lab.sim.simulator import Simulator, chunk_to_batch
+    from lab.sim.scenario import Scenario
     from daemon.timeorder import tick_index
 
     sc = Scenario.from_dict({"name": "bench", "seed": 1, "topology": {"accelerators": accelerators},

@@ -66,7 +66,7 @@ def simulate(scenario: str, seed: int | None, profile: str, out: Path, randomize
 
 
 def train_fold(fold: str, paths: list[str], out: str) -> dict:
-    from daemon.train import train
+    from lab.train import train
 
     started = time.perf_counter()
     if not (Path(out) / "model.json").exists():
@@ -77,7 +77,7 @@ def train_fold(fold: str, paths: list[str], out: str) -> dict:
 
 
 def evaluate_one(path: str, model: str, group: str) -> dict:
-    from daemon.evaluate import evaluate_trace
+    from lab.evaluate import evaluate_trace
     from detectors.bundle import ModelBundle
 
     bundle = ModelBundle.load(model)
@@ -200,7 +200,7 @@ def main() -> None:
                   f"({r['wall_s']} s{', ' + r['fleet'] if 'fleet' in r else ''})", flush=True)
             results.append(r)
 
-    from daemon.evaluate import merge
+    from lab.evaluate import merge
 
     summary = {}
     for label, pick in (("dense", lambda r: not r["group"].startswith("quiet")),

@@ -1,7 +1,7 @@
 #!/usr/bin/env python3
 """Detection over a matrix of fleets (issue 24; not a test): sampling interval x healthy-part noise.
 
-The matrix itself is ``daemon/matrix.py`` (``raswarden evaluate --matrix`` runs it too); this bench runs it
+The matrix itself is ``lab/matrix.py`` (``raswarden evaluate --matrix`` runs it too); this bench runs it
 over many seeds into a resumable results file (default bench/results/matrix.json), ``--jobs`` processes at
 once, and prints the table per cell. ``--report`` prints the table of the results file only.
 """
@@ -16,7 +16,7 @@ from pathlib import Path
 ROOT = Path(__file__).resolve().parent.parent
 sys.path.insert(0, str(ROOT))
 
-from daemon.matrix import NOISE, SAMPLING, parse_seeds, report, run_matrix  # noqa: E402
+from lab.matrix import NOISE, SAMPLING, parse_seeds, report, run_matrix  # noqa: E402
 
 
 def progress(r: dict) -> None:

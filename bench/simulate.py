@@ -39,9 +39,9 @@ def scenario(accelerators: int, hours: float) -> dict:
 
 
 def phase(accelerators: int, hours: float, out: str) -> dict:
-    from daemon.sim.simulator import Simulator, chunk_to_batch
-    from daemon.sim.scenario import Scenario
-    from daemon.sim.writer import simulate_to
+    from lab.sim.simulator import Simulator, chunk_to_batch
+    from lab.sim.scenario import Scenario
+    from lab.sim.writer import simulate_to
 
     sc = Scenario.from_dict(scenario(accelerators, hours))
     t = time.perf_counter()

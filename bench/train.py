@@ -32,7 +32,7 @@ def phase(trace: str, out: str, jobs: str = "1") -> None:
     import os
 
     os.environ.setdefault("OMP_NUM_THREADS", "1")
-    from daemon.train import train
+    from lab.train import train
 
     started = time.perf_counter()
     train([Path(trace)], Path(out), jobs=int(jobs))

@@ -30,7 +30,7 @@ DEFAULT_MODEL = ROOT / "bench" / "results" / "models" / "holdout4-a"
 
 
 def evaluate_vendors(path: str, model: str, group: str) -> dict:
-    from daemon.evaluate import evaluate_trace_by_vendor
+    from lab.evaluate import evaluate_trace_by_vendor
     from detectors.bundle import ModelBundle
 
     started = time.perf_counter()
@@ -95,7 +95,7 @@ def main() -> None:
                 for v, d in r["by_vendor"].items() if v != "all") + f" ({r['wall_s']} s)", flush=True)
             results.append(r)
 
-    from daemon.evaluate import merge
+    from lab.evaluate import merge
 
     vendors = sorted({v for r in results for v in r["by_vendor"]} - {"all"})
     summary, per_seed = {}, {}

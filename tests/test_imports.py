@@ -1,4 +1,5 @@
-"""The floors import one way: daemon -> detectors and playbooks, never back; and no module imports itself back.
+"""The floors import one way: lab -> daemon -> detectors and playbooks, never back; and no module imports itself
+back.
 
 Module-level imports only (an import inside a function runs when it is called, and ``if TYPE_CHECKING:`` blocks
 never run): those are what make a cycle a problem at import time and a tangle to read.
@@ -10,9 +11,10 @@ import ast
 from pathlib import Path
 
 ROOT = Path(__file__).resolve().parent.parent
-PACKAGES = ("daemon", "detectors", "playbooks")
+PACKAGES = ("lab", "daemon", "detectors", "playbooks")
 # package -> the project's packages it may import
-MAY_IMPORT = {"daemon": {"daemon", "detectors", "playbooks"}, "detectors": {"detectors"}, "playbooks": {"playbooks"}}
+MAY_IMPORT = {"lab": {"lab", "daemon", "detectors", "playbooks"}, "daemon": {"daemon", "detectors", "playbooks"},
+              "detectors": {"detectors"}, "playbooks": {"playbooks"}}
 
 
 def _module(path: Path) -> str:
@@ -77,3 +79,17 @@ def test_no_module_imports_itself_back():
         if mod not in state:
             walk(mod, [mod])
     assert not cycles, cycles
+
+
+def test_the_daemon_runs_without_the_lab():
+    """Not even inside a function does the daemon import the lab: only its command line does, in the commands
+    that simulate, evaluate and train (the service retrains through ``raswarden train`` in a child process)."""
+    wrong = []
+    for path in sorted((ROOT / "daemon").rglob("*.py")):
+        if path.parent.name == "cli":
+            continue
+        for node in ast.walk(ast.parse(path.read_text(), str(path))):
+            names = [a.name for a in node.names] if isinstance(node, ast.Import) else \
+                [node.module or ""] if isinstance(node, ast.ImportFrom) and not node.level else []
+            wrong += [f"{path.relative_to(ROOT)}:{node.lineno} imports {n}" for n in names if n.split(".")[0] == "lab"]
+    assert not wrong, wrong

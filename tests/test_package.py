@@ -7,6 +7,7 @@ from pathlib import Path
 
 import daemon
 import detectors
+import lab
 import playbooks
 
 ROOT = Path(__file__).resolve().parent.parent
@@ -16,11 +17,12 @@ def test_daemon_is_this_project():
     assert Path(daemon.__file__).resolve() == ROOT / "daemon" / "__init__.py"
     assert Path(detectors.__file__).resolve().parent == ROOT / "detectors"
     assert Path(playbooks.__file__).resolve().parent == ROOT / "playbooks"
+    assert Path(lab.__file__).resolve().parent == ROOT / "lab"
 
 
 def test_only_raswarden_provides_the_top_level_packages():
     owners = importlib.metadata.packages_distributions()
-    for name in ("daemon", "detectors", "playbooks"):
+    for name in ("daemon", "detectors", "playbooks", "lab"):
         assert set(owners.get(name, [])) == {"raswarden"}, (name, owners.get(name))
 
 

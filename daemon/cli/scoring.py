@@ -32,7 +32,7 @@ def _vendor_table(by_vendor: dict):
 def cmd_evaluate(args: argparse.Namespace) -> int:
     from rich.table import Table
 
-    from daemon.evaluate import compare
+    from lab.evaluate import compare
 
     from detectors.bundle import IncompatibleModel, ModelBundle
 
@@ -77,7 +77,7 @@ def _evaluate_matrix(args: argparse.Namespace, console) -> int:
     """``evaluate --matrix``: the cells' runs (resumed from ``--json``), then the table per cell."""
     import tempfile
 
-    from daemon.matrix import parse_seeds, report, run_matrix
+    from lab.matrix import parse_seeds, report, run_matrix
 
     out = Path(args.json) if args.json else Path(tempfile.mkdtemp(prefix="raswarden-matrix-")) / "matrix.json"
 
@@ -100,8 +100,8 @@ def _evaluate_matrix(args: argparse.Namespace, console) -> int:
 
 
 def cmd_train(args: argparse.Namespace) -> int:
-    from daemon.evaluate import compare
-    from daemon.train import train
+    from lab.evaluate import compare
+    from lab.train import train
 
     console = console_out()
     out = Path(args.out)

@@ -14,12 +14,12 @@ DEFAULT_LIBRARY = Path(__file__).resolve().parents[2] / "fixtures" / "faults"
 def cmd_simulate(args: argparse.Namespace) -> int:
     import time
 
-    from daemon.sim.simulator import Simulator
-    from daemon.sim.faults import TemplateError
-    from daemon.sim.noise import parse_noise
-    from daemon.sim.observe import sampling_from_text
-    from daemon.sim.scenario import Scenario
-    from daemon.sim.writer import simulate_to
+    from lab.sim.simulator import Simulator
+    from lab.sim.faults import TemplateError
+    from lab.sim.noise import parse_noise
+    from lab.sim.observe import sampling_from_text
+    from lab.sim.scenario import Scenario
+    from lab.sim.writer import simulate_to
 
     library = Path(args.library)
     try:
@@ -42,7 +42,7 @@ def cmd_simulate(args: argparse.Namespace) -> int:
         print("raswarden: error: simulate needs --out DIR (or --closed-loop)", file=sys.stderr)
         return 2
     if args.serve:
-        from daemon.sim.serve import loopback, serve
+        from lab.sim.serve import loopback, serve
 
         exporters = ("dcgm-exporter on port 9400, node_exporter on port 9100" if sim.topo.vendors == ("nvidia",)
                      else "each vendor's exporter (dcgm-exporter 9400, AMD 5000, npu-exporter 8082) and node_exporter "
@@ -85,9 +85,9 @@ def _sampled(scenario) -> str:
 def _closed_loop(args: argparse.Namespace, scenario, library: Path) -> int:
     import copy
 
-    from daemon.closedloop import POLICIES, LoopOptions, run
-    from daemon.closedloop_report import table
-    from daemon.sim.simulator import Simulator
+    from lab.closedloop import POLICIES, LoopOptions, run
+    from lab.closedloop_report import table
+    from lab.sim.simulator import Simulator
     from detectors.bundle import IncompatibleModel, ModelBundle
 
     policies = [p.strip() for p in args.policy.split(",") if p.strip()]

@@ -16,10 +16,10 @@ import pytest
 from daemon.batch import Batch
 from daemon.pipeline import Pipeline
 from daemon.replay import replay
-from daemon.sim.simulator import Simulator
-from daemon.sim.faults import load_library
-from daemon.sim.scenario import Scenario
-from daemon.sim.writer import simulate_to
+from lab.sim.simulator import Simulator
+from lab.sim.faults import load_library
+from lab.sim.scenario import Scenario
+from lab.sim.writer import simulate_to
 from detectors.cadence import Cadence
 from detectors.schema import State, empty_events, events_frame
 

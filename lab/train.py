@@ -29,7 +29,7 @@ from pathlib import Path
 import numpy as np
 
 from daemon import __version__
-from daemon.evaluate import read_labels
+from lab.evaluate import read_labels
 from daemon.pipeline import Pipeline, PipelineConfig
 from daemon.replay import replay
 from daemon.trace import Trace

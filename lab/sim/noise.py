@@ -30,7 +30,7 @@ from dataclasses import dataclass
 
 import numpy as np
 
-from daemon.sim.faults import TemplateError
+from lab.sim.faults import TemplateError
 
 
 @dataclass(frozen=True)

@@ -5,8 +5,8 @@ import filecmp
 import numpy as np
 import pytest
 
-from daemon.sim.writer import simulate_to
-from tests.daemon.sim.conftest import collect, make
+from lab.sim.writer import simulate_to
+from tests.lab.sim.conftest import collect, make
 
 H = 3600
 FAULTS = [
@@ -232,11 +232,11 @@ def test_a_repaired_gpu_comes_back_reset(library):
 
 
 def test_healthy_gpus_log_corrected_aer_lines_in_realistic_noise_only(library):
-    """Healthy GPUs' kernel logs show corrected PCIe errors now and then (daemon/sim/noise.py): lines the kernel
+    """Healthy GPUs' kernel logs show corrected PCIe errors now and then (lab/sim/noise.py): lines the kernel
     reader reads as corrected AER events of the GPU's PCI address; the quiet preset logs none."""
     from daemon.formats.kernel_events import parse_kernel_message
-    from daemon.sim.simulator import Simulator
-    from daemon.sim.scenario import Scenario
+    from lab.sim.simulator import Simulator
+    from lab.sim.scenario import Scenario
 
     def lines(noise):
         sc = Scenario.from_dict({"name": "t", "seed": 5, "topology": {"accelerators": 640}, "duration": "2d",

@@ -6,7 +6,7 @@ from pathlib import Path
 import numpy as np
 import pytest
 
-from daemon.sim.faults import Effect, TemplateError, load_template, parse_duration
+from lab.sim.faults import Effect, TemplateError, load_template, parse_duration
 
 CLASSES = ["hbm_degradation", "gpu_off_bus", "thermal_degradation", "link_degradation", "nvlink_errors", "fail_slow",
            "benign_coolant_swing", "benign_warm_slot", "benign_reboot", "benign_maintenance", "benign_exporter_gap",

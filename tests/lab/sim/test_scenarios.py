@@ -4,11 +4,11 @@ from collections import Counter
 
 import pytest
 
-from daemon.sim.simulator import Simulator
-from daemon.sim.faults import TemplateError
-from daemon.sim.scenario import Scenario
-from tests.daemon.sim.conftest import SCENARIOS
-from tests.daemon.sim.test_faults import CLASSES
+from lab.sim.simulator import Simulator
+from lab.sim.faults import TemplateError
+from lab.sim.scenario import Scenario
+from tests.lab.sim.conftest import SCENARIOS
+from tests.lab.sim.test_faults import CLASSES
 
 
 def test_bundled_scenarios_build_and_cover_every_class(library):

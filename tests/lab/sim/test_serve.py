@@ -13,7 +13,7 @@ import pytest
 from daemon.naming import host_of_instance
 from daemon.topology import Topology
 from tests.conftest import require
-from tests.daemon.sim.conftest import SCENARIOS
+from tests.lab.sim.conftest import SCENARIOS
 
 DCGM_LABELS = {"gpu", "UUID", "pci_bus_id", "device", "modelName", "Hostname", "DCGM_FI_DRIVER_VERSION"}
 
@@ -103,8 +103,8 @@ def test_every_served_node_gets_a_valid_address_of_its_own():
     """(Node 256 was served on 127.1.0.256, so --serve failed beyond 255 blades.)"""
     import ipaddress
 
-    from daemon.sim.serve import MAX_NODES, loopback
-    from daemon.sim.topology import SimTopology
+    from lab.sim.serve import MAX_NODES, loopback
+    from lab.sim.topology import SimTopology
 
     addresses = [loopback(i) for i in range(MAX_NODES)]
     assert len(set(addresses)) == MAX_NODES
@@ -120,10 +120,10 @@ def test_a_mixed_vendor_rack_serves_each_vendors_own_exporter(tmp_path):
     from daemon.formats import ReadContext
     from daemon.formats.openmetrics import parse_scrape_arrays
     from daemon.naming import SeriesMapper
-    from daemon.sim.simulator import Simulator
-    from daemon.sim.faults import load_library
-    from daemon.sim.scenario import Scenario
-    from daemon.sim.serve import JOBS, SimServer, loopback
+    from lab.sim.simulator import Simulator
+    from lab.sim.faults import load_library
+    from lab.sim.scenario import Scenario
+    from lab.sim.serve import JOBS, SimServer, loopback
     from tests.detectors.sim_helpers import LIBRARY
 
     sc = Scenario.from_dict({"name": "m", "seed": 5, "topology": {"preset": "scalex640-mixed", "accelerators": 72},

@@ -5,9 +5,9 @@ from collections import Counter
 import numpy as np
 from scipy.stats import weibull_min
 
-from daemon.sim.arrivals import DEFAULT_MIX
-from daemon.sim.simulator import Simulator
-from daemon.sim.scenario import Scenario
+from lab.sim.arrivals import DEFAULT_MIX
+from lab.sim.simulator import Simulator
+from lab.sim.scenario import Scenario
 
 
 def test_long_sampled_run_matches_fleet_statistics(library):

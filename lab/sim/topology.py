@@ -24,7 +24,7 @@ from pathlib import Path
 import numpy as np
 import yaml
 
-from daemon.sim.vendors import VENDORS, VendorProfile
+from lab.sim.vendors import VENDORS, VendorProfile
 
 GPU_PCI = ("18", "2a", "3a", "5d", "9a", "ab", "ba", "db")
 PORT_PCI = ("0c", "2c", "8c", "ac", "1c", "3c", "9c", "bc")

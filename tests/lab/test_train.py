@@ -6,13 +6,13 @@ import shutil
 import pytest
 
 from daemon.cli import main
-from daemon.evaluate import _Collect
+from lab.evaluate import _Collect
 from daemon.pipeline import PipelineConfig
 from daemon.replay import replay
-from daemon.sim.simulator import Simulator
-from daemon.sim.faults import load_library
-from daemon.sim.scenario import Scenario
-from daemon.sim.writer import simulate_to
+from lab.sim.simulator import Simulator
+from lab.sim.faults import load_library
+from lab.sim.scenario import Scenario
+from lab.sim.writer import simulate_to
 from detectors.bundle import MODEL_FORMAT, IncompatibleModel, ModelBundle
 from detectors.schema import State
 from tests.detectors.sim_helpers import LIBRARY
@@ -116,7 +116,7 @@ def test_evaluate_with_a_model_prints_both(model, capsys):
 def test_labelled_entities_are_kept_at_every_tick_only_while_their_label_is_in_force():
     """(A 30-day trace's collection ran out of memory: every node labelled once, for a 10-minute exporter gap
     say, was kept at every tick for the whole month.)"""
-    from daemon.train import label_windows
+    from lab.train import label_windows
     from detectors.evaluation import Fault
 
     faults = [Fault("n1/gpu2", "hbm_degradation", 50_000.0, 60_000.0),
@@ -136,7 +136,7 @@ def test_a_trace_cut_into_parts_of_time_gives_the_same_rows(tmp_path):
     features; the Parquet statistics give the span without reading the data."""
     import numpy as np
 
-    from daemon.train import collect, segments
+    from lab.train import collect, segments
     from daemon.trace import Trace
 
     trace = simulate(tmp_path / "t", 3, "parquet")

@@ -20,10 +20,10 @@
       repeat_share: 0.836
       mix: {hbm_degradation: 0.4, gpu_off_bus: 0.15, link_degradation: 0.25, ...}
       confounders_per_day: {benign_reboot: 1, benign_exporter_gap: 2}
-    sampling:                     # optional: how the exporters are sampled (daemon/sim/observe.py); default every step
+    sampling:                     # optional: how the exporters are sampled (lab/sim/observe.py); default every step
       dcgm: {interval: 15s, jitter: 2s, missed: 0.01}
       node: {interval: 5m, aligned: true}
-    noise: realistic              # optional: healthy parts' background errors (daemon/sim/noise.py); default quiet
+    noise: realistic              # optional: healthy parts' background errors (lab/sim/noise.py); default quiet
 """
 
 from __future__ import annotations
@@ -34,9 +34,9 @@ from pathlib import Path
 
 import yaml
 
-from daemon.sim.faults import TemplateError, parse_duration
-from daemon.sim.noise import QUIET, CounterNoise, parse_noise
-from daemon.sim.observe import SourceSampling, parse_sampling
+from lab.sim.faults import TemplateError, parse_duration
+from lab.sim.noise import QUIET, CounterNoise, parse_noise
+from lab.sim.observe import SourceSampling, parse_sampling
 
 PROFILES = ("stock", "full")
 

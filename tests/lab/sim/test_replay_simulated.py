@@ -11,7 +11,7 @@ from daemon.cli import main
 from daemon.replay import replay
 from detectors.schema import node_of
 from tests.conftest import require
-from tests.daemon.sim.conftest import SCENARIOS
+from tests.lab.sim.conftest import SCENARIOS
 
 
 def test_mini_scenario_replays_hard_faults_failed_and_no_confounder_flags(tmp_path, capsys):
@@ -34,8 +34,8 @@ def test_mini_scenario_replays_hard_faults_failed_and_no_confounder_flags(tmp_pa
 
 
 def test_output_parses_with_prometheus_client_and_promtool(tmp_path, library):
-    from daemon.sim.writer import simulate_to
-    from tests.daemon.sim.conftest import make
+    from lab.sim.writer import simulate_to
+    from tests.lab.sim.conftest import make
 
     sim = make(library, [{"entity": "sn01-b01/gpu1", "fault": "gpu_off_bus", "template": "b", "onset": "10m",
                           "failure": "50m"}], accelerators=8, duration="1h")

@@ -1,12 +1,12 @@
 """The closed loop's report: its results as markdown tables, policies side by side, per seed and per fault
-(``raswarden simulate --closed-loop`` and ``bench/closedloop.py`` print them; the loop is ``daemon/closedloop.py``).
+(``raswarden simulate --closed-loop`` and ``bench/closedloop.py`` print them; the loop is ``lab/closedloop.py``).
 """
 
 from __future__ import annotations
 
 import statistics
 
-from daemon.closedloop import POLICIES, LoopResult
+from lab.closedloop import POLICIES, LoopResult
 
 
 ROWS = (("net loss (GPU-h)", lambda r: r.gpu_hours["net_loss"]),

@@ -24,7 +24,7 @@ from dataclasses import dataclass
 
 import numpy as np
 
-from daemon.sim.faults import TemplateError, parse_duration
+from lab.sim.faults import TemplateError, parse_duration
 
 SOURCES = ("dcgm", "node")
 _MASK = np.uint64(0xFFFFFFFFFFFFFFFF)

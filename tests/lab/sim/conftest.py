@@ -2,9 +2,9 @@ from pathlib import Path
 
 import pytest
 
-from daemon.sim.simulator import Simulator
-from daemon.sim.faults import load_library
-from daemon.sim.scenario import Scenario
+from lab.sim.simulator import Simulator
+from lab.sim.faults import load_library
+from lab.sim.scenario import Scenario
 
 ROOT = Path(__file__).resolve().parents[3]
 LIBRARY = ROOT / "fixtures" / "faults"

@@ -18,9 +18,9 @@ from typing import Protocol
 
 import numpy as np
 
-from daemon.sim.faults import FaultInstance, FaultTemplate
-from daemon.sim.scenario import SampleSpec, Scenario
-from daemon.sim.topology import SimTopology
+from lab.sim.faults import FaultInstance, FaultTemplate
+from lab.sim.scenario import SampleSpec, Scenario
+from lab.sim.topology import SimTopology
 
 # InfiniteHBD hardware faults (fault_statistics.json) by simulated class: DBE/SBE over threshold and GPU
 # Xid errors -> hbm_degradation (72); PCI link width low, GPU lost or not found, device unknown error ->
@@ -68,7 +68,7 @@ def pick_nodes(rng: np.random.Generator, n_nodes: int, n: int, reuse: float = RE
 
 
 class Fleet(Protocol):
-    """What sampling arrivals needs of the simulated fleet (the :class:`daemon.sim.simulator.Simulator` is one)."""
+    """What sampling arrivals needs of the simulated fleet (the :class:`lab.sim.simulator.Simulator` is one)."""
 
     scenario: Scenario
     topo: SimTopology

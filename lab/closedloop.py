@@ -40,8 +40,8 @@ from daemon.naming import SeriesMapper
 from daemon.pipeline import Pipeline, PipelineConfig
 from daemon.rejects import RejectLog
 from daemon.remediation import Remediation
-from daemon.sim.simulator import Simulator, chunk_to_batch
-from daemon.sim.scheduler import SimJob, SimScheduler
+from lab.sim.simulator import Simulator, chunk_to_batch
+from lab.sim.scheduler import SimJob, SimScheduler
 from daemon.store import Store
 from daemon.timeorder import tick_index
 from daemon.topology import Topology

@@ -11,11 +11,11 @@ from pathlib import Path
 
 import pytest
 
-from daemon.closedloop import (LoopOptions, LoopResult, carries_fault, false_drain_details, fault_outcomes, run,
+from lab.closedloop import (LoopOptions, LoopResult, carries_fault, false_drain_details, fault_outcomes, run,
                                score_actions)
-from daemon.closedloop_report import fault_table, per_seed_table, table
-from daemon.sim.simulator import Simulator
-from daemon.sim.scenario import Scenario
+from lab.closedloop_report import fault_table, per_seed_table, table
+from lab.sim.simulator import Simulator
+from lab.sim.scenario import Scenario
 
 ROOT = Path(__file__).resolve().parents[2]
 LIBRARY = ROOT / "fixtures" / "faults"

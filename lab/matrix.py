@@ -3,11 +3,11 @@
 Cells: sampling ``15s``, ``60s``, ``300s`` (5-minute downsampled storage: on the clock's grid) and ``mixed``
 (accelerators every 15 s, ports every 5 minutes), each with jitter and 1 % of scrapes lost where a live scrape
 would have them; noise ``quiet`` (this project's simulator before issue 24), ``realistic`` and ``noisy``
-(daemon/sim/noise.py). In each cell: dense traces (every fault class twice, ``dense-template-a`` and ``-b``
+(lab/sim/noise.py). In each cell: dense traces (every fault class twice, ``dense-template-a`` and ``-b``
 alternating by seed, the full and stock exporter profiles alternating by pairs of seeds) and quiet weeks
 (``quiet-7d``: no faults, everyday confounders) for the false-flag rate. Every run is scored for raswarden
 (the rules and statistical detectors, plus a model's learned ones) and for the static-threshold baseline,
-straight from the simulator through the pipeline (:func:`daemon.evaluate.evaluate_simulation`: the batches a
+straight from the simulator through the pipeline (:func:`lab.evaluate.evaluate_simulation`: the batches a
 replay of the trace would make, without writing hundreds of gigabytes of traces).
 
 Runs are appended to a results file as they finish and skipped when already there, so a long matrix can be run
@@ -62,10 +62,10 @@ def scenario_for(kind: str, sampling: str, noise: str, seed: int) -> dict:
 
 def run_one(kind: str, sampling: str, noise: str, seed: int, model: str | None) -> dict:
     """One run of the matrix, scored for raswarden and for the baseline."""
-    from daemon.evaluate import evaluate_simulation
-    from daemon.sim.simulator import Simulator
-    from daemon.sim.faults import load_library
-    from daemon.sim.scenario import Scenario
+    from lab.evaluate import evaluate_simulation
+    from lab.sim.simulator import Simulator
+    from lab.sim.faults import load_library
+    from lab.sim.scenario import Scenario
     from detectors.bundle import ModelBundle
 
     d = scenario_for(kind, sampling, noise, seed)

@@ -7,12 +7,12 @@ import numpy as np
 import pytest
 
 from daemon.replay import replay
-from daemon.sim.simulator import Simulator, chunk_to_batch
-from daemon.sim.faults import load_library
-from daemon.sim.scenario import Scenario
-from daemon.sim.topology import PRESETS
-from daemon.sim.vendors import AMD, ASCEND, NVIDIA, render_line
-from daemon.sim.writer import simulate_to
+from lab.sim.simulator import Simulator, chunk_to_batch
+from lab.sim.faults import load_library
+from lab.sim.scenario import Scenario
+from lab.sim.topology import PRESETS
+from lab.sim.vendors import AMD, ASCEND, NVIDIA, render_line
+from lab.sim.writer import simulate_to
 from daemon.topology import Topology
 from tests.detectors.sim_helpers import LIBRARY
 

@@ -81,7 +81,7 @@ def evaluate_simulation(sim, baseline: bool, interval_s: float = 30.0, model=Non
     from daemon.naming import SeriesMapper
     from daemon.pipeline import Pipeline
     from daemon.rejects import RejectLog
-    from daemon.sim.simulator import chunk_to_batch
+    from lab.sim.simulator import chunk_to_batch
     from daemon.timeorder import tick_index
     from daemon.topology import Topology
 

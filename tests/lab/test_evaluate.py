@@ -1,11 +1,11 @@
 """raswarden evaluate's per-vendor split on a small mixed-vendor trace."""
 
 from daemon.cli import main
-from daemon.evaluate import evaluate_trace_by_vendor
-from daemon.sim.simulator import Simulator
-from daemon.sim.faults import load_library
-from daemon.sim.scenario import Scenario
-from daemon.sim.writer import simulate_to
+from lab.evaluate import evaluate_trace_by_vendor
+from lab.sim.simulator import Simulator
+from lab.sim.faults import load_library
+from lab.sim.scenario import Scenario
+from lab.sim.writer import simulate_to
 from tests.detectors.sim_helpers import LIBRARY
 
 

@@ -26,8 +26,8 @@ import yaml
 
 from daemon.batch import Batch
 from daemon.formats.columnar import ColumnarWriter
-from daemon.sim.simulator import STILL_REPORTED, SimChunk, Simulator, chunk_to_batch, emission
-from daemon.sim.exposition import Family, published_families
+from lab.sim.simulator import STILL_REPORTED, SimChunk, Simulator, chunk_to_batch, emission
+from lab.sim.exposition import Family, published_families
 
 class TraceWriter:
     """Streams chunks of a simulation to a trace directory."""
@@ -98,7 +98,7 @@ class TraceWriter:
         nodes = (self.sim.gpu_node if family.is_gpu else self.sim.port_node)[family.rows]
         for k, (prefix, row) in enumerate(zip(prefixes, table)):
             keep = np.flatnonzero(~np.isnan(row))
-            if obs:  # each node's scrapes carry their own jittered stamps (daemon.sim.observe)
+            if obs:  # each node's scrapes carry their own jittered stamps (lab.sim.observe)
                 own = obs.stamps("dcgm" if family.is_gpu else "node", nodes[k : k + 1], ts[keep])[0]
                 at = [f"{t:.3f}".rstrip("0").rstrip(".") for t in own.tolist()]
             else:

@@ -3,7 +3,7 @@
 :meth:`Simulator.chunks` yields :class:`SimChunk` objects in time order; each holds, for a block of
 steps, every GPU and port metric as an ``[entities × steps]`` array, which series are present (an
 exporter that is down or a GPU that fell off the bus emits nothing), and the kernel lines written in
-that time. Writers (:mod:`daemon.sim.writer`) turn chunks into trace files, and
+that time. Writers (:mod:`lab.sim.writer`) turn chunks into trace files, and
 :func:`chunk_to_batch` into pipeline batches. Memory is one chunk, whatever the duration.
 
 Physics (calibrated to AcmeTrace: docs/fleet-stats.md): power = idle + utilisation × (per-GPU peak −
@@ -27,13 +27,13 @@ import pandas as pd
 
 from daemon.batch import Batch
 from daemon.formats.kernel_events import parse_kernel_message
-from daemon.sim.arrivals import sample_instances
-from daemon.sim.faults import FaultInstance, FaultTemplate, TemplateError, load_library
-from daemon.sim.noise import AER_LINE, AER_LOGGED, HEALTHY_MAX_PER_H, PartNoise
-from daemon.sim.observe import Observation
-from daemon.sim.scenario import Scenario
-from daemon.sim.topology import PRESETS, SimTopology
-from daemon.sim.vendors import RESTART_BUSINESS, VENDORS, render_line
+from lab.sim.arrivals import sample_instances
+from lab.sim.faults import FaultInstance, FaultTemplate, TemplateError, load_library
+from lab.sim.noise import AER_LINE, AER_LOGGED, HEALTHY_MAX_PER_H, PartNoise
+from lab.sim.observe import Observation
+from lab.sim.scenario import Scenario
+from lab.sim.topology import PRESETS, SimTopology
+from lab.sim.vendors import RESTART_BUSINESS, VENDORS, render_line
 from daemon.topology import normalize_pci
 from detectors.schema import events_frame
 
@@ -75,7 +75,7 @@ class SimChunk:
     # Each GPU's compute speed against a healthy one (its SM clock scale: fail-slow, thermal throttling); a
     # synchronous job runs at the pace of its slowest GPU (the closed loop's accounting)
     gpu_speed: np.ndarray | None = None
-    # Which steps each exporter is sampled at ([rows x steps], daemon.sim.observe); None: every step
+    # Which steps each exporter is sampled at ([rows x steps], lab.sim.observe); None: every step
     gpu_sampled: np.ndarray | None = None
     port_sampled: np.ndarray | None = None
 
@@ -148,7 +148,7 @@ class Simulator:
         self.placed = [self._place(inst) for inst in self._instances()]
         self.observation = Observation(scenario.seed, scenario.start, scenario.resolution, scenario.sampling)
         # Healthy parts' background errors: the engine's own stream for the quiet default (the traces of before),
-        # a stream of their own otherwise (daemon.sim.noise)
+        # a stream of their own otherwise (lab.sim.noise)
         self.part_noise: dict[str, PartNoise] = {}
         if scenario.noise_name != "quiet":
             noise_rng = np.random.default_rng([scenario.seed, 11])
