@@ -69,7 +69,7 @@ def main() -> None:
                     help="more result files (other writers' runs, e.g. other seeds) joined to --out's in the table")
     args = ap.parse_args()
     from lab.closedloop import ACCOUNTING_VERSION, LoopOptions, LoopResult
-    from lab.closedloop_report import fault_table, per_seed_table, table
+    from lab.closedloop.report import fault_table, per_seed_table, table
 
     missing = [str(p) for p in args.extra if not p.is_file()]
     if missing:

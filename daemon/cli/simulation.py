@@ -86,7 +86,7 @@ def _closed_loop(args: argparse.Namespace, scenario, library: Path) -> int:
     import copy
 
     from lab.closedloop import POLICIES, LoopOptions, run
-    from lab.closedloop_report import table
+    from lab.closedloop.report import table
     from lab.sim.simulator import Simulator
     from detectors.bundle import IncompatibleModel, ModelBundle
 

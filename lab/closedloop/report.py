@@ -1,12 +1,13 @@
 """The closed loop's report: its results as markdown tables, policies side by side, per seed and per fault
-(``raswarden simulate --closed-loop`` and ``bench/closedloop.py`` print them; the loop is ``lab/closedloop.py``).
+(``raswarden simulate --closed-loop`` and ``bench/closedloop.py`` print them; the loop is ``lab/closedloop/``).
 """
 
 from __future__ import annotations
 
 import statistics
 
-from lab.closedloop import POLICIES, LoopResult
+from lab.closedloop.options import POLICIES
+from lab.closedloop.scoring import LoopResult
 
 
 ROWS = (("net loss (GPU-h)", lambda r: r.gpu_hours["net_loss"]),

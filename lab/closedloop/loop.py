@@ -1,0 +1,102 @@
+"""One closed-loop run: the simulator, raswarden's pipeline and playbooks and a simulated Slurm, tick by tick."""
+
+from __future__ import annotations
+
+import tempfile
+from pathlib import Path
+
+import numpy as np
+
+from daemon.config import Config
+from daemon.naming import SeriesMapper
+from daemon.pipeline import Pipeline, PipelineConfig
+from daemon.rejects import RejectLog
+from daemon.remediation import Remediation
+from daemon.store import Store
+from daemon.timeorder import tick_index
+from daemon.topology import Topology
+from lab.closedloop.options import POLICIES, LoopOptions
+from lab.closedloop.scoring import Actions, LoopResult, score
+from lab.closedloop.world import Faults, follow_the_scheduler, plan_jobs, return_repaired
+from lab.sim.scheduler import SimScheduler
+from lab.sim.simulator import Simulator, chunk_to_batch
+
+def _raswarden(sim: Simulator, policy: str, opts: LoopOptions, model, work: Path) -> tuple[Store, Pipeline]:
+    """The store and pipeline of a policy that runs raswarden, on the simulated fleet's topology."""
+    topo_path = work / "topology.yaml"
+    per_node = sim.topo.gpus_per_node
+    sim.topo.write(topo_path, uuid_of=lambda n, g: f"GPU-{sim.uuids[n * per_node + g]}")
+    db = work / f"loop-{policy}.db"
+    db.unlink(missing_ok=True)
+    store = Store(f"sqlite:///{db}")
+    pipeline = Pipeline(SeriesMapper(topology=Topology.load(topo_path), rejects=RejectLog()),
+                        # Reactive is drain-on-failure: it acts on `failed` alone, which only the rules
+                        # say, so only they run (a fraction of the full policy's time: docs/benchmarks.md).
+                        PipelineConfig(interval_s=opts.interval_s, model=model if policy == "full" else None,
+                                       rules_only=policy == "reactive"),
+                        store)
+    return store, pipeline
+
+
+def run(sim: Simulator, policy: str, opts: LoopOptions | None = None, model=None,
+        workdir: Path | None = None, playbook_dirs: list[str] | None = None) -> LoopResult:
+    """Run one policy over the simulator's scenario (the simulator is consumed)."""
+    import time
+
+    if policy not in POLICIES:
+        raise ValueError(f"unknown policy {policy!r} (one of {', '.join(POLICIES)})")
+    opts = opts or LoopOptions()
+    started = time.perf_counter()
+    sc = sim.scenario
+    faults = [lb for lb in sim.labels() if not lb["fault"].startswith("benign_")]
+    world = Faults(sim, opts)
+    sched = SimScheduler(list(sim.topo.nodes), sim.topo.gpus_per_node)
+    for job in plan_jobs(sim, opts):
+        sched.submit(job)
+    sched.step(sc.start)
+    per_node = sim.topo.gpus_per_node
+    follow_the_scheduler(sim, sched)
+    tmp = tempfile.TemporaryDirectory(prefix="raswarden-loop-") if workdir is None else None
+    work = Path(tmp.name) if tmp else Path(workdir)
+    work.mkdir(parents=True, exist_ok=True)
+    store = pipeline = remediation = None
+    if policy != "none":
+        store, pipeline = _raswarden(sim, policy, opts, model, work)
+    under_repair: set[str] = set()  # drained nodes out of service for a repair
+    did = Actions()
+    ticks = 0
+    steps = max(1, int(round(opts.interval_s / sc.resolution)))
+    clock = [sc.start]
+    try:
+        speeds = np.ones(len(sim.topo.nodes))
+        for chunk in sim.chunks(chunk_steps=steps):
+            now = float(chunk.ts[-1])
+            if chunk.gpu_speed is not None:  # the pace of each node's slowest GPU over this interval
+                pace = chunk.gpu_speed.mean(axis=1).reshape(len(sim.topo.nodes), per_node).min(axis=1)
+                for i in np.flatnonzero(pace != speeds):
+                    sched.nodes[sim.topo.nodes[i]].speed = float(pace[i])
+                speeds = pace
+            world.fail_until(sched, now)
+            world.operators_until(sched, now)
+            return_repaired(sched, under_repair, now, pipeline)
+            sched.step(now)
+            clock[0] = now
+            if pipeline is not None:
+                tick_now = float(tick_index(np.array([now]), opts.interval_s)[0] * opts.interval_s)
+                pipeline.tick(tick_now, chunk_to_batch(sim, chunk))
+                if remediation is None:
+                    cfg = Config(playbook_dirs=list(playbook_dirs or []), guards=opts.guards)
+                    remediation = Remediation(cfg, store, sched, clock=lambda: clock[0],
+                                              act_on=("failed",) if policy == "reactive" else
+                                              ("subhealthy", "failed", "unknown"))
+                remediation.step()
+            did.read(sched)
+            world.repair_ahead(sched, now)
+            ticks += 1
+        incidents = {row.id: row for row in store.incidents()} if store is not None else {}
+    finally:
+        if store is not None:
+            store.close()
+        if tmp is not None:
+            tmp.cleanup()
+    return score(sim, policy, sched, world, did, faults, incidents, ticks, time.perf_counter() - started)

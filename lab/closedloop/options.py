@@ -1,0 +1,34 @@
+"""What a closed-loop run assumes about the site, its policies, and the version of its accounting."""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+
+from playbooks.guards import Guards
+
+POLICIES = ("none", "reactive", "full")
+
+
+# What the figures mean; results of another version do not mix (2: a slow GPU holds back its job; 3: actions are
+# scored per fault from its onset, and "acted on before failure" needs the drain; 4: the net loss leaves out the
+# periodic checkpoints, reported beside it; 5: a drain is true only while its node carries the fault, and the
+# technician returns a repaired node to service under every policy).
+ACCOUNTING_VERSION = 5
+
+
+@dataclass
+class LoopOptions:
+    """What the loop assumes about the site (stated in every report)."""
+
+    interval_s: float = 30.0
+    repair_s: float = 24 * 3600.0  # out of service to repaired hardware
+    hang_s: float = 600.0  # a job hangs this long on a dead GPU before it dies (PyTorch's NCCL timeout default)
+    operator_response_s: float = 2 * 3600.0  # failure to an operator's drain, without raswarden
+    checkpoint_interval_s: float = 3600.0
+    checkpoint_cost_s: float = 120.0
+    restart_cost_s: float = 600.0  # requeue, reschedule, load the checkpoint, warm up
+    opt_in_share: float = 0.9  # jobs that checkpoint on raswarden's signal
+    # Budgets for one 80-blade supernode under a dense fault scenario (a hundred times the fleet's rate): failed
+    # nodes are not repaired within a 14 h scenario, and every unavailable node counts against the budget.
+    guards: Guards = field(default_factory=lambda: Guards(max_drained_nodes=16, max_cluster_fraction=0.2,
+                                                          max_rack_fraction=0.25, breaker_incidents=40))

@@ -1,0 +1,142 @@
+"""The world the loop plays: a backlog of jobs, hard faults that fail at their labelled time unless their node
+was taken out first, operators who drain broken nodes, technicians who return repaired ones, and a workload that
+follows the scheduler."""
+
+from __future__ import annotations
+
+import numpy as np
+
+from daemon.pipeline import Pipeline
+from lab.closedloop.options import LoopOptions
+from lab.sim.scheduler import SimJob, SimScheduler
+from lab.sim.simulator import Simulator
+
+OPERATOR = "operator"
+
+
+def plan_jobs(sim: Simulator, opts: LoopOptions) -> list[SimJob]:
+    """A backlog that keeps the machine full for the whole scenario: training jobs of the scenario's sizes and
+    lengths (work to do), submitted at the start and scheduled first-fit in order."""
+    sc, mix = sim.scenario, sim.scenario.jobs
+    rng = np.random.default_rng(sc.seed + 7)
+    jobs, node_s, want = [], 0.0, 1.5 * sim.topo.n_nodes * sc.duration
+    while node_s < want:
+        n = int(rng.integers(mix.nodes_per_job[0], min(mix.nodes_per_job[1], sim.topo.n_nodes) + 1))
+        work = float(rng.uniform(*mix.duration))
+        jobs.append(SimJob(f"{len(jobs) + 1:05d}", n, work, opt_in=bool(rng.random() < opts.opt_in_share),
+                           checkpoint_interval_s=opts.checkpoint_interval_s, checkpoint_cost_s=opts.checkpoint_cost_s,
+                           restart_cost_s=opts.restart_cost_s))
+        node_s += n * work
+    return jobs
+
+
+def node_of(entity: str) -> str:
+    return entity.split("/", 1)[0]
+
+
+def return_repaired(sched: SimScheduler, under_repair: set[str], now: float,
+                     pipeline: Pipeline | None) -> None:
+    """The technician who repaired a node returns it to service (resumes it, whoever drained it) and tells
+    raswarden its parts are new: the same under every policy. Nodes drained on working hardware are not
+    theirs; raswarden's own playbooks (or nobody) resume those."""
+    for n in sched.nodes.values():
+        if n.drained and max(n.broken_until, n.down_until) > now:
+            under_repair.add(n.name)
+    for name in sorted(under_repair):
+        n = sched.nodes[name]
+        if max(n.broken_until, n.down_until) <= now:
+            under_repair.discard(name)
+            if n.drained:
+                n.drained, n.reason, n.reason_set_by = False, "", ""
+                sched.log.append((now, "returned", name))
+            if pipeline is not None:
+                pipeline.forget(name)
+
+
+class Faults:
+    """The world's hard faults as the loop plays them: each fails at its labelled time (the job on its node hangs,
+    then dies; the node breaks until repaired, and an operator drains it), unless raswarden took its node out
+    first, in which case the part is replaced and the failure never happens."""
+
+    def __init__(self, sim: Simulator, opts: LoopOptions):
+        self.opts = opts
+        for p in sim.placed:
+            if p.inst.template.fails and not p.inst.template.benign:
+                p.inst.until = p.inst.failure + opts.repair_s
+            elif not p.inst.template.benign:  # a fail-slow GPU left alone recovers (or is found) at its window's end
+                p.inst.until = p.inst.failure
+        # Faults not yet failed nor repaired; a node raswarden drains and empties while it carries one goes to
+        # repair (a fault with no failure, fail-slow, too). Repaired ones never fail.
+        self.open = [p.inst for p in sim.placed if not p.inst.template.benign]
+        self.failures = sorted(((inst.failure, node_of(inst.entity), inst.template.target == "port", i)
+                                for i, inst in enumerate(self.open) if inst.template.fails), key=lambda f: f[:3])
+        self.repaired_early: set[int] = set()  # the ``open`` indices of the failures that never happen
+        self.pending = list(range(len(self.open)))  # neither failed nor repaired yet
+        self.at_failure: dict[int, dict] = {}  # ``open`` index -> the node and its job when the failure happened
+        self.operator_due: list[tuple[float, str]] = []  # (when, node) an operator drains a broken node
+        self.failed = 0
+        self._next = 0
+        self.per_node = sim.topo.gpus_per_node
+
+    def fail_until(self, sched: SimScheduler, now: float) -> None:
+        """The failures due by ``now``: the node's job is lost (a port's) or its node breaks (anything else)."""
+        while self._next < len(self.failures) and self.failures[self._next][0] <= now:
+            t, node, port, which = self.failures[self._next]
+            self._next += 1
+            if which in self.repaired_early:
+                continue
+            self.failed += 1
+            sched.step(t)
+            lost_before, n = sched.gpu_hours.lost_to_failures, sched.nodes[node]
+            job = sched.jobs.get(n.job) if n.job else None
+            self.at_failure[which] = {"drained": n.drained, "under_repair": max(n.broken_until, n.down_until) > t,
+                                      "job": job.id if job else None,
+                                      "job_gpus": job.n_nodes * self.per_node if job else 0,
+                                      "job_opted_in": job.opt_in if job else None}
+            if port:
+                sched.interrupt(node)
+            else:
+                sched.break_node(node, t + self.opts.repair_s, self.opts.hang_s)
+                self.operator_due.append((t + self.opts.operator_response_s, node))
+            self.at_failure[which]["lost_gpu_h"] = sched.gpu_hours.lost_to_failures - lost_before
+
+    def operators_until(self, sched: SimScheduler, now: float) -> None:
+        """Operators drain the broken nodes they have got round to (those nobody drained yet)."""
+        for when, node in [x for x in self.operator_due if x[0] <= now]:
+            self.operator_due.remove((when, node))
+            if sched.broken(node) and not sched.nodes[node].drained:
+                sched.step(when)
+                sched.operator_drain(node, "hardware failure", OPERATOR)
+
+    def repair_ahead(self, sched: SimScheduler, now: float) -> None:
+        """A node raswarden drained and emptied while it carries a fault not yet failed goes to repair now."""
+        for which in list(self.pending):
+            inst = self.open[which]
+            node = node_of(inst.entity)
+            if inst.template.fails and inst.failure <= now:  # it failed first
+                self.pending.remove(which)
+                continue
+            n = sched.nodes[node]
+            if (inst.onset <= now and n.drained and n.reason.startswith("raswarden:") and n.job is None
+                    and not sched.broken(node)):
+                self.pending.remove(which)
+                self.repaired_early.add(which)
+                sched.repair(node, now + self.opts.repair_s)
+                inst.until = now + self.opts.repair_s
+
+
+def follow_the_scheduler(sim: Simulator, sched: SimScheduler) -> None:
+    """The simulator's workload follows the scheduler: a node's GPUs are busy while a job runs on it (not while it
+    restarts), idle otherwise."""
+    per_node = sim.topo.gpus_per_node
+
+    def workload(ts: np.ndarray) -> np.ndarray:
+        busy = np.zeros(sim.topo.n_gpus, dtype=bool)
+        for node in sched.nodes.values():
+            job = sched.jobs.get(node.job) if node.job else None
+            if job is not None and not (job.busy_s > 0 and job.busy_kind == "restart"):
+                i = sim.node_index[node.name]
+                busy[i * per_node:(i + 1) * per_node] = True
+        return np.repeat(busy[:, None], len(ts), axis=1)
+
+    sim.workload = workload
