@@ -5,10 +5,10 @@ import json
 from pathlib import Path
 
 from daemon.replay import replay
-from daemon.sim.simulator import Simulator
-from daemon.sim.faults import load_library
-from daemon.sim.scenario import Scenario
-from daemon.sim.writer import simulate_to
+from lab.sim.simulator import Simulator
+from lab.sim.faults import load_library
+from lab.sim.scenario import Scenario
+from lab.sim.writer import simulate_to
 
 LIBRARY = Path(__file__).resolve().parents[2] / "fixtures" / "faults"
 
