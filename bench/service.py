@@ -155,7 +155,7 @@ def scrape_ceiling(sim_dir: Path, rounds: int = 3) -> tuple[int, float]:
     from concurrent.futures import ThreadPoolExecutor
 
     from daemon.collectors.exposition import ExpositionCollector
-    from daemon.formats.base import ReadContext
+    from daemon.formats.reader import ReadContext
     from daemon.naming import SeriesMapper
     from daemon.topology import Topology
 

@@ -14,9 +14,9 @@ from pathlib import Path
 from typing import Any
 
 from daemon.alerting.outbox import Backoff
-from daemon.alerting.pipeline import AlertingConfig
+from daemon.alerting.alert_pipeline import AlertingConfig
 from daemon.alerting.receivers import RECEIVERS
-from daemon.alerting.receivers.base import ReceiverConfig
+from daemon.alerting.receivers.receiver import ReceiverConfig
 from daemon.alerting.routing import Route
 from daemon.alerting.secrets import SecretError, read_secret
 from daemon.store import DEFAULT_URL

@@ -38,11 +38,11 @@ from apscheduler.executors.pool import ThreadPoolExecutor as JobExecutor
 from apscheduler.schedulers.background import BackgroundScheduler
 
 from daemon import metrics
-from daemon.alerting.service import Alerting
+from daemon.alerting.runner import Alerting
 from daemon.batch import Batch
 from daemon.collectors import Collector, Outcome, build, merge_batches
 from daemon.config import Config, ConfigError, load
-from daemon.formats.base import ReadContext
+from daemon.formats.reader import ReadContext
 from daemon.lease import Lease, shard_lease
 from daemon.naming import SeriesMapper
 from daemon.operator import repaired_nodes

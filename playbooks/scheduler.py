@@ -2,7 +2,7 @@
 
 One :meth:`Scheduler.snapshot` per tick gives every node and job at once; the actions are idempotent and
 raise :class:`SchedulerError` saying whether a retry can help. The Slurm adapter and the simulated
-scheduler (``lab/sim/scheduler.py``) implement the same protocol.
+scheduler (``lab/sim/cluster.py``) implement the same protocol.
 """
 
 from __future__ import annotations

@@ -13,7 +13,7 @@ sys.path.insert(0, str(ROOT))
 
 from daemon.alerting.alert import Alert, Notification  # noqa: E402
 from daemon.alerting.receivers import RECEIVERS, build  # noqa: E402
-from daemon.alerting.receivers.base import ReceiverConfig  # noqa: E402
+from daemon.alerting.receivers.receiver import ReceiverConfig  # noqa: E402
 from daemon.alerting.render import Renderer  # noqa: E402
 
 NOW = 1_772_431_200.0  # 2026-03-02 06:00:00Z

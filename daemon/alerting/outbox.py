@@ -21,7 +21,7 @@ from sqlmodel import Session, select
 
 from daemon.alerting.alert import Notification
 from daemon.alerting.http import Outcome, Response, post
-from daemon.alerting.receivers.base import Receiver
+from daemon.alerting.receivers.receiver import Receiver
 from daemon.alerting.secrets import scrub
 from daemon.metrics import ALERT_DELIVERIES, ALERT_NOTIFICATIONS, ALERT_OUTBOX_PENDING
 from daemon.store import OutboxRow, Store

@@ -8,7 +8,7 @@ import sys
 from daemon.cli.common import fmt_ts, load_config, open_store, config_args
 
 def _alerting(args: argparse.Namespace):
-    from daemon.alerting.service import Alerting
+    from daemon.alerting.runner import Alerting
 
     cfg = load_config(args)
     store = open_store(args, cfg)

@@ -12,11 +12,11 @@ from daemon.cli.common import fmt_ts, load_config, config_and_store, config_args
 
 def cmd_check_config(args: argparse.Namespace) -> int:
     cfg = load_config(args)
-    from daemon.alerting.service import Alerting  # builds every receiver: catches what parsing cannot
+    from daemon.alerting.runner import Alerting  # builds every receiver: catches what parsing cannot
     from daemon.store import Store
 
     from daemon.collectors import build
-    from daemon.formats.base import ReadContext
+    from daemon.formats.reader import ReadContext
     from daemon.naming import SeriesMapper
     from daemon.topology import Topology
 

@@ -12,14 +12,14 @@
 
 from __future__ import annotations
 
-from daemon.collectors.base import Collector, Outcome, merge_batches
+from daemon.collectors.collector import Collector, Outcome, merge_batches
 from daemon.collectors.exposition import ExpositionCollector
 from daemon.collectors.infiniband import InfinibandExporterCollector
 from daemon.collectors.journald import JournaldCollector
 from daemon.collectors.prometheus import PrometheusCollector
 from daemon.collectors.rasdaemon import RasdaemonCollector
 from daemon.collectors.sysfs import SysfsCollector
-from daemon.formats.base import ReadContext
+from daemon.formats.reader import ReadContext
 
 REGISTRY: dict[str, type[Collector]] = {
     cls.kind: cls for cls in (ExpositionCollector, PrometheusCollector, InfinibandExporterCollector,

@@ -23,8 +23,8 @@ import numpy as np
 
 from daemon import metrics
 from daemon.batch import Batch
-from daemon.collectors.base import Collector, Outcome
-from daemon.formats.base import ReadContext
+from daemon.collectors.collector import Collector, Outcome
+from daemon.formats.reader import ReadContext
 from daemon.formats.openmetrics import parse_scrape_arrays, samples_frame
 
 ACCEPT = "text/plain;version=0.0.4;q=1,*/*;q=0.1"

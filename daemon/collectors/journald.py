@@ -22,8 +22,8 @@ from pathlib import Path
 from typing import Any, ClassVar
 
 from daemon.batch import Batch
-from daemon.collectors.base import Collector, Outcome
-from daemon.formats.base import ReadContext
+from daemon.collectors.collector import Collector, Outcome
+from daemon.formats.reader import ReadContext
 from daemon.formats.kernellog import EventRows, journal_record
 
 FORMAT = "journald"

@@ -21,8 +21,8 @@ import ijson
 import numpy as np
 
 from daemon.batch import Batch
-from daemon.collectors.base import Collector, Outcome
-from daemon.formats.base import ReadContext
+from daemon.collectors.collector import Collector, Outcome
+from daemon.formats.reader import ReadContext
 from daemon.formats.openmetrics import samples_frame
 
 FORMAT = "promql"

@@ -2,7 +2,7 @@
 
 ``databases`` lists paths or globs (``/srv/ras/*.db``: one database per node, named ``<host>.db``, as they
 arrive from the nodes); each table of each database is read ``WHERE id > last`` through the same reader
-replay uses (:class:`daemon.formats.rasdaemon.RasdaemonReader`), and the last id per table is the saved
+replay uses (:class:`daemon.formats.rasdaemon_sqlite.RasdaemonReader`), and the last id per table is the saved
 state, so a restart reads every new row once. A database that is missing or locked is an error of that
 database; the others are read.
 """
@@ -14,8 +14,8 @@ from pathlib import Path
 from typing import Any, ClassVar
 
 from daemon.batch import Batch
-from daemon.collectors.base import Collector, Outcome, merge_batches
-from daemon.formats.rasdaemon import RasdaemonReader
+from daemon.collectors.collector import Collector, Outcome, merge_batches
+from daemon.formats.rasdaemon_sqlite import RasdaemonReader
 
 
 class RasdaemonCollector(Collector):

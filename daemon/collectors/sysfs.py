@@ -28,7 +28,7 @@ from typing import Any, ClassVar
 import numpy as np
 
 from daemon.batch import Batch
-from daemon.collectors.base import Collector, Outcome
+from daemon.collectors.collector import Collector, Outcome
 from daemon.formats.openmetrics import samples_frame
 from daemon.topology import normalize_pci
 

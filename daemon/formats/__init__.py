@@ -6,14 +6,14 @@ from __future__ import annotations
 import re
 from pathlib import Path
 
-from daemon.formats.base import ReadContext, Reader, open_binary
+from daemon.formats.reader import ReadContext, Reader, open_binary
 from daemon.formats.columnar import ColumnarReader, ColumnarWriter
 from daemon.formats.fabricmanager import STAMP as FABRIC_MANAGER_STAMP, FabricManagerReader
 from daemon.formats.kernel_events import parse_kernel_message
 from daemon.formats.kernellog import JournalJsonReader, TextLogReader
 from daemon.formats.openmetrics import OpenMetricsReader
 from daemon.formats.promjson import QueryRangeReader
-from daemon.formats.rasdaemon import RasdaemonReader
+from daemon.formats.rasdaemon_sqlite import RasdaemonReader
 from daemon.formats.smi import SmiReader
 
 __all__ = [

@@ -16,7 +16,7 @@ import pyarrow.parquet as pq
 
 from daemon import metrics
 from daemon.batch import Batch, events_table, samples_from_codes
-from daemon.formats.base import ReadContext
+from daemon.formats.reader import ReadContext
 from detectors.schema import EVENT_COLUMNS, SAMPLE_COLUMNS, events_frame
 
 FORMAT = "columnar"

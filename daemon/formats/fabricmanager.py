@@ -22,7 +22,7 @@ from collections.abc import Iterator
 from pathlib import Path
 
 from daemon.batch import Batch
-from daemon.formats.base import ReadContext, iter_lines
+from daemon.formats.reader import ReadContext, iter_lines
 from daemon.formats.kernel_events import KernelEvent
 from daemon.formats.kernellog import EventRows
 from daemon.topology import normalize_pci

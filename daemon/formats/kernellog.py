@@ -29,7 +29,7 @@ from collections.abc import Iterator
 
 from daemon import metrics
 from daemon.batch import Batch
-from daemon.formats.base import ReadContext, iter_lines
+from daemon.formats.reader import ReadContext, iter_lines
 from daemon.formats.kernel_events import KernelEvent, MessageJoiner, parse_kernel_message
 from detectors.schema import events_frame
 

@@ -20,7 +20,7 @@ import pyarrow.compute as pc
 
 from daemon import metrics
 from daemon.batch import Batch, samples_from_codes
-from daemon.formats.base import ReadContext, decode_lines, iter_byte_blocks, read_tail
+from daemon.formats.reader import ReadContext, decode_lines, iter_byte_blocks, read_tail
 from daemon.naming import split_series
 
 log = logging.getLogger("raswarden.formats.openmetrics")

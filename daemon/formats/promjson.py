@@ -15,7 +15,7 @@ import numpy as np
 
 from daemon import metrics
 from daemon.batch import Batch, samples_from_codes
-from daemon.formats.base import ReadContext, open_binary
+from daemon.formats.reader import ReadContext, open_binary
 
 FORMAT = "query_range"
 

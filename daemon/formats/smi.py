@@ -37,7 +37,7 @@ from pathlib import Path
 import numpy as np
 
 from daemon.batch import Batch
-from daemon.formats.base import ReadContext, iter_lines
+from daemon.formats.reader import ReadContext, iter_lines
 from daemon.formats.openmetrics import samples_frame
 from daemon.topology import normalize_pci
 

@@ -26,10 +26,10 @@ fail-slow GPU (or a throttling one) holds back the whole synchronous job, and th
 and a drain sends it to repair like any other fault.
 
 The package: ``options`` (what the loop assumes), ``world`` (faults, operators, technicians, the workload),
-``loop`` (one run), ``scoring`` (the run scored), ``report`` (tables over runs)."""
+``loop`` (one run), ``outcome`` (the run scored), ``report`` (tables over runs)."""
 
 from lab.closedloop.loop import run
 from lab.closedloop.options import ACCOUNTING_VERSION, POLICIES, LoopOptions
-from lab.closedloop.scoring import LoopResult
+from lab.closedloop.outcome import LoopResult
 
 __all__ = ["ACCOUNTING_VERSION", "POLICIES", "LoopOptions", "LoopResult", "run"]

@@ -16,9 +16,9 @@ from daemon.store import Store
 from daemon.timeorder import tick_index
 from daemon.topology import Topology
 from lab.closedloop.options import POLICIES, LoopOptions
-from lab.closedloop.scoring import Actions, LoopResult, score
+from lab.closedloop.outcome import Actions, LoopResult, score
 from lab.closedloop.world import Faults, follow_the_scheduler, plan_jobs, return_repaired
-from lab.sim.scheduler import SimScheduler
+from lab.sim.cluster import SimScheduler
 from lab.sim.simulator import Simulator, chunk_to_batch
 
 def _raswarden(sim: Simulator, policy: str, opts: LoopOptions, model, work: Path) -> tuple[Store, Pipeline]:

@@ -7,7 +7,7 @@ from __future__ import annotations
 import statistics
 
 from lab.closedloop.options import POLICIES
-from lab.closedloop.scoring import LoopResult
+from lab.closedloop.outcome import LoopResult
 
 
 ROWS = (("net loss (GPU-h)", lambda r: r.gpu_hours["net_loss"]),

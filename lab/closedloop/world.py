@@ -8,7 +8,7 @@ import numpy as np
 
 from daemon.pipeline import Pipeline
 from lab.closedloop.options import LoopOptions
-from lab.sim.scheduler import SimJob, SimScheduler
+from lab.sim.cluster import SimJob, SimScheduler
 from lab.sim.simulator import Simulator
 
 OPERATOR = "operator"

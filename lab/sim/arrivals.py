@@ -20,7 +20,7 @@ import numpy as np
 
 from lab.sim.faults import FaultInstance, FaultTemplate
 from lab.sim.scenario import SampleSpec, Scenario
-from lab.sim.topology import SimTopology
+from lab.sim.layout import SimTopology
 
 # InfiniteHBD hardware faults (fault_statistics.json) by simulated class: DBE/SBE over threshold and GPU
 # Xid errors -> hbm_degradation (72); PCI link width low, GPU lost or not found, device unknown error ->

@@ -26,8 +26,8 @@ from pathlib import Path
 import numpy as np
 
 from lab.sim.simulator import GPU_COUNTERS, PORT_COUNTERS, STILL_REPORTED, SimChunk, Simulator, emission
-from lab.sim.exposition import EXPORTER_PORTS, published_families
-from lab.sim.topology import host_octets
+from lab.sim.exporter_names import EXPORTER_PORTS, published_families
+from lab.sim.layout import host_octets
 
 log = logging.getLogger("raswarden.sim.serve")
 DCGM_PORT, NODE_PORT = EXPORTER_PORTS["dcgm-exporter.om"], EXPORTER_PORTS["node-exporter.om"]

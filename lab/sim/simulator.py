@@ -32,7 +32,7 @@ from lab.sim.faults import FaultInstance, FaultTemplate, TemplateError, load_lib
 from lab.sim.noise import AER_LINE, AER_LOGGED, HEALTHY_MAX_PER_H, PartNoise
 from lab.sim.observe import Observation
 from lab.sim.scenario import Scenario
-from lab.sim.topology import PRESETS, SimTopology
+from lab.sim.layout import PRESETS, SimTopology
 from lab.sim.vendors import RESTART_BUSINESS, VENDORS, render_line
 from daemon.topology import normalize_pci
 from detectors.schema import events_frame

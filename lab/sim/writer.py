@@ -27,7 +27,7 @@ import yaml
 from daemon.batch import Batch
 from daemon.formats.columnar import ColumnarWriter
 from lab.sim.simulator import STILL_REPORTED, SimChunk, Simulator, chunk_to_batch, emission
-from lab.sim.exposition import Family, published_families
+from lab.sim.exporter_names import Family, published_families
 
 class TraceWriter:
     """Streams chunks of a simulation to a trace directory."""

@@ -3,7 +3,7 @@
 from daemon.config import Config
 from daemon.incidents import Incident
 from daemon.remediation import Remediation
-from lab.sim.scheduler import SimScheduler
+from lab.sim.cluster import SimScheduler
 from daemon.store import Store
 from detectors.schema import State
 

@@ -12,7 +12,7 @@ from pathlib import Path
 import pytest
 
 from lab.closedloop import LoopOptions, LoopResult, run
-from lab.closedloop.scoring import carries_fault, false_drain_details, fault_outcomes, score_actions
+from lab.closedloop.outcome import carries_fault, false_drain_details, fault_outcomes, score_actions
 from lab.closedloop.report import fault_table, per_seed_table, table
 from lab.sim.simulator import Simulator
 from lab.sim.scenario import Scenario

@@ -6,7 +6,7 @@ from __future__ import annotations
 import pytest
 
 from daemon.actions import StoreJournal
-from lab.sim.scheduler import SimJob, SimScheduler
+from lab.sim.cluster import SimJob, SimScheduler
 from daemon.store import Store
 from playbooks.engine import Engine, IncidentRef
 from playbooks.guards import Guards, incident_in_reason

@@ -3,7 +3,7 @@
 from __future__ import annotations
 
 from daemon.alerting.receivers.alertmanager import AlertmanagerReceiver
-from daemon.alerting.receivers.base import Receiver, ReceiverConfig
+from daemon.alerting.receivers.receiver import Receiver, ReceiverConfig
 from daemon.alerting.receivers.dingtalk import DingTalkReceiver
 from daemon.alerting.receivers.feishu import FeishuReceiver
 from daemon.alerting.receivers.mattermost import MattermostReceiver

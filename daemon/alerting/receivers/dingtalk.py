@@ -17,7 +17,7 @@ from urllib.parse import quote_plus
 
 from daemon.alerting.alert import Notification
 from daemon.alerting.http import Outcome, Request, Response
-from daemon.alerting.receivers.base import Receiver, errcode_outcome
+from daemon.alerting.receivers.receiver import Receiver, errcode_outcome
 from daemon.alerting.render import truncate
 
 TEXT_LIMIT = 18000  # bytes; DingTalk cuts messages near 20,000

@@ -16,7 +16,7 @@ import hmac
 
 from daemon.alerting.alert import Notification
 from daemon.alerting.http import Outcome, Request, Response
-from daemon.alerting.receivers.base import Receiver, errcode_outcome
+from daemon.alerting.receivers.receiver import Receiver, errcode_outcome
 from daemon.alerting.render import truncate
 
 BODY_LIMIT = 15000  # bytes of card text, leaving room for the JSON around it

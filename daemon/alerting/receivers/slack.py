@@ -11,7 +11,7 @@ from __future__ import annotations
 
 from daemon.alerting.alert import Notification
 from daemon.alerting.http import Request
-from daemon.alerting.receivers.base import Receiver
+from daemon.alerting.receivers.receiver import Receiver
 from daemon.alerting.render import truncate
 
 SECTION_LIMIT = 3000

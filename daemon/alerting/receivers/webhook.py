@@ -12,7 +12,7 @@ from __future__ import annotations
 
 from daemon.alerting.alert import Alert, Notification
 from daemon.alerting.http import Request
-from daemon.alerting.receivers.base import Receiver, iso
+from daemon.alerting.receivers.receiver import Receiver, iso
 from daemon.alerting.render import commands
 
 

@@ -10,7 +10,7 @@ from __future__ import annotations
 
 from daemon.alerting.alert import Notification
 from daemon.alerting.http import Outcome, Request, Response
-from daemon.alerting.receivers.base import Receiver, errcode_outcome
+from daemon.alerting.receivers.receiver import Receiver, errcode_outcome
 from daemon.alerting.render import truncate
 
 CONTENT_LIMIT = 4096  # bytes

@@ -14,10 +14,10 @@ import urllib.request
 
 import pytest
 
-from daemon.alerting.pipeline import AlertingConfig, AlertPipeline
+from daemon.alerting.alert_pipeline import AlertingConfig, AlertPipeline
 from daemon.alerting.outbox import Outbox
 from daemon.alerting.receivers import build
-from daemon.alerting.receivers.base import ReceiverConfig
+from daemon.alerting.receivers.receiver import ReceiverConfig
 from tests.conftest import require
 from tests.daemon.alerting.conftest import close, make_incident
 from tests.daemon.alerting.receiver_server import ChatServer

@@ -12,7 +12,7 @@ from pathlib import Path
 from daemon.alerting.alert import Notification
 from daemon.alerting.outbox import Backoff, Outbox, RateLimiter, enqueue
 from daemon.alerting.receivers import build
-from daemon.alerting.receivers.base import ReceiverConfig
+from daemon.alerting.receivers.receiver import ReceiverConfig
 from daemon.store import OutboxRow
 from sqlmodel import select
 from tests.daemon.alerting.conftest import make_incident

@@ -15,7 +15,7 @@ import pytest
 from daemon.alerting.alert import Alert, Notification
 from daemon.alerting.http import Response, post
 from daemon.alerting.receivers import RECEIVERS, build
-from daemon.alerting.receivers.base import ReceiverConfig
+from daemon.alerting.receivers.receiver import ReceiverConfig
 from daemon.alerting.render import Renderer
 
 NOW = 1_780_000_000.0

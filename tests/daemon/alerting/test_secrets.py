@@ -11,7 +11,7 @@ from pathlib import Path
 import pytest
 
 from daemon.alerting.secrets import RedactingFilter, SecretError, read_secret, redact_url
-from daemon.alerting.service import Alerting
+from daemon.alerting.runner import Alerting
 from daemon.config import load
 from daemon.store import OutboxRow
 from sqlmodel import select

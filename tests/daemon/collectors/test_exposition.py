@@ -6,7 +6,7 @@ import time
 
 from daemon import metrics
 from daemon.collectors.exposition import ExpositionCollector, instance_of, target_url
-from daemon.formats.base import ReadContext
+from daemon.formats.reader import ReadContext
 from daemon.naming import SeriesMapper
 from daemon.topology import Topology
 

@@ -8,7 +8,7 @@ fixtures/real/infiniband_exporter), trimmed to the families raswarden reads plus
 import time
 
 from daemon.collectors.infiniband import InfinibandExporterCollector, switch_names, with_switch_label
-from daemon.formats.base import ReadContext
+from daemon.formats.reader import ReadContext
 from daemon.naming import SeriesMapper
 from daemon.topology import Topology
 from tests.conftest import REAL

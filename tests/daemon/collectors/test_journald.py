@@ -9,7 +9,7 @@ import time
 import pytest
 
 from daemon.collectors.journald import JournaldCollector
-from daemon.formats.base import ReadContext
+from daemon.formats.reader import ReadContext
 from tests.conftest import require
 
 XID = "NVRM: Xid (PCI:0000:3b:00): 79, pid=0, GPU has fallen off the bus."

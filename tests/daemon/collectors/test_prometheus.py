@@ -10,7 +10,7 @@ import time
 import pytest
 
 from daemon.collectors.prometheus import PrometheusCollector, default_queries
-from daemon.formats.base import ReadContext
+from daemon.formats.reader import ReadContext
 from daemon.naming import SeriesMapper, load_rules
 from daemon.topology import Topology
 from tests.conftest import require

@@ -1,8 +1,8 @@
 """rasdaemon databases tailed by id: several per glob, new rows only, state restored, a missing one reported."""
 
 from daemon.collectors.rasdaemon import RasdaemonCollector
-from daemon.formats.base import ReadContext
-from tests.daemon.formats.test_rasdaemon import make_db
+from daemon.formats.reader import ReadContext
+from tests.daemon.formats.test_rasdaemon_sqlite import make_db
 
 
 def test_tails_every_database_of_a_glob_and_resumes_from_saved_state(tmp_path):

@@ -4,7 +4,7 @@ hwmon, AER), plus a RoCE hw_counters port and a broken file."""
 import shutil
 
 from daemon.collectors.sysfs import SysfsCollector
-from daemon.formats.base import ReadContext
+from daemon.formats.reader import ReadContext
 from daemon.naming import SeriesMapper
 from daemon.topology import Topology
 from tests.conftest import REAL

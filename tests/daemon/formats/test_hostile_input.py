@@ -11,7 +11,7 @@ from daemon.formats import (ColumnarReader, JournalJsonReader, QueryRangeReader,
 from daemon.formats.kernel_events import parse_kernel_message
 from daemon.naming import SeriesMapper
 from tests.daemon.formats.conftest import read_all
-from tests.daemon.formats.test_rasdaemon import SCHEMA
+from tests.daemon.formats.test_rasdaemon_sqlite import SCHEMA
 
 SETTINGS = settings(max_examples=40, deadline=None, suppress_health_check=[HealthCheck.function_scoped_fixture])
 junk_line = st.text(alphabet=st.characters(codec="utf-8", exclude_characters="\n\r"), max_size=120)

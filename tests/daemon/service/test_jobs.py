@@ -40,7 +40,7 @@ def test_housekeeping_removes_what_is_older_than_the_retention(tmp_path):
 
 
 def test_retraining_uses_a_model_that_loads(tmp_path, monkeypatch):
-    from tests.daemon.test_train import simulate
+    from tests.lab.test_train import simulate
 
     traces = [str(simulate(tmp_path / f"t{seed}", seed)) for seed in (3, 4)]
     monkeypatch.setenv("STATE_DIRECTORY", str(tmp_path / "state"))

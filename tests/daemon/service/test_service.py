@@ -50,7 +50,7 @@ def test_an_operator_resume_as_repaired_makes_the_running_daemon_forget_the_node
     """`raswarden resume NODE --repaired` (or the API) writes the journal; the daemon's next cycle takes it in
     and its detectors drop what they remember of the node (here the latched Xid 79), no other node's."""
     from daemon.operator import node_action
-    from lab.sim.scheduler import SimScheduler
+    from lab.sim.cluster import SimScheduler
 
     svc = Service(load(live.config()))
     try:

@@ -104,7 +104,7 @@ def test_every_served_node_gets_a_valid_address_of_its_own():
     import ipaddress
 
     from lab.sim.serve import MAX_NODES, loopback
-    from lab.sim.topology import SimTopology
+    from lab.sim.layout import SimTopology
 
     addresses = [loopback(i) for i in range(MAX_NODES)]
     assert len(set(addresses)) == MAX_NODES

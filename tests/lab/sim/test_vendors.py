@@ -10,7 +10,7 @@ from daemon.replay import replay
 from lab.sim.simulator import Simulator, chunk_to_batch
 from lab.sim.faults import load_library
 from lab.sim.scenario import Scenario
-from lab.sim.topology import PRESETS
+from lab.sim.layout import PRESETS
 from lab.sim.vendors import AMD, ASCEND, NVIDIA, render_line
 from lab.sim.writer import simulate_to
 from daemon.topology import Topology

@@ -7,7 +7,7 @@ import statistics
 from dataclasses import dataclass, field
 
 from lab.closedloop.world import Faults, node_of
-from lab.sim.scheduler import SimScheduler
+from lab.sim.cluster import SimScheduler
 from lab.sim.simulator import Simulator
 from playbooks.guards import incident_in_reason
 

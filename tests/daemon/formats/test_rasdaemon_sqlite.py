@@ -1,7 +1,7 @@
 import sqlite3
 
 from daemon.formats import RasdaemonReader, sniff
-from daemon.formats.rasdaemon import host_of_database
+from daemon.formats.rasdaemon_sqlite import host_of_database
 from tests.daemon.formats.conftest import read_all
 
 SCHEMA = """

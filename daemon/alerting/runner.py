@@ -8,9 +8,9 @@ from dataclasses import dataclass
 from daemon.alerting.alert import Alert, Notification
 from daemon.alerting.http import Outcome, post
 from daemon.alerting.outbox import Outbox
-from daemon.alerting.pipeline import AlertPipeline
+from daemon.alerting.alert_pipeline import AlertPipeline
 from daemon.alerting.receivers import build
-from daemon.alerting.receivers.base import Receiver
+from daemon.alerting.receivers.receiver import Receiver
 from daemon.alerting.render import Renderer
 from daemon.alerting.secrets import install_log_redaction
 from daemon.config import Config

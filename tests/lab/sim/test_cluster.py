@@ -1,6 +1,6 @@
 import pytest
 
-from lab.sim.scheduler import SimJob, SimScheduler
+from lab.sim.cluster import SimJob, SimScheduler
 from playbooks.scheduler import DRAIN, Scheduler, SchedulerError
 
 H = 3600.0

@@ -16,7 +16,7 @@ from collections.abc import Iterator
 
 from daemon import metrics
 from daemon.batch import Batch
-from daemon.formats.base import ReadContext
+from daemon.formats.reader import ReadContext
 from daemon.topology import normalize_pci
 from detectors.schema import events_frame
 

@@ -2,7 +2,7 @@
 
 from __future__ import annotations
 
-from daemon.alerting.pipeline import AlertingConfig, AlertPipeline
+from daemon.alerting.alert_pipeline import AlertingConfig, AlertPipeline
 from daemon.alerting.routing import Route
 from daemon.alerting.silences import SilenceBook
 from daemon.store import OutboxRow

@@ -19,7 +19,7 @@ from dataclasses import dataclass, field
 from typing import Any, ClassVar
 
 from daemon.batch import Batch
-from daemon.formats.base import ReadContext
+from daemon.formats.reader import ReadContext
 
 log = logging.getLogger("raswarden.collectors")
 

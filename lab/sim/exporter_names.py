@@ -15,7 +15,7 @@ from importlib import resources
 import numpy as np
 
 from daemon.naming import Transform
-from lab.sim.topology import MODEL
+from lab.sim.layout import MODEL
 
 DRIVER = "550.90.07"
 # Where each vendor's accelerator and port series are published: (file, name table, label set).
