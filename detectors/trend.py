@@ -16,9 +16,14 @@ own record before the window (an exponentially forgotten count and exposure, hal
 Healthy parts' rates spread like that: most parts alike, a few a hundred times noisier. A Gamma fitted to the same
 counts has too thin a tail for the noisy few and, made vaguer to spare them, too wide a one for a quiet fleet
 (docs/detectors.md, "Run 2"); the log-normal fitted to them puts both within a factor of a few of the fleet.
+The fit leaves out the top ``trim`` share of parts (at least one), those that may be failing at once, so that a
+failing part does not teach the fleet that its errors are normal: one in a thousand, above what fleets show (Llama 3's
+16,384 GPUs had about six hardware interruptions a day, docs/fleet-stats.md: a few parts in ten thousand a day in
+their precursor). Leaving out more leaves out the fleet's noisiest healthy parts, and the fit, blind to its own tail,
+finds the fleet under half as spread as it is in its first hours: its noisiest healthy parts then look risen
+(docs/detectors.md, "Run 4").
 A record the fleet could hardly have given (chance at most ``conflict_alpha``: a part beyond the fleet's fitted
-spread, which the top ``trim`` share of parts it leaves out) is a part unlike the fleet, judged against its own
-record alone (Jeffreys' prior).
+spread) is a part unlike the fleet, judged against its own record alone (Jeffreys' prior).
 The chance of ``k`` or more episodes is then the Poisson tail averaged over that rate. A window whose chance is at most
 ``alpha`` (over the three windows), with at least ``min_episodes``, is an alarm held for ``hold_s``. So a part
 with a few errors a day against a fleet that shows them too is quiet, a part that always shows more learns its
@@ -166,7 +171,7 @@ class TrendDetector:
 
     def __init__(self, alpha: float = 1e-7, min_episodes: int = 3, episode_gap_s: float = 300.0,
                  prior_spread: float = 1.5, history_halflife_s: float = 7 * 86400.0,
-                 hold_s: float = 3600.0, min_fleet_rate_per_h: float = 1e-4, trim: float = 0.01,
+                 hold_s: float = 3600.0, min_fleet_rate_per_h: float = 1e-4, trim: float = 0.001,
                  learn_every_s: float = 600.0, conflict_alpha: float = 1e-4):
         self.alpha = alpha
         self.min_episodes = min_episodes
