@@ -1,7 +1,6 @@
 """``raswarden run``: the daemon on a management node.
 
-APScheduler 3 runs the jobs, each at most once at a time (``max_instances=1``, ``coalesce``: a late run is
-not repeated):
+The jobs (daemon/jobs.py: each at most once at a time, a late run not repeated, a failure logged and counted):
 
 * **cycle** every ``service.interval_s``: every collector reads what is new (concurrently), the batch goes
   through the same :meth:`Pipeline.tick` as replay, and the collectors' cursors are saved with the tick;
@@ -34,15 +33,13 @@ from dataclasses import dataclass, field
 from pathlib import Path
 
 import numpy as np
-from apscheduler.executors.pool import ThreadPoolExecutor as JobExecutor
-from apscheduler.schedulers.background import BackgroundScheduler
-
 from daemon import metrics
 from daemon.alerting.runner import Alerting
 from daemon.batch import Batch
 from daemon.collectors import Collector, Outcome, build, merge_batches
 from daemon.config import Config, ConfigError, load
 from daemon.formats.reader import ReadContext
+from daemon.jobs import Job, JobRunner
 from daemon.lease import Lease, shard_lease
 from daemon.naming import SeriesMapper
 from daemon.operator import repaired_nodes
@@ -89,7 +86,7 @@ class Service:
         self.last = CycleReport()
         self.previous_tick: float | None = None
         self.repairs_seen = 0  # the journal row up to which operators' "repaired" resumes were taken in
-        self.scheduler: BackgroundScheduler | None = None
+        self.jobs = JobRunner(workers=4)
         self.stop_event = threading.Event()
         self.reload_event = threading.Event()
         self.web = None
@@ -363,31 +360,15 @@ class Service:
         return True
 
     def _schedule_jobs(self) -> None:
-        if self.scheduler is None:
-            return
         sv = self.cfg.service
-        jobs = [("cycle", self.cycle, sv.interval_s), ("playbooks", self.playbooks, sv.playbook_interval_s),
-                ("alerts", self.alerts, sv.alert_interval_s),
-                ("housekeeping", self.housekeeping, sv.housekeeping_interval_s)]
+        jobs = [Job("cycle", self.cycle, sv.interval_s), Job("playbooks", self.playbooks, sv.playbook_interval_s),
+                Job("alerts", self.alerts, sv.alert_interval_s),
+                Job("housekeeping", self.housekeeping, sv.housekeeping_interval_s, first_now=False)]
         if sv.retrain_interval_s:
-            jobs.append(("retrain", self.retrain, sv.retrain_interval_s))
+            jobs.append(Job("retrain", self.retrain, sv.retrain_interval_s, first_now=False))
         if self.notifier.watchdog_s:
-            jobs.append(("watchdog", self.watchdog, self.notifier.watchdog_s / 2))
-        for job in self.scheduler.get_jobs():
-            job.remove()
-        for name, func, every in jobs:
-            self.scheduler.add_job(self._guarded(name, func), "interval", seconds=every, id=name, name=name,
-                                   max_instances=1, coalesce=True, misfire_grace_time=max(1, int(every)),
-                                   next_run_time=None if name in ("housekeeping", "retrain") else _now_dt())
-
-    def _guarded(self, name: str, func):
-        def run():
-            try:
-                func()
-            except Exception:  # a job's failure is logged and counted; the daemon goes on
-                metrics.JOB_FAILURES.labels(name).inc()
-                log.exception("job %s failed", name)
-        return run
+            jobs.append(Job("watchdog", self.watchdog, self.notifier.watchdog_s / 2))
+        self.jobs.schedule(jobs)
 
     def start(self) -> None:
         """Start the HTTP server and the jobs; returns at once (see :meth:`run`)."""
@@ -396,9 +377,8 @@ class Service:
         self.started_at = self.clock()
         self.web = WebServer(self, self.cfg.http)
         self.web.start()
-        self.scheduler = BackgroundScheduler(executors={"default": JobExecutor(4)}, timezone="UTC")
         self._schedule_jobs()
-        self.scheduler.start()
+        self.jobs.start()
         self.notifier.ready(f"started; listening on {self.web.address}")
         log.info("raswarden running: shard %s, %d collectors, interval %.0f s, http %s", self.cfg.service.shard,
                  len(self.collectors), self.cfg.service.interval_s, self.web.address)
@@ -406,9 +386,7 @@ class Service:
     def stop(self) -> None:
         """Finish the jobs in flight, deliver what the outbox can, release the lease, close everything."""
         self.notifier.stopping("finishing the job in flight")
-        if self.scheduler is not None:
-            self.scheduler.shutdown(wait=True)
-            self.scheduler = None
+        self.jobs.stop(wait=True)
         if self.active:
             try:
                 self.alerting.step(self.clock())
@@ -441,9 +419,3 @@ class Service:
         finally:
             self.stop()
         return 0
-
-
-def _now_dt():
-    import datetime as dt
-
-    return dt.datetime.now(dt.UTC)

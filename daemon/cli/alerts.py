@@ -5,7 +5,7 @@ from __future__ import annotations
 import argparse
 import sys
 
-from daemon.cli.common import fmt_ts, load_config, open_store, config_args
+from daemon.cli.common import follow, fmt_ts, load_config, open_store, config_args
 
 def _alerting(args: argparse.Namespace):
     from daemon.alerting.runner import Alerting
@@ -36,16 +36,19 @@ def cmd_alerts(args: argparse.Namespace) -> int:
                 print(f"{r.id:>6} {r.status:<9} {r.receiver:<16} {r.idempotency_key:<44} attempts {r.attempts:<3} "
                       f"next {fmt_ts(r.next_attempt_at) if r.status == 'pending' else '-':<20} {r.last_error}")
             return 0
-        # flush: read incidents, queue, deliver until the outbox is empty (or follow for ever)
+        # flush --follow: as the daemon's alerts job, under the shard's lease, until SIGTERM
+        if args.follow:
+            shard = args.shard or load_config(args).service.shard
+            return follow(store, shard, "alerts", alerting.step, args.interval, args.lease_ttl, args.verbose > 0)
+        # flush: read incidents, queue, deliver until the outbox is empty (or the timeout)
         deadline = time.time() + args.timeout
         while True:
             counts = alerting.step()
             if args.verbose:
                 print(counts, file=sys.stderr)
-            pending = len(alerting.outbox.pending())
-            if not args.follow and (pending == 0 or time.time() >= deadline):
+            if not alerting.outbox.pending() or time.time() >= deadline:
                 break
-            time.sleep(args.interval if args.follow or pending == 0 else min(args.interval, 0.5))
+            time.sleep(min(args.interval, 0.5))
         failed = len([r for r in alerting.outbox.pending()])
         print(f"outbox: {failed} notification(s) still pending" if failed else "outbox delivered")
         return 0 if failed == 0 else 3
@@ -108,6 +111,10 @@ def register(sub) -> None:
     q.add_argument("--interval", type=float, default=5.0, help="seconds between passes (default 5)")
     q.add_argument("--timeout", type=float, default=60.0,
                    help="without --follow: stop after this many seconds even if some are pending (default 60)")
+    q.add_argument("--shard", help="with --follow: the shard this instance delivers for, one at a time (default: "
+                                   "the config's service.shard)")
+    q.add_argument("--lease-ttl", type=float, help="with --follow: seconds before a silent holder's shard is taken "
+                                                   "over (default: 3 intervals, at least 10)")
     config_args(q)
     p.set_defaults(func=cmd_alerts)
 

@@ -75,3 +75,35 @@ def config_args(p: argparse.ArgumentParser) -> None:
     p.add_argument("--config", metavar="FILE", help="config file (default $RASWARDEN_CONFIG or "
                                                     "/etc/raswarden/raswarden.toml)")
     p.add_argument("--db", metavar="URL", help="state database (default: the config's store.url)")
+
+
+def follow(store, shard: str, name: str, step, interval_s: float, lease_ttl_s: float | None = None,
+           verbose: bool = False) -> int:
+    """Run ``step`` every ``interval_s`` seconds as the daemon runs its jobs (daemon/jobs.py), only while this
+    process holds the shard's lease, until SIGTERM or SIGINT; then let go of the lease."""
+    import sys
+
+    from daemon.jobs import Job, JobRunner, leased
+    from daemon.lease import Lease, shard_lease
+
+    lease = Lease(store, shard_lease(shard), ttl_s=lease_ttl_s or max(10.0, 3 * interval_s))
+    said: list[str] = []
+
+    def standby(holder: str) -> None:
+        if verbose or said[-1:] != [holder]:  # once per holder (every pass with -v)
+            print(f"standby: {holder} holds shard {shard}", file=sys.stderr, flush=True)
+        said[:] = [holder]
+
+    def run() -> None:
+        said.clear()
+        counts = step()
+        if verbose:
+            print(counts, file=sys.stderr, flush=True)
+
+    runner = JobRunner(workers=1)
+    runner.schedule([Job(name, leased(lease, run, standby), interval_s)])
+    try:
+        runner.run_until_stopped()
+    finally:
+        lease.release()
+    return 0

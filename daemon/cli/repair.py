@@ -6,7 +6,7 @@ from __future__ import annotations
 import argparse
 import sys
 
-from daemon.cli.common import load_config, open_store, config_and_store, config_args
+from daemon.cli.common import follow, load_config, open_store, config_and_store, config_args
 
 def _remediation(args: argparse.Namespace):
     from daemon.remediation import Remediation, scheduler_from_config
@@ -17,7 +17,6 @@ def _remediation(args: argparse.Namespace):
 
 
 def cmd_playbook(args: argparse.Namespace) -> int:
-    import time
 
     from playbooks.model import PlaybookError, load
 
@@ -61,21 +60,17 @@ def cmd_playbook(args: argparse.Namespace) -> int:
                 print(f"{a.key:<52} {a.status:<18} {a.mode:<8} {steps} {a.note}")
             return 0
         # run: only the holder of the shard's lease acts; another instance waits as a standby
+        if args.follow:
+            return follow(store, args.shard, "playbooks", rem.step, args.interval, args.lease_ttl, args.verbose > 0)
+        from daemon.jobs import leased
         from daemon.lease import Lease, shard_lease
 
         lease = Lease(store, shard_lease(args.shard), ttl_s=args.lease_ttl or max(10.0, 3 * args.interval))
         try:
-            while True:
-                if lease.acquire():
-                    counts = rem.step()
-                    if args.verbose:
-                        print(counts, file=sys.stderr)
-                elif args.verbose or not args.follow:
-                    held = lease.current()
-                    print(f"standby: {held.holder if held else '?'} holds shard {args.shard}", file=sys.stderr)
-                if not args.follow:
-                    break
-                time.sleep(args.interval)
+            counts = leased(lease, rem.step, lambda holder: print(f"standby: {holder} holds shard {args.shard}",
+                                                                   file=sys.stderr))()
+            if args.verbose and counts is not None:
+                print(counts, file=sys.stderr)
         finally:
             lease.release()
         return 0

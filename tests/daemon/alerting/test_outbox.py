@@ -126,8 +126,9 @@ url = "{url}"
 
 
 def flush_process(config: Path) -> subprocess.Popen:
+    # a restarted flush waits for the killed one's lease (2 s here) before it delivers
     return subprocess.Popen([sys.executable, "-m", "daemon", "alerts", "flush", "--follow", "--interval", "0.1",
-                             "--config", str(config)], cwd=ROOT, stdout=subprocess.DEVNULL,
+                             "--lease-ttl", "2", "--config", str(config)], cwd=ROOT, stdout=subprocess.DEVNULL,
                             stderr=subprocess.PIPE, env={**os.environ, "PYTHONUNBUFFERED": "1"})
 
 

@@ -1,0 +1,105 @@
+"""Periodic jobs as the daemon runs them, for the service and for the commands that keep going.
+
+APScheduler 3 runs each job at most once at a time (``max_instances=1``) and does not repeat a late run
+(``coalesce``); a job that raises is logged and counted (``raswarden_job_failures_total``), and the others go on.
+The service runs its cycle, playbooks, alerts, housekeeping, retraining and watchdog here; ``raswarden alerts flush
+--follow`` and ``raswarden playbook run --follow`` run their one job here too, under the shard's lease
+(:func:`leased`), so that a command and a daemon never act for one shard at once.
+"""
+
+from __future__ import annotations
+
+import datetime as dt
+import logging
+import signal
+import threading
+from collections.abc import Callable
+from dataclasses import dataclass
+
+from apscheduler.executors.pool import ThreadPoolExecutor as JobExecutor
+from apscheduler.schedulers.background import BackgroundScheduler
+
+from daemon import metrics
+from daemon.lease import Lease
+
+log = logging.getLogger("raswarden.jobs")
+
+
+@dataclass(frozen=True)
+class Job:
+    """A named function run every ``every_s`` seconds; the first run now, or one interval after the start."""
+
+    name: str
+    func: Callable[[], object]
+    every_s: float
+    first_now: bool = True
+
+
+def guarded(name: str, func: Callable[[], object]) -> Callable[[], None]:
+    """``func`` as a job: an exception is logged and counted, never raised into the scheduler."""
+    def run() -> None:
+        try:
+            func()
+        except Exception:  # a job's failure is logged and counted; the daemon goes on
+            metrics.JOB_FAILURES.labels(name).inc()
+            log.exception("job %s failed", name)
+    return run
+
+
+def leased(lease: Lease, func: Callable[[], object],
+           standby: Callable[[str], None] | None = None) -> Callable[[], object]:
+    """``func`` run only while this instance holds (or can take) ``lease``; otherwise ``standby`` is told who
+    holds it and nothing runs."""
+    def run() -> object:
+        if lease.acquire():
+            return func()
+        if standby is not None:
+            held = lease.current()
+            standby(held.holder if held else "?")
+        return None
+    return run
+
+
+class JobRunner:
+    """Periodic jobs on a background APScheduler with ``workers`` threads."""
+
+    def __init__(self, workers: int = 4):
+        self.workers = workers
+        self.scheduler: BackgroundScheduler | None = None
+        self.jobs: list[Job] = []
+
+    def schedule(self, jobs: list[Job]) -> None:
+        """Replace the jobs (at once if running: a reload's new intervals take effect now)."""
+        self.jobs = list(jobs)
+        if self.scheduler is None:
+            return
+        for job in self.scheduler.get_jobs():
+            job.remove()
+        for job in self.jobs:
+            self.scheduler.add_job(guarded(job.name, job.func), "interval", seconds=job.every_s, id=job.name,
+                                   name=job.name, max_instances=1, coalesce=True,
+                                   misfire_grace_time=max(1, int(job.every_s)),
+                                   next_run_time=dt.datetime.now(dt.UTC) if job.first_now else None)
+
+    def start(self) -> None:
+        self.scheduler = BackgroundScheduler(executors={"default": JobExecutor(self.workers)}, timezone="UTC")
+        self.schedule(self.jobs)
+        self.scheduler.start()
+
+    def stop(self, wait: bool = True) -> None:
+        """Stop scheduling; with ``wait``, the jobs in flight finish first."""
+        if self.scheduler is not None:
+            self.scheduler.shutdown(wait=wait)
+            self.scheduler = None
+
+    def run_until_stopped(self, stop: threading.Event | None = None) -> None:
+        """Start, run until SIGTERM or SIGINT (or ``stop`` is set), then stop after the jobs in flight."""
+        stop = stop or threading.Event()
+        previous = {sig: signal.signal(sig, lambda *_: stop.set()) for sig in (signal.SIGTERM, signal.SIGINT)}
+        self.start()
+        try:
+            stop.wait()
+        finally:
+            self.stop(wait=True)
+            for sig, handler in previous.items():
+                signal.signal(sig, handler)

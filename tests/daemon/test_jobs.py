@@ -1,0 +1,79 @@
+"""The job runner the service and the following commands share: a failing job is counted and the others go on, a
+leased job runs only for the lease's holder, and a stop lets the job in flight finish."""
+
+from __future__ import annotations
+
+import threading
+import time
+
+from daemon import metrics
+from daemon.jobs import Job, JobRunner, guarded, leased
+from daemon.lease import Lease
+from daemon.store import Store
+
+
+def until(condition, what: str, timeout: float = 20.0) -> None:
+    deadline = time.monotonic() + timeout
+    while not condition():
+        assert time.monotonic() < deadline, f"timed out waiting until {what}"
+        time.sleep(0.02)
+
+
+def test_a_failing_job_is_counted_and_the_others_go_on():
+    failures = metrics.JOB_FAILURES.labels("broken")
+    before = failures._value.get()
+    ran: list[str] = []
+
+    def broken() -> None:
+        ran.append("broken")
+        raise RuntimeError("boom")
+
+    runner = JobRunner(workers=2)
+    runner.schedule([Job("broken", broken, 0.05), Job("fine", lambda: ran.append("fine"), 0.05)])
+    runner.start()
+    try:
+        until(lambda: ran.count("broken") >= 3 and ran.count("fine") >= 3, "both jobs ran three times")
+    finally:
+        runner.stop()
+    assert failures._value.get() - before >= 3
+    guarded("broken", broken)()  # called directly: no exception escapes either
+
+
+def test_a_leased_job_runs_only_for_the_holder(tmp_path):
+    store = Store(f"sqlite:///{tmp_path / 's.db'}")
+    first, second = Lease(store, "shard:x", ttl_s=60), Lease(store, "shard:x", ttl_s=60)
+    ran: list[str] = []
+    told: list[str] = []
+    assert leased(first, lambda: ran.append("first"))() is None and ran == ["first"]
+    assert leased(second, lambda: ran.append("second"), told.append)() is None
+    assert ran == ["first"] and told == [first.holder]
+    first.release()
+    leased(second, lambda: ran.append("second"))()
+    assert ran == ["first", "second"]
+    store.close()
+
+
+def test_stop_lets_the_job_in_flight_finish():
+    started, finished = threading.Event(), threading.Event()
+
+    def slow() -> None:
+        started.set()
+        time.sleep(0.3)
+        finished.set()
+
+    runner = JobRunner(workers=1)
+    runner.schedule([Job("slow", slow, 60.0)])
+    runner.start()
+    until(started.is_set, "the job started")
+    runner.stop(wait=True)
+    assert finished.is_set()
+
+
+def test_run_until_stopped_returns_when_told():
+    ran = threading.Event()
+    runner = JobRunner(workers=1)
+    runner.schedule([Job("once", ran.set, 60.0)])
+    stop = threading.Event()
+    threading.Timer(0.5, stop.set).start()
+    runner.run_until_stopped(stop)  # in the main thread, as the commands run it
+    assert ran.is_set() and runner.scheduler is None
