@@ -107,6 +107,24 @@ class _Placed:
     codes: list[tuple[float, int, int, float]] = field(default_factory=list)  # Ascend: (ts, GPU row, code, until)
 
 
+class _Effects:
+    """What a chunk's faults and background do to the fleet, built up step by step: counter increases, gauge
+    offsets, scales and set values, parts present, counter resets, the coolant."""
+
+    def __init__(self, t, n_s: int, coolant: np.ndarray):
+        self.coolant = coolant
+        self.gauge_offsets: dict[str, np.ndarray] = defaultdict(lambda: np.zeros((t.n_gpus, n_s)))
+        self.gauge_scale: dict[str, np.ndarray] = defaultdict(lambda: np.ones((t.n_gpus, n_s)))
+        self.gauge_set: dict[str, np.ndarray] = {}
+        self.port_set: dict[str, np.ndarray] = {}
+        self.gpu_inc = {m: np.zeros((t.n_gpus, n_s)) for m in GPU_COUNTERS}
+        self.port_inc = {m: np.zeros((t.n_ports, n_s)) for m in PORT_COUNTERS}
+        self.gpu_present = np.ones((t.n_gpus, n_s), dtype=bool)
+        self.port_present = np.ones((t.n_ports, n_s), dtype=bool)
+        self.gpu_reset: list[tuple[np.ndarray, int]] = []
+        self.port_reset: list[tuple[np.ndarray, int]] = []
+
+
 class Simulator:
     """Deterministic for a scenario and seed: the same inputs give byte-identical output."""
 
@@ -374,29 +392,67 @@ class Simulator:
         return busy
 
     def _chunk(self, ts, rng, carry_gpu, carry_port, xid_last, lines) -> SimChunk:
+        """One chunk of steps: the workload, the faults' effects, the physics, healthy parts' background errors
+        and traffic, then the gauges and the counters (carried over from the chunk before). The random draws
+        come in one fixed order, so a scenario and seed give the same trace."""
         t, sc = self.topo, self.scenario
         n_s = len(ts)
         dt = sc.resolution
         busy = self._util(ts)
         util = np.where(busy, rng.uniform(88, 100, busy.shape), 0.0)
-        coolant = 30.0 + 0.6 * np.sin(2 * math.pi * (ts - sc.start) / 86400.0)[None, :] + np.zeros((len(t.racks), 1))
-        active = [p for p in self.placed if p.inst.onset <= ts[-1] and (p.inst.until or math.inf) >= ts[0]]
-        gauge_offsets: dict[str, np.ndarray] = defaultdict(lambda: np.zeros((t.n_gpus, n_s)))
-        gauge_scale: dict[str, np.ndarray] = defaultdict(lambda: np.ones((t.n_gpus, n_s)))
-        gauge_set: dict[str, np.ndarray] = {}
-        port_set: dict[str, np.ndarray] = {}
-        gpu_inc = {m: np.zeros((t.n_gpus, n_s)) for m in GPU_COUNTERS}
-        port_inc = {m: np.zeros((t.n_ports, n_s)) for m in PORT_COUNTERS}
-        gpu_present = np.ones((t.n_gpus, n_s), dtype=bool)
-        port_present = np.ones((t.n_ports, n_s), dtype=bool)
-        gpu_reset: list[tuple[np.ndarray, int]] = []
-        port_reset: list[tuple[np.ndarray, int]] = []
-        for p in self.placed:  # a repaired part comes back reset: counters from zero, no last Xid
+        fx = _Effects(t, n_s, 30.0 + 0.6 * np.sin(2 * math.pi * (ts - sc.start) / 86400.0)[None, :]
+                      + np.zeros((len(t.racks), 1)))
+        self._repairs(ts, fx)
+        self._fault_effects(ts, rng, fx)
+        power, temp, hbm, throttle, clock, fb = self._physics(rng, busy, util, fx)
+        fx.gpu_inc["energy_mj_total"] += power * dt * 1000.0
+        lines = self._background(ts, rng, fx, lines)
+        self._traffic(rng, util, fx)
+        gpu = {
+            "gpu_temp_c": np.round(temp), "hbm_temp_c": np.round(hbm), "power_w": np.round(power, 3),
+            "sm_clock_mhz": np.round(clock), "mem_clock_mhz": np.full(busy.shape, 2619.0),
+            "gpu_util_pct": np.round(util), "mem_copy_util_pct": np.round(util * 0.4),
+            "fb_used_mib": fb, "fb_free_mib": self.fb_total[:, None] - fb,
+            "xid_last": self._xid_gauge(ts, xid_last, lines),
+            "npu_error_code_0": self._npu_codes(ts, fx.gpu_reset),
+            "row_remap_failure": np.nan_to_num(fx.gauge_set.get("row_remap_failure", np.zeros(busy.shape))),
+            "throttle_thermal": throttle,
+        }
+        for rows, step in fx.gpu_reset:
+            if len(rows):
+                gpu["xid_last"][rows, step:] = 0.0
+        for m in GPU_COUNTERS:
+            gpu[m] = _accumulate(carry_gpu[m], fx.gpu_inc[m], [(r, s) for r, s in fx.gpu_reset if len(r)])
+        port: dict[str, np.ndarray] = {}
+        for m in PORT_COUNTERS:
+            port[m] = _accumulate(carry_port[m], fx.port_inc[m], [(r, s) for r, s in fx.port_reset if len(r)])
+        port["port_state"] = np.nan_to_num(fx.port_set.get("port_state", np.full((t.n_ports, n_s), np.nan)), nan=4.0)
+        port["port_phys_state"] = np.nan_to_num(fx.port_set.get("port_phys_state",
+                                                                np.full((t.n_ports, n_s), np.nan)), nan=5.0)
+        xid_last[:] = gpu["xid_last"][:, -1]
+        speed = fx.gauge_scale["sm_clock_mhz"] * np.where(throttle > 0, 0.85, 1.0)
+        obs = self.observation
+        gpu_sampled = obs.sampled("dcgm", self.gpu_node, ts) if obs else None
+        port_sampled = obs.sampled("node", self.port_node, ts) if obs else None
+        return SimChunk(ts, gpu, port, fx.gpu_present, fx.port_present, lines, np.clip(speed, 0.0, 1.0),
+                        gpu_sampled, port_sampled)
+
+    def _repairs(self, ts: np.ndarray, fx: _Effects) -> None:
+        """A repaired part comes back reset: counters from zero, no last Xid."""
+        dt = self.scenario.resolution
+        for p in self.placed:
             u = p.inst.until
             if u is not None and not p.inst.template.benign and ts[0] - dt <= u < ts[-1]:
                 step = int(np.searchsorted(ts, u, side="right"))
-                gpu_reset.append((p.gpu_rows, step))
-                port_reset.append((p.port_rows, step))
+                fx.gpu_reset.append((p.gpu_rows, step))
+                fx.port_reset.append((p.port_rows, step))
+
+    def _fault_effects(self, ts: np.ndarray, rng: np.random.Generator, fx: _Effects) -> None:
+        """Every active fault's effects over the chunk: parts vanishing and resetting, counter rates and steps,
+        gauge offsets, scales and set values."""
+        t = self.topo
+        n_s, dt = len(ts), self.scenario.resolution
+        active = [p for p in self.placed if p.inst.onset <= ts[-1] and (p.inst.until or math.inf) >= ts[0]]
         for p in active:
             inst = p.inst
             alive = np.ones(n_s, dtype=bool) if inst.until is None else ts <= inst.until
@@ -406,90 +462,102 @@ class Simulator:
                 if eff.kind == "vanish":
                     gone = (x >= eff.start) & (x < eff.end)
                     if eff.exporter in ("dcgm", "all") and len(p.gpu_rows):
-                        gpu_present[p.gpu_rows] &= ~gone
+                        fx.gpu_present[p.gpu_rows] &= ~gone
                     if eff.exporter in ("node", "all") and len(p.port_rows):
-                        port_present[p.port_rows] &= ~gone
+                        fx.port_present[p.port_rows] &= ~gone
                     continue
                 if eff.kind == "reset":
                     hit = np.flatnonzero((x >= eff.start) & (x_prev < eff.start))
                     if len(hit):
-                        gpu_reset.append((p.gpu_rows, int(hit[0])))
-                        port_reset.append((p.port_rows, int(hit[0])))
+                        fx.gpu_reset.append((p.gpu_rows, int(hit[0])))
+                        fx.port_reset.append((p.port_rows, int(hit[0])))
                     continue
                 level = eff.level(x)
                 on = ~np.isnan(level)
                 metric = eff.metric
-                if eff.kind == "rate":
-                    lam = np.where(on, level, 0.0) * inst.rate_factor * dt / 3600.0
-                    target = gpu_inc.get(metric)
-                    rows = p.gpu_rows
+                if eff.kind in ("rate", "step"):
+                    target, rows = fx.gpu_inc.get(metric), p.gpu_rows
                     if target is None:
-                        target, rows = port_inc.get(metric), p.port_rows
-                    if target is not None and len(rows):
-                        target[rows] += rng.poisson(np.broadcast_to(lam, (len(rows), n_s)))
-                elif eff.kind == "step":
-                    hit = np.flatnonzero(on & (x_prev < eff.start))
-                    target = gpu_inc.get(metric)
-                    rows = p.gpu_rows
-                    if target is None:
-                        target, rows = port_inc.get(metric), p.port_rows
-                    if target is not None and len(hit) and len(rows):
-                        target[rows, hit[0]] += eff.a
+                        target, rows = fx.port_inc.get(metric), p.port_rows
+                    if eff.kind == "rate":
+                        lam = np.where(on, level, 0.0) * inst.rate_factor * dt / 3600.0
+                        if target is not None and len(rows):
+                            target[rows] += rng.poisson(np.broadcast_to(lam, (len(rows), n_s)))
+                    else:
+                        hit = np.flatnonzero(on & (x_prev < eff.start))
+                        if target is not None and len(hit) and len(rows):
+                            target[rows, hit[0]] += eff.a
                 elif eff.kind == "offset":
                     if metric == "coolant_inlet_c":
-                        coolant[p.rack_rows] += np.where(on, level, 0.0)
+                        fx.coolant[p.rack_rows] += np.where(on, level, 0.0)
                     else:
-                        gauge_offsets[metric][p.gpu_rows] += np.where(on, level, 0.0)
+                        fx.gauge_offsets[metric][p.gpu_rows] += np.where(on, level, 0.0)
                 elif eff.kind == "scale":
-                    gauge_scale[metric][p.gpu_rows] *= np.where(on, level, 1.0)
+                    fx.gauge_scale[metric][p.gpu_rows] *= np.where(on, level, 1.0)
                 elif eff.kind == "set":
                     inside = on & (x < eff.end)
                     if metric in PORT_GAUGES:
-                        arr = port_set.setdefault(metric, np.full((t.n_ports, n_s), np.nan))
+                        arr = fx.port_set.setdefault(metric, np.full((t.n_ports, n_s), np.nan))
                         arr[p.port_rows] = np.where(inside, eff.a, arr[p.port_rows])
                     else:
-                        arr = gauge_set.setdefault(metric, np.full((t.n_gpus, n_s), np.nan))
+                        arr = fx.gauge_set.setdefault(metric, np.full((t.n_gpus, n_s), np.nan))
                         arr[p.gpu_rows] = np.where(inside, eff.a, arr[p.gpu_rows])
 
+    def _physics(self, rng: np.random.Generator, busy: np.ndarray, util: np.ndarray, fx: _Effects) -> tuple:
+        """Power, GPU and HBM temperature (from the coolant and each GPU's thermal resistance), thermal throttling,
+        SM clock and framebuffer use, with the faults' offsets, scales and set values."""
         power = (self.p_idle[:, None] + util / 100.0 * (self.p_peak - self.p_idle)[:, None]
                  * rng.uniform(0.92, 1.0, busy.shape) + rng.normal(0, 6, busy.shape))
-        power *= gauge_scale["power_w"]
-        temp = coolant[self.gpu_rack] + self.r_thermal[:, None] * power + rng.normal(0, 0.7, busy.shape)
-        temp += gauge_offsets["gpu_temp_c"]
-        hbm = temp + 3.0 + 0.08 * util + rng.normal(0, 0.6, busy.shape) + gauge_offsets["hbm_temp_c"]
+        power *= fx.gauge_scale["power_w"]
+        temp = fx.coolant[self.gpu_rack] + self.r_thermal[:, None] * power + rng.normal(0, 0.7, busy.shape)
+        temp += fx.gauge_offsets["gpu_temp_c"]
+        hbm = temp + 3.0 + 0.08 * util + rng.normal(0, 0.6, busy.shape) + fx.gauge_offsets["hbm_temp_c"]
         throttle = (temp >= 87.0).astype(float)
-        if "throttle_thermal" in gauge_set:
-            throttle = np.where(np.isnan(gauge_set["throttle_thermal"]), throttle, gauge_set["throttle_thermal"])
+        if "throttle_thermal" in fx.gauge_set:
+            throttle = np.where(np.isnan(fx.gauge_set["throttle_thermal"]), throttle, fx.gauge_set["throttle_thermal"])
         clock = np.where(busy, self.clock_busy[:, None] - 15.0 * rng.integers(0, 3, busy.shape),
                          self.clock_idle[:, None])
-        clock = np.where(throttle > 0, clock * 0.85, clock) * gauge_scale["sm_clock_mhz"]
+        clock = np.where(throttle > 0, clock * 0.85, clock) * fx.gauge_scale["sm_clock_mhz"]
         fb = np.where(busy, self.fb_busy[:, None] + rng.integers(0, 2000, busy.shape), 0.0)
+        return power, temp, hbm, throttle, clock, fb
 
-        gpu_inc["energy_mj_total"] += power * dt * 1000.0
+    def _background(self, ts: np.ndarray, rng: np.random.Generator, fx: _Effects,
+                    lines: list[tuple[float, str, str]]) -> list[tuple[float, str, str]]:
+        """Healthy parts' background errors (daemon's noise presets) into the counters, and their corrected AER
+        lines into the kernel log; returns the chunk's kernel lines."""
+        t, sc = self.topo, self.scenario
+        n_s, dt = len(ts), sc.resolution
         if not self.part_noise:  # quiet: one homogeneous rare rate per counter, from the engine's stream
             for m, spec in sc.noise.items():
                 rate = spec.rate_per_h
-                if m in gpu_inc:
-                    gpu_inc[m] += rng.poisson(rate * dt / 3600.0, busy.shape)
-                elif m in port_inc:
-                    port_inc[m] += rng.poisson(rate * dt / 3600.0, (t.n_ports, n_s))
+                if m in fx.gpu_inc:
+                    fx.gpu_inc[m] += rng.poisson(rate * dt / 3600.0, (t.n_gpus, n_s))
+                elif m in fx.port_inc:
+                    fx.port_inc[m] += rng.poisson(rate * dt / 3600.0, (t.n_ports, n_s))
         for m, noise in self.part_noise.items():
             if m == AER_LOGGED:
-                logged = self._aer_lines(ts, noise.increments(self._aer_rng, n_s, dt), gpu_present)
+                logged = self._aer_lines(ts, noise.increments(self._aer_rng, n_s, dt), fx.gpu_present)
                 if logged:
                     lines = sorted(lines + logged)
             else:
-                (gpu_inc if m in gpu_inc else port_inc)[m] += noise.increments(self._noise_rng, n_s, dt)
+                (fx.gpu_inc if m in fx.gpu_inc else fx.port_inc)[m] += noise.increments(self._noise_rng, n_s, dt)
+        return lines
+
+    def _traffic(self, rng: np.random.Generator, util: np.ndarray, fx: _Effects) -> None:
+        """Each port's bytes, from its node's GPU utilisation; none while the port is not ACTIVE."""
+        t = self.topo
+        n_s, dt = util.shape[1], self.scenario.resolution
         node_util = util.reshape(t.n_nodes, t.gpus_per_node, n_s).mean(axis=1) / 100.0
         traffic = np.repeat(node_util, t.ports_per_node, axis=0) * PORT_BYTES_PER_S * dt
         port_state_up = np.ones((t.n_ports, n_s), dtype=bool)
-        if "port_state" in port_set:
-            port_state_up = np.isnan(port_set["port_state"]) | (port_set["port_state"] == 4)
-        port_inc["rcv_bytes_total"] += np.floor(traffic * rng.uniform(0.9, 1.0, traffic.shape)) * port_state_up
-        port_inc["xmit_bytes_total"] += np.floor(traffic * rng.uniform(0.9, 1.0, traffic.shape)) * port_state_up
+        if "port_state" in fx.port_set:
+            port_state_up = np.isnan(fx.port_set["port_state"]) | (fx.port_set["port_state"] == 4)
+        fx.port_inc["rcv_bytes_total"] += np.floor(traffic * rng.uniform(0.9, 1.0, traffic.shape)) * port_state_up
+        fx.port_inc["xmit_bytes_total"] += np.floor(traffic * rng.uniform(0.9, 1.0, traffic.shape)) * port_state_up
 
-        # Xid gauge: the last Xid code of each GPU, from the step after its kernel line.
-        xid = np.repeat(xid_last[:, None], n_s, axis=1)
+    def _xid_gauge(self, ts: np.ndarray, xid_last: np.ndarray, lines: list[tuple[float, str, str]]) -> np.ndarray:
+        """The Xid gauge: the last Xid code of each GPU, from the step after its kernel line."""
+        xid = np.repeat(xid_last[:, None], len(ts), axis=1)
         for ts_line, node, line in lines:
             m = _XID.search(line)
             if not m:
@@ -499,33 +567,7 @@ class Simulator:
                 continue
             step = int(np.searchsorted(ts, ts_line, side="left"))
             xid[g, step:] = float(m.group(2))
-        gpu = {
-            "gpu_temp_c": np.round(temp), "hbm_temp_c": np.round(hbm), "power_w": np.round(power, 3),
-            "sm_clock_mhz": np.round(clock), "mem_clock_mhz": np.full(busy.shape, 2619.0),
-            "gpu_util_pct": np.round(util), "mem_copy_util_pct": np.round(util * 0.4),
-            "fb_used_mib": fb, "fb_free_mib": self.fb_total[:, None] - fb, "xid_last": xid,
-            "npu_error_code_0": self._npu_codes(ts, gpu_reset),
-            "row_remap_failure": np.nan_to_num(gauge_set.get("row_remap_failure", np.zeros(busy.shape))),
-            "throttle_thermal": throttle,
-        }
-        for rows, step in gpu_reset:
-            if len(rows):
-                gpu["xid_last"][rows, step:] = 0.0
-        for m in GPU_COUNTERS:
-            gpu[m] = _accumulate(carry_gpu[m], gpu_inc[m], [(r, s) for r, s in gpu_reset if len(r)])
-        port: dict[str, np.ndarray] = {}
-        for m in PORT_COUNTERS:
-            port[m] = _accumulate(carry_port[m], port_inc[m], [(r, s) for r, s in port_reset if len(r)])
-        port["port_state"] = np.nan_to_num(port_set.get("port_state", np.full((t.n_ports, n_s), np.nan)), nan=4.0)
-        port["port_phys_state"] = np.nan_to_num(port_set.get("port_phys_state", np.full((t.n_ports, n_s), np.nan)),
-                                                nan=5.0)
-        xid_last[:] = gpu["xid_last"][:, -1]
-        speed = gauge_scale["sm_clock_mhz"] * np.where(throttle > 0, 0.85, 1.0)
-        obs = self.observation
-        gpu_sampled = obs.sampled("dcgm", self.gpu_node, ts) if obs else None
-        port_sampled = obs.sampled("node", self.port_node, ts) if obs else None
-        return SimChunk(ts, gpu, port, gpu_present, port_present, lines, np.clip(speed, 0.0, 1.0), gpu_sampled,
-                        port_sampled)
+        return xid
 
     def _gpu_line(self, row: int, line: str, **fields) -> tuple[str, list[str] | int | None]:
         """A kernel line about GPU ``row`` (``{pci}``, ``{pci_xid}`` filled in) as its vendor reports it, and its
