@@ -17,6 +17,7 @@ ROOT = Path(__file__).resolve().parent.parent
 sys.path.insert(0, str(ROOT))
 
 from lab.matrix import NOISE, SAMPLING, parse_seeds, report, run_matrix  # noqa: E402
+from lab.sim.faults import parse_duration  # noqa: E402
 
 
 def progress(r: dict) -> None:
@@ -35,6 +36,7 @@ def main() -> int:
     ap.add_argument("--quiet-seeds", default="1..4", help="quiet-week seeds")
     ap.add_argument("--model", help="a model directory (adds the learned detectors)")
     ap.add_argument("--jobs", type=int, default=2)
+    ap.add_argument("--warmup", default="0s", help="dense runs: this long a healthy fleet before the faults, e.g. 24h")
     ap.add_argument("--out", type=Path, default=ROOT / "bench" / "results" / "matrix.json")
     ap.add_argument("--report", action="store_true", help="only print the table of the results file")
     args = ap.parse_args()
@@ -43,7 +45,8 @@ def main() -> int:
         return 0
     try:
         results = run_matrix(args.sampling.split(","), args.noise.split(","), parse_seeds(args.seeds),
-                             parse_seeds(args.quiet_seeds), args.out, args.jobs, args.model, progress)
+                             parse_seeds(args.quiet_seeds), args.out, args.jobs, args.model, progress,
+                             parse_duration(args.warmup, "--warmup"))
     except ValueError as exc:
         ap.error(str(exc))
     print(report(results))

@@ -10,6 +10,11 @@ alternating by seed, the full and stock exporter profiles alternating by pairs o
 straight from the simulator through the pipeline (:func:`lab.evaluate.evaluate_simulation`: the batches a
 replay of the trace would make, without writing hundreds of gigabytes of traces).
 
+A dense run may begin with ``warmup_s`` of the same fleet without faults (``--warmup 24h``): the faults, and
+every confounder that starts later than the first instant, move that much later; a condition present from the start
+(a warm slot) stays so. Without it, a fault begins 1 to 10 hours after raswarden starts watching, which no fleet's
+daemon sees: the trend detector's longer windows are judged only against that much of a part's own record.
+
 Runs are appended to a results file as they finish and skipped when already there, so a long matrix can be run
 in pieces. ``raswarden evaluate --matrix`` and ``bench/matrix.py`` run it; :func:`report` prints the table.
 """
@@ -46,9 +51,12 @@ def parse_seeds(text: str) -> list[int]:
     return out
 
 
-def scenario_for(kind: str, sampling: str, noise: str, seed: int) -> dict:
-    """The scenario of one run: the base scenario with the cell's sampling and noise (and seed)."""
+def scenario_for(kind: str, sampling: str, noise: str, seed: int, warmup_s: float = 0.0) -> dict:
+    """The scenario of one run: the base scenario with the cell's sampling and noise (and seed), its faults
+    ``warmup_s`` later (a dense run only)."""
     import yaml
+
+    from lab.sim.faults import parse_duration
 
     base = f"dense-template-{'ab'[seed % 2]}" if kind == "dense" else "quiet-7d"
     d = yaml.safe_load((SCENARIOS / f"{base}.yaml").read_text())
@@ -57,10 +65,19 @@ def scenario_for(kind: str, sampling: str, noise: str, seed: int) -> dict:
              noise=noise)
     if kind == "dense":
         d["profile"] = "full" if (seed // 2) % 2 == 0 else "stock"
+        if warmup_s > 0:
+            d["name"] += f"-warm{warmup_s:g}s"
+            d["duration"] = f"{parse_duration(d['duration'], 'duration') + warmup_s:g}s"
+            for f in d.get("faults", []):
+                for field in ("onset", "failure"):
+                    at = f.get(field)
+                    if at is None or (field == "onset" and parse_duration(at, field) == 0):
+                        continue  # a condition present from the start stays so
+                    f[field] = f"{parse_duration(at, field) + warmup_s:g}s"
     return d
 
 
-def run_one(kind: str, sampling: str, noise: str, seed: int, model: str | None) -> dict:
+def run_one(kind: str, sampling: str, noise: str, seed: int, model: str | None, warmup_s: float = 0.0) -> dict:
     """One run of the matrix, scored for raswarden and for the baseline."""
     from lab.evaluate import evaluate_simulation
     from lab.sim.simulator import Simulator
@@ -68,14 +85,15 @@ def run_one(kind: str, sampling: str, noise: str, seed: int, model: str | None) 
     from lab.sim.scenario import Scenario
     from detectors.bundle import ModelBundle
 
-    d = scenario_for(kind, sampling, noise, seed)
+    d = scenario_for(kind, sampling, noise, seed, warmup_s if kind == "dense" else 0.0)
     library = load_library(FAULTS)
     started = time.perf_counter()
     bundle = ModelBundle.load(Path(model)) if model else None
     ours = evaluate_simulation(Simulator(Scenario.from_dict(d, d["name"]), library), baseline=False, model=bundle)
     base = evaluate_simulation(Simulator(Scenario.from_dict(d, d["name"]), library), baseline=True)
     return {"kind": kind, "sampling": sampling, "noise": noise, "seed": seed, "profile": d.get("profile", "full"),
-            "model": model, "raswarden": raw(ours), "baseline": raw(base),
+            "model": model, "warmup_s": warmup_s if kind == "dense" else 0.0, "raswarden": raw(ours),
+            "baseline": raw(base),
             "wall_s": round(time.perf_counter() - started, 1)}
 
 
@@ -90,7 +108,7 @@ def raw(ev) -> dict:
 
 
 def key(r: dict) -> tuple:
-    return (r["kind"], r["sampling"], r["noise"], r["seed"], r.get("model"))
+    return (r["kind"], r["sampling"], r["noise"], r["seed"], r.get("model"), r.get("warmup_s", 0.0))
 
 
 def pooled(runs: list[dict], who: str) -> dict:
@@ -139,22 +157,25 @@ def report(results: dict) -> str:
     def f(x, fmt):
         return "-" if x is None else format(x, fmt)
 
-    for sampling in SAMPLING:
-        for noise in NOISE:
-            cell = [r for r in runs if r["sampling"] == sampling and r["noise"] == noise]
-            if not cell:
-                continue
-            for who in ("raswarden", "baseline"):
-                dense = pooled([r for r in cell if r["kind"] == "dense"], who)
-                quiet = pooled([r for r in cell if r["kind"] == "quiet"], who)
-                allp = pooled(cell, who)
-                lines.append(
-                    f"{sampling + '/' + noise:16} {who:10} {f(dense['recall'], '.3f'):>7} "
-                    f"{f(dense['recall_per_seed_min'], '.2f'):>5} {f(dense['median_lead_h'], '.2f'):>7} "
-                    f"{f(dense['lead_share_of_window'], '.2f'):>8} "
-                    f"{dense['hard_failed_in_time']:>4}/{dense['hard_faults']:<4} {allp['node_days']:>9} "
-                    f"{allp['false_flags']:>6} {f(allp['false_per_1000_node_days'], '.2f'):>6} "
-                    f"{allp['confounder_flags']:>5}   ({dense['runs']} dense, {quiet['runs']} quiet)")
+    warmups = sorted({r.get("warmup_s", 0.0) for r in runs if r["kind"] == "dense"}) or [0.0]
+    for sampling, noise, warm in ((s, n, w) for s in SAMPLING for n in NOISE for w in warmups):
+        # a cell's dense runs of one warm-up, with its quiet weeks (which have none)
+        cell = [r for r in runs if r["sampling"] == sampling and r["noise"] == noise
+                and (r["kind"] == "quiet" or r.get("warmup_s", 0.0) == warm)]
+        if not cell:
+            continue
+        name = f"{sampling}/{noise}" + (f" +{warm / 3600:g}h" if warm else "")
+        for who in ("raswarden", "baseline"):
+            dense = pooled([r for r in cell if r["kind"] == "dense"], who)
+            quiet = pooled([r for r in cell if r["kind"] == "quiet"], who)
+            allp = pooled(cell, who)
+            lines.append(
+                f"{name:16} {who:10} {f(dense['recall'], '.3f'):>7} "
+                f"{f(dense['recall_per_seed_min'], '.2f'):>5} {f(dense['median_lead_h'], '.2f'):>7} "
+                f"{f(dense['lead_share_of_window'], '.2f'):>8} "
+                f"{dense['hard_failed_in_time']:>4}/{dense['hard_faults']:<4} {allp['node_days']:>9} "
+                f"{allp['false_flags']:>6} {f(allp['false_per_1000_node_days'], '.2f'):>6} "
+                f"{allp['confounder_flags']:>5}   ({dense['runs']} dense, {quiet['runs']} quiet)")
     return "\n".join(lines)
 
 
@@ -168,7 +189,7 @@ def write_results(path: Path, results: dict) -> None:
 
 def run_matrix(sampling: list[str], noise: list[str], dense_seeds: list[int], quiet_seeds: list[int],
                out: Path, jobs: int = 1, model: str | None = None,
-               progress: Callable[[dict], None] | None = None) -> dict:
+               progress: Callable[[dict], None] | None = None, warmup_s: float = 0.0) -> dict:
     """Run the cells' runs not yet in ``out`` (seed-major: a matrix stopped part-way holds as many seeds in every
     cell), appending each to ``out`` as it finishes; returns the results."""
     for name in sampling:
@@ -181,14 +202,14 @@ def run_matrix(sampling: list[str], noise: list[str], dense_seeds: list[int], qu
     done = {key(r) for r in results["runs"]}
     todo = [(kind, s, n, seed) for s in sampling for n in noise
             for kind, group in (("dense", dense_seeds), ("quiet", quiet_seeds)) for seed in group
-            if (kind, s, n, seed, model) not in done]
+            if (kind, s, n, seed, model, warmup_s if kind == "dense" else 0.0) not in done]
     todo.sort(key=lambda t: (t[0] != "dense", t[3]))
     if jobs <= 1:
         for t in todo:
-            _done(run_one(*t, model), results, out, progress)
+            _done(run_one(*t, model, warmup_s), results, out, progress)
         return results
     with ProcessPoolExecutor(max_workers=jobs) as pool:
-        for fut in as_completed([pool.submit(run_one, *t, model) for t in todo]):
+        for fut in as_completed([pool.submit(run_one, *t, model, warmup_s) for t in todo]):
             _done(fut.result(), results, out, progress)
     return results
 

@@ -89,8 +89,14 @@ def _evaluate_matrix(args: argparse.Namespace, console) -> int:
                       f"failure, {a['false_flags']} false flags ({r['wall_s']:.0f} s)")
 
     try:
+        from lab.sim.faults import TemplateError, parse_duration
+
+        try:
+            warmup_s = parse_duration(args.warmup, "--warmup")
+        except TemplateError as exc:
+            raise ValueError(str(exc)) from None
         results = run_matrix(args.sampling.split(","), args.noise.split(","), parse_seeds(args.seeds),
-                             parse_seeds(args.quiet_seeds), out, args.jobs, args.model, progress)
+                             parse_seeds(args.quiet_seeds), out, args.jobs, args.model, progress, warmup_s)
     except ValueError as exc:
         print(f"raswarden: error: {exc}", file=sys.stderr)
         return 2
@@ -156,6 +162,8 @@ def register(sub) -> None:
     m.add_argument("--seeds", default="1..3", help="dense-trace seeds per cell (default 1..3)")
     m.add_argument("--quiet-seeds", default="", help="quiet-week seeds per cell, e.g. 1..4 (default none)")
     m.add_argument("--jobs", type=int, default=1, help="runs at once (default 1)")
+    m.add_argument("--warmup", default="0s", help="dense runs: this long a healthy fleet watched before the faults "
+                                                  "begin, e.g. 24h (default none)")
     p.set_defaults(func=cmd_evaluate)
 
     p = sub.add_parser("train", help="fit the learned detectors on labelled traces and save a model",

@@ -118,4 +118,6 @@ def test_evaluate_over_the_matrix_of_fleets(tmp_path, capsys):
     assert main(args) == 0 and len(json.loads(out.read_text())["runs"]) == 1  # resumed: nothing to run
     assert main(["evaluate", "--matrix", "--sampling", "7s"]) == 2
     assert "unknown sampling cell '7s'" in capsys.readouterr().err
+    assert main(["evaluate", "--matrix", "--sampling", "300s", "--warmup", "soon"]) == 2
+    assert "--warmup" in capsys.readouterr().err
     assert main(["evaluate"]) == 2

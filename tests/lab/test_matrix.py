@@ -1,0 +1,48 @@
+"""The matrix's runs: a cell's scenario, the warm-up before a dense run's faults, and the table per cell."""
+
+from __future__ import annotations
+
+from lab.matrix import key, report, scenario_for
+from lab.sim.faults import parse_duration
+from lab.sim.scenario import Scenario
+
+
+def test_a_warm_up_moves_the_faults_and_keeps_what_was_there_from_the_start():
+    plain = scenario_for("dense", "300s", "realistic", 3)
+    warm = scenario_for("dense", "300s", "realistic", 3, warmup_s=86400.0)
+    assert parse_duration(warm["duration"], "d") == parse_duration(plain["duration"], "d") + 86400.0
+    assert len(warm["faults"]) == len(plain["faults"])
+    moved = kept = 0
+    for before, after in zip(plain["faults"], warm["faults"]):
+        for field in ("onset", "failure"):
+            if before.get(field) is None:
+                assert after.get(field) is None
+                continue
+            was, now = parse_duration(before[field], field), parse_duration(after[field], field)
+            if field == "onset" and was == 0:  # a warm slot is there from the start, warm-up or not
+                assert now == 0
+                kept += 1
+            else:
+                assert now == was + 86400.0
+                moved += 1
+    assert moved > 20 and kept >= 1
+    Scenario.from_dict(warm, warm["name"])  # a valid scenario
+    assert scenario_for("quiet", "300s", "realistic", 3, warmup_s=86400.0) == scenario_for("quiet", "300s",
+                                                                                            "realistic", 3)
+
+
+def _run(warmup_s: float, flagged: int) -> dict:
+    ev = {"classes": {"gpu_off_bus": {"faults": 2, "flagged": flagged, "leads_s": [3600.0] * flagged, "hard": 2,
+                                      "in_time": 2, "latencies_s": [0.0, 0.0]}},
+          "windows_s": [7200.0, 7200.0], "false_flags": 0, "confounder_flags": 0, "node_days": 46.7,
+          "false_flag_list": []}
+    return {"kind": "dense", "sampling": "300s", "noise": "realistic", "seed": 1, "model": None,
+            "warmup_s": warmup_s, "raswarden": ev, "baseline": ev}
+
+
+def test_runs_with_and_without_a_warm_up_are_kept_and_tabled_apart():
+    runs = [_run(0.0, 1), _run(86400.0, 2)]
+    assert key(runs[0]) != key(runs[1])
+    lines = report({"runs": runs}).splitlines()
+    assert any(line.startswith("300s/realistic   raswarden    0.500") for line in lines)
+    assert any(line.startswith("300s/realistic +24h raswarden    1.000") for line in lines)
