@@ -5,7 +5,8 @@ from __future__ import annotations
 import argparse
 import sys
 
-from daemon.cli.common import follow, fmt_ts, load_config, open_store, config_args
+from daemon.cli.common import (config_args, fmt_ts, follow, follow_args, load_config,
+                                open_store, shard_of)
 
 def _alerting(args: argparse.Namespace):
     from daemon.alerting.runner import Alerting
@@ -38,8 +39,8 @@ def cmd_alerts(args: argparse.Namespace) -> int:
             return 0
         # flush --follow: as the daemon's alerts job, under the shard's lease, until SIGTERM
         if args.follow:
-            shard = args.shard or load_config(args).service.shard
-            return follow(store, shard, "alerts", alerting.step, args.interval, args.lease_ttl, args.verbose > 0)
+            return follow(store, shard_of(args), "alerts", alerting.step, args.interval, args.lease_ttl,
+                          args.verbose > 0)
         # flush: read incidents, queue, deliver until the outbox is empty (or the timeout)
         deadline = time.time() + args.timeout
         while True:
@@ -107,14 +108,9 @@ def register(sub) -> None:
     q.add_argument("--all", action="store_true")
     config_args(q)
     q = asub.add_parser("flush", help="read incidents, queue due notifications and deliver the outbox")
-    q.add_argument("--follow", action="store_true", help="keep going (every --interval seconds) until killed")
-    q.add_argument("--interval", type=float, default=5.0, help="seconds between passes (default 5)")
+    follow_args(q, "as the daemon's alerts job")
     q.add_argument("--timeout", type=float, default=60.0,
                    help="without --follow: stop after this many seconds even if some are pending (default 60)")
-    q.add_argument("--shard", help="with --follow: the shard this instance delivers for, one at a time (default: "
-                                   "the config's service.shard)")
-    q.add_argument("--lease-ttl", type=float, help="with --follow: seconds before a silent holder's shard is taken "
-                                                   "over (default: 3 intervals, at least 10)")
     config_args(q)
     p.set_defaults(func=cmd_alerts)
 

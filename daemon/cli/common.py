@@ -70,17 +70,36 @@ def config_and_store(args: argparse.Namespace):
         store.close()
 
 
-def config_args(p: argparse.ArgumentParser) -> None:
-    """``--config`` and ``--db``: the options of every command that reads the config and the state database."""
+def config_args(p: argparse.ArgumentParser, db: bool = True) -> None:
+    """``--config`` (and ``--db``): the options of every command that reads the config (and the state database)."""
     p.add_argument("--config", metavar="FILE", help="config file (default $RASWARDEN_CONFIG or "
                                                     "/etc/raswarden/raswarden.toml)")
-    p.add_argument("--db", metavar="URL", help="state database (default: the config's store.url)")
+    if db:
+        p.add_argument("--db", metavar="URL", help="state database (default: the config's store.url)")
+
+
+def follow_args(p: argparse.ArgumentParser, what: str) -> None:
+    """The options of a command that can keep going as one of the daemon's jobs: ``--follow``, ``--interval``,
+    ``--shard`` and ``--lease-ttl`` (``what``: what it does, for the help)."""
+    p.add_argument("--follow", action="store_true",
+                   help=f"keep going every --interval seconds until SIGTERM, under the shard's lease: {what}")
+    p.add_argument("--interval", type=float, default=5.0, help="seconds between passes (default 5)")
+    p.add_argument("--shard", help="the shard this instance acts for, one instance at a time with the daemon "
+                                   "(default: the config's service.shard)")
+    p.add_argument("--lease-ttl", type=float, help="seconds before a silent holder's shard is taken over "
+                                                   "(default: 3 intervals, at least 10)")
+
+
+def shard_of(args: argparse.Namespace) -> str:
+    """The shard a command acts for: ``--shard``, else the config's ``service.shard`` (the daemon's)."""
+    return args.shard or load_config(args).service.shard
 
 
 def follow(store, shard: str, name: str, step, interval_s: float, lease_ttl_s: float | None = None,
-           verbose: bool = False) -> int:
+           verbose: bool = False, once: bool = False) -> int:
     """Run ``step`` every ``interval_s`` seconds as the daemon runs its jobs (daemon/jobs.py), only while this
-    process holds the shard's lease, until SIGTERM or SIGINT; then let go of the lease."""
+    process holds the shard's lease, until SIGTERM or SIGINT (``once``: one pass, or none while another instance
+    holds the shard); then let go of the lease."""
     import sys
 
     from daemon.jobs import Job, JobRunner, leased
@@ -90,7 +109,7 @@ def follow(store, shard: str, name: str, step, interval_s: float, lease_ttl_s: f
     said: list[str] = []
 
     def standby(holder: str) -> None:
-        if verbose or said[-1:] != [holder]:  # once per holder (every pass with -v)
+        if verbose or once or said[-1:] != [holder]:  # once per holder (every pass with -v)
             print(f"standby: {holder} holds shard {shard}", file=sys.stderr, flush=True)
         said[:] = [holder]
 
@@ -100,10 +119,14 @@ def follow(store, shard: str, name: str, step, interval_s: float, lease_ttl_s: f
         if verbose:
             print(counts, file=sys.stderr, flush=True)
 
-    runner = JobRunner(workers=1)
-    runner.schedule([Job(name, leased(lease, run, standby), interval_s)])
+    job = leased(lease, run, standby)
     try:
-        runner.run_until_stopped()
+        if once:
+            job()
+        else:
+            runner = JobRunner(workers=1)
+            runner.schedule([Job(name, job, interval_s)])
+            runner.run_until_stopped()
     finally:
         lease.release()
     return 0

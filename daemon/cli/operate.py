@@ -127,8 +127,7 @@ def cmd_incidents(args: argparse.Namespace) -> int:
 def register(sub) -> None:
     """Add this module's commands to the ``raswarden`` parser's subcommands."""
     p = sub.add_parser("check-config", help="validate the config file (names the bad key)")
-    p.add_argument("--config", metavar="FILE", help="config file (default $RASWARDEN_CONFIG or "
-                                                    "/etc/raswarden/raswarden.toml)")
+    config_args(p, db=False)
     p.set_defaults(func=cmd_check_config)
 
     p = sub.add_parser("run", help="the daemon: collect, detect, act and alert (systemd: raswarden.service)",

@@ -6,7 +6,8 @@ from __future__ import annotations
 import argparse
 import sys
 
-from daemon.cli.common import follow, load_config, open_store, config_and_store, config_args
+from daemon.cli.common import (config_and_store, config_args, follow, follow_args, load_config,
+                                open_store, shard_of)
 
 def _remediation(args: argparse.Namespace):
     from daemon.remediation import Remediation, scheduler_from_config
@@ -60,20 +61,8 @@ def cmd_playbook(args: argparse.Namespace) -> int:
                 print(f"{a.key:<52} {a.status:<18} {a.mode:<8} {steps} {a.note}")
             return 0
         # run: only the holder of the shard's lease acts; another instance waits as a standby
-        if args.follow:
-            return follow(store, args.shard, "playbooks", rem.step, args.interval, args.lease_ttl, args.verbose > 0)
-        from daemon.jobs import leased
-        from daemon.lease import Lease, shard_lease
-
-        lease = Lease(store, shard_lease(args.shard), ttl_s=args.lease_ttl or max(10.0, 3 * args.interval))
-        try:
-            counts = leased(lease, rem.step, lambda holder: print(f"standby: {holder} holds shard {args.shard}",
-                                                                   file=sys.stderr))()
-            if args.verbose and counts is not None:
-                print(counts, file=sys.stderr)
-        finally:
-            lease.release()
-        return 0
+        return follow(store, shard_of(args), "playbooks", rem.step, args.interval, args.lease_ttl, args.verbose > 0,
+                      once=not args.follow)
     finally:
         store.close()
 
@@ -126,11 +115,7 @@ def register(sub) -> None:
     q.add_argument("incident", help="incident id (raswarden incidents / the status page)")
     config_args(q)
     q = psub.add_parser("run", help="plan actions for new incidents and execute pending steps")
-    q.add_argument("--follow", action="store_true", help="keep going every --interval seconds until killed")
-    q.add_argument("--interval", type=float, default=5.0)
-    q.add_argument("--shard", default="default", help="the shard this instance acts for (one active per shard)")
-    q.add_argument("--lease-ttl", type=float, help="seconds before a silent holder's shard is taken over "
-                                                   "(default: 3 intervals, at least 10)")
+    follow_args(q, "as the daemon's playbooks job")
     config_args(q)
     q = psub.add_parser("list", help="actions and their steps")
     config_args(q)

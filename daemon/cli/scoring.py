@@ -89,12 +89,9 @@ def _evaluate_matrix(args: argparse.Namespace, console) -> int:
                       f"failure, {a['false_flags']} false flags ({r['wall_s']:.0f} s)")
 
     try:
-        from lab.sim.faults import TemplateError, parse_duration
+        from lab.sim.faults import parse_duration  # its TemplateError is a ValueError
 
-        try:
-            warmup_s = parse_duration(args.warmup, "--warmup")
-        except TemplateError as exc:
-            raise ValueError(str(exc)) from None
+        warmup_s = parse_duration(args.warmup, "--warmup")
         results = run_matrix(args.sampling.split(","), args.noise.split(","), parse_seeds(args.seeds),
                              parse_seeds(args.quiet_seeds), out, args.jobs, args.model, progress, warmup_s)
     except ValueError as exc:

@@ -121,3 +121,22 @@ def test_evaluate_over_the_matrix_of_fleets(tmp_path, capsys):
     assert main(["evaluate", "--matrix", "--sampling", "300s", "--warmup", "soon"]) == 2
     assert "--warmup" in capsys.readouterr().err
     assert main(["evaluate"]) == 2
+
+
+def test_a_command_that_follows_acts_for_the_daemons_shard(tmp_path):
+    """Without --shard, 'playbook run' takes the lease of the config's service.shard, the one the daemon holds, so
+    an operator's run beside the daemon stands by instead of acting at the same time."""
+    from daemon.lease import Lease
+    from daemon.store import Store
+
+    db = tmp_path / "s.db"
+    cfg = tmp_path / "raswarden.toml"
+    cfg.write_text(f'[store]\nurl = "sqlite:///{db}"\n\n[service]\nshard = "r07"\n')
+    assert main(["playbook", "run", "--config", str(cfg)]) == 0
+    store = Store(f"sqlite:///{db}")
+    try:
+        held = Lease(store, "shard:r07").current()
+        assert held is not None and held.expires_at == 0.0  # taken for the pass, then let go
+        assert Lease(store, "shard:default").current() is None
+    finally:
+        store.close()
