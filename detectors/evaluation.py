@@ -23,6 +23,8 @@ from dataclasses import dataclass, field
 
 import numpy as np
 
+from detectors.schema import node_of
+
 FLAG_STATES = ("subhealthy", "failed")
 MAX_LISTED = 200
 """At most this many false flags are listed in :meth:`Evaluation.as_dict` (all are counted)."""
@@ -67,10 +69,6 @@ def flags_from_findings(findings: Iterable[dict]) -> list[Flag]:
     return [Flag(float(f["ts"]), str(f["entity"]), str(f["state"]),
                  f"{f.get('detector', '')}: {(f.get('reasons') or [''])[0]}")
             for f in findings if f["state"] in FLAG_STATES]
-
-
-def _node(entity: str) -> str:
-    return entity.split("/", 1)[0]
 
 
 @dataclass
@@ -174,11 +172,11 @@ def evaluate(
     the tick that reads it) after it."""
     step = max(interval_s, sampling_s or 0.0)
     allowance = interval_s if step <= interval_s else step + interval_s
-    holds = holds or (lambda container, entity: entity == container or _node(entity) == container)
+    holds = holds or (lambda container, entity: entity == container or node_of(entity) == container)
     faults = [lb for lb in labels if not lb.benign]
     benign = [lb for lb in labels if lb.benign]
     faulty_entities = {f.entity for f in faults}
-    faulty_nodes = {_node(f.entity) for f in faults}
+    faulty_nodes = {node_of(f.entity) for f in faults}
     by_entity: dict[str, list[Flag]] = defaultdict(list)
     for fl in sorted(flags, key=lambda f: f.ts):
         by_entity[fl.entity].append(fl)
@@ -188,8 +186,8 @@ def evaluate(
     for f in faults:
         score = by_class[f.fault]
         score.faults += 1
-        candidates = sorted(by_entity.get(f.entity, []) + (by_entity.get(_node(f.entity), [])
-                                                            if _node(f.entity) != f.entity else []),
+        candidates = sorted(by_entity.get(f.entity, []) + (by_entity.get(node_of(f.entity), [])
+                                                            if node_of(f.entity) != f.entity else []),
                             key=lambda x: x.ts)
         deadline = (f.failure - 2 * step) if f.failure is not None else trace_end
         early = [x for x in candidates if f.onset <= x.ts <= deadline]

@@ -6,7 +6,8 @@ from __future__ import annotations
 import statistics
 from dataclasses import dataclass, field
 
-from lab.closedloop.world import Faults, node_of
+from detectors.schema import node_of
+from lab.closedloop.world import Faults
 from lab.sim.cluster import SimScheduler
 from lab.sim.simulator import Simulator
 from playbooks.guards import incident_in_reason

@@ -7,6 +7,7 @@ from __future__ import annotations
 import numpy as np
 
 from daemon.pipeline import Pipeline
+from detectors.schema import node_of
 from lab.closedloop.options import LoopOptions
 from lab.sim.cluster import SimJob, SimScheduler
 from lab.sim.simulator import Simulator
@@ -28,10 +29,6 @@ def plan_jobs(sim: Simulator, opts: LoopOptions) -> list[SimJob]:
                            restart_cost_s=opts.restart_cost_s))
         node_s += n * work
     return jobs
-
-
-def node_of(entity: str) -> str:
-    return entity.split("/", 1)[0]
 
 
 def return_repaired(sched: SimScheduler, under_repair: set[str], now: float,
