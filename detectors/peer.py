@@ -10,8 +10,13 @@ baseline (its residual smoothed over ``baseline_halflife_s``, 24 h, per load sta
 it is flagged; none for ten minutes after a load change): a GPU in a warmer slot runs several degrees above
 its peers for ever and is not a fault, while a degrading one moves away from where it was. Above
 ``absolute_excess_c`` (15 °C) the rise is not needed (a GPU that was already degrading when raswarden
-started). Once flagged, it clears only ``clear_margin_c`` below the entry levels. HBM temperature is judged
-the same way, and SM clocks of busy GPUs against busy peers (fail-slow: a GPU that stays up but runs slower).
+started). A GPU that moved away from its own baseline much further than the fleet's GPUs move from theirs is
+``subhealthy`` earlier: a rise of ``min_rise_c`` with a z-score of ``z_threshold`` against the fleet's spread of
+rises (MAD, learned each tick, so a fleet whose temperatures wander more asks for more) and at least
+``moved_excess_c`` (4 °C) above its peers; a step in the thermal interface shows so within minutes, long before the
+GPU is ``min_excess_c`` above its peers. Once flagged, it clears only ``clear_margin_c`` below the entry levels.
+HBM temperature is judged the same way, and SM clocks of busy GPUs against busy peers (fail-slow: a GPU that stays
+up but runs slower).
 """
 
 from __future__ import annotations
@@ -116,7 +121,7 @@ class PeerDeviation:
     def __init__(self, z_threshold: float = 6.0, min_excess_c: float = 8.0, suspect_excess_c: float = 6.0,
                  hbm_min_excess_c: float = 10.0, slow_ratio: float = 0.85, halflife_s: float = 300.0,
                  min_peers: int = 3, min_rise_c: float = 4.0, absolute_excess_c: float = 15.0,
-                 baseline_halflife_s: float = 86400.0, clear_margin_c: float = 2.0):
+                 baseline_halflife_s: float = 86400.0, clear_margin_c: float = 2.0, moved_excess_c: float = 4.0):
         self.z_threshold = z_threshold
         self.min_excess_c = min_excess_c
         self.suspect_excess_c = suspect_excess_c
@@ -128,6 +133,7 @@ class PeerDeviation:
         self.absolute_excess_c = absolute_excess_c
         self.baseline_halflife_s = baseline_halflife_s
         self.clear_margin_c = clear_margin_c
+        self.moved_excess_c = moved_excess_c
 
     def fit(self, X=None, y=None) -> PeerDeviation:
         """Nothing to learn up front: the state is the smoothed residual per accelerator."""
@@ -266,11 +272,18 @@ class PeerDeviation:
             if len(k):
                 base = self._own[(metric, state)].update(r[k], smooth[k], now, frozen=was_hot[k])
                 rise[k] = smooth[k] - base
+        # How far the fleet's GPUs move from their own baselines (noise, workload): a rise is judged against it.
+        rise_spread = max(float(np.nanmedian(np.abs(rise))) * _MAD_TO_SIGMA if np.isfinite(rise).any() else 0.5,
+                          0.5)
         with np.errstate(invalid="ignore"):
             rising = np.where(st, rise >= self.min_rise_c - margin, was_hot)
             z = smooth / spread
+            rise_z = rise / rise_spread
             hot = (smooth >= min_excess - margin) & (z >= self.z_threshold - margin / spread) & (
                 rising | (smooth >= self.absolute_excess_c - margin))
+            moved = st & (rise >= self.min_rise_c - margin) & (rise_z >= self.z_threshold - margin / rise_spread) & (
+                smooth >= self.moved_excess_c - margin)
+            hot |= moved | (was_hot & ~st & (smooth >= self.moved_excess_c - margin))
             suspect = ~hot & (metric == "gpu_temp_c") & (smooth >= self.suspect_excess_c) & (
                 z >= self.z_threshold / 2) & (rise >= self.min_rise_c / 2)  # NaN (no comparison yet) is never above
         self._hot[metric][r] = hot
@@ -280,7 +293,7 @@ class PeerDeviation:
             chip = words if words != "GPU" else chip_word(entity, self._models)
             reason = (f"{entity.split('/', 1)[1]} {chip} {smooth[j]:+.1f} °C against its node's peers at equal "
                       f"power (z {z[j]:.1f}, fleet spread {spread:.1f} °C), {rise[j]:+.1f} °C over its own "
-                      "baseline")
+                      f"baseline (z {rise_z[j]:.1f}, fleet spread {rise_spread:.1f} °C)")
             out.append(Evidence(entity, State.SUBHEALTHY if hot[j] else State.SUSPECT, "gpu_thermal", [reason],
                                 detector=self.name, score=min(1.0, 0.5 + z[j] / 40)))
         return out

@@ -58,7 +58,27 @@ def test_a_gpu_that_always_ran_hot_is_a_warm_slot_and_one_moving_away_is_not():
             if ev.level == State.SUBHEALTHY:
                 first_hot.setdefault(ev.entity, now)
     assert "n0/gpu1" not in first_hot
-    assert 3600.0 + 4800.0 <= first_hot["n1/gpu2"] <= 3600.0 + 6600.0  # about when it is 8-11 °C above
+    # when it has moved 4-6 °C from its own baseline, far more than any other GPU of the fleet moves from its own
+    assert 3600.0 + 2400.0 <= first_hot["n1/gpu2"] <= 3600.0 + 3600.0
+
+
+def test_in_a_fleet_whose_temperatures_wander_a_rise_must_be_larger():
+    """Every GPU's temperature wanders by up to 4 °C over hours (workload phases): a 4 °C rise over its own
+    baseline is ordinary there, no wandering GPU is flagged, and the degrading one only once it stands far out."""
+    rng = np.random.default_rng(3)
+    phase = rng.uniform(0, 2 * np.pi, 32)
+    d = PeerDeviation().fit()
+    first_hot = {}
+    for k in range(6 * 120):  # 6 h at 30 s
+        now = 30.0 * k
+        temps = {f"n{n}/gpu{g}": 60.0 + 4.0 * np.sin(now / 3600.0 + phase[8 * n + g]) + rng.normal(0, 1.0)
+                 for n in range(4) for g in range(8)}
+        temps["n1/gpu2"] += max(0.0, (now - 3 * 3600.0) / 600.0)  # degrading from 3 h: +1 °C every 10 min
+        for ev in d.update(_tick(now, temps)):
+            if ev.level == State.SUBHEALTHY:
+                first_hot.setdefault(ev.entity, now)
+    assert set(first_hot) == {"n1/gpu2"}, first_hot
+    assert first_hot["n1/gpu2"] >= 3 * 3600.0 + 3600.0  # not at a 4-6 °C rise, as in a steady fleet
 
 
 def test_a_gpu_warmer_busy_than_idle_does_not_rise_when_its_job_starts():
@@ -76,23 +96,29 @@ def test_a_gpu_warmer_busy_than_idle_does_not_rise_when_its_job_starts():
 
 
 def test_peers_never_mix_models_or_accelerator_kinds():
-    """Half of a node's accelerators are another model that runs 15 °C hotter: only the degrading one is flagged.
-    Judged against a median between the two models, the fleet's spread swells and the degrading GPU is missed."""
+    """Half of a node's accelerators are another model that runs 15 °C hotter: only the degrading one is flagged,
+    and it stands out against its own model's peers. Judged against a median between the two models, the fleet's
+    spread swells and the degrading GPU never stands out against its peers (only its rise shows)."""
+    import re
     from dataclasses import replace
 
     rng = np.random.default_rng(3)
     models = {f"n{n}/gpu{g}": ("MI300X" if g < 4 else "MI325X") for n in range(4) for g in range(8)}
     with_models, without = PeerDeviation().fit(), PeerDeviation().fit()
-    flagged, flagged_blind = set(), set()
+    peer_z, peer_z_blind, flagged = {}, {}, set()
     for k in range(2 * 120):
         now = 30.0 * k
         temps = {e: 60.0 + (15.0 if m == "MI325X" else 0.0) + rng.normal(0, 1.0) for e, m in models.items()}
         temps["n2/gpu6"] += max(0.0, (now - 1800.0) / 300.0)  # one MI325X degrading from 30 min
         tick = _tick(now, temps)
-        flagged |= {ev.entity for ev in with_models.update(replace(tick, models=models)) if ev.level >= State.SUSPECT}
-        flagged_blind |= {ev.entity for ev in without.update(tick) if ev.level >= State.SUSPECT}
+        for seen, evidence in ((peer_z, with_models.update(replace(tick, models=models))),
+                               (peer_z_blind, without.update(tick))):
+            for ev in evidence:
+                z = float(re.search(r"peers at equal power \(z (-?[\d.]+)", ev.reasons[0]).group(1))
+                seen[ev.entity] = max(seen.get(ev.entity, 0.0), z)
+                flagged.add(ev.entity)
     assert flagged == {"n2/gpu6"}
-    assert "n2/gpu6" not in flagged_blind
+    assert peer_z["n2/gpu6"] >= 6.0 > peer_z_blind["n2/gpu6"], (peer_z, peer_z_blind)
 
 
 def test_peer_groups_name_node_kind_and_model():
