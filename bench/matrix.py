@@ -37,6 +37,8 @@ def main() -> int:
     ap.add_argument("--model", help="a model directory (adds the learned detectors)")
     ap.add_argument("--jobs", type=int, default=2)
     ap.add_argument("--warmup", default="0s", help="dense runs: this long a healthy fleet before the faults, e.g. 24h")
+    ap.add_argument("--no-baseline", action="store_true",
+                    help="do not run the static-threshold baseline (half the time; its figures are a run with it)")
     ap.add_argument("--out", type=Path, default=ROOT / "bench" / "results" / "matrix.json")
     ap.add_argument("--report", action="store_true", help="only print the table of the results file")
     args = ap.parse_args()
@@ -46,7 +48,7 @@ def main() -> int:
     try:
         results = run_matrix(args.sampling.split(","), args.noise.split(","), parse_seeds(args.seeds),
                              parse_seeds(args.quiet_seeds), args.out, args.jobs, args.model, progress,
-                             parse_duration(args.warmup, "--warmup"))
+                             parse_duration(args.warmup, "--warmup"), baseline=not args.no_baseline)
     except ValueError as exc:
         ap.error(str(exc))
     print(report(results))

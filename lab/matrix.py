@@ -77,8 +77,10 @@ def scenario_for(kind: str, sampling: str, noise: str, seed: int, warmup_s: floa
     return d
 
 
-def run_one(kind: str, sampling: str, noise: str, seed: int, model: str | None, warmup_s: float = 0.0) -> dict:
-    """One run of the matrix, scored for raswarden and for the baseline."""
+def run_one(kind: str, sampling: str, noise: str, seed: int, model: str | None, warmup_s: float = 0.0,
+            baseline: bool = True) -> dict:
+    """One run of the matrix, scored for raswarden and (unless not ``baseline``: its ``baseline`` is None then) for
+    the baseline."""
     from lab.evaluate import evaluate_simulation
     from lab.sim.simulator import Simulator
     from lab.sim.faults import load_library
@@ -90,10 +92,11 @@ def run_one(kind: str, sampling: str, noise: str, seed: int, model: str | None, 
     started = time.perf_counter()
     bundle = ModelBundle.load(Path(model)) if model else None
     ours = evaluate_simulation(Simulator(Scenario.from_dict(d, d["name"]), library), baseline=False, model=bundle)
-    base = evaluate_simulation(Simulator(Scenario.from_dict(d, d["name"]), library), baseline=True)
+    base = evaluate_simulation(Simulator(Scenario.from_dict(d, d["name"]), library), baseline=True) \
+        if baseline else None
     return {"kind": kind, "sampling": sampling, "noise": noise, "seed": seed, "profile": d.get("profile", "full"),
             "model": model, "warmup_s": warmup_s if kind == "dense" else 0.0, "raswarden": raw(ours),
-            "baseline": raw(base),
+            "baseline": raw(base) if base is not None else None,
             "wall_s": round(time.perf_counter() - started, 1)}
 
 
@@ -112,7 +115,9 @@ def key(r: dict) -> tuple:
 
 
 def pooled(runs: list[dict], who: str) -> dict:
-    """Pooled figures of runs (docs/architecture.md §5) and their spread over seeds."""
+    """Pooled figures of runs (docs/architecture.md §5) and their spread over seeds (of the runs scored for ``who``:
+    a run made without the baseline has none)."""
+    runs = [r for r in runs if r.get(who) is not None]
     faults = flagged = hard = in_time = 0
     leads, windows, latencies, per_seed_recall = [], [], [], []
     false = conf = 0
@@ -169,6 +174,8 @@ def report(results: dict) -> str:
             dense = pooled([r for r in cell if r["kind"] == "dense"], who)
             quiet = pooled([r for r in cell if r["kind"] == "quiet"], who)
             allp = pooled(cell, who)
+            if not allp["runs"]:
+                continue  # run without the baseline
             lines.append(
                 f"{name:16} {who:10} {f(dense['recall'], '.3f'):>7} "
                 f"{f(dense['recall_per_seed_min'], '.2f'):>5} {f(dense['median_lead_h'], '.2f'):>7} "
@@ -189,9 +196,11 @@ def write_results(path: Path, results: dict) -> None:
 
 def run_matrix(sampling: list[str], noise: list[str], dense_seeds: list[int], quiet_seeds: list[int],
                out: Path, jobs: int = 1, model: str | None = None,
-               progress: Callable[[dict], None] | None = None, warmup_s: float = 0.0) -> dict:
+               progress: Callable[[dict], None] | None = None, warmup_s: float = 0.0,
+               baseline: bool = True) -> dict:
     """Run the cells' runs not yet in ``out`` (seed-major: a matrix stopped part-way holds as many seeds in every
-    cell), appending each to ``out`` as it finishes; returns the results."""
+    cell), appending each to ``out`` as it finishes; returns the results. Without ``baseline`` the static-threshold
+    baseline is not run (its code is unchanged between runs of raswarden; half the time)."""
     for name in sampling:
         if name not in SAMPLING:
             raise ValueError(f"unknown sampling cell {name!r} (one of {', '.join(SAMPLING)})")
@@ -206,10 +215,10 @@ def run_matrix(sampling: list[str], noise: list[str], dense_seeds: list[int], qu
     todo.sort(key=lambda t: (t[0] != "dense", t[3]))
     if jobs <= 1:
         for t in todo:
-            _done(run_one(*t, model, warmup_s), results, out, progress)
+            _done(run_one(*t, model, warmup_s, baseline), results, out, progress)
         return results
     with ProcessPoolExecutor(max_workers=jobs) as pool:
-        for fut in as_completed([pool.submit(run_one, *t, model, warmup_s) for t in todo]):
+        for fut in as_completed([pool.submit(run_one, *t, model, warmup_s, baseline) for t in todo]):
             _done(fut.result(), results, out, progress)
     return results
 

@@ -2,7 +2,7 @@
 
 from __future__ import annotations
 
-from lab.matrix import key, report, scenario_for
+from lab.matrix import key, pooled, report, scenario_for
 from lab.sim.faults import parse_duration
 from lab.sim.scenario import Scenario
 
@@ -45,4 +45,14 @@ def test_runs_with_and_without_a_warm_up_are_kept_and_tabled_apart():
     assert key(runs[0]) != key(runs[1])
     lines = report({"runs": runs}).splitlines()
     assert any(line.startswith("300s/realistic   raswarden    0.500") for line in lines)
+    assert any(line.startswith("300s/realistic +24h raswarden    1.000") for line in lines)
+
+
+def test_runs_made_without_the_baseline_table_raswarden_alone():
+    with_base, without = _run(0.0, 1), {**_run(86400.0, 2), "baseline": None}
+    assert pooled([with_base, without], "baseline")["runs"] == 1
+    assert pooled([with_base, without], "raswarden")["recall"] == 0.75
+    lines = report({"runs": [with_base, without]}).splitlines()
+    assert any(line.startswith("300s/realistic   baseline") for line in lines)
+    assert not any(line.startswith("300s/realistic +24h baseline") for line in lines)
     assert any(line.startswith("300s/realistic +24h raswarden    1.000") for line in lines)
