@@ -10,13 +10,16 @@ baseline (its residual smoothed over ``baseline_halflife_s``, 24 h, per load sta
 it is flagged; none for ten minutes after a load change): a GPU in a warmer slot runs several degrees above
 its peers for ever and is not a fault, while a degrading one moves away from where it was. Above
 ``absolute_excess_c`` (15 °C) the rise is not needed (a GPU that was already degrading when raswarden
-started). A GPU that moved away from its own baseline much further than the fleet's GPUs move from theirs is
-``subhealthy`` earlier: a rise of ``min_rise_c`` with a z-score of ``z_threshold`` against the fleet's spread of
-rises (MAD, learned each tick, so a fleet whose temperatures wander more asks for more) and at least
-``moved_excess_c`` (4 °C) above its peers; a step in the thermal interface shows so within minutes, long before the
-GPU is ``min_excess_c`` above its peers. Once flagged, it clears only ``clear_margin_c`` below the entry levels.
-HBM temperature is judged the same way, and SM clocks of busy GPUs against busy peers (fail-slow: a GPU that stays
-up but runs slower).
+started). A GPU whose own temperature moved away from its baseline much further than the fleet's GPUs move from
+theirs is ``subhealthy`` earlier: a rise of ``min_rise_c`` with a z-score of ``z_threshold`` against the fleet's
+spread of rises (MAD, learned each tick, so a fleet whose temperatures wander more asks for more), now warmer than
+its peers' median (``moved_excess_c``, 0 °C: a GPU in a cool slot that jumped 6 °C may still be only a little above
+them); a step in the thermal interface shows so within minutes, long before the GPU is ``min_excess_c`` above its
+peers. Not the HBM's: its temperature follows the memory traffic of the job, which the power correction does not
+see (a job that works the memory harder warms it by degrees: in the matrix' quiet fleets that path flagged two
+healthy GPUs). Once flagged, it clears only ``clear_margin_c`` below the entry levels. HBM temperature is judged
+the same way otherwise, and SM clocks of busy GPUs against busy peers (fail-slow: a GPU that stays up but runs
+slower).
 """
 
 from __future__ import annotations
@@ -121,7 +124,7 @@ class PeerDeviation:
     def __init__(self, z_threshold: float = 6.0, min_excess_c: float = 8.0, suspect_excess_c: float = 6.0,
                  hbm_min_excess_c: float = 10.0, slow_ratio: float = 0.85, halflife_s: float = 300.0,
                  min_peers: int = 3, min_rise_c: float = 4.0, absolute_excess_c: float = 15.0,
-                 baseline_halflife_s: float = 86400.0, clear_margin_c: float = 2.0, moved_excess_c: float = 4.0):
+                 baseline_halflife_s: float = 86400.0, clear_margin_c: float = 2.0, moved_excess_c: float = 0.0):
         self.z_threshold = z_threshold
         self.min_excess_c = min_excess_c
         self.suspect_excess_c = suspect_excess_c
@@ -281,9 +284,10 @@ class PeerDeviation:
             rise_z = rise / rise_spread
             hot = (smooth >= min_excess - margin) & (z >= self.z_threshold - margin / spread) & (
                 rising | (smooth >= self.absolute_excess_c - margin))
-            moved = st & (rise >= self.min_rise_c - margin) & (rise_z >= self.z_threshold - margin / rise_spread) & (
-                smooth >= self.moved_excess_c - margin)
-            hot |= moved | (was_hot & ~st & (smooth >= self.moved_excess_c - margin))
+            if metric == "gpu_temp_c":  # HBM temperature follows the memory traffic, which power does not show
+                moved = st & (rise >= self.min_rise_c - margin) & (
+                    rise_z >= self.z_threshold - margin / rise_spread) & (smooth >= self.moved_excess_c - margin)
+                hot |= moved | (was_hot & ~st & (smooth >= self.moved_excess_c - margin))
             suspect = ~hot & (metric == "gpu_temp_c") & (smooth >= self.suspect_excess_c) & (
                 z >= self.z_threshold / 2) & (rise >= self.min_rise_c / 2)  # NaN (no comparison yet) is never above
         self._hot[metric][r] = hot
