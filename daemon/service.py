@@ -98,7 +98,7 @@ class Service:
     def _build(self, cfg: Config) -> None:
         """Everything that follows from the config (again on reload): built first, then swapped in at once, so
         a config that fails half-way leaves the running parts as they were."""
-        topology = Topology.load(cfg.service.topology) if cfg.service.topology else Topology()
+        topology = Topology.configured(cfg.service.topology)
         mapper = SeriesMapper(topology=topology, rejects=RejectLog())
         ctx = ReadContext(mapper=mapper)
         model = None

@@ -134,6 +134,17 @@ class Topology:
         return cls.from_dict(doc or {}, source=str(path))
 
     @classmethod
+    def configured(cls, path: str | Path | None, key: str = "service.topology") -> Topology:
+        """The topology a config names at ``key`` (an empty one when it names none); a file that cannot be read is
+        a :class:`TopologyError` naming the key."""
+        if not path:
+            return cls()
+        try:
+            return cls.load(path)
+        except OSError as exc:
+            raise TopologyError(f"{key}: cannot read {path}: {exc.strerror or exc}") from None
+
+    @classmethod
     def from_dict(cls, doc: dict, source: str = "topology") -> Topology:
         topo = cls()
         if not isinstance(doc, dict):

@@ -29,7 +29,7 @@ from prometheus_client import CONTENT_TYPE_LATEST, generate_latest
 from sqlmodel import select
 
 from daemon import metrics
-from daemon.alerting.silences import SilenceBook
+from daemon.alerting.silences import DEFAULT_SILENCE, SilenceBook
 from daemon.operator import OperatorError, add_silence, approve, node_action
 from daemon.store import ActionRow, EntityRow
 
@@ -259,8 +259,9 @@ def _handler(service, token: str | None):
                     matchers = body.get("matchers")
                     if not isinstance(matchers, list) or not matchers:
                         raise OperatorError("matchers: a non-empty list such as [\"rack=r07\"]", 400)
-                    sil = add_silence(service.store, [str(m) for m in matchers], str(body.get("duration", "4h")),
-                                      who, str(body.get("comment", "")))
+                    duration = str(body.get("duration", DEFAULT_SILENCE))
+                    sil = add_silence(service.store, [str(m) for m in matchers], duration, who,
+                                      str(body.get("comment", "")))
                     self._json(201, {"id": sil.id, "ends_at": sil.ends_at})
                 elif parts[:3] == ["api", "v1", "nodes"] and len(parts) == 5 and parts[4] in ("drain", "resume"):
                     from daemon.remediation import scheduler_from_config

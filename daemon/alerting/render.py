@@ -14,6 +14,7 @@ from pathlib import Path
 import jinja2
 
 from daemon.alerting.alert import CATEGORY_WORDS, Alert, Notification
+from daemon.alerting.silences import DEFAULT_SILENCE
 
 TRUNCATED = "… [truncated: {n} more {unit}]"
 
@@ -26,7 +27,7 @@ def fmt_ts(ts: float | None) -> str:
 
 def commands(alert: Alert) -> list[str]:
     """The exact CLI commands that silence, approve or resume what this alert is about."""
-    out = [f"raswarden silence add incident={alert.incident_id} --duration 4h --comment "
+    out = [f"raswarden silence add incident={alert.incident_id} --duration {DEFAULT_SILENCE} --comment "
            + shlex.quote(f"looking at {alert.entity}")]
     action = alert.action.lower()
     if "awaiting approval" in action:

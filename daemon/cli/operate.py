@@ -8,7 +8,7 @@ import logging
 import sys
 from collections import Counter
 
-from daemon.cli.common import fmt_ts, load_config, config_and_store, config_args
+from daemon.cli.common import config_and_store, config_args, fmt_ts, load_config, store_of
 
 def cmd_check_config(args: argparse.Namespace) -> int:
     cfg = load_config(args)
@@ -21,10 +21,12 @@ def cmd_check_config(args: argparse.Namespace) -> int:
     from daemon.topology import Topology
 
     store = Store("sqlite://")
+    warnings: list[str] = []
     try:
         Alerting.from_config(cfg, store)
-        topology = Topology.load(cfg.service.topology) if cfg.service.topology else Topology()
+        topology = Topology.configured(cfg.service.topology)
         for c in build(cfg.collectors, ReadContext(mapper=SeriesMapper(topology=topology))):
+            warnings += [f"collector {c.name}: {w}" for w in c.check()]
             c.close()
         if cfg.service.model:
             from detectors.bundle import ModelBundle
@@ -35,8 +37,10 @@ def cmd_check_config(args: argparse.Namespace) -> int:
         return 2
     finally:
         store.close()
+    for w in warnings:
+        print(f"raswarden: {cfg.path}: WARNING: {w}", file=sys.stderr)
     print(f"{cfg.path}: OK ({len(cfg.collectors)} collectors, {len(cfg.receivers)} receivers, "
-          f"{len(cfg.alerting.routes)} routes)")
+          f"{len(cfg.alerting.routes)} routes)" + (f", {len(warnings)} warning(s)" if warnings else ""))
     return 0
 
 
@@ -71,7 +75,7 @@ def cmd_status(args: argparse.Namespace) -> int:
 
     from daemon.lease import Lease, shard_lease
 
-    with config_and_store(args) as (cfg, store):
+    with config_and_store(args, read_only=True) as (cfg, store):
         now = time.time()
         lease = Lease(store, shard_lease(cfg.service.shard)).current()
         if lease is None:
@@ -107,7 +111,7 @@ def cmd_status(args: argparse.Namespace) -> int:
 
 def cmd_incidents(args: argparse.Namespace) -> int:
     """raswarden incidents: open (or all) incidents with their evidence."""
-    with config_and_store(args) as (_cfg, store):
+    with store_of(args, read_only=True) as store:
         rows = store.incidents(None if args.all else "open")
         if args.json:
             print(json.dumps([r.model_dump() for r in rows], indent=1, default=str))

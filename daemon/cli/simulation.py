@@ -44,14 +44,16 @@ def cmd_simulate(args: argparse.Namespace) -> int:
     if args.serve:
         from lab.sim.serve import loopback, serve
 
-        exporters = ("dcgm-exporter on port 9400, node_exporter on port 9100" if sim.topo.vendors == ("nvidia",)
-                     else "each vendor's exporter (dcgm-exporter 9400, AMD 5000, npu-exporter 8082) and node_exporter "
-                          "9100")
+        o = args.port_offset
+        exporters = (f"dcgm-exporter on port {9400 + o}, node_exporter on port {9100 + o}"
+                     if sim.topo.vendors == ("nvidia",) else
+                     f"each vendor's exporter (dcgm-exporter {9400 + o}, AMD {5000 + o}, npu-exporter {8082 + o}) and "
+                     f"node_exporter {9100 + o}")
         print(f"serving {sim.topo.n_nodes} nodes at {args.speed:g}x on {loopback(0)} .. "
               f"{loopback(sim.topo.n_nodes - 1)}: {exporters}; kernel log, topology.yaml and "
               f"prometheus-targets.json in {args.out}", flush=True)
         try:
-            serve(sim, Path(args.out), args.speed)
+            serve(sim, Path(args.out), args.speed, args.port_offset)
         except ValueError as exc:
             print(f"raswarden: error: {exc}", file=sys.stderr)
             return 2
@@ -140,6 +142,9 @@ def register(sub) -> None:
                    help="instead of writing files, serve live exporters on loopback (one 127.x address per node)")
     p.add_argument("--speed", type=float, default=60.0,
                    help="with --serve: simulated seconds per wall-clock second (default 60)")
+    p.add_argument("--port-offset", type=int, default=0, metavar="N",
+                   help="with --serve: add N to every exporter's port (9400, 9100, ...), for a second simulator or "
+                        "beside real exporters")
     p.add_argument("--closed-loop", action="store_true",
                    help="instead of writing a trace, run detectors and playbooks against a simulated Slurm and "
                         "account the GPU-hours per policy")
