@@ -62,6 +62,8 @@ class HttpConfig:
 
     listen: str = "127.0.0.1:9470"
     token: str | None = None  # bearer token for the API's write calls; None: they are refused
+    max_connections: int = 32  # open at once; more are answered 503 at once (a stuck client cannot starve it)
+    request_timeout_s: float = 10.0  # a connection that sends nothing (or too slowly) for this long is closed
 
 
 @dataclass
@@ -206,6 +208,10 @@ def _http(cfg: Config, ht: dict[str, Any]) -> None:
     if not sep or not port.isdigit() or not 0 <= int(port) < 65536:
         raise ConfigError(f"http.listen: expected HOST:PORT, got {listen!r}")
     cfg.http.listen = listen
+    cfg.http.max_connections = _take(ht, "max_connections", int, "http", cfg.http.max_connections)
+    cfg.http.request_timeout_s = _take(ht, "request_timeout_s", float, "http", cfg.http.request_timeout_s)
+    if cfg.http.max_connections < 1 or cfg.http.request_timeout_s <= 0:
+        raise ConfigError("http.max_connections and http.request_timeout_s: must be positive")
     try:
         cfg.http.token = read_secret("http.token", _take(ht, "token", str, "http"),
                                      _take(ht, "token_file", str, "http"), _take(ht, "token_credential", str, "http"),

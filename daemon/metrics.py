@@ -120,3 +120,6 @@ RELOADS = Counter("raswarden_config_reloads_total", "Config reloads (SIGHUP), ap
                   registry=REGISTRY)
 JOB_FAILURES = Counter("raswarden_job_failures_total", "Scheduled jobs that raised, by job (label task: not job, "
                        "which Prometheus gives every series).", ["task"], registry=REGISTRY)
+HTTP_REFUSED = Counter("raswarden_http_connections_refused_total",
+                       "HTTP connections answered 503 at once because http.max_connections were open.",
+                       registry=REGISTRY)

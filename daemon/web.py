@@ -12,6 +12,11 @@
 
 Writes need ``Authorization: Bearer <token>`` (``[http] token_file``/``token_credential``); without a
 configured token they are refused. The page is plain HTML and inline SVG: no script, no external asset.
+
+A long-running service cannot let one client hold it: a connection that sends nothing for ``request_timeout_s``
+(10 s) is closed, and past ``max_connections`` (32) open at once a new one is answered ``503`` with
+``Retry-After`` at once (counted in ``raswarden_http_connections_refused_total``), so a scraper or a stuck
+browser tab never starves Prometheus' scrape or the API.
 """
 
 from __future__ import annotations
@@ -188,9 +193,10 @@ tr.failed td:nth-child(3){{color:#c62828;font-weight:bold}} tr.subhealthy td:nth
 
 
 # -- the server -----------------------------------------------------------------------------------
-def _handler(service, token: str | None):
+def _handler(service, token: str | None, timeout_s: float = 10.0):
     class Handler(BaseHTTPRequestHandler):
         server_version = "raswarden"
+        timeout = timeout_s  # the socket's: an idle or slow client is closed (http.server logs "timed out")
 
         def _send(self, status: int, body: bytes | str, ctype: str = "application/json") -> None:
             data = body.encode() if isinstance(body, str) else body
@@ -284,14 +290,49 @@ def _handler(service, token: str | None):
     return Handler
 
 
+BUSY = b"HTTP/1.0 503 Service Unavailable\r\nRetry-After: 1\r\nContent-Length: 0\r\nConnection: close\r\n\r\n"
+
+
+class BoundedHTTPServer(ThreadingHTTPServer):
+    """A thread per connection, at most ``max_connections`` at once: one more is answered 503 and closed."""
+
+    daemon_threads = True
+
+    def __init__(self, address, handler, max_connections: int = 32):
+        self.slots = threading.BoundedSemaphore(max_connections)
+        super().__init__(address, handler)
+
+    def process_request(self, request, client_address) -> None:
+        if not self.slots.acquire(blocking=False):
+            metrics.HTTP_REFUSED.inc()
+            try:
+                request.settimeout(1.0)
+                request.sendall(BUSY)
+            except OSError:
+                pass
+            self.shutdown_request(request)
+            return
+        try:
+            super().process_request(request, client_address)
+        except BaseException:
+            self.slots.release()
+            raise
+
+    def process_request_thread(self, request, client_address) -> None:
+        try:
+            super().process_request_thread(request, client_address)
+        finally:
+            self.slots.release()
+
+
 class WebServer:
     """The HTTP endpoint in a thread of its own."""
 
     def __init__(self, service, http_cfg):
         host, _, port = http_cfg.listen.rpartition(":")
         address = (host.strip("[]") or "127.0.0.1", int(port))
-        self.server = ThreadingHTTPServer(address, _handler(service, http_cfg.token))
-        self.server.daemon_threads = True
+        self.server = BoundedHTTPServer(address, _handler(service, http_cfg.token, http_cfg.request_timeout_s),
+                                        http_cfg.max_connections)
         self.thread = threading.Thread(target=self.server.serve_forever, name="http", daemon=True)
 
     @property
