@@ -18,6 +18,7 @@ from daemon.alerting.alert_pipeline import AlertingConfig
 from daemon.alerting.receivers import RECEIVERS
 from daemon.alerting.receivers.receiver import ReceiverConfig
 from daemon.alerting.routing import Route
+from daemon.alerting.runbooks import RUNBOOKS
 from daemon.alerting.secrets import SecretError, read_secret
 from daemon.store import DEFAULT_URL
 from playbooks.guards import Guards
@@ -117,6 +118,12 @@ def parse(raw: dict[str, Any], path: Path | None = None) -> Config:
     a.status_url = _take(al, "status_url", str, "alerting", "")
     a.default_receivers = [str(x) for x in _take(al, "default_receivers", list, "alerting", [])]
     cfg.templates_dir = _take(al, "templates_dir", str, "alerting")
+    for category, line in _take(al, "runbooks", dict, "alerting", {}).items():
+        if category not in RUNBOOKS:
+            raise ConfigError(f"alerting.runbooks.{category}: not a category (one of {', '.join(RUNBOOKS)})")
+        if not isinstance(line, str):
+            raise ConfigError(f"alerting.runbooks.{category}: expected a string")
+        a.runbooks[category] = line
     delivery = dict(_take(al, "delivery", dict, "alerting", {}))
     for key in ("base_s", "max_s", "max_age_s"):
         setattr(cfg.backoff, key, _take(delivery, key, float, "alerting.delivery", getattr(cfg.backoff, key)))

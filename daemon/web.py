@@ -136,6 +136,18 @@ def heatmap_svg(entities: list[dict]) -> str:
             f'role="img" aria-label="health heatmap">{"".join(out)}</svg>')
 
 
+_STYLE = """
+body{font:14px system-ui,sans-serif;margin:1.2em;color:#263238} h1{font-size:1.3em;margin:0}
+h2{font-size:1.1em;margin:1.2em 0 .4em} table{border-collapse:collapse;width:100%}
+td,th{border-bottom:1px solid #cfd8dc;padding:3px 6px;text-align:left;vertical-align:top}
+tr.failed td:nth-child(3){color:#c62828;font-weight:bold} tr.subhealthy td:nth-child(3){color:#ef6c00}
+h1.failed{color:#c62828} h1.subhealthy{color:#ef6c00} table.kv{width:auto} table.kv th{padding-right:2em}
+.chip{display:inline-block;width:10px;height:10px;margin:0 3px 0 10px} .rack{font-size:11px;fill:#37474f}
+.node{font-size:9px;fill:#455a64;text-anchor:middle}
+.muted{color:#607d8b}
+"""
+
+
 def _when(ts: float | None) -> str:
     return time.strftime("%Y-%m-%d %H:%M:%S", time.gmtime(ts)) if ts else "-"
 
@@ -153,7 +165,8 @@ def status_page(service) -> str:
     legend = " ".join(f'<span class="chip" style="background:{c}"></span>{s}' for s, c in COLOURS.items())
     summary = ", ".join(f"{n} {k.replace(':', ' ')}" for k, n in sorted(counts.items())) or "no entities yet"
     inc_rows = "".join(
-        f'<tr class="{esc(i["severity"])}"><td>{esc(i["id"])}</td><td>{esc(i["entity"])}</td>'
+        f'<tr class="{esc(i["severity"])}"><td><a href="/incidents/{esc(i["id"])}">{esc(i["id"])}</a></td>'
+        f'<td>{esc(i["entity"])}</td>'
         f'<td>{esc(i["severity"])}</td><td>{esc(i["category"])}</td><td>{_when(i["opened_at"])}</td>'
         f'<td>{"<br>".join(esc(str(r)) for r in i["evidence"][:4])}</td></tr>' for i in incidents)
     act_rows = "".join(
@@ -166,15 +179,7 @@ def status_page(service) -> str:
     return f"""<!doctype html>
 <html lang="en"><head><meta charset="utf-8"><title>raswarden</title>
 <meta http-equiv="refresh" content="30">
-<style>
-body{{font:14px system-ui,sans-serif;margin:1.2em;color:#263238}} h1{{font-size:1.3em;margin:0}}
-h2{{font-size:1.1em;margin:1.2em 0 .4em}} table{{border-collapse:collapse;width:100%}}
-td,th{{border-bottom:1px solid #cfd8dc;padding:3px 6px;text-align:left;vertical-align:top}}
-tr.failed td:nth-child(3){{color:#c62828;font-weight:bold}} tr.subhealthy td:nth-child(3){{color:#ef6c00}}
-.chip{{display:inline-block;width:10px;height:10px;margin:0 3px 0 10px}} .rack{{font-size:11px;fill:#37474f}}
-.node{{font-size:9px;fill:#455a64;text-anchor:middle}}
-.muted{{color:#607d8b}}
-</style></head><body>
+<style>{_STYLE}</style></head><body>
 <h1>raswarden — shard {esc(service.cfg.service.shard)}</h1>
 <p class="muted">{status} · {esc(summary)} · updated {_when(time.time())} UTC</p>
 <h2>Health</h2><p>{legend}</p>
@@ -188,6 +193,58 @@ tr.failed td:nth-child(3){{color:#c62828;font-weight:bold}} tr.subhealthy td:nth
 <h2>Silences</h2>
 <table><tr><th>id</th><th>matchers</th><th>until (UTC)</th><th>by</th><th>comment</th></tr>
 {sil_rows or '<tr><td colspan="5" class="muted">none</td></tr>'}</table>
+</body></html>
+"""
+
+
+def incident_page(service, incident_id: str) -> str | None:
+    """One incident's own page (the link in every alert): where the part is, what is wrong, what raswarden did and
+    what to do next, the findings from an hour before it opened to its close, the action journal and the commands.
+    None when there is no such incident."""
+    from daemon.alerting.alert import alert_from_incident
+    from daemon.alerting.alert_pipeline import describe_action
+    from daemon.alerting.render import commands
+    from daemon.alerting.runbooks import runbook_for
+
+    row = service.store.incident(incident_id)
+    if row is None:
+        return None
+    esc = html.escape
+    actions = service.store.actions_of(row.id)
+    alert = alert_from_incident(row, describe_action(actions), service.pipeline.mapper.topology.place(row.entity),
+                                runbook_for(row.category, service.cfg.alerting.runbooks))
+    node = row.entity.split("/", 1)[0]
+    findings = service.store.findings_of(sorted({row.entity, node}), row.opened_at - 3600.0, row.closed_at)
+    place = "".join(f"<tr><th>{esc(k)}</th><td>{esc(str(v))}</td></tr>" for k, v in alert.where) or \
+        '<tr><td class="muted">no topology entry</td></tr>'
+    evidence = "".join(f"<li>{esc(str(r))}</li>" for r in row.evidence)
+    timeline = "".join(
+        f'<tr class="{esc(f.state)}"><td>{_when(f.ts)}</td><td>{esc(f.entity)}</td><td>{esc(f.state)}</td>'
+        f'<td>{esc(f.detector)}</td><td>{"<br>".join(esc(str(r)) for r in f.reasons[:3])}</td></tr>'
+        for f in findings)
+    journal = "".join(
+        f'<tr><td>{_when(a.ts)}</td><td>{esc(a.playbook)}</td><td>{esc(a.step)}</td><td>{esc(a.status)}</td>'
+        f'<td>{esc(str(a.detail.get("would") or a.detail.get("error") or a.detail.get("note") or ""))}</td></tr>'
+        for a in actions)
+    cmds = "".join(f"<li><code>{esc(c)}</code></li>" for c in commands(alert))
+    status = "open" if row.closed_at is None else f"closed {_when(row.closed_at)} UTC ({esc(row.close_reason or '')})"
+    return f"""<!doctype html>
+<html lang="en"><head><meta charset="utf-8"><title>{esc(row.id)} · raswarden</title>
+<style>{_STYLE}</style></head><body>
+<p><a href="/">← status page</a></p>
+<h1 class="{esc(row.severity)}">{esc(alert.summary)}</h1>
+<p class="muted">{esc(row.id)} · {esc(row.severity)} · {esc(row.category)} · opened {_when(row.opened_at)} UTC
+· {status}{f" · under {esc(row.parent)}" if row.parent else ""}</p>
+<h2>Where</h2><table class="kv">{place}</table>
+<h2>Evidence</h2><ul>{evidence or '<li class="muted">none</li>'}</ul>
+<h2>What raswarden did</h2><p>{esc(alert.action or "no action yet (watching)")}</p>
+<h2>What to do next</h2><p>{esc(alert.runbook or "-")}</p><ul>{cmds}</ul>
+<h2>Findings ({len(findings)}, from an hour before it opened)</h2>
+<table><tr><th>when (UTC)</th><th>entity</th><th>state</th><th>detector</th><th>reasons</th></tr>
+{timeline or '<tr><td colspan="5" class="muted">none recorded</td></tr>'}</table>
+<h2>Action journal</h2>
+<table><tr><th>when (UTC)</th><th>playbook</th><th>step</th><th>status</th><th>detail</th></tr>
+{journal or '<tr><td colspan="5" class="muted">none</td></tr>'}</table>
 </body></html>
 """
 
@@ -221,6 +278,12 @@ def _handler(service, token: str | None, timeout_s: float = 10.0):
                     self._json(200 if ok else 503, detail)
                 elif path in ("/", "/incidents"):
                     self._send(200, status_page(service), "text/html; charset=utf-8")
+                elif path.startswith("/incidents/") and path.count("/") == 2:
+                    page = incident_page(service, path.rsplit("/", 1)[1])
+                    if page is None:
+                        self._send(404, f"no incident {html.escape(path.rsplit('/', 1)[1])}\n", "text/plain")
+                    else:
+                        self._send(200, page, "text/html; charset=utf-8")
                 elif path == "/api/v1/entities":
                     self._json(200, entities_json(service))
                 elif path == "/api/v1/incidents":

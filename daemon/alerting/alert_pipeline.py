@@ -19,8 +19,10 @@ from sqlmodel import Session, select
 from daemon.alerting.alert import Alert, Notification, alert_from_incident, group_key
 from daemon.alerting.outbox import enqueue
 from daemon.alerting.routing import Route, route
+from daemon.alerting.runbooks import runbook_for
 from daemon.alerting.silences import Silence, SilenceBook
 from daemon.store import ActionRow, IncidentCursorRow, AlertGroupRow, AlertRow, IncidentRow, Store
+from daemon.topology import Topology
 
 
 @dataclass
@@ -33,25 +35,41 @@ class AlertingConfig:
     status_url: str = ""
     default_receivers: list[str] = field(default_factory=list)
     routes: list[Route] = field(default_factory=list)
+    runbooks: dict[str, str] = field(default_factory=dict)  # category -> the operator's runbook line
 
 
 def describe_action(rows: list[ActionRow]) -> str:
-    """What raswarden did or will do for an incident, from its action journal (daemon/actions.py)."""
+    """What raswarden did or will do for an incident, in plain words, from its action journal (daemon/actions.py):
+    the steps done (``done: checkpoint, drain``), the one in progress or failed, or what a dry-run would have done
+    (``nothing done``)."""
     parts = []
     for head in (r for r in rows if r.step == "action"):
-        mode = head.detail.get("mode", "act")
-        suffix = "" if mode == "act" else f" ({mode})"
-        steps = head.detail.get("steps", [])
+        d = head.detail
+        mode, inc = d.get("mode", "act"), d.get("incident") or {}
+        node = None if inc.get("kind") in ("rack", "cooling", "supernode") else \
+            inc.get("scheduler_node") or (inc.get("entity") or "").split("/", 1)[0] or None
+        on = f" on {node}" if node else ""
+        steps = d.get("steps", [])
+        names = ", ".join(s["type"] for s in steps)
         if head.status == "awaiting_approval":
-            parts.append(f"playbook {head.playbook}: awaiting approval to {', '.join(s['type'] for s in steps)}")
-            continue
-        moved = [s for s in steps if s.get("status") not in ("pending",)]
-        if not moved:
-            parts.append(f"playbook {head.playbook}: planned{suffix}")
-            continue
-        last = moved[-1]
-        held = f", held: {head.detail.get('note')}" if head.status == "held" and head.detail.get("note") else ""
-        parts.append(f"playbook {head.playbook}: {last['type']} {last['status']}{suffix}{held}")
+            parts.append(f"{head.playbook}: waiting for an operator's approval to {names}{on}")
+        elif mode == "shadow":
+            parts.append(f"{head.playbook}: shadow mode, the plan ({names}{on}) recorded, nothing done")
+        elif mode == "dry-run":
+            would = [s.get("detail", {}).get("would") or f"{s['type']}{on}" for s in steps
+                     if s.get("status") == "dry-run"]
+            parts.append(f"{head.playbook}: dry-run, nothing done; would " + (", ".join(would) or names + on))
+        else:
+            done = [s["type"] for s in steps if s.get("status") in ("done", "skipped")]
+            current = next((s for s in steps if s.get("status") not in ("done", "skipped")), None)
+            text = f"{head.playbook}{on}: " + (f"done: {', '.join(done)}" if done else "nothing done yet")
+            if head.status == "held":
+                text += f"; held ({d.get('note') or 'a guard'})"
+            elif current is not None and current.get("status") == "failed":
+                text += f"; {current['type']} failed: {current.get('detail', {}).get('error', 'see the journal')}"
+            elif current is not None:
+                text += f"; next {current['type']}" + (" (in progress)" if current.get("status") == "started" else "")
+            parts.append(text)
     return "; ".join(parts)
 
 
@@ -65,9 +83,11 @@ class AlertPipeline:
 
     cursor_name = "incidents"
 
-    def __init__(self, store: Store, config: AlertingConfig, receivers: list[str] | None = None):
+    def __init__(self, store: Store, config: AlertingConfig, receivers: list[str] | None = None,
+                 topology: Topology | None = None):
         self.store = store
         self.config = config
+        self.topology = topology or Topology()  # where a part is, for the message
         self.silences = SilenceBook(store)
         self.known_receivers = receivers  # None: do not check route targets
 
@@ -85,7 +105,9 @@ class AlertPipeline:
                 newest = max(newest, inc.updated_at)
                 actions = list(s.exec(select(ActionRow).where(ActionRow.incident_id == inc.id)
                                       .order_by(ActionRow.id)).all())
-                changed += self._upsert(s, alert_from_incident(inc, describe_action(actions)), now, inc.updated_at)
+                alert = alert_from_incident(inc, describe_action(actions), self.topology.place(inc.entity),
+                                            runbook_for(inc.category, self.config.runbooks))
+                changed += self._upsert(s, alert, now, inc.updated_at)
             if rows:
                 s.merge(IncidentCursorRow(name=self.cursor_name, value=newest))
             # A firing alert also changes when a playbook step moves (the incident itself does not).

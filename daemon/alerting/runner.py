@@ -15,6 +15,7 @@ from daemon.alerting.render import Renderer
 from daemon.alerting.secrets import install_log_redaction
 from daemon.config import Config
 from daemon.store import Store
+from daemon.topology import Topology
 
 
 @dataclass
@@ -28,7 +29,8 @@ class Alerting:
         install_log_redaction()
         renderer = Renderer(cfg.templates_dir, cfg.alerting.status_url)
         receivers = {rc.name: build(rc, renderer) for rc in cfg.receivers}
-        pipeline = AlertPipeline(store, cfg.alerting, list(receivers))
+        pipeline = AlertPipeline(store, cfg.alerting, list(receivers),
+                                 Topology.configured(cfg.service.topology))
         return cls(pipeline, Outbox(store, receivers, cfg.backoff), receivers)
 
     def step(self, now: float | None = None) -> dict[str, int]:

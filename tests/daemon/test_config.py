@@ -24,6 +24,8 @@ def test_minimal_and_defaults(tmp_path):
      "alerting.receivers[0]: unknown key(s) chanel"),
     ({"alerting": {"routes": [{"receivers": ["nobody"]}]}}, "alerting.routes[0].receivers: no receiver named"),
     ({"alertng": {}}, "top level: unknown key(s) alertng"),
+    ({"alerting": {"runbooks": {"gpu_memroy": "see wiki"}}}, "alerting.runbooks.gpu_memroy: not a category"),
+    ({"http": {"max_connections": 0}}, "http.max_connections and http.request_timeout_s: must be positive"),
 ])
 def test_errors_name_the_key(raw, message):
     with pytest.raises(ConfigError) as exc:
@@ -60,3 +62,11 @@ def test_example_config_is_valid(tmp_path, monkeypatch):
     assert cfg.http.token and cfg.service.interval_s == 30
     assert {r.type for r in cfg.receivers} == {"webhook", "alertmanager", "slack", "mattermost", "teams", "feishu",
                                                "dingtalk", "wecom"}
+
+
+def test_an_operators_runbook_line_replaces_the_shipped_one():
+    from daemon.alerting.runbooks import RUNBOOKS, runbook_for
+
+    cfg = parse({"alerting": {"runbooks": {"fabric_link": "https://wiki.example/ib-link"}}})
+    assert runbook_for("fabric_link", cfg.alerting.runbooks) == "https://wiki.example/ib-link"
+    assert runbook_for("gpu_bus", cfg.alerting.runbooks) == RUNBOOKS["gpu_bus"]

@@ -46,6 +46,14 @@ def test_api_health_and_the_status_page_in_chromium(live, tmp_path):
         assert entities["sn01-b01/gpu0"]["state"] in ("healthy", "suspect") and entities["sn01-b01"]["rack"]
         code, body = get(f"{base}/api/v1/incidents?status=open")
         assert code == 200 and any(i["entity"] == "sn01-b02/gpu5" for i in json.loads(body))
+        # the incident's own page, the link in its alert: where, evidence, findings, what to do
+        incident = next(i for i in json.loads(body) if i["entity"] == "sn01-b02/gpu5")
+        code, page = get(f"{base}/incidents/{incident['id']}")
+        page = page.decode()
+        assert code == 200 and "sn01-b02/gpu5 has failed" in page and "<th>UUID</th><td>GPU-" in page, page[:2000]
+        assert "<th>PCI</th>" in page and "reseat the GPU" in page and "raswarden silence add" in page
+        assert re.search(r"Findings \([1-9]\d*, from an hour before it opened\)", page)
+        assert get(f"{base}/incidents/inc-nope")[0] == 404
         assert get(f"{base}/api/v1/actions")[0] == 200 and get(f"{base}/nope")[0] == 404
         code, body = get(f"{base}/healthz")
         assert code == 200 and json.loads(body)["active"] is True
