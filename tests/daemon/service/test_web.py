@@ -24,9 +24,33 @@ def test_heatmap_has_a_tile_per_node_and_a_cell_per_accelerator():
     entities = [{"id": "n1", "kind": "node", "node": "n1", "rack": "r1", "state": "subhealthy"}]
     entities += [{"id": f"n1/gpu{i}", "kind": "accelerator", "node": "n1", "rack": "r1",
                   "state": "failed" if i == 3 else "healthy"} for i in range(8)]
+    entities += [{"id": f"n1/mlx5_{i}:1", "kind": "port", "node": "n1", "rack": "r1",
+                  "state": "healthy"} for i in range(8)]
     svg = heatmap_svg(entities)
     assert svg.count("<title>n1/gpu") == 8 and "<title>n1/gpu3: failed</title>" in svg
-    assert 'fill="#c62828"' in svg and "<title>n1: subhealthy</title>" in svg
+    assert svg.count("<title>n1/mlx5_") == 8
+    # the tile's header is the worst of the node and its parts; its tooltip names the parts not healthy
+    assert '<title>n1: subhealthy\nn1/gpu3: failed</title>' in svg
+
+
+def test_a_failed_port_shows_on_its_blade_and_a_big_cluster_is_one_square_per_node():
+    def blade(n: int, port_state: str = "healthy") -> list[dict]:
+        node = f"sn{n // 80 + 1:02d}-b{n % 80 + 1:02d}"
+        rack = f"r{n // 80 + 1:02d}"
+        out = [{"id": node, "kind": "node", "node": node, "rack": rack, "state": "healthy"}]
+        out += [{"id": f"{node}/gpu{i}", "kind": "accelerator", "node": node, "rack": rack, "state": "healthy"}
+                for i in range(8)]
+        out += [{"id": f"{node}/mlx5_{i}:1", "kind": "port", "node": node, "rack": rack,
+                 "state": port_state if i == 2 else "healthy"} for i in range(8)]
+        return out
+
+    svg = heatmap_svg(blade(0) + blade(1, "failed"))
+    red = 'height="5" fill="#c62828"/></g>'  # a tile's header in the failed colour
+    assert svg.count(red) == 1 and "<title>sn01-b02: healthy\nsn01-b02/mlx5_2:1: failed</title>" in svg
+    # 16 supernodes of 80 blades: one square per blade, racks labelled with their size
+    big = heatmap_svg([e for n in range(16 * 80) for e in blade(n, "failed" if n == 700 else "healthy")])
+    assert big.count("<rect") == 1280 and "r16 (80 nodes)" in big and big.count('fill="#c62828"') == 1
+    assert "sn09-b61: healthy\nsn09-b61/mlx5_2:1: failed" in big
 
 
 def test_api_health_and_the_status_page_in_chromium(live, tmp_path):
@@ -113,3 +137,66 @@ def test_idle_clients_cannot_starve_the_endpoint():
         for s in idle:
             s.close()
         web.stop()
+
+
+def _chromium(url: str, shot, profile) -> str:
+    """A screenshot (checked to be a real PNG) and the DOM of ``url`` in headless Chromium."""
+    chromium = shutil.which("chromium")
+    require(chromium is not None, "chromium is not installed (Debian package; scripts/test.sh installs it)")
+    flags = ["--headless", "--no-sandbox", "--disable-gpu", "--disable-quic", "--no-first-run",
+             "--disable-background-networking", "--disable-component-update", "--disable-sync",
+             f"--user-data-dir={profile}", "--window-size=1280,900"]
+    subprocess.run([chromium, *flags, f"--screenshot={shot}", url], capture_output=True, timeout=120)
+    assert shot.exists() and shot.read_bytes()[:8] == b"\x89PNG\r\n\x1a\n" and shot.stat().st_size > 10_000
+    return subprocess.run([chromium, *flags, "--dump-dom", url], capture_output=True, text=True, timeout=120).stdout
+
+
+@pytest.mark.parametrize("supernodes", [1, 16])
+def test_the_status_page_at_one_and_at_sixteen_supernodes_in_chromium(tmp_path, supernodes):
+    """80 blades, then 1,280 (16 scaleX640 supernodes), each with 8 GPUs and 8 fabric ports, one port failed and two
+    nodes silent; the exporters' endpoint is dead. The page shows the failed port on its blade, the lost telemetry
+    in a banner, and stays one screen wide."""
+    port = free_port()
+    config = tmp_path / "raswarden.toml"
+    config.write_text(f"""[store]
+url = "sqlite:///{tmp_path / 'state.db'}"
+[service]
+interval_s = 1
+[http]
+listen = "127.0.0.1:{port}"
+[[collectors]]
+type = "exposition"
+name = "exporters"
+targets = ["127.0.0.1:{free_port()}"]
+timeout_s = 1
+""")
+    svc = Service(load(config))
+    rows, health = [], []
+    for n in range(80 * supernodes):
+        node, rack = f"sn{n // 80 + 1:02d}-b{n % 80 + 1:02d}", f"r{n // 80 + 1:02d}"
+        rows.append({"id": node, "kind": "node", "node": node, "rack": rack, "first_seen": 0.0})
+        rows += [{"id": f"{node}/gpu{i}", "kind": "accelerator", "node": node, "rack": rack, "first_seen": 0.0}
+                 for i in range(8)]
+        rows += [{"id": f"{node}/mlx5_{i}:1", "kind": "port", "node": node, "rack": rack, "first_seen": 0.0}
+                 for i in range(8)]
+    svc.store.upsert_entities(rows)
+    failed_port = "sn01-b33/mlx5_2:1"
+    health = [{"entity": failed_port, "state": "failed", "since": 0.0},
+              {"entity": "sn01-b40", "state": "unknown", "since": 0.0},
+              {"entity": "sn01-b41", "state": "unknown", "since": 0.0}]
+    svc.store.record_tick([], [], health=health)
+    svc.start()
+    try:
+        until(lambda: svc.last.finished_at > 0, timeout=30)  # a cycle ran: its collector failed
+        dom = _chromium(f"http://127.0.0.1:{port}/", tmp_path / "status.png", tmp_path / "chromium")
+        assert "TELEMETRY LOST" in dom and "collector exporters" in dom
+        assert f"2 of {80 * supernodes} nodes report no telemetry: sn01-b40, sn01-b41" in dom
+        assert f"sn01-b33: healthy\n{failed_port}: failed" in dom  # the blade shows its failed port
+        width = int(re.search(r'<svg[^>]*width="(\d+)"', dom).group(1))
+        assert width <= 1250, width  # one screen wide at either size
+        if supernodes == 16:
+            assert "r16 (80 nodes)" in dom and dom.count("<rect") == 1280
+        else:
+            assert len(re.findall(r"<title>sn01-b\d\d/gpu\d:", dom)) == 640
+    finally:
+        svc.stop()
