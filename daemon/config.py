@@ -65,6 +65,7 @@ class HttpConfig:
     token: str | None = None  # bearer token for the API's write calls; None: they are refused
     max_connections: int = 32  # open at once; more are answered 503 at once (a stuck client cannot starve it)
     request_timeout_s: float = 10.0  # a connection that sends nothing (or too slowly) for this long is closed
+    token_error: str | None = None  # why a configured token could not be read (the API's writes are off)
 
 
 @dataclass
@@ -145,7 +146,7 @@ def parse(raw: dict[str, Any], path: Path | None = None) -> Config:
         unknown = set(rc.options) - set(cls.options)
         if unknown:
             raise ConfigError(f"{where}: unknown key(s) {', '.join(sorted(unknown))}")
-        if cls.needs_secret and not rc.secret:
+        if cls.needs_secret and not rc.secret and not rc.unavailable:
             raise ConfigError(f"{where}.secret: required for {rc.type} (the signing secret)")
         if rc.name in names:
             raise ConfigError(f"{where}.name: {rc.name!r} is used twice")
@@ -219,12 +220,12 @@ def _http(cfg: Config, ht: dict[str, Any]) -> None:
     cfg.http.request_timeout_s = _take(ht, "request_timeout_s", float, "http", cfg.http.request_timeout_s)
     if cfg.http.max_connections < 1 or cfg.http.request_timeout_s <= 0:
         raise ConfigError("http.max_connections and http.request_timeout_s: must be positive")
-    try:
+    try:  # a token that is not there (yet) turns the API's writes off, never the daemon
         cfg.http.token = read_secret("http.token", _take(ht, "token", str, "http"),
                                      _take(ht, "token_file", str, "http"), _take(ht, "token_credential", str, "http"),
                                      required=False)
     except SecretError as exc:
-        raise ConfigError(str(exc)) from None
+        cfg.http.token, cfg.http.token_error = None, str(exc)
     _no_more(ht, "http")
 
 

@@ -326,7 +326,12 @@ class Service:
                     problems.append(f"collector {name}: " + "; ".join(outcome.errors[:2]))
             if not self.last.finished_at:
                 problems.append("no cycle finished yet")
-        return not problems, {"active": self.active, "problems": problems, "status": self.status_line()}
+        # what works without something the config names (a secret not there yet): told, not failed
+        warnings = [f"receiver {name} is off: {why}" for name, why in self.alerting.unavailable.items()]
+        if self.cfg.http.token_error:
+            warnings.append(f"the API's write calls are off: {self.cfg.http.token_error}")
+        return not problems, {"active": self.active, "problems": problems, "warnings": warnings,
+                              "status": self.status_line()}
 
     # -- lifecycle -------------------------------------------------------------------------------
     def reload(self, path: str | Path | None = None) -> bool:
@@ -383,6 +388,8 @@ class Service:
         self.web.start()
         self._schedule_jobs()
         self.jobs.start()
+        if self.cfg.http.token_error:
+            log.error("the API's write calls are off: %s", self.cfg.http.token_error)
         self.notifier.ready(f"started; listening on {self.web.address}")
         log.info("raswarden running: shard %s, %d collectors, interval %.0f s, http %s", self.cfg.service.shard,
                  len(self.collectors), self.cfg.service.interval_s, self.web.address)

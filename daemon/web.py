@@ -369,7 +369,9 @@ def _handler(service, token: str | None, timeout_s: float = 10.0):
         def do_POST(self):  # noqa: N802
             url = urlsplit(self.path)
             if token is None:
-                self._json(403, {"error": "the API's write calls are off: set [http] token_file or token_credential"})
+                why = getattr(getattr(getattr(service, "cfg", None), "http", None), "token_error", None)
+                self._json(403, {"error": "the API's write calls are off: " + (
+                    why or "set [http] token_file or token_credential")})
                 return
             given = self.headers.get("Authorization", "")
             if not hmac.compare_digest(given.encode(), f"Bearer {token}".encode()):

@@ -23,7 +23,10 @@ def cmd_check_config(args: argparse.Namespace) -> int:
     store = Store("sqlite://")
     warnings: list[str] = []
     try:
-        Alerting.from_config(cfg, store)
+        alerting = Alerting.from_config(cfg, store)
+        warnings += [f"receiver {name} is off: {why}" for name, why in alerting.unavailable.items()]
+        if cfg.http.token_error:
+            warnings.append(f"the API's write calls are off: {cfg.http.token_error}")
         topology = Topology.configured(cfg.service.topology)
         for c in build(cfg.collectors, ReadContext(mapper=SeriesMapper(topology=topology))):
             warnings += [f"collector {c.name}: {w}" for w in c.check()]
