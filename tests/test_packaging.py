@@ -30,7 +30,8 @@ def test_the_wheel_carries_the_licence_and_the_data_the_service_reads(dist):
     names = set(zipfile.ZipFile(wheel).namelist())
     assert any(n.endswith(".dist-info/licenses/LICENSE") for n in names)
     for needed in ("daemon/alerting/templates/body.j2", "daemon/migrations/env.py", "playbooks/builtin/",
-                   "detectors/catalogs/", "daemon/names/"):
+                   "detectors/catalogs/", "daemon/names/", "lab/library/faults/gpu_off_bus-a.yaml",
+                   "lab/library/scenarios/mini.yaml"):
         assert any(n.startswith(needed) for n in names), needed
 
 
@@ -54,8 +55,10 @@ def test_the_installed_wheel_runs_from_site_packages(dist, tmp_path):
     db = tmp_path / "state.db"
     config = tmp_path / "raswarden.toml"
     config.write_text(f'[store]\nurl = "sqlite:///{db}"\n')
-    for argv in (["--version"], ["check-config", "--config", str(config)], ["playbook", "validate", "--config",
-                                                                              str(config)]):
+    for argv in (["--version"], ["check-config", "--config", str(config)],
+                 ["playbook", "validate", "--config", str(config)],
+                 ["simulate", "mini", "--out", str(tmp_path / "mini")]):  # a bundled scenario and fault library
         r = subprocess.run([sys.executable, "-m", "daemon", *argv], cwd=tmp_path, env=env, capture_output=True,
                            text=True, timeout=120)
         assert r.returncode == 0, (argv, r.stdout[-2000:], r.stderr[-2000:])
+    assert (tmp_path / "mini" / "labels.jsonl").exists() and (tmp_path / "mini" / "dcgm-exporter.om").exists()

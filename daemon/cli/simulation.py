@@ -8,7 +8,10 @@ import sys
 from pathlib import Path
 
 
-DEFAULT_LIBRARY = Path(__file__).resolve().parents[2] / "fixtures" / "faults"
+def _default_library() -> str:
+    from lab.bundled import FAULTS
+
+    return str(FAULTS)
 
 
 def cmd_simulate(args: argparse.Namespace) -> int:
@@ -20,10 +23,11 @@ def cmd_simulate(args: argparse.Namespace) -> int:
     from lab.sim.observe import sampling_from_text
     from lab.sim.scenario import Scenario
     from lab.sim.writer import simulate_to
+    from lab.bundled import scenario_path
 
-    library = Path(args.library)
+    library = Path(args.library or _default_library())
     try:
-        scenario = Scenario.load(args.scenario)
+        scenario = Scenario.load(scenario_path(args.scenario))
         if args.seed is not None:
             scenario.seed = args.seed
         if args.profile is not None:
@@ -126,7 +130,8 @@ def register(sub) -> None:
                                    "confounders) from a scenario file and write a trace directory that "
                                    "'raswarden replay' reads: OpenMetrics, journald kernel log, topology.yaml, "
                                    "labels.jsonl. The same scenario and seed give byte-identical output.")
-    p.add_argument("scenario", help="scenario YAML (see fixtures/scenarios/)")
+    p.add_argument("scenario", help="scenario YAML, or the name of a bundled one (mini, dense-all-classes, quiet-7d, "
+                                    "scalex640-30d, ...: lab/library/scenarios)")
     p.add_argument("--out", metavar="DIR", help="output trace directory")
     p.add_argument("--format", choices=("openmetrics", "parquet"), default="openmetrics",
                    help="telemetry as OpenMetrics text (default) or the long columnar Parquet form")
@@ -156,6 +161,6 @@ def register(sub) -> None:
                    help="with --closed-loop: operators' playbook directory (repeatable)")
     p.add_argument("--interval", type=float, default=30.0, help="with --closed-loop: tick interval (default 30 s)")
     p.add_argument("--json", metavar="FILE", help="with --closed-loop: also write the figures as JSON")
-    p.add_argument("--library", default=str(DEFAULT_LIBRARY), metavar="DIR",
-                   help="fault template directory (default: the bundled fixtures/faults)")
+    p.add_argument("--library", metavar="DIR",
+                   help="fault template directory (default: the bundled one, lab/library/faults)")
     p.set_defaults(func=cmd_simulate)
