@@ -109,8 +109,9 @@ class Service:
         collectors: list[Collector] = build(cfg.collectors, ctx)
         try:
             pipeline = Pipeline(mapper, PipelineConfig(interval_s=cfg.service.interval_s, model=model), self.store)
-            remediation = Remediation(cfg, self.store, scheduler_from_config(cfg), clock=self.clock)
-            alerting = Alerting.from_config(cfg, self.store)
+            scheduler = scheduler_from_config(cfg)
+            remediation = Remediation(cfg, self.store, scheduler, clock=self.clock)
+            alerting = Alerting.from_config(cfg, self.store, scheduler)
         except Exception:
             for c in collectors:
                 c.close()

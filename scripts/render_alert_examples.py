@@ -36,7 +36,8 @@ def sample() -> Notification:
               action="subhealthy-node-with-jobs on sn01-b07: done: checkpoint; next drain (in progress)",
               where=[["supernode", "sn01"], ["rack", "r01"], ["cooling", "cdu01"], ["node", "sn01-b07 (Slurm: node07)"],
                      ["slot", "gpu3"], ["model", "NVIDIA H100 80GB HBM3"], ["serial", "1652222014738"],
-                     ["UUID", "GPU-5f3c1a2e-8d9b-4c70-a1e2-93b4c5d6e7f8"], ["PCI", "00000000:9B:00.0"]],
+                     ["UUID", "GPU-5f3c1a2e-8d9b-4c70-a1e2-93b4c5d6e7f8"], ["PCI", "00000000:9B:00.0"],
+                     ["jobs", "48213 alice llama-70b-pretrain"]],
               runbook=runbook_for("gpu_memory"))
     b = Alert("inc-81d0c4e2aa", "resolved", "warning", "subhealthy", "sn01-b12/gpu0", "accelerator", "gpu_memory",
               "r01",

@@ -12,6 +12,7 @@ incidents arriving together make one message); later changes are sent at most ev
 
 from __future__ import annotations
 
+import logging
 from dataclasses import dataclass, field
 
 from sqlmodel import Session, select
@@ -23,6 +24,9 @@ from daemon.alerting.runbooks import runbook_for
 from daemon.alerting.silences import Silence, SilenceBook
 from daemon.store import ActionRow, IncidentCursorRow, AlertGroupRow, AlertRow, IncidentRow, Store
 from daemon.topology import Topology
+from playbooks.scheduler import ClusterState, Scheduler, SchedulerError
+
+log = logging.getLogger("raswarden.alerting")
 
 
 @dataclass
@@ -84,10 +88,11 @@ class AlertPipeline:
     cursor_name = "incidents"
 
     def __init__(self, store: Store, config: AlertingConfig, receivers: list[str] | None = None,
-                 topology: Topology | None = None):
+                 topology: Topology | None = None, scheduler: Scheduler | None = None):
         self.store = store
         self.config = config
         self.topology = topology or Topology()  # where a part is, for the message
+        self.scheduler = scheduler  # whose jobs run on the node, for the message (one snapshot per sync)
         self.silences = SilenceBook(store)
         self.known_receivers = receivers  # None: do not check route targets
 
@@ -101,11 +106,13 @@ class AlertPipeline:
             rows = s.exec(select(IncidentRow).where(IncidentRow.updated_at >= since)
                           .order_by(IncidentRow.updated_at)).all()
             newest = since
+            jobs = self._jobs() if any(inc.closed_at is None for inc in rows) else None
             for inc in rows:
                 newest = max(newest, inc.updated_at)
                 actions = list(s.exec(select(ActionRow).where(ActionRow.incident_id == inc.id)
                                       .order_by(ActionRow.id)).all())
-                alert = alert_from_incident(inc, describe_action(actions), self.topology.place(inc.entity),
+                where = self.topology.place(inc.entity) + self._jobs_of(jobs, inc)
+                alert = alert_from_incident(inc, describe_action(actions), where,
                                             runbook_for(inc.category, self.config.runbooks))
                 changed += self._upsert(s, alert, now, inc.updated_at)
             if rows:
@@ -123,6 +130,28 @@ class AlertPipeline:
                     changed += self._upsert(s, alert, now, now)
             s.commit()
         return changed
+
+    def _jobs(self) -> ClusterState | None:
+        """The scheduler's jobs now (None without a scheduler, or when it does not answer: the message goes
+        without them)."""
+        if self.scheduler is None:
+            return None
+        try:
+            return self.scheduler.snapshot()
+        except SchedulerError as exc:
+            log.warning("alerts go without the jobs on their nodes: the scheduler did not answer: %s", exc)
+            return None
+
+    def _jobs_of(self, state: ClusterState | None, inc: IncidentRow) -> list[tuple[str, str]]:
+        """('jobs', 'id user name, ...') for an open incident on a node or its parts, when the scheduler said."""
+        if state is None or inc.closed_at is not None or inc.kind in ("rack", "cooling", "supernode"):
+            return []
+        node = inc.entity.split("/", 1)[0]
+        running = state.jobs_on(self.topology.scheduler_name.get(node, node))
+        if not running:
+            return [("jobs", "none running")]
+        return [("jobs", ", ".join(" ".join(x for x in (j.id, j.user, j.name) if x) for j in running[:10])
+                 + (f" and {len(running) - 10} more" if len(running) > 10 else ""))]
 
     def _upsert(self, s: Session, alert: Alert, now: float, changed_at: float) -> int:
         row = s.get(AlertRow, alert.incident_id)

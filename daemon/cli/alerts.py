@@ -13,7 +13,9 @@ def _alerting(args: argparse.Namespace):
 
     cfg = load_config(args)
     store = open_store(args, cfg)
-    return Alerting.from_config(cfg, store), store
+    from daemon.remediation import scheduler_from_config
+
+    return Alerting.from_config(cfg, store, scheduler_from_config(cfg)), store
 
 
 def cmd_alerts(args: argparse.Namespace) -> int:

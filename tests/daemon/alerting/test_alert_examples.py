@@ -25,6 +25,7 @@ def test_every_receiver_says_where_what_was_done_what_to_do_and_links_the_incide
     for kind, (_receiver, request) in examples.requests().items():
         text = json.dumps(request.body, ensure_ascii=False)
         for needed in ("rack r01", "serial 1652222014738", "UUID GPU-5f3c1a2e", "PCI 00000000:9B:00.0",  # where
+                       "jobs 48213 alice",  # who it touches
                        "done: checkpoint; next drain",  # what raswarden did
                        "RMA the GPU by the serial above",  # what to do next
                        "/incidents/inc-3f9c2a1b7e"):  # the incident's own page
