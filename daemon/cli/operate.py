@@ -131,11 +131,74 @@ def cmd_incidents(args: argparse.Namespace) -> int:
         return 0
 
 
+def cmd_init(args: argparse.Namespace) -> int:
+    """raswarden init: scrape the exporters once, write topology.yaml and a minimal config for what is there."""
+    import datetime as dt
+    from pathlib import Path
+
+    import yaml
+
+    from daemon.collectors.exposition import read_file_sd
+    from daemon.inventory import discover
+    from daemon.starter_config import minimal_config
+
+    targets = list(args.targets)
+    for path in args.file_sd:
+        try:
+            targets += [t for t, _labels in read_file_sd(path)]
+        except (OSError, ValueError) as exc:
+            print(f"raswarden: {path}: {exc}", file=sys.stderr)
+            return 2
+    if not targets:
+        print("raswarden: init needs targets (host:port ...) or --file-sd FILE", file=sys.stderr)
+        return 2
+    out = Path(args.out)
+    config, topology = out / "raswarden.toml", out / "topology.yaml"
+    existing = [p for p in (config, topology) if p.exists()]
+    if existing and not args.force:
+        print(f"raswarden: {', '.join(map(str, existing))} already there (--force to overwrite)", file=sys.stderr)
+        return 2
+    inv = discover(targets, args.timeout)
+    for target, why in sorted(inv.unreadable.items()):
+        print(f"raswarden: {target}: {why}", file=sys.stderr)
+    if not inv.nodes:
+        print("raswarden: no target answered: nothing written", file=sys.stderr)
+        return 1
+    out.mkdir(parents=True, exist_ok=True)
+    stamp = dt.datetime.now(dt.UTC).strftime("%Y-%m-%d %H:%M UTC")
+    topology.write_text(
+        f"# Written by 'raswarden init' on {stamp} from {len(targets)} targets.\n"
+        "# The racks are a guess (nodes grouped by their name before the last '-'): put each node in its rack,\n"
+        "# and add supernode, cooling, scheduler_name, serials and switch ports where you know them (docs/replay.md).\n"
+        + yaml.safe_dump(inv.topology(), sort_keys=False, width=200))
+    config.write_text(minimal_config(file_sd=[str(Path(p).resolve()) for p in args.file_sd] or None,
+                                     targets=None if args.file_sd else targets, topology=str(topology.resolve())))
+    gpus = sum(len(n.accelerators) for n in inv.nodes.values())
+    ports = sum(len(n.ports) for n in inv.nodes.values())
+    print(f"wrote {config} and {topology}: {len(inv.nodes)} nodes, {gpus} accelerators, {ports} fabric ports "
+          f"({len(targets) - len(inv.unreadable)} of {len(targets)} targets answered)")
+    print(f"next: edit the racks in {topology}, then: sudo raswarden check-config --config {config}")
+    return 0 if not inv.unreadable else 3
+
+
 def register(sub) -> None:
     """Add this module's commands to the ``raswarden`` parser's subcommands."""
     p = sub.add_parser("check-config", help="validate the config file (names the bad key)")
     config_args(p, db=False)
     p.set_defaults(func=cmd_check_config)
+
+    p = sub.add_parser("init", help="scrape the exporters once and write topology.yaml and a minimal config",
+                       description="Scrape every target once (dcgm-exporter, node_exporter) and write a topology "
+                                   "(nodes with their addresses, GPUs with UUID, PCI bus id and model, fabric ports) "
+                                   "and the minimal, safe config (dry-run, every alert to chat) that reads them. "
+                                   "Exit 3 when some targets did not answer (the rest is written).")
+    p.add_argument("targets", nargs="*", metavar="HOST:PORT", help="exporter endpoints")
+    p.add_argument("--file-sd", action="append", default=[], metavar="FILE",
+                   help="Prometheus file_sd file(s) listing the targets (the config will read them)")
+    p.add_argument("--out", default="/etc/raswarden", metavar="DIR", help="where to write (default /etc/raswarden)")
+    p.add_argument("--force", action="store_true", help="overwrite raswarden.toml and topology.yaml")
+    p.add_argument("--timeout", type=float, default=5.0, help="seconds per scrape (default 5)")
+    p.set_defaults(func=cmd_init)
 
     p = sub.add_parser("run", help="the daemon: collect, detect, act and alert (systemd: raswarden.service)",
                        description="Run the service from the config file: live collectors on an interval, the "

@@ -207,3 +207,55 @@ file_sd = ["{tmp_path / 'targets.json'}"]
     config.write_text(config.read_text().replace("[store]", f'[service]\ntopology = "{topology}"\n\n[store]'))
     assert main(["check-config", "--config", str(config)]) == 2
     assert f"service.topology: cannot read {topology}: No such file or directory" in capsys.readouterr().err
+
+
+def test_init_writes_the_topology_and_a_config_for_what_the_exporters_serve(tmp_path, capsys):
+    """Against the simulator's live exporters: every node with its addresses, every GPU with the UUID, PCI bus id
+    and model its exporter reports, every fabric port; the config it writes passes check-config; a target that
+    does not answer is named and the rest is written."""
+    import yaml
+
+    from daemon.topology import Topology
+    from lab.bundled import FAULTS, SCENARIOS
+    from lab.sim.faults import load_library
+    from lab.sim.scenario import Scenario
+    from lab.sim.serve import SimServer
+    from lab.sim.simulator import Simulator
+
+    server = SimServer(Simulator(Scenario.load(SCENARIOS / "mini.yaml"), load_library(FAULTS)), tmp_path / "live",
+                       speed=600.0, port_offset=311)
+    server.start()
+    try:
+        server.state.set(next(server.sim.chunks()), 0)
+        sd = tmp_path / "live" / "prometheus-targets.json"
+        out = tmp_path / "etc"
+        assert main(["init", "--file-sd", str(sd), "--out", str(out)]) == 0
+        said = capsys.readouterr().out
+        truth = yaml.safe_load((tmp_path / "live" / "topology.yaml").read_text())
+        nodes = [n for r in truth["racks"] for n in r["nodes"]]
+        assert f"{len(nodes)} nodes, {sum(len(n['accelerators']) for n in nodes)} accelerators" in said
+        written = Topology.load(out / "topology.yaml")
+        expected = Topology.from_dict(truth)
+        assert written.node_rack.keys() == expected.node_rack.keys() and written.aliases == expected.aliases
+        assert written.accelerator_ids == {e: {k: v for k, v in ids.items() if k != "serial"}
+                                           for e, ids in expected.accelerator_ids.items()}
+        assert written.accelerator_model == expected.accelerator_model
+        ports = {n["name"]: {(p["device"], p.get("port", 1)) for p in n.get("ports", [])} for n in nodes}
+        got = yaml.safe_load((out / "topology.yaml").read_text())
+        assert {n["name"]: {(p["device"], p["port"]) for p in n.get("ports", [])}
+                for r in got["racks"] for n in r["nodes"]} == ports
+        assert main(["check-config", "--config", str(out / "raswarden.toml")]) == 0
+        assert main(["init", "--file-sd", str(sd), "--out", str(out)]) == 2  # never overwrites unasked
+        assert "already there (--force to overwrite)" in capsys.readouterr().err
+        dead = "127.0.0.1:9"
+        assert main(["init", "127.1.0.1:9711", dead, "--out", str(tmp_path / "two"), "--timeout", "1"]) == 3
+        assert f"raswarden: {dead}:" in capsys.readouterr().err and (tmp_path / "two" / "topology.yaml").exists()
+    finally:
+        server.shutdown()
+
+
+def test_the_shipped_minimal_config_is_the_one_init_writes():
+    from daemon.starter_config import minimal_config
+    from tests.conftest import ROOT
+
+    assert (ROOT / "systemd" / "raswarden.toml").read_text() == minimal_config()
