@@ -73,7 +73,13 @@ def credential_path(name: str) -> tuple[Path | None, list[Path]]:
         tried = [Path(base) / f"raswarden_{name}", Path(base) / name]
     else:
         tried = [Path(os.environ.get("RASWARDEN_CREDENTIALS_DIRECTORY") or CREDENTIALS_DIR) / name]
-    return next((t for t in tried if t.exists()), None), tried
+    for t in tried:
+        try:
+            if t.exists():
+                return t, tried
+        except PermissionError:  # the directory is root's (0700): found, unreadable, and read_secret says so
+            return t, tried
+    return None, tried
 
 
 def read_secret(key: str, value: str | None = None, file: str | None = None, credential: str | None = None,
@@ -96,6 +102,9 @@ def read_secret(key: str, value: str | None = None, file: str | None = None, cre
             if mode & (stat.S_IRWXG | stat.S_IRWXO) and not os.environ.get("CREDENTIALS_DIRECTORY"):
                 raise SecretError(f"{source}: readable by group or others (chmod 600)")
             text = path.read_text().strip()
+        except PermissionError:
+            raise SecretError(f"{source}: not readable by this user (the credentials are root's: run check-config "
+                              "as root, the service under systemd, which passes them on)") from None
         except OSError as exc:
             raise SecretError(f"{source}: {exc.strerror or exc}") from None
         if not text:

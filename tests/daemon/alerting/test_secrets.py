@@ -158,3 +158,4 @@ url_credential = "slack_url"
     err = capsys.readouterr().err
     assert "WARNING: receiver oncall is off: alerting.receivers[1].url_credential 'slack_url'" in err
     assert "WARNING: the API's write calls are off" in err
+
