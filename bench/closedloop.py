@@ -24,7 +24,8 @@ sys.path.insert(0, str(ROOT / "bench"))
 
 from common import seeds, write_results  # noqa: E402
 
-SCENARIOS = ROOT / "fixtures" / "scenarios"
+SCENARIOS = ROOT / "lab" / "library" / "scenarios"
+FAULTS = ROOT / "lab" / "library" / "faults"
 
 
 def one_run(scenario: str, seed: int, policy: str, model: str, interval: float, playbooks: str = "") -> dict:
@@ -40,7 +41,7 @@ def one_run(scenario: str, seed: int, policy: str, model: str, interval: float, 
     bundle = ModelBundle.load(model) if model and policy == "full" else None
     sc = Scenario.load(SCENARIOS / f"{scenario}.yaml")
     sc.seed = seed
-    result = run(Simulator(sc, ROOT / "fixtures" / "faults"), policy, LoopOptions(interval_s=interval), model=bundle,
+    result = run(Simulator(sc, FAULTS), policy, LoopOptions(interval_s=interval), model=bundle,
                  playbook_dirs=[playbooks] if playbooks else None)
     return result.as_dict() | {"model": model if policy == "full" else "",
                                "model_sha256": bundle.meta.get("estimators_sha256", "") if bundle else "",

@@ -35,7 +35,7 @@ def phase(accelerators: int, ticks: int, model: str = "") -> dict:
                              "duration": f"{(ticks + 1) * 30}s", "resolution": "30s", "profile": "full",
                              "faults": [{"entity": "random", "fault": "hbm_degradation", "template": "b",
                                          "onset": "0s", "failure": "1h"}]})
-    sim = Simulator(sc, ROOT / "fixtures" / "faults")
+    sim = Simulator(sc, ROOT / "lab" / "library" / "faults")
     from detectors.bundle import ModelBundle
 
     bundle = ModelBundle.load(model) if model else None

@@ -32,7 +32,7 @@ sys.path.insert(0, str(ROOT / "bench"))
 
 from common import seeds, write_results  # noqa: E402
 
-SCENARIOS = ROOT / "fixtures" / "scenarios"
+SCENARIOS = ROOT / "lab" / "library" / "scenarios"
 
 
 # The fleets --randomize draws from (the scenarios' resolution is 30 s): `raswarden simulate --sampling`.

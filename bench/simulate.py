@@ -45,7 +45,7 @@ def phase(accelerators: int, hours: float, out: str) -> dict:
 
     sc = Scenario.from_dict(scenario(accelerators, hours))
     t = time.perf_counter()
-    sim = Simulator(sc, ROOT / "fixtures" / "faults")
+    sim = Simulator(sc, ROOT / "lab" / "library" / "faults")
     if out:
         n = simulate_to(sim, Path(out), "parquet").samples
     else:

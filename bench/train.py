@@ -24,7 +24,7 @@ sys.path.insert(0, str(ROOT / "bench"))
 
 from common import peak_rss_mb, run_phase, write_results  # noqa: E402
 
-SCENARIO = ROOT / "fixtures" / "scenarios" / "scalex640-30d.yaml"
+SCENARIO = ROOT / "lab" / "library" / "scenarios" / "scalex640-30d.yaml"
 
 
 def phase(trace: str, out: str, jobs: str = "1") -> None:

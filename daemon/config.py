@@ -18,6 +18,7 @@ from daemon.alerting.alert_pipeline import AlertingConfig
 from daemon.alerting.receivers import RECEIVERS
 from daemon.alerting.receivers.receiver import ReceiverConfig
 from daemon.alerting.routing import Route
+from daemon.alerting.runbooks import RUNBOOKS
 from daemon.alerting.secrets import SecretError, read_secret
 from daemon.store import DEFAULT_URL
 from playbooks.guards import Guards
@@ -62,6 +63,9 @@ class HttpConfig:
 
     listen: str = "127.0.0.1:9470"
     token: str | None = None  # bearer token for the API's write calls; None: they are refused
+    max_connections: int = 32  # open at once; more are answered 503 at once (a stuck client cannot starve it)
+    request_timeout_s: float = 10.0  # a connection that sends nothing (or too slowly) for this long is closed
+    token_error: str | None = None  # why a configured token could not be read (the API's writes are off)
 
 
 @dataclass
@@ -115,6 +119,12 @@ def parse(raw: dict[str, Any], path: Path | None = None) -> Config:
     a.status_url = _take(al, "status_url", str, "alerting", "")
     a.default_receivers = [str(x) for x in _take(al, "default_receivers", list, "alerting", [])]
     cfg.templates_dir = _take(al, "templates_dir", str, "alerting")
+    for category, line in _take(al, "runbooks", dict, "alerting", {}).items():
+        if category not in RUNBOOKS:
+            raise ConfigError(f"alerting.runbooks.{category}: not a category (one of {', '.join(RUNBOOKS)})")
+        if not isinstance(line, str):
+            raise ConfigError(f"alerting.runbooks.{category}: expected a string")
+        a.runbooks[category] = line
     delivery = dict(_take(al, "delivery", dict, "alerting", {}))
     for key in ("base_s", "max_s", "max_age_s"):
         setattr(cfg.backoff, key, _take(delivery, key, float, "alerting.delivery", getattr(cfg.backoff, key)))
@@ -136,7 +146,7 @@ def parse(raw: dict[str, Any], path: Path | None = None) -> Config:
         unknown = set(rc.options) - set(cls.options)
         if unknown:
             raise ConfigError(f"{where}: unknown key(s) {', '.join(sorted(unknown))}")
-        if cls.needs_secret and not rc.secret:
+        if cls.needs_secret and not rc.secret and not rc.unavailable:
             raise ConfigError(f"{where}.secret: required for {rc.type} (the signing secret)")
         if rc.name in names:
             raise ConfigError(f"{where}.name: {rc.name!r} is used twice")
@@ -206,12 +216,16 @@ def _http(cfg: Config, ht: dict[str, Any]) -> None:
     if not sep or not port.isdigit() or not 0 <= int(port) < 65536:
         raise ConfigError(f"http.listen: expected HOST:PORT, got {listen!r}")
     cfg.http.listen = listen
-    try:
+    cfg.http.max_connections = _take(ht, "max_connections", int, "http", cfg.http.max_connections)
+    cfg.http.request_timeout_s = _take(ht, "request_timeout_s", float, "http", cfg.http.request_timeout_s)
+    if cfg.http.max_connections < 1 or cfg.http.request_timeout_s <= 0:
+        raise ConfigError("http.max_connections and http.request_timeout_s: must be positive")
+    try:  # a token that is not there (yet) turns the API's writes off, never the daemon
         cfg.http.token = read_secret("http.token", _take(ht, "token", str, "http"),
                                      _take(ht, "token_file", str, "http"), _take(ht, "token_credential", str, "http"),
                                      required=False)
     except SecretError as exc:
-        raise ConfigError(str(exc)) from None
+        cfg.http.token, cfg.http.token_error = None, str(exc)
     _no_more(ht, "http")
 
 

@@ -1,10 +1,36 @@
-"""raswarden's own Prometheus metrics (served on /metrics by the service, summarised by replay)."""
+"""raswarden's own Prometheus metrics (served on /metrics by the service, summarised by replay).
+
+Besides raswarden's own: the process (CPU, memory, open files), platform (Python) and garbage collector metrics
+client_python exports by default, and ``raswarden_build_info``. No label is named ``job`` or ``instance``: those
+are the labels Prometheus gives every scraped series, and a metric of ours with one would be renamed
+``exported_job`` on the way in.
+"""
 
 from __future__ import annotations
 
-from prometheus_client import CollectorRegistry, Counter, Gauge
+import platform
+
+from prometheus_client import (GC_COLLECTOR, PLATFORM_COLLECTOR, PROCESS_COLLECTOR, CollectorRegistry, Counter,
+                               Gauge, Histogram, Info)
 
 REGISTRY = CollectorRegistry(auto_describe=True)
+for _default in (PROCESS_COLLECTOR, PLATFORM_COLLECTOR, GC_COLLECTOR):
+    REGISTRY.register(_default)
+
+
+def _version() -> str:
+    from importlib.metadata import PackageNotFoundError, version
+
+    try:
+        return version("raswarden")
+    except PackageNotFoundError:  # run from a checkout that was never installed
+        return "unknown"
+
+
+BUILD_INFO = Info("raswarden_build", "raswarden's version and the Python it runs on.", registry=REGISTRY)
+BUILD_INFO.info({"version": _version(), "python_version": platform.python_version(),
+                 "python_implementation": platform.python_implementation()})
+DURATION_BUCKETS = (0.005, 0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 1.0, 2.5, 5.0, 10.0, 15.0, 30.0, 60.0)
 
 SAMPLES_INGESTED = Counter(
     "raswarden_samples_ingested_total", "Samples read from a source.", ["source"], registry=REGISTRY
@@ -76,8 +102,10 @@ SCRAPE_DURATION = Gauge(
 
 ACTIVE = Gauge("raswarden_active", "1 while this instance holds its shard's lease (0: standby).", registry=REGISTRY)
 TICKS = Counter("raswarden_ticks_total", "Pipeline ticks run.", registry=REGISTRY)
-TICK_DURATION = Gauge("raswarden_tick_duration_seconds", "How long the last cycle (collect and tick) took.",
-                      registry=REGISTRY)
+CYCLE_DURATION = Histogram("raswarden_cycle_duration_seconds", "How long cycles (collect and tick) take.",
+                           buckets=DURATION_BUCKETS, registry=REGISTRY)
+TICK_DURATION = Histogram("raswarden_tick_duration_seconds", "How long the pipeline's ticks (detect, judge, act) take.",
+                          buckets=DURATION_BUCKETS, registry=REGISTRY)
 LAST_TICK = Gauge("raswarden_last_tick_timestamp_seconds", "When the last tick ran.", registry=REGISTRY)
 HEALTH = Gauge("raswarden_entities", "Entities by health state (healthy ones are not counted).", ["state"],
                registry=REGISTRY)
@@ -90,5 +118,8 @@ ACTIONS = Gauge("raswarden_actions", "Playbook actions in the journal, by playbo
                 ["playbook", "status"], registry=REGISTRY)
 RELOADS = Counter("raswarden_config_reloads_total", "Config reloads (SIGHUP), applied or refused.", ["result"],
                   registry=REGISTRY)
-JOB_FAILURES = Counter("raswarden_job_failures_total", "Scheduled jobs that raised, by job.", ["job"],
+JOB_FAILURES = Counter("raswarden_job_failures_total", "Scheduled jobs that raised, by job (label task: not job, "
+                       "which Prometheus gives every series).", ["task"], registry=REGISTRY)
+HTTP_REFUSED = Counter("raswarden_http_connections_refused_total",
+                       "HTTP connections answered 503 at once because http.max_connections were open.",
                        registry=REGISTRY)

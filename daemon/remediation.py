@@ -60,11 +60,9 @@ class Remediation:
         self.store = store
         self.journal = StoreJournal(store)
         # Nodes the scheduler knows by another name than the telemetry's (topology.yaml scheduler_name).
-        self.scheduler_names: dict[str, str] = {}
-        if cfg.service.topology:
-            from daemon.topology import Topology
+        from daemon.topology import Topology
 
-            self.scheduler_names = dict(Topology.load(cfg.service.topology).scheduler_name)
+        self.scheduler_names: dict[str, str] = dict(Topology.configured(cfg.service.topology).scheduler_name)
         self.clock = clock
         self.act_on = act_on
         # Incidents already planned at the cursor's time: the cursor is inclusive (an incident updated at that

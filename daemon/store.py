@@ -353,6 +353,22 @@ class Store:
         with self.session() as s:
             return list(s.exec(select(FindingRow).order_by(FindingRow.id)).all())
 
+    def findings_of(self, entities: list[str], since: float, until: float | None = None,
+                    limit: int = 500) -> list[FindingRow]:
+        """The findings on ``entities`` from ``since`` (to ``until``), oldest first, at most ``limit`` (the newest)."""
+        with self.session() as s:
+            q = select(FindingRow).where(FindingRow.entity.in_(entities), FindingRow.ts >= since)
+            if until is not None:
+                q = q.where(FindingRow.ts <= until)
+            rows = list(s.exec(q.order_by(FindingRow.ts.desc(), FindingRow.id.desc()).limit(limit)).all())
+        return rows[::-1]
+
+    def actions_of(self, incident_id: str) -> list[ActionRow]:
+        """An incident's action journal (playbook heads and their steps), in the order written."""
+        with self.session() as s:
+            return list(s.exec(select(ActionRow).where(ActionRow.incident_id == incident_id)
+                               .order_by(ActionRow.id)).all())
+
     def close(self) -> None:
         self.engine.dispose()
 

@@ -11,7 +11,8 @@ Format (``topology.yaml``)::
             scheduler_name: node1  # optional, the name Slurm knows
             aliases: [10.1.0.11, "127.0.0.11"]
             accelerators:
-              - {index: 0, pci_bus_id: "00000000:3B:00.0", uuid: GPU-..., model: NVIDIA H100 80GB HBM3}
+              - {index: 0, pci_bus_id: "00000000:3B:00.0", uuid: GPU-..., serial: "1652222014738",
+                 model: NVIDIA H100 80GB HBM3}     # serial optional
             ports:
               - {device: mlx5_0, port: 1, pci: "0000:0c:00.0", netdev: ibp12s0, switchport: leaf01/1}
 
@@ -121,6 +122,10 @@ class Topology:
     port_switchport: dict[str, str] = field(default_factory=dict)
     node_vendor: dict[str, str] = field(default_factory=dict)  # from the accelerators' model or kind
     accelerator_model: dict[str, str] = field(default_factory=dict)
+    # What an operator needs to find a part (alerts, the incident page): accelerator -> uuid, serial, PCI bus id as
+    # written; port -> PCI address and netdev.
+    accelerator_ids: dict[str, dict[str, str]] = field(default_factory=dict)
+    port_ids: dict[str, dict[str, str]] = field(default_factory=dict)
     _ambiguous_pci: set[tuple[str, str]] = field(default_factory=set, repr=False)
 
     @classmethod
@@ -132,6 +137,17 @@ class Topology:
         except yaml.YAMLError as exc:
             raise TopologyError(f"{path}: not valid YAML: {exc}") from exc
         return cls.from_dict(doc or {}, source=str(path))
+
+    @classmethod
+    def configured(cls, path: str | Path | None, key: str = "service.topology") -> Topology:
+        """The topology a config names at ``key`` (an empty one when it names none); a file that cannot be read is
+        a :class:`TopologyError` naming the key."""
+        if not path:
+            return cls()
+        try:
+            return cls.load(path)
+        except OSError as exc:
+            raise TopologyError(f"{key}: cannot read {path}: {exc.strerror or exc}") from None
 
     @classmethod
     def from_dict(cls, doc: dict, source: str = "topology") -> Topology:
@@ -179,6 +195,9 @@ class Topology:
                 self.node_vendor.setdefault(name, vendor)
             if acc.get("pci_bus_id"):
                 self.pci_accelerator[(name, _pci(acc["pci_bus_id"], f"{where}.accelerators[{a}].pci_bus_id"))] = entity
+            ids = {k: str(acc[k]) for k in ("uuid", "serial", "pci_bus_id") if acc.get(k)}
+            if ids:
+                self.accelerator_ids[entity] = ids
         for p, port in enumerate(node.get("ports") or []):
             if not isinstance(port, dict) or "device" not in port:
                 raise TopologyError(f"{where}.ports[{p}]: needs a device")
@@ -199,6 +218,9 @@ class Topology:
                 self.netdev_port[(name, str(port["netdev"]))] = entity
             if port.get("switchport"):
                 self.port_switchport[entity] = str(port["switchport"])
+            ids = {k: str(port[k]) for k in ("pci", "netdev") if port.get(k)}
+            if ids:
+                self.port_ids[entity] = ids
 
     def port_at(self, node: str, pci: str) -> str | None:
         """The fabric port at a PCI address (with its function where the line gives one) on a node."""
@@ -206,6 +228,41 @@ class Topology:
         if port is None and "." in pci:
             port = self.pci_port.get((node, pci.rsplit(".", 1)[0]))
         return port
+
+    def place(self, entity: str) -> list[tuple[str, str]]:
+        """Where an entity is and what identifies it, as (what, value) pairs in the order a technician looks:
+        supernode, rack, cooling loop, node (and its scheduler name), then the part (slot, model, serial, UUID, PCI
+        bus id; a port's device, netdev, PCI address and the switch port at its far end). Only what is known."""
+        node, _, local = entity.partition("/")
+        loops = sorted(r for r, c in self.rack_cooling.items() if c == entity)
+        if loops:  # a cooling loop's own incident
+            return [("cooling", entity), ("racks", ", ".join(loops))]
+        racks = set(self.node_rack.values())
+        rack = entity if entity in racks else self.node_rack.get(node)
+        out: list[tuple[str, str]] = []
+        if rack:
+            if self.rack_supernode.get(rack):
+                out.append(("supernode", self.rack_supernode[rack]))
+            out.append(("rack", rack))
+            if self.rack_cooling.get(rack):
+                out.append(("cooling", self.rack_cooling[rack]))
+        if node and node != rack:
+            out.append(("node", node + (f" (Slurm: {self.scheduler_name[node]})" if node in self.scheduler_name
+                                        else "")))
+        if local.startswith(ACCELERATOR_PREFIXES):
+            out.append(("slot", local))
+            if entity in self.accelerator_model:
+                out.append(("model", self.accelerator_model[entity]))
+            ids = self.accelerator_ids.get(entity, {})
+            out += [(label, ids[key]) for key, label in (("serial", "serial"), ("uuid", "UUID"),
+                                                         ("pci_bus_id", "PCI")) if key in ids]
+        elif local:
+            ids = self.port_ids.get(entity, {})
+            out.append(("port", local))
+            out += [(label, ids[key]) for key, label in (("netdev", "netdev"), ("pci", "PCI")) if key in ids]
+            if entity in self.port_switchport:
+                out.append(("far end", self.port_switchport[entity]))
+        return out
 
     def rack_of(self, node: str) -> str | None:
         """Rack of a node, or None when the topology does not place it."""

@@ -12,6 +12,11 @@
 
 Writes need ``Authorization: Bearer <token>`` (``[http] token_file``/``token_credential``); without a
 configured token they are refused. The page is plain HTML and inline SVG: no script, no external asset.
+
+A long-running service cannot let one client hold it: a connection that sends nothing for ``request_timeout_s``
+(10 s) is closed, and past ``max_connections`` (32) open at once a new one is answered ``503`` with
+``Retry-After`` at once (counted in ``raswarden_http_connections_refused_total``), so a scraper or a stuck
+browser tab never starves Prometheus' scrape or the API.
 """
 
 from __future__ import annotations
@@ -29,7 +34,7 @@ from prometheus_client import CONTENT_TYPE_LATEST, generate_latest
 from sqlmodel import select
 
 from daemon import metrics
-from daemon.alerting.silences import SilenceBook
+from daemon.alerting.silences import DEFAULT_SILENCE, SilenceBook
 from daemon.operator import OperatorError, add_silence, approve, node_action
 from daemon.store import ActionRow, EntityRow
 
@@ -81,54 +86,130 @@ def silences_json(service) -> list[dict]:
 
 
 # -- the status page ------------------------------------------------------------------------------
+RANK = {"healthy": 0, "suspect": 1, "unknown": 2, "subhealthy": 3, "failed": 4}
+COMPACT_ABOVE = 160
+"""Above this many nodes the heatmap draws one square per node (16 scaleX640 supernodes are 1,280 blades)."""
+
+
+def _worst(states) -> str:
+    return max(states, key=lambda st: RANK.get(st, 0), default="healthy")
+
+
 def heatmap_svg(entities: list[dict]) -> str:
-    """One row per rack, one tile per node (its header coloured by the node's state) holding a cell per
-    accelerator; every tile and cell has a tooltip with its id and state."""
+    """One row per rack, one tile per node holding a cell per accelerator and a narrow one per fabric port; the
+    tile's header has the worst state of the node and its parts (a failed port shows on its blade). Above
+    :data:`COMPACT_ABOVE` nodes, one square per node in that worst state. Every tile and cell has a tooltip."""
     nodes: dict[str, dict] = {}
-    accel: dict[str, list[dict]] = {}
+    parts: dict[str, dict[str, list[dict]]] = {}
     for e in entities:
         if e["kind"] == "node":
             nodes[e["id"]] = e
-        elif e["kind"] == "accelerator":
-            accel.setdefault(e["node"], []).append(e)
+        elif e["kind"] in ("accelerator", "port"):
+            parts.setdefault(e["node"], {}).setdefault(e["kind"], []).append(e)
+    for node in parts:  # a node known only from its parts' telemetry
+        nodes.setdefault(node, {"id": node, "kind": "node", "node": node, "rack": next(
+            (x["rack"] for xs in parts[node].values() for x in xs if x.get("rack")), None), "state": "healthy"})
     racks: dict[str, list[str]] = {}
     for node, e in nodes.items():
         racks.setdefault(e["rack"] or "-", []).append(node)
-    cell, gap, per_row, label_h = 11, 2, 4, 11
-    tile_w = per_row * (cell + gap) + gap
-    out, y = [], 0
-    width = 0
-    for rack in sorted(racks):
-        members = sorted(racks[rack])
-        out.append(f'<text x="0" y="{y + 11}" class="rack">{html.escape(rack)}</text>')
-        y += 16
-        x = 0
-        row_h = 0
-        for node in members:
-            gpus = sorted(accel.get(node, []), key=lambda a: (len(a["id"]), a["id"]))
-            rows = max(1, -(-len(gpus) // per_row))
-            tile_h = 6 + rows * (cell + gap) + gap + label_h
-            if x + tile_w > 1200:
-                x, y = 0, y + row_h + 4
-                row_h = 0
-            state = nodes[node]["state"]
-            out.append(f'<g><title>{html.escape(node)}: {state}</title>'
-                       f'<rect x="{x}" y="{y}" width="{tile_w}" height="{tile_h}" fill="#eceff1" stroke="#90a4ae"/>'
-                       f'<rect x="{x}" y="{y}" width="{tile_w}" height="5" fill="{COLOURS.get(state, "#000")}"/></g>')
-            for i, g in enumerate(gpus):
-                cx = x + gap + (i % per_row) * (cell + gap)
-                cy = y + 6 + gap + (i // per_row) * (cell + gap)
-                out.append(f'<rect x="{cx}" y="{cy}" width="{cell}" height="{cell}" '
-                           f'fill="{COLOURS.get(g["state"], "#000")}"><title>{html.escape(g["id"])}: '
-                           f'{g["state"]}</title></rect>')
-            short = node.rsplit("-", 1)[-1] if len(node) > 8 else node
-            out.append(f'<text x="{x + tile_w / 2}" y="{y + tile_h - 2}" class="node">{html.escape(short)}</text>')
-            x += tile_w + 4
-            row_h = max(row_h, tile_h)
-            width = max(width, x)
-        y += row_h + 10
+    esc = html.escape
+
+    def worst_of(node: str) -> tuple[str, str]:
+        """The node's tile state and its tooltip (the parts not healthy)."""
+        bad = [x for xs in parts.get(node, {}).values() for x in xs if x["state"] != "healthy"]
+        state = _worst([nodes[node]["state"], *(x["state"] for x in bad)])
+        tip = f"{node}: {nodes[node]['state']}" + "".join(f"\n{x['id']}: {x['state']}" for x in bad[:12])
+        return state, tip
+
+    out, y, width = [], 0, 0
+    if len(nodes) > COMPACT_ABOVE:
+        cell, gap, per_row = 9, 2, 64
+        for rack in sorted(racks):
+            members = sorted(racks[rack])
+            out.append(f'<text x="0" y="{y + 11}" class="rack">{esc(rack)} ({len(members)} nodes)</text>')
+            y += 14
+            for k, node in enumerate(members):
+                state, tip = worst_of(node)
+                x = (k % per_row) * (cell + gap)
+                out.append(f'<rect x="{x}" y="{y + (k // per_row) * (cell + gap)}" width="{cell}" height="{cell}" '
+                           f'fill="{COLOURS.get(state, "#000")}"><title>{esc(tip)}</title></rect>')
+                width = max(width, x + cell)
+            y += (-(-len(members) // per_row)) * (cell + gap) + 8
+    else:
+        cell, gap, per_row, label_h, port_w = 11, 2, 4, 11, 5
+        tile_w = per_row * (cell + gap) + gap
+        for rack in sorted(racks):
+            members = sorted(racks[rack])
+            out.append(f'<text x="0" y="{y + 11}" class="rack">{esc(rack)}</text>')
+            y += 16
+            x = 0
+            row_h = 0
+            for node in members:
+                gpus = sorted(parts.get(node, {}).get("accelerator", []), key=lambda a: (len(a["id"]), a["id"]))
+                ports = sorted(parts.get(node, {}).get("port", []), key=lambda a: (len(a["id"]), a["id"]))
+                rows = max(1, -(-len(gpus) // per_row))
+                port_rows = -(-len(ports) // 8)
+                tile_h = 6 + rows * (cell + gap) + port_rows * (cell // 2 + gap) + gap + label_h
+                if x + tile_w > 1200:
+                    x, y = 0, y + row_h + 4
+                    row_h = 0
+                state, tip = worst_of(node)
+                out.append(f'<g><title>{esc(tip)}</title>'
+                           f'<rect x="{x}" y="{y}" width="{tile_w}" height="{tile_h}" fill="#eceff1" '
+                           'stroke="#90a4ae"/>'
+                           f'<rect x="{x}" y="{y}" width="{tile_w}" height="5" '
+                           f'fill="{COLOURS.get(state, "#000")}"/></g>')
+                for i, g in enumerate(gpus):
+                    cx = x + gap + (i % per_row) * (cell + gap)
+                    cy = y + 6 + gap + (i // per_row) * (cell + gap)
+                    out.append(f'<rect x="{cx}" y="{cy}" width="{cell}" height="{cell}" '
+                               f'fill="{COLOURS.get(g["state"], "#000")}"><title>{esc(g["id"])}: '
+                               f'{g["state"]}</title></rect>')
+                top = y + 6 + gap + rows * (cell + gap)
+                for i, pt in enumerate(ports):
+                    cx = x + gap + (i % 8) * (port_w + 1)
+                    cy = top + (i // 8) * (cell // 2 + gap)
+                    out.append(f'<rect x="{cx}" y="{cy}" width="{port_w}" height="{cell // 2}" '
+                               f'fill="{COLOURS.get(pt["state"], "#000")}"><title>{esc(pt["id"])}: '
+                               f'{pt["state"]}</title></rect>')
+                short = node.rsplit("-", 1)[-1] if len(node) > 8 else node
+                out.append(f'<text x="{x + tile_w / 2}" y="{y + tile_h - 2}" class="node">{esc(short)}</text>')
+                x += tile_w + 4
+                row_h = max(row_h, tile_h)
+                width = max(width, x)
+            y += row_h + 10
     return (f'<svg xmlns="http://www.w3.org/2000/svg" width="{max(width, 200)}" height="{max(y, 20)}" '
             f'role="img" aria-label="health heatmap">{"".join(out)}</svg>')
+
+
+def telemetry_banner(service, entities: list[dict]) -> str:
+    """A loud banner when telemetry is lost: collectors whose last collection failed, nodes that report nothing
+    (state unknown). Empty when all is well."""
+    esc = html.escape
+    failing = [f"collector {name}: {'; '.join(o.errors[:2]) or 'failed'}"
+               for name, o in getattr(service.last, "outcomes", {}).items() if not o.ok]
+    nodes = [e for e in entities if e["kind"] == "node"]
+    lost = [e["id"] for e in nodes if e["state"] == "unknown"]
+    if not failing and not lost:
+        return ""
+    lines = failing + ([f"{len(lost)} of {len(nodes)} nodes report no telemetry: {', '.join(lost[:20])}"
+                        + (" …" if len(lost) > 20 else "")] if lost else [])
+    return ('<div class="loss" role="alert"><strong>TELEMETRY LOST</strong> — raswarden cannot judge what it '
+            "does not see:<ul>" + "".join(f"<li>{esc(x)}</li>" for x in lines) + "</ul></div>")
+
+
+_STYLE = """
+body{font:14px system-ui,sans-serif;margin:1.2em;color:#263238} h1{font-size:1.3em;margin:0}
+h2{font-size:1.1em;margin:1.2em 0 .4em} table{border-collapse:collapse;width:100%}
+td,th{border-bottom:1px solid #cfd8dc;padding:3px 6px;text-align:left;vertical-align:top}
+tr.failed td.state{color:#c62828;font-weight:bold} tr.subhealthy td.state{color:#ef6c00}
+h1.failed{color:#c62828} h1.subhealthy{color:#ef6c00} table.kv{width:auto} table.kv th{padding-right:2em}
+.chip{display:inline-block;width:10px;height:10px;margin:0 3px 0 10px} .rack{font-size:11px;fill:#37474f}
+.node{font-size:9px;fill:#455a64;text-anchor:middle}
+.muted{color:#607d8b}
+.loss{background:#c62828;color:#fff;padding:.6em 1em;margin:.8em 0;font-size:1.1em}
+.loss ul{margin:.3em 0 0 1.2em;padding:0}
+"""
 
 
 def _when(ts: float | None) -> str:
@@ -148,8 +229,9 @@ def status_page(service) -> str:
     legend = " ".join(f'<span class="chip" style="background:{c}"></span>{s}' for s, c in COLOURS.items())
     summary = ", ".join(f"{n} {k.replace(':', ' ')}" for k, n in sorted(counts.items())) or "no entities yet"
     inc_rows = "".join(
-        f'<tr class="{esc(i["severity"])}"><td>{esc(i["id"])}</td><td>{esc(i["entity"])}</td>'
-        f'<td>{esc(i["severity"])}</td><td>{esc(i["category"])}</td><td>{_when(i["opened_at"])}</td>'
+        f'<tr class="{esc(i["severity"])}"><td><a href="/incidents/{esc(i["id"])}">{esc(i["id"])}</a></td>'
+        f'<td>{esc(i["rack"] or "-")}</td><td>{esc(i["entity"])}</td>'
+        f'<td class="state">{esc(i["severity"])}</td><td>{esc(i["category"])}</td><td>{_when(i["opened_at"])}</td>'
         f'<td>{"<br>".join(esc(str(r)) for r in i["evidence"][:4])}</td></tr>' for i in incidents)
     act_rows = "".join(
         f'<tr><td>{_when(a["ts"])}</td><td>{esc(a["incident"])}</td><td>{esc(a["playbook"])}</td>'
@@ -161,22 +243,16 @@ def status_page(service) -> str:
     return f"""<!doctype html>
 <html lang="en"><head><meta charset="utf-8"><title>raswarden</title>
 <meta http-equiv="refresh" content="30">
-<style>
-body{{font:14px system-ui,sans-serif;margin:1.2em;color:#263238}} h1{{font-size:1.3em;margin:0}}
-h2{{font-size:1.1em;margin:1.2em 0 .4em}} table{{border-collapse:collapse;width:100%}}
-td,th{{border-bottom:1px solid #cfd8dc;padding:3px 6px;text-align:left;vertical-align:top}}
-tr.failed td:nth-child(3){{color:#c62828;font-weight:bold}} tr.subhealthy td:nth-child(3){{color:#ef6c00}}
-.chip{{display:inline-block;width:10px;height:10px;margin:0 3px 0 10px}} .rack{{font-size:11px;fill:#37474f}}
-.node{{font-size:9px;fill:#455a64;text-anchor:middle}}
-.muted{{color:#607d8b}}
-</style></head><body>
+<style>{_STYLE}</style></head><body>
 <h1>raswarden — shard {esc(service.cfg.service.shard)}</h1>
 <p class="muted">{status} · {esc(summary)} · updated {_when(time.time())} UTC</p>
+{telemetry_banner(service, entities)}
 <h2>Health</h2><p>{legend}</p>
 {heatmap_svg(entities)}
 <h2>Open incidents ({len(incidents)})</h2>
-<table><tr><th>incident</th><th>entity</th><th>state</th><th>category</th><th>opened (UTC)</th><th>evidence</th></tr>
-{inc_rows or '<tr><td colspan="6" class="muted">none</td></tr>'}</table>
+<table><tr><th>incident</th><th>rack</th><th>entity</th><th>state</th><th>category</th><th>opened (UTC)</th>
+<th>evidence</th></tr>
+{inc_rows or '<tr><td colspan="7" class="muted">none</td></tr>'}</table>
 <h2>Recent actions</h2>
 <table><tr><th>when (UTC)</th><th>incident</th><th>playbook</th><th>step</th><th>status</th></tr>
 {act_rows or '<tr><td colspan="5" class="muted">none</td></tr>'}</table>
@@ -187,10 +263,64 @@ tr.failed td:nth-child(3){{color:#c62828;font-weight:bold}} tr.subhealthy td:nth
 """
 
 
+def incident_page(service, incident_id: str) -> str | None:
+    """One incident's own page (the link in every alert): where the part is, what is wrong, what raswarden did and
+    what to do next, the findings from an hour before it opened to its close, the action journal and the commands.
+    None when there is no such incident."""
+    from daemon.alerting.alert import alert_from_incident
+    from daemon.alerting.alert_pipeline import describe_action
+    from daemon.alerting.render import commands
+    from daemon.alerting.runbooks import runbook_for
+
+    row = service.store.incident(incident_id)
+    if row is None:
+        return None
+    esc = html.escape
+    actions = service.store.actions_of(row.id)
+    alert = alert_from_incident(row, describe_action(actions), service.pipeline.mapper.topology.place(row.entity),
+                                runbook_for(row.category, service.cfg.alerting.runbooks))
+    node = row.entity.split("/", 1)[0]
+    findings = service.store.findings_of(sorted({row.entity, node}), row.opened_at - 3600.0, row.closed_at)
+    place = "".join(f"<tr><th>{esc(k)}</th><td>{esc(str(v))}</td></tr>" for k, v in alert.where) or \
+        '<tr><td class="muted">no topology entry</td></tr>'
+    evidence = "".join(f"<li>{esc(str(r))}</li>" for r in row.evidence)
+    timeline = "".join(
+        f'<tr class="{esc(f.state)}"><td>{_when(f.ts)}</td><td>{esc(f.entity)}</td>'
+        f'<td class="state">{esc(f.state)}</td>'
+        f'<td>{esc(f.detector)}</td><td>{"<br>".join(esc(str(r)) for r in f.reasons[:3])}</td></tr>'
+        for f in findings)
+    journal = "".join(
+        f'<tr><td>{_when(a.ts)}</td><td>{esc(a.playbook)}</td><td>{esc(a.step)}</td><td>{esc(a.status)}</td>'
+        f'<td>{esc(str(a.detail.get("would") or a.detail.get("error") or a.detail.get("note") or ""))}</td></tr>'
+        for a in actions)
+    cmds = "".join(f"<li><code>{esc(c)}</code></li>" for c in commands(alert))
+    status = "open" if row.closed_at is None else f"closed {_when(row.closed_at)} UTC ({esc(row.close_reason or '')})"
+    return f"""<!doctype html>
+<html lang="en"><head><meta charset="utf-8"><title>{esc(row.id)} · raswarden</title>
+<style>{_STYLE}</style></head><body>
+<p><a href="/">← status page</a></p>
+<h1 class="{esc(row.severity)}">{esc(alert.summary)}</h1>
+<p class="muted">{esc(row.id)} · {esc(row.severity)} · {esc(row.category)} · opened {_when(row.opened_at)} UTC
+· {status}{f" · under {esc(row.parent)}" if row.parent else ""}</p>
+<h2>Where</h2><table class="kv">{place}</table>
+<h2>Evidence</h2><ul>{evidence or '<li class="muted">none</li>'}</ul>
+<h2>What raswarden did</h2><p>{esc(alert.action or "no action yet (watching)")}</p>
+<h2>What to do next</h2><p>{esc(alert.runbook or "-")}</p><ul>{cmds}</ul>
+<h2>Findings ({len(findings)}, from an hour before it opened)</h2>
+<table><tr><th>when (UTC)</th><th>entity</th><th>state</th><th>detector</th><th>reasons</th></tr>
+{timeline or '<tr><td colspan="5" class="muted">none recorded</td></tr>'}</table>
+<h2>Action journal</h2>
+<table><tr><th>when (UTC)</th><th>playbook</th><th>step</th><th>status</th><th>detail</th></tr>
+{journal or '<tr><td colspan="5" class="muted">none</td></tr>'}</table>
+</body></html>
+"""
+
+
 # -- the server -----------------------------------------------------------------------------------
-def _handler(service, token: str | None):
+def _handler(service, token: str | None, timeout_s: float = 10.0):
     class Handler(BaseHTTPRequestHandler):
         server_version = "raswarden"
+        timeout = timeout_s  # the socket's: an idle or slow client is closed (http.server logs "timed out")
 
         def _send(self, status: int, body: bytes | str, ctype: str = "application/json") -> None:
             data = body.encode() if isinstance(body, str) else body
@@ -215,6 +345,12 @@ def _handler(service, token: str | None):
                     self._json(200 if ok else 503, detail)
                 elif path in ("/", "/incidents"):
                     self._send(200, status_page(service), "text/html; charset=utf-8")
+                elif path.startswith("/incidents/") and path.count("/") == 2:
+                    page = incident_page(service, path.rsplit("/", 1)[1])
+                    if page is None:
+                        self._send(404, f"no incident {html.escape(path.rsplit('/', 1)[1])}\n", "text/plain")
+                    else:
+                        self._send(200, page, "text/html; charset=utf-8")
                 elif path == "/api/v1/entities":
                     self._json(200, entities_json(service))
                 elif path == "/api/v1/incidents":
@@ -233,7 +369,9 @@ def _handler(service, token: str | None):
         def do_POST(self):  # noqa: N802
             url = urlsplit(self.path)
             if token is None:
-                self._json(403, {"error": "the API's write calls are off: set [http] token_file or token_credential"})
+                why = getattr(getattr(getattr(service, "cfg", None), "http", None), "token_error", None)
+                self._json(403, {"error": "the API's write calls are off: " + (
+                    why or "set [http] token_file or token_credential")})
                 return
             given = self.headers.get("Authorization", "")
             if not hmac.compare_digest(given.encode(), f"Bearer {token}".encode()):
@@ -259,8 +397,9 @@ def _handler(service, token: str | None):
                     matchers = body.get("matchers")
                     if not isinstance(matchers, list) or not matchers:
                         raise OperatorError("matchers: a non-empty list such as [\"rack=r07\"]", 400)
-                    sil = add_silence(service.store, [str(m) for m in matchers], str(body.get("duration", "4h")),
-                                      who, str(body.get("comment", "")))
+                    duration = str(body.get("duration", DEFAULT_SILENCE))
+                    sil = add_silence(service.store, [str(m) for m in matchers], duration, who,
+                                      str(body.get("comment", "")))
                     self._json(201, {"id": sil.id, "ends_at": sil.ends_at})
                 elif parts[:3] == ["api", "v1", "nodes"] and len(parts) == 5 and parts[4] in ("drain", "resume"):
                     from daemon.remediation import scheduler_from_config
@@ -283,14 +422,49 @@ def _handler(service, token: str | None):
     return Handler
 
 
+BUSY = b"HTTP/1.0 503 Service Unavailable\r\nRetry-After: 1\r\nContent-Length: 0\r\nConnection: close\r\n\r\n"
+
+
+class BoundedHTTPServer(ThreadingHTTPServer):
+    """A thread per connection, at most ``max_connections`` at once: one more is answered 503 and closed."""
+
+    daemon_threads = True
+
+    def __init__(self, address, handler, max_connections: int = 32):
+        self.slots = threading.BoundedSemaphore(max_connections)
+        super().__init__(address, handler)
+
+    def process_request(self, request, client_address) -> None:
+        if not self.slots.acquire(blocking=False):
+            metrics.HTTP_REFUSED.inc()
+            try:
+                request.settimeout(1.0)
+                request.sendall(BUSY)
+            except OSError:
+                pass
+            self.shutdown_request(request)
+            return
+        try:
+            super().process_request(request, client_address)
+        except BaseException:
+            self.slots.release()
+            raise
+
+    def process_request_thread(self, request, client_address) -> None:
+        try:
+            super().process_request_thread(request, client_address)
+        finally:
+            self.slots.release()
+
+
 class WebServer:
     """The HTTP endpoint in a thread of its own."""
 
     def __init__(self, service, http_cfg):
         host, _, port = http_cfg.listen.rpartition(":")
         address = (host.strip("[]") or "127.0.0.1", int(port))
-        self.server = ThreadingHTTPServer(address, _handler(service, http_cfg.token))
-        self.server.daemon_threads = True
+        self.server = BoundedHTTPServer(address, _handler(service, http_cfg.token, http_cfg.request_timeout_s),
+                                        http_cfg.max_connections)
         self.thread = threading.Thread(target=self.server.serve_forever, name="http", daemon=True)
 
     @property

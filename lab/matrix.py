@@ -29,8 +29,7 @@ from collections.abc import Callable
 from concurrent.futures import ProcessPoolExecutor, as_completed
 from pathlib import Path
 
-SCENARIOS = Path(__file__).resolve().parent.parent / "fixtures" / "scenarios"
-FAULTS = Path(__file__).resolve().parent.parent / "fixtures" / "faults"
+from lab.bundled import FAULTS, SCENARIOS
 LIVE = {"jitter": "1s", "missed": 0.01}
 # cell -> (the simulator's resolution in seconds, the sampling per source)
 SAMPLING = {

@@ -47,6 +47,7 @@ class JobInfo:
     checkpoint_opt_in: bool = False
     name: str = ""
     comment: str = ""  # where a job may confirm its checkpoint (Slurm: scontrol update JobId=.. Comment=..)
+    user: str = ""  # who runs it (told in alerts: the people a drain touches)
 
 
 @dataclass(frozen=True)

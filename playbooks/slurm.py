@@ -5,7 +5,7 @@ shell; node names, job ids, signals and reasons are validated before they reach 
 Verified against Slurm 22.05 (Debian 12; the lab of scripts/slurm-lab.sh): ``sinfo --json`` gives each
 node's ``state``, ``state_flags`` (``DRAIN``, ``MAINTENANCE``, ``REBOOT_REQUESTED``, ``NOT_RESPONDING``,
 ...), ``reason`` and ``reason_set_by_user``; ``squeue --json`` each job's ``job_state``, ``nodes`` (a host
-list), ``comment``, ``name``, ``partition``. ``scontrol requeue`` sends the batch script TERM, so a
+list), ``comment``, ``name``, ``partition``, ``user_name``. ``scontrol requeue`` sends the batch script TERM, so a
 checkpoint signal (``scancel --signal=USR1 --batch``) goes first. Which jobs opted in to checkpoint
 signals is configured (:class:`OptIn`): Slurm 22.05 does not report a job's own ``--signal`` request.
 """
@@ -134,7 +134,7 @@ class SlurmScheduler:
                 names = ()
             jobs[job_id] = JobInfo(id=job_id, nodes=names, state=str(raw.get("job_state") or "").lower(),
                                    checkpoint_opt_in=self.opt_in(raw), name=raw.get("name") or "",
-                                   comment=raw.get("comment") or "")
+                                   comment=raw.get("comment") or "", user=str(raw.get("user_name") or ""))
         return ClusterState(taken, nodes, jobs)
 
     def signal_job(self, job_id: str, signal: str) -> None:

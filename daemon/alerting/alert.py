@@ -37,6 +37,8 @@ class Alert:
     action: str = ""  # what raswarden did or will do
     parent: str | None = None  # the rack/cooling incident this one is grouped under
     close_reason: str = ""
+    where: list = field(default_factory=list)  # [what, value] pairs: rack, node, slot, serial, UUID, PCI, far end
+    runbook: str = ""  # what to do next (daemon/alerting/runbooks.py)
 
     @property
     def labels(self) -> dict[str, str]:
@@ -69,8 +71,9 @@ def group_key(rack: str | None, category: str) -> str:
     return f"rack={rack or '-'},category={category}"
 
 
-def alert_from_incident(row: Any, action: str = "") -> Alert:
-    """The alert of an incident row (``daemon.store.IncidentRow`` or ``daemon.incidents.Incident``)."""
+def alert_from_incident(row: Any, action: str = "", where: list | None = None, runbook: str = "") -> Alert:
+    """The alert of an incident row (``daemon.store.IncidentRow`` or ``daemon.incidents.Incident``), with where its
+    part is (``where``: [what, value] pairs, e.g. from ``Topology.place``) and what to do next (``runbook``)."""
     state = row.severity if isinstance(row.severity, str) else row.severity.label
     closed = row.closed_at is not None
     words = CATEGORY_WORDS.get(row.category, row.category)
@@ -89,6 +92,7 @@ def alert_from_incident(row: Any, action: str = "") -> Alert:
         state=state, entity=row.entity, kind=row.kind, category=row.category, rack=row.rack, summary=summary,
         evidence=list(row.evidence or []), started_at=row.opened_at, ended_at=row.closed_at, action=action,
         parent=getattr(row, "parent", None), close_reason=row.close_reason or "",
+        where=[list(p) for p in where or []], runbook=runbook,
     )
 
 

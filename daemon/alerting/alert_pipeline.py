@@ -12,6 +12,7 @@ incidents arriving together make one message); later changes are sent at most ev
 
 from __future__ import annotations
 
+import logging
 from dataclasses import dataclass, field
 
 from sqlmodel import Session, select
@@ -19,8 +20,13 @@ from sqlmodel import Session, select
 from daemon.alerting.alert import Alert, Notification, alert_from_incident, group_key
 from daemon.alerting.outbox import enqueue
 from daemon.alerting.routing import Route, route
+from daemon.alerting.runbooks import runbook_for
 from daemon.alerting.silences import Silence, SilenceBook
 from daemon.store import ActionRow, IncidentCursorRow, AlertGroupRow, AlertRow, IncidentRow, Store
+from daemon.topology import Topology
+from playbooks.scheduler import ClusterState, Scheduler, SchedulerError
+
+log = logging.getLogger("raswarden.alerting")
 
 
 @dataclass
@@ -33,25 +39,41 @@ class AlertingConfig:
     status_url: str = ""
     default_receivers: list[str] = field(default_factory=list)
     routes: list[Route] = field(default_factory=list)
+    runbooks: dict[str, str] = field(default_factory=dict)  # category -> the operator's runbook line
 
 
 def describe_action(rows: list[ActionRow]) -> str:
-    """What raswarden did or will do for an incident, from its action journal (daemon/actions.py)."""
+    """What raswarden did or will do for an incident, in plain words, from its action journal (daemon/actions.py):
+    the steps done (``done: checkpoint, drain``), the one in progress or failed, or what a dry-run would have done
+    (``nothing done``)."""
     parts = []
     for head in (r for r in rows if r.step == "action"):
-        mode = head.detail.get("mode", "act")
-        suffix = "" if mode == "act" else f" ({mode})"
-        steps = head.detail.get("steps", [])
+        d = head.detail
+        mode, inc = d.get("mode", "act"), d.get("incident") or {}
+        node = None if inc.get("kind") in ("rack", "cooling", "supernode") else \
+            inc.get("scheduler_node") or (inc.get("entity") or "").split("/", 1)[0] or None
+        on = f" on {node}" if node else ""
+        steps = d.get("steps", [])
+        names = ", ".join(s["type"] for s in steps)
         if head.status == "awaiting_approval":
-            parts.append(f"playbook {head.playbook}: awaiting approval to {', '.join(s['type'] for s in steps)}")
-            continue
-        moved = [s for s in steps if s.get("status") not in ("pending",)]
-        if not moved:
-            parts.append(f"playbook {head.playbook}: planned{suffix}")
-            continue
-        last = moved[-1]
-        held = f", held: {head.detail.get('note')}" if head.status == "held" and head.detail.get("note") else ""
-        parts.append(f"playbook {head.playbook}: {last['type']} {last['status']}{suffix}{held}")
+            parts.append(f"{head.playbook}: waiting for an operator's approval to {names}{on}")
+        elif mode == "shadow":
+            parts.append(f"{head.playbook}: shadow mode, the plan ({names}{on}) recorded, nothing done")
+        elif mode == "dry-run":
+            would = [s.get("detail", {}).get("would") or f"{s['type']}{on}" for s in steps
+                     if s.get("status") == "dry-run"]
+            parts.append(f"{head.playbook}: dry-run, nothing done; would " + (", ".join(would) or names + on))
+        else:
+            done = [s["type"] for s in steps if s.get("status") in ("done", "skipped")]
+            current = next((s for s in steps if s.get("status") not in ("done", "skipped")), None)
+            text = f"{head.playbook}{on}: " + (f"done: {', '.join(done)}" if done else "nothing done yet")
+            if head.status == "held":
+                text += f"; held ({d.get('note') or 'a guard'})"
+            elif current is not None and current.get("status") == "failed":
+                text += f"; {current['type']} failed: {current.get('detail', {}).get('error', 'see the journal')}"
+            elif current is not None:
+                text += f"; next {current['type']}" + (" (in progress)" if current.get("status") == "started" else "")
+            parts.append(text)
     return "; ".join(parts)
 
 
@@ -65,9 +87,12 @@ class AlertPipeline:
 
     cursor_name = "incidents"
 
-    def __init__(self, store: Store, config: AlertingConfig, receivers: list[str] | None = None):
+    def __init__(self, store: Store, config: AlertingConfig, receivers: list[str] | None = None,
+                 topology: Topology | None = None, scheduler: Scheduler | None = None):
         self.store = store
         self.config = config
+        self.topology = topology or Topology()  # where a part is, for the message
+        self.scheduler = scheduler  # whose jobs run on the node, for the message (one snapshot per sync)
         self.silences = SilenceBook(store)
         self.known_receivers = receivers  # None: do not check route targets
 
@@ -81,11 +106,15 @@ class AlertPipeline:
             rows = s.exec(select(IncidentRow).where(IncidentRow.updated_at >= since)
                           .order_by(IncidentRow.updated_at)).all()
             newest = since
+            jobs = self._jobs() if any(inc.closed_at is None for inc in rows) else None
             for inc in rows:
                 newest = max(newest, inc.updated_at)
                 actions = list(s.exec(select(ActionRow).where(ActionRow.incident_id == inc.id)
                                       .order_by(ActionRow.id)).all())
-                changed += self._upsert(s, alert_from_incident(inc, describe_action(actions)), now, inc.updated_at)
+                where = self.topology.place(inc.entity) + self._jobs_of(jobs, inc)
+                alert = alert_from_incident(inc, describe_action(actions), where,
+                                            runbook_for(inc.category, self.config.runbooks))
+                changed += self._upsert(s, alert, now, inc.updated_at)
             if rows:
                 s.merge(IncidentCursorRow(name=self.cursor_name, value=newest))
             # A firing alert also changes when a playbook step moves (the incident itself does not).
@@ -101,6 +130,28 @@ class AlertPipeline:
                     changed += self._upsert(s, alert, now, now)
             s.commit()
         return changed
+
+    def _jobs(self) -> ClusterState | None:
+        """The scheduler's jobs now (None without a scheduler, or when it does not answer: the message goes
+        without them)."""
+        if self.scheduler is None:
+            return None
+        try:
+            return self.scheduler.snapshot()
+        except SchedulerError as exc:
+            log.warning("alerts go without the jobs on their nodes: the scheduler did not answer: %s", exc)
+            return None
+
+    def _jobs_of(self, state: ClusterState | None, inc: IncidentRow) -> list[tuple[str, str]]:
+        """('jobs', 'id user name, ...') for an open incident on a node or its parts, when the scheduler said."""
+        if state is None or inc.closed_at is not None or inc.kind in ("rack", "cooling", "supernode"):
+            return []
+        node = inc.entity.split("/", 1)[0]
+        running = state.jobs_on(self.topology.scheduler_name.get(node, node))
+        if not running:
+            return [("jobs", "none running")]
+        return [("jobs", ", ".join(" ".join(x for x in (j.id, j.user, j.name) if x) for j in running[:10])
+                 + (f" and {len(running) - 10} more" if len(running) > 10 else ""))]
 
     def _upsert(self, s: Session, alert: Alert, now: float, changed_at: float) -> int:
         row = s.get(AlertRow, alert.incident_id)

@@ -83,9 +83,11 @@ class Outbox:
     """Delivery of the store's pending notifications to configured receivers."""
 
     def __init__(self, store: Store, receivers: dict[str, Receiver], backoff: Backoff | None = None,
-                 limiter: RateLimiter | None = None, send: Callable[..., Response] = post):
+                 limiter: RateLimiter | None = None, send: Callable[..., Response] = post,
+                 waiting_for: set[str] | None = None):
         self.store = store
         self.receivers = receivers
+        self.waiting_for = waiting_for or set()  # configured receivers without their secret: their rows wait
         self.backoff = backoff or Backoff()
         self.limiter = limiter or RateLimiter()
         self.send = send
@@ -121,6 +123,9 @@ class Outbox:
         for row in self.heads(time.time() if now is None else now):
             when = time.time() if now is None else now
             receiver = self.receivers.get(row.receiver)
+            if receiver is None and row.receiver in self.waiting_for:
+                counts["waiting"] = counts.get("waiting", 0) + 1  # kept pending until its secret is there
+                continue
             if receiver is None:
                 self._finish(row.id, when, Outcome(False, error=f"receiver {row.receiver!r} is not configured"))
                 counts["failed"] += 1

@@ -14,6 +14,7 @@ from pathlib import Path
 import jinja2
 
 from daemon.alerting.alert import CATEGORY_WORDS, Alert, Notification
+from daemon.alerting.silences import DEFAULT_SILENCE
 
 TRUNCATED = "… [truncated: {n} more {unit}]"
 
@@ -26,14 +27,20 @@ def fmt_ts(ts: float | None) -> str:
 
 def commands(alert: Alert) -> list[str]:
     """The exact CLI commands that silence, approve or resume what this alert is about."""
-    out = [f"raswarden silence add incident={alert.incident_id} --duration 4h --comment "
+    out = [f"raswarden silence add incident={alert.incident_id} --duration {DEFAULT_SILENCE} --comment "
            + shlex.quote(f"looking at {alert.entity}")]
     action = alert.action.lower()
-    if "awaiting approval" in action:
+    if "approval to" in action:
         out.append(f"raswarden approve {alert.incident_id}")
-    if "drain" in action:
+    # resume only a node raswarden drained (describe_action: "done: ..., drain"), not one a dry-run would have
+    if any("drain" in part.split("done:", 1)[1] for part in action.split(";") if "done:" in part):
         out.append(f"raswarden resume {alert.entity.split('/', 1)[0]} --reason repaired --repaired")
     return out
+
+
+def where(alert: Alert) -> str:
+    """Where the alert's part is, in one line: ``rack r01 · node sn01-b03 · slot gpu2 · UUID GPU-… · PCI …``."""
+    return " · ".join(f"{what} {value}" for what, value in alert.where)
 
 
 def headline(n: Notification) -> str:
@@ -75,8 +82,13 @@ class Renderer:
                                       lstrip_blocks=True, keep_trailing_newline=False,
                                       undefined=jinja2.StrictUndefined)
         self.env.filters["ts"] = fmt_ts
-        self.env.globals.update(commands=commands, category_words=CATEGORY_WORDS)
+        self.env.globals.update(commands=commands, category_words=CATEGORY_WORDS, where=where,
+                                incident_url=self.incident_url)
         self.status_url = status_url.rstrip("/")
+
+    def incident_url(self, alert: Alert) -> str:
+        """The incident's own page on the status server ("" without ``alerting.status_url``)."""
+        return f"{self.status_url}/incidents/{alert.incident_id}" if self.status_url else ""
 
     def render(self, name: str, n: Notification, receiver_type: str) -> str:
         """Render template ``name`` (``title`` or ``body``) for ``receiver_type``."""

@@ -2,8 +2,9 @@
 
 from __future__ import annotations
 
+import logging
 import time
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 
 from daemon.alerting.alert import Alert, Notification
 from daemon.alerting.http import Outcome, post
@@ -15,6 +16,10 @@ from daemon.alerting.render import Renderer
 from daemon.alerting.secrets import install_log_redaction
 from daemon.config import Config
 from daemon.store import Store
+from daemon.topology import Topology
+from playbooks.scheduler import Scheduler
+
+log = logging.getLogger("raswarden.alerting")
 
 
 @dataclass
@@ -22,14 +27,24 @@ class Alerting:
     pipeline: AlertPipeline
     outbox: Outbox
     receivers: dict[str, Receiver]
+    unavailable: dict[str, str] = field(default_factory=dict)  # receiver -> why its secret could not be read
 
     @classmethod
-    def from_config(cls, cfg: Config, store: Store) -> Alerting:
+    def from_config(cls, cfg: Config, store: Store, scheduler: Scheduler | None = None) -> Alerting:
+        """The alert pipeline, outbox and receivers of a config. A receiver whose secret cannot be read (a
+        credential not there yet) is not built: it is logged, its alerts are queued and wait for it (a restart or
+        reload once the secret is there), and the others go on. With a ``scheduler``, a message names the jobs
+        running on the node and their users."""
         install_log_redaction()
         renderer = Renderer(cfg.templates_dir, cfg.alerting.status_url)
-        receivers = {rc.name: build(rc, renderer) for rc in cfg.receivers}
-        pipeline = AlertPipeline(store, cfg.alerting, list(receivers))
-        return cls(pipeline, Outbox(store, receivers, cfg.backoff), receivers)
+        receivers = {rc.name: build(rc, renderer) for rc in cfg.receivers if not rc.unavailable}
+        unavailable = {rc.name: rc.unavailable for rc in cfg.receivers if rc.unavailable}
+        for name, why in unavailable.items():
+            log.error("receiver %s is off until its secret is there: %s", name, why)
+        pipeline = AlertPipeline(store, cfg.alerting, [rc.name for rc in cfg.receivers],
+                                 Topology.configured(cfg.service.topology), scheduler)
+        outbox = Outbox(store, receivers, cfg.backoff, waiting_for=set(unavailable))
+        return cls(pipeline, outbox, receivers, unavailable)
 
     def step(self, now: float | None = None) -> dict[str, int]:
         """Read incidents, queue what is due, deliver what can go now."""
@@ -41,6 +56,8 @@ class Alerting:
     def test(self, name: str, now: float | None = None) -> Outcome:
         """Send a test message to receiver ``name`` directly (not through the outbox)."""
         receiver = self.receivers.get(name)
+        if receiver is None and name in self.unavailable:
+            return Outcome(False, error=f"receiver {name!r} is off: {self.unavailable[name]}")
         if receiver is None:
             return Outcome(False, error=f"no receiver named {name!r} (configured: {', '.join(self.receivers)})")
         now = time.time() if now is None else now

@@ -1,8 +1,8 @@
 """Secrets (webhook URLs with tokens, signing keys): where they come from, and keeping them out of logs.
 
 A secret is read from the config value itself, a file (``*_file``, which must not be readable by
-others) or a systemd credential (``*_credential``: ``$CREDENTIALS_DIRECTORY/NAME`` from
-``LoadCredential=``). Every secret read is registered with :class:`RedactingFilter`, which replaces it in
+others) or a systemd credential (``*_credential``: :func:`credential_path`). Every secret read is registered
+with :class:`RedactingFilter`, which replaces it in
 every log record; error messages name URLs through :func:`redact_url` (scheme and host only).
 """
 
@@ -57,28 +57,58 @@ def redact_url(url: str) -> str:
     return f"{parts.scheme}://{host}{port}/{REDACTED}" if (parts.path.strip("/") or parts.query) else url
 
 
+CREDENTIALS_DIR = "/etc/raswarden/credentials"
+"""Where the unit loads credentials from (``LoadCredential=raswarden:/etc/raswarden/credentials``: each file
+``NAME`` there reaches the service as ``raswarden_NAME``), and where a command outside systemd reads them
+(``$RASWARDEN_CREDENTIALS_DIRECTORY`` overrides it)."""
+
+
+def credential_path(name: str) -> tuple[Path | None, list[Path]]:
+    """The file of systemd credential ``name`` and the places looked in. Under systemd: ``raswarden_NAME`` (the unit
+    loads the whole credentials directory) or ``NAME`` (an operator's own ``LoadCredential=NAME:...``) in
+    ``$CREDENTIALS_DIRECTORY``; outside it (``check-config`` from a shell, as root): the credentials directory
+    itself."""
+    base = os.environ.get("CREDENTIALS_DIRECTORY")
+    if base:
+        tried = [Path(base) / f"raswarden_{name}", Path(base) / name]
+    else:
+        tried = [Path(os.environ.get("RASWARDEN_CREDENTIALS_DIRECTORY") or CREDENTIALS_DIR) / name]
+    for t in tried:
+        try:
+            if t.exists():
+                return t, tried
+        except PermissionError:  # the directory is root's (0700): found, unreadable, and read_secret says so
+            return t, tried
+    return None, tried
+
+
 def read_secret(key: str, value: str | None = None, file: str | None = None, credential: str | None = None,
                 required: bool = True) -> str | None:
-    """The secret of config key ``key`` from its value, a ``*_file`` or a systemd ``*_credential``."""
+    """The secret of config key ``key`` from its value, a ``*_file`` or a systemd ``*_credential``; a
+    :class:`SecretError` naming the key (``url_credential``, ``url_file``) and where it looked, never the value."""
     if value:
         return register(value)
+    source = f"{key}_file {file}"
     if credential:
-        base = os.environ.get("CREDENTIALS_DIRECTORY")
-        if not base:
-            raise SecretError(f"{key}_credential = {credential!r}: $CREDENTIALS_DIRECTORY is not set "
-                              "(use LoadCredential= in the unit)")
-        file = str(Path(base) / credential)
+        found, tried = credential_path(credential)
+        if found is None:
+            raise SecretError(f"{key}_credential {credential!r}: no such credential (looked for "
+                              f"{', '.join(str(t) for t in tried)})")
+        file, source = str(found), f"{key}_credential {credential!r} ({found})"
     if file:
         path = Path(file)
         try:
             mode = path.stat().st_mode
             if mode & (stat.S_IRWXG | stat.S_IRWXO) and not os.environ.get("CREDENTIALS_DIRECTORY"):
-                raise SecretError(f"{key}_file {file}: readable by group or others (chmod 600)")
+                raise SecretError(f"{source}: readable by group or others (chmod 600)")
             text = path.read_text().strip()
+        except PermissionError:
+            raise SecretError(f"{source}: not readable by this user (the credentials are root's: run check-config "
+                              "as root, the service under systemd, which passes them on)") from None
         except OSError as exc:
-            raise SecretError(f"{key}_file {file}: {exc.strerror or exc}") from None
+            raise SecretError(f"{source}: {exc.strerror or exc}") from None
         if not text:
-            raise SecretError(f"{key}_file {file}: empty")
+            raise SecretError(f"{source}: empty")
         return register(text)
     if required:
         raise SecretError(f"{key}: missing (set {key}, {key}_file or {key}_credential)")

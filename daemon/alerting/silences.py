@@ -15,6 +15,10 @@ from sqlmodel import select
 
 from daemon.store import SilenceRow, Store
 
+DEFAULT_SILENCE = "4h"
+"""How long a silence lasts when none is given (CLI, API and the command an alert suggests): an alert's repeat
+interval, so a silenced alert does not come back before its next repeat would have."""
+
 _MATCHER = re.compile(r"^\s*([A-Za-z_][A-Za-z0-9_]*)\s*(=~|!~|!=|=)\s*(.*?)\s*$")
 
 

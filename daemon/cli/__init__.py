@@ -4,10 +4,13 @@ from __future__ import annotations
 
 import argparse
 import logging
+import os
+import signal
 import sys
 
 from daemon import __version__
 from daemon.cli import alerts, operate, repair, scoring, simulation, traces
+from daemon.cli.common import CommandError
 
 COMMAND_GROUPS = (traces, scoring, simulation, operate, alerts, repair)
 """The modules whose commands ``raswarden`` has, in the order ``--help`` lists them."""
@@ -39,7 +42,14 @@ def main(argv: list[str] | None = None) -> int:
 
     install_log_redaction()
     try:
-        return int(args.func(args) or 0)
-    except (ConfigError, SecretError) as exc:
+        code = int(args.func(args) or 0)
+        sys.stdout.flush()  # a closed pipe shows here, not at the interpreter's exit
+        return code
+    except (ConfigError, SecretError, CommandError) as exc:
         print(f"raswarden: {exc}", file=sys.stderr)
         return 2
+    except BrokenPipeError:
+        # the reader went away (`raswarden incidents | head`): stop quietly, as a Unix tool killed by SIGPIPE
+        devnull = os.open(os.devnull, os.O_WRONLY)
+        os.dup2(devnull, sys.stdout.fileno())
+        return 128 + signal.SIGPIPE

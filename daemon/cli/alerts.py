@@ -5,15 +5,17 @@ from __future__ import annotations
 import argparse
 import sys
 
-from daemon.cli.common import (config_args, fmt_ts, follow, follow_args, load_config,
-                                open_store, shard_of)
+from daemon.alerting.silences import DEFAULT_SILENCE
+from daemon.cli.common import config_args, fmt_ts, follow, follow_args, load_config, open_store, shard_of, store_of
 
 def _alerting(args: argparse.Namespace):
     from daemon.alerting.runner import Alerting
 
     cfg = load_config(args)
     store = open_store(args, cfg)
-    return Alerting.from_config(cfg, store), store
+    from daemon.remediation import scheduler_from_config
+
+    return Alerting.from_config(cfg, store, scheduler_from_config(cfg)), store
 
 
 def cmd_alerts(args: argparse.Namespace) -> int:
@@ -62,18 +64,15 @@ def cmd_silence(args: argparse.Namespace) -> int:
     import time
 
     from daemon.alerting.silences import SilenceBook
-    from playbooks.duration import parse_duration
+    from daemon.operator import OperatorError, add_silence
 
-    cfg = load_config(args)
-    store = open_store(args, cfg)
-    book = SilenceBook(store)
-    now = time.time()
-    try:
+    with store_of(args, read_only=args.silence_command == "list") as store:
+        book = SilenceBook(store)
+        now = time.time()
         if args.silence_command == "add":
             try:
-                ends = now + parse_duration(args.duration, "--duration")
-                sil = book.add(args.matcher, now, ends, args.by or getpass.getuser(), args.comment)
-            except ValueError as exc:
+                sil = add_silence(store, args.matcher, args.duration, args.by or getpass.getuser(), args.comment)
+            except OperatorError as exc:
                 print(f"raswarden: {exc}", file=sys.stderr)
                 return 2
             print(f"{sil.id} silences {' '.join(str(m) for m in sil.matchers)} until {fmt_ts(sil.ends_at)}")
@@ -91,8 +90,6 @@ def cmd_silence(args: argparse.Namespace) -> int:
                 print(f"{sil.id}  {state:<8} until {fmt_ts(sil.ends_at)}  by {sil.created_by or '-':<10} "
                       f"{' '.join(str(m) for m in sil.matchers)}  {sil.comment}")
         return 0
-    finally:
-        store.close()
 
 
 def register(sub) -> None:
@@ -120,7 +117,8 @@ def register(sub) -> None:
     ssub = p.add_subparsers(dest="silence_command", required=True, metavar="ACTION")
     q = ssub.add_parser("add", help="add a silence")
     q.add_argument("matcher", nargs="+", help="e.g. rack=r07 category=gpu_thermal, or incident=inc-...")
-    q.add_argument("--duration", default="2h", help="how long (default 2h; e.g. 30m, 4h, 1d)")
+    q.add_argument("--duration", default=DEFAULT_SILENCE,
+                   help=f"how long (default {DEFAULT_SILENCE}, an alert's repeat interval; e.g. 30m, 4h, 1d)")
     q.add_argument("--comment", default="", help="why")
     q.add_argument("--by", help="who (default: the current user)")
     config_args(q)

@@ -22,12 +22,35 @@ def fmt_duration(seconds: float) -> str:
     return f"{seconds / 60:.0f} min"
 
 
+class CommandError(Exception):
+    """A command that cannot do what was asked (``raswarden: MESSAGE`` on stderr, exit status 2)."""
+
+
 def console_out():
-    """stdout console: the terminal's width on a terminal, wide and unwrapped into a file or pipe."""
+    """stdout console: the terminal's width on a terminal; into a file or pipe unwrapped, without colour, and tables
+    as plain text (:func:`print_table`)."""
     from rich.console import Console
 
     console = Console()
-    return console if console.is_terminal else Console(width=200, soft_wrap=True)
+    return console if console.is_terminal else Console(width=200, soft_wrap=True, no_color=True, highlight=False)
+
+
+def print_table(console, table) -> None:
+    """A rich table: boxed on a terminal; into a file or pipe, tab-separated lines under its title as a ``#`` line
+    and a header line (for grep, cut and awk)."""
+    if console.is_terminal:
+        console.print(table)
+        return
+    from rich.text import Text
+
+    def plain(cell) -> str:
+        text = cell.plain if isinstance(cell, Text) else Text.from_markup(str(cell)).plain
+        return " ".join(text.split())  # no tab or newline inside a field
+
+    lines = [f"# {plain(table.title)}"] if table.title else []
+    lines.append("\t".join(plain(c.header) for c in table.columns))
+    lines += ["\t".join(plain(c) for c in row) for row in zip(*(list(c.cells) for c in table.columns))]
+    console.file.write("\n".join(lines) + "\n")
 
 
 def progress_bar(console):
@@ -52,20 +75,41 @@ def load_config(args: argparse.Namespace):
     return load(args.config or os.environ.get("RASWARDEN_CONFIG") or DEFAULT_PATH)
 
 
-def open_store(args: argparse.Namespace, cfg):
-    """The state database of a command: ``--db``, else the config's store.url."""
+def open_store(args: argparse.Namespace, cfg, read_only: bool = False):
+    """The state database of a command: ``--db``, else the config's store.url. A command that only reads
+    (``read_only``) never creates one: a SQLite file that is not there is an error naming where it was looked for."""
+    from pathlib import Path
+
     from daemon.store import Store
 
-    return Store(args.db or cfg.store_url)
+    url = getattr(args, "db", None) or cfg.store_url
+    if read_only and url.startswith("sqlite:///") and url not in ("sqlite:///:memory:",):
+        path = Path(url.split(":///", 1)[1])
+        if not path.exists():
+            given = "--db" if getattr(args, "db", None) else f"store.url of {cfg.path}"
+            raise CommandError(f"no state database at {path} ({given}): has the daemon run with this store?")
+    return Store(url)
 
 
 @contextlib.contextmanager
-def config_and_store(args: argparse.Namespace):
-    """The config and the state database of a command."""
+def config_and_store(args: argparse.Namespace, read_only: bool = False):
+    """The config and the state database of a command (``read_only``: see :func:`open_store`)."""
     cfg = load_config(args)
-    store = open_store(args, cfg)
+    store = open_store(args, cfg, read_only)
     try:
         yield cfg, store
+    finally:
+        store.close()
+
+
+@contextlib.contextmanager
+def store_of(args: argparse.Namespace, read_only: bool = False):
+    """The state database of a command that needs nothing else: ``--db`` alone (no config file read), else the
+    config's store.url."""
+    cfg = None if getattr(args, "db", None) else load_config(args)
+    store = open_store(args, cfg, read_only)
+    try:
+        yield store
     finally:
         store.close()
 

@@ -8,7 +8,7 @@ import logging
 import sys
 from collections import Counter
 
-from daemon.cli.common import fmt_ts, load_config, config_and_store, config_args
+from daemon.cli.common import config_and_store, config_args, fmt_ts, load_config, store_of
 
 def cmd_check_config(args: argparse.Namespace) -> int:
     cfg = load_config(args)
@@ -21,10 +21,15 @@ def cmd_check_config(args: argparse.Namespace) -> int:
     from daemon.topology import Topology
 
     store = Store("sqlite://")
+    warnings: list[str] = []
     try:
-        Alerting.from_config(cfg, store)
-        topology = Topology.load(cfg.service.topology) if cfg.service.topology else Topology()
+        alerting = Alerting.from_config(cfg, store)
+        warnings += [f"receiver {name} is off: {why}" for name, why in alerting.unavailable.items()]
+        if cfg.http.token_error:
+            warnings.append(f"the API's write calls are off: {cfg.http.token_error}")
+        topology = Topology.configured(cfg.service.topology)
         for c in build(cfg.collectors, ReadContext(mapper=SeriesMapper(topology=topology))):
+            warnings += [f"collector {c.name}: {w}" for w in c.check()]
             c.close()
         if cfg.service.model:
             from detectors.bundle import ModelBundle
@@ -35,8 +40,10 @@ def cmd_check_config(args: argparse.Namespace) -> int:
         return 2
     finally:
         store.close()
+    for w in warnings:
+        print(f"raswarden: {cfg.path}: WARNING: {w}", file=sys.stderr)
     print(f"{cfg.path}: OK ({len(cfg.collectors)} collectors, {len(cfg.receivers)} receivers, "
-          f"{len(cfg.alerting.routes)} routes)")
+          f"{len(cfg.alerting.routes)} routes)" + (f", {len(warnings)} warning(s)" if warnings else ""))
     return 0
 
 
@@ -71,7 +78,7 @@ def cmd_status(args: argparse.Namespace) -> int:
 
     from daemon.lease import Lease, shard_lease
 
-    with config_and_store(args) as (cfg, store):
+    with config_and_store(args, read_only=True) as (cfg, store):
         now = time.time()
         lease = Lease(store, shard_lease(cfg.service.shard)).current()
         if lease is None:
@@ -107,7 +114,7 @@ def cmd_status(args: argparse.Namespace) -> int:
 
 def cmd_incidents(args: argparse.Namespace) -> int:
     """raswarden incidents: open (or all) incidents with their evidence."""
-    with config_and_store(args) as (_cfg, store):
+    with store_of(args, read_only=True) as store:
         rows = store.incidents(None if args.all else "open")
         if args.json:
             print(json.dumps([r.model_dump() for r in rows], indent=1, default=str))
@@ -124,11 +131,74 @@ def cmd_incidents(args: argparse.Namespace) -> int:
         return 0
 
 
+def cmd_init(args: argparse.Namespace) -> int:
+    """raswarden init: scrape the exporters once, write topology.yaml and a minimal config for what is there."""
+    import datetime as dt
+    from pathlib import Path
+
+    import yaml
+
+    from daemon.collectors.exposition import read_file_sd
+    from daemon.inventory import discover
+    from daemon.starter_config import minimal_config
+
+    targets = list(args.targets)
+    for path in args.file_sd:
+        try:
+            targets += [t for t, _labels in read_file_sd(path)]
+        except (OSError, ValueError) as exc:
+            print(f"raswarden: {path}: {exc}", file=sys.stderr)
+            return 2
+    if not targets:
+        print("raswarden: init needs targets (host:port ...) or --file-sd FILE", file=sys.stderr)
+        return 2
+    out = Path(args.out)
+    config, topology = out / "raswarden.toml", out / "topology.yaml"
+    existing = [p for p in (config, topology) if p.exists()]
+    if existing and not args.force:
+        print(f"raswarden: {', '.join(map(str, existing))} already there (--force to overwrite)", file=sys.stderr)
+        return 2
+    inv = discover(targets, args.timeout)
+    for target, why in sorted(inv.unreadable.items()):
+        print(f"raswarden: {target}: {why}", file=sys.stderr)
+    if not inv.nodes:
+        print("raswarden: no target answered: nothing written", file=sys.stderr)
+        return 1
+    out.mkdir(parents=True, exist_ok=True)
+    stamp = dt.datetime.now(dt.UTC).strftime("%Y-%m-%d %H:%M UTC")
+    topology.write_text(
+        f"# Written by 'raswarden init' on {stamp} from {len(targets)} targets.\n"
+        "# The racks are a guess (nodes grouped by their name before the last '-'): put each node in its rack,\n"
+        "# and add supernode, cooling, scheduler_name, serials and switch ports where you know them (docs/replay.md).\n"
+        + yaml.safe_dump(inv.topology(), sort_keys=False, width=200))
+    config.write_text(minimal_config(file_sd=[str(Path(p).resolve()) for p in args.file_sd] or None,
+                                     targets=None if args.file_sd else targets, topology=str(topology.resolve())))
+    gpus = sum(len(n.accelerators) for n in inv.nodes.values())
+    ports = sum(len(n.ports) for n in inv.nodes.values())
+    print(f"wrote {config} and {topology}: {len(inv.nodes)} nodes, {gpus} accelerators, {ports} fabric ports "
+          f"({len(targets) - len(inv.unreadable)} of {len(targets)} targets answered)")
+    print(f"next: edit the racks in {topology}, then: sudo raswarden check-config --config {config}")
+    return 0 if not inv.unreadable else 3
+
+
 def register(sub) -> None:
     """Add this module's commands to the ``raswarden`` parser's subcommands."""
     p = sub.add_parser("check-config", help="validate the config file (names the bad key)")
     config_args(p, db=False)
     p.set_defaults(func=cmd_check_config)
+
+    p = sub.add_parser("init", help="scrape the exporters once and write topology.yaml and a minimal config",
+                       description="Scrape every target once (dcgm-exporter, node_exporter) and write a topology "
+                                   "(nodes with their addresses, GPUs with UUID, PCI bus id and model, fabric ports) "
+                                   "and the minimal, safe config (dry-run, every alert to chat) that reads them. "
+                                   "Exit 3 when some targets did not answer (the rest is written).")
+    p.add_argument("targets", nargs="*", metavar="HOST:PORT", help="exporter endpoints")
+    p.add_argument("--file-sd", action="append", default=[], metavar="FILE",
+                   help="Prometheus file_sd file(s) listing the targets (the config will read them)")
+    p.add_argument("--out", default="/etc/raswarden", metavar="DIR", help="where to write (default /etc/raswarden)")
+    p.add_argument("--force", action="store_true", help="overwrite raswarden.toml and topology.yaml")
+    p.add_argument("--timeout", type=float, default=5.0, help="seconds per scrape (default 5)")
+    p.set_defaults(func=cmd_init)
 
     p = sub.add_parser("run", help="the daemon: collect, detect, act and alert (systemd: raswarden.service)",
                        description="Run the service from the config file: live collectors on an interval, the "

@@ -7,7 +7,7 @@ import json
 import sys
 from pathlib import Path
 
-from daemon.cli.common import console_out, hours
+from daemon.cli.common import console_out, hours, print_table
 
 def _vendor_table(by_vendor: dict):
     """Each vendor's figures side by side (raswarden / baseline)."""
@@ -60,13 +60,13 @@ def cmd_evaluate(args: argparse.Namespace) -> int:
                       hours(r["lead_time_median_s"]), hours(r["lead_time_p10_s"]), hours(b["lead_time_median_s"]),
                       f"{r['hard_faults_failed']}/{r['hard_faults']}",
                       "-" if r["hard_latency_median_s"] is None else f"{r['hard_latency_median_s']:.0f} s")
-    console.print(table)
+    print_table(console, table)
     for label, d in (("raswarden", ours), ("baseline", base)):
         console.print(f"{label}: {d['flags']} flags, {d['false_flags']} false "
                       f"({d['false_flags_per_1000_node_days']} per 1,000 node-days), "
                       f"{d['confounder_flags']} on confounders, precision {d['precision']}")
     if result.by_vendor:
-        console.print(_vendor_table(result.by_vendor))
+        print_table(console, _vendor_table(result.by_vendor))
     if args.json:
         Path(args.json).write_text(json.dumps(result.as_dict(), indent=2))
         console.print(f"wrote {args.json}")

@@ -8,7 +8,10 @@ import sys
 from pathlib import Path
 
 
-DEFAULT_LIBRARY = Path(__file__).resolve().parents[2] / "fixtures" / "faults"
+def _default_library() -> str:
+    from lab.bundled import FAULTS
+
+    return str(FAULTS)
 
 
 def cmd_simulate(args: argparse.Namespace) -> int:
@@ -20,10 +23,11 @@ def cmd_simulate(args: argparse.Namespace) -> int:
     from lab.sim.observe import sampling_from_text
     from lab.sim.scenario import Scenario
     from lab.sim.writer import simulate_to
+    from lab.bundled import scenario_path
 
-    library = Path(args.library)
+    library = Path(args.library or _default_library())
     try:
-        scenario = Scenario.load(args.scenario)
+        scenario = Scenario.load(scenario_path(args.scenario))
         if args.seed is not None:
             scenario.seed = args.seed
         if args.profile is not None:
@@ -44,14 +48,16 @@ def cmd_simulate(args: argparse.Namespace) -> int:
     if args.serve:
         from lab.sim.serve import loopback, serve
 
-        exporters = ("dcgm-exporter on port 9400, node_exporter on port 9100" if sim.topo.vendors == ("nvidia",)
-                     else "each vendor's exporter (dcgm-exporter 9400, AMD 5000, npu-exporter 8082) and node_exporter "
-                          "9100")
+        o = args.port_offset
+        exporters = (f"dcgm-exporter on port {9400 + o}, node_exporter on port {9100 + o}"
+                     if sim.topo.vendors == ("nvidia",) else
+                     f"each vendor's exporter (dcgm-exporter {9400 + o}, AMD {5000 + o}, npu-exporter {8082 + o}) and "
+                     f"node_exporter {9100 + o}")
         print(f"serving {sim.topo.n_nodes} nodes at {args.speed:g}x on {loopback(0)} .. "
               f"{loopback(sim.topo.n_nodes - 1)}: {exporters}; kernel log, topology.yaml and "
               f"prometheus-targets.json in {args.out}", flush=True)
         try:
-            serve(sim, Path(args.out), args.speed)
+            serve(sim, Path(args.out), args.speed, args.port_offset)
         except ValueError as exc:
             print(f"raswarden: error: {exc}", file=sys.stderr)
             return 2
@@ -124,7 +130,8 @@ def register(sub) -> None:
                                    "confounders) from a scenario file and write a trace directory that "
                                    "'raswarden replay' reads: OpenMetrics, journald kernel log, topology.yaml, "
                                    "labels.jsonl. The same scenario and seed give byte-identical output.")
-    p.add_argument("scenario", help="scenario YAML (see fixtures/scenarios/)")
+    p.add_argument("scenario", help="scenario YAML, or the name of a bundled one (mini, dense-all-classes, quiet-7d, "
+                                    "scalex640-30d, ...: lab/library/scenarios)")
     p.add_argument("--out", metavar="DIR", help="output trace directory")
     p.add_argument("--format", choices=("openmetrics", "parquet"), default="openmetrics",
                    help="telemetry as OpenMetrics text (default) or the long columnar Parquet form")
@@ -140,6 +147,9 @@ def register(sub) -> None:
                    help="instead of writing files, serve live exporters on loopback (one 127.x address per node)")
     p.add_argument("--speed", type=float, default=60.0,
                    help="with --serve: simulated seconds per wall-clock second (default 60)")
+    p.add_argument("--port-offset", type=int, default=0, metavar="N",
+                   help="with --serve: add N to every exporter's port (9400, 9100, ...), for a second simulator or "
+                        "beside real exporters")
     p.add_argument("--closed-loop", action="store_true",
                    help="instead of writing a trace, run detectors and playbooks against a simulated Slurm and "
                         "account the GPU-hours per policy")
@@ -151,6 +161,6 @@ def register(sub) -> None:
                    help="with --closed-loop: operators' playbook directory (repeatable)")
     p.add_argument("--interval", type=float, default=30.0, help="with --closed-loop: tick interval (default 30 s)")
     p.add_argument("--json", metavar="FILE", help="with --closed-loop: also write the figures as JSON")
-    p.add_argument("--library", default=str(DEFAULT_LIBRARY), metavar="DIR",
-                   help="fault template directory (default: the bundled fixtures/faults)")
+    p.add_argument("--library", metavar="DIR",
+                   help="fault template directory (default: the bundled one, lab/library/faults)")
     p.set_defaults(func=cmd_simulate)

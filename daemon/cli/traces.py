@@ -7,7 +7,7 @@ import sys
 from collections import Counter
 from pathlib import Path
 
-from daemon.cli.common import fmt_ts, fmt_duration, console_out, progress_bar
+from daemon.cli.common import console_out, fmt_duration, fmt_ts, print_table, progress_bar
 
 def cmd_replay(args: argparse.Namespace) -> int:
     from rich.console import Console
@@ -73,7 +73,7 @@ def print_summary(console, result) -> None:
         t.add_column("count", justify="right")
         for (fmt, reason), n in sorted(result.rejects.counts.items()):
             t.add_row(fmt, reason, str(n))
-        console.print(t)
+        print_table(console, t)
         for m in result.rejects.messages[:10]:
             console.print(f"  {m}", markup=False, highlight=False)
     from detectors.rules import RULE_INPUTS
@@ -99,7 +99,7 @@ def print_summary(console, result) -> None:
     for inc in sorted(incidents, key=lambda i: (i.rack or "", i.entity, i.opened_at)):
         t.add_row(inc.rack or "-", inc.entity, inc.category, inc.severity.label, fmt_ts(inc.opened_at),
                   "open" if inc.open else f"closed ({inc.close_reason})", "; ".join(inc.evidence)[:160])
-    console.print(t)
+    print_table(console, t)
     by = Counter((i.rack or "-", i.category) for i in incidents)
     console.print("by rack and category: " + ", ".join(f"{r}/{c} {n}" for (r, c), n in sorted(by.items())))
 

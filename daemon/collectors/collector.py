@@ -68,6 +68,11 @@ class Collector(ABC):
         """None when the source answers (for /healthz), else why not."""
         return None
 
+    def check(self) -> list[str]:
+        """What would keep it from collecting that can be seen without collecting (``check-config`` prints them as
+        warnings): a file its config names that cannot be read, no target at all."""
+        return []
+
     def close(self) -> None:  # noqa: B027 (most collectors hold nothing to release)
         """Release sockets, processes and files."""
 

@@ -94,6 +94,16 @@ class ExpositionCollector(Collector):
             out += [(t, {**base, **labels}) for t, labels in self._sd_targets.get(path, [])]
         return out
 
+    def check(self) -> list[str]:
+        """file_sd files that cannot be read (Prometheus too only warns of them: the file may be written later), and
+        no target at all."""
+        errors: list[str] = []
+        targets = self.all_targets(errors)
+        out = [f"file_sd {e}" for e in errors]
+        if not targets and not errors:
+            out.append("no targets (neither targets nor any file_sd file lists one)")
+        return out
+
     def _context(self, target: str, labels: dict[str, str]) -> ReadContext:
         ctx = self._contexts.get(target)
         if ctx is None:

@@ -52,13 +52,23 @@ class PrometheusCollector(Collector):
         self._sid: dict[tuple, int] = {}
         self._last_ts: dict[int, float] = {}
         self._token: str | None = None
+        self._token_error: str | None = None  # a token that is not there (yet): every query fails naming it
         if self.bearer_token_file or self.bearer_token_credential:
-            from daemon.alerting.secrets import read_secret
+            from daemon.alerting.secrets import SecretError, read_secret
 
-            self._token = read_secret("bearer_token", file=self.bearer_token_file or None,
-                                      credential=self.bearer_token_credential or None)
+            try:
+                self._token = read_secret("bearer_token", file=self.bearer_token_file or None,
+                                          credential=self.bearer_token_credential or None)
+            except SecretError as exc:
+                self._token_error = str(exc)
+
+    def check(self) -> list[str]:
+        """A bearer token that cannot be read."""
+        return [self._token_error] if self._token_error else []
 
     def _get(self, query: str):
+        if self._token_error:
+            raise OSError(self._token_error)
         url = self.url.rstrip("/") + "/api/v1/query?" + urllib.parse.urlencode({"query": query})
         headers = {"Accept": "application/json", "User-Agent": "raswarden"}
         if self._token:

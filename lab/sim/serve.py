@@ -137,10 +137,13 @@ class _ExporterServer(ThreadingHTTPServer):
 class SimServer:
     """Runs the simulation against the wall clock and serves it."""
 
-    def __init__(self, sim: Simulator, out: Path, speed: float = 60.0):
+    def __init__(self, sim: Simulator, out: Path, speed: float = 60.0, port_offset: int = 0):
         if sim.topo.n_nodes > MAX_NODES:
             raise ValueError(f"--serve supports up to {MAX_NODES} nodes")
+        if not 0 <= port_offset <= 65535 - max(EXPORTER_PORTS.values()):
+            raise ValueError(f"--port-offset {port_offset}: the exporters' ports would leave 1-65535")
         self.sim, self.out, self.speed = sim, out, speed
+        self.ports = {path: port + port_offset for path, port in EXPORTER_PORTS.items()}
         self.state = LiveState(sim)
         self.servers: list[ThreadingHTTPServer] = []
         self.stop = threading.Event()
@@ -164,7 +167,7 @@ class SimServer:
         jobs: dict[str, list[str]] = {}
         for i in range(topo.n_nodes):
             for path in self.state.exporters(i):
-                jobs.setdefault(path, []).append(f"{loopback(i)}:{EXPORTER_PORTS[path]}")
+                jobs.setdefault(path, []).append(f"{loopback(i)}:{self.ports[path]}")
         targets = [{"targets": t, "labels": {"job": JOBS[path]}} for path, t in jobs.items()]
         (out / "prometheus-targets.json").write_text(json.dumps(targets, indent=1))
         with open(out / "labels.jsonl", "w") as fh:
@@ -175,11 +178,20 @@ class SimServer:
                 fh.write(json.dumps(label) + "\n")
 
     def start(self) -> None:
+        """Write the files and start every endpoint; an address that cannot be bound (another simulator or exporter
+        holds it) stops the ones started and is a ValueError naming it."""
         self.epoch0 = time.time()
         self.write_files()
         for i in range(self.sim.topo.n_nodes):
             for path in self.state.exporters(i):
-                srv = _ExporterServer((loopback(i), EXPORTER_PORTS[path]), _handler(self.state, i, path))
+                address = (loopback(i), self.ports[path])
+                try:
+                    srv = _ExporterServer(address, _handler(self.state, i, path))
+                except OSError as exc:
+                    self.shutdown()
+                    raise ValueError(f"cannot serve {address[0]}:{address[1]}: {exc.strerror or exc} (another "
+                                     "simulator or exporter holds it? --port-offset moves every exporter's port)"
+                                     ) from None
                 threading.Thread(target=srv.serve_forever, daemon=True, name=f"{JOBS[path]}-{i}").start()
                 self.servers.append(srv)
 
@@ -211,9 +223,9 @@ class SimServer:
             srv.server_close()
 
 
-def serve(sim: Simulator, out: Path, speed: float) -> None:
+def serve(sim: Simulator, out: Path, speed: float, port_offset: int = 0) -> None:
     """Serve until the scenario ends or the process is interrupted."""
-    server = SimServer(sim, out, speed)
+    server = SimServer(sim, out, speed, port_offset)
     server.start()
     try:
         server.run()

@@ -24,6 +24,8 @@ def test_minimal_and_defaults(tmp_path):
      "alerting.receivers[0]: unknown key(s) chanel"),
     ({"alerting": {"routes": [{"receivers": ["nobody"]}]}}, "alerting.routes[0].receivers: no receiver named"),
     ({"alertng": {}}, "top level: unknown key(s) alertng"),
+    ({"alerting": {"runbooks": {"gpu_memroy": "see wiki"}}}, "alerting.runbooks.gpu_memroy: not a category"),
+    ({"http": {"max_connections": 0}}, "http.max_connections and http.request_timeout_s: must be positive"),
 ])
 def test_errors_name_the_key(raw, message):
     with pytest.raises(ConfigError) as exc:
@@ -60,3 +62,31 @@ def test_example_config_is_valid(tmp_path, monkeypatch):
     assert cfg.http.token and cfg.service.interval_s == 30
     assert {r.type for r in cfg.receivers} == {"webhook", "alertmanager", "slack", "mattermost", "teams", "feishu",
                                                "dingtalk", "wecom"}
+
+
+def test_an_operators_runbook_line_replaces_the_shipped_one():
+    from daemon.alerting.runbooks import RUNBOOKS, runbook_for
+
+    cfg = parse({"alerting": {"runbooks": {"fabric_link": "https://wiki.example/ib-link"}}})
+    assert runbook_for("fabric_link", cfg.alerting.runbooks) == "https://wiki.example/ib-link"
+    assert runbook_for("gpu_bus", cfg.alerting.runbooks) == RUNBOOKS["gpu_bus"]
+
+
+def test_the_minimal_config_is_safe_to_copy(tmp_path, monkeypatch):
+    """Dry-run, every alert (a failed part's too) reaches the chat receiver, and it loads with no secret there."""
+    from pathlib import Path
+
+    from daemon.alerting.alert import Alert, Notification
+    from daemon.alerting.routing import route
+
+    systemd = Path(__file__).resolve().parents[2] / "systemd"
+    monkeypatch.setenv("RASWARDEN_CREDENTIALS_DIRECTORY", str(tmp_path))  # empty, as after install
+    failed = Notification("rack=r01,category=gpu_bus", 1, 0.0, [Alert(
+        "inc-1", "firing", "critical", "failed", "n1/gpu0", "accelerator", "gpu_bus", "r01", "n1/gpu0 has failed",
+        [], 0.0)])
+    for name, chat in (("raswarden.toml", "chat"), ("raswarden.toml.example", "oncall-slack")):
+        (tmp_path / name).write_text((systemd / name).read_text().replace("/var/lib/raswarden", str(tmp_path)))
+        cfg = load(tmp_path / name)
+        assert cfg.guards.mode == "dry-run", name
+        assert chat in route(failed, cfg.alerting.routes, cfg.alerting.default_receivers), name
+        assert any(r.name == chat and r.unavailable for r in cfg.receivers), name  # off until its secret is there

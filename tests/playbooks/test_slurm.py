@@ -7,6 +7,8 @@ import pytest
 
 from playbooks.scheduler import DRAIN, IDLE, Scheduler, SchedulerError
 from playbooks.slurm import SlurmScheduler
+from sqlmodel import select
+
 from tests.conftest import Clock
 
 
@@ -21,6 +23,7 @@ def test_snapshot_nodes_and_jobs_with_opt_in(slurm):
     assert not state.jobs[other].checkpoint_opt_in
     assert state.jobs[opted].nodes == (slurm.job_node(opted),)
     assert state.jobs_on(slurm.job_node(opted))[0].id == opted
+    assert state.jobs[opted].user == "root"  # squeue's user_name: who a drain touches
     idle = [n for n in state.nodes.values() if IDLE in n.states]
     assert len(idle) == 2 and all(n.available for n in idle)
 
@@ -279,3 +282,25 @@ def test_an_operators_drain_is_left_alone_on_slurm(slurm, tmp_path):
     assert slurm.job_state(job) == "RUNNING" and slurm.job_node(job) == node
     assert not slurm.log(job, "ckpt") and "restart=1" not in slurm.log(job)  # never signalled, never requeued
     store.close()
+
+
+def test_an_alert_names_the_jobs_and_users_on_its_node(slurm, tmp_path):
+    """The alert of a GPU whose node runs a job names the job and its user (one squeue per sync); a node that runs
+    none says so; without an answer from the scheduler the alert still goes."""
+    from daemon.alerting.alert_pipeline import AlertingConfig, AlertPipeline
+    from daemon.store import AlertRow, Store
+    from tests.daemon.alerting.conftest import make_incident
+
+    job = slurm.submit()
+    busy = slurm.job_node(job)
+    idle = next(n for n in ("node1", "node2", "node3", "node4") if n != busy)
+    store = Store(f"sqlite:///{tmp_path / 'r.db'}")
+    store.record_tick([], [make_incident(f"{busy}/gpu1"), make_incident(f"{idle}/gpu2")])
+    AlertPipeline(store, AlertingConfig(), scheduler=SlurmScheduler(slurm.conf)).sync(2000.0)
+    with store.session() as s:
+        where = {r.content["entity"]: dict(r.content["where"]) for r in s.exec(select(AlertRow)).all()}
+    assert where[f"{busy}/gpu1"]["jobs"].startswith(f"{job} root")
+    assert where[f"{idle}/gpu2"]["jobs"] == "none running"
+    store.record_tick([], [make_incident(f"{busy}/gpu3", at=3000.0)])
+    broken = SlurmScheduler(str(tmp_path / "no-slurm.conf"))
+    assert AlertPipeline(store, AlertingConfig(), scheduler=broken).sync(4000.0) == 1  # it goes, without jobs

@@ -80,7 +80,9 @@ def test_unit_has_what_the_issue_asks_for():
     s = unit_settings()
     assert s["Type"] == ["notify"] and s["Restart"] == ["on-failure"] and s["WatchdogSec"]
     assert s["User"] == ["raswarden"] and s["StateDirectory"] == ["raswarden"]
-    assert s["ConfigurationDirectory"] == ["raswarden"] and s["LoadCredential"]
+    assert s["ConfigurationDirectory"] == ["raswarden"]
+    # the whole credentials directory, which tmpfiles.d creates: no secret can be missing from the unit's view
+    assert s["LoadCredential"] == ["raswarden:/etc/raswarden/credentials"]
     assert any(v.endswith("check-config --config /etc/raswarden/raswarden.toml") for v in s["ExecStartPre"])
 
 

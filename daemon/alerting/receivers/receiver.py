@@ -10,7 +10,7 @@ from typing import Any, ClassVar
 from daemon.alerting.alert import Notification
 from daemon.alerting.http import Outcome, Request, Response, http_outcome
 from daemon.alerting.render import Renderer
-from daemon.alerting.secrets import read_secret, redact_url
+from daemon.alerting.secrets import SecretError, read_secret, redact_url
 
 
 @dataclass
@@ -26,6 +26,7 @@ class ReceiverConfig:
     timeout_s: float = 10.0
     max_alerts: int = 20  # alerts listed in one message; the rest are counted as truncated
     options: dict[str, Any] = field(default_factory=dict)  # type-specific keys (channel, username, ...)
+    unavailable: str | None = None  # why its secret could not be read: built, it is not; its alerts wait
 
     @classmethod
     def from_mapping(cls, raw: dict[str, Any], where: str) -> ReceiverConfig:
@@ -36,12 +37,21 @@ class ReceiverConfig:
         kind = raw.pop("type", None)
         if not name or not kind:
             raise ValueError(f"{where}: 'name' and 'type' are required")
-        url = read_secret(f"{where}.url", raw.pop("url", None), raw.pop("url_file", None),
-                          raw.pop("url_credential", None))
-        secret = read_secret(f"{where}.secret", raw.pop("secret", None), raw.pop("secret_file", None),
-                             raw.pop("secret_credential", None), required=False)
+        given = {k: raw.pop(k, None) for k in ("url", "url_file", "url_credential", "secret", "secret_file",
+                                                 "secret_credential")}
+        if not any(given[k] for k in ("url", "url_file", "url_credential")):
+            raise SecretError(f"{where}.url: missing (set {where}.url, {where}.url_file or {where}.url_credential)")
+        url, secret, unavailable = "", None, None
+        try:  # a secret that is not there (yet) disables the receiver, never the daemon
+            url = read_secret(f"{where}.url", given["url"], given["url_file"], given["url_credential"])
+            secret = read_secret(f"{where}.secret", given["secret"], given["secret_file"], given["secret_credential"],
+                                 required=False)
+        except SecretError as exc:
+            unavailable = str(exc)
+        if unavailable is None and url is None:
+            raise SecretError(f"{where}.url: missing")
         known = {k: raw.pop(k) for k in ("send_resolved", "rate_per_minute", "timeout_s", "max_alerts") if k in raw}
-        return cls(name=name, type=kind, url=url, secret=secret, options=raw, **known)
+        return cls(name=name, type=kind, url=url or "", secret=secret, options=raw, unavailable=unavailable, **known)
 
 
 def iso(ts: float | None) -> str:

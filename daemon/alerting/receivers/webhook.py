@@ -13,12 +13,16 @@ from __future__ import annotations
 from daemon.alerting.alert import Alert, Notification
 from daemon.alerting.http import Request
 from daemon.alerting.receivers.receiver import Receiver, iso
-from daemon.alerting.render import commands
+from daemon.alerting.render import commands, where
 
 
 def annotations(a: Alert) -> dict[str, str]:
     out = {"summary": a.summary, "description": "\n".join(a.evidence), "action": a.action or "none yet",
            "commands": "\n".join(commands(a))}
+    if a.where:
+        out["where"] = where(a)
+    if a.runbook:
+        out["runbook"] = a.runbook
     if a.parent:
         out["parent_incident"] = a.parent
     return out

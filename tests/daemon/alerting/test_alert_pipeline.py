@@ -152,12 +152,19 @@ def test_messages_say_what_raswarden_did_and_a_new_step_is_news(store):
                     T0 + 40, status="done")
     StoreJournal(store).save(action)  # the incident itself does not change
     (n, _), = p.step(T0 + 330)
-    assert n.alerts[0].action == "playbook subhealthy-node-idle: drain dry-run (dry-run)"
+    assert n.alerts[0].action == "subhealthy-node-idle: dry-run, nothing done; would drain on sn01-b07"
     from daemon.alerting.render import commands
 
+    assert not any(c.startswith("raswarden resume") for c in commands(n.alerts[0]))  # nothing was drained
+    action.mode = "act"
+    action.steps[1].status = "done"
+    StoreJournal(store).save(action)
+    (n, _), = p.step(T0 + 700)
+    assert n.alerts[0].action == "subhealthy-node-idle on sn01-b07: done: notify, drain"
     assert any(c.startswith("raswarden resume sn01-b07") and c.endswith("--repaired") for c in commands(n.alerts[0]))
     action.status, action.approval = "awaiting_approval", True
     StoreJournal(store).save(action)
-    (n, _), = p.step(T0 + 700)
-    assert n.alerts[0].action == "playbook subhealthy-node-idle: awaiting approval to notify, drain"
+    (n, _), = p.step(T0 + 1100)
+    assert n.alerts[0].action == ("subhealthy-node-idle: waiting for an operator's approval to notify, drain on "
+                                  "sn01-b07")
     assert f"raswarden approve {inc.id}" in commands(n.alerts[0])

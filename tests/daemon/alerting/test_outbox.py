@@ -182,3 +182,19 @@ def test_receiver_down_and_raswarden_killed_in_between_loses_nothing(store, tmp_
         # In order per group; a repeat (at least once: killed between answer and record) only of the same key.
         assert seqs == sorted(seqs) and list(dict.fromkeys(seqs)) == list(range(1, len(set(seqs)) + 1))
     assert {k for k, _ in got} == {r.idempotency_key for r in rows(store)}
+
+
+def test_a_receiver_waiting_for_its_secret_keeps_its_notifications_and_gets_them_once_it_is_there(store, chat):
+    queue(store, "g1", [1, 2], receivers=("hook", "oncall"))
+    waiting = Outbox(store, {"hook": build(ReceiverConfig(name="hook", type="webhook", url=chat.url()))},
+                     Backoff(base_s=1, max_s=8), RateLimiter(), waiting_for={"oncall"})
+    for t in (100.0, 101.0, 102.0):
+        counts = waiting.deliver(now=t)
+    assert counts["waiting"] == 1 and keys(chat) == ["g1#1", "g1#2"]
+    assert sorted(r.receiver for r in rows(store, pending_only=True)) == ["oncall", "oncall"]
+    # the secret is there (the daemon restarted or reloaded): the receiver gets what waited, in order
+    both = Outbox(store, {name: build(ReceiverConfig(name=name, type="webhook", url=chat.url()))
+                          for name in ("hook", "oncall")}, Backoff(base_s=1, max_s=8), RateLimiter())
+    for t in (200.0, 201.0):
+        both.deliver(now=t)
+    assert keys(chat) == ["g1#1", "g1#2", "g1#1", "g1#2"] and not rows(store, pending_only=True)

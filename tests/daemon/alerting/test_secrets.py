@@ -99,3 +99,63 @@ def test_redact_url_keeps_only_where():
     assert redact_url(f"https://hooks.slack.com/services/{TOKEN}") == "https://hooks.slack.com/<secret>"
     assert redact_url("https://oapi.dingtalk.com/robot/send?access_token=abc") == \
         "https://oapi.dingtalk.com/<secret>"
+
+
+def test_credentials_under_systemd_and_from_a_shell(tmp_path, monkeypatch):
+    """Under systemd the unit loads the whole credentials directory (``raswarden_NAME``) and an operator may add
+    their own ``LoadCredential=NAME``; from a shell (check-config as root) the directory itself is read."""
+    loaded = tmp_path / "run-creds"
+    loaded.mkdir()
+    (loaded / "raswarden_slack_url").write_text("https://hooks.slack.com/services/A/B/C")
+    (loaded / "teams_url").write_text("https://teams.example/workflows/D")
+    monkeypatch.setenv("CREDENTIALS_DIRECTORY", str(loaded))
+    assert read_secret("k", credential="slack_url").endswith("/A/B/C")
+    assert read_secret("k", credential="teams_url").endswith("/D")
+    with pytest.raises(SecretError) as missing:
+        read_secret("alerting.receivers[2].url", credential="wecom_url")
+    assert "alerting.receivers[2].url_credential 'wecom_url': no such credential" in str(missing.value)
+    assert "raswarden_wecom_url" in str(missing.value) and "_file" not in str(missing.value)
+
+    monkeypatch.delenv("CREDENTIALS_DIRECTORY")
+    store = tmp_path / "etc-creds"
+    store.mkdir()
+    (store / "slack_url").write_text("https://hooks.slack.com/services/E/F/G")
+    (store / "slack_url").chmod(0o600)
+    monkeypatch.setenv("RASWARDEN_CREDENTIALS_DIRECTORY", str(store))
+    assert read_secret("k", credential="slack_url").endswith("/E/F/G")
+
+
+def test_a_credential_not_there_turns_its_receiver_and_the_api_off_not_the_daemon(tmp_path, monkeypatch, capsys):
+    from daemon.alerting.runner import Alerting
+    from daemon.cli import main
+    from daemon.config import load
+    from daemon.store import Store
+
+    creds = tmp_path / "creds"
+    creds.mkdir()  # empty: as after install, before the operator adds any secret
+    monkeypatch.setenv("RASWARDEN_CREDENTIALS_DIRECTORY", str(creds))
+    config = tmp_path / "raswarden.toml"
+    config.write_text(f"""[store]
+url = "sqlite:///{tmp_path / 'r.db'}"
+[http]
+token_credential = "api_token"
+[alerting]
+[[alerting.receivers]]
+name = "generic"
+type = "webhook"
+url = "http://127.0.0.1:9/hook"
+[[alerting.receivers]]
+name = "oncall"
+type = "slack"
+url_credential = "slack_url"
+""")
+    cfg = load(config)
+    assert cfg.http.token is None and "api_token" in cfg.http.token_error
+    alerting = Alerting.from_config(cfg, Store(cfg.store_url))
+    assert set(alerting.receivers) == {"generic"} and "slack_url" in alerting.unavailable["oncall"]
+    assert "is off" in alerting.test("oncall").error
+    assert main(["check-config", "--config", str(config)]) == 0
+    err = capsys.readouterr().err
+    assert "WARNING: receiver oncall is off: alerting.receivers[1].url_credential 'slack_url'" in err
+    assert "WARNING: the API's write calls are off" in err
+

@@ -13,7 +13,9 @@ def test_replay_cli_writes_findings_and_a_summary(trace_dir, tmp_path, capsys):
     assert main(["replay", str(trace_dir), "--findings", str(findings)]) == 0
     out = capsys.readouterr().out
     assert "raswarden replay: 4 files" in out and "lines rejected: 0" in out
-    assert "incidents (3)" in out and "r01/gpu_memory 1" in out
+    assert "# incidents (3)" in out and "r01/gpu_memory 1" in out
+    # into a pipe, a table is tab-separated lines under a header, not a box drawing
+    assert "\tentity\t" in out and not any(ch in out for ch in "┃━│┏")
     lines = [json.loads(x) for x in findings.read_text().splitlines()]
     assert any(x["entity"] == "sn01-b03/gpu2" and x["state"] == "failed" for x in lines)
 
@@ -140,3 +142,120 @@ def test_a_command_that_follows_acts_for_the_daemons_shard(tmp_path):
         assert Lease(store, "shard:default").current() is None
     finally:
         store.close()
+
+
+def test_read_only_commands_never_create_a_state_database(tmp_path, capsys, monkeypatch):
+    monkeypatch.setenv("RASWARDEN_CONFIG", str(tmp_path / "no-config.toml"))  # --db alone needs no config file
+    missing = tmp_path / "state" / "raswarden.db"
+    for argv in (["incidents"], ["silence", "list"]):
+        assert main([*argv, "--db", f"sqlite:///{missing}"]) == 2
+        err = capsys.readouterr().err
+        assert f"no state database at {missing} (--db)" in err
+        assert not missing.exists() and not missing.parent.exists()
+    # a store that exists is read with --db alone
+    assert main(["silence", "add", "rack=r07", "--comment", "cooling work", "--db", f"sqlite:///{missing}"]) == 0
+    assert main(["incidents", "--db", f"sqlite:///{missing}"]) == 0
+    assert "no open incidents" in capsys.readouterr().out
+
+
+def test_a_silence_lasts_as_long_everywhere_by_default(tmp_path, capsys):
+    import time
+
+    from daemon.alerting.silences import DEFAULT_SILENCE, SilenceBook
+    from daemon.store import Store
+    from playbooks.duration import parse_duration
+
+    db = f"sqlite:///{tmp_path / 'r.db'}"
+    before = time.time()
+    assert main(["silence", "add", "rack=r07", "--db", db]) == 0
+    (sil,) = SilenceBook(Store(db)).active(time.time())
+    assert abs(sil.ends_at - before - parse_duration(DEFAULT_SILENCE, "d")) < 60
+    assert DEFAULT_SILENCE == "4h"
+
+
+def test_a_reader_that_goes_away_ends_the_command_quietly(tmp_path):
+    """`raswarden ... | head`: the pipe closes before the output is written; no traceback, exit as SIGPIPE would."""
+    db = f"sqlite:///{tmp_path / 'r.db'}"
+    assert main(["silence", "add", "rack=r07", "--db", db]) == 0
+    proc = subprocess.Popen([sys.executable, "-m", "daemon", "silence", "list", "--db", db],
+                            stdout=subprocess.PIPE, stderr=subprocess.PIPE)
+    proc.stdout.close()
+    err = proc.stderr.read().decode()
+    assert proc.wait(timeout=60) == 141 and "Traceback" not in err, err
+
+
+def test_check_config_warns_of_a_missing_file_sd_and_names_a_missing_topology(tmp_path, capsys):
+    config = tmp_path / "raswarden.toml"
+    config.write_text(f"""
+[store]
+url = "sqlite:///{tmp_path / 'r.db'}"
+
+[[collectors]]
+type = "exposition"
+name = "exporters"
+file_sd = ["{tmp_path / 'targets.json'}"]
+""")
+    assert main(["check-config", "--config", str(config)]) == 0
+    out, err = capsys.readouterr()
+    assert "OK" in out and "1 warning" in out
+    assert f"WARNING: collector exporters: file_sd {tmp_path / 'targets.json'}" in err and "No such file" in err
+    (tmp_path / "targets.json").write_text('[{"targets": ["127.0.0.1:9400"]}]')
+    assert main(["check-config", "--config", str(config)]) == 0
+    assert "warning" not in capsys.readouterr().out
+
+    topology = tmp_path / "topo.yaml"
+    config.write_text(config.read_text().replace("[store]", f'[service]\ntopology = "{topology}"\n\n[store]'))
+    assert main(["check-config", "--config", str(config)]) == 2
+    assert f"service.topology: cannot read {topology}: No such file or directory" in capsys.readouterr().err
+
+
+def test_init_writes_the_topology_and_a_config_for_what_the_exporters_serve(tmp_path, capsys):
+    """Against the simulator's live exporters: every node with its addresses, every GPU with the UUID, PCI bus id
+    and model its exporter reports, every fabric port; the config it writes passes check-config; a target that
+    does not answer is named and the rest is written."""
+    import yaml
+
+    from daemon.topology import Topology
+    from lab.bundled import FAULTS, SCENARIOS
+    from lab.sim.faults import load_library
+    from lab.sim.scenario import Scenario
+    from lab.sim.serve import SimServer
+    from lab.sim.simulator import Simulator
+
+    server = SimServer(Simulator(Scenario.load(SCENARIOS / "mini.yaml"), load_library(FAULTS)), tmp_path / "live",
+                       speed=600.0, port_offset=311)
+    server.start()
+    try:
+        server.state.set(next(server.sim.chunks()), 0)
+        sd = tmp_path / "live" / "prometheus-targets.json"
+        out = tmp_path / "etc"
+        assert main(["init", "--file-sd", str(sd), "--out", str(out)]) == 0
+        said = capsys.readouterr().out
+        truth = yaml.safe_load((tmp_path / "live" / "topology.yaml").read_text())
+        nodes = [n for r in truth["racks"] for n in r["nodes"]]
+        assert f"{len(nodes)} nodes, {sum(len(n['accelerators']) for n in nodes)} accelerators" in said
+        written = Topology.load(out / "topology.yaml")
+        expected = Topology.from_dict(truth)
+        assert written.node_rack.keys() == expected.node_rack.keys() and written.aliases == expected.aliases
+        assert written.accelerator_ids == {e: {k: v for k, v in ids.items() if k != "serial"}
+                                           for e, ids in expected.accelerator_ids.items()}
+        assert written.accelerator_model == expected.accelerator_model
+        ports = {n["name"]: {(p["device"], p.get("port", 1)) for p in n.get("ports", [])} for n in nodes}
+        got = yaml.safe_load((out / "topology.yaml").read_text())
+        assert {n["name"]: {(p["device"], p["port"]) for p in n.get("ports", [])}
+                for r in got["racks"] for n in r["nodes"]} == ports
+        assert main(["check-config", "--config", str(out / "raswarden.toml")]) == 0
+        assert main(["init", "--file-sd", str(sd), "--out", str(out)]) == 2  # never overwrites unasked
+        assert "already there (--force to overwrite)" in capsys.readouterr().err
+        dead = "127.0.0.1:9"
+        assert main(["init", "127.1.0.1:9711", dead, "--out", str(tmp_path / "two"), "--timeout", "1"]) == 3
+        assert f"raswarden: {dead}:" in capsys.readouterr().err and (tmp_path / "two" / "topology.yaml").exists()
+    finally:
+        server.shutdown()
+
+
+def test_the_shipped_minimal_config_is_the_one_init_writes():
+    from daemon.starter_config import minimal_config
+    from tests.conftest import ROOT
+
+    assert (ROOT / "systemd" / "raswarden.toml").read_text() == minimal_config()

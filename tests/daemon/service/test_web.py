@@ -9,6 +9,8 @@ import shutil
 import subprocess
 import time
 
+import pytest
+
 from daemon.config import load
 from daemon.service import Service
 from daemon.web import heatmap_svg
@@ -22,9 +24,33 @@ def test_heatmap_has_a_tile_per_node_and_a_cell_per_accelerator():
     entities = [{"id": "n1", "kind": "node", "node": "n1", "rack": "r1", "state": "subhealthy"}]
     entities += [{"id": f"n1/gpu{i}", "kind": "accelerator", "node": "n1", "rack": "r1",
                   "state": "failed" if i == 3 else "healthy"} for i in range(8)]
+    entities += [{"id": f"n1/mlx5_{i}:1", "kind": "port", "node": "n1", "rack": "r1",
+                  "state": "healthy"} for i in range(8)]
     svg = heatmap_svg(entities)
     assert svg.count("<title>n1/gpu") == 8 and "<title>n1/gpu3: failed</title>" in svg
-    assert 'fill="#c62828"' in svg and "<title>n1: subhealthy</title>" in svg
+    assert svg.count("<title>n1/mlx5_") == 8
+    # the tile's header is the worst of the node and its parts; its tooltip names the parts not healthy
+    assert '<title>n1: subhealthy\nn1/gpu3: failed</title>' in svg
+
+
+def test_a_failed_port_shows_on_its_blade_and_a_big_cluster_is_one_square_per_node():
+    def blade(n: int, port_state: str = "healthy") -> list[dict]:
+        node = f"sn{n // 80 + 1:02d}-b{n % 80 + 1:02d}"
+        rack = f"r{n // 80 + 1:02d}"
+        out = [{"id": node, "kind": "node", "node": node, "rack": rack, "state": "healthy"}]
+        out += [{"id": f"{node}/gpu{i}", "kind": "accelerator", "node": node, "rack": rack, "state": "healthy"}
+                for i in range(8)]
+        out += [{"id": f"{node}/mlx5_{i}:1", "kind": "port", "node": node, "rack": rack,
+                 "state": port_state if i == 2 else "healthy"} for i in range(8)]
+        return out
+
+    svg = heatmap_svg(blade(0) + blade(1, "failed"))
+    red = 'height="5" fill="#c62828"/></g>'  # a tile's header in the failed colour
+    assert svg.count(red) == 1 and "<title>sn01-b02: healthy\nsn01-b02/mlx5_2:1: failed</title>" in svg
+    # 16 supernodes of 80 blades: one square per blade, racks labelled with their size
+    big = heatmap_svg([e for n in range(16 * 80) for e in blade(n, "failed" if n == 700 else "healthy")])
+    assert big.count("<rect") == 1280 and "r16 (80 nodes)" in big and big.count('fill="#c62828"') == 1
+    assert "sn09-b61: healthy\nsn09-b61/mlx5_2:1: failed" in big
 
 
 def test_api_health_and_the_status_page_in_chromium(live, tmp_path):
@@ -44,6 +70,14 @@ def test_api_health_and_the_status_page_in_chromium(live, tmp_path):
         assert entities["sn01-b01/gpu0"]["state"] in ("healthy", "suspect") and entities["sn01-b01"]["rack"]
         code, body = get(f"{base}/api/v1/incidents?status=open")
         assert code == 200 and any(i["entity"] == "sn01-b02/gpu5" for i in json.loads(body))
+        # the incident's own page, the link in its alert: where, evidence, findings, what to do
+        incident = next(i for i in json.loads(body) if i["entity"] == "sn01-b02/gpu5")
+        code, page = get(f"{base}/incidents/{incident['id']}")
+        page = page.decode()
+        assert code == 200 and "sn01-b02/gpu5 has failed" in page and "<th>UUID</th><td>GPU-" in page, page[:2000]
+        assert "<th>PCI</th>" in page and "reseat the GPU" in page and "raswarden silence add" in page
+        assert re.search(r"Findings \([1-9]\d*, from an hour before it opened\)", page)
+        assert get(f"{base}/incidents/inc-nope")[0] == 404
         assert get(f"{base}/api/v1/actions")[0] == 200 and get(f"{base}/nope")[0] == 404
         code, body = get(f"{base}/healthz")
         assert code == 200 and json.loads(body)["active"] is True
@@ -66,5 +100,103 @@ def test_api_health_and_the_status_page_in_chromium(live, tmp_path):
         time.sleep(3)
         until(lambda: get(f"{base}/healthz")[0] == 503, timeout=30)
         assert "collector exporters" in json.loads(get(f"{base}/healthz")[1])["problems"][0]
+    finally:
+        svc.stop()
+
+
+def test_idle_clients_cannot_starve_the_endpoint():
+    """Connections that send nothing hold every slot: one more is answered 503 at once (not left waiting), and
+    once the idle ones time out, the endpoint answers again."""
+    import socket
+    import time
+    import urllib.error
+    import urllib.request
+
+    from daemon import metrics
+    from daemon.config import HttpConfig
+    from daemon.web import WebServer
+
+    web = WebServer(None, HttpConfig(listen="127.0.0.1:0", max_connections=4, request_timeout_s=1.0))
+    web.start()
+    idle = []
+    try:
+        refused = metrics.HTTP_REFUSED._value.get()
+        for _ in range(4):
+            idle.append(socket.create_connection(tuple(web.server.server_address[:2])))
+        time.sleep(0.2)
+        started = time.monotonic()
+        with pytest.raises(urllib.error.HTTPError) as busy:
+            urllib.request.urlopen(f"http://{web.address}/metrics", timeout=5)
+        assert busy.value.code == 503 and busy.value.headers["Retry-After"] == "1"
+        assert time.monotonic() - started < 0.9 and metrics.HTTP_REFUSED._value.get() == refused + 1
+        time.sleep(1.5)  # the idle ones are closed by the request timeout
+        with urllib.request.urlopen(f"http://{web.address}/metrics", timeout=5) as r:
+            assert r.status == 200 and b"raswarden_http_connections_refused_total" in r.read()
+        assert all(s.recv(1) == b"" for s in idle)  # closed by the server
+    finally:
+        for s in idle:
+            s.close()
+        web.stop()
+
+
+def _chromium(url: str, shot, profile) -> str:
+    """A screenshot (checked to be a real PNG) and the DOM of ``url`` in headless Chromium."""
+    chromium = shutil.which("chromium")
+    require(chromium is not None, "chromium is not installed (Debian package; scripts/test.sh installs it)")
+    flags = ["--headless", "--no-sandbox", "--disable-gpu", "--disable-quic", "--no-first-run",
+             "--disable-background-networking", "--disable-component-update", "--disable-sync",
+             f"--user-data-dir={profile}", "--window-size=1280,900"]
+    subprocess.run([chromium, *flags, f"--screenshot={shot}", url], capture_output=True, timeout=120)
+    assert shot.exists() and shot.read_bytes()[:8] == b"\x89PNG\r\n\x1a\n" and shot.stat().st_size > 10_000
+    return subprocess.run([chromium, *flags, "--dump-dom", url], capture_output=True, text=True, timeout=120).stdout
+
+
+@pytest.mark.parametrize("supernodes", [1, 16])
+def test_the_status_page_at_one_and_at_sixteen_supernodes_in_chromium(tmp_path, supernodes):
+    """80 blades, then 1,280 (16 scaleX640 supernodes), each with 8 GPUs and 8 fabric ports, one port failed and two
+    nodes silent; the exporters' endpoint is dead. The page shows the failed port on its blade, the lost telemetry
+    in a banner, and stays one screen wide."""
+    port = free_port()
+    config = tmp_path / "raswarden.toml"
+    config.write_text(f"""[store]
+url = "sqlite:///{tmp_path / 'state.db'}"
+[service]
+interval_s = 1
+[http]
+listen = "127.0.0.1:{port}"
+[[collectors]]
+type = "exposition"
+name = "exporters"
+targets = ["127.0.0.1:{free_port()}"]
+timeout_s = 1
+""")
+    svc = Service(load(config))
+    rows, health = [], []
+    for n in range(80 * supernodes):
+        node, rack = f"sn{n // 80 + 1:02d}-b{n % 80 + 1:02d}", f"r{n // 80 + 1:02d}"
+        rows.append({"id": node, "kind": "node", "node": node, "rack": rack, "first_seen": 0.0})
+        rows += [{"id": f"{node}/gpu{i}", "kind": "accelerator", "node": node, "rack": rack, "first_seen": 0.0}
+                 for i in range(8)]
+        rows += [{"id": f"{node}/mlx5_{i}:1", "kind": "port", "node": node, "rack": rack, "first_seen": 0.0}
+                 for i in range(8)]
+    svc.store.upsert_entities(rows)
+    failed_port = "sn01-b33/mlx5_2:1"
+    health = [{"entity": failed_port, "state": "failed", "since": 0.0},
+              {"entity": "sn01-b40", "state": "unknown", "since": 0.0},
+              {"entity": "sn01-b41", "state": "unknown", "since": 0.0}]
+    svc.store.record_tick([], [], health=health)
+    svc.start()
+    try:
+        until(lambda: svc.last.finished_at > 0, timeout=30)  # a cycle ran: its collector failed
+        dom = _chromium(f"http://127.0.0.1:{port}/", tmp_path / "status.png", tmp_path / "chromium")
+        assert "TELEMETRY LOST" in dom and "collector exporters" in dom
+        assert f"2 of {80 * supernodes} nodes report no telemetry: sn01-b40, sn01-b41" in dom
+        assert f"sn01-b33: healthy\n{failed_port}: failed" in dom  # the blade shows its failed port
+        width = int(re.search(r'<svg[^>]*width="(\d+)"', dom).group(1))
+        assert width <= 1250, width  # one screen wide at either size
+        if supernodes == 16:
+            assert "r16 (80 nodes)" in dom and dom.count("<rect") == 1280
+        else:
+            assert len(re.findall(r"<title>sn01-b\d\d/gpu\d:", dom)) == 640
     finally:
         svc.stop()

@@ -151,3 +151,24 @@ def test_a_mixed_vendor_rack_serves_each_vendors_own_exporter(tmp_path):
         assert "sn01-b04/gpu0" in entities and "sn01-b04/mlx5_7:1" in entities
     finally:
         server.shutdown()
+
+
+def test_a_taken_port_is_a_clear_error_and_the_ports_can_move(tmp_path, capsys):
+    from daemon.cli import main
+    from lab.sim.serve import loopback
+
+    scenario = tmp_path / "one-node.yaml"
+    scenario.write_text("name: one\nseed: 3\ntopology: {preset: scalex640, accelerators: 8}\nduration: 2m\n"
+                        "resolution: 30s\n")
+    with socket.socket() as taken:
+        taken.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
+        taken.bind((loopback(0), 9400 + 17))
+        taken.listen()
+        assert main(["simulate", str(scenario), "--serve", "--out", str(tmp_path / "a"), "--speed", "600",
+                     "--port-offset", "17"]) == 2
+        err = capsys.readouterr().err
+        assert f"cannot serve {loopback(0)}:9417" in err and "--port-offset" in err and "Traceback" not in err
+        assert main(["simulate", str(scenario), "--serve", "--out", str(tmp_path / "b"), "--speed", "600",
+                     "--port-offset", "27"]) == 0
+    targets = json.loads((tmp_path / "b" / "prometheus-targets.json").read_text())
+    assert {t.rsplit(":", 1)[1] for group in targets for t in group["targets"]} == {"9427", "9127"}

@@ -1,0 +1,129 @@
+"""What the exporters say is there: nodes, their accelerators and fabric ports, for ``raswarden init``.
+
+One scrape of each target (a ``host:port`` list or Prometheus file_sd files) is read for the labels that name
+parts: dcgm-exporter's ``gpu``, ``UUID``, ``pci_bus_id``, ``modelName`` and ``Hostname``; node_exporter's
+``node_infiniband_*{device, port}`` and ``node_uname_info{nodename}``. Targets on one address are one node; its
+name is the exporter's own (``Hostname``, ``nodename``), else the address. The result is a topology.yaml document
+(docs/replay.md) with every address as an alias, which an operator then sorts into racks: nodes are grouped by
+the part of their name before the last ``-`` (``sn01-b07`` in ``sn01``), a guess the file says is one.
+"""
+
+from __future__ import annotations
+
+import urllib.request
+from concurrent.futures import ThreadPoolExecutor
+from dataclasses import dataclass, field
+
+from prometheus_client.parser import text_string_to_metric_families
+
+from daemon.naming import host_of_instance
+
+
+@dataclass
+class Node:
+    """One node as its exporters describe it."""
+
+    name: str
+    aliases: set[str] = field(default_factory=set)
+    accelerators: dict[int, dict[str, str]] = field(default_factory=dict)  # index -> uuid, pci_bus_id, model
+    ports: set[tuple[str, int]] = field(default_factory=set)  # (device, port)
+
+
+@dataclass
+class Inventory:
+    """The nodes found and the targets that could not be read (target -> why)."""
+
+    nodes: dict[str, Node] = field(default_factory=dict)
+    unreadable: dict[str, str] = field(default_factory=dict)
+
+    def topology(self) -> dict:
+        """A topology.yaml document: racks by name prefix, nodes with aliases, accelerators and ports."""
+        racks: dict[str, list[Node]] = {}
+        for node in sorted(self.nodes.values(), key=lambda n: n.name):
+            racks.setdefault(node.name.rsplit("-", 1)[0] if "-" in node.name else "r01", []).append(node)
+        doc = {"racks": []}
+        for rack, nodes in racks.items():
+            entries = []
+            for n in nodes:
+                entry: dict = {"name": n.name, "aliases": sorted(n.aliases)}
+                if n.accelerators:
+                    entry["accelerators"] = [{"index": i, **{k: v for k, v in n.accelerators[i].items() if v}}
+                                             for i in sorted(n.accelerators)]
+                if n.ports:
+                    entry["ports"] = [{"device": d, "port": p} for d, p in sorted(n.ports)]
+                entries.append(entry)
+            doc["racks"].append({"name": rack, "nodes": entries})
+        return doc
+
+
+def _scrape(target: str, timeout_s: float) -> str:
+    url = target if "://" in target else f"http://{target}/metrics"
+    with urllib.request.urlopen(urllib.request.Request(url, headers={"User-Agent": "raswarden-init"}),
+                                timeout=timeout_s) as r:
+        return r.read().decode("utf-8", "replace")
+
+
+def _read(text: str, address: str, inv: Inventory, names: dict[str, str]) -> None:
+    """Fold one target's exposition into the node of ``address``."""
+    found: dict[str, str] = {}
+    accelerators: dict[int, dict[str, str]] = {}
+    ports: set[tuple[str, int]] = set()
+    for family in text_string_to_metric_families(text):
+        for sample in family.samples:
+            labels = sample.labels
+            if sample.name == "node_uname_info" and labels.get("nodename"):
+                found["name"] = labels["nodename"]
+            if "gpu" in labels and ("UUID" in labels or "pci_bus_id" in labels):
+                if labels.get("Hostname"):
+                    found["name"] = labels["Hostname"]
+                try:
+                    index = int(labels["gpu"])
+                except ValueError:
+                    continue
+                accelerators.setdefault(index, {"uuid": labels.get("UUID", ""),
+                                                "pci_bus_id": labels.get("pci_bus_id", ""),
+                                                "model": labels.get("modelName", "")})
+            if sample.name.startswith("node_infiniband_") and labels.get("device") and labels.get("port"):
+                try:
+                    ports.add((labels["device"], int(labels["port"])))
+                except ValueError:
+                    continue
+    if found.get("name"):
+        names[address] = found["name"]
+    node = inv.nodes.setdefault(address, Node(address))
+    node.aliases.add(address)
+    node.accelerators.update(accelerators)
+    node.ports |= ports
+
+
+def discover(targets: list[str], timeout_s: float = 5.0, concurrency: int = 32) -> Inventory:
+    """Scrape every target once and describe what is there (targets that cannot be read are listed, not fatal)."""
+    inv = Inventory()
+    names: dict[str, str] = {}
+    with ThreadPoolExecutor(max_workers=max(1, concurrency)) as pool:
+        texts = dict(zip(targets, pool.map(lambda t: _try(t, timeout_s), targets)))
+    for target, (text, error) in texts.items():
+        if error is not None:
+            inv.unreadable[target] = error
+            continue
+        try:
+            _read(text, host_of_instance(target.split("://", 1)[-1].split("/", 1)[0]), inv, names)
+        except ValueError as exc:  # not an exposition
+            inv.unreadable[target] = f"not Prometheus text: {exc}"
+    # one node per address, named as its exporters name it
+    merged: dict[str, Node] = {}
+    for address, node in inv.nodes.items():
+        name = names.get(address, address)
+        into = merged.setdefault(name, Node(name))
+        into.aliases |= node.aliases
+        into.accelerators.update(node.accelerators)
+        into.ports |= node.ports
+    inv.nodes = merged
+    return inv
+
+
+def _try(target: str, timeout_s: float) -> tuple[str, str | None]:
+    try:
+        return _scrape(target, timeout_s), None
+    except (OSError, ValueError) as exc:
+        return "", str(getattr(exc, "reason", exc))
