@@ -66,6 +66,9 @@ def test_installed_as_install_md_says(installed, tmp_path):
     assert imports.returncode == 0, imports.stderr[-2000:]
     assert "systemd-journal" in run("id", "raswarden").stdout
     assert oct(os.stat("/etc/raswarden/credentials").st_mode)[-3:] == "700"
+    unit = open("/usr/lib/systemd/system/raswarden.service").read()
+    doc = next(line.split("=", 1)[1].split()[0] for line in unit.splitlines() if line.startswith("Documentation="))
+    assert doc.startswith("file://") and os.path.exists(doc[len("file://"):])  # the unit's doc is installed
     assert run("raswarden", "check-config", "--config", "/etc/raswarden/raswarden.toml").returncode == 0
     server = SimServer(Simulator(Scenario.load(SCENARIOS / "mini.yaml"), load_library(FAULTS)), tmp_path / "live",
                        speed=60.0, port_offset=317)
