@@ -111,7 +111,7 @@ class Service:
             pipeline = Pipeline(mapper, PipelineConfig(interval_s=cfg.service.interval_s, model=model), self.store)
             scheduler = scheduler_from_config(cfg)
             remediation = Remediation(cfg, self.store, scheduler, clock=self.clock)
-            alerting = Alerting.from_config(cfg, self.store, scheduler)
+            alerting = Alerting.from_config(cfg, self.store, scheduler, topology)
         except Exception:
             for c in collectors:
                 c.close()

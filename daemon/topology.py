@@ -234,11 +234,13 @@ class Topology:
         supernode, rack, cooling loop, node (and its scheduler name), then the part (slot, model, serial, UUID, PCI
         bus id; a port's device, netdev, PCI address and the switch port at its far end). Only what is known."""
         node, _, local = entity.partition("/")
-        loops = sorted(r for r, c in self.rack_cooling.items() if c == entity)
-        if loops:  # a cooling loop's own incident
-            return [("cooling", entity), ("racks", ", ".join(loops))]
-        racks = set(self.node_rack.values())
-        rack = entity if entity in racks else self.node_rack.get(node)
+        rack = self.node_rack.get(node)
+        if rack is None and not local:  # a rack's or a cooling loop's own incident (looked up only then)
+            loops = sorted(r for r, c in self.rack_cooling.items() if c == entity)
+            if loops:
+                return [("cooling", entity), ("racks", ", ".join(loops))]
+            if entity in self.rack_supernode or entity in self.rack_cooling or entity in self.node_rack.values():
+                rack = entity
         out: list[tuple[str, str]] = []
         if rack:
             if self.rack_supernode.get(rack):

@@ -106,14 +106,19 @@ class AlertPipeline:
             rows = s.exec(select(IncidentRow).where(IncidentRow.updated_at >= since)
                           .order_by(IncidentRow.updated_at)).all()
             newest = since
-            jobs = self._jobs() if any(inc.closed_at is None for inc in rows) else None
+            jobs: list[ClusterState | None] = []  # the scheduler asked once, and only for an alert that changed
             for inc in rows:
                 newest = max(newest, inc.updated_at)
                 actions = list(s.exec(select(ActionRow).where(ActionRow.incident_id == inc.id)
                                       .order_by(ActionRow.id)).all())
-                where = self.topology.place(inc.entity) + self._jobs_of(jobs, inc)
-                alert = alert_from_incident(inc, describe_action(actions), where,
+                alert = alert_from_incident(inc, describe_action(actions), self.topology.place(inc.entity),
                                             runbook_for(inc.category, self.config.runbooks))
+                known = s.get(AlertRow, alert.incident_id)
+                if known is not None and known.digest == alert.digest():
+                    continue  # the cursor is inclusive: the newest incident comes back every sync
+                if inc.closed_at is None and not jobs:
+                    jobs.append(self._jobs())
+                alert.where += self._jobs_of(jobs[0] if jobs else None, inc)
                 changed += self._upsert(s, alert, now, inc.updated_at)
             if rows:
                 s.merge(IncidentCursorRow(name=self.cursor_name, value=newest))
@@ -142,16 +147,16 @@ class AlertPipeline:
             log.warning("alerts go without the jobs on their nodes: the scheduler did not answer: %s", exc)
             return None
 
-    def _jobs_of(self, state: ClusterState | None, inc: IncidentRow) -> list[tuple[str, str]]:
+    def _jobs_of(self, state: ClusterState | None, inc: IncidentRow) -> list[list[str]]:
         """('jobs', 'id user name, ...') for an open incident on a node or its parts, when the scheduler said."""
         if state is None or inc.closed_at is not None or inc.kind in ("rack", "cooling", "supernode"):
             return []
         node = inc.entity.split("/", 1)[0]
         running = state.jobs_on(self.topology.scheduler_name.get(node, node))
         if not running:
-            return [("jobs", "none running")]
-        return [("jobs", ", ".join(" ".join(x for x in (j.id, j.user, j.name) if x) for j in running[:10])
-                 + (f" and {len(running) - 10} more" if len(running) > 10 else ""))]
+            return [["jobs", "none running"]]
+        return [["jobs", ", ".join(" ".join(x for x in (j.id, j.user, j.name) if x) for j in running[:10])
+                 + (f" and {len(running) - 10} more" if len(running) > 10 else "")]]
 
     def _upsert(self, s: Session, alert: Alert, now: float, changed_at: float) -> int:
         row = s.get(AlertRow, alert.incident_id)

@@ -30,11 +30,12 @@ class Alerting:
     unavailable: dict[str, str] = field(default_factory=dict)  # receiver -> why its secret could not be read
 
     @classmethod
-    def from_config(cls, cfg: Config, store: Store, scheduler: Scheduler | None = None) -> Alerting:
+    def from_config(cls, cfg: Config, store: Store, scheduler: Scheduler | None = None,
+                    topology: Topology | None = None) -> Alerting:
         """The alert pipeline, outbox and receivers of a config. A receiver whose secret cannot be read (a
         credential not there yet) is not built: it is logged, its alerts are queued and wait for it (a restart or
         reload once the secret is there), and the others go on. With a ``scheduler``, a message names the jobs
-        running on the node and their users."""
+        running on the node and their users; ``topology`` is the config's (read from its file when not given)."""
         install_log_redaction()
         renderer = Renderer(cfg.templates_dir, cfg.alerting.status_url)
         receivers = {rc.name: build(rc, renderer) for rc in cfg.receivers if not rc.unavailable}
@@ -42,7 +43,7 @@ class Alerting:
         for name, why in unavailable.items():
             log.error("receiver %s is off until its secret is there: %s", name, why)
         pipeline = AlertPipeline(store, cfg.alerting, [rc.name for rc in cfg.receivers],
-                                 Topology.configured(cfg.service.topology), scheduler)
+                                 topology or Topology.configured(cfg.service.topology), scheduler)
         outbox = Outbox(store, receivers, cfg.backoff, waiting_for=set(unavailable))
         return cls(pipeline, outbox, receivers, unavailable)
 

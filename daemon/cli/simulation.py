@@ -8,10 +8,6 @@ import sys
 from pathlib import Path
 
 
-def _default_library() -> str:
-    from lab.bundled import FAULTS
-
-    return str(FAULTS)
 
 
 def cmd_simulate(args: argparse.Namespace) -> int:
@@ -23,9 +19,9 @@ def cmd_simulate(args: argparse.Namespace) -> int:
     from lab.sim.observe import sampling_from_text
     from lab.sim.scenario import Scenario
     from lab.sim.writer import simulate_to
-    from lab.bundled import scenario_path
+    from lab.bundled import FAULTS, scenario_path
 
-    library = Path(args.library or _default_library())
+    library = Path(args.library) if args.library else FAULTS
     try:
         scenario = Scenario.load(scenario_path(args.scenario))
         if args.seed is not None:
@@ -48,11 +44,13 @@ def cmd_simulate(args: argparse.Namespace) -> int:
     if args.serve:
         from lab.sim.serve import loopback, serve
 
-        o = args.port_offset
-        exporters = (f"dcgm-exporter on port {9400 + o}, node_exporter on port {9100 + o}"
+        from lab.sim.exporter_names import EXPORTER_PORTS
+
+        port = {path.split("-exporter")[0]: p + args.port_offset for path, p in EXPORTER_PORTS.items()}
+        exporters = (f"dcgm-exporter on port {port['dcgm']}, node_exporter on port {port['node']}"
                      if sim.topo.vendors == ("nvidia",) else
-                     f"each vendor's exporter (dcgm-exporter {9400 + o}, AMD {5000 + o}, npu-exporter {8082 + o}) and "
-                     f"node_exporter {9100 + o}")
+                     f"each vendor's exporter (dcgm-exporter {port['dcgm']}, AMD {port['amd-device-metrics']}, "
+                     f"npu-exporter {port['npu']}) and node_exporter {port['node']}")
         print(f"serving {sim.topo.n_nodes} nodes at {args.speed:g}x on {loopback(0)} .. "
               f"{loopback(sim.topo.n_nodes - 1)}: {exporters}; kernel log, topology.yaml and "
               f"prometheus-targets.json in {args.out}", flush=True)

@@ -296,7 +296,17 @@ def test_an_alert_names_the_jobs_and_users_on_its_node(slurm, tmp_path):
     idle = next(n for n in ("node1", "node2", "node3", "node4") if n != busy)
     store = Store(f"sqlite:///{tmp_path / 'r.db'}")
     store.record_tick([], [make_incident(f"{busy}/gpu1"), make_incident(f"{idle}/gpu2")])
-    AlertPipeline(store, AlertingConfig(), scheduler=SlurmScheduler(slurm.conf)).sync(2000.0)
+    class Counted(SlurmScheduler):
+        asked = 0
+
+        def snapshot(self):
+            Counted.asked += 1
+            return super().snapshot()
+
+    pipeline = AlertPipeline(store, AlertingConfig(), scheduler=Counted(slurm.conf))
+    pipeline.sync(2000.0)
+    pipeline.sync(2005.0)  # nothing changed: the newest incident comes back (the cursor is inclusive), unasked
+    assert Counted.asked == 1
     with store.session() as s:
         where = {r.content["entity"]: dict(r.content["where"]) for r in s.exec(select(AlertRow)).all()}
     assert where[f"{busy}/gpu1"]["jobs"].startswith(f"{job} root")

@@ -48,8 +48,6 @@ class ReceiverConfig:
                                  required=False)
         except SecretError as exc:
             unavailable = str(exc)
-        if unavailable is None and url is None:
-            raise SecretError(f"{where}.url: missing")
         known = {k: raw.pop(k) for k in ("send_resolved", "rate_per_minute", "timeout_s", "max_alerts") if k in raw}
         return cls(name=name, type=kind, url=url or "", secret=secret, options=raw, unavailable=unavailable, **known)
 
