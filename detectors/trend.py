@@ -35,8 +35,15 @@ record its own fault keeps raising. The 1-hour window is judged against the flee
 own as long as the window before it (just after raswarden starts watching), an alarm is a watch (``suspect``):
 the part may always have been so.
 
-Magnitude is the rules' to judge (symbol errors at 120/h, the PCIe replay budget, 50 correctable ECC errors an
-hour); a single burst of any size is one episode here.
+A part that has errors in nearly every sample (a noisy healthy GPU's PCIe replays at 5-minute sampling) can show no
+more episodes when it starts to fail: its count is saturated. Its episodes' **sizes** still rise. Once a part has a
+record of at least ``min_size_record`` episodes of its own, a window is also judged by how many of its episodes are
+larger than nine in ten of the record's (the binomial tail of that many at the record's own share, a test that bursts
+and heavy tails do not fool: a burst is one episode), when the window's episodes are also ``size_ratio`` times the
+record's mean size (a part whose traffic doubles has larger episodes too; a failing one's grow by more).
+
+Magnitude is otherwise the rules' to judge (symbol errors at 120/h, the PCIe replay budget, 50 correctable ECC errors
+an hour); a single burst of any size is one episode here.
 """
 
 from __future__ import annotations
@@ -48,6 +55,7 @@ import numpy as np
 import pandas as pd
 from scipy.optimize import minimize
 from scipy.special import gammainc, gammaln
+from scipy.stats import binom
 
 from detectors.contract import Evidence, TickInput
 from detectors.schema import State, entity_kind, name_codes, names_in, node_of
@@ -84,6 +92,10 @@ COUNTERS = {
     LOGGED_AER: (1 / 50, "gpu_bus", "PCIe AER corrected errors in the kernel log"),
 }
 WINDOWS_S = (3600.0, 3 * 3600.0, 12 * 3600.0)
+SIZE_QUANTILE = 0.9
+"""An episode is "large" when it is larger than this share of the part's own record of episodes."""
+SIZE_RECORD = 288
+"""Episode sizes a part keeps from before its longest window (a day of an episode every 5 minutes)."""
 
 
 GRID_PER_H = np.logspace(-6.0, 2.0, 129)
@@ -150,7 +162,7 @@ def fit_lognormal(counts: np.ndarray, zeros: float, exposure_h: float, prior_rat
 class _Series:
     """One counter of one entity: its episodes of the last 12 h and its forgotten long-run history."""
 
-    __slots__ = ("first", "last_active", "episodes", "k_hist", "t_hist", "hist_at", "group")
+    __slots__ = ("first", "last_active", "episodes", "k_hist", "t_hist", "hist_at", "group", "past_sizes")
 
     def __init__(self, first: float, group: tuple[str, str]):
         self.first = first  # the detector's first tick: a part without errors since has that much exposure
@@ -160,6 +172,7 @@ class _Series:
         self.t_hist = 0.0  # decayed hours of exposure older than the longest window
         self.hist_at = first  # time up to which history has been folded in (now - longest window)
         self.group = group
+        self.past_sizes: deque = deque(maxlen=SIZE_RECORD)  # errors of the latest episodes older than that
 
 
 class TrendDetector:
@@ -172,7 +185,8 @@ class TrendDetector:
     def __init__(self, alpha: float = 1e-7, min_episodes: int = 3, episode_gap_s: float = 300.0,
                  prior_spread: float = 1.5, history_halflife_s: float = 7 * 86400.0,
                  hold_s: float = 3600.0, min_fleet_rate_per_h: float = 1e-4, trim: float = 0.001,
-                 learn_every_s: float = 600.0, conflict_alpha: float = 1e-4):
+                 learn_every_s: float = 600.0, conflict_alpha: float = 1e-4, min_size_record: int = 36,
+                 size_ratio: float = 3.0):
         self.alpha = alpha
         self.min_episodes = min_episodes
         self.episode_gap_s = episode_gap_s
@@ -183,6 +197,8 @@ class TrendDetector:
         self.trim = trim
         self.learn_every_s = learn_every_s
         self.conflict_alpha = conflict_alpha
+        self.min_size_record = min_size_record
+        self.size_ratio = size_ratio
 
     def fit(self, X=None, y=None) -> TrendDetector:
         self.threshold_ = -math.log10(self.alpha)
@@ -198,6 +214,8 @@ class TrendDetector:
         self._last_now: float | None = None
         self._flagged_before: set[str] = set()  # see restore
         self._baseline: dict[tuple[str, str], np.ndarray] = {}  # a part's log mass over rates when it went into alarm
+        # a part's episode sizes when its sizes raised an alarm: (threshold, share above it, mean size)
+        self._size_baseline: dict[tuple[str, str], tuple[float, float, float]] = {}
         self._model_cache: tuple | None = None
         self._accelerator_cache: tuple | None = None
         return self
@@ -213,7 +231,7 @@ class TrendDetector:
         """Drop the node's episodes, history and alarms (its parts were replaced)."""
         if not hasattr(self, "_series"):
             return
-        for d in (self._series, self._alarm, self._baseline):
+        for d in (self._series, self._alarm, self._baseline, self._size_baseline):
             for key in [k for k in d if node_of(k[0]) == node]:
                 del d[key]
         self._flagged_before = {e for e in self._flagged_before if node_of(e) != node}
@@ -240,6 +258,7 @@ class TrendDetector:
             if until < now:
                 del self._alarm[key]
                 self._baseline.pop(key, None)
+                self._size_baseline.pop(key, None)
                 continue
             _, category, _ = COUNTERS[key[1]]
             out.append(Evidence(key[0], level, category, [reason], detector=self.name, score=score))
@@ -366,8 +385,9 @@ class TrendDetector:
         s.t_hist = s.t_hist * decay + max(0.0, horizon - start) / 3600.0
         s.k_hist *= decay
         while s.episodes and s.episodes[0][0] <= horizon:
-            ts = s.episodes.popleft()[0]
+            ts, errors = s.episodes.popleft()
             s.k_hist += 0.5 ** ((horizon - ts) / self.history_halflife_s)
+            s.past_sizes.append(errors)
         s.hist_at = horizon
 
     def _prior_rate(self, metric: str) -> float:
@@ -423,6 +443,7 @@ class TrendDetector:
         p = np.where(judged, p, 1.0)
         best = int(np.argmin(p))
         if p[best] > self.alpha:
+            self._judge_sizes(key, s, now)
             return
         errors = sum(e[1] for e in s.episodes if e[0] > now - WINDOWS_S[best])
         _, _, words = COUNTERS[key[1]]
@@ -447,3 +468,45 @@ class TrendDetector:
         if (level == State.SUBHEALTHY or quiet_record) and (key not in self._alarm or key not in self._baseline):
             self._baseline[key] = np.array(log_w[0], dtype=float)
         self._alarm[key] = (now + self.hold_s, reason, score, level)
+
+    def _judge_sizes(self, key: tuple[str, str], s: _Series, now: float) -> None:
+        """A part with a record of ``min_size_record`` episodes: its windows' episodes against the record's sizes (or
+        those frozen at its alarm). An alarm when a window has at least ``min_episodes`` episodes larger than
+        :data:`SIZE_QUANTILE` of the record's, a chance of at most ``alpha`` for that many at the record's own share
+        (the binomial tail, over the three windows), and a mean size ``size_ratio`` times the record's."""
+        frozen = self._size_baseline.get(key) if key in self._alarm else None
+        times = np.array([e[0] for e in s.episodes])
+        sizes = np.array([e[1] for e in s.episodes])
+        past = np.fromiter(s.past_sizes, dtype=float, count=len(s.past_sizes))
+        best: tuple | None = None
+        for i, w in enumerate(WINDOWS_S):
+            inside = times > now - w
+            window = sizes[inside]
+            if len(window) < self.min_episodes:
+                continue
+            if frozen is not None:
+                threshold, share, mean = frozen
+            else:
+                record = np.concatenate((past, sizes[~inside]))
+                if len(record) < self.min_size_record:
+                    continue
+                threshold = float(np.quantile(record, SIZE_QUANTILE, method="higher"))
+                share = (np.count_nonzero(record > threshold) + 1.0) / (len(record) + 1.0)
+                mean = float(record.mean())
+            large = int(np.count_nonzero(window > threshold))
+            if large < self.min_episodes or window.mean() < self.size_ratio * max(mean, 1.0):
+                continue
+            p = float(binom.sf(large - 1, len(window), share)) * len(WINDOWS_S)
+            if p <= self.alpha and (best is None or p < best[0]):
+                best = (p, i, large, len(window), float(window.mean()), threshold, share, mean)
+        if best is None:
+            return
+        p, i, large, n, size, threshold, share, mean = best
+        _, _, words = COUNTERS[key[1]]
+        reason = (f"{words} larger in each episode: {large} of the last {n} episodes over {WINDOWS_S[i] / 3600:.0f} h "
+                  f"had more than {threshold:.0f} errors, which 9 in 10 of this part's own before did not; "
+                  f"{size:.1f} errors an episode against its {mean:.1f} (chance {p:.1g})")
+        score = min(1.0, 0.6 + 0.02 * -math.log10(max(p, 1e-300)))
+        if key not in self._size_baseline:
+            self._size_baseline[key] = (threshold, share, mean)
+        self._alarm[key] = (now + self.hold_s, reason, score, State.SUBHEALTHY)

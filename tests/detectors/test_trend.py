@@ -224,3 +224,44 @@ def test_corrected_aer_lines_in_the_kernel_log_count_like_a_counter():
     assert flagged and "PCIe AER corrected errors in the kernel log" in flagged[0][2]
     assert not [x for x in levels if x[0].startswith("n") and x[0] != "n0/gpu0"]
     assert ("m9/gpu3", LOGGED) in det._series and det._series[("m9/gpu3", LOGGED)].episodes
+
+
+def _saturated(rng, hours, rate_per_h, step=300.0, bursts_per_day=0.5, burst_size=20.0):
+    """Per-step counts of a part erring in nearly every sample: Poisson at ``rate_per_h`` (a scalar or one per step),
+    plus bursts of a geometric number of errors."""
+    steps = int(hours * 3600 / step)
+    lam = np.broadcast_to(np.asarray(rate_per_h, dtype=float) * step / 3600.0, (steps,))
+    counts = rng.poisson(lam).astype(float)
+    hit = rng.random(steps) < bursts_per_day * step / 86400.0
+    counts[hit] += rng.geometric(1.0 / burst_size, int(hit.sum()))
+    return counts
+
+
+def test_a_saturated_part_is_judged_by_its_episodes_sizes():
+    """A noisy healthy GPU's PCIe replays at 92 an hour, sampled every 5 minutes: an episode in nearly every sample,
+    so a failing GPU's rising replays cannot show as more episodes. A day of that, then hours at twice the rate (a
+    job with more traffic) and bursts: no flag. The same day, then replays rising from 30 to 4,000 an hour (the
+    simulator's off-the-bus template a) over 4.5 h: flagged on the sizes of its episodes, before the replay budget
+    (921.6 an hour) is reached, and not flagged with the size test off (the episodes alone are saturated)."""
+    rng = np.random.default_rng(7)
+    day = _saturated(rng, 24, 92.0)
+    busy = _saturated(rng, 6, 184.0)
+    healthy = np.concatenate((day, busy, _saturated(rng, 6, 92.0)))
+    assert np.count_nonzero(day) / len(day) > 0.95  # saturated: an episode every sample
+    flags = _flags(TrendDetector().fit(), healthy.tolist(), metric="pcie_replay_total", entity="n/gpu0")
+    # a watch in its first hours (no record of its own yet: the episode test), never a flag
+    assert flags and {level for _, level in flags} == {"suspect"} and max(t for t, _ in flags) < 12 * 3600, flags
+
+    t = np.arange(int(4.5 * 12)) / (4.5 * 12)
+    fault = 92.0 + 30.0 * (4000 / 30.0) ** t
+    failing = np.concatenate((day, _saturated(rng, 4.5, fault)))
+    budget_at = 24 * 3600 + float(np.argmax(fault >= 921.6)) * 300
+
+    def first_flag(**kw):
+        flags = _flags(TrendDetector(**kw).fit(), failing.tolist(), metric="pcie_replay_total", entity="n/gpu0")
+        return next((t for t, level in flags if level == "subhealthy"), None)
+
+    flagged = first_flag()
+    assert flagged is not None and 24 * 3600 < flagged < budget_at - 1800, (flagged, budget_at)
+    unsized = first_flag(min_size_record=10**9)
+    assert unsized is None or unsized > flagged + 3600, (unsized, flagged)
