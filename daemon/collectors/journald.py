@@ -3,7 +3,7 @@
 Two ways in:
 
 * ``command`` (the default on a management node that receives its nodes' journals through
-  systemd-journal-remote): ``journalctl --follow --output=json _TRANSPORT=kernel`` plus the operator's
+  systemd-journal-remote): ``journalctl --follow --merge --output=json _TRANSPORT=kernel`` plus the operator's
   ``args`` (e.g. ``--directory=/var/log/journal/remote``), started ``--after-cursor=`` the last record the
   daemon consumed; the very first start reads from ``since`` (default: now).
 * ``file``: a JSON-lines journal export that grows (``journalctl -o json -f > FILE``, the simulator's
@@ -46,7 +46,10 @@ class JournaldCollector(Collector):
     # -- journalctl ------------------------------------------------------------------------------
     def command(self) -> list[str]:
         """The journalctl argument list (never a shell), from the saved cursor or ``since``."""
-        argv = [self.journalctl, "--follow", "--output=json", "--no-pager", *map(str, self.args)]
+        # --merge: journalctl >= 250 takes --follow alone to mean "the current boot", which in a directory of
+        # forwarded journals is one node's latest boot (every other node's lines would be lost, and an empty
+        # directory is an error); --merge reads every journal there is, as it did before
+        argv = [self.journalctl, "--follow", "--merge", "--output=json", "--no-pager", *map(str, self.args)]
         cursor = self.state.get("cursor")
         if cursor:
             argv.append(f"--after-cursor={cursor}")

@@ -94,6 +94,41 @@ def test_real_journalctl_with_a_persisted_cursor(journal_file):
     assert events == [pytest.approx(now - 3, abs=1e-3)]  # only the new record, once
 
 
+def test_a_directory_of_many_nodes_journals_is_read_whole(tmp_path):
+    """A management node's /var/log/journal/remote: one journal per forwarding node (what systemd-journal-remote
+    writes), each node with its own machine and boot. ``journalctl --follow`` alone shows only "the current boot"
+    (systemd >= 250 implies ``--boot`` with ``--follow``), which in such a directory is one node's latest boot:
+    every other node's kernel lines would be lost, and an empty directory is an error. Both nodes' lines are read."""
+    remote = shutil.which("systemd-journal-remote") or "/lib/systemd/systemd-journal-remote"
+    require(os.path.exists(remote), "systemd-journal-remote is not installed (scripts/test.sh installs it)")
+    directory = tmp_path / "remote"
+    directory.mkdir()
+    empty = JournaldCollector("kernel", ReadContext(), args=[f"--directory={directory}"], since="2000-01-01")
+    empty.collect(time.time())
+    time.sleep(1.0)
+    _, outcome = empty.collect(time.time())
+    empty.close()
+    assert outcome.ok, outcome.errors  # nothing forwarded yet is not an error
+    now = time.time()
+    for i, (host, boot) in enumerate((("sn01-b01", "0123456789abcdef0123456789abcdef"),
+                                      ("sn01-b02", "fedcba9876543210fedcba9876543210"))):
+        export = (f"__REALTIME_TIMESTAMP={int((now - 10 + i) * 1e6)}\n__MONOTONIC_TIMESTAMP=1\n_BOOT_ID={boot}\n"
+                  f"_MACHINE_ID={boot[::-1]}\n_HOSTNAME={host}\n_TRANSPORT=kernel\nSYSLOG_IDENTIFIER=kernel\n"
+                  f"MESSAGE={XID}\n\n").encode()
+        subprocess.run([remote, f"--output={directory}/remote-{host}.journal", "--split-mode=none", "-"],
+                       input=export, check=True, capture_output=True)
+    c = JournaldCollector("kernel", ReadContext(), args=[f"--directory={directory}"], since="2000-01-01")
+    hosts: list[str] = []
+    deadline = time.monotonic() + 15
+    while len(hosts) < 2 and time.monotonic() < deadline:
+        batch, outcome = c.collect(time.time())
+        assert outcome.ok, outcome.errors
+        hosts += [e.split("/")[0] for e in batch.events["entity"]]
+        time.sleep(0.2)
+    c.close()
+    assert sorted(hosts) == ["sn01-b01", "sn01-b02"], hosts
+
+
 def test_a_missing_journalctl_is_an_error_not_a_crash():
     c = JournaldCollector("kernel", ReadContext(), journalctl="/nonexistent/journalctl")
     batch, outcome = c.collect(0.0)
