@@ -3,6 +3,9 @@
 from __future__ import annotations
 
 import os
+import shutil
+import subprocess
+import sys
 from pathlib import Path
 
 import pytest
@@ -42,3 +45,17 @@ def pg_url() -> str:
     url = os.environ.get("RASWARDEN_TEST_PG_URL", "")
     require(bool(url), "no PostgreSQL server: run the suite through scripts/test.sh (as root)")
     return url
+
+
+@pytest.fixture(scope="session")
+def debian_package(tmp_path_factory) -> Path:
+    """The Debian package of this checkout, built once per session by packaging/build-deb.sh (uncompressed: the
+    tests install it, nobody downloads it)."""
+    require(os.geteuid() == 0 and bool(shutil.which("dpkg-deb")),
+            "building and installing the Debian package needs root and dpkg-deb (scripts/test.sh runs as root)")
+    out = tmp_path_factory.mktemp("deb")
+    built = subprocess.run([str(ROOT / "packaging" / "build-deb.sh"), "--out", str(out), "--uncompressed"],
+                           capture_output=True, text=True, timeout=900, cwd=ROOT,
+                           env={**os.environ, "BUILD_PYTHON": sys.executable})
+    assert built.returncode == 0, built.stderr[-3000:]
+    return Path(built.stdout.strip().splitlines()[-1])

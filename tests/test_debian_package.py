@@ -12,13 +12,12 @@ import os
 import shutil
 import signal
 import subprocess
-import sys
 import time
 import urllib.request
 
 import pytest
 
-from tests.conftest import ROOT, require
+from tests.conftest import require
 
 DEB = "raswarden"
 
@@ -28,15 +27,10 @@ def run(*argv: str, timeout: float = 300, **kw) -> subprocess.CompletedProcess:
 
 
 @pytest.fixture(scope="module")
-def installed(tmp_path_factory):
-    require(os.geteuid() == 0 and shutil.which("dpkg-deb") and shutil.which("apt-get"),
-            "the Debian package test needs root, dpkg-deb and apt-get (scripts/test.sh runs as root)")
+def installed(debian_package):
+    require(bool(shutil.which("apt-get")), "the Debian package test needs apt-get")
     require(run("dpkg-query", "-W", DEB).returncode != 0, "a raswarden package is already installed here")
-    out = tmp_path_factory.mktemp("deb")
-    built = run(str(ROOT / "packaging" / "build-deb.sh"), "--out", str(out), "--uncompressed", timeout=900,
-                env={**os.environ, "BUILD_PYTHON": sys.executable}, cwd=ROOT)
-    assert built.returncode == 0, built.stderr[-3000:]
-    deb = built.stdout.strip().splitlines()[-1]
+    deb = str(debian_package)
     listing = run("dpkg-deb", "-c", deb).stdout
     for path in ("./usr/lib/systemd/system/raswarden.service", "./usr/lib/sysusers.d/raswarden.conf",
                  "./usr/lib/tmpfiles.d/raswarden.conf", "./etc/raswarden/raswarden.toml",

@@ -2,8 +2,9 @@
 service needs — checked against the system calls, sockets and paths a real ``raswarden run`` uses (traced
 with strace against the live simulator and a real journal), not only read off the unit file.
 
-PID 1 on the test machines is not systemd, so the unit is never started here; ``systemd-analyze`` reads it
-offline and the sandbox is checked against systemd's own definitions of the system-call groups.
+PID 1 on the test machines is not systemd, so here ``systemd-analyze`` reads the unit offline and the sandbox is
+checked against systemd's own definitions of the system-call groups; tests/systemd/test_boot.py starts the packaged
+unit under a real systemd in a container.
 """
 
 from __future__ import annotations
