@@ -6,8 +6,10 @@ of the accelerators of its node at comparable load (busy with busy, idle with id
 moves all of them and cancels out; a half-used node does not look like a fault. The residual is smoothed
 (EWMA) and scored as a robust z-score against the fleet's residual spread (MAD). ``subhealthy`` needs the
 z-score, an absolute residual of ``min_excess_c`` (8 °C) *and* a rise of ``min_rise_c`` over the GPU's own
-baseline (its residual smoothed over ``baseline_halflife_s``, 24 h, per load state, busy or idle, frozen while
-it is flagged; none for ten minutes after a load change): a GPU in a warmer slot runs several degrees above
+baseline (its power-corrected temperature smoothed over ``baseline_halflife_s``, 24 h, per load state, busy or idle,
+frozen while it is flagged; none for ten minutes after a load change), less the rise of its peers at the same load
+over theirs (a coolant swing moves them all; which peers share its load does not move its baseline, as it moved a
+baseline of its residual against them): a GPU in a warmer slot runs several degrees above
 its peers for ever and is not a fault, while a degrading one moves away from where it was. Above
 ``absolute_excess_c`` (15 °C) the rise is not needed (a GPU that was already degrading when raswarden
 started). A GPU whose own temperature moved away from its baseline much further than the fleet's GPUs move from
@@ -143,6 +145,8 @@ class PeerDeviation:
         self.threshold_ = self.z_threshold
         self._rows = _Rows()
         self._smooth = {m: _Ewma(self.halflife_s) for m in ("gpu_temp_c", "hbm_temp_c", "clock_ratio")}
+        # Each GPU's own power-corrected temperature, smoothed, not against its peers: its baseline's input
+        self._level = {m: _Ewma(self.halflife_s) for m in ("gpu_temp_c", "hbm_temp_c")}
         # The own baseline per metric and load state (busy, idle, unknown), never restarted by a gap.
         self._own = {(m, load): _Ewma(self.baseline_halflife_s, restart_after=None)
                      for m in ("gpu_temp_c", "hbm_temp_c") for load in (_LOAD_ANY, _LOAD_BUSY, _LOAD_IDLE)}
@@ -162,7 +166,7 @@ class PeerDeviation:
         if not hasattr(self, "_rows"):
             return
         rows = self._rows.index.rows_of_node(node)
-        for e in (*self._smooth.values(), *self._own.values()):
+        for e in (*self._smooth.values(), *self._level.values(), *self._own.values()):
             e.value[rows], e.at[rows] = np.nan, np.nan
         for m in self._hot:
             self._hot[m][rows] = False
@@ -170,7 +174,7 @@ class PeerDeviation:
         self._load_state[rows], self._load_since[rows] = -1, np.nan
 
     def _grow(self, n: int) -> None:
-        for e in (*self._smooth.values(), *self._own.values()):
+        for e in (*self._smooth.values(), *self._level.values(), *self._own.values()):
             e.grow(n)
         extra = n - len(self._slow_now)
         if extra > 0:
@@ -257,7 +261,8 @@ class PeerDeviation:
             return []
         slope = np.polyfit(p[ok], t[ok], 1)[0] if np.ptp(p[ok]) > 50 else 0.0
         # The node's median includes the GPU itself: with eight peers one hot GPU cannot move it.
-        residual, _ = self._residual(codes, np.where(ok, t - slope * p, np.nan))
+        level = np.where(ok, t - slope * p, np.nan)
+        residual, _ = self._residual(codes, level)
         spread = max(float(np.nanmedian(np.abs(residual))) * _MAD_TO_SIGMA if np.isfinite(residual).any() else 0.5,
                      0.5)
         sel = np.flatnonzero(np.isfinite(residual))
@@ -265,16 +270,23 @@ class PeerDeviation:
         smooth = self._smooth[metric].update(r, residual[sel], now)
         was_hot = self._hot[metric][r]
         margin = np.where(was_hot, self.clear_margin_c, 0.0)
-        # The own baseline is kept per load state: a GPU's own thermal resistance puts it a few degrees
-        # further from its peers busy than idle, which is no rise. Right after a load change there is no
-        # comparison (and a flagged GPU stays flagged).
-        rise = np.full(len(sel), np.nan)
+        # The rise: how far the GPU's own power-corrected temperature moved from its baseline, less how far its
+        # peers at the same load moved from theirs (a coolant swing moves them all). Not its residual against the
+        # peers over that residual's baseline: which peers share its load changes with the jobs (a GPU busy in a
+        # half-used node stands against four busy peers, in a full one against eight), and with them the median
+        # its residual is taken from, by degrees for a GPU whose thermal resistance is the node's highest. The
+        # baseline is kept per load state: a GPU's own thermal resistance puts it further from its idle level
+        # busy than idle, which is no rise. Right after a load change there is no comparison (and a flagged GPU
+        # stays flagged).
+        own_level = self._level[metric].update(r, level[sel], now)
+        moved = np.full(len(sel), np.nan)
         ld, st = load[sel], settled[sel]
         for state in (_LOAD_ANY, _LOAD_BUSY, _LOAD_IDLE):
             k = np.flatnonzero(st & (ld == state))
             if len(k):
-                base = self._own[(metric, state)].update(r[k], smooth[k], now, frozen=was_hot[k])
-                rise[k] = smooth[k] - base
+                base = self._own[(metric, state)].update(r[k], own_level[k], now, frozen=was_hot[k])
+                moved[k] = own_level[k] - base
+        rise, _ = self._residual(codes[sel], moved)
         # How far the fleet's GPUs move from their own baselines (noise, workload): a rise is judged against it.
         rise_spread = max(float(np.nanmedian(np.abs(rise))) * _MAD_TO_SIGMA if np.isfinite(rise).any() else 0.5,
                           0.5)
@@ -285,9 +297,9 @@ class PeerDeviation:
             hot = (smooth >= min_excess - margin) & (z >= self.z_threshold - margin / spread) & (
                 rising | (smooth >= self.absolute_excess_c - margin))
             if metric == "gpu_temp_c":  # HBM temperature follows the memory traffic, which power does not show
-                moved = st & (rise >= self.min_rise_c - margin) & (
+                risen = st & (rise >= self.min_rise_c - margin) & (
                     rise_z >= self.z_threshold - margin / rise_spread) & (smooth >= self.moved_excess_c - margin)
-                hot |= moved | (was_hot & ~st & (smooth >= self.moved_excess_c - margin))
+                hot |= risen | (was_hot & ~st & (smooth >= self.moved_excess_c - margin))
             suspect = ~hot & (metric == "gpu_temp_c") & (smooth >= self.suspect_excess_c) & (
                 z >= self.z_threshold / 2) & (rise >= self.min_rise_c / 2)  # NaN (no comparison yet) is never above
         self._hot[metric][r] = hot

@@ -126,3 +126,49 @@ def test_peer_groups_name_node_kind_and_model():
 
     assert peer_group("n1/npu3") == "n1|npu|" and peer_group("n1/gpu3", {"n1/gpu3": "H100"}) == "n1|gpu|H100"
     assert peer_group("n1/gpu3") != peer_group("n1/dcu3")
+
+
+def _tick_with(now, temps, power, util):
+    import pandas as pd
+
+    from detectors.contract import TickInput
+    from detectors.schema import events_frame
+
+    rows = [(e, m, v) for e in temps for m, v in (("gpu_temp_c", temps[e]), ("power_w", power[e]),
+                                                  ("gpu_util_pct", util[e]))]
+    g = pd.DataFrame({"entity": pd.Series([r[0] for r in rows], dtype=object),
+                      "metric": pd.Series([r[1] for r in rows], dtype=object),
+                      "last": [r[2] for r in rows], "max": [r[2] for r in rows]})
+    return TickInput(now, events_frame([]), pd.DataFrame({"entity": [], "metric": [], "increase": [], "resets": []}), g)
+
+
+def test_a_gpu_whose_busy_peers_change_with_the_jobs_has_not_risen():
+    """Node n0 runs jobs on all eight GPUs, and for one hour in six on gpu0-3 only (the others idle); its thermal
+    resistances are those of seed 14 of the matrix' `300s` cells, where the idle half's are the higher. gpu0 then
+    stands 4 °C above the median of its four busy peers, against all eight 1.5 °C: a baseline of that residual calls
+    each half-node job a rise of 2.5 °C (the seed's false flag, with sampling noise on top). Its own temperature at
+    its power has not moved: with the rise asked down to 2 °C at a z of 3, so that 2.5 °C would show, no flag. A
+    GPU whose thermal resistance steps up (+6 °C at 400 W) is flagged within half an hour. Five-minute samples with
+    little noise (so that the sensitive setting sees the jobs, not the noise); node n3 idles throughout (the fleet's
+    slope of temperature over power needs idle GPUs to be fitted)."""
+    rng = np.random.default_rng(14)
+    gpus = [f"n{n}/gpu{g}" for n in range(4) for g in range(8)]
+    resistance = dict(zip(gpus, rng.uniform(0.060, 0.076, len(gpus))))
+    resistance.update(zip(gpus[:8], (0.0785, 0.0701, 0.0671, 0.0604, 0.0732, 0.0812, 0.0752, 0.0776)))
+    d = PeerDeviation(min_rise_c=2.0, z_threshold=3.0).fit()
+    flagged: dict[str, float] = {}
+    step_at = 26 * 3600.0
+    for k in range(int(27 * 3600 / 300)):
+        now = 300.0 * k
+        half = now % (6 * 3600) >= 5 * 3600
+        busy = {e: not e.startswith("n3/") and not (half and e.startswith("n0/") and int(e[-1]) >= 4) for e in gpus}
+        power = {e: (400.0 + rng.normal(0, 15)) if busy[e] else 60.0 + rng.normal(0, 5) for e in gpus}
+        if now >= step_at:
+            resistance["n2/gpu5"] = resistance["n2/gpu5"] + 0.015 if now == step_at else resistance["n2/gpu5"]
+        temps = {e: 30.0 + resistance[e] * power[e] + rng.normal(0, 0.3) for e in gpus}
+        util = {e: 95.0 if busy[e] else 0.0 for e in gpus}
+        for ev in d.update(_tick_with(now, temps, power, util)):
+            if ev.level == State.SUBHEALTHY:
+                flagged.setdefault(ev.entity, now)
+    assert set(flagged) == {"n2/gpu5"}, flagged
+    assert flagged["n2/gpu5"] - step_at <= 1800, flagged
