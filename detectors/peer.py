@@ -6,10 +6,9 @@ of the accelerators of its node at comparable load (busy with busy, idle with id
 moves all of them and cancels out; a half-used node does not look like a fault. The residual is smoothed
 (EWMA) and scored as a robust z-score against the fleet's residual spread (MAD). ``subhealthy`` needs the
 z-score, an absolute residual of ``min_excess_c`` (8 °C) *and* a rise of ``min_rise_c`` over the GPU's own
-baseline (its power-corrected temperature smoothed over ``baseline_halflife_s``, 24 h, per load state, busy or idle,
-frozen while it is flagged; none for ten minutes after a load change), less the rise of its peers at the same load
-over theirs (a coolant swing moves them all; which peers share its load does not move its baseline, as it moved a
-baseline of its residual against them): a GPU in a warmer slot runs several degrees above
+baseline (its residual smoothed over ``baseline_halflife_s``, 24 h, per load state, busy or idle, frozen while it is
+flagged; none for ten minutes after a load change; the residual here against the median of its peers each less its
+own baseline, which does not move with which peers share its load): a GPU in a warmer slot runs several degrees above
 its peers for ever and is not a fault, while a degrading one moves away from where it was. Above
 ``absolute_excess_c`` (15 °C) the rise is not needed (a GPU that was already degrading when raswarden
 started). A GPU whose own temperature moved away from its baseline much further than the fleet's GPUs move from
@@ -145,7 +144,7 @@ class PeerDeviation:
         self.threshold_ = self.z_threshold
         self._rows = _Rows()
         self._smooth = {m: _Ewma(self.halflife_s) for m in ("gpu_temp_c", "hbm_temp_c", "clock_ratio")}
-        # Each GPU's own power-corrected temperature, smoothed, not against its peers: its baseline's input
+        # Each GPU's residual against the steady reference (its peers less their own offsets), smoothed
         self._level = {m: _Ewma(self.halflife_s) for m in ("gpu_temp_c", "hbm_temp_c")}
         # The own baseline per metric and load state (busy, idle, unknown), never restarted by a gap.
         self._own = {(m, load): _Ewma(self.baseline_halflife_s, restart_after=None)
@@ -270,23 +269,28 @@ class PeerDeviation:
         smooth = self._smooth[metric].update(r, residual[sel], now)
         was_hot = self._hot[metric][r]
         margin = np.where(was_hot, self.clear_margin_c, 0.0)
-        # The rise: how far the GPU's own power-corrected temperature moved from its baseline, less how far its
-        # peers at the same load moved from theirs (a coolant swing moves them all). Not its residual against the
-        # peers over that residual's baseline: which peers share its load changes with the jobs (a GPU busy in a
-        # half-used node stands against four busy peers, in a full one against eight), and with them the median
-        # its residual is taken from, by degrees for a GPU whose thermal resistance is the node's highest. The
-        # baseline is kept per load state: a GPU's own thermal resistance puts it further from its idle level
-        # busy than idle, which is no rise. Right after a load change there is no comparison (and a flagged GPU
-        # stays flagged).
-        own_level = self._level[metric].update(r, level[sel], now)
-        moved = np.full(len(sel), np.nan)
+        # The rise: the GPU's residual over its own baseline of it (per load state: a GPU's own thermal resistance
+        # puts it further from its peers busy than idle, which is no rise), the residual taken against a reference
+        # that does not move with which peers share its load: the median of its peers' power-corrected temperatures
+        # each less its own baseline offset (a half-used node's busy four and a full node's eight give the same
+        # level; against their plain median a GPU with the highest resistance of the busy four stood degrees
+        # further out in a half-used node). Peers without a baseline yet stand out of the reference, and until
+        # enough have one it is the plain median. Right after a load change there is no comparison (and a flagged
+        # GPU stays flagged).
         ld, st = load[sel], settled[sel]
+        offset = np.full(len(sel), np.nan)
+        for state in (_LOAD_ANY, _LOAD_BUSY, _LOAD_IDLE):
+            k = np.flatnonzero(ld == state)
+            offset[k] = self._own[(metric, state)].value[r[k]]
+        reference, count = group_median(codes[sel], level[sel] - offset)
+        steady = np.where(count[codes[sel]] >= self.min_peers + 1, level[sel] - reference[codes[sel]], residual[sel])
+        own = self._level[metric].update(r, steady, now)
+        rise = np.full(len(sel), np.nan)
         for state in (_LOAD_ANY, _LOAD_BUSY, _LOAD_IDLE):
             k = np.flatnonzero(st & (ld == state))
             if len(k):
-                base = self._own[(metric, state)].update(r[k], own_level[k], now, frozen=was_hot[k])
-                moved[k] = own_level[k] - base
-        rise, _ = self._residual(codes[sel], moved)
+                base = self._own[(metric, state)].update(r[k], own[k], now, frozen=was_hot[k])
+                rise[k] = own[k] - base
         # How far the fleet's GPUs move from their own baselines (noise, workload): a rise is judged against it.
         rise_spread = max(float(np.nanmedian(np.abs(rise))) * _MAD_TO_SIGMA if np.isfinite(rise).any() else 0.5,
                           0.5)
