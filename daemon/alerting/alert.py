@@ -39,6 +39,8 @@ class Alert:
     close_reason: str = ""
     where: list = field(default_factory=list)  # [what, value] pairs: rack, node, slot, serial, UUID, PCI, far end
     runbook: str = ""  # what to do next (daemon/alerting/runbooks.py)
+    awaiting_approval: bool = False  # a playbook waits for an operator's approval
+    drained: str | None = None  # the node raswarden drained for it (to resume once repaired)
 
     @property
     def labels(self) -> dict[str, str]:
@@ -71,9 +73,11 @@ def group_key(rack: str | None, category: str) -> str:
     return f"rack={rack or '-'},category={category}"
 
 
-def alert_from_incident(row: Any, action: str = "", where: list | None = None, runbook: str = "") -> Alert:
-    """The alert of an incident row (``daemon.store.IncidentRow`` or ``daemon.incidents.Incident``), with where its
-    part is (``where``: [what, value] pairs, e.g. from ``Topology.place``) and what to do next (``runbook``)."""
+def alert_from_incident(row: Any, action: Any = "", where: list | None = None, runbook: str = "") -> Alert:
+    """The alert of an incident row (``daemon.store.IncidentRow`` or ``daemon.incidents.Incident``), with what was
+    done (``action``: text, or an ``alert_pipeline.ActionState``), where its part is (``where``: [what, value] pairs,
+    e.g. from ``Topology.place``) and what to do next (``runbook``)."""
+    text = action if isinstance(action, str) else action.text
     state = row.severity if isinstance(row.severity, str) else row.severity.label
     closed = row.closed_at is not None
     words = CATEGORY_WORDS.get(row.category, row.category)
@@ -90,9 +94,10 @@ def alert_from_incident(row: Any, action: str = "", where: list | None = None, r
     return Alert(
         incident_id=row.id, status="resolved" if closed else "firing", severity=SEVERITY.get(state, "warning"),
         state=state, entity=row.entity, kind=row.kind, category=row.category, rack=row.rack, summary=summary,
-        evidence=list(row.evidence or []), started_at=row.opened_at, ended_at=row.closed_at, action=action,
+        evidence=list(row.evidence or []), started_at=row.opened_at, ended_at=row.closed_at, action=text,
         parent=getattr(row, "parent", None), close_reason=row.close_reason or "",
         where=[list(p) for p in where or []], runbook=runbook,
+        awaiting_approval=getattr(action, "awaiting_approval", False), drained=getattr(action, "drained", None),
     )
 
 

@@ -42,11 +42,22 @@ class AlertingConfig:
     runbooks: dict[str, str] = field(default_factory=dict)  # category -> the operator's runbook line
 
 
-def describe_action(rows: list[ActionRow]) -> str:
-    """What raswarden did or will do for an incident, in plain words, from its action journal (daemon/actions.py):
-    the steps done (``done: checkpoint, drain``), the one in progress or failed, or what a dry-run would have done
+@dataclass(frozen=True)
+class ActionState:
+    """What raswarden did or will do for an incident: in plain words (``text``), and what an operator's commands
+    need to know of it (an approval it waits for, the node a drain it did took out of service)."""
+
+    text: str = ""
+    awaiting_approval: bool = False
+    drained: str | None = None
+
+
+def describe_action(rows: list[ActionRow]) -> ActionState:
+    """What raswarden did or will do for an incident, from its action journal (daemon/actions.py): the steps done
+    (``done: checkpoint, drain``), the one in progress or failed, or what a dry-run would have done
     (``nothing done``)."""
     parts = []
+    awaiting, drained = False, None
     for head in (r for r in rows if r.step == "action"):
         d = head.detail
         mode, inc = d.get("mode", "act"), d.get("incident") or {}
@@ -56,6 +67,7 @@ def describe_action(rows: list[ActionRow]) -> str:
         steps = d.get("steps", [])
         names = ", ".join(s["type"] for s in steps)
         if head.status == "awaiting_approval":
+            awaiting = True
             parts.append(f"{head.playbook}: waiting for an operator's approval to {names}{on}")
         elif mode == "shadow":
             parts.append(f"{head.playbook}: shadow mode, the plan ({names}{on}) recorded, nothing done")
@@ -65,6 +77,8 @@ def describe_action(rows: list[ActionRow]) -> str:
             parts.append(f"{head.playbook}: dry-run, nothing done; would " + (", ".join(would) or names + on))
         else:
             done = [s["type"] for s in steps if s.get("status") in ("done", "skipped")]
+            if node and any(s["type"] == "drain" and s.get("status") == "done" for s in steps):
+                drained = node
             current = next((s for s in steps if s.get("status") not in ("done", "skipped")), None)
             text = f"{head.playbook}{on}: " + (f"done: {', '.join(done)}" if done else "nothing done yet")
             if head.status == "held":
@@ -74,7 +88,7 @@ def describe_action(rows: list[ActionRow]) -> str:
             elif current is not None:
                 text += f"; next {current['type']}" + (" (in progress)" if current.get("status") == "started" else "")
             parts.append(text)
-    return "; ".join(parts)
+    return ActionState("; ".join(parts), awaiting, drained)
 
 
 def inhibited(a: Alert, firing: set[str]) -> bool:
@@ -129,9 +143,10 @@ class AlertPipeline:
                     continue
                 actions = list(s.exec(select(ActionRow).where(ActionRow.incident_id == row.incident_id)
                                       .order_by(ActionRow.id)).all())
-                text = describe_action(actions)
-                if text != row.content.get("action", ""):
-                    alert = Alert.from_dict({**row.content, "action": text})
+                state = describe_action(actions)
+                if state.text != row.content.get("action", ""):
+                    alert = Alert.from_dict({**row.content, "action": state.text,
+                                             "awaiting_approval": state.awaiting_approval, "drained": state.drained})
                     changed += self._upsert(s, alert, now, now)
             s.commit()
         return changed

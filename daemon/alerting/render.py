@@ -29,12 +29,10 @@ def commands(alert: Alert) -> list[str]:
     """The exact CLI commands that silence, approve or resume what this alert is about."""
     out = [f"raswarden silence add incident={alert.incident_id} --duration {DEFAULT_SILENCE} --comment "
            + shlex.quote(f"looking at {alert.entity}")]
-    action = alert.action.lower()
-    if "approval to" in action:
+    if alert.awaiting_approval:
         out.append(f"raswarden approve {alert.incident_id}")
-    # resume only a node raswarden drained (describe_action: "done: ..., drain"), not one a dry-run would have
-    if any("drain" in part.split("done:", 1)[1] for part in action.split(";") if "done:" in part):
-        out.append(f"raswarden resume {alert.entity.split('/', 1)[0]} --reason repaired --repaired")
+    if alert.drained:  # only a node raswarden drained, not one a dry-run would have
+        out.append(f"raswarden resume {alert.drained} --reason repaired --repaired")
     return out
 
 
