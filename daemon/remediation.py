@@ -15,6 +15,7 @@ import time
 from daemon.actions import StoreJournal
 from daemon.config import Config
 from daemon.store import IncidentRow, Store
+from daemon.topology import Topology
 from playbooks.engine import OPEN, Engine, IncidentRef
 from playbooks.model import load
 from playbooks.scheduler import ClusterState, Scheduler
@@ -52,7 +53,8 @@ class Remediation:
     """Incidents → actions → steps."""
 
     def __init__(self, cfg: Config, store: Store, scheduler: Scheduler | None, clock=time.time,
-                 act_on: tuple[str, ...] = ("subhealthy", "failed", "unknown")):
+                 act_on: tuple[str, ...] = ("subhealthy", "failed", "unknown"), topology: Topology | None = None):
+        """``topology``: the service's (read once for all its parts); without it, the config's file is read."""
         if scheduler is None:
             scheduler = NoScheduler()
             if cfg.guards.mode == "act":
@@ -60,9 +62,8 @@ class Remediation:
         self.store = store
         self.journal = StoreJournal(store)
         # Nodes the scheduler knows by another name than the telemetry's (topology.yaml scheduler_name).
-        from daemon.topology import Topology
-
-        self.scheduler_names: dict[str, str] = dict(Topology.configured(cfg.service.topology).scheduler_name)
+        topology = topology if topology is not None else Topology.configured(cfg.service.topology)
+        self.scheduler_names: dict[str, str] = dict(topology.scheduler_name)
         self.clock = clock
         self.act_on = act_on
         # Incidents already planned at the cursor's time: the cursor is inclusive (an incident updated at that

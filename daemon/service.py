@@ -110,7 +110,7 @@ class Service:
         try:
             pipeline = Pipeline(mapper, PipelineConfig(interval_s=cfg.service.interval_s, model=model), self.store)
             scheduler = scheduler_from_config(cfg)
-            remediation = Remediation(cfg, self.store, scheduler, clock=self.clock)
+            remediation = Remediation(cfg, self.store, scheduler, clock=self.clock, topology=topology)
             alerting = Alerting.from_config(cfg, self.store, scheduler, topology)
         except Exception:
             for c in collectors:
