@@ -1,7 +1,9 @@
 """What the exporters say is there: nodes, their accelerators and fabric ports, for ``raswarden init``.
 
 One scrape of each target (a ``host:port`` list or Prometheus file_sd files) is read for the labels that name
-parts: dcgm-exporter's ``gpu``, ``UUID``, ``pci_bus_id``, ``modelName`` and ``Hostname``; node_exporter's
+parts (:data:`ACCELERATOR_LABELS`): dcgm-exporter's ``gpu``, ``UUID``, ``pci_bus_id``, ``modelName`` and
+``Hostname``; AMD device-metrics-exporter's ``gpu_id``, ``serial_number``, ``card_model`` and ``hostname``; Ascend
+npu-exporter's ``id``, ``vdie_id``, ``pcie_bus_info`` and ``model_name`` on its ``npu_*`` series; node_exporter's
 ``node_infiniband_*{device, port}`` and ``node_uname_info{nodename}``. Targets on one address are one node; its
 name is the exporter's own (``Hostname``, ``nodename``), else the address. The result is a topology.yaml document
 (docs/replay.md) with every address as an alias, which an operator then sorts into racks: nodes are grouped by
@@ -19,13 +21,39 @@ from prometheus_client.parser import text_string_to_metric_families
 from daemon.naming import host_of_instance
 
 
+@dataclass(frozen=True)
+class AcceleratorLabels:
+    """How one exporter names an accelerator: the labels of its index and identity, and the series they are on."""
+
+    kind: str  # the entity prefix (topology ``kind``)
+    index: str
+    identity: tuple[str, ...]  # at least one present: the series describes an accelerator
+    uuid: str = ""
+    serial: str = ""
+    pci: str = ""
+    model: str = ""
+    host: str = ""
+    prefix: str = ""  # the series' name starts so (npu-exporter's ``id`` is too common a label to go by alone)
+
+
+ACCELERATOR_LABELS = (
+    AcceleratorLabels("gpu", "gpu", ("UUID", "pci_bus_id"), uuid="UUID", pci="pci_bus_id", model="modelName",
+                      host="Hostname"),
+    AcceleratorLabels("gpu", "gpu_id", ("card_model", "serial_number"), serial="serial_number", model="card_model",
+                      host="hostname"),
+    AcceleratorLabels("npu", "id", ("model_name", "pcie_bus_info"), uuid="vdie_id", pci="pcie_bus_info",
+                      model="model_name", prefix="npu_"),
+)
+
+
 @dataclass
 class Node:
     """One node as its exporters describe it."""
 
     name: str
     aliases: set[str] = field(default_factory=set)
-    accelerators: dict[int, dict[str, str]] = field(default_factory=dict)  # index -> uuid, pci_bus_id, model
+    # (kind, index) -> uuid, serial, pci_bus_id, model
+    accelerators: dict[tuple[str, int], dict[str, str]] = field(default_factory=dict)
     ports: set[tuple[str, int]] = field(default_factory=set)  # (device, port)
 
 
@@ -47,8 +75,9 @@ class Inventory:
             for n in nodes:
                 entry: dict = {"name": n.name, "aliases": sorted(n.aliases)}
                 if n.accelerators:
-                    entry["accelerators"] = [{"index": i, **{k: v for k, v in n.accelerators[i].items() if v}}
-                                             for i in sorted(n.accelerators)]
+                    entry["accelerators"] = [{"index": i, **({"kind": kind} if kind != "gpu" else {}),
+                                              **{k: v for k, v in n.accelerators[(kind, i)].items() if v}}
+                                             for kind, i in sorted(n.accelerators)]
                 if n.ports:
                     entry["ports"] = [{"device": d, "port": p} for d, p in sorted(n.ports)]
                 entries.append(entry)
@@ -66,23 +95,29 @@ def _scrape(target: str, timeout_s: float) -> str:
 def _read(text: str, address: str, inv: Inventory, names: dict[str, str]) -> None:
     """Fold one target's exposition into the node of ``address``."""
     found: dict[str, str] = {}
-    accelerators: dict[int, dict[str, str]] = {}
+    accelerators: dict[tuple[str, int], dict[str, str]] = {}
     ports: set[tuple[str, int]] = set()
     for family in text_string_to_metric_families(text):
         for sample in family.samples:
             labels = sample.labels
             if sample.name == "node_uname_info" and labels.get("nodename"):
                 found["name"] = labels["nodename"]
-            if "gpu" in labels and ("UUID" in labels or "pci_bus_id" in labels):
-                if labels.get("Hostname"):
-                    found["name"] = labels["Hostname"]
-                try:
-                    index = int(labels["gpu"])
-                except ValueError:
+            for way in ACCELERATOR_LABELS:
+                if way.index not in labels or not sample.name.startswith(way.prefix) or \
+                        not any(k in labels for k in way.identity):
                     continue
-                accelerators.setdefault(index, {"uuid": labels.get("UUID", ""),
-                                                "pci_bus_id": labels.get("pci_bus_id", ""),
-                                                "model": labels.get("modelName", "")})
+                if way.host and labels.get(way.host):
+                    found["name"] = labels[way.host]
+                try:
+                    index = int(labels[way.index])
+                except ValueError:
+                    break
+                accelerators.setdefault((way.kind, index), {
+                    "uuid": labels.get(way.uuid, "") if way.uuid else "",
+                    "serial": labels.get(way.serial, "") if way.serial else "",
+                    "pci_bus_id": labels.get(way.pci, "") if way.pci else "",
+                    "model": labels.get(way.model, "") if way.model else ""})
+                break
             if sample.name.startswith("node_infiniband_") and labels.get("device") and labels.get("port"):
                 try:
                     ports.add((labels["device"], int(labels["port"])))

@@ -22,10 +22,11 @@ class Pages:
 
 @pytest.fixture
 def http_server():
-    """Start servers on demand: ``url, pages = http_server()``."""
+    """Start servers on demand: ``url, pages = http_server()`` (``http_server("127.0.0.2")``: another loopback
+    address, another node to whoever groups targets by address)."""
     servers = []
 
-    def start():
+    def start(host: str = "127.0.0.1"):
         pages = Pages()
 
         class Handler(BaseHTTPRequestHandler):
@@ -44,11 +45,11 @@ def http_server():
             def log_message(self, *args):
                 pass
 
-        srv = ThreadingHTTPServer(("127.0.0.1", 0), Handler)
+        srv = ThreadingHTTPServer((host, 0), Handler)
         srv.daemon_threads = True
         threading.Thread(target=srv.serve_forever, daemon=True).start()
         servers.append(srv)
-        return f"127.0.0.1:{srv.server_address[1]}", pages
+        return f"{host}:{srv.server_address[1]}", pages
 
     yield start
     for srv in servers:
