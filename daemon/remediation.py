@@ -14,6 +14,7 @@ import time
 
 from daemon.actions import StoreJournal
 from daemon.config import Config
+from daemon.repairs import RepairBook
 from daemon.store import IncidentRow, Store
 from daemon.topology import Topology
 from playbooks.engine import OPEN, Engine, IncidentRef
@@ -64,6 +65,7 @@ class Remediation:
         # Nodes the scheduler knows by another name than the telemetry's (topology.yaml scheduler_name).
         topology = topology if topology is not None else Topology.configured(cfg.service.topology)
         self.scheduler_names: dict[str, str] = dict(topology.scheduler_name)
+        self.repairs = RepairBook(store, topology, clock=clock)
         self.clock = clock
         self.act_on = act_on
         # Incidents already planned at the cursor's time: the cursor is inclusive (an incident updated at that
@@ -76,6 +78,7 @@ class Remediation:
         self.engine = Engine(scheduler, self.journal, load(cfg.playbook_dirs), cfg.guards, clock=clock,
                              rack_of=racks.get)
         self._defer_unplanned()
+        self._repairs_checked = False
 
     def _defer_unplanned(self) -> None:
         """After a restart: open incidents whose present severity has no action yet (it came while another
@@ -156,10 +159,14 @@ class Remediation:
                    if a.incident.id == incident_id for st in a.steps)
 
     def step(self) -> dict[str, int]:
-        """One pass: plan, then advance every open action."""
+        """One pass: plan, advance every open action, open repair orders for nodes drained for hardware (on the
+        first pass for every action in the journal: a drain done just before a restart still gets its orders)."""
         planned = self.sync()
         touched = self.engine.run()
-        return {"planned": planned, "advanced": len(touched)}
+        drained = touched if self._repairs_checked else [*self.journal.actions(), *touched]
+        self._repairs_checked = True
+        opened = self.repairs.open_for_actions(drained)
+        return {"planned": planned, "advanced": len(touched), "repair_orders": len(opened)}
 
 
 def _version(row: IncidentRow) -> tuple:

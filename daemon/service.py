@@ -255,9 +255,12 @@ class Service:
             for action in self.remediation.journal.actions():
                 key = (action.playbook, action.status)
                 by[key] = by.get(key, 0) + 1
+            orders = self.remediation.repairs.counts()
         metrics.ACTIONS.clear()
         for (playbook, status), n in by.items():
             metrics.ACTIONS.labels(playbook, status).set(n)
+        for state, n in orders.items():
+            metrics.REPAIR_ORDERS.labels(state).set(n)
         return counts
 
     def alerts(self) -> dict[str, int] | None:

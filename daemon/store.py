@@ -159,6 +159,33 @@ class CollectorStateRow(SQLModel, table=True):
     updated_at: float
 
 
+class RepairOrderRow(SQLModel, table=True):
+    """A part to replace or inspect on a node raswarden drained for hardware (daemon/repairs.py): its state,
+    what is expected of the technician, the evidence, and every change of state (``history``)."""
+
+    __tablename__ = "repair_order"
+    __table_args__ = (UniqueConstraint("incident_id", "part"),)
+    id: int | None = Field(default=None, primary_key=True)
+    incident_id: str = Field(index=True)
+    part: str = Field(index=True)  # the entity: sn01-b07/gpu3, sn01-b07/mlx5_0:1, sn01-b07 (the blade)
+    node: str = Field(index=True)
+    rack: str | None = None
+    kind: str  # accelerator, port, node
+    category: str
+    severity: str  # failed or subhealthy, when opened
+    expected: str  # reseat, replace, rma, inspect
+    expected_why: str = ""
+    state: str = Field(index=True)  # open, in_progress, repaired, validating, closed
+    priority: int  # 0 first
+    opened_at: float
+    updated_at: float
+    closed_at: float | None = None
+    new_serial: str = ""
+    where: list = Field(default_factory=list, sa_column=Column(JSON, nullable=False))
+    evidence: list = Field(default_factory=list, sa_column=Column(JSON, nullable=False))
+    history: list = Field(default_factory=list, sa_column=Column(JSON, nullable=False))
+
+
 class IncidentCursorRow(SQLModel, table=True):
     """How far a reader of the incident table (the alert pipeline, remediation) has read it, by incident.updated_at.
     The table keeps the name it had when the alert pipeline was its only reader."""

@@ -1,13 +1,13 @@
 """Repair commands: ``playbook`` (validate, plan, run, list, reset), an operator's ``drain`` and ``resume``,
-``approve``."""
+``approve``, and the technicians' ``repairs`` (list, show, start, done, give-back)."""
 
 from __future__ import annotations
 
 import argparse
 import sys
 
-from daemon.cli.common import (config_and_store, config_args, follow, follow_args, load_config,
-                                open_store, shard_of)
+from daemon.cli.common import (config_and_store, config_args, fmt_duration, fmt_ts, follow, follow_args,
+                                load_config, open_store, print_table, shard_of, store_of)
 
 def _remediation(args: argparse.Namespace):
     from daemon.remediation import Remediation, scheduler_from_config
@@ -102,6 +102,68 @@ def cmd_approve(args: argparse.Namespace) -> int:
         store.close()
 
 
+def cmd_repairs(args: argparse.Namespace) -> int:
+    """raswarden repairs: the repair queue (daemon/repairs.py) and a technician's changes to its orders."""
+    import getpass
+    import json
+    import time
+
+    from daemon.repairs import ACTIVE, RepairBook, RepairError
+
+    with store_of(args, read_only=args.repairs_command in ("list", "show")) as store:
+        book = RepairBook(store)
+        try:
+            if args.repairs_command == "list":
+                rows = book.orders(None if args.all else ACTIVE)
+                if args.json:
+                    print(json.dumps([r.model_dump() for r in rows], indent=1, default=str))
+                    return 0
+                if not rows:
+                    print("no repair orders" if args.all else "no open repair orders")
+                    return 0
+                from rich.console import Console
+                from rich.table import Table
+
+                table = Table(title="repair orders" if args.all else "the repair queue")
+                for column in ("id", "state", "age", "severity", "part", "expected", "rack", "incident"):
+                    table.add_column(column)
+                now = time.time()
+                for r in rows:
+                    table.add_row(str(r.id), r.state, fmt_duration(now - r.opened_at), r.severity, r.part,
+                                  r.expected, r.rack or "-", r.incident_id)
+                print_table(Console(), table)
+                return 0
+            if args.repairs_command == "show":
+                r = book.order(args.order)
+                if args.json:
+                    print(json.dumps(r.model_dump(), indent=1, default=str))
+                    return 0
+                print(f"repair order {r.id}: {r.state}, {r.expected} {r.part} ({r.severity} {r.category})")
+                print(f"  why: {r.expected_why}")
+                print("  where: " + " · ".join(f"{what} {value}" for what, value in r.where))
+                print(f"  incident {r.incident_id}, opened {fmt_ts(r.opened_at)}"
+                      + (f", closed {fmt_ts(r.closed_at)}" if r.closed_at else "")
+                      + (f", new part serial {r.new_serial}" if r.new_serial else ""))
+                for line in r.evidence:
+                    print(f"  evidence: {line}")
+                for h in r.history:
+                    note = f": {h['note']}" if h.get("note") else ""
+                    print(f"  {fmt_ts(h['ts'])}  {h['from'] or '-'} -> {h['to']} by {h['by']}{note}")
+                return 0
+            who = args.by or getpass.getuser()
+            if args.repairs_command == "start":
+                r = book.start(args.order, who, args.note or "")
+            elif args.repairs_command == "give-back":
+                r = book.give_back(args.order, who, args.note or "")
+            else:
+                r = book.done(args.order, who, args.part_serial or "", args.note or "")
+        except RepairError as exc:
+            print(f"raswarden: {exc}", file=sys.stderr)
+            return 2
+        print(f"repair order {r.id}: {r.state} ({r.part})")
+        return 0
+
+
 def register(sub) -> None:
     """Add this module's commands to the ``raswarden`` parser's subcommands."""
     p = sub.add_parser("playbook", help="playbooks: validate, plan an incident, run pending actions",
@@ -135,6 +197,30 @@ def register(sub) -> None:
                            help="its parts were replaced: the running daemon's detectors forget their history")
         config_args(p)
         p.set_defaults(func=cmd_node)
+
+    p = sub.add_parser("repairs", help="the repair queue: parts to replace or inspect on drained nodes",
+                       description="Repair orders (docs/playbooks.md): one per part to replace or inspect when "
+                                   "raswarden drains a node for hardware; a technician takes one (start), reports it "
+                                   "done with the new part's serial (done), or gives it back.")
+    rsub = p.add_subparsers(dest="repairs_command", required=True, metavar="ACTION")
+    q = rsub.add_parser("list", help="the queue: open, in progress, repaired, validating (--all: closed too)")
+    q.add_argument("--all", action="store_true")
+    q.add_argument("--json", action="store_true", help="as JSON")
+    config_args(q)
+    q = rsub.add_parser("show", help="one order: where the part is, the evidence, its history")
+    q.add_argument("order", type=int)
+    q.add_argument("--json", action="store_true", help="as JSON")
+    config_args(q)
+    for name, words in (("start", "take an order"), ("done", "the part was reseated or replaced"),
+                        ("give-back", "give a taken order back to the queue")):
+        q = rsub.add_parser(name, help=words)
+        q.add_argument("order", type=int)
+        q.add_argument("--by", help="who (default: the current user)")
+        q.add_argument("--note", help="what was done or found")
+        if name == "done":
+            q.add_argument("--part-serial", metavar="NEW", help="the serial number of the part put in")
+        config_args(q)
+    p.set_defaults(func=cmd_repairs)
 
     p = sub.add_parser("approve", help="approve an action that waits for an operator")
     p.add_argument("action", help="action key or incident id")
