@@ -75,3 +75,33 @@ class Scheduler(Protocol):
     def resume(self, node: str) -> None: ...
 
     def requeue(self, job_id: str) -> None: ...
+
+
+@dataclass(frozen=True)
+class JobOutcome:
+    """Where a validation job stands: ``pending``, ``running``, ``passed`` (exit status 0), ``failed``, ``timeout``,
+    ``cancelled`` or ``gone`` (the scheduler no longer knows it)."""
+
+    state: str
+    exit_code: int | None = None
+    detail: str = ""
+
+    @property
+    def finished(self) -> bool:
+        return self.state not in ("pending", "running")
+
+
+@runtime_checkable
+class ValidationScheduler(Protocol):
+    """What validating a repaired node asks of a scheduler, beside :class:`Scheduler`: hold the node for raswarden
+    alone (a maintenance reservation), run a job on exactly that node inside it, read how it ended, let the node go.
+    Each is idempotent (a reservation or a job of that name already there is the one asked for)."""
+
+    def reserve(self, node: str, name: str, duration_s: float) -> None: ...
+
+    def release(self, name: str) -> None: ...
+
+    def submit_validation(self, node: str, reservation: str, name: str, command: str, time_limit_s: float,
+                          output: str) -> str: ...
+
+    def job_outcome(self, job_id: str) -> JobOutcome: ...

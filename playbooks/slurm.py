@@ -21,12 +21,18 @@ from collections.abc import Sequence
 from dataclasses import dataclass, field
 
 from playbooks.hostlist import expand
-from playbooks.scheduler import (ALLOC, DOWN, DRAIN, IDLE, MAINT, MIXED, REBOOT, ClusterState, JobInfo, NodeInfo,
-                                 SchedulerError)
+from playbooks.scheduler import (ALLOC, DOWN, DRAIN, IDLE, MAINT, MIXED, REBOOT, ClusterState, JobInfo, JobOutcome,
+                                 NodeInfo, SchedulerError)
 
 NODE_NAME = re.compile(r"^[A-Za-z0-9][A-Za-z0-9._-]{0,127}$")
 JOB_ID = re.compile(r"^\d{1,12}(_\d{1,9})?$")
 SIGNALS = frozenset({"USR1", "USR2", "TERM", "INT", "HUP", "CONT", "STOP"})
+NAME = re.compile(r"^[A-Za-z0-9][A-Za-z0-9._-]{0,63}$")  # reservations and job names raswarden makes
+# scontrol's JobState -> JobOutcome.state (COMPLETED is passed only with exit status 0)
+_OUTCOME = {"PENDING": "pending", "CONFIGURING": "pending", "REQUEUED": "pending", "RESIZING": "running",
+            "RUNNING": "running", "COMPLETING": "running", "SUSPENDED": "running", "COMPLETED": "passed",
+            "FAILED": "failed", "NODE_FAIL": "failed", "BOOT_FAIL": "failed", "OUT_OF_MEMORY": "failed",
+            "DEADLINE": "timeout", "TIMEOUT": "timeout", "PREEMPTED": "cancelled", "CANCELLED": "cancelled"}
 
 _STATE = {"idle": IDLE, "allocated": ALLOC, "mixed": MIXED, "down": DOWN, "completing": ALLOC,
           "future": DOWN, "unknown": DOWN, "error": DOWN, "planned": IDLE}
@@ -171,6 +177,73 @@ class SlurmScheduler:
             if job is not None and job.state == "running":
                 raise
 
+    # -- validating a repaired node (ValidationScheduler) --------------------------------------------------------
+    def reserve(self, node: str, name: str, duration_s: float) -> None:
+        """A maintenance reservation of ``node`` for this user alone (``Flags=MAINT,IGNORE_JOBS``): no one else's
+        job starts there while it lasts, even once the node is resumed; one of that name already there is it."""
+        check_node(node)
+        if not NAME.match(name):
+            raise SchedulerError(f"invalid reservation name {name!r}", retryable=False)
+        try:
+            self._run(["scontrol", "create", "reservation", f"ReservationName={name}", f"Nodes={node}",
+                       "StartTime=now", f"Duration={max(1, int(duration_s // 60))}", f"Users={_user()}",
+                       "Flags=MAINT,IGNORE_JOBS"], f"reserve {node}")
+        except SchedulerError as exc:
+            if exc.retryable or "duplicate" not in str(exc).lower():
+                raise
+
+    def release(self, name: str) -> None:
+        """Delete the reservation (the node returns to the cluster's jobs); one already gone is not an error."""
+        if not NAME.match(name):
+            raise SchedulerError(f"invalid reservation name {name!r}", retryable=False)
+        try:
+            self._run(["scontrol", "delete", f"ReservationName={name}"], f"release {name}")
+        except SchedulerError as exc:
+            text = str(exc).lower()  # Slurm 22.05: "Requested reservation is invalid"
+            if exc.retryable or "invalid" not in text.split(":", 1)[-1] or "reservation" not in text:
+                raise
+
+    def submit_validation(self, node: str, reservation: str, name: str, command: str, time_limit_s: float,
+                          output: str) -> str:
+        """Run ``command`` (a shell line) as a batch job on exactly ``node`` inside ``reservation``, named ``name``
+        (a job of that name still known to Slurm is returned instead: a restart does not submit twice)."""
+        check_node(node)
+        for what in (reservation, name):
+            if not NAME.match(what):
+                raise SchedulerError(f"invalid name {what!r}", retryable=False)
+        known = self._run(["squeue", "-h", "-o", "%i", f"--name={name}"], f"look for job {name}").split()
+        if known:
+            return known[0]
+        out = self._run(["sbatch", "--parsable", f"--reservation={reservation}", f"--nodelist={node}", "-N1",
+                         "--exclusive", f"--time={max(1, int(-(-time_limit_s // 60)))}", f"--job-name={name}",
+                         f"--output={output}", "--no-requeue", f"--wrap={command}"], f"submit {name} on {node}")
+        return check_job(out.strip().split(";")[0])
+
+    def job_outcome(self, job_id: str) -> JobOutcome:
+        """How the job stands (``scontrol show job``): once Slurm has forgotten it (MinJobAge), ``gone``."""
+        check_job(job_id)
+        try:
+            text = self._run(["scontrol", "show", "job", "-o", job_id], f"job {job_id}")
+        except SchedulerError as exc:
+            if not exc.retryable and "invalid job id" in str(exc).lower():
+                return JobOutcome("gone", detail=str(exc))
+            raise
+        fields = dict(part.split("=", 1) for part in text.split() if "=" in part)
+        state = fields.get("JobState", "")
+        code = fields.get("ExitCode", "")
+        exit_code = int(code.split(":")[0]) if code.split(":")[0].isdigit() else None
+        outcome = _OUTCOME.get(state, "failed" if state else "gone")
+        if outcome == "passed" and exit_code not in (0, None):
+            outcome = "failed"
+        return JobOutcome(outcome, exit_code, f"{state} exit {code} {fields.get('Reason', '')}".strip())
+
     def _node_states(self, node: str) -> frozenset[str]:
         info = self.snapshot().nodes.get(node)
         return info.states if info else frozenset()
+
+
+def _user() -> str:
+    """Who raswarden runs as (the reservation's only user)."""
+    import getpass
+
+    return getpass.getuser()
