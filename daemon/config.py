@@ -69,6 +69,19 @@ class HttpConfig:
 
 
 @dataclass
+class RepairsConfig:
+    """``[repairs]``: how a repaired node is validated before it returns (daemon/validation.py)."""
+
+    # A shell line run as a batch job on exactly the repaired node, inside raswarden's maintenance reservation;
+    # exit status 0 passes. "" returns repaired nodes without a validation job (the order closes at once).
+    validation_command: str = "dcgmi diag -r 2"
+    validation_timeout_s: float = 3600.0  # the job's time limit; a job that runs longer fails
+    hold_s: float = 4 * 3600.0  # how long the reservation holds the node (renewed if a validation is retried)
+    # where each job writes its output, as the node sees it (read here as evidence when the filesystem is shared)
+    output_dir: str = "/tmp"
+
+
+@dataclass
 class Config:
     path: Path | None = None
     store_url: str = DEFAULT_URL
@@ -82,6 +95,7 @@ class Config:
     service: ServiceConfig = field(default_factory=ServiceConfig)
     http: HttpConfig = field(default_factory=HttpConfig)
     collectors: list[dict[str, Any]] = field(default_factory=list)
+    repairs: RepairsConfig = field(default_factory=RepairsConfig)
 
 
 def _take(table: dict[str, Any], key: str, kind: type | tuple, where: str, default: Any = None) -> Any:
@@ -174,6 +188,7 @@ def parse(raw: dict[str, Any], path: Path | None = None) -> Config:
     _service(cfg, raw.pop("service", {}))
     _http(cfg, raw.pop("http", {}))
     _collectors(cfg, raw.pop("collectors", []))
+    _repairs(cfg, raw.pop("repairs", {}))
     _no_more(raw, "top level")
     return cfg
 
@@ -207,6 +222,23 @@ def _service(cfg: Config, sv: dict[str, Any]) -> None:
     if out.retrain_interval_s and not out.retrain_traces:
         raise ConfigError("service.retrain_traces: required when service.retrain_interval_s is set")
     _no_more(sv, "service")
+
+
+def _repairs(cfg: Config, rp: dict[str, Any]) -> None:
+    rp = dict(rp)
+    out = cfg.repairs
+    out.validation_command = _take(rp, "validation_command", str, "repairs", out.validation_command)
+    if "\n" in out.validation_command:
+        raise ConfigError("repairs.validation_command: one line")
+    for key in ("validation_timeout_s", "hold_s"):
+        value = _take(rp, key, float, "repairs", getattr(out, key))
+        if value <= 0:
+            raise ConfigError(f"repairs.{key}: must be positive")
+        setattr(out, key, value)
+    if out.hold_s < out.validation_timeout_s:
+        raise ConfigError("repairs.hold_s: must be at least repairs.validation_timeout_s (the job runs in the hold)")
+    out.output_dir = _take(rp, "output_dir", str, "repairs", out.output_dir)
+    _no_more(rp, "repairs")
 
 
 def _http(cfg: Config, ht: dict[str, Any]) -> None:

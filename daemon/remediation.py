@@ -15,6 +15,7 @@ import time
 from daemon.actions import StoreJournal
 from daemon.config import Config
 from daemon.repairs import RepairBook
+from daemon.validation import Validator
 from daemon.store import IncidentRow, Store
 from daemon.topology import Topology
 from playbooks.engine import OPEN, Engine, IncidentRef
@@ -54,8 +55,11 @@ class Remediation:
     """Incidents → actions → steps."""
 
     def __init__(self, cfg: Config, store: Store, scheduler: Scheduler | None, clock=time.time,
-                 act_on: tuple[str, ...] = ("subhealthy", "failed", "unknown"), topology: Topology | None = None):
-        """``topology``: the service's (read once for all its parts); without it, the config's file is read."""
+                 act_on: tuple[str, ...] = ("subhealthy", "failed", "unknown"), topology: Topology | None = None,
+                 repair_orders: bool = True):
+        """``topology``: the service's (read once for all its parts); without it, the config's file is read.
+        ``repair_orders``: open repair orders and validate repaired nodes (off: drained nodes return through the
+        recovery playbook alone, as the closed loop's world still has them do)."""
         if scheduler is None:
             scheduler = NoScheduler()
             if cfg.guards.mode == "act":
@@ -66,6 +70,8 @@ class Remediation:
         topology = topology if topology is not None else Topology.configured(cfg.service.topology)
         self.scheduler_names: dict[str, str] = dict(topology.scheduler_name)
         self.repairs = RepairBook(store, topology, clock=clock)
+        self.validator = Validator(self.repairs, scheduler, cfg.repairs, clock=clock,
+                                   scheduler_names=self.scheduler_names)
         self.clock = clock
         self.act_on = act_on
         # Incidents already planned at the cursor's time: the cursor is inclusive (an incident updated at that
@@ -78,7 +84,8 @@ class Remediation:
         self.engine = Engine(scheduler, self.journal, load(cfg.playbook_dirs), cfg.guards, clock=clock,
                              rack_of=racks.get)
         self._defer_unplanned()
-        self._repairs_checked = False
+        self._repairs_checked = not repair_orders
+        self.repair_orders = repair_orders
 
     def _defer_unplanned(self) -> None:
         """After a restart: open incidents whose present severity has no action yet (it came while another
@@ -125,7 +132,8 @@ class Remediation:
                         self._deferred[row.id] = ref
                 else:
                     self._deferred.pop(row.id, None)
-            elif self._drained_for(row.id):
+            elif self._drained_for(row.id) and not self.repairs.active_on(row.entity.split("/", 1)[0]):
+                # (a node with repair orders under way returns through its validation, not after a clean period)
                 node = row.entity.split("/", 1)[0]
                 ref = IncidentRef(id=f"{row.id}-recovered", entity=node, kind="node",
                                   state="healthy", category=row.category, rack=row.rack, labels=labels,
@@ -163,10 +171,14 @@ class Remediation:
         first pass for every action in the journal: a drain done just before a restart still gets its orders)."""
         planned = self.sync()
         touched = self.engine.run()
+        if not self.repair_orders:
+            return {"planned": planned, "advanced": len(touched)}
         drained = touched if self._repairs_checked else [*self.journal.actions(), *touched]
         self._repairs_checked = True
         opened = self.repairs.open_for_actions(drained)
-        return {"planned": planned, "advanced": len(touched), "repair_orders": len(opened)}
+        validated = self.validator.step()
+        return {"planned": planned, "advanced": len(touched), "repair_orders": len(opened),
+                **{f"validations_{k}": v for k, v in validated.items()}}
 
 
 def _version(row: IncidentRow) -> tuple:

@@ -150,6 +150,12 @@ class RepairBook:
             rows = s.exec(q).all()
         return sorted(rows, key=lambda r: (r.state == "closed", r.priority, r.opened_at, r.id))
 
+    def active_on(self, node: str) -> bool:
+        """Whether the node has repair orders under way (it returns through validation, not on a timer)."""
+        with self.store.session() as s:
+            return s.exec(select(RepairOrderRow.id).where(RepairOrderRow.node == node,
+                                                          RepairOrderRow.state.in_(ACTIVE))).first() is not None
+
     def counts(self) -> dict[str, int]:
         """How many orders are in each state (every state, 0 included)."""
         with self.store.session() as s:
@@ -180,8 +186,9 @@ class RepairBook:
         return self.move(order_id, "repaired", by, note, new_serial=new_serial)
 
     def move(self, order_id: int, to: str, by: str, note: str = "", expect: str | None = None,
-             new_serial: str | None = None) -> RepairOrderRow:
-        """One change of state, checked against where the order is (``expect``: only from there)."""
+             new_serial: str | None = None, extra: dict | None = None, evidence: str = "") -> RepairOrderRow:
+        """One change of state, checked against where the order is (``expect``: only from there); ``extra`` goes
+        into the history entry (a validation's job), ``evidence`` onto the order's evidence."""
         now = self.clock()
         with self.store.session() as s:
             row = s.get(RepairOrderRow, order_id, with_for_update=True)
@@ -190,7 +197,9 @@ class RepairBook:
             if to not in TRANSITIONS.get(row.state, ()) or (expect is not None and row.state != expect):
                 allowed = ", ".join(TRANSITIONS.get(row.state, ())) or "nothing (it is closed)"
                 raise RepairError(f"repair order {order_id} is {row.state}: it can go to {allowed}, not {to}")
-            entry = {"ts": now, "from": row.state, "to": to, "by": by, "note": note}
+            entry = {"ts": now, "from": row.state, "to": to, "by": by, "note": note, **(extra or {})}
+            if evidence:
+                row.evidence = [*row.evidence, evidence]
             if new_serial:
                 entry["new_serial"] = new_serial
                 row.new_serial = new_serial

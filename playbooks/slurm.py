@@ -216,7 +216,8 @@ class SlurmScheduler:
             return known[0]
         out = self._run(["sbatch", "--parsable", f"--reservation={reservation}", f"--nodelist={node}", "-N1",
                          "--exclusive", f"--time={max(1, int(-(-time_limit_s // 60)))}", f"--job-name={name}",
-                         f"--output={output}", "--no-requeue", f"--wrap={command}"], f"submit {name} on {node}")
+                         f"--output={output}", "--chdir=/tmp", "--no-requeue", f"--wrap={command}"],
+                        f"submit {name} on {node}")
         return check_job(out.strip().split(";")[0])
 
     def job_outcome(self, job_id: str) -> JobOutcome:

@@ -21,7 +21,8 @@ from __future__ import annotations
 import re
 from dataclasses import dataclass
 
-from playbooks.scheduler import ALLOC, DOWN, DRAIN, IDLE, ClusterState, JobInfo, NodeInfo, SchedulerError
+from playbooks.scheduler import (ALLOC, DOWN, DRAIN, IDLE, MAINT, ClusterState, JobInfo, JobOutcome, NodeInfo,
+                                 SchedulerError)
 
 _NAME = re.compile(r"^[A-Za-z0-9._-]{1,64}$")
 
@@ -58,6 +59,7 @@ class SimNode:
     down_until: float = 0.0
     broken_until: float = 0.0
     job: str | None = None
+    reserved: str = ""  # a maintenance reservation holds it for raswarden's validation jobs alone
     speed: float = 1.0  # its slowest GPU's speed against a healthy one (a fail-slow GPU holds back the job)
 
 
@@ -106,6 +108,11 @@ class SimScheduler:
         self.user = user
         self.gpu_hours = Accounting()
         self.log: list[tuple[float, str, str]] = []
+        # validation jobs: id -> (node, submitted at, name); what each ends as: validation_fails (node -> exit
+        # status, until a test or the technician's repair clears it), after validation_s
+        self.validation_jobs: dict[str, tuple[str, float, str]] = {}
+        self.validation_fails: dict[str, int] = {}
+        self.validation_s = 600.0
 
     # -- the Scheduler protocol ------------------------------------------------------------------
     def snapshot(self) -> ClusterState:
@@ -114,6 +121,8 @@ class SimScheduler:
             states = {ALLOC if n.job else IDLE}
             if n.drained:
                 states.add(DRAIN)
+            if n.reserved:
+                states.add(MAINT)
             if n.down_until > self.now:
                 states.add(DOWN)
             nodes[n.name] = NodeInfo(n.name, frozenset(states), n.reason, n.reason_set_by)
@@ -150,6 +159,38 @@ class SimScheduler:
             return
         self._stop(job, lost=True)
         self.log.append((self.now, "requeue", job_id))
+
+    # -- the ValidationScheduler protocol ---------------------------------------------------------
+    def reserve(self, node: str, name: str, duration_s: float) -> None:
+        self._node(node).reserved = name
+        self.log.append((self.now, "reserve", f"{node} {name}"))
+
+    def release(self, name: str) -> None:
+        for n in self.nodes.values():
+            if n.reserved == name:
+                n.reserved = ""
+                self.log.append((self.now, "release", f"{n.name} {name}"))
+
+    def submit_validation(self, node: str, reservation: str, name: str, command: str, time_limit_s: float,
+                          output: str) -> str:
+        known = next((j for j, (_, _, nm) in self.validation_jobs.items() if nm == name), None)
+        if known is not None:
+            return known
+        if self._node(node).reserved != reservation:
+            raise SchedulerError(f"{node} is not held by {reservation}", retryable=False)
+        job_id = f"v{len(self.validation_jobs) + 1}"
+        self.validation_jobs[job_id] = (node, self.now, name)
+        self.log.append((self.now, "validate", f"{node} {name}"))
+        return job_id
+
+    def job_outcome(self, job_id: str) -> JobOutcome:
+        if job_id not in self.validation_jobs:
+            return JobOutcome("gone")
+        node, at, _ = self.validation_jobs[job_id]
+        if self.now < at + self.validation_s:
+            return JobOutcome("running")
+        code = self.validation_fails.get(node, 0)
+        return JobOutcome("passed" if code == 0 else "failed", code, f"simulated validation exit {code}")
 
     # -- the simulated world ---------------------------------------------------------------------
     def submit(self, job: SimJob) -> None:
@@ -287,7 +328,7 @@ class SimScheduler:
 
     def _schedule(self) -> None:
         free = [n for n in sorted(self.nodes) if self.nodes[n].job is None and not self.nodes[n].drained
-                and self.nodes[n].down_until <= self.now]
+                and not self.nodes[n].reserved and self.nodes[n].down_until <= self.now]
         for job in sorted(self.jobs.values(), key=lambda j: j.id):
             if job.state != "pending" or len(free) < job.n_nodes:
                 continue
