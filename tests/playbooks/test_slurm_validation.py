@@ -20,7 +20,8 @@ def test_a_node_held_validated_and_released(slurm):  # noqa: F811
     s.resume("node2")
     held = slurm.run("scontrol", "show", "reservation", "raswarden-validate-7")
     assert "Nodes=node2" in held and "MAINT" in held and "Users=root" in held
-    other = slurm.run("sbatch", "--parsable", "-N1", "--nodelist=node2", "--time=1", "--wrap=true").strip()
+    other = slurm.run("sbatch", "--parsable", "-N1", "--nodelist=node2", "--time=1", "--output=/dev/null",
+                      "--wrap=true").strip()
     out = LAB_DIR / "jobs" / "validate-7.out"
     job = s.submit_validation("node2", "raswarden-validate-7", "raswarden-validate-7-1", "echo diag ok; exit 0",
                               300, str(out))
