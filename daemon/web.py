@@ -9,6 +9,8 @@
 | POST | ``/api/v1/incidents/{id}/approve`` ``{"by"}`` | approve an action waiting for an operator |
 | POST | ``/api/v1/silences`` ``{"matchers", "duration", "comment", "by"}`` | add a silence |
 | POST | ``/api/v1/nodes/{node}/resume`` ``{"reason", "by", "force", "repaired"}`` (``/drain``) | by hand |
+| GET | ``/api/v1/repairs[?state=all]`` | repair orders: the queue (open to validating), or all |
+| POST | ``/api/v1/repairs/{id}/start`` ``{"by", "note"}`` (``/done`` + ``"part_serial"``, ``/give-back``) | by hand |
 
 Writes need ``Authorization: Bearer <token>`` (``[http] token_file``/``token_credential``); without a
 configured token they are refused. The page is plain HTML and inline SVG: no script, no external asset.
@@ -89,6 +91,13 @@ def silences_json(service) -> list[dict]:
 RANK = {"healthy": 0, "suspect": 1, "unknown": 2, "subhealthy": 3, "failed": 4}
 COMPACT_ABOVE = 160
 """Above this many nodes the heatmap draws one square per node (16 scaleX640 supernodes are 1,280 blades)."""
+
+
+def repairs_json(service, everything: bool = False) -> list[dict]:
+    """Repair orders, the queue's order (daemon/repairs.py): open to validating, or all."""
+    from daemon.repairs import ACTIVE
+
+    return [r.model_dump() for r in service.remediation.repairs.orders(None if everything else ACTIVE)]
 
 
 def _worst(states) -> str:
@@ -212,6 +221,11 @@ h1.failed{color:#c62828} h1.subhealthy{color:#ef6c00} table.kv{width:auto} table
 """
 
 
+def _age(seconds: float) -> str:
+    return f"{seconds / 86400:.1f} d" if seconds >= 86400 else f"{seconds / 3600:.1f} h" if seconds >= 3600 else \
+        f"{seconds / 60:.0f} min"
+
+
 def _when(ts: float | None) -> str:
     return time.strftime("%Y-%m-%d %H:%M:%S", time.gmtime(ts)) if ts else "-"
 
@@ -236,6 +250,13 @@ def status_page(service) -> str:
     act_rows = "".join(
         f'<tr><td>{_when(a["ts"])}</td><td>{esc(a["incident"])}</td><td>{esc(a["playbook"])}</td>'
         f'<td>{esc(a["step"])}</td><td>{esc(a["status"])}</td></tr>' for a in actions)
+    repairs = repairs_json(service)
+    now = time.time()
+    rep_rows = "".join(
+        f'<tr class="{esc(r["severity"])}"><td>{r["id"]}</td><td>{esc(r["state"])}</td>'
+        f'<td>{esc(_age(now - r["opened_at"]))}</td><td>{esc(r["rack"] or "-")}</td><td>{esc(r["part"])}</td>'
+        f'<td>{esc(r["expected"])}</td><td>{esc(" · ".join(f"{k} {v}" for k, v in r["where"][2:]))}</td>'
+        f'<td><a href="/incidents/{esc(r["incident_id"])}">{esc(r["incident_id"])}</a></td></tr>' for r in repairs)
     sil_rows = "".join(
         f'<tr><td>{esc(s["id"])}</td><td>{esc(" ".join(s["matchers"]))}</td><td>{_when(s["ends_at"])}</td>'
         f'<td>{esc(s["by"])}</td><td>{esc(s["comment"])}</td></tr>' for s in silences)
@@ -253,6 +274,10 @@ def status_page(service) -> str:
 <table><tr><th>incident</th><th>rack</th><th>entity</th><th>state</th><th>category</th><th>opened (UTC)</th>
 <th>evidence</th></tr>
 {inc_rows or '<tr><td colspan="7" class="muted">none</td></tr>'}</table>
+<h2>Repair queue ({len(repairs)})</h2>
+<table><tr><th>order</th><th>state</th><th>age</th><th>rack</th><th>part</th><th>expected</th><th>identity</th>
+<th>incident</th></tr>
+{rep_rows or '<tr><td colspan="8" class="muted">none</td></tr>'}</table>
 <h2>Recent actions</h2>
 <table><tr><th>when (UTC)</th><th>incident</th><th>playbook</th><th>step</th><th>status</th></tr>
 {act_rows or '<tr><td colspan="5" class="muted">none</td></tr>'}</table>
@@ -360,6 +385,8 @@ def _handler(service, token: str | None, timeout_s: float = 10.0):
                     self._json(200, actions_json(service))
                 elif path == "/api/v1/silences":
                     self._json(200, silences_json(service))
+                elif path == "/api/v1/repairs":
+                    self._json(200, repairs_json(service, parse_qs(url.query).get("state", [""])[0] == "all"))
                 else:
                     self._json(404, {"error": f"no such path {url.path}"})
             except Exception as exc:
@@ -401,6 +428,21 @@ def _handler(service, token: str | None, timeout_s: float = 10.0):
                     sil = add_silence(service.store, [str(m) for m in matchers], duration, who,
                                       str(body.get("comment", "")))
                     self._json(201, {"id": sil.id, "ends_at": sil.ends_at})
+                elif parts[:3] == ["api", "v1", "repairs"] and len(parts) == 5 and \
+                        parts[4] in ("start", "done", "give-back"):
+                    from daemon.repairs import RepairError
+
+                    book, note = service.remediation.repairs, str(body.get("note", ""))
+                    try:
+                        order_id = int(parts[3])
+                        row = book.start(order_id, who, note) if parts[4] == "start" else \
+                            book.give_back(order_id, who, note) if parts[4] == "give-back" else \
+                            book.done(order_id, who, str(body.get("part_serial", "")), note)
+                    except ValueError as exc:  # RepairError is one; so is a non-numeric id
+                        raise OperatorError(str(exc) if isinstance(exc, RepairError) else
+                                            f"no repair order {parts[3]}",
+                                            409 if "can go to" in str(exc) else 404) from None
+                    self._json(200, row.model_dump())
                 elif parts[:3] == ["api", "v1", "nodes"] and len(parts) == 5 and parts[4] in ("drain", "resume"):
                     from daemon.remediation import scheduler_from_config
 

@@ -200,3 +200,48 @@ timeout_s = 1
             assert len(re.findall(r"<title>sn01-b\d\d/gpu\d:", dom)) == 640
     finally:
         svc.stop()
+
+
+def test_the_repair_queue_in_the_api_and_on_the_status_page(tmp_path):
+    """Orders listed (the queue, or all), a technician's start and done through the API (the token asked for, a
+    refused change a 409, an unknown order a 404), and the queue on the status page with its age and identity."""
+    from daemon.incidents import Incident
+    from detectors.schema import State
+    from tests.daemon.service.test_run_process import post
+
+    port = free_port()
+    (tmp_path / "token").write_text("tok-42\n")
+    (tmp_path / "token").chmod(0o600)
+    (tmp_path / "rw.toml").write_text(f'[store]\nurl = "sqlite:///{tmp_path / "rw.db"}"\n'
+                                      f'[http]\nlisten = "127.0.0.1:{port}"\ntoken_file = "{tmp_path / "token"}"\n')
+    svc = Service(load(tmp_path / "rw.toml"))
+    svc.start()
+    base = f"http://127.0.0.1:{port}"
+    try:
+        svc.store.record_tick([], [Incident("inc-r1", "fp-r1", "sn01-b03/gpu4", "accelerator", "gpu_bus",
+                                            State.FAILED, 100.0, 100.0, rack="r01", evidence=["Xid 79"])], now=100.0)
+        (order,) = svc.remediation.repairs.open_for("inc-r1")
+        code, body = get(f"{base}/api/v1/repairs")
+        listed = json.loads(body)
+        assert code == 200 and [(o["id"], o["part"], o["expected"]) for o in listed] == [
+            (order.id, "sn01-b03/gpu4", "reseat")]
+        assert post(f"{base}/api/v1/repairs/{order.id}/start", {"by": "dana"})[0] == 401  # no token
+        code, row = post(f"{base}/api/v1/repairs/{order.id}/start", {"by": "dana"}, token="tok-42")
+        assert code == 200 and row["state"] == "in_progress" and row["history"][-1]["by"] == "dana"
+        code, row = post(f"{base}/api/v1/repairs/{order.id}/done", {"by": "dana", "part_serial": "1653"},
+                         token="tok-42")
+        assert code == 200 and row["state"] == "repaired" and row["new_serial"] == "1653"
+        code, err = post(f"{base}/api/v1/repairs/{order.id}/start", {}, token="tok-42")
+        assert code == 409 and "is repaired" in err["error"]
+        assert post(f"{base}/api/v1/repairs/999/start", {}, token="tok-42")[0] == 404
+        assert post(f"{base}/api/v1/repairs/x/start", {}, token="tok-42")[0] == 404
+        code, page = get(f"{base}/")
+        page = page.decode()
+        assert "Repair queue (1)" in page and "sn01-b03/gpu4" in page and "reseat" in page
+        assert '<a href="/incidents/inc-r1">' in page
+        svc.remediation.repairs.move(order.id, "validating", "raswarden")
+        svc.remediation.repairs.move(order.id, "closed", "raswarden")
+        assert json.loads(get(f"{base}/api/v1/repairs")[1]) == []
+        assert [o["state"] for o in json.loads(get(f"{base}/api/v1/repairs?state=all")[1])] == ["closed"]
+    finally:
+        svc.stop()
