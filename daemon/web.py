@@ -4,7 +4,8 @@
 |---|---|---|
 | GET | ``/metrics`` | raswarden's own Prometheus metrics |
 | GET | ``/healthz`` | 200 when the store is writable and the collectors answer, else 503 (JSON says why) |
-| GET | ``/``, ``/incidents`` | the status page: supernode heatmap, open incidents, recent actions, silences |
+| GET | ``/``, ``/incidents`` | the status page: heatmap, open incidents, the repair queue, actions, silences |
+| GET | ``/incidents/{id}``, ``/repairs/{id}`` | an incident's page, a repair order's page (the links in alerts) |
 | GET | ``/api/v1/entities``, ``/api/v1/incidents[?status=open]``, ``/api/v1/actions``, ``/api/v1/silences`` | JSON |
 | POST | ``/api/v1/incidents/{id}/approve`` ``{"by"}`` | approve an action waiting for an operator |
 | POST | ``/api/v1/silences`` ``{"matchers", "duration", "comment", "by"}`` | add a silence |
@@ -288,6 +289,37 @@ def status_page(service) -> str:
 """
 
 
+def repair_page(service, order_id: str) -> str | None:
+    """A repair order's page, the link in its chat message: where the part is, why, the evidence, its history."""
+    from daemon.repairs import RepairError
+
+    try:
+        r = service.remediation.repairs.order(int(order_id))
+    except (ValueError, RepairError):
+        return None
+    esc = html.escape
+    where = "".join(f"<tr><th>{esc(str(k))}</th><td>{esc(str(v))}</td></tr>" for k, v in r.where)
+    evidence = "".join(f"<li>{esc(str(e))}</li>" for e in r.evidence)
+    history = "".join(f"<tr><td>{_when(h['ts'])}</td><td>{esc(str(h.get('from') or '-'))} → {esc(str(h['to']))}"
+                      f"</td><td>{esc(str(h['by']))}</td><td>{esc(str(h.get('note', '')))}</td></tr>"
+                      for h in r.history)
+    return f"""<!doctype html>
+<html lang="en"><head><meta charset="utf-8"><title>repair order {r.id}</title>
+<style>{_STYLE}</style></head><body>
+<p><a href="/">raswarden</a></p>
+<h1>Repair order {r.id}: {esc(r.expected)} {esc(r.part)}</h1>
+<p>{esc(r.state)} · {esc(r.severity)} {esc(r.category)} · incident <a href="/incidents/{esc(r.incident_id)}">
+{esc(r.incident_id)}</a> · opened {_when(r.opened_at)} UTC{f" · new part serial {esc(r.new_serial)}" if r.new_serial
+                                                          else ""}</p>
+<h2>What to do</h2><p>{esc(r.expected_why)}</p>
+<p><code>raswarden repairs start {r.id}</code> · <code>raswarden repairs done {r.id} --part-serial NEW</code></p>
+<h2>Where</h2><table>{where or '<tr><td class="muted">no topology entry</td></tr>'}</table>
+<h2>Evidence</h2><ul>{evidence}</ul>
+<h2>History</h2><table><tr><th>when (UTC)</th><th>change</th><th>by</th><th>note</th></tr>{history}</table>
+</body></html>
+"""
+
+
 def incident_page(service, incident_id: str) -> str | None:
     """One incident's own page (the link in every alert): where the part is, what is wrong, what raswarden did and
     what to do next, the findings from an hour before it opened to its close, the action journal and the commands.
@@ -374,6 +406,12 @@ def _handler(service, token: str | None, timeout_s: float = 10.0):
                     page = incident_page(service, path.rsplit("/", 1)[1])
                     if page is None:
                         self._send(404, f"no incident {html.escape(path.rsplit('/', 1)[1])}\n", "text/plain")
+                    else:
+                        self._send(200, page, "text/html; charset=utf-8")
+                elif path.startswith("/repairs/") and path.count("/") == 2:
+                    page = repair_page(service, path.rsplit("/", 1)[1])
+                    if page is None:
+                        self._send(404, f"no repair order {html.escape(path.rsplit('/', 1)[1])}\n", "text/plain")
                     else:
                         self._send(200, page, "text/html; charset=utf-8")
                 elif path == "/api/v1/entities":

@@ -15,7 +15,10 @@ CATEGORY_WORDS = {
     "gpu_memory": "GPU memory", "gpu_bus": "GPU bus (PCIe)", "gpu_thermal": "GPU temperature",
     "gpu_compute": "GPU compute", "scaleup_link": "scale-up link (NVLink)", "fabric_link": "fabric link",
     "host": "host", "cooling": "cooling", "telemetry": "telemetry", "application": "application",
+    "repair": "repair order",
 }
+REPAIR_PREFIX = "repair-"
+"""A repair order's alert is keyed ``repair-<order id>`` (its incident's alert is the incident id)."""
 
 
 @dataclass
@@ -55,6 +58,13 @@ class Alert:
     @property
     def fingerprint(self) -> str:
         return hashlib.sha256(self.incident_id.encode()).hexdigest()[:16]
+
+    @property
+    def path(self) -> str:
+        """Its page on the status server: the incident's, or the repair order's."""
+        if self.incident_id.startswith(REPAIR_PREFIX):
+            return f"/repairs/{self.incident_id[len(REPAIR_PREFIX):]}"
+        return f"/incidents/{self.incident_id}"
 
     def digest(self) -> str:
         """What a notification shows of this alert; a change makes its group notify again."""
@@ -98,6 +108,27 @@ def alert_from_incident(row: Any, action: Any = "", where: list | None = None, r
         parent=getattr(row, "parent", None), close_reason=row.close_reason or "",
         where=[list(p) for p in where or []], runbook=runbook,
         awaiting_approval=getattr(action, "awaiting_approval", False), drained=getattr(action, "drained", None),
+    )
+
+
+def alert_from_repair(row: Any) -> Alert:
+    """The alert of a repair order (``daemon.store.RepairOrderRow``): firing while it is under way, resolved once
+    closed; its last change of state is what was done, what is expected of the technician is what to do."""
+    last = row.history[-1] if row.history else {}
+    closed = row.state == "closed"
+    verb = {"open": "to do", "in_progress": "being worked on", "repaired": "repaired, to be validated",
+            "validating": "validating", "closed": "done, back in service"}.get(row.state, row.state)
+    failed_validation = row.state == "open" and "validation" in str(last.get("note", ""))
+    return Alert(
+        incident_id=f"{REPAIR_PREFIX}{row.id}", status="resolved" if closed else "firing",
+        severity="critical" if failed_validation or row.severity == "failed" else "warning", state=row.state,
+        entity=row.part, kind=row.kind, category="repair", rack=row.rack,
+        summary=f"repair order {row.id}: {row.expected} {row.part} ({verb})", evidence=list(row.evidence[-4:]),
+        started_at=row.opened_at, ended_at=row.closed_at,
+        action=f"{last.get('from') or 'new'} -> {last.get('to')} by {last.get('by')}"
+        + (f": {last['note']}" if last.get("note") else ""),
+        close_reason="validation passed" if closed else "", where=[list(p) for p in row.where],
+        runbook=row.expected_why,
     )
 
 

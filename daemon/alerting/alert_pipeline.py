@@ -17,12 +17,14 @@ from dataclasses import dataclass, field
 
 from sqlmodel import Session, select
 
-from daemon.alerting.alert import Alert, Notification, alert_from_incident, group_key
+from daemon.alerting.alert import (REPAIR_PREFIX, Alert, Notification, alert_from_incident, alert_from_repair,
+                                   group_key)
 from daemon.alerting.outbox import enqueue
 from daemon.alerting.routing import Route, route
 from daemon.alerting.runbooks import runbook_for
 from daemon.alerting.silences import Silence, SilenceBook
-from daemon.store import ActionRow, IncidentCursorRow, AlertGroupRow, AlertRow, IncidentRow, Store
+from daemon.store import (ActionRow, AlertGroupRow, AlertRow, IncidentCursorRow, IncidentRow, RepairOrderRow,
+                          Store)
 from daemon.topology import Topology
 from playbooks.scheduler import ClusterState, Scheduler, SchedulerError
 
@@ -100,6 +102,7 @@ class AlertPipeline:
     """Turns the store's incidents into outbox notifications."""
 
     cursor_name = "incidents"
+    repairs_cursor = "repairs"
 
     def __init__(self, store: Store, config: AlertingConfig, receivers: list[str] | None = None,
                  topology: Topology | None = None, scheduler: Scheduler | None = None):
@@ -136,10 +139,11 @@ class AlertPipeline:
                 changed += self._upsert(s, alert, now, inc.updated_at)
             if rows:
                 s.merge(IncidentCursorRow(name=self.cursor_name, value=newest))
+            changed += self._sync_repairs(s, now)
             # A firing alert also changes when a playbook step moves (the incident itself does not).
             seen = {inc.id for inc in rows}
             for row in s.exec(select(AlertRow).where(AlertRow.status == "firing")).all():
-                if row.incident_id in seen:
+                if row.incident_id in seen or row.incident_id.startswith(REPAIR_PREFIX):  # orders: _sync_repairs
                     continue
                 actions = list(s.exec(select(ActionRow).where(ActionRow.incident_id == row.incident_id)
                                       .order_by(ActionRow.id)).all())
@@ -149,6 +153,18 @@ class AlertPipeline:
                                              "awaiting_approval": state.awaiting_approval, "drained": state.drained})
                     changed += self._upsert(s, alert, now, now)
             s.commit()
+        return changed
+
+    def _sync_repairs(self, s: Session, now: float) -> int:
+        """Repair orders changed since their cursor as alerts (category ``repair``, grouped by rack): a technicians'
+        channel routes on ``category=repair``; every change of state tells again, closing resolves."""
+        cursor = s.get(IncidentCursorRow, self.repairs_cursor)
+        since = cursor.value if cursor else float("-inf")
+        rows = s.exec(select(RepairOrderRow).where(RepairOrderRow.updated_at >= since)
+                      .order_by(RepairOrderRow.updated_at)).all()
+        changed = sum(self._upsert(s, alert_from_repair(r), now, r.updated_at) for r in rows)
+        if rows:
+            s.merge(IncidentCursorRow(name=self.repairs_cursor, value=max(r.updated_at for r in rows)))
         return changed
 
     def _jobs(self) -> ClusterState | None:

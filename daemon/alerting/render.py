@@ -26,7 +26,13 @@ def fmt_ts(ts: float | None) -> str:
 
 
 def commands(alert: Alert) -> list[str]:
-    """The exact CLI commands that silence, approve or resume what this alert is about."""
+    """The exact CLI commands that silence, approve or resume what this alert is about (for a repair order: the
+    technician's next one)."""
+    if alert.category == "repair":
+        order = alert.incident_id.rsplit("-", 1)[1]
+        step = {"open": f"raswarden repairs start {order}",
+                "in_progress": f"raswarden repairs done {order} --part-serial NEW"}.get(alert.state)
+        return [f"raswarden repairs show {order}"] + ([step] if step else [])
     out = [f"raswarden silence add incident={alert.incident_id} --duration {DEFAULT_SILENCE} --comment "
            + shlex.quote(f"looking at {alert.entity}")]
     if alert.awaiting_approval:
@@ -86,7 +92,7 @@ class Renderer:
 
     def incident_url(self, alert: Alert) -> str:
         """The incident's own page on the status server ("" without ``alerting.status_url``)."""
-        return f"{self.status_url}/incidents/{alert.incident_id}" if self.status_url else ""
+        return f"{self.status_url}{alert.path}" if self.status_url else ""
 
     def render(self, name: str, n: Notification, receiver_type: str) -> str:
         """Render template ``name`` (``title`` or ``body``) for ``receiver_type``."""

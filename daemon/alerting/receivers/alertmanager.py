@@ -26,5 +26,5 @@ class AlertmanagerReceiver(Receiver):
         base = n.status_url.rstrip("/")
         body = [{"labels": a.labels, "annotations": annotations(a), "startsAt": iso(a.started_at),
                  "endsAt": iso(a.ended_at if a.status == "resolved" else now + hold),
-                 "generatorURL": f"{base}/incidents/{a.incident_id}" if base else ""} for a in n.alerts]
+                 "generatorURL": f"{base}{a.path}" if base else ""} for a in n.alerts]
         return Request(self.config.url.rstrip("/") + "/api/v2/alerts", body)

@@ -45,7 +45,7 @@ def common(dicts: list[dict[str, str]]) -> dict[str, str]:
 def payload(n: Notification, receiver: str, truncated: int) -> dict:
     """The version 4 payload of ``n``."""
     base = n.status_url.rstrip("/")
-    alerts = [alert_json(a, f"{base}/incidents/{a.incident_id}" if base else "") for a in n.alerts]
+    alerts = [alert_json(a, f"{base}{a.path}" if base else "") for a in n.alerts]
     return {
         "version": "4", "groupKey": n.key, "truncatedAlerts": truncated, "status": n.status, "receiver": receiver,
         "groupLabels": n.group_labels, "commonLabels": common([a["labels"] for a in alerts]),

@@ -168,3 +168,39 @@ def test_messages_say_what_raswarden_did_and_a_new_step_is_news(store):
     assert n.alerts[0].action == ("subhealthy-node-idle: waiting for an operator's approval to notify, drain on "
                                   "sn01-b07")
     assert f"raswarden approve {inc.id}" in commands(n.alerts[0])
+
+
+def test_repair_orders_reach_chat_through_the_same_pipeline(store):
+    """A repair order is an alert of category ``repair`` (grouped by rack, routable to a technicians' channel): told
+    when opened, again at each change of state (a failed validation is critical), resolved when it closes; its link
+    is the order's page and its commands the technician's next step."""
+    from daemon.alerting.render import Renderer, commands
+    from daemon.repairs import RepairBook
+
+    p = pipeline(store, status_url="http://rw.example:9470", routes=[
+        Route(receivers=["technicians"], categories=["repair"])])
+    inc = make_incident("sn01-b07/gpu3", category="gpu_bus", state=State.FAILED, at=T0)
+    store.record_tick([], [inc], now=T0)
+    book = RepairBook(store, clock=lambda: T0 + 5)
+    (order,) = book.open_for(inc.id)
+    out = p.step(T0 + 60)
+    told = {a.incident_id: (n, r) for n, r in out for a in n.alerts}
+    n, receivers = told[f"repair-{order.id}"]
+    a = next(a for a in n.alerts if a.category == "repair")
+    assert receivers == ["technicians"] and a.status == "firing" and a.severity == "critical"
+    assert a.summary == f"repair order {order.id}: reseat sn01-b07/gpu3 (to do)" and "reseat it" in a.runbook
+    assert Renderer(status_url="http://rw.example:9470").incident_url(a) == f"http://rw.example:9470/repairs/{order.id}"
+    assert commands(a) == [f"raswarden repairs show {order.id}", f"raswarden repairs start {order.id}"]
+    book.clock = lambda: T0 + 400
+    book.start(order.id, "dana")
+    out = p.step(T0 + 400)
+    (a,) = [a for n, _ in out for a in n.alerts if a.category == "repair"]
+    assert a.state == "in_progress" and a.action == "open -> in_progress by dana"
+    book.clock = lambda: T0 + 800
+    book.done(order.id, "dana")
+    book.move(order.id, "validating", "raswarden")
+    book.move(order.id, "closed", "raswarden", "validation passed")
+    out = p.step(T0 + 800)
+    (a,) = [a for n, _ in out for a in n.alerts if a.category == "repair"]
+    assert a.status == "resolved" and a.summary.endswith("(done, back in service)")
+    assert not [a for n, _ in p.step(T0 + 2000) for a in n.alerts if a.category == "repair"]  # told once

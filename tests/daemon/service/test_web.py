@@ -239,6 +239,11 @@ def test_the_repair_queue_in_the_api_and_on_the_status_page(tmp_path):
         page = page.decode()
         assert "Repair queue (1)" in page and "sn01-b03/gpu4" in page and "reseat" in page
         assert '<a href="/incidents/inc-r1">' in page
+        code, own = get(f"{base}/repairs/{order.id}")  # the order's page, the link in its chat message
+        own = own.decode()
+        assert code == 200 and f"Repair order {order.id}: reseat sn01-b03/gpu4" in own and "reseat it" in own
+        assert "in_progress → repaired" in own and "dana" in own and "new part serial 1653" in own
+        assert get(f"{base}/repairs/999")[0] == 404 and get(f"{base}/repairs/x")[0] == 404
         svc.remediation.repairs.move(order.id, "validating", "raswarden")
         svc.remediation.repairs.move(order.id, "closed", "raswarden")
         assert json.loads(get(f"{base}/api/v1/repairs")[1]) == []
