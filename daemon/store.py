@@ -186,6 +186,16 @@ class RepairOrderRow(SQLModel, table=True):
     history: list = Field(default_factory=list, sa_column=Column(JSON, nullable=False))
 
 
+class TicketRow(SQLModel, table=True):
+    """The ticket a tracker made for an alert (a repair order's, mostly): later changes update it, not a new one."""
+
+    __tablename__ = "ticket"
+    receiver: str = Field(primary_key=True)
+    ref: str = Field(primary_key=True)  # the alert's key: repair-12, or an incident id
+    key: str  # the tracker's: a Jira issue key, a ServiceNow sys_id
+    created_at: float
+
+
 class IncidentCursorRow(SQLModel, table=True):
     """How far a reader of the incident table (the alert pipeline, remediation) has read it, by incident.updated_at.
     The table keeps the name it had when the alert pipeline was its only reader."""

@@ -195,6 +195,8 @@ class AlertPipeline:
         if row is not None and row.digest == digest:
             return 0
         key = group_key(alert.rack, alert.category)
+        if alert.category == "repair":  # one order per message: a ticket tracker makes one ticket of each
+            key += f",order={alert.incident_id.removeprefix(REPAIR_PREFIX)}"
         content = alert.as_dict()
         if row is None:
             row = AlertRow(incident_id=alert.incident_id, group_key=key, status=alert.status, digest=digest,

@@ -23,6 +23,7 @@ class Request:
     url: str
     body: Any
     headers: dict[str, str] = field(default_factory=dict)
+    method: str = "POST"  # a ticket's update may be PATCH (ServiceNow's Table API)
 
     def encoded(self) -> bytes:
         if isinstance(self.body, bytes):
@@ -58,9 +59,10 @@ class Outcome:
 
 
 def post(request: Request, timeout: float = 10.0) -> Response:
-    """POST ``request``; never raises for HTTP or transport errors (they are in the response)."""
+    """Send ``request`` (POST unless it says otherwise); never raises for HTTP or transport errors (they are in the
+    response)."""
     headers = {"Content-Type": "application/json; charset=utf-8", "User-Agent": USER_AGENT, **request.headers}
-    req = urllib.request.Request(request.url, data=request.encoded(), headers=headers, method="POST")
+    req = urllib.request.Request(request.url, data=request.encoded(), headers=headers, method=request.method)
     try:
         with urllib.request.urlopen(req, timeout=timeout) as resp:  # noqa: S310 (URL from the operator's config)
             return Response(resp.status, dict(resp.headers.items()), resp.read(65536))

@@ -22,9 +22,10 @@ from sqlmodel import Session, select
 from daemon.alerting.alert import Notification
 from daemon.alerting.http import Outcome, Response, post
 from daemon.alerting.receivers.receiver import Receiver
+from daemon.alerting.receivers.ticket import TicketReceiver
 from daemon.alerting.secrets import scrub
 from daemon.metrics import ALERT_DELIVERIES, ALERT_NOTIFICATIONS, ALERT_OUTBOX_PENDING
-from daemon.store import OutboxRow, Store
+from daemon.store import OutboxRow, Store, TicketRow
 
 log = logging.getLogger("raswarden.alerting")
 
@@ -137,12 +138,38 @@ class Outbox:
             if n.status == "resolved" and not receiver.config.send_resolved:
                 self._finish(row.id, when, Outcome(True), skipped=True)
                 continue
-            request = receiver.request(n, when)
-            request.headers.setdefault("Idempotency-Key", row.idempotency_key)
-            outcome = receiver.outcome(self.send(request, timeout=receiver.config.timeout_s))
+            if isinstance(receiver, TicketReceiver):
+                outcome = self._tickets(receiver, n, row.idempotency_key, when)
+            else:
+                request = receiver.request(n, when)
+                request.headers.setdefault("Idempotency-Key", row.idempotency_key)
+                outcome = receiver.outcome(self.send(request, timeout=receiver.config.timeout_s))
             counts[self._finish(row.id, when, outcome)] += 1
         self._gauge()
         return counts
+
+    def _tickets(self, receiver: TicketReceiver, n: Notification, key: str, now: float) -> Outcome:
+        """One request per alert of ``n``: a create where the tracker has no ticket for it yet (its key is kept
+        from the answer), else an update; the first that fails stops the rest (the notification is retried, and the
+        tickets made so far are updated then, not made again)."""
+        for a in n.alerts:
+            with self.store.session() as s:
+                known = s.get(TicketRow, (receiver.name, a.incident_id))
+            try:
+                request = receiver.ticket_request(a, known.key if known else None)
+            except ValueError as exc:
+                return Outcome(False, error=str(exc))
+            request.headers.setdefault("Idempotency-Key", f"{key}/{a.incident_id}")
+            response = self.send(request, timeout=receiver.config.timeout_s)
+            outcome = receiver.outcome(response)
+            if not outcome.ok:
+                return outcome
+            made = receiver.key_of(response) if known is None else None
+            if made:
+                with self.store.session() as s:
+                    s.merge(TicketRow(receiver=receiver.name, ref=a.incident_id, key=made, created_at=now))
+                    s.commit()
+        return Outcome(True)
 
     def drain(self, until: float, poll_s: float = 0.5, clock: Callable[[], float] = time.time) -> dict[str, int]:
         """Deliver until nothing is pending or the wall clock passes ``until``."""

@@ -6,15 +6,18 @@ from daemon.alerting.receivers.alertmanager import AlertmanagerReceiver
 from daemon.alerting.receivers.receiver import Receiver, ReceiverConfig
 from daemon.alerting.receivers.dingtalk import DingTalkReceiver
 from daemon.alerting.receivers.feishu import FeishuReceiver
+from daemon.alerting.receivers.jira import JiraReceiver
 from daemon.alerting.receivers.mattermost import MattermostReceiver
+from daemon.alerting.receivers.servicenow import ServiceNowReceiver
 from daemon.alerting.receivers.slack import SlackReceiver
 from daemon.alerting.receivers.teams import TeamsReceiver
+from daemon.alerting.receivers.ticket import GenericTicketReceiver
 from daemon.alerting.receivers.webhook import WebhookReceiver
 from daemon.alerting.receivers.wecom import WeComReceiver
 
 RECEIVERS: dict[str, type[Receiver]] = {r.type: r for r in (
     WebhookReceiver, AlertmanagerReceiver, SlackReceiver, MattermostReceiver, TeamsReceiver, FeishuReceiver,
-    DingTalkReceiver, WeComReceiver)}
+    DingTalkReceiver, WeComReceiver, JiraReceiver, ServiceNowReceiver, GenericTicketReceiver)}
 
 
 def build(config: ReceiverConfig, renderer=None) -> Receiver:

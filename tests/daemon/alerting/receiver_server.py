@@ -42,11 +42,17 @@ class ChatServer:
 
         class Handler(BaseHTTPRequestHandler):
             def do_POST(self):  # noqa: N802 (http.server's name)
+                self._answer("POST")
+
+            def do_PATCH(self):  # noqa: N802 (a ticket tracker's update)
+                self._answer("PATCH")
+
+            def _answer(self, method: str) -> None:
                 length = int(self.headers.get("Content-Length") or 0)
                 body = self.rfile.read(length)
                 parts = urlsplit(self.path)
                 with server.lock:
-                    server.received.append(Received("POST", parts.path, parse_qs(parts.query),
+                    server.received.append(Received(method, parts.path, parse_qs(parts.query),
                                                     {k.lower(): v for k, v in self.headers.items()}, body,
                                                     parts.query))
                     status, headers, reply = server.answers.pop(0) if server.answers else server.default

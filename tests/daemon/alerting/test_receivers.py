@@ -46,9 +46,9 @@ def deliver(r, n: Notification, now: float = NOW):
     return r.outcome(post(req))
 
 
-def test_registry_has_the_eight_platforms():
+def test_registry_has_the_eight_platforms_and_three_trackers():
     assert set(RECEIVERS) == {"webhook", "alertmanager", "slack", "mattermost", "teams", "feishu", "dingtalk",
-                              "wecom"}
+                              "wecom", "jira", "servicenow", "ticket"}
 
 
 def test_generic_webhook_is_alertmanagers_version_4_payload(chat):
