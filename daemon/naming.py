@@ -42,6 +42,9 @@ BLANKS: dict[str, dict[str, float]] = {"dcgm_exporter.csv": {"gauge": 2.0**47, "
 # Labels that name an accelerator's model (dcgm-exporter, AMD device-metrics-exporter, Ascend npu-exporter):
 # peer groups never mix models.
 MODEL_LABELS = ("modelName", "card_model", "model_name")
+# Labels that name the accelerator itself, not its slot (dcgm-exporter, AMD device-metrics-exporter,
+# npu-exporter): a new value in a slot is a replaced part (daemon/pipeline.py).
+IDENTITY_LABELS = ("UUID", "serial_number", "vdie_id")
 # Labels that give an accelerator's PCI address (dcgm-exporter, npu-exporter), for kernel lines that name it.
 PCI_LABELS = ("pci_bus_id", "pcie_bus_info")
 
@@ -259,6 +262,11 @@ class SeriesMapper:
     metrics: list[str] = field(default_factory=list)
     pci_accelerator: dict[tuple[str, str], str] = field(default_factory=dict)
     accelerator_model: dict[str, str] = field(default_factory=dict)  # entity -> model, from MODEL_LABELS
+    # (entity, identity, first sample time) of each identity a series brought, for the pipeline to compare with
+    # the store; series of a new identity wait in _identity_series until a frame dates them
+    identities_seen: list[tuple[str, str, float]] = field(default_factory=list)
+    _identity: dict[str, str] = field(default_factory=dict)
+    _identity_series: dict[int, tuple[str, str]] = field(default_factory=dict)
     transforms: list[Transform] = field(default_factory=list)
     unmapped_metrics: Counter = field(default_factory=Counter)
     unmapped_hosts: Counter = field(default_factory=Counter)
@@ -329,12 +337,18 @@ class SeriesMapper:
         if "node" not in values and entity not in self._linked_switchports():
             self.unlinked_switchports[entity] += 1  # no node port at its other end: not a link we judge
             return -1
+        identity = None
         if "node" in values and entity_kind(entity) == "accelerator":
-            self._learn_accelerator(values["node"], entity, labels)
-        return self._add_series(entity, rule.canonical, self._transform_code(rule.transform))
+            identity = self._learn_accelerator(values["node"], entity, labels)
+        sid = self._add_series(entity, rule.canonical, self._transform_code(rule.transform))
+        if identity is not None:
+            with self._lock:
+                self._identity_series[sid] = (entity, identity)
+        return sid
 
-    def _learn_accelerator(self, node: str, entity: str, labels: dict[str, str]) -> None:
-        """Remember an accelerator's PCI address (for kernel lines) and model (for peer groups) from its labels."""
+    def _learn_accelerator(self, node: str, entity: str, labels: dict[str, str]) -> str | None:
+        """Remember an accelerator's PCI address (for kernel lines) and model (for peer groups) from its labels;
+        its identity (UUID, serial) when this is the first series naming it (else None)."""
         pci_text = next((labels[k] for k in PCI_LABELS if labels.get(k)), None)
         pci = normalize_pci(pci_text) if pci_text else None
         if pci:
@@ -342,6 +356,29 @@ class SeriesMapper:
         model = next((labels[k] for k in MODEL_LABELS if labels.get(k)), None)
         if model and self.accelerator_model.get(entity) != model:
             self.accelerator_model[entity] = model
+        identity = next((labels[k] for k in IDENTITY_LABELS if labels.get(k)), None)
+        if identity and self._identity.get(entity) != identity:
+            self._identity[entity] = identity
+            return identity
+        return None
+
+    def stamp_identities(self, sid: np.ndarray, ts: np.ndarray) -> None:
+        """Date each new identity by the first sample of its series (a reader's frame of series ids and times):
+        a recorded trace is mapped ahead of its ticks, and a part is replaced when its data says so."""
+        if not self._identity_series:
+            return
+        present = set(np.unique(sid).tolist())
+        with self._lock:
+            for k in [k for k in self._identity_series if k in present]:
+                entity, identity = self._identity_series.pop(k)
+                self.identities_seen.append((entity, identity, float(ts[sid == k].min())))
+
+    def take_identities(self, now: float) -> list[tuple[str, str, float]]:
+        """The (accelerator, identity, first sample time) dated up to ``now``, in time order; later ones wait."""
+        with self._lock:
+            ripe = sorted((x for x in self.identities_seen if x[2] <= now), key=lambda x: x[2])
+            self.identities_seen = [x for x in self.identities_seen if x[2] > now]
+        return ripe
 
     def _transform_code(self, transform: Transform | None) -> int:
         if transform is None:

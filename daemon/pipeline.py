@@ -220,6 +220,7 @@ class Pipeline:
         if self.store is not None:
             self.store.upsert_entities(self.new_entities)
             self.new_entities = []
+            self._replaced_parts(now)
             self.store.record_tick(
                 [dict(f.as_dict(), reasons=list(f.reasons)) for f in findings], changed,
                 [{"entity": f.entity, "state": f.state, "since": f.ts, "score": f.score, "reasons": f.reasons}
@@ -229,6 +230,18 @@ class Pipeline:
             for f in findings:
                 self.on_finding(f)
         return TickResult(findings, changed, len(events), len(samples))
+
+    def _replaced_parts(self, now: float) -> None:
+        """Accelerators whose identity (UUID, serial) changed in their slot were replaced: the detectors forget
+        their node's history (the new part is judged on its own telemetry, no inherited baseline), the old
+        identity stays in the entity's attributes (and its repair orders keep its history, for the RMA)."""
+        seen = self.mapper.take_identities(now)
+        if not seen:
+            return
+        for entity, old, new in self.store.note_identities(seen):
+            log.warning("%s was replaced: %s, now %s; its detectors start afresh", entity, old, new)
+            metrics.PARTS_REPLACED.inc()
+            self.forget(node_of(entity))
 
     # ------------------------------------------------------------------------------------------
     def _split(self, samples: pd.DataFrame) -> tuple[pd.DataFrame, pd.DataFrame, pd.DataFrame]:

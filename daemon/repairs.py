@@ -20,7 +20,7 @@ from collections.abc import Iterable
 
 from sqlmodel import func, select
 
-from daemon.store import IncidentRow, RepairOrderRow, Store
+from daemon.store import EntityRow, IncidentRow, RepairOrderRow, Store
 from daemon.topology import Topology
 from playbooks.engine import Action
 
@@ -102,9 +102,14 @@ class RepairBook:
                     active.updated_at = now
                     s.add(active)
                     continue
-                earlier_orders = s.exec(select(RepairOrderRow).where(RepairOrderRow.part == part)).all()
+                # a part replaced in its slot starts afresh: the old part's orders and incidents are its own
+                # history (kept for the RMA), not the new part's
+                since = self._installed_at(s, part)
+                earlier_orders = s.exec(select(RepairOrderRow).where(RepairOrderRow.part == part,
+                                                                     RepairOrderRow.opened_at >= since)).all()
                 earlier_incidents = s.exec(select(IncidentRow).where(IncidentRow.entity == part,
-                                                                     IncidentRow.id != inc.id)).all()
+                                                                     IncidentRow.id != inc.id,
+                                                                     IncidentRow.opened_at >= since)).all()
                 repeat = [f"repair order {o.id} ({o.expected}, {o.state})" for o in earlier_orders] + \
                     [f"incident {i.id} ({i.category}, {i.severity})" for i in earlier_incidents
                      if i.opened_at < inc.opened_at]
@@ -127,6 +132,13 @@ class RepairBook:
             for order in opened:
                 s.refresh(order)
         return opened
+
+    @staticmethod
+    def _installed_at(s, part: str) -> float:
+        """When the part now in the slot was first seen (its entity's last replacement), or -inf."""
+        row = s.get(EntityRow, part)
+        replaced = (row.attrs or {}).get("replaced") if row is not None else None
+        return float(replaced[-1]["until"]) if replaced else float("-inf")
 
     @staticmethod
     def _parts(s, inc: IncidentRow, node: str) -> list[tuple[str, str, str, list[str]]]:

@@ -299,6 +299,29 @@ class Store:
                     s.add(EntityRow(**r))
             s.commit()
 
+    def note_identities(self, seen: list[tuple[str, str, float]]) -> list[tuple[str, str, str]]:
+        """Record each accelerator's identity (UUID or serial; with the time of its first sample) in its entity's
+        attributes; returns the replaced parts, (entity, old identity, new identity): the old one is kept in
+        ``attrs["replaced"]`` with when its successor first reported."""
+        changed = []
+        with self.session() as s:
+            for entity, identity, now in seen:
+                row = s.get(EntityRow, entity)
+                if row is None:
+                    continue
+                attrs = dict(row.attrs or {})
+                old = attrs.get("identity")
+                if old == identity:
+                    continue
+                if old is not None:
+                    attrs["replaced"] = [*attrs.get("replaced", []), {"identity": old, "until": now}]
+                    changed.append((entity, old, identity))
+                attrs["identity"] = identity
+                row.attrs = attrs
+                s.add(row)
+            s.commit()
+        return changed
+
     def collector_state(self, name: str) -> dict:
         """The saved state of collector ``name`` (empty when it never saved one)."""
         with self.session() as s:

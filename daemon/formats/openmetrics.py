@@ -240,6 +240,7 @@ def samples_frame(mapper, sid: np.ndarray, ts: np.ndarray, value: np.ndarray, so
     """A samples frame from series ids, with each series' transform applied (bitmask to flag, scale, value map);
     values the exporter flags as not read are dropped (and counted by :meth:`SeriesMapper.transform_values`)."""
     ent_of, met_of, transform_of = mapper.series_table()
+    mapper.stamp_identities(sid, ts)
     value = mapper.transform_values(transform_of[sid], value, source)
     read = ~np.isnan(value)
     if not read.all():

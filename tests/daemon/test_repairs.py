@@ -116,3 +116,22 @@ def test_the_repairs_command(store, tmp_path, capsys):
     assert main(["repairs", "start", str(order), *db]) == 2
     assert "is repaired: it can go to validating" in capsys.readouterr().err
     assert main(["repairs", "list", *db]) == 0 and "repaired" in capsys.readouterr().out
+
+
+def test_a_replaced_part_starts_afresh(store):
+    """The GPU in the slot was replaced (a new UUID): the old part's orders and incidents stay its own history, and
+    the new part's first trouble is not a repeat offender's."""
+    rem = drained(store, incident("inc-1", "n1/gpu0", "gpu_bus"))
+    (o,) = rem.repairs.orders()
+    rem.repairs.done(o.id, "tech", new_serial="1799")
+    rem.repairs.move(o.id, "validating", "raswarden")
+    rem.repairs.move(o.id, "closed", "raswarden")
+    store.upsert_entities([{"id": "n1/gpu0", "kind": "accelerator", "node": "n1", "rack": "r01", "first_seen": 0.0,
+                            "attrs": {}}])
+    assert store.note_identities([("n1/gpu0", "GPU-0a", 150.0)]) == []  # first identity known: no change
+    assert store.note_identities([("n1/gpu0", "GPU-0b", 300.0)]) == [("n1/gpu0", "GPU-0a", "GPU-0b")]
+    drained(store, incident("inc-2", "n1/gpu0", "gpu_bus", at=500.0), clock=500.0)
+    (new,) = rem.repairs.orders()
+    assert new.expected == "reseat" and "repeat offender" not in new.expected_why
+    assert not any(e.startswith("earlier:") for e in new.evidence)
+    assert rem.repairs.order(o.id).state == "closed"  # the old part's order keeps its history (for the RMA)

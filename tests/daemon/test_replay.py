@@ -149,3 +149,39 @@ def test_a_features_only_replay_computes_the_same_frames_and_runs_no_detector(tr
     for (t1, k1, e1, x1), (t2, k2, e2, x2) in zip(full, only):
         assert (t1, k1, e1) == (t2, k2, e2)
         np.testing.assert_array_equal(x1, x2)
+
+
+def test_a_gpu_replaced_in_its_slot_starts_afresh_and_its_old_identity_is_kept(tmp_path):
+    """A recorded dcgm-exporter trace in which gpu1 of sn01-b01 comes back, after a gap, with another UUID and serial
+    (a replaced GPU): the store keeps the old UUID with when it left, the new one is the slot's identity now, the
+    replacement is counted once, and gpu0 (same UUID throughout) is untouched."""
+    from daemon import metrics
+    from daemon.store import EntityRow, Store
+
+    t0 = 1_772_409_600
+    lines = ["# TYPE DCGM_FI_DEV_GPU_TEMP gauge", "# TYPE DCGM_FI_DEV_POWER_USAGE gauge"]
+    for k in range(240):  # two hours at 30 s; gpu1 out for ten minutes at 1 h, then its successor
+        t = t0 + 30 * k
+        for gpu in (0, 1):
+            if gpu == 1 and 3600 <= 30 * k < 4200:
+                continue
+            uuid = f"GPU-{gpu}aaa" if gpu == 0 or 30 * k < 3600 else "GPU-1bbb"
+            labels = f'gpu="{gpu}",UUID="{uuid}",pci_bus_id="00000000:{3 + gpu:02X}:00.0",modelName="NVIDIA H100",' \
+                     'Hostname="sn01-b01"'
+            lines.append(f"DCGM_FI_DEV_GPU_TEMP{{{labels}}} 55 {t * 1000}")
+            lines.append(f"DCGM_FI_DEV_POWER_USAGE{{{labels}}} 400 {t * 1000}")
+    lines.append("# EOF")
+    trace = tmp_path / "trace"
+    trace.mkdir()
+    (trace / "dcgm.om").write_text("\n".join(lines) + "\n")
+    before = metrics.PARTS_REPLACED._value.get()
+    db = f"sqlite:///{tmp_path / 'rw.db'}"
+    run([trace], db_url=db)
+    assert metrics.PARTS_REPLACED._value.get() - before == 1
+    store = Store(db)
+    with store.session() as s:
+        gpu1, gpu0 = s.get(EntityRow, "sn01-b01/gpu1").attrs, s.get(EntityRow, "sn01-b01/gpu0").attrs
+    store.close()
+    assert gpu1["identity"] == "GPU-1bbb" and [r["identity"] for r in gpu1["replaced"]] == ["GPU-1aaa"]
+    assert t0 + 3600 <= gpu1["replaced"][0]["until"] <= t0 + 4300
+    assert gpu0 == {"identity": "GPU-0aaa"}
