@@ -261,6 +261,12 @@ class Service:
             metrics.ACTIONS.labels(playbook, status).set(n)
         for state, n in orders.items():
             metrics.REPAIR_ORDERS.labels(state).set(n)
+        if orders and sum(orders.values()):
+            from daemon.reliability import figures
+
+            month = figures(self.store, time.time() - 30 * 86400.0).total
+            metrics.REPAIRS_BEFORE_FAILURE.set(month.before_share if month.before_share is not None else float("nan"))
+            metrics.REPAIR_TIME.set(3600.0 * month.mttr_h if month.mttr_h is not None else float("nan"))
         return counts
 
     def alerts(self) -> dict[str, int] | None:

@@ -222,6 +222,17 @@ h1.failed{color:#c62828} h1.subhealthy{color:#ef6c00} table.kv{width:auto} table
 """
 
 
+def _reliability_line(service) -> str:
+    """The last 30 days of repair orders in one line (daemon/reliability.py)."""
+    from daemon.reliability import figures
+
+    t = figures(service.store, time.time() - 30 * 86400.0).total
+    share = "-" if t.before_share is None else f"{100 * t.before_share:.0f} %"
+    mttr = "-" if t.mttr_h is None else f"{t.mttr_h:.1f} h"
+    return (f"last 30 days: {t.orders} repair orders, {share} before failure, median time to repair {mttr}, "
+            f"{t.validation_failures} caught by validation")
+
+
 def _age(seconds: float) -> str:
     return f"{seconds / 86400:.1f} d" if seconds >= 86400 else f"{seconds / 3600:.1f} h" if seconds >= 3600 else \
         f"{seconds / 60:.0f} min"
@@ -276,6 +287,7 @@ def status_page(service) -> str:
 <th>evidence</th></tr>
 {inc_rows or '<tr><td colspan="7" class="muted">none</td></tr>'}</table>
 <h2>Repair queue ({len(repairs)})</h2>
+<p class="muted">{esc(_reliability_line(service))} · <code>raswarden report</code> for the charts</p>
 <table><tr><th>order</th><th>state</th><th>age</th><th>rack</th><th>part</th><th>expected</th><th>identity</th>
 <th>incident</th></tr>
 {rep_rows or '<tr><td colspan="8" class="muted">none</td></tr>'}</table>

@@ -164,6 +164,31 @@ def cmd_repairs(args: argparse.Namespace) -> int:
         return 0
 
 
+def cmd_report(args: argparse.Namespace) -> int:
+    """raswarden report: fleet reliability over a period, as an HTML report with charts (and a summary here)."""
+    import time
+    from pathlib import Path
+
+    from daemon.reliability import figures, report_html
+    from playbooks.duration import parse_duration
+
+    try:
+        since = time.time() - parse_duration(args.since, "--since")
+    except ValueError as exc:
+        print(f"raswarden: {exc}", file=sys.stderr)
+        return 2
+    with store_of(args, read_only=True) as store:
+        rel = figures(store, since)
+    Path(args.out).write_text(report_html(rel))
+    t = rel.total
+    share = "-" if t.before_share is None else f"{100 * t.before_share:.0f} %"
+    mttr = "-" if t.mttr_h is None else f"{t.mttr_h:.1f} h"
+    print(f"{t.orders} repair orders ({t.before_failure} before failure, {t.after_failure} after: {share} before); "
+          f"median time to repair {mttr}; {t.validation_failures} caught by validation; "
+          f"{len(rel.repeat_offenders)} repeat offenders; {len(rel.queue)} in the queue now. Wrote {args.out}")
+    return 0
+
+
 def register(sub) -> None:
     """Add this module's commands to the ``raswarden`` parser's subcommands."""
     p = sub.add_parser("playbook", help="playbooks: validate, plan an incident, run pending actions",
@@ -221,6 +246,15 @@ def register(sub) -> None:
             q.add_argument("--part-serial", metavar="NEW", help="the serial number of the part put in")
         config_args(q)
     p.set_defaults(func=cmd_repairs)
+
+    p = sub.add_parser("report", help="fleet reliability over a period: an HTML report with charts",
+                       description="Repair orders over a period (daemon/reliability.py): how many parts were replaced "
+                                   "before they failed, time to repair, what validation caught, MTBF per part class, "
+                                   "worst slots and racks, repeat offenders, the queue; written as one HTML file.")
+    p.add_argument("--since", default="30d", help="the period, back from now (default 30d)")
+    p.add_argument("--out", default="raswarden-report.html", help="the HTML file (default raswarden-report.html)")
+    config_args(p)
+    p.set_defaults(func=cmd_report)
 
     p = sub.add_parser("approve", help="approve an action that waits for an operator")
     p.add_argument("action", help="action key or incident id")

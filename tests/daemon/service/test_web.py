@@ -238,6 +238,7 @@ def test_the_repair_queue_in_the_api_and_on_the_status_page(tmp_path):
         code, page = get(f"{base}/")
         page = page.decode()
         assert "Repair queue (1)" in page and "sn01-b03/gpu4" in page and "reseat" in page
+        assert "last 30 days: 1 repair orders, 0 % before failure" in page
         assert '<a href="/incidents/inc-r1">' in page
         code, own = get(f"{base}/repairs/{order.id}")  # the order's page, the link in its chat message
         own = own.decode()
