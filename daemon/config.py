@@ -79,6 +79,11 @@ class RepairsConfig:
     hold_s: float = 4 * 3600.0  # how long the reservation holds the node (renewed if a validation is retried)
     # where each job writes its output, as the node sees it (read here as evidence when the filesystem is shared)
     output_dir: str = "/tmp"
+    # Active checks: the validation command also runs on idle nodes, each at most this often (0: never), at most
+    # idle_checks_at_once at a time and within the blast-radius budget ([playbooks]); a failure drains the node and
+    # opens a repair order for it.
+    idle_check_every_s: float = 0.0
+    idle_checks_at_once: int = 1
 
 
 @dataclass
@@ -238,6 +243,12 @@ def _repairs(cfg: Config, rp: dict[str, Any]) -> None:
     if out.hold_s < out.validation_timeout_s:
         raise ConfigError("repairs.hold_s: must be at least repairs.validation_timeout_s (the job runs in the hold)")
     out.output_dir = _take(rp, "output_dir", str, "repairs", out.output_dir)
+    out.idle_check_every_s = _take(rp, "idle_check_every_s", float, "repairs", out.idle_check_every_s)
+    out.idle_checks_at_once = _take(rp, "idle_checks_at_once", int, "repairs", out.idle_checks_at_once)
+    if out.idle_check_every_s < 0 or out.idle_checks_at_once < 1:
+        raise ConfigError("repairs.idle_check_every_s: not negative; repairs.idle_checks_at_once: at least 1")
+    if out.idle_check_every_s and not out.validation_command:
+        raise ConfigError("repairs.idle_check_every_s: needs repairs.validation_command (the check to run)")
     _no_more(rp, "repairs")
 
 

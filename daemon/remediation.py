@@ -71,7 +71,7 @@ class Remediation:
         self.scheduler_names: dict[str, str] = dict(topology.scheduler_name)
         self.repairs = RepairBook(store, topology, clock=clock)
         self.validator = Validator(self.repairs, scheduler, cfg.repairs, clock=clock,
-                                   scheduler_names=self.scheduler_names)
+                                   scheduler_names=self.scheduler_names, guards=cfg.guards)
         self.clock = clock
         self.act_on = act_on
         # Incidents already planned at the cursor's time: the cursor is inclusive (an incident updated at that
@@ -83,6 +83,7 @@ class Remediation:
         racks = self._racks()
         self.engine = Engine(scheduler, self.journal, load(cfg.playbook_dirs), cfg.guards, clock=clock,
                              rack_of=racks.get)
+        self.validator.rack_of = racks.get
         self._defer_unplanned()
         self._repairs_checked = not repair_orders
         self.repair_orders = repair_orders
@@ -178,7 +179,7 @@ class Remediation:
         opened = self.repairs.open_for_actions(drained)
         validated = self.validator.step()
         return {"planned": planned, "advanced": len(touched), "repair_orders": len(opened),
-                **{f"validations_{k}": v for k, v in validated.items()}}
+                **validated}
 
 
 def _version(row: IncidentRow) -> tuple:

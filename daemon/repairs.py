@@ -133,6 +133,27 @@ class RepairBook:
                 s.refresh(order)
         return opened
 
+    def open_for_check(self, node: str, rack: str | None, check: str, why: str) -> RepairOrderRow:
+        """An order for a node whose active check failed (no incident: the telemetry saw nothing); idempotent per
+        check (``check``: its job's name)."""
+        now = self.clock()
+        with self.store.session() as s:
+            known = s.exec(select(RepairOrderRow).where(RepairOrderRow.incident_id == check,
+                                                        RepairOrderRow.part == node)).first()
+            if known is not None:
+                return known
+            order = RepairOrderRow(
+                incident_id=check, part=node, node=node, rack=rack, kind="node", category="host",
+                severity="subhealthy", expected="inspect",
+                expected_why="an active check on the idle node failed: read its output, inspect the blade",
+                state="open", priority=SEVERITY_PRIORITY["subhealthy"], opened_at=now, updated_at=now,
+                where=[list(p) for p in self.topology.place(node)], evidence=[why],
+                history=[{"ts": now, "from": None, "to": "open", "by": "raswarden", "note": f"idle check {check}"}])
+            s.add(order)
+            s.commit()
+            s.refresh(order)
+            return order
+
     @staticmethod
     def _installed_at(s, part: str) -> float:
         """When the part now in the slot was first seen (its entity's last replacement), or -inf."""

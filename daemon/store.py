@@ -186,6 +186,20 @@ class RepairOrderRow(SQLModel, table=True):
     history: list = Field(default_factory=list, sa_column=Column(JSON, nullable=False))
 
 
+class IdleCheckRow(SQLModel, table=True):
+    """Active checks of idle nodes (daemon/validation.py): the one running or the last one, per node."""
+
+    __tablename__ = "idle_check"
+    node: str = Field(primary_key=True)
+    checks: int = 0  # how many were started (the next job's name carries the count: a restart submits no second)
+    status: str = ""  # running, passed, failed
+    job: str = ""
+    reservation: str = ""
+    started_at: float = 0.0
+    checked_at: float | None = None  # when the last one ended
+    result: str = ""
+
+
 class TicketRow(SQLModel, table=True):
     """The ticket a tracker made for an alert (a repair order's, mostly): later changes update it, not a new one."""
 

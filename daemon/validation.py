@@ -7,6 +7,11 @@ there), and runs ``repairs.validation_command`` as a batch job on exactly that n
 released (the node is back in service) and the orders are ``closed``; on a fail the node is drained again, the
 reservation released and the orders go back to ``open`` with the job's exit status and output as evidence.
 
+**Active checks** (``repairs.idle_check_every_s``): the same command runs on idle nodes, each at most that often,
+``repairs.idle_checks_at_once`` at a time and only within the blast-radius budget (a held node is unavailable to
+the cluster's jobs): the node is held in a reservation (not drained), the job runs, a pass releases it, a failure
+drains it and opens a repair order for it (the telemetry saw nothing: the check did).
+
 Every call to the scheduler is idempotent (a reservation or a job of the same name is the one asked for), so a
 daemon killed between any two of them does the rest on its next pass and repeats nothing that took effect.
 """
@@ -17,10 +22,13 @@ import logging
 import os
 import time
 
+from sqlmodel import select
+
 from daemon.config import RepairsConfig
 from daemon.repairs import RepairBook
-from daemon.store import RepairOrderRow
-from playbooks.scheduler import Scheduler, SchedulerError, ValidationScheduler
+from daemon.store import IdleCheckRow, RepairOrderRow
+from playbooks.guards import Guards, over_budget
+from playbooks.scheduler import IDLE, ClusterState, Scheduler, SchedulerError, ValidationScheduler
 
 log = logging.getLogger(__name__)
 
@@ -33,12 +41,16 @@ class Validator:
     """Validates the nodes whose repair orders are done, one pass at a time (:meth:`step`)."""
 
     def __init__(self, book: RepairBook, scheduler: Scheduler, cfg: RepairsConfig, clock=time.time,
-                 scheduler_names: dict[str, str] | None = None):
+                 scheduler_names: dict[str, str] | None = None, guards: Guards | None = None,
+                 rack_of=lambda node: None):
         self.book = book
         self.scheduler = scheduler
         self.cfg = cfg
         self.clock = clock
         self.scheduler_names = scheduler_names or {}
+        self.guards = guards or Guards()
+        self.rack_of = rack_of
+        self._looked_for_idle = float("-inf")
 
     def step(self) -> dict[str, int]:
         """Start validations of fully repaired nodes and read the ones running; how many of each happened."""
@@ -47,20 +59,104 @@ class Validator:
         by_node: dict[str, list[RepairOrderRow]] = {}
         for order in self.book.orders():
             by_node.setdefault(order.node, []).append(order)
-        out = {"started": 0, "passed": 0, "failed": 0}
+        out = {"validations_started": 0, "validations_passed": 0, "validations_failed": 0}
         for node, orders in by_node.items():
             states = {o.state for o in orders}
             try:
                 if states == {"repaired"}:
                     self._start(node, orders)
-                    out["started"] += 1
+                    out["validations_started"] += 1
                 elif "validating" in states and states <= {"validating", "repaired"}:
                     result = self._read(node, [o for o in orders if o.state == "validating"])
                     if result:
-                        out[result] += 1
+                        out[f"validations_{result}"] += 1
             except SchedulerError as exc:  # the next pass tries again; what took effect is not repeated
                 log.warning("validation of %s: %s", node, exc)
+        if self.cfg.idle_check_every_s > 0 and self.cfg.validation_command and self.guards.mode == "act":
+            try:
+                out.update(self._idle_checks())
+            except SchedulerError as exc:
+                log.warning("idle checks: %s", exc)
         return out
+
+    # -- active checks of idle nodes -------------------------------------------------------------------------------
+    def _idle_checks(self) -> dict[str, int]:
+        now = self.clock()
+        out = {"checks_started": 0, "checks_passed": 0, "checks_failed": 0}
+        store = self.book.store
+        with store.session() as s:
+            running = list(s.exec(select(IdleCheckRow).where(IdleCheckRow.status == "running")).all())
+        for row in running:
+            outcome = self.scheduler.job_outcome(row.job)
+            if not outcome.finished:
+                continue
+            name = f"{row.reservation}-{row.checks}"
+            if outcome.state == "passed":
+                self.scheduler.release(row.reservation)
+                self._save(row, status="passed", checked_at=now, result=outcome.detail)
+                out["checks_passed"] += 1
+                continue
+            why = f"idle check {outcome.state} (job {row.job}, exit status {outcome.exit_code}): " + _tail(
+                os.path.join(self.cfg.output_dir, f"{name}.out"))
+            self.scheduler.drain(row.node, f"raswarden: idle check failed ({name})")
+            self.scheduler.release(row.reservation)
+            order = self.book.open_for_check(self._telemetry_name(row.node), self.rack_of(row.node), name, why)
+            self._save(row, status="failed", checked_at=now, result=why)
+            out["checks_failed"] += 1
+            log.warning("%s failed its idle check: %s (repair order %s)", row.node, why, order.id)
+        # look for a node to check at most once a minute (one snapshot), while fewer than allowed are running
+        if len(running) - out["checks_passed"] - out["checks_failed"] >= self.cfg.idle_checks_at_once or \
+                now - self._looked_for_idle < 60.0:
+            return out
+        self._looked_for_idle = now
+        state = self.scheduler.snapshot()
+        with store.session() as s:
+            known = {r.node: r for r in s.exec(select(IdleCheckRow)).all()}
+        for node in self._due(state, known, now):
+            reason = over_budget(self.guards, node, state, self.rack_of)
+            if reason:
+                log.info("idle check of %s waits: %s", node, reason)
+                break
+            row = known.get(node) or IdleCheckRow(node=node)
+            reservation = f"raswarden-check-{node}"
+            count = row.checks + 1
+            self.scheduler.reserve(node, reservation, self.cfg.hold_s)
+            job = self.scheduler.submit_validation(node, reservation, f"{reservation}-{count}",
+                                                   self.cfg.validation_command, self.cfg.validation_timeout_s,
+                                                   os.path.join(self.cfg.output_dir, f"{reservation}-{count}.out"))
+            self._save(row, checks=count, status="running", job=job, reservation=reservation, started_at=now)
+            out["checks_started"] += 1
+            log.info("idle check of %s: job %s", node, job)
+            break  # one at a time per look: the next look sees the node held
+        return out
+
+    def _due(self, state: ClusterState, known: dict[str, IdleCheckRow], now: float) -> list[str]:
+        """Idle nodes (available, no job, no repair under way) whose last check is older than the interval, the
+        longest unchecked first."""
+        due = []
+        for name, info in state.nodes.items():
+            if not info.available or IDLE not in info.states or state.jobs_on(name):
+                continue
+            row = known.get(name)
+            if row is not None and (row.status == "running" or (row.checked_at or row.started_at) >
+                                    now - self.cfg.idle_check_every_s):
+                continue
+            if self.book.active_on(self._telemetry_name(name)):
+                continue
+            due.append((row.checked_at if row is not None and row.checked_at else float("-inf"), name))
+        return [n for _, n in sorted(due)]
+
+    def _telemetry_name(self, scheduler_node: str) -> str:
+        back = {v: k for k, v in self.scheduler_names.items()}
+        return back.get(scheduler_node, scheduler_node)
+
+    def _save(self, row: IdleCheckRow, **changes) -> None:
+        with self.book.store.session() as s:
+            current = s.get(IdleCheckRow, row.node) or IdleCheckRow(node=row.node)
+            for k, v in changes.items():
+                setattr(current, k, v)
+            s.add(current)
+            s.commit()
 
     # -- one node --------------------------------------------------------------------------------------------
     def _start(self, node: str, orders: list[RepairOrderRow]) -> None:

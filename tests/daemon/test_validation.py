@@ -118,3 +118,46 @@ def test_the_recovery_playbook_leaves_a_node_under_repair_drained(store, tmp_pat
         rem.step()
     assert DRAIN in states(sched, "n1") and "resume" not in [e[1] for e in sched.log]
     assert rem.repairs.orders()[0].state == "open"
+
+
+def test_idle_nodes_are_checked_on_a_schedule_within_the_budget(store, tmp_path):
+    """Checks every day, one at a time: an idle node is held (not drained) and checked; a pass releases it; a node
+    whose check fails is drained and gets a repair order for a technician; a busy node is not checked; a dry-run
+    daemon checks nothing."""
+    cfg = config(tmp_path)
+    cfg.repairs.idle_check_every_s = 86400.0
+    cfg.guards.max_cluster_fraction = 0.5
+    sched = SimScheduler(["n1", "n2", "n3"])
+    from lab.sim.cluster import SimJob
+
+    sched.submit(SimJob("j1", n_nodes=1, work_s=10 * 86400.0))
+    sched.step(0.0)
+    busy = sched.jobs["j1"].nodes[0]
+    CLOCK[0] = 100.0
+    rem = Remediation(cfg, store, sched, clock=lambda: CLOCK[0], topology=TOPOLOGY)
+    out = rem.step()
+    assert out["checks_started"] == 1
+    first = next(e for e in sched.log if e[1] == "reserve")[2].split()[0]
+    assert first != busy and MAINT in states(sched, first) and DRAIN not in states(sched, first)
+    assert rem.step()["checks_started"] == 0  # one at a time (and one look a minute)
+    sched.now += sched.validation_s
+    CLOCK[0] += 120.0
+    out = rem.step()
+    assert out["checks_passed"] == 1 and out["checks_started"] == 1 and MAINT not in states(sched, first)
+    second = [e for e in sched.log if e[1] == "reserve"][-1][2].split()[0]
+    assert second not in (first, busy)
+    sched.validation_fails[second] = 2
+    sched.now += sched.validation_s
+    CLOCK[0] += 120.0
+    out = rem.step()
+    assert out["checks_failed"] == 1 and DRAIN in states(sched, second)
+    (order,) = rem.repairs.orders()
+    assert (order.part, order.kind, order.expected) == (second, "node", "inspect")
+    assert "idle check failed" in order.evidence[0] and "exit status 2" in order.evidence[0]
+    CLOCK[0] += 120.0
+    assert rem.step().get("checks_started", 0) == 0  # both idle nodes checked today; the busy one never
+    assert busy not in [e[2].split()[0] for e in sched.log if e[1] == "reserve"]
+    cfg.guards.mode = "dry-run"
+    CLOCK[0] += 2 * 86400.0
+    rem2 = Remediation(cfg, store, sched, clock=lambda: CLOCK[0], topology=TOPOLOGY)
+    assert "checks_started" not in rem2.step()
