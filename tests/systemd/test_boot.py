@@ -149,6 +149,7 @@ def test_the_unit_starts_under_systemd_and_stops_cleanly(container, debian_packa
             dpkg -i /var/tmp/{debian_package.name}
             raswarden init --file-sd /etc/prometheus/targets/gpu-nodes.json --out /etc/raswarden --force
             printf '\\n[http]\\nlisten = "127.0.0.1:{port}"\\n' >> /etc/raswarden/raswarden.toml
+            sed -i 's/^interval_s = 30$/interval_s = 5/' /etc/raswarden/raswarden.toml   # ticks sooner
             umask 077; printf 'http://127.0.0.1:9/hook' > /etc/raswarden/credentials/slack_url
             systemctl enable raswarden.service
             install -d -m 2755 -g systemd-journal /var/log/journal/remote   # systemd-journal-remote's, empty yet
