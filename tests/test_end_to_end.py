@@ -57,7 +57,7 @@ def test_fault_to_checkpoint_drain_requeue_and_chat_then_sigkill_and_restart(slu
     chat = ChatServer()
     # the GPU's errors start to rise an hour and a half in: raswarden has a record of it before (a rising count on
     # a part it has just started watching is only a watch), and it fails long after the job has moved
-    live = Live(tmp_path, onset="1h30m", failure="7h", speed=120, duration="8h")
+    live = Live(tmp_path, onset="1h30m", failure="7h", speed=180, duration="8h")
     procs = []
     try:
         # the simulated blades are node1 and node2 to Slurm (topology scheduler_name)
