@@ -1,7 +1,8 @@
 """The unit started by a real systemd: the Debian package installed in a container that boots systemd 252 as its
 PID 1, ``raswarden init`` as docs/install.md says, ``systemctl enable --now``-style boot, then the unit checked as
-an operator would: active after its READY notification under the full sandbox, its secret delivered by
-``LoadCredential=``, ticking against the live simulator, install.md's status commands and reload, a clean stop.
+an operator would: active after its READY notification under the full sandbox with an empty credentials directory
+(the receiver without its secret off), its secret delivered by ``LoadCredential=`` once added, ticking against the
+live simulator, install.md's status commands and reload, a clean stop.
 
 The container's root is an overlay of this machine's own root with a tmpfs on top (no debootstrap: seconds, not
 minutes), so everything it writes, its ``systemd-tmpfiles --boot`` emptying /tmp included, lands in the tmpfs and
@@ -144,45 +145,53 @@ def test_the_unit_starts_under_systemd_and_stops_cleanly(container, debian_packa
         targets.mkdir(parents=True, exist_ok=True)
         shutil.copy(tmp_path / "live" / "prometheus-targets.json", targets / "gpu-nodes.json")
         port = free_port()
-        # docs/install.md: install, init against the exporters, a secret in the credentials directory, enable
+        # docs/install.md: install, init against the exporters, enable; the credentials directory left empty
         prepared = container.chroot(f"""
             dpkg -i /var/tmp/{debian_package.name}
             raswarden init --file-sd /etc/prometheus/targets/gpu-nodes.json --out /etc/raswarden --force
             printf '\\n[http]\\nlisten = "127.0.0.1:{port}"\\n' >> /etc/raswarden/raswarden.toml
             sed -i 's/^interval_s = 30$/interval_s = 5/' /etc/raswarden/raswarden.toml   # ticks sooner
-            umask 077; printf 'http://127.0.0.1:9/hook' > /etc/raswarden/credentials/slack_url
             systemctl enable raswarden.service
             install -d -m 2755 -g systemd-journal /var/log/journal/remote   # systemd-journal-remote's, empty yet
         """)
         assert prepared.returncode == 0, prepared.stdout[-3000:] + prepared.stderr[-3000:]
-        started = time.monotonic()
+        assert not any((container.root / "etc" / "raswarden" / "credentials").iterdir())
         container.boot()
-        deadline = started + 150
-        state: dict[str, str] = {}
-        while time.monotonic() < deadline:
-            state = container.show("raswarden.service", "ActiveState", "SubState", "NRestarts", "Result")
-            if state.get("ActiveState") == "active":
-                break
-            assert state.get("ActiveState") != "failed", container.sh("journalctl -u raswarden --no-pager").stdout
-            time.sleep(1)
-        # Type=notify: active only once the daemon said READY=1, under the unit's whole sandbox
-        assert state.get("ActiveState") == "active" and state.get("SubState") == "running", state
-        ticks, samples, deadline = 0.0, 0.0, time.monotonic() + 120
-        while (ticks < 2 or not samples) and time.monotonic() < deadline:
-            try:
-                status, body = get(f"http://127.0.0.1:{port}/metrics")
-                found = re.search(rb"^raswarden_ticks_total (\S+)$", body, re.M) if status == 200 else None
-                ticks = float(found.group(1)) if found else 0.0
-                samples = sum(float(v) for v in re.findall(rb"^raswarden_samples_ingested_total\{[^}]*\} (\S+)$",
-                                                            body, re.M)) if status == 200 else 0.0
-            except OSError:
-                pass
-            time.sleep(1)
-        journal = container.sh("journalctl -u raswarden --no-pager -o cat").stdout
-        assert ticks >= 2 and samples > 0, journal[-3000:]  # ticking on the exporters' telemetry
-        _status, body = get(f"http://127.0.0.1:{port}/healthz")
-        warnings = " ".join(json.loads(body).get("warnings", []))
-        assert "receiver chat is off" not in warnings, warnings  # LoadCredential= delivered its secret
+
+        def running_and_ticking(after: float = 0.0) -> str:
+            """Wait for the unit to be active (Type=notify: only once the daemon said READY=1, under its whole
+            sandbox) and to tick past ``after`` on the exporters' telemetry; its /healthz warnings."""
+            deadline = time.monotonic() + 150
+            state: dict[str, str] = {}
+            while time.monotonic() < deadline:
+                state = container.show("raswarden.service", "ActiveState", "SubState")
+                if state.get("ActiveState") == "active":
+                    break
+                assert state.get("ActiveState") != "failed", container.sh("journalctl -u raswarden --no-pager").stdout
+                time.sleep(1)
+            assert state == {"ActiveState": "active", "SubState": "running"}, state
+            ticks, samples, deadline = 0.0, 0.0, time.monotonic() + 120
+            while (ticks < after + 2 or not samples) and time.monotonic() < deadline:
+                try:
+                    status, body = get(f"http://127.0.0.1:{port}/metrics")
+                    found = re.search(rb"^raswarden_ticks_total (\S+)$", body, re.M) if status == 200 else None
+                    ticks = float(found.group(1)) if found else 0.0
+                    samples = sum(float(v) for v in re.findall(
+                        rb"^raswarden_samples_ingested_total\{[^}]*\} (\S+)$", body, re.M)) if status == 200 else 0.0
+                except OSError:
+                    pass
+                time.sleep(1)
+            journal = container.sh("journalctl -u raswarden --no-pager -o cat").stdout
+            assert ticks >= after + 2 and samples > 0, journal[-3000:]
+            return " ".join(json.loads(get(f"http://127.0.0.1:{port}/healthz")[1]).get("warnings", []))
+
+        # an empty credentials directory never stops the unit: the receiver whose secret is missing is off
+        assert "receiver chat is off" in running_and_ticking()
+        # the operator adds the secret (docs/install.md §2) and restarts: LoadCredential= delivers it
+        added = container.sh("umask 077; printf 'http://127.0.0.1:9/hook' > /etc/raswarden/credentials/slack_url && "
+                             "systemctl restart raswarden", timeout=120)
+        assert added.returncode == 0, added.stderr
+        assert "receiver chat is off" not in running_and_ticking()
         # docs/install.md §5: the status line, the CLI beside the service, a reload
         status = container.sh("systemctl status raswarden --no-pager").stdout
         assert re.search(r"Status: \"tick \d+:", status), status
