@@ -71,7 +71,8 @@ class Remediation:
         self.scheduler_names: dict[str, str] = dict(topology.scheduler_name)
         self.repairs = RepairBook(store, topology, clock=clock)
         self.validator = Validator(self.repairs, scheduler, cfg.repairs, clock=clock,
-                                   scheduler_names=self.scheduler_names, guards=cfg.guards)
+                                   scheduler_names=self.scheduler_names, guards=cfg.guards,
+                                   breaker=self.journal.breaker)
         self.clock = clock
         self.act_on = act_on
         # Incidents already planned at the cursor's time: the cursor is inclusive (an incident updated at that

@@ -8,9 +8,10 @@ released (the node is back in service) and the orders are ``closed``; on a fail 
 reservation released and the orders go back to ``open`` with the job's exit status and output as evidence.
 
 **Active checks** (``repairs.idle_check_every_s``): the same command runs on idle nodes, each at most that often,
-``repairs.idle_checks_at_once`` at a time and only within the blast-radius budget (a held node is unavailable to
-the cluster's jobs): the node is held in a reservation (not drained), the job runs, a pass releases it, a failure
-drains it and opens a repair order for it (the telemetry saw nothing: the check did).
+``repairs.idle_checks_at_once`` at a time, only within the blast-radius budget (a held node is unavailable to
+the cluster's jobs) and never while the circuit breaker is tripped: the node is held in a reservation (not
+drained), the job runs, a pass releases it, a failure drains it and opens a repair order for it (the telemetry saw
+nothing: the check did).
 
 Every call to the scheduler is idempotent (a reservation or a job of the same name is the one asked for), so a
 daemon killed between any two of them does the rest on its next pass and repeats nothing that took effect.
@@ -42,7 +43,7 @@ class Validator:
 
     def __init__(self, book: RepairBook, scheduler: Scheduler, cfg: RepairsConfig, clock=time.time,
                  scheduler_names: dict[str, str] | None = None, guards: Guards | None = None,
-                 rack_of=lambda node: None):
+                 rack_of=lambda node: None, breaker=lambda: None):
         self.book = book
         self.scheduler = scheduler
         self.cfg = cfg
@@ -50,6 +51,7 @@ class Validator:
         self.scheduler_names = scheduler_names or {}
         self.guards = guards or Guards()
         self.rack_of = rack_of
+        self.breaker = breaker  # the circuit breaker's reason when tripped: no new idle check then
         self._looked_for_idle = float("-inf")
 
     def step(self) -> dict[str, int]:
@@ -107,6 +109,10 @@ class Validator:
         # look for a node to check at most once a minute (one snapshot), while fewer than allowed are running
         if len(running) - out["checks_passed"] - out["checks_failed"] >= self.cfg.idle_checks_at_once or \
                 now - self._looked_for_idle < 60.0:
+            return out
+        tripped = self.breaker()
+        if tripped:  # the telemetry or the infrastructure is broken: take no node out to check it
+            log.info("no idle check while the circuit breaker is tripped (%s)", tripped)
             return out
         self._looked_for_idle = now
         state = self.scheduler.snapshot()

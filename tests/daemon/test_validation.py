@@ -122,8 +122,8 @@ def test_the_recovery_playbook_leaves_a_node_under_repair_drained(store, tmp_pat
 
 def test_idle_nodes_are_checked_on_a_schedule_within_the_budget(store, tmp_path):
     """Checks every day, one at a time: an idle node is held (not drained) and checked; a pass releases it; a node
-    whose check fails is drained and gets a repair order for a technician; a busy node is not checked; a dry-run
-    daemon checks nothing."""
+    whose check fails is drained and gets a repair order for a technician; a busy node is not checked; nothing is
+    taken out while the circuit breaker is tripped; a dry-run daemon checks nothing."""
     cfg = config(tmp_path)
     cfg.repairs.idle_check_every_s = 86400.0
     cfg.guards.max_cluster_fraction = 0.5
@@ -157,6 +157,15 @@ def test_idle_nodes_are_checked_on_a_schedule_within_the_budget(store, tmp_path)
     CLOCK[0] += 120.0
     assert rem.step().get("checks_started", 0) == 0  # both idle nodes checked today; the busy one never
     assert busy not in [e[2].split()[0] for e in sched.log if e[1] == "reserve"]
+    CLOCK[0] += 2 * 86400.0  # due again, but the circuit breaker is tripped: nothing taken out
+    rem.journal.set_breaker("telemetry gone from 3 of 3 nodes")
+    assert rem.step()["checks_started"] == 0
+    rem.journal.set_breaker(None)
+    CLOCK[0] += 120.0
+    assert rem.step()["checks_started"] == 0  # the budget: with the failed node drained, 2 of 3 > 50 %
+    cfg.guards.max_cluster_fraction = 0.7
+    CLOCK[0] += 120.0
+    assert rem.step()["checks_started"] == 1
     cfg.guards.mode = "dry-run"
     CLOCK[0] += 2 * 86400.0
     rem2 = Remediation(cfg, store, sched, clock=lambda: CLOCK[0], topology=TOPOLOGY)
