@@ -28,6 +28,7 @@ from sqlmodel import select
 from daemon.config import RepairsConfig
 from daemon.repairs import RepairBook
 from daemon.store import IdleCheckRow, RepairOrderRow
+from playbooks.engine import fault_point
 from playbooks.guards import Guards, over_budget
 from playbooks.scheduler import IDLE, ClusterState, Scheduler, SchedulerError, ValidationScheduler
 
@@ -178,14 +179,18 @@ class Validator:
             return
         name = f"{reservation}-{first}-{attempt}"
         self.scheduler.reserve(target, reservation, self.cfg.hold_s)
+        fault_point("validate", "reserved")
         self.scheduler.resume(target)  # out of its drain into the reservation: only raswarden's job starts there
+        fault_point("validate", "resumed")
         job = self.scheduler.submit_validation(target, reservation, name, self.cfg.validation_command,
                                                self.cfg.validation_timeout_s,
                                                os.path.join(self.cfg.output_dir, f"{name}.out"))
+        fault_point("validate", "submitted")
         for o in orders:
             self.book.move(o.id, "validating", "raswarden",
                            f"job {job} ({self.cfg.validation_command}) in reservation {reservation}",
                            extra={"job": job, "reservation": reservation, "job_name": name})
+            fault_point("validate", "moved")
         log.info("validating %s: job %s in reservation %s", node, job, reservation)
 
     def _read(self, node: str, orders: list[RepairOrderRow]) -> str | None:
@@ -199,6 +204,7 @@ class Validator:
             return None
         if outcome.state == "passed":
             self.scheduler.release(reservation)
+            fault_point("validate", "released")
             for o in orders:
                 self.book.move(o.id, "closed", "raswarden", f"validation passed (job {job}): back in service")
             log.info("%s passed validation (job %s): back in service", node, job)

@@ -1,0 +1,78 @@
+"""``raswarden playbook run`` killed with SIGKILL at every step of a repaired node's validation on a real Slurm, then
+started again: one reservation, one validation job, the node back in service once, the order closed through each of
+its states once."""
+
+from __future__ import annotations
+
+import signal
+import subprocess
+import sys
+import time
+
+from daemon.incidents import Incident
+from daemon.repairs import RepairBook
+from daemon.store import Store
+from detectors.schema import State
+from tests.playbooks.conftest import LAB_DIR, ROOT, slurm, slurm_lab  # noqa: F401  (fixtures: a real Slurm)
+from tests.playbooks.test_crash_slurm import run_once
+
+FAULTS = ["validate:reserved", "validate:resumed", "validate:submitted", "validate:moved", "validate:released"]
+
+
+def test_sigkill_at_every_step_of_a_validation_then_restart(slurm, tmp_path):  # noqa: F811
+    db = tmp_path / "state.db"
+    config = tmp_path / "raswarden.toml"
+    config.write_text(f"""
+[store]
+url = "sqlite:///{db}"
+[playbooks]
+max_cluster_fraction = 0.5
+[scheduler]
+type = "slurm"
+slurm_conf = "{slurm.conf}"
+[repairs]
+validation_command = "sleep 2; echo diag PASS"
+output_dir = "{LAB_DIR / 'jobs'}"
+""")
+    ctld_log = LAB_DIR / "log" / "slurmctld.log"
+    ctld_from = ctld_log.stat().st_size
+    store = Store(f"sqlite:///{db}")
+    now = time.time()
+    store.record_tick([], [Incident("inc-val01", "fp-val01", "node4/gpu1", "accelerator", "gpu_memory", State.FAILED,
+                                    now, now, evidence=["gpu1 row remap failure"])], now=now)
+    book = RepairBook(store)
+    proc = subprocess.Popen([sys.executable, "-m", "daemon", "playbook", "run", "--follow", "--interval", "0.3",
+                             "--lease-ttl", "1", "--config", str(config)], cwd=ROOT, stdout=subprocess.DEVNULL,
+                            stderr=subprocess.PIPE)
+    try:
+        slurm.wait(lambda: bool(book.orders()) and "drain" in slurm.node_state("node4"), 60)
+    finally:
+        proc.send_signal(signal.SIGKILL)
+        proc.wait(10)
+    (order,) = book.orders()
+    book.done(order.id, "tech", new_serial="1653222014801")
+    killed = []
+    for fault in FAULTS:
+        killed.append((fault, run_once(config, fault, timeout=60)))
+        if book.order(order.id).state == "closed":
+            break
+    proc = subprocess.Popen([sys.executable, "-m", "daemon", "playbook", "run", "--follow", "--interval", "0.3",
+                             "--lease-ttl", "1", "--config", str(config)], cwd=ROOT, stdout=subprocess.DEVNULL,
+                            stderr=subprocess.PIPE)
+    try:
+        slurm.wait(lambda: book.order(order.id).state == "closed", 90)
+    finally:
+        proc.send_signal(signal.SIGKILL)
+        proc.wait(10)
+    assert all(rc == -signal.SIGKILL for _, rc in killed), killed  # each fault point was reached
+    assert [f for f, _ in killed] == FAULTS
+    o = book.order(order.id)
+    assert [h["to"] for h in o.history] == ["open", "in_progress", "repaired", "validating", "closed"]
+    jobs = slurm.run("scontrol", "show", "job", "-o")
+    assert jobs.count("JobName=raswarden-validate-node4") == 1  # one validation job, whatever was killed
+    log = ctld_log.read_bytes()[ctld_from:].decode(errors="replace")
+    assert log.count("Created reservation=raswarden-validate-node4") == 1  # asked again after a kill: a duplicate
+    assert log.count("delete_reservation complete for raswarden-validate-node4") == 1
+    assert "raswarden-validate-node4" not in slurm.run("scontrol", "show", "reservation")
+    assert slurm.node_state("node4") == "idle"
+    store.close()
