@@ -21,11 +21,30 @@ FAULTS = ["notify:done", "checkpoint:started", "checkpoint:executed", "checkpoin
           "drain:started", "drain:executed", "drain:done", "requeue:started", "requeue:executed"]
 
 
-def run_once(config: Path, fault: str | None, timeout: float = 60.0) -> int:
+def lab_config(path: Path, slurm_conf: str, extra: str = "") -> Path:
+    """A config for ``playbook run`` against the Slurm lab, its state database beside it."""
+    path.write_text(f"""
+[store]
+url = "sqlite:///{path.parent / 'state.db'}"
+[playbooks]
+max_cluster_fraction = 0.5
+[scheduler]
+type = "slurm"
+slurm_conf = "{slurm_conf}"
+{extra}""")
+    return path
+
+
+def follow(config: Path, fault: str | None = None) -> subprocess.Popen:
+    """``raswarden playbook run --follow`` as its own process (``fault``: RASWARDEN_FAULT, where it kills itself)."""
     env = {**os.environ, "RASWARDEN_FAULT": fault or ""}
-    proc = subprocess.Popen([sys.executable, "-m", "daemon", "playbook", "run", "--follow", "--interval", "0.3",
-                             "--lease-ttl", "1", "--config", str(config)], cwd=ROOT, env=env, stdout=subprocess.DEVNULL,
-                            stderr=subprocess.PIPE)
+    return subprocess.Popen([sys.executable, "-m", "daemon", "playbook", "run", "--follow", "--interval", "0.3",
+                             "--lease-ttl", "1", "--config", str(config)], cwd=ROOT, env=env,
+                            stdout=subprocess.DEVNULL, stderr=subprocess.PIPE)
+
+
+def run_once(config: Path, fault: str | None, timeout: float = 60.0) -> int:
+    proc = follow(config, fault)
     try:
         return proc.wait(timeout)
     except subprocess.TimeoutExpired:
@@ -36,16 +55,7 @@ def run_once(config: Path, fault: str | None, timeout: float = 60.0) -> int:
 
 def test_sigkill_at_every_step_boundary_then_restart(slurm, tmp_path):
     db = tmp_path / "state.db"
-    config = tmp_path / "raswarden.toml"
-    config.write_text(f"""
-[store]
-url = "sqlite:///{db}"
-[playbooks]
-max_cluster_fraction = 0.5
-[scheduler]
-type = "slurm"
-slurm_conf = "{slurm.conf}"
-""")
+    config = lab_config(tmp_path / "raswarden.toml", slurm.conf)
     job = slurm.submit()
     node = slurm.job_node(job)
     store = Store(f"sqlite:///{db}")
@@ -62,9 +72,7 @@ slurm_conf = "{slurm.conf}"
         if actions and actions[0].status == "done":
             break
     # and once more without a fault, until the action is done
-    proc = subprocess.Popen([sys.executable, "-m", "daemon", "playbook", "run", "--follow", "--interval", "0.3",
-                             "--lease-ttl", "1", "--config", str(config)], cwd=ROOT, stdout=subprocess.DEVNULL,
-                            stderr=subprocess.PIPE)
+    proc = follow(config)
     try:
         slurm.wait(lambda: journal.actions() and journal.actions()[0].status in ("done", "failed"), 60)
     finally:

@@ -5,32 +5,21 @@ its states once."""
 from __future__ import annotations
 
 import signal
-import subprocess
-import sys
 import time
 
 from daemon.incidents import Incident
 from daemon.repairs import RepairBook
 from daemon.store import Store
 from detectors.schema import State
-from tests.playbooks.conftest import LAB_DIR, ROOT, slurm, slurm_lab  # noqa: F401  (fixtures: a real Slurm)
-from tests.playbooks.test_crash_slurm import run_once
+from tests.playbooks.conftest import LAB_DIR, slurm, slurm_lab  # noqa: F401  (fixtures: a real Slurm)
+from tests.playbooks.test_crash_slurm import follow, lab_config, run_once
 
 FAULTS = ["validate:reserved", "validate:resumed", "validate:submitted", "validate:moved", "validate:released"]
 
 
 def test_sigkill_at_every_step_of_a_validation_then_restart(slurm, tmp_path):  # noqa: F811
     db = tmp_path / "state.db"
-    config = tmp_path / "raswarden.toml"
-    config.write_text(f"""
-[store]
-url = "sqlite:///{db}"
-[playbooks]
-max_cluster_fraction = 0.5
-[scheduler]
-type = "slurm"
-slurm_conf = "{slurm.conf}"
-[repairs]
+    config = lab_config(tmp_path / "raswarden.toml", slurm.conf, f"""[repairs]
 validation_command = "sleep 2; echo diag PASS"
 output_dir = "{LAB_DIR / 'jobs'}"
 """)
@@ -41,9 +30,7 @@ output_dir = "{LAB_DIR / 'jobs'}"
     store.record_tick([], [Incident("inc-val01", "fp-val01", "node4/gpu1", "accelerator", "gpu_memory", State.FAILED,
                                     now, now, evidence=["gpu1 row remap failure"])], now=now)
     book = RepairBook(store)
-    proc = subprocess.Popen([sys.executable, "-m", "daemon", "playbook", "run", "--follow", "--interval", "0.3",
-                             "--lease-ttl", "1", "--config", str(config)], cwd=ROOT, stdout=subprocess.DEVNULL,
-                            stderr=subprocess.PIPE)
+    proc = follow(config)
     try:
         slurm.wait(lambda: bool(book.orders()) and "drain" in slurm.node_state("node4"), 60)
     finally:
@@ -56,9 +43,7 @@ output_dir = "{LAB_DIR / 'jobs'}"
         killed.append((fault, run_once(config, fault, timeout=60)))
         if book.order(order.id).state == "closed":
             break
-    proc = subprocess.Popen([sys.executable, "-m", "daemon", "playbook", "run", "--follow", "--interval", "0.3",
-                             "--lease-ttl", "1", "--config", str(config)], cwd=ROOT, stdout=subprocess.DEVNULL,
-                            stderr=subprocess.PIPE)
+    proc = follow(config)
     try:
         slurm.wait(lambda: book.order(order.id).state == "closed", 90)
     finally:
