@@ -14,7 +14,6 @@ sys.path.insert(0, str(ROOT))
 from daemon.alerting.alert import Alert, Notification  # noqa: E402
 from daemon.alerting.receivers import RECEIVERS, build  # noqa: E402
 from daemon.alerting.receivers.receiver import ReceiverConfig  # noqa: E402
-from daemon.alerting.receivers.ticket import TicketReceiver  # noqa: E402
 from daemon.alerting.render import Renderer  # noqa: E402
 from daemon.alerting.runbooks import runbook_for  # noqa: E402
 
@@ -57,10 +56,7 @@ def requests() -> dict[str, tuple]:
         r = build(ReceiverConfig(name=f"{kind}-example", type=kind, url=URLS[kind],
                                  secret="SEC-example" if RECEIVERS[kind].needs_secret else None,
                                  options=dict(OPTIONS.get(kind, {}))), renderer)
-        if isinstance(r, TicketReceiver):  # a tracker: the firing alert's ticket, made
-            out[kind] = (r, r.ticket_request(sample().alerts[0], None))
-        else:
-            out[kind] = (r, r.request(sample(), NOW))
+        out[kind] = (r, r.request(sample(), NOW))  # a tracker's: the firing alert's ticket, made
     return out
 
 

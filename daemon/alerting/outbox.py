@@ -22,7 +22,6 @@ from sqlmodel import Session, select
 from daemon.alerting.alert import Notification
 from daemon.alerting.http import Outcome, Response, post
 from daemon.alerting.receivers.receiver import Receiver
-from daemon.alerting.receivers.ticket import TicketReceiver
 from daemon.alerting.secrets import scrub
 from daemon.metrics import ALERT_DELIVERIES, ALERT_NOTIFICATIONS, ALERT_OUTBOX_PENDING
 from daemon.store import OutboxRow, Store, TicketRow
@@ -138,36 +137,33 @@ class Outbox:
             if n.status == "resolved" and not receiver.config.send_resolved:
                 self._finish(row.id, when, Outcome(True), skipped=True)
                 continue
-            if isinstance(receiver, TicketReceiver):
-                outcome = self._tickets(receiver, n, row.idempotency_key, when)
-            else:
-                request = receiver.request(n, when)
-                request.headers.setdefault("Idempotency-Key", row.idempotency_key)
-                outcome = receiver.outcome(self.send(request, timeout=receiver.config.timeout_s))
+            outcome = self._send_all(receiver, n, row.idempotency_key, when)
             counts[self._finish(row.id, when, outcome)] += 1
         self._gauge()
         return counts
 
-    def _tickets(self, receiver: TicketReceiver, n: Notification, key: str, now: float) -> Outcome:
-        """One request per alert of ``n``: a create where the tracker has no ticket for it yet (its key is kept
-        from the answer), else an update; the first that fails stops the rest (the notification is retried, and the
-        tickets made so far are updated then, not made again)."""
-        for a in n.alerts:
+    def _send_all(self, receiver: Receiver, n: Notification, key: str, now: float) -> Outcome:
+        """Every request delivering ``n`` (one message; a tracker's one per alert, a create where it has no ticket
+        for the alert yet, whose key is kept from the answer, else an update); the first that fails stops the rest
+        (the notification is retried, and the tickets made so far are updated then, not made again)."""
+        known: dict[str, str | None] = {}
+
+        def ticket_of(ref: str) -> str | None:
             with self.store.session() as s:
-                known = s.get(TicketRow, (receiver.name, a.incident_id))
-            try:
-                request = receiver.ticket_request(a, known.key if known else None)
-            except ValueError as exc:
-                return Outcome(False, error=str(exc))
-            request.headers.setdefault("Idempotency-Key", f"{key}/{a.incident_id}")
+                row = s.get(TicketRow, (receiver.name, ref))
+            known[ref] = row.key if row is not None else None
+            return known[ref]
+
+        for ref, request in receiver.requests(n, now, ticket_of):
+            request.headers.setdefault("Idempotency-Key", key if ref is None else f"{key}/{ref}")
             response = self.send(request, timeout=receiver.config.timeout_s)
             outcome = receiver.outcome(response)
             if not outcome.ok:
                 return outcome
-            made = receiver.key_of(response) if known is None else None
+            made = receiver.key_of(response) if ref is not None and known.get(ref) is None else None
             if made:
                 with self.store.session() as s:
-                    s.merge(TicketRow(receiver=receiver.name, ref=a.incident_id, key=made, created_at=now))
+                    s.merge(TicketRow(receiver=receiver.name, ref=ref, key=made, created_at=now))
                     s.commit()
         return Outcome(True)
 

@@ -18,14 +18,17 @@ class JiraReceiver(TicketReceiver):
     type = "jira"
     options = ("project", "issue_type", "labels")
 
+    def __init__(self, config, renderer=None):
+        super().__init__(config, renderer)
+        if not config.options.get("project"):
+            raise ValueError(f"receiver {config.name!r} (jira): 'project' is required (the key issues are made in)")
+
     def ticket_request(self, a: Alert, key: str | None) -> Request:
         base = self.config.url.rstrip("/")
         headers = {"Authorization": f"Bearer {self.config.secret}"} if self.config.secret else {}
         text = ticket_text(a, self.link(a))
         if key is None:
-            project = self.config.options.get("project")
-            if not project:
-                raise ValueError(f"receiver {self.name!r} (jira): 'project' is required")
+            project = self.config.options["project"]
             labels = ["raswarden", f"raswarden-{a.incident_id}", *map(str, self.config.options.get("labels") or [])]
             fields = {"project": {"key": str(project)},
                       "issuetype": {"name": str(self.config.options.get("issue_type") or "Task")},

@@ -5,6 +5,7 @@ from __future__ import annotations
 import datetime as dt
 from abc import ABC, abstractmethod
 from dataclasses import dataclass, field
+from collections.abc import Callable
 from typing import Any, ClassVar
 
 from daemon.alerting.alert import Notification
@@ -84,6 +85,17 @@ class Receiver(ABC):
     @abstractmethod
     def request(self, n: Notification, now: float) -> Request:
         """The HTTP request delivering ``n`` (called at each attempt: signatures carry the time)."""
+
+    def requests(self, n: Notification, now: float,
+                 ticket_of: Callable[[str], str | None]) -> list[tuple[str | None, Request]]:
+        """Every request that delivers ``n``, each with the alert it is about: here one message for the whole
+        notification (None); a ticket tracker's one per alert (receivers/ticket.py), ``ticket_of`` giving the key
+        of the ticket the tracker made for it before."""
+        return [(None, self.request(n, now))]
+
+    def key_of(self, response: Response) -> str | None:
+        """A tracker's key of the ticket its answer made (kept, so later changes update it); None here."""
+        return None
 
     def outcome(self, resp: Response) -> Outcome:
         """Whether the platform took it; platforms that answer 200 with an error code override this."""

@@ -13,6 +13,7 @@ trackers (or middleware) that upsert by it.
 from __future__ import annotations
 
 from abc import abstractmethod
+from collections.abc import Callable
 
 from daemon.alerting.alert import Alert, Notification
 from daemon.alerting.http import Request, Response
@@ -41,16 +42,19 @@ class TicketReceiver(Receiver):
 
     rate_per_minute = 60.0
 
-    def request(self, n: Notification, now: float) -> Request:  # the outbox asks ticket_request instead
-        raise NotImplementedError(f"{self.type} receivers make one request per alert (ticket_request)")
+    def request(self, n: Notification, now: float) -> Request:
+        """What a tracker that has no ticket yet is sent for ``n``: its first alert's ticket made (how the examples
+        show a tracker; delivery goes alert by alert, :meth:`requests`)."""
+        return self.ticket_request(n.alerts[0], None)
+
+    def requests(self, n: Notification, now: float,
+                 ticket_of: Callable[[str], str | None]) -> list[tuple[str | None, Request]]:
+        """One request per alert: its ticket made, or updated where the tracker made one before."""
+        return [(a.incident_id, self.ticket_request(a, ticket_of(a.incident_id))) for a in n.alerts]
 
     @abstractmethod
     def ticket_request(self, a: Alert, key: str | None) -> Request:
         """Create the alert's ticket (``key`` None) or update ticket ``key``."""
-
-    def key_of(self, response: Response) -> str | None:
-        """The new ticket's key from the tracker's answer to a create (None: the tracker keys by our id)."""
-        return None
 
     def link(self, a: Alert) -> str:
         return self.renderer.incident_url(a)

@@ -113,3 +113,8 @@ def test_the_generic_ticket_receiver_upserts_by_the_orders_id(store, tracker):
     events = [(r.json()["event"], r.json()["external_id"]) for r in tracker.received]
     assert events == [("open", f"raswarden-repair-{order.id}"), ("update", f"raswarden-repair-{order.id}")]
     assert tracker.received[0].json()["rack"] == "r01" and "rma" in tracker.received[0].json()["title"]
+
+
+def test_a_jira_receiver_without_its_project_is_refused_when_built():
+    with pytest.raises(ValueError, match="'project' is required"):
+        build(ReceiverConfig(name="tracker", type="jira", url="https://jira.example", secret="pat-1"))
