@@ -84,6 +84,7 @@ class Service:
         self.playbook_lock = threading.RLock()
         self.alert_lock = threading.RLock()
         self.cycles = 0
+        self._reliability_seen: tuple[dict | None, float] = (None, float("-inf"))  # order counts, when read
         self.last = CycleReport()
         self.previous_tick: float | None = None
         self.repairs_seen = 0  # the journal row up to which operators' "repaired" resumes were taken in
@@ -261,13 +262,22 @@ class Service:
             metrics.ACTIONS.labels(playbook, status).set(n)
         for state, n in orders.items():
             metrics.REPAIR_ORDERS.labels(state).set(n)
-        if orders and sum(orders.values()):
-            from daemon.reliability import figures
-
-            month = figures(self.store, time.time() - 30 * 86400.0).total
-            metrics.REPAIRS_BEFORE_FAILURE.set(month.before_share if month.before_share is not None else float("nan"))
-            metrics.REPAIR_TIME.set(3600.0 * month.mttr_h if month.mttr_h is not None else float("nan"))
+        self._reliability_metrics(orders)
         return counts
+
+    def _reliability_metrics(self, orders: dict[str, int]) -> None:
+        """The last 30 days' repair figures on /metrics: read again when the orders' counts by state change, else
+        every 10 minutes (the 30 days slide), not at every playbook pass."""
+        seen = self._reliability_seen
+        now = time.time()
+        if not sum(orders.values()) or (seen[0] == orders and now - seen[1] < 600.0):
+            return
+        from daemon.reliability import figures
+
+        self._reliability_seen = (dict(orders), now)
+        month = figures(self.store, now - 30 * 86400.0).total
+        metrics.REPAIRS_BEFORE_FAILURE.set(month.before_share if month.before_share is not None else float("nan"))
+        metrics.REPAIR_TIME.set(3600.0 * month.mttr_h if month.mttr_h is not None else float("nan"))
 
     def alerts(self) -> dict[str, int] | None:
         with self.alert_lock:

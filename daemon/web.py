@@ -386,6 +386,10 @@ def incident_page(service, incident_id: str) -> str | None:
 
 
 # -- the server -----------------------------------------------------------------------------------
+PAGES = {"incidents": (incident_page, "incident"), "repairs": (repair_page, "repair order")}
+"""``/<what>/<id>`` pages: the renderer (None: no such one) and what a 404 says is missing."""
+
+
 def _handler(service, token: str | None, timeout_s: float = 10.0):
     class Handler(BaseHTTPRequestHandler):
         server_version = "raswarden"
@@ -414,16 +418,11 @@ def _handler(service, token: str | None, timeout_s: float = 10.0):
                     self._json(200 if ok else 503, detail)
                 elif path in ("/", "/incidents"):
                     self._send(200, status_page(service), "text/html; charset=utf-8")
-                elif path.startswith("/incidents/") and path.count("/") == 2:
-                    page = incident_page(service, path.rsplit("/", 1)[1])
+                elif path.count("/") == 2 and path.split("/")[1] in PAGES:
+                    render, what = PAGES[path.split("/")[1]]
+                    page = render(service, path.rsplit("/", 1)[1])
                     if page is None:
-                        self._send(404, f"no incident {html.escape(path.rsplit('/', 1)[1])}\n", "text/plain")
-                    else:
-                        self._send(200, page, "text/html; charset=utf-8")
-                elif path.startswith("/repairs/") and path.count("/") == 2:
-                    page = repair_page(service, path.rsplit("/", 1)[1])
-                    if page is None:
-                        self._send(404, f"no repair order {html.escape(path.rsplit('/', 1)[1])}\n", "text/plain")
+                        self._send(404, f"no {what} {html.escape(path.rsplit('/', 1)[1])}\n", "text/plain")
                     else:
                         self._send(200, page, "text/html; charset=utf-8")
                 elif path == "/api/v1/entities":

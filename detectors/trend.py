@@ -475,6 +475,8 @@ class TrendDetector:
         :data:`SIZE_QUANTILE` of the record's, a chance of at most ``alpha`` for that many at the record's own share
         (the binomial tail, over the three windows), and a mean size ``size_ratio`` times the record's."""
         frozen = self._size_baseline.get(key) if key in self._alarm else None
+        if frozen is None and len(s.past_sizes) + len(s.episodes) < self.min_size_record + self.min_episodes:
+            return  # most parts: too few episodes for a record of sizes (this runs for every new episode)
         times = np.array([e[0] for e in s.episodes])
         sizes = np.array([e[1] for e in s.episodes])
         past = np.fromiter(s.past_sizes, dtype=float, count=len(s.past_sizes))

@@ -118,7 +118,7 @@ def alert_from_repair(row: Any) -> Alert:
     closed = row.state == "closed"
     verb = {"open": "to do", "in_progress": "being worked on", "repaired": "repaired, to be validated",
             "validating": "validating", "closed": "done, back in service"}.get(row.state, row.state)
-    failed_validation = row.state == "open" and "validation" in str(last.get("note", ""))
+    failed_validation = last.get("from") == "validating" and last.get("to") == "open"
     return Alert(
         incident_id=f"{REPAIR_PREFIX}{row.id}", status="resolved" if closed else "firing",
         severity="critical" if failed_validation or row.severity == "failed" else "warning", state=row.state,

@@ -156,8 +156,9 @@ class AlertPipeline:
         return changed
 
     def _sync_repairs(self, s: Session, now: float) -> int:
-        """Repair orders changed since their cursor as alerts (category ``repair``, grouped by rack): a technicians'
-        channel routes on ``category=repair``; every change of state tells again, closing resolves."""
+        """Repair orders changed since their cursor as alerts (category ``repair``, one order per message, so that a
+        ticket tracker makes one ticket of each): a technicians' channel routes on ``category=repair``; every change
+        of state tells again, closing resolves."""
         cursor = s.get(IncidentCursorRow, self.repairs_cursor)
         since = cursor.value if cursor else float("-inf")
         rows = s.exec(select(RepairOrderRow).where(RepairOrderRow.updated_at >= since)
