@@ -100,7 +100,7 @@ class Validator:
                 out["checks_passed"] += 1
                 continue
             why = f"idle check {outcome.state} (job {row.job}, exit status {outcome.exit_code}): " + _tail(
-                os.path.join(self.cfg.output_dir, f"{name}.out"))
+                self._output(name))
             self.scheduler.drain(row.node, f"raswarden: idle check failed ({name})")
             self.scheduler.release(row.reservation)
             order = self.book.open_for_check(self._telemetry_name(row.node), self.rack_of(row.node), name, why)
@@ -130,7 +130,7 @@ class Validator:
             self.scheduler.reserve(node, reservation, self.cfg.hold_s)
             job = self.scheduler.submit_validation(node, reservation, f"{reservation}-{count}",
                                                    self.cfg.validation_command, self.cfg.validation_timeout_s,
-                                                   os.path.join(self.cfg.output_dir, f"{reservation}-{count}.out"))
+                                                   self._output(f"{reservation}-{count}"))
             self._save(row, checks=count, status="running", job=job, reservation=reservation, started_at=now)
             out["checks_started"] += 1
             log.info("idle check of %s: job %s", node, job)
@@ -152,6 +152,10 @@ class Validator:
                 continue
             due.append((row.checked_at if row is not None and row.checked_at else float("-inf"), name))
         return [n for _, n in sorted(due)]
+
+    def _output(self, job_name: str) -> str:
+        """Where a validation job writes its output (as the node sees it)."""
+        return os.path.join(self.cfg.output_dir, f"{job_name}.out")
 
     def _telemetry_name(self, scheduler_node: str) -> str:
         back = {v: k for k, v in self.scheduler_names.items()}
@@ -184,7 +188,7 @@ class Validator:
         fault_point("validate", "resumed")
         job = self.scheduler.submit_validation(target, reservation, name, self.cfg.validation_command,
                                                self.cfg.validation_timeout_s,
-                                               os.path.join(self.cfg.output_dir, f"{name}.out"))
+                                               self._output(name))
         fault_point("validate", "submitted")
         for o in orders:
             self.book.move(o.id, "validating", "raswarden",
@@ -209,7 +213,7 @@ class Validator:
                 self.book.move(o.id, "closed", "raswarden", f"validation passed (job {job}): back in service")
             log.info("%s passed validation (job %s): back in service", node, job)
             return "passed"
-        output = os.path.join(self.cfg.output_dir, f"{name}.out")
+        output = self._output(name)
         self.scheduler.drain(target, f"raswarden: validation failed (repair order {min(o.id for o in orders)})")
         self.scheduler.release(reservation)
         why = f"validation {outcome.state} (job {job}, exit status {outcome.exit_code}): {_tail(output)}"
