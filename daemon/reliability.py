@@ -43,6 +43,16 @@ class Group:
         known = self.before_failure + self.after_failure
         return self.before_failure / known if known else None
 
+    @property
+    def before_text(self) -> str:
+        """The share before failure as people read it (``75 %``, ``-`` without orders)."""
+        return _fmt(None if self.before_share is None else 100 * self.before_share, " %", 0)
+
+    @property
+    def mttr_text(self) -> str:
+        """The median time to repair as people read it (``6.0 h``, ``-`` without a closed order)."""
+        return _fmt(self.mttr_h, " h")
+
 
 @dataclass
 class Reliability:
@@ -121,10 +131,6 @@ def _fmt(x: float | None, unit: str = "", digits: int = 1) -> str:
     return "-" if x is None else f"{x:.{digits}f}{unit}"
 
 
-def _share(g: Group) -> str:
-    return _fmt(None if g.before_share is None else 100 * g.before_share, " %", 0)
-
-
 def bars_svg(items: list[tuple[str, float]], title: str, colour: str = "#1565c0", width: int = 520) -> str:
     """A horizontal bar chart (inline SVG), largest first."""
     if not items:
@@ -173,15 +179,15 @@ def report_html(rel: Reliability) -> str:
     day = dt.datetime.fromtimestamp
     period = f"{day(rel.since, dt.UTC):%Y-%m-%d} to {day(rel.until, dt.UTC):%Y-%m-%d} (UTC)"
     cards = "".join(f'<div class="card"><div class="big">{v}</div>{esc(k)}</div>' for k, v in (
-        ("repair orders", t.orders), ("replaced before failure", _share(t)),
-        ("median time to repair", _fmt(t.mttr_h, " h")), ("caught by validation", t.validation_failures),
+        ("repair orders", t.orders), ("replaced before failure", t.before_text),
+        ("median time to repair", t.mttr_text), ("caught by validation", t.validation_failures),
         ("repeat offenders", len(rel.repeat_offenders))))
     classes = "".join(
         f"<tr><td>{esc(k)}</td><td>{g.orders}</td><td>{g.before_failure}</td><td>{g.after_failure}</td>"
-        f"<td>{_fmt(g.mttr_h, ' h')}</td><td>{rel.parts.get(k, 0)}</td><td>{_fmt(rel.mtbf_h(k), ' h', 0)}</td>"
+        f"<td>{g.mttr_text}</td><td>{rel.parts.get(k, 0)}</td><td>{_fmt(rel.mtbf_h(k), ' h', 0)}</td>"
         f"<td>{g.validation_failures}</td></tr>" for k, g in sorted(rel.by_class.items()))
     models = "".join(
-        f"<tr><td>{esc(k)}</td><td>{g.orders}</td><td>{_share(g)}</td><td>{_fmt(g.mttr_h, ' h')}</td></tr>"
+        f"<tr><td>{esc(k)}</td><td>{g.orders}</td><td>{g.before_text}</td><td>{g.mttr_text}</td></tr>"
         for k, g in sorted(rel.by_model.items(), key=lambda kv: -kv[1].orders))
     now = time.time()
     queue = "".join(

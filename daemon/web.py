@@ -227,10 +227,8 @@ def _reliability_line(service) -> str:
     from daemon.reliability import figures
 
     t = figures(service.store, time.time() - 30 * 86400.0).total
-    share = "-" if t.before_share is None else f"{100 * t.before_share:.0f} %"
-    mttr = "-" if t.mttr_h is None else f"{t.mttr_h:.1f} h"
-    return (f"last 30 days: {t.orders} repair orders, {share} before failure, median time to repair {mttr}, "
-            f"{t.validation_failures} caught by validation")
+    return (f"last 30 days: {t.orders} repair orders, {t.before_text} before failure, median time to repair "
+            f"{t.mttr_text}, {t.validation_failures} caught by validation")
 
 
 def _age(seconds: float) -> str:

@@ -181,10 +181,8 @@ def cmd_report(args: argparse.Namespace) -> int:
         rel = figures(store, since)
     Path(args.out).write_text(report_html(rel))
     t = rel.total
-    share = "-" if t.before_share is None else f"{100 * t.before_share:.0f} %"
-    mttr = "-" if t.mttr_h is None else f"{t.mttr_h:.1f} h"
-    print(f"{t.orders} repair orders ({t.before_failure} before failure, {t.after_failure} after: {share} before); "
-          f"median time to repair {mttr}; {t.validation_failures} caught by validation; "
+    print(f"{t.orders} repair orders ({t.before_failure} before failure, {t.after_failure} after: {t.before_text} "
+          f"before); median time to repair {t.mttr_text}; {t.validation_failures} caught by validation; "
           f"{len(rel.repeat_offenders)} repeat offenders; {len(rel.queue)} in the queue now. Wrote {args.out}")
     return 0
 
