@@ -47,6 +47,10 @@ class ServiceConfig:
     housekeeping_interval_s: float = 3600.0
     retrain_interval_s: float = 0.0  # 0: never
     retrain_traces: list[str] = field(default_factory=list)
+    # the pipeline's warm state (daemon/warmstate.py): saved this often (0: never) and taken up at start, failover
+    # or reload when no older than warm_state_max_age_s
+    warm_state_interval_s: float = 300.0
+    warm_state_max_age_s: float = 86400.0
 
     @property
     def lateness(self) -> float:
@@ -214,7 +218,7 @@ def _service(cfg: Config, sv: dict[str, Any]) -> None:
     if out.lease_ttl_s is not None and out.lease_ttl_s <= out.interval_s:
         raise ConfigError("service.lease_ttl_s: must be longer than service.interval_s (the lease is renewed "
                           "every interval)")
-    for key in ("retention_days", "retrain_interval_s"):
+    for key in ("retention_days", "retrain_interval_s", "warm_state_interval_s", "warm_state_max_age_s"):
         value = _take(sv, key, float, "service", getattr(out, key))
         if value < 0:
             raise ConfigError(f"service.{key}: must not be negative")

@@ -131,3 +131,10 @@ JOB_FAILURES = Counter("raswarden_job_failures_total", "Scheduled jobs that rais
 HTTP_REFUSED = Counter("raswarden_http_connections_refused_total",
                        "HTTP connections answered 503 at once because http.max_connections were open.",
                        registry=REGISTRY)
+WARM_STATE = Counter("raswarden_warm_state_total", "The pipeline's warm state (daemon/warmstate.py): saves (saved, "
+                     "failed) and take-ups at start, failover or reload (taken; refused: other code or config, too "
+                     "old, unreadable).", ["op", "outcome"], registry=REGISTRY)
+WARM_STATE_BYTES = Gauge("raswarden_warm_state_bytes", "Size of the last warm state saved (compressed).",
+                         registry=REGISTRY)
+WARM_STATE_SAVE_SECONDS = Gauge("raswarden_warm_state_save_seconds", "Time the last warm state took to save.",
+                                registry=REGISTRY)

@@ -107,10 +107,12 @@ def replay(
     progress: Callable[[str, float, float], None] | None = None,
     on_tick: Callable[[float, Pipeline], None] | None = None,
     window: tuple[float, float] | None = None,
+    on_start: Callable[[Pipeline], None] | None = None,
 ) -> ReplayResult:
     """Replay trace paths; findings go to ``findings_out`` as JSON lines (docs/architecture.md §8). With ``window``
     ``(since, until)``, only the rows stamped in ``(since, until]``, the ticks' own bounds (a part of a long
-    trace, for training)."""
+    trace, for training). ``on_start`` is given the pipeline before its first tick (e.g. to take up the warm
+    state of a replay of the part before)."""
     config = config or PipelineConfig()
     started = time.perf_counter()
     trace = Trace.discover(paths)
@@ -126,6 +128,8 @@ def replay(
             findings_out.write(json.dumps(f.as_dict(), ensure_ascii=False) + "\n")
 
     pipeline = Pipeline(mapper, config, store, on_finding=write)
+    if on_start is not None:
+        on_start(pipeline)
     stats.skipped = [(str(p), why) for p, why in trace.skipped]
     with TimeSpill(interval=config.interval_s, directory=spill_dir) as spill:
         total_bytes = sum(p.stat().st_size for p, _ in trace.files) or 1

@@ -3,7 +3,8 @@
 The jobs (daemon/jobs.py: each at most once at a time, a late run not repeated, a failure logged and counted):
 
 * **cycle** every ``service.interval_s``: every collector reads what is new (concurrently), the batch goes
-  through the same :meth:`Pipeline.tick` as replay, and the collectors' cursors are saved with the tick;
+  through the same :meth:`Pipeline.tick` as replay, and the collectors' cursors are saved with the tick; every
+  ``warm_state_interval_s`` the pipeline's warm state is saved too (daemon/warmstate.py);
 * **playbooks**: incidents become actions and pending steps advance (daemon/remediation.py);
 * **alerts**: incidents become notifications and the outbox delivers (daemon/alerting);
 * **housekeeping**: findings older than ``retention_days``, delivered notifications and told alerts go;
@@ -12,11 +13,13 @@ The jobs (daemon/jobs.py: each at most once at a time, a late run not repeated, 
 * **watchdog**: ``WATCHDOG=1`` to systemd only while cycles keep finishing.
 
 One active daemon per shard: every job first renews the shard's lease in the store; an instance that
-cannot get it is a standby and does nothing but try again. The instance that takes over restores the open
-incidents and non-healthy states from the store (:meth:`Pipeline.restore`) and the collectors' cursors.
+cannot get it is a standby and does nothing but try again. The instance that takes over takes up the shard's
+warm state (what the detectors had learned), restores the open incidents and non-healthy states from the store
+(:meth:`Pipeline.restore`) and the collectors' cursors.
 
-SIGTERM lets the job in flight finish, delivers what the outbox can, releases the lease and exits; SIGHUP
-reloads the config file (a bad one is refused with the key it names, and the old config stays).
+SIGTERM lets the job in flight finish, saves the warm state, delivers what the outbox can, releases the lease and
+exits; SIGHUP reloads the config file (a bad one is refused with the key it names, and the old config stays; the
+detectors keep what they learned unless the reload changed detection).
 """
 
 from __future__ import annotations
@@ -49,6 +52,7 @@ from daemon.remediation import Remediation, scheduler_from_config
 from daemon.sdnotify import Notifier
 from daemon.store import Store
 from daemon.topology import Topology
+from daemon import warmstate
 
 log = logging.getLogger("raswarden.service")
 
@@ -87,6 +91,7 @@ class Service:
         self._reliability_seen: tuple[dict | None, float] = (None, float("-inf"))  # order counts, when read
         self.last = CycleReport()
         self.previous_tick: float | None = None
+        self.warm_saved_at = float("-inf")  # when the pipeline's warm state was last saved (or taken up)
         self.repairs_seen = 0  # the journal row up to which operators' "repaired" resumes were taken in
         self.jobs = JobRunner(workers=4)
         self.stop_event = threading.Event()
@@ -125,7 +130,11 @@ class Service:
             old_pool.shutdown(wait=False)
 
     def activate(self) -> None:
-        """Become the shard's active daemon: take up the store's incidents, states and cursors."""
+        """Become the shard's active daemon: take up the shard's warm state, the store's incidents, states and
+        cursors."""
+        sv = self.cfg.service
+        warmstate.load(self.store, sv.shard, self.pipeline, self.clock(), sv.warm_state_max_age_s)
+        self.warm_saved_at = self.clock()
         incidents, states = self.pipeline.restore(self.store)
         _, self.repairs_seen = repaired_nodes(self.store, 0)  # earlier repairs: the features start afresh anyway
         for c in self.collectors:
@@ -176,6 +185,10 @@ class Service:
             tick_s = time.perf_counter() - ticked
             self.previous_tick = now
             self.cycles += 1
+            every = self.cfg.service.warm_state_interval_s
+            if every and now - self.warm_saved_at >= every:
+                warmstate.save(self.store, self.cfg.service.shard, self.pipeline, now)
+                self.warm_saved_at = now
             report = CycleReport(now, self.clock(), len(batch.samples), len(batch.events), late,
                                  len(result.findings), time.perf_counter() - started, tick_s, outcomes)
             self.last = report
@@ -367,7 +380,7 @@ class Service:
             return False
         self.notifier.notify(RELOADING=1, STATUS="reloading")
         with self.cycle_lock, self.playbook_lock, self.alert_lock:
-            old_collectors = self.collectors
+            old_collectors, old_pipeline = self.collectors, self.pipeline
             states = {c.name: dict(c.state) for c in old_collectors}
             try:
                 self._build(cfg)
@@ -380,6 +393,9 @@ class Service:
             for c in self.collectors:
                 c.restore(states.get(c.name) or self.store.collector_state(c.name))
             if self.active:
+                if self.previous_tick is not None:  # what the detectors learned goes on, unless detection changed
+                    warmstate.take_up(self.pipeline, warmstate.capture(old_pipeline, self.previous_tick),
+                                      self.previous_tick, cfg.service.warm_state_max_age_s, "reload")
                 self.pipeline.restore(self.store)
             self.cfg = cfg
             self._schedule_jobs()
@@ -419,6 +435,8 @@ class Service:
         self.notifier.stopping("finishing the job in flight")
         self.jobs.stop(wait=True)
         if self.active:
+            if self.previous_tick is not None and self.cfg.service.warm_state_interval_s:
+                warmstate.save(self.store, self.cfg.service.shard, self.pipeline, self.previous_tick)
             try:
                 self.alerting.step(self.clock())
             except Exception:

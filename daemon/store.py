@@ -15,7 +15,7 @@ from collections.abc import Iterable
 
 from alembic import command
 from alembic.config import Config
-from sqlalchemy import JSON, Column, UniqueConstraint, event
+from sqlalchemy import JSON, Column, LargeBinary, UniqueConstraint, event
 from sqlalchemy.engine import Engine
 from sqlalchemy.pool import StaticPool
 from sqlmodel import Field, Session, SQLModel, create_engine, delete, func, select
@@ -210,6 +210,17 @@ class TicketRow(SQLModel, table=True):
     created_at: float
 
 
+class WarmStateRow(SQLModel, table=True):
+    """A shard's pipeline warm state (daemon/warmstate.py): the last one saved."""
+
+    __tablename__ = "warm_state"
+    shard: str = Field(primary_key=True)
+    saved_at: float
+    digest: str
+    size: int
+    blob: bytes = Field(sa_column=Column(LargeBinary, nullable=False))
+
+
 class IncidentCursorRow(SQLModel, table=True):
     """How far a reader of the incident table (the alert pipeline, remediation) has read it, by incident.updated_at.
     The table keeps the name it had when the alert pipeline was its only reader."""
@@ -350,6 +361,16 @@ class Store:
             for name, value in states.items():
                 s.merge(CollectorStateRow(name=name, value=value, updated_at=now))
             s.commit()
+
+    def save_warm_state(self, shard: str, saved_at: float, digest: str, blob: bytes) -> None:
+        """Replace the shard's warm state."""
+        with self.session() as s:
+            s.merge(WarmStateRow(shard=shard, saved_at=saved_at, digest=digest, size=len(blob), blob=blob))
+            s.commit()
+
+    def warm_state(self, shard: str) -> WarmStateRow | None:
+        with self.session() as s:
+            return s.get(WarmStateRow, shard)
 
     def incidents(self, status: str | None = None) -> list[IncidentRow]:
         with self.session() as s:

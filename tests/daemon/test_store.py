@@ -9,7 +9,7 @@ from daemon.replay import replay
 from daemon.store import Store
 
 TABLES = {"entity", "health", "finding", "incident", "action", "alert_outbox", "alert", "alert_group", "silence",
-          "alert_cursor", "lease", "alembic_version"}
+          "alert_cursor", "lease", "warm_state", "alembic_version"}
 
 
 def check_replay_into(url: str, trace_dir) -> None:
@@ -25,7 +25,7 @@ def check_replay_into(url: str, trace_dir) -> None:
         assert {i.entity for i in incidents} == {i.entity for i in result.pipeline.incidents.open.values()}
         assert all(i.evidence for i in incidents)
         with store.session() as s:
-            assert s.exec(text("SELECT version_num FROM alembic_version")).one()[0] == "0008"
+            assert s.exec(text("SELECT version_num FROM alembic_version")).one()[0] == "0009"
             assert s.exec(text("SELECT count(*) FROM entity")).one()[0] == 4 * (1 + 8 + 4)
     finally:
         store.close()

@@ -141,3 +141,34 @@ def test_reload_refuses_a_bad_config_and_keeps_the_running_one(live):
         assert svc.cycle() is not None
     finally:
         svc.stop()
+
+
+def test_a_restarted_or_reloaded_daemon_keeps_what_its_detectors_learned(live):
+    """A clean stop saves the warm state and the next daemon takes it up; a reload hands it on in memory unless
+    detection changed. (The crash case, with no save since the start, is the test above: nothing carried over.)"""
+    path = live.config(service_extra="warm_state_interval_s = 1")
+    svc = Service(load(path))
+    try:
+        until(lambda: svc.cycle() and svc.pipeline.events_by_kind.get("xid", 0))
+        known = set(svc.pipeline.known_entities)
+        good = path.read_text()
+        path.write_text(good.replace("[http]", "[http]\nmax_connections = 16"))  # not detection
+        assert svc.reload(path)
+        assert svc.pipeline.known_entities == known and svc.pipeline.events_by_kind.get("xid", 0) >= 1
+        assert svc.cycle() is not None
+        xids = svc.pipeline.events_by_kind["xid"]
+        trend = svc.pipeline.detectors[[d.name for d in svc.pipeline.detectors].index("trend")]
+    finally:
+        svc.stop()
+    again = Service(load(path))
+    try:
+        assert again.cycle() is not None and again.active
+        assert again.pipeline.events_by_kind.get("xid", 0) == xids  # carried, and the Xid line not read again
+        assert again.pipeline.known_entities >= known
+        mine = again.pipeline.detectors[[d.name for d in again.pipeline.detectors].index("trend")]
+        assert mine is not trend and len(mine._series) == len(trend._series) > 0
+        path.write_text(good.replace("\ninterval_s = 1.0\n", "\ninterval_s = 2.0\n"))
+        assert again.reload(path)  # the tick interval is detection: the detectors start afresh
+        assert not again.pipeline.known_entities and not again.pipeline.events_by_kind
+    finally:
+        again.stop()
