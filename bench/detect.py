@@ -48,10 +48,21 @@ def phase(accelerators: int, ticks: int, model: str = "") -> dict:
         pipeline.tick(now, batch)
         times.append(time.perf_counter() - t)
     warm = sorted(times[2:]) or sorted(times)
+    # the warm state a restart or a standby takes up (daemon/warmstate.py): its size and cost, each way
+    from daemon import warmstate
+
+    t = time.perf_counter()
+    state = warmstate.capture(pipeline, now)
+    capture_s = time.perf_counter() - t
+    t = time.perf_counter()
+    taken = warmstate.take_up(Pipeline(SeriesMapper(), PipelineConfig(interval_s=30.0, model=bundle)), state, now,
+                              3600.0, "bench")
+    take_up_s = time.perf_counter() - t
     return {"accelerators": accelerators, "ports": sim.topo.n_ports, "ticks": len(times),
             "samples_per_tick": int(len(batch.samples)),
             "model": bool(model), "tick_median_s": round(warm[len(warm) // 2], 3), "tick_max_s": round(warm[-1], 3),
-            "peak_rss_mb": peak_rss_mb()}
+            "warm_state_kb": state.size // 1024, "warm_capture_s": round(capture_s, 3),
+            "warm_take_up_s": round(take_up_s, 3) if taken else None, "peak_rss_mb": peak_rss_mb()}
 
 
 def main() -> None:
@@ -72,6 +83,8 @@ def main() -> None:
         rows.append(row)
         print(f"{row['accelerators']:>7,} accelerators {row['ports']:>6,} ports {row['samples_per_tick']:>10,} "
               f"samples/tick: median {row['tick_median_s']:.3f} s, max {row['tick_max_s']:.3f} s, "
+              f"warm state {row['warm_state_kb']:,} kB (saved in {row['warm_capture_s']:.2f} s, taken up in "
+              f"{row['warm_take_up_s']} s), "
               f"peak {row['peak_rss_mb']:,} MB{' (with the learned detectors)' if args.model else ''}", flush=True)
     write_results(args.out, {"rows": rows})
 
