@@ -32,7 +32,9 @@ cleanup() { [ "$pg_started" = 1 ] && ./scripts/pg-lab.sh down || true; }
 trap cleanup EXIT
 
 set +e
-.venv/bin/python -m pytest "$@"
+# Two worker processes (RASWARDEN_TEST_WORKERS; 0 runs in this one): tests of one shared server stay in one worker
+# (tests/conftest.py SHARED).
+.venv/bin/python -m pytest -n "${RASWARDEN_TEST_WORKERS:-2}" --dist loadgroup "$@"
 rc=$?
 set -e
 exit $rc

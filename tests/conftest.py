@@ -16,6 +16,38 @@ REAL = ROOT / "fixtures" / "real"
 """Real public samples, vendored with their source and licence (fixtures/README.md)."""
 
 
+# Tests that share one machine-wide resource run one after another in one pytest-xdist worker (scripts/test.sh runs
+# the suite with --dist loadgroup): the Slurm lab (fixed ports, one slurmctld), the PostgreSQL database (tests drop
+# its schema), and the Debian package (installed into this machine's root, which the systemd boot test overlays).
+SHARED = {"slurm": "slurm", "slurm_lab": "slurm", "pg_url": "postgres", "debian_package": "debian"}
+
+
+@pytest.hookimpl(tryfirst=True)  # before pytest-xdist's own, which reads the groups
+def pytest_collection_modifyitems(config, items) -> None:
+    for item in items:
+        groups = sorted({SHARED[f] for f in getattr(item, "fixturenames", ()) if f in SHARED})
+        if groups:
+            item.add_marker(pytest.mark.xdist_group("+".join(groups)))
+
+
+def pytest_collection_finish(session) -> None:
+    """Stop at once if pytest-xdist did not take the groups (it marks a grouped test's id with ``@group``): tests of
+    one server in two workers fail in ways that say nothing about the code (pyproject.toml pins pytest for it)."""
+    if not getattr(session.config.option, "loadgroup", False):
+        return
+    lost = [i.nodeid for i in session.items if any(i.iter_markers("xdist_group")) and "@" not in i.nodeid]
+    if lost:
+        raise pytest.UsageError(f"pytest-xdist's --dist loadgroup did not group {len(lost)} tests (e.g. {lost[0]}): "
+                                "this pytest and pytest-xdist do not work together (see pyproject.toml)")
+
+
+def ports(offset: int = 0) -> int:
+    """A simulator's ``--port-offset`` for this test process: ``offset`` moved by 1,000 per pytest-xdist worker, so
+    the simulated exporters of two workers (on the same loopback addresses) never meet."""
+    worker = os.environ.get("PYTEST_XDIST_WORKER", "gw0")
+    return offset + 1000 * int(worker.removeprefix("gw") or 0)
+
+
 def require(condition: bool, reason: str) -> None:
     """Skip locally when a real component is missing, but fail under CI (CI=true)."""
     if condition:

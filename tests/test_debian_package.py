@@ -17,7 +17,7 @@ import urllib.request
 
 import pytest
 
-from tests.conftest import require
+from tests.conftest import ports, require
 
 DEB = "raswarden"
 
@@ -65,7 +65,7 @@ def test_installed_as_install_md_says(installed, tmp_path):
     assert doc.startswith("file://") and os.path.exists(doc[len("file://"):])  # the unit's doc is installed
     assert run("raswarden", "check-config", "--config", "/etc/raswarden/raswarden.toml").returncode == 0
     server = SimServer(Simulator(Scenario.load(SCENARIOS / "mini.yaml"), load_library(FAULTS)), tmp_path / "live",
-                       speed=60.0, port_offset=317)
+                       speed=60.0, port_offset=ports(317))
     server.start()
     server.state.set(next(server.sim.chunks()), 0)  # what the exporters serve before the clock runs
     proc = None

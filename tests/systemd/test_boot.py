@@ -21,7 +21,7 @@ from pathlib import Path
 
 import pytest
 
-from tests.conftest import require
+from tests.conftest import ports, require
 
 MACHINE = "raswarden-boot-test"
 
@@ -134,7 +134,7 @@ def test_the_unit_starts_under_systemd_and_stops_cleanly(container, debian_packa
     from tests.daemon.service.conftest import free_port, get
 
     server = SimServer(Simulator(Scenario.load(SCENARIOS / "mini.yaml"), load_library(FAULTS)), tmp_path / "live",
-                       speed=60.0, port_offset=331)
+                       speed=60.0, port_offset=ports(331))
     server.start()
     server.state.set(next(server.sim.chunks()), 0)
     try:

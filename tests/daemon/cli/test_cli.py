@@ -6,6 +6,7 @@ import sys
 import pytest
 
 from daemon.cli import COMMAND_GROUPS, build_parser, main
+from tests.conftest import ports
 
 
 def test_replay_cli_writes_findings_and_a_summary(trace_dir, tmp_path, capsys):
@@ -222,7 +223,7 @@ def test_init_writes_the_topology_and_a_config_for_what_the_exporters_serve(tmp_
     from lab.sim.simulator import Simulator
 
     server = SimServer(Simulator(Scenario.load(SCENARIOS / "mini.yaml"), load_library(FAULTS)), tmp_path / "live",
-                       speed=600.0, port_offset=311)
+                       speed=600.0, port_offset=ports(311))
     server.start()
     try:
         server.state.set(next(server.sim.chunks()), 0)
@@ -239,15 +240,16 @@ def test_init_writes_the_topology_and_a_config_for_what_the_exporters_serve(tmp_
         assert written.accelerator_ids == {e: {k: v for k, v in ids.items() if k != "serial"}
                                            for e, ids in expected.accelerator_ids.items()}
         assert written.accelerator_model == expected.accelerator_model
-        ports = {n["name"]: {(p["device"], p.get("port", 1)) for p in n.get("ports", [])} for n in nodes}
+        node_ports = {n["name"]: {(p["device"], p.get("port", 1)) for p in n.get("ports", [])} for n in nodes}
         got = yaml.safe_load((out / "topology.yaml").read_text())
         assert {n["name"]: {(p["device"], p["port"]) for p in n.get("ports", [])}
-                for r in got["racks"] for n in r["nodes"]} == ports
+                for r in got["racks"] for n in r["nodes"]} == node_ports
         assert main(["check-config", "--config", str(out / "raswarden.toml")]) == 0
         assert main(["init", "--file-sd", str(sd), "--out", str(out)]) == 2  # never overwrites unasked
         assert "already there (--force to overwrite)" in capsys.readouterr().err
         dead = "127.0.0.1:9"
-        assert main(["init", "127.1.0.1:9711", dead, "--out", str(tmp_path / "two"), "--timeout", "1"]) == 3
+        alive = f"127.1.0.1:{9400 + ports(311)}"
+        assert main(["init", alive, dead, "--out", str(tmp_path / "two"), "--timeout", "1"]) == 3
         assert f"raswarden: {dead}:" in capsys.readouterr().err and (tmp_path / "two" / "topology.yaml").exists()
     finally:
         server.shutdown()

@@ -13,6 +13,8 @@ from pathlib import Path
 
 import pytest
 
+from tests.conftest import ports
+
 SCENARIO = """name: live
 seed: 3
 topology: {preset: scalex640, accelerators: 16}
@@ -50,7 +52,8 @@ class Live:
         self.sim_dir = root / "sim"
         (root / "scenario.yaml").write_text(SCENARIO % {"failure": failure, "duration": duration, "onset": onset})
         self.proc = subprocess.Popen([sys.executable, "-m", "daemon", "simulate", str(root / "scenario.yaml"),
-                                      "--serve", "--out", str(self.sim_dir), "--speed", str(speed)],
+                                      "--serve", "--out", str(self.sim_dir), "--speed", str(speed),
+                                      "--port-offset", str(ports())],
                                      stdout=subprocess.PIPE, stderr=subprocess.STDOUT)
         deadline = time.monotonic() + 30
         while not (self.sim_dir / "prometheus-targets.json").exists():

@@ -12,7 +12,7 @@ import pytest
 
 from daemon.naming import host_of_instance
 from daemon.topology import Topology
-from tests.conftest import require
+from tests.conftest import ports, require
 from tests.lab.sim.conftest import SCENARIOS
 
 DCGM_LABELS = {"gpu", "UUID", "pci_bus_id", "device", "modelName", "Hostname", "DCGM_FI_DRIVER_VERSION"}
@@ -35,7 +35,8 @@ def live(tmp_path):
     require(prometheus is not None, "prometheus is not installed (Debian package; scripts/test.sh installs it)")
     out = tmp_path / "live"
     sim = subprocess.Popen([sys.executable, "-m", "daemon", "simulate", str(SCENARIOS / "mini.yaml"), "--serve",
-                            "--out", str(out), "--speed", "60"], stdout=subprocess.PIPE, stderr=subprocess.STDOUT)
+                            "--out", str(out), "--speed", "60", "--port-offset", str(ports())],
+                           stdout=subprocess.PIPE, stderr=subprocess.STDOUT)
     port = free_port()
     prom = None
     try:
@@ -129,7 +130,7 @@ def test_a_mixed_vendor_rack_serves_each_vendors_own_exporter(tmp_path):
     sc = Scenario.from_dict({"name": "m", "seed": 5, "topology": {"preset": "scalex640-mixed", "accelerators": 72},
                              "duration": "10m", "resolution": "30s",
                              "jobs": {"nodes_per_job": [3, 3], "duration": ["1h", "1h"], "gap": ["1m", "1m"]}})
-    server = SimServer(Simulator(sc, load_library(LIBRARY)), tmp_path / "live", speed=600.0)
+    server = SimServer(Simulator(sc, load_library(LIBRARY)), tmp_path / "live", speed=600.0, port_offset=ports())
     server.start()
     try:
         chunk = next(server.sim.chunks())
@@ -162,13 +163,15 @@ def test_a_taken_port_is_a_clear_error_and_the_ports_can_move(tmp_path, capsys):
                         "resolution: 30s\n")
     with socket.socket() as taken:
         taken.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
-        taken.bind((loopback(0), 9400 + 17))
+        taken.bind((loopback(0), 9400 + ports(17)))
         taken.listen()
         assert main(["simulate", str(scenario), "--serve", "--out", str(tmp_path / "a"), "--speed", "600",
-                     "--port-offset", "17"]) == 2
+                     "--port-offset", str(ports(17))]) == 2
         err = capsys.readouterr().err
-        assert f"cannot serve {loopback(0)}:9417" in err and "--port-offset" in err and "Traceback" not in err
+        assert f"cannot serve {loopback(0)}:{9400 + ports(17)}" in err and "--port-offset" in err
+        assert "Traceback" not in err
         assert main(["simulate", str(scenario), "--serve", "--out", str(tmp_path / "b"), "--speed", "600",
-                     "--port-offset", "27"]) == 0
+                     "--port-offset", str(ports(27))]) == 0
     targets = json.loads((tmp_path / "b" / "prometheus-targets.json").read_text())
-    assert {t.rsplit(":", 1)[1] for group in targets for t in group["targets"]} == {"9427", "9127"}
+    assert {t.rsplit(":", 1)[1] for group in targets for t in group["targets"]} == {str(9400 + ports(27)),
+                                                                                     str(9100 + ports(27))}
