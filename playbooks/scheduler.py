@@ -31,6 +31,8 @@ class NodeInfo:
     states: frozenset[str]
     reason: str = ""
     reason_set_by: str = ""
+    boot_time: float | None = None  # when the node last booted, as the scheduler knows it (None: it does not say)
+    booting: str = ""  # the scheduler's flag while it reboots or powers the node up ("REBOOT_ISSUED"); "" when not
 
     @property
     def available(self) -> bool:

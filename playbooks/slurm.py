@@ -39,6 +39,8 @@ _STATE = {"idle": IDLE, "allocated": ALLOC, "mixed": MIXED, "down": DOWN, "compl
 _FLAG = {"drain": DRAIN, "draining": DRAIN, "drained": DRAIN, "maintenance": MAINT, "maint": MAINT,
          "reboot_requested": REBOOT, "reboot_issued": REBOOT, "not_responding": DOWN, "power_down": DOWN,
          "powered_down": DOWN, "powering_down": DOWN, "fail": DRAIN}
+# Flags of a node the scheduler is rebooting (scontrol reboot) or powering up: its telemetry goes and comes back reset.
+BOOTING = frozenset({"reboot_issued", "powering_up", "power_up"})
 # Errors that say the controller could not be asked (trying again can help).
 _TRANSIENT = ("unable to contact slurm controller", "socket timed out", "connection refused", "timed out",
               "resource temporarily unavailable", "slurm_receive_msg", "zero bytes were transmitted")
@@ -72,14 +74,30 @@ def check_job(job_id: str) -> str:
     return str(job_id)
 
 
+def epoch(value) -> float | None:
+    """A time of Slurm's JSON: a number (22.05), or ``{"set", "infinite", "number"}`` (23.02 on); 0, unset or
+    infinite is None."""
+    if isinstance(value, dict):
+        if not value.get("set", True) or value.get("infinite"):
+            return None
+        value = value.get("number")
+    try:
+        t = float(value)
+    except (TypeError, ValueError):
+        return None
+    return t if t > 0 else None
+
+
 def node_info(raw: dict) -> NodeInfo:
-    """A NodeInfo from one ``sinfo --json`` node."""
-    state = str(raw.get("state") or "unknown").lower()
-    states = {_STATE.get(state, state)}
-    for flag in raw.get("state_flags") or []:
-        states.add(_FLAG.get(str(flag).lower(), str(flag).lower()))
+    """A NodeInfo from one ``sinfo --json`` node (``state`` is a word in 22.05, a list of words from 23.02 on)."""
+    words = raw.get("state") or "unknown"
+    words = [words] if isinstance(words, str) else list(words)
+    flags = [str(f).lower() for f in [*words[1:], *(raw.get("state_flags") or [])]]
+    state = str(words[0] if words else "unknown").lower()
+    states = {_STATE.get(state, state)} | {_FLAG.get(f, f) for f in flags}
     return NodeInfo(name=raw["name"], states=frozenset(states), reason=raw.get("reason") or "",
-                    reason_set_by=raw.get("reason_set_by_user") or "")
+                    reason_set_by=raw.get("reason_set_by_user") or "", boot_time=epoch(raw.get("boot_time")),
+                    booting=",".join(sorted(BOOTING.intersection(flags))).upper())
 
 
 class SlurmScheduler:
@@ -124,13 +142,18 @@ class SlurmScheduler:
         return data
 
     # -- the protocol ----------------------------------------------------------------------------
-    def snapshot(self) -> ClusterState:
-        """Every node and job: one ``sinfo --json`` and one ``squeue --json``."""
-        taken = time.time()
+    def nodes(self) -> dict[str, NodeInfo]:
+        """Every node: one ``sinfo --json``."""
         nodes = {}
         for raw in self._json(["sinfo", "--json"], "sinfo").get("nodes") or []:
             info = node_info(raw)
             nodes[info.name] = info
+        return nodes
+
+    def snapshot(self) -> ClusterState:
+        """Every node and job: one ``sinfo --json`` and one ``squeue --json``."""
+        taken = time.time()
+        nodes = self.nodes()
         jobs = {}
         for raw in self._json(["squeue", "--json"], "squeue").get("jobs") or []:
             job_id = str(raw.get("job_id"))

@@ -75,6 +75,10 @@ SchedulerType=sched/backfill
 SchedulerParameters=sched_interval=2,bf_interval=2
 MpiDefault=none
 MailProg=/bin/true
+# scontrol reboot: the nodes are this host's slurmd, so rebooting one does nothing and it stays REBOOT_ISSUED until
+# ResumeTimeout (tests/daemon/collectors/test_slurm_nodes.py reads that state)
+RebootProgram=/bin/true
+ResumeTimeout=30
 ReturnToService=2
 SlurmctldTimeout=30
 SlurmdTimeout=${SLURMD_TIMEOUT}

@@ -8,6 +8,7 @@
 | ``journald`` | journald.py | kernel RAS lines (Xid, AER, EDAC, MCE, mlx5 link) from the journal, with a cursor |
 | ``rasdaemon`` | rasdaemon.py | rasdaemon databases, tailed by row id |
 | ``sysfs`` | sysfs.py | this host's InfiniBand/RoCE counters, EDAC, hwmon, AER |
+| ``slurm`` | scheduler.py | Slurm's boot time of every node and the nodes it reboots (reboot evidence) |
 """
 
 from __future__ import annotations
@@ -18,12 +19,13 @@ from daemon.collectors.infiniband import InfinibandExporterCollector
 from daemon.collectors.journald import JournaldCollector
 from daemon.collectors.prometheus import PrometheusCollector
 from daemon.collectors.rasdaemon import RasdaemonCollector
+from daemon.collectors.scheduler import SlurmNodesCollector
 from daemon.collectors.sysfs import SysfsCollector
 from daemon.formats.reader import ReadContext
 
 REGISTRY: dict[str, type[Collector]] = {
     cls.kind: cls for cls in (ExpositionCollector, PrometheusCollector, InfinibandExporterCollector,
-                              JournaldCollector, RasdaemonCollector, SysfsCollector)
+                              JournaldCollector, RasdaemonCollector, SysfsCollector, SlurmNodesCollector)
 }
 
 __all__ = ["REGISTRY", "Collector", "Outcome", "build", "merge_batches"]
