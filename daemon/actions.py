@@ -43,6 +43,11 @@ class StoreJournal:
             row.status, row.ts, row.detail = status, ts, detail
         s.add(row)
 
+    def budget_lock(self):
+        """Held while a step checks the blast-radius budget and acts on it: one raswarden at a time on this store
+        (:meth:`Store.cluster_lock`), so two shards can never both take the budget's last node."""
+        return self.store.cluster_lock("blast-radius")
+
     def get(self, key: str) -> Action | None:
         with self.store.session() as s:
             row = s.exec(select(ActionRow).where(ActionRow.idempotency_key == key, ActionRow.step == "action")).first()

@@ -7,15 +7,21 @@ by alembic migrations (``daemon/migrations``), never by ``create_all``.
 
 from __future__ import annotations
 
+import fcntl
+import hashlib
 import json
+import os
+import threading
+import time
+from collections.abc import Iterable, Iterator
+from contextlib import contextmanager
 from importlib import resources
 from pathlib import Path
 from typing import Any
-from collections.abc import Iterable
 
 from alembic import command
 from alembic.config import Config
-from sqlalchemy import JSON, Column, LargeBinary, UniqueConstraint, event
+from sqlalchemy import JSON, Column, LargeBinary, UniqueConstraint, event, text
 from sqlalchemy.engine import Engine
 from sqlalchemy.pool import StaticPool
 from sqlmodel import Field, Session, SQLModel, create_engine, delete, func, select
@@ -282,6 +288,46 @@ class Store:
     def session(self) -> Session:
         return Session(self.engine)
 
+    @contextmanager
+    def cluster_lock(self, name: str, timeout_s: float = 30.0) -> Iterator[None]:
+        """Held by one raswarden at a time among all that share this store (the shards of a cluster on one
+        PostgreSQL; the service and a ``raswarden playbook run`` on one SQLite file), for a check-then-act that must
+        not interleave: the blast-radius budget. PostgreSQL: a session advisory lock (a holder that dies loses it
+        with its connection); SQLite: an flock on a file beside the database; in memory: a lock of this process.
+        Raises TimeoutError when it is not got within ``timeout_s``."""
+        deadline = time.monotonic() + timeout_s
+        if self.engine.dialect.name == "postgresql":
+            key = int.from_bytes(hashlib.sha256(f"raswarden:{name}".encode()).digest()[:8], "big", signed=True)
+            with self.engine.connect().execution_options(isolation_level="AUTOCOMMIT") as conn:
+                while not conn.execute(text("SELECT pg_try_advisory_lock(:k)"), {"k": key}).scalar():
+                    _wait(deadline, name)
+                try:
+                    yield
+                finally:
+                    conn.execute(text("SELECT pg_advisory_unlock(:k)"), {"k": key})
+            return
+        path = self.engine.url.database
+        if not path or path == ":memory:":
+            lock = _PROCESS_LOCKS.setdefault((id(self.engine), name), threading.Lock())
+            while not lock.acquire(timeout=0.05):
+                _wait(deadline, name)
+            try:
+                yield
+            finally:
+                lock.release()
+            return
+        fd = os.open(f"{path}.{name}.lock", os.O_RDWR | os.O_CREAT, 0o600)
+        try:
+            while True:
+                try:
+                    fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
+                    break
+                except BlockingIOError:
+                    _wait(deadline, name)
+            yield
+        finally:
+            os.close(fd)  # releases the flock
+
     def record_tick(
         self,
         findings: Iterable[dict[str, Any]],
@@ -466,6 +512,15 @@ class Store:
 
     def close(self) -> None:
         self.engine.dispose()
+
+
+_PROCESS_LOCKS: dict[tuple[int, str], threading.Lock] = {}
+
+
+def _wait(deadline: float, name: str) -> None:
+    if time.monotonic() > deadline:
+        raise TimeoutError(f"another raswarden holds the {name} lock")
+    time.sleep(0.05)
 
 
 def dumps(obj: Any) -> str:

@@ -116,14 +116,22 @@ class Validator:
             log.info("no idle check while the circuit breaker is tripped (%s)", tripped)
             return out
         self._looked_for_idle = now
-        state = self.scheduler.snapshot()
         with store.session() as s:
             known = {r.node: r for r in s.exec(select(IdleCheckRow)).all()}
+        try:
+            with store.cluster_lock("blast-radius"):  # the drains' budget: no shard drains while this takes a node
+                self._start_one(self.scheduler.snapshot(), known, now, out)
+        except TimeoutError as exc:
+            log.info("no idle check now: %s", exc)
+        return out
+
+    def _start_one(self, state: ClusterState, known: dict[str, IdleCheckRow], now: float, out: dict) -> None:
+        """Hold the first due node within the budget and start its check (one a look: the next sees it held)."""
         for node in self._due(state, known, now):
             reason = over_budget(self.guards, node, state, self.rack_of)
             if reason:
                 log.info("idle check of %s waits: %s", node, reason)
-                break
+                return
             row = known.get(node) or IdleCheckRow(node=node)
             reservation = f"raswarden-check-{node}"
             count = row.checks + 1
@@ -134,8 +142,7 @@ class Validator:
             self._save(row, checks=count, status="running", job=job, reservation=reservation, started_at=now)
             out["checks_started"] += 1
             log.info("idle check of %s: job %s", node, job)
-            break  # one at a time per look: the next look sees the node held
-        return out
+            return
 
     def _due(self, state: ClusterState, known: dict[str, IdleCheckRow], now: float) -> list[str]:
         """Idle nodes (available, no job, no repair under way) whose last check is older than the interval, the

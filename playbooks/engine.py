@@ -17,6 +17,7 @@ import logging
 import os
 import time
 from collections.abc import Callable
+from contextlib import AbstractContextManager
 from dataclasses import asdict, dataclass, field
 from typing import Any, Protocol
 
@@ -110,6 +111,11 @@ class Journal(Protocol):
     def drains_of(self, node: str, since: float) -> int: ...
 
     def breaker(self) -> str | None: ...
+
+    def budget_lock(self) -> AbstractContextManager[None]:
+        """Held while a step checks the blast-radius budget and acts: one raswarden at a time among all sharing
+        the journal (the shards of a cluster), so they never exceed the budget together."""
+        ...
 
     def set_breaker(self, reason: str | None) -> None: ...
 

@@ -29,12 +29,17 @@ class Drain(StepHandler):
         if info is not None and DRAIN in info.states and info.reason.startswith(REASON_PREFIX):
             st.detail["note"] = "already drained by raswarden"
             return "done"
-        held = over_budget(ctx.guards, node, state, ctx.rack_of)
-        if held:
-            st.detail["held"] = held
-            return "held"
-        ctx.scheduler.drain(node, reason(action, st))
-        return "done"
+        try:
+            with ctx.journal.budget_lock():
+                # taken again inside the lock: a drain another shard made a moment ago counts
+                held = over_budget(ctx.guards, node, ctx.scheduler.snapshot(), ctx.rack_of)
+                if not held:
+                    ctx.scheduler.drain(node, reason(action, st))
+                    return "done"
+        except TimeoutError as exc:
+            held = f"blast-radius budget: {exc}"
+        st.detail["held"] = held
+        return "held"
 
     def verify(self, ctx, action, st, state) -> bool:
         info = state.nodes.get(action.node) if action.node else None
