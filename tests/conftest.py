@@ -74,8 +74,15 @@ def trace_dir() -> Path:
 
 @pytest.fixture
 def pg_url() -> str:
+    """The test PostgreSQL's URL, its database emptied (schema dropped and made again): no table yet."""
     url = os.environ.get("RASWARDEN_TEST_PG_URL", "")
     require(bool(url), "no PostgreSQL server: run the suite through scripts/test.sh (as root)")
+    from sqlalchemy import create_engine, text
+
+    engine = create_engine(url)
+    with engine.begin() as conn:
+        conn.execute(text("DROP SCHEMA public CASCADE; CREATE SCHEMA public"))
+    engine.dispose()
     return url
 
 

@@ -42,8 +42,4 @@ def test_sqlite_file_in_wal_mode(tmp_path, trace_dir):
 
 @pytest.mark.postgres
 def test_postgresql(pg_url, trace_dir):
-    store = Store(pg_url, migrate=False)
-    with store.engine.begin() as conn:
-        conn.execute(text("DROP SCHEMA public CASCADE; CREATE SCHEMA public"))
-    store.close()
     check_replay_into(pg_url, trace_dir)

@@ -12,7 +12,6 @@ import zlib
 from pathlib import Path
 
 import pytest
-from sqlalchemy import text
 
 from daemon import metrics, warmstate
 from daemon.pipeline import Pipeline, PipelineConfig
@@ -126,11 +125,7 @@ def test_the_store_keeps_one_warm_state_per_shard_and_a_newer_replaces_it(tmp_pa
 
 @pytest.mark.postgres
 def test_the_warm_state_in_postgresql(pg_url):
-    store = Store(pg_url, migrate=False)
-    with store.engine.begin() as conn:
-        conn.execute(text("DROP SCHEMA public CASCADE; CREATE SCHEMA public"))
-    store.migrate()
-    _check_store(store)
+    _check_store(Store(pg_url))
 
 
 def _check_store(store: Store) -> None:
