@@ -83,6 +83,12 @@ class Validator:
         return out
 
     # -- active checks of idle nodes -------------------------------------------------------------------------------
+    def checks(self) -> list[IdleCheckRow]:
+        """Every node's idle check, the one running or its last: running first, then the latest ended first."""
+        with self.book.store.session() as s:
+            rows = list(s.exec(select(IdleCheckRow)).all())
+        return sorted(rows, key=lambda r: (r.status != "running", -(r.checked_at or r.started_at)))
+
     def _idle_checks(self) -> dict[str, int]:
         now = self.clock()
         out = {"checks_started": 0, "checks_passed": 0, "checks_failed": 0}

@@ -11,6 +11,7 @@
 | POST | ``/api/v1/silences`` ``{"matchers", "duration", "comment", "by"}`` | add a silence |
 | POST | ``/api/v1/nodes/{node}/resume`` ``{"reason", "by", "force", "repaired"}`` (``/drain``) | by hand |
 | GET | ``/api/v1/repairs[?state=all]`` | repair orders: the queue (open to validating), or all |
+| GET | ``/api/v1/idle-checks`` | the active checks of idle nodes: each node's running or last one |
 | POST | ``/api/v1/repairs/{id}/start`` ``{"by", "note"}`` (``/done`` + ``"part_serial"``, ``/give-back``) | by hand |
 
 Writes need ``Authorization: Bearer <token>`` (``[http] token_file``/``token_credential``); without a
@@ -99,6 +100,32 @@ def repairs_json(service, everything: bool = False) -> list[dict]:
     from daemon.repairs import ACTIVE
 
     return [r.model_dump() for r in service.remediation.repairs.orders(None if everything else ACTIVE)]
+
+
+def idle_checks_json(service) -> list[dict]:
+    """The active checks of idle nodes (daemon/validation.py): each node's running or last one."""
+    return [r.model_dump() for r in service.remediation.validator.checks()]
+
+
+def _idle_checks_section(service, esc) -> str:
+    """The idle checks on the status page: how often, and each node's running or last one (when any is on)."""
+    rp = service.cfg.repairs
+    checks = idle_checks_json(service)
+    if not rp.idle_check_every_s and not checks:
+        return ""
+    failed = sum(c["status"] == "failed" for c in checks)
+    rows = "".join(
+        f'<tr class="{"failed" if c["status"] == "failed" else ""}"><td>{esc(c["node"])}</td>'
+        f'<td class="state">{esc(c["status"])}</td><td>{c["checks"]}</td><td>{esc(c["job"] or "-")}</td>'
+        f'<td>{_when(c["started_at"])}</td><td>{_when(c["checked_at"])}</td><td>{esc(c["result"] or "-")}</td></tr>'
+        for c in checks[:40])
+    every = f"every {rp.idle_check_every_s / 3600:g} h, {rp.idle_checks_at_once} at once" if rp.idle_check_every_s \
+        else "off"
+    return f"""<h2>Idle checks ({len(checks)} nodes, {failed} failed)</h2>
+<p class="muted">{esc(every)}, within the blast-radius budget; a failure drains the node and opens a repair order</p>
+<table><tr><th>node</th><th>status</th><th>checks</th><th>job</th><th>started (UTC)</th><th>ended (UTC)</th>
+<th>result</th></tr>
+{rows}</table>"""
 
 
 def _worst(states) -> str:
@@ -289,6 +316,7 @@ def status_page(service) -> str:
 <table><tr><th>order</th><th>state</th><th>age</th><th>rack</th><th>part</th><th>expected</th><th>identity</th>
 <th>incident</th></tr>
 {rep_rows or '<tr><td colspan="8" class="muted">none</td></tr>'}</table>
+{_idle_checks_section(service, esc)}
 <h2>Recent actions</h2>
 <table><tr><th>when (UTC)</th><th>incident</th><th>playbook</th><th>step</th><th>status</th></tr>
 {act_rows or '<tr><td colspan="5" class="muted">none</td></tr>'}</table>
@@ -434,6 +462,8 @@ def _handler(service, token: str | None, timeout_s: float = 10.0):
                     self._json(200, silences_json(service))
                 elif path == "/api/v1/repairs":
                     self._json(200, repairs_json(service, parse_qs(url.query).get("state", [""])[0] == "all"))
+                elif path == "/api/v1/idle-checks":
+                    self._json(200, idle_checks_json(service))
                 else:
                     self._json(404, {"error": f"no such path {url.path}"})
             except Exception as exc:

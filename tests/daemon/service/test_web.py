@@ -245,6 +245,19 @@ def test_the_repair_queue_in_the_api_and_on_the_status_page(tmp_path):
         assert code == 200 and f"Repair order {order.id}: reseat sn01-b03/gpu4" in own and "reseat it" in own
         assert "in_progress → repaired" in own and "dana" in own and "new part serial 1653" in own
         assert get(f"{base}/repairs/999")[0] == 404 and get(f"{base}/repairs/x")[0] == 404
+        assert "Idle checks" not in page  # off, and none ever ran
+        from daemon.store import IdleCheckRow
+
+        with svc.store.session() as s:
+            s.add(IdleCheckRow(node="node3", checks=2, status="failed", job="41", reservation="raswarden-check-node3",
+                               started_at=200.0, checked_at=260.0, result="dcgmi diag: exit status 1"))
+            s.add(IdleCheckRow(node="node1", checks=1, status="running", job="42",
+                               reservation="raswarden-check-node1", started_at=300.0))
+            s.commit()
+        assert [(c["node"], c["status"]) for c in json.loads(get(f"{base}/api/v1/idle-checks")[1])] == [
+            ("node1", "running"), ("node3", "failed")]
+        page = get(f"{base}/")[1].decode()
+        assert "Idle checks (2 nodes, 1 failed)" in page and "dcgmi diag: exit status 1" in page
         svc.remediation.repairs.move(order.id, "validating", "raswarden")
         svc.remediation.repairs.move(order.id, "closed", "raswarden")
         assert json.loads(get(f"{base}/api/v1/repairs")[1]) == []
