@@ -27,7 +27,8 @@ driver's message for a GPU lost without an Xid, printed over three lines (``NVRM
 / ``NVRM: (PCI ID: 10de:26b5) installed in this system has`` / ``NVRM: fallen off the bus and is not responding
 to commands.``), read as Xid 79 once the lines are joined (:class:`MessageJoiner`); the NVLink 5 Xids' own
 severity word (``149, NETIR_LINK_EVT Fatal XC0 ...``); and the kernel's boot banner (``Linux version ...``), a
-``boot`` event that tells the pipeline the node restarted.
+``boot`` event that tells the pipeline the node restarted. Firmware-first errors (APEI GHES records over many
+lines: memory, processor and PCIe errors the platform saw) are read by :class:`CperRecords`.
 """
 
 from __future__ import annotations
@@ -182,6 +183,77 @@ def _amdgpu(message: str) -> KernelEvent | None:
             return None
         return KernelEvent("amdgpu", None, "fatal" if outcome == "failed" else "info", f"GPU reset {outcome}", pci)
     return None
+
+
+_CPER_LINE = re.compile(r"^\{(\d+)\}\[Hardware Error\]:\s*(.*?)\s*$")
+_CPER_ERROR = re.compile(r"^Error \d+, type: (\w+)")
+_CPER_DEVICE = re.compile(r"^device_id: ([0-9a-f]{4}:[0-9a-f]{2}:[0-9a-f]{2}\.[0-7])$")
+# A CPER record's severity (``event severity``, or one error's ``type``) in the words of the native lines.
+_CPER_SEVERITY = {"corrected": "corrected", "recoverable": "uncorrected", "fatal": "fatal"}
+
+
+class CperRecords:
+    """Firmware-first hardware errors: the records the kernel prints for APEI's Generic Hardware Error Source
+    (drivers/acpi/apei/ghes.c through drivers/firmware/efi/cper.c), where the platform, not the kernel's own EDAC or
+    AER driver, saw the error (most servers' memory errors, and PCIe errors under firmware-first AER). One record is
+    many lines, ``{N}[Hardware Error]: ...`` with N numbering the record, e.g.::
+
+        {35}[Hardware Error]: Hardware error from APEI Generic Hardware Error Source: 4
+        {35}[Hardware Error]: event severity: corrected
+        {35}[Hardware Error]:  Error 0, type: corrected
+        {35}[Hardware Error]:   section_type: memory error
+        {1}[Hardware Error]:   section_type: PCIe error
+        {1}[Hardware Error]:   device_id: 0000:5e:00.0
+
+    Each error section of a record is one event: a memory error an ``edac`` event of the node, a processor error an
+    ``mce`` event, a PCIe error an ``aer`` event of the device its ``device_id`` names (the line after the section
+    type; other drivers' lines may come between). Its severity is the error's own ``type`` (else the record's):
+    corrected, recoverable (uncorrected) or fatal; informational records are not events.
+    """
+
+    def __init__(self) -> None:
+        self._records: dict[tuple[str, str], dict[str, str]] = {}
+
+    @staticmethod
+    def matches(message: str) -> bool:
+        return message.startswith("{") and "[Hardware Error]:" in message
+
+    def feed(self, host: str, message: str) -> KernelEvent | None:
+        """The event this line of ``host`` completes, if any."""
+        m = _CPER_LINE.match(message)
+        if not m:
+            return None
+        key, text = (host, m.group(1)), m.group(2)
+        if text.startswith("Hardware error from APEI"):
+            self._records[key] = {}
+            return None
+        rec = self._records.setdefault(key, {})
+        if text.startswith("event severity:"):
+            rec["record"] = text.split(":", 1)[1].strip()
+        elif (e := _CPER_ERROR.match(text)) is not None:
+            rec["error"] = e.group(1)
+            rec.pop("pcie", None)
+        elif text.startswith("fru_text:"):
+            rec["fru"] = text.split(":", 1)[1].strip()
+        elif text.startswith("section_type:"):
+            section = text.split(":", 1)[1].strip().lower()
+            word = rec.get("error") or rec.get("record") or ""
+            severity = _CPER_SEVERITY.get(word)
+            if severity is None:
+                return None
+            where = f" ({rec['fru']})" if rec.get("fru") else ""
+            if section == "memory error":
+                return KernelEvent("edac", 1, "uncorrected" if severity == "fatal" else severity,
+                                   f"firmware-first {word} memory error{where} (APEI)")
+            if section.endswith("processor error"):
+                return KernelEvent("mce", None, severity, f"firmware-first {word} {section}{where} (APEI)")
+            if section == "pcie error":
+                rec["pcie"] = severity
+        elif "pcie" in rec and (d := _CPER_DEVICE.match(text)) is not None:
+            severity = rec.pop("pcie")
+            return KernelEvent("aer", None, severity, f"firmware-first {rec.get('error') or rec.get('record')} PCIe "
+                               "error (APEI)", normalize_pci_function(d.group(1)))
+        return None
 
 
 class MessageJoiner:

@@ -30,7 +30,7 @@ from collections.abc import Iterator
 from daemon import metrics
 from daemon.batch import Batch
 from daemon.formats.reader import ReadContext, iter_lines
-from daemon.formats.kernel_events import KernelEvent, MessageJoiner, parse_kernel_message
+from daemon.formats.kernel_events import CperRecords, KernelEvent, MessageJoiner, parse_kernel_message
 from detectors.schema import events_frame
 
 UTC = dt.UTC
@@ -72,10 +72,14 @@ class EventRows:
         self.source = source
         self.rows: list[tuple] = []
         self.joiner = MessageJoiner()
+        self.cper = CperRecords()
         self.boot_ids: dict[str, str] = {}
 
     def add(self, ts: float, host: str, message: str, position: str) -> None:
-        event = parse_kernel_message(self.joiner.feed(host, ts, message))
+        if CperRecords.matches(message):
+            event = self.cper.feed(host, message)
+        else:
+            event = parse_kernel_message(self.joiner.feed(host, ts, message))
         if event is None:
             return
         self.append_event(ts, host, event, position)

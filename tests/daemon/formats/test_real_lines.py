@@ -215,3 +215,53 @@ def test_rfc3164_year_comes_from_the_rest_of_the_trace(tmp_path, ctx):
     assert years == [2025, 2026, 2025], years  # host a's last line stays in December: rollover is per host
     assert not ctx.rejects.notes
     assert np.all(np.isfinite(ev["ts"]))
+
+
+def test_firmware_first_memory_errors_in_syslog(ctx):
+    """APEI GHES records (the platform saw the error, not the kernel's EDAC driver): node_exporter#3511 (syslog) and
+    jsk-ros-pkg/jsk_robot#1776 (syslog with the monotonic prefix): one corrected memory error each, on its host;
+    the lines of the record after the section (address, DIMM) and the cron line are no events."""
+    ev = read_all(TextLogReader(), QUOTED / "node-exporter-3511.kern.log", ctx).events
+    assert list(ev["kind"]) == ["edac"] and list(ev["severity"]) == ["corrected"]
+    assert list(ev["entity"]) == ["proxmox"] and "(D2)" in ev["message"].iloc[0]
+    ev = read_all(TextLogReader(), QUOTED / "jsk-robot-1776.kern.log", ctx).events
+    assert list(ev["kind"]) == ["edac"] and list(ev["entity"]) == ["pr1012"] and list(ev["code"]) == [1]
+
+
+def test_a_firmware_first_pcie_error_names_its_device_across_other_drivers_lines(ctx):
+    """ovro-lwa/lwa-issues#117 (dmesg): a recoverable PCIe error record whose device_id line comes after the
+    section type, with the MCE driver's and EDAC's own lines printed between its lines: the native EDAC UE, the
+    record's PCIe error at 0000:5e:00.0 (uncorrected), the MCE notice, in that order."""
+    from daemon.formats.kernellog import _MONOTONIC_PREFIX, EventRows
+
+    rows = EventRows(ctx, "dmesg", "test")
+    for i, line in enumerate((QUOTED / "ovro-lwa-issues-117.dmesg.txt").read_text().splitlines()):
+        rows.add(float(i), "gpu09", _MONOTONIC_PREFIX.sub("", line), f"line {i + 1}")
+    got = [(r[2], r[4], r[7]) for r in rows.rows]
+    assert got == [("edac", "uncorrected", None), ("aer", "uncorrected", "0000:5e:00.0"), ("mce", "corrected", None)]
+
+
+def test_each_error_of_a_record_takes_its_own_severity():
+    """A record's errors each say their type: a Dell server's record of severity recoverable whose error is fatal
+    (quoted on the linux-kernel list, \"PM: ACPI: reboot: Use S5 for reboot\" revert), two records interleaved, a
+    processor error, and an informational record (no event)."""
+    from daemon.formats.kernel_events import CperRecords
+
+    cper = CperRecords()
+    lines = ["{1}[Hardware Error]: Hardware error from APEI Generic Hardware Error Source: 5",
+             "{1}[Hardware Error]: event severity: recoverable",
+             "{1}[Hardware Error]: Error 0, type: fatal",
+             "{2}[Hardware Error]: Hardware error from APEI Generic Hardware Error Source: 1",
+             "{2}[Hardware Error]: event severity: corrected",
+             "{1}[Hardware Error]: section_type: PCIe error",
+             "{2}[Hardware Error]:  Error 0, type: corrected",
+             "{2}[Hardware Error]:   section_type: general processor error",
+             "{1}[Hardware Error]: port_type: 0, PCIe end point",
+             "{1}[Hardware Error]: device_id: 0000:04:00.0",
+             "{1}[Hardware Error]: vendor_id: 0x14e4, device_id: 0x165f",
+             "{3}[Hardware Error]: Hardware error from APEI Generic Hardware Error Source: 2",
+             "{3}[Hardware Error]: event severity: info",
+             "{3}[Hardware Error]:   section_type: memory error"]
+    events = [e for e in (cper.feed("n1", ln) for ln in lines) if e is not None]
+    assert [(e.kind, e.severity, e.pci) for e in events] == [("mce", "corrected", None),
+                                                              ("aer", "fatal", "0000:04:00.0")]
