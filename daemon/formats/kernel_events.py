@@ -27,8 +27,10 @@ driver's message for a GPU lost without an Xid, printed over three lines (``NVRM
 / ``NVRM: (PCI ID: 10de:26b5) installed in this system has`` / ``NVRM: fallen off the bus and is not responding
 to commands.``), read as Xid 79 once the lines are joined (:class:`MessageJoiner`); the NVLink 5 Xids' own
 severity word (``149, NETIR_LINK_EVT Fatal XC0 ...``); and the kernel's boot banner (``Linux version ...``), a
-``boot`` event that tells the pipeline the node restarted. Firmware-first errors (APEI GHES records over many
-lines: memory, processor and PCIe errors the platform saw) are read by :class:`CperRecords`.
+``boot`` event that tells the pipeline the node restarted. mlx5's health poller finding the adapter's firmware
+silent or fatal (``mlx5_core 0000:41:00.0: poll_health:852:(pid 0): device's health compromised - reached miss
+count``), a link down of that function's port. Firmware-first errors (APEI GHES records over many lines: memory,
+processor and PCIe errors the platform saw) are read by :class:`CperRecords`.
 """
 
 from __future__ import annotations
@@ -69,6 +71,10 @@ _AMDGPU_RESET = re.compile(r"GPU reset(?:\((\d+)\))? (begin!|succeeded!|failed)"
 _AMDGPU_FATAL = re.compile(r"Uncorrectable hardware error\((\w+)\) detected")
 _AMDGPU_APP = re.compile(r"\[(\w+)\] (?:no-retry )?page fault|ring (\S+) timeout")
 _LINK = re.compile(r"mlx5_core ([0-9a-f]{4}:[0-9a-f]{2}:[0-9a-f]{2}\.[0-7]) (\S+): Link (down|up)\b")
+# mlx5's health poller (drivers/net/ethernet/mellanox/mlx5/core/health.c, ``poll_health``): the adapter's firmware
+# stopped answering, or reported a fatal error; every port of the function is down until it recovers.
+_MLX5_HEALTH = re.compile(r"mlx5_core ([0-9a-f]{4}:[0-9a-f]{2}:[0-9a-f]{2}\.[0-7]):(?: \w+:\d+:\(pid \d+\):)? "
+                          r"(device's health compromised - reached miss count|Fatal error \d+ detected)")
 # drivers/infiniband/core/cache.c: ibdev_info(device, "Port: %d Link %s\n", port, ib_port_state_to_str(state))
 _IB_PORT = re.compile(r"(?:^|\s)([0-9a-f]{4}:[0-9a-f]{2}:[0-9a-f]{2}\.[0-7]) (\S+): Port: (\d+) Link "
                       r"(NOP|DOWN|INIT|ARMED|ACTIVE_DEFER|ACTIVE)\b")
@@ -145,6 +151,11 @@ def parse_kernel_message(message: str) -> KernelEvent | None:
     if message.startswith("Linux version "):
         m = _BOOT.match(message)
         return KernelEvent("boot", None, "info", f"kernel booted: Linux {m.group(1)}" if m else "kernel booted")
+    if "mlx5_core" in message and ("health compromised" in message or "Fatal error" in message):
+        m = _MLX5_HEALTH.search(message)
+        if m:
+            return KernelEvent("link", None, "error", f"mlx5 adapter {m.group(2)}: its firmware stopped, its ports "
+                               "are down", normalize_pci_function(m.group(1)))
     if "mlx5_core" in message and "Link" in message:
         m = _LINK.search(message)
         if not m:

@@ -265,3 +265,23 @@ def test_each_error_of_a_record_takes_its_own_severity():
     events = [e for e in (cper.feed("n1", ln) for ln in lines) if e is not None]
     assert [(e.kind, e.severity, e.pci) for e in events] == [("mce", "corrected", None),
                                                               ("aer", "fatal", "0000:04:00.0")]
+
+
+def test_an_mlx5_adapter_whose_firmware_stopped_fails_its_port():
+    """NVIDIA/NVSentinel's syslog tests: mlx5's health poller finding the adapter's firmware silent is one event, a
+    link down of the port on that PCI function (its ports are down until it recovers); the syndrome line after it
+    and a command timeout are not events of their own."""
+    from daemon.formats.kernellog import _MONOTONIC_PREFIX
+
+    lines = (QUOTED / "nvsentinel-mlx5-health.txt").read_text().splitlines()
+    ev = [e for e in (parse_kernel_message(_MONOTONIC_PREFIX.sub("", ln.removeprefix("kernel: ")).strip())
+                      for ln in lines) if e is not None]
+    assert [(e.kind, e.severity, e.pci) for e in ev] == [("link", "error", "0000:41:00.0")]
+    topo = Topology.from_dict({"racks": [{"name": "r1", "nodes": [
+        {"name": "n1", "ports": [{"device": "mlx5_0", "port": 1, "pci": "0000:41:00.0"}]}]}]})
+    frame = events_frame([(5.0, "n1", e.kind, e.code, e.severity, e.message, "kernel", e.pci, e.device) for e in ev])
+    resolved = EventResolver(SeriesMapper(topology=topo)).resolve(frame)
+    assert list(resolved["entity"]) == ["n1/mlx5_0:1"]
+    det = RuleDetector().fit()
+    out = det.update(TickInput(5.0, resolved, pd.DataFrame(), pd.DataFrame()))
+    assert [(e.entity, e.level, e.hard) for e in out] == [("n1/mlx5_0:1", State.FAILED, True)]
