@@ -223,6 +223,11 @@ class RuleDetector:
                 self._aer(entity, row.severity, row.message, row.ts, now)
             elif kind in ("edac", "mce"):
                 self._host(entity, kind, row.severity, row.message, code, now)
+            elif kind == "gpu_init" and not self.baseline:
+                # unusable while it is so; sub-healthy, not failed: a driver or firmware mismatch fails every GPU of a
+                # node alike (the roll-up makes that a node incident), a bad part only its own
+                self._latch(Evidence(entity, State.SUBHEALTHY, "gpu_bus", [f"kernel: {row.message}"]),
+                            now + self.event_hold_s)
             elif kind == "ascend":
                 self._vendor(entity, ascend_verdict(code, self.ascend_catalog_, self.baseline), row.ts, now, code)
             elif kind == "amdgpu":

@@ -16,7 +16,7 @@ SAMPLE_COLUMNS = ("ts", "entity", "metric", "value")
 EVENT_COLUMNS = ("ts", "entity", "kind", "code", "severity", "message", "source", "pci", "device")
 
 EVENT_KINDS = frozenset({"xid", "sxid", "amdgpu", "ascend", "ecc", "aer", "mce", "edac", "link", "thermal", "boot",
-                         "telemetry"})
+                         "telemetry", "gpu_init"})
 
 CATEGORIES = (
     "gpu_memory",

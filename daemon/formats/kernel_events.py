@@ -29,8 +29,10 @@ to commands.``), read as Xid 79 once the lines are joined (:class:`MessageJoiner
 severity word (``149, NETIR_LINK_EVT Fatal XC0 ...``); and the kernel's boot banner (``Linux version ...``), a
 ``boot`` event that tells the pipeline the node restarted. mlx5's health poller finding the adapter's firmware
 silent or fatal (``mlx5_core 0000:41:00.0: poll_health:852:(pid 0): device's health compromised - reached miss
-count``), a link down of that function's port. Firmware-first errors (APEI GHES records over many lines: memory,
-processor and PCIe errors the platform saw) are read by :class:`CperRecords`.
+count``), a link down of that function's port; a GPU the NVIDIA driver could not initialize (``NVRM: GPU
+0000:0a:00.0: RmInitAdapter failed! (0x24:0x72:1568)``), a ``gpu_init`` event of that GPU. Firmware-first
+errors (APEI GHES records over many lines: memory, processor and PCIe errors the platform saw) are read by
+:class:`CperRecords`.
 """
 
 from __future__ import annotations
@@ -71,6 +73,9 @@ _AMDGPU_RESET = re.compile(r"GPU reset(?:\((\d+)\))? (begin!|succeeded!|failed)"
 _AMDGPU_FATAL = re.compile(r"Uncorrectable hardware error\((\w+)\) detected")
 _AMDGPU_APP = re.compile(r"\[(\w+)\] (?:no-retry )?page fault|ring (\S+) timeout")
 _LINK = re.compile(r"mlx5_core ([0-9a-f]{4}:[0-9a-f]{2}:[0-9a-f]{2}\.[0-7]) (\S+): Link (down|up)\b")
+# The NVIDIA driver could not bring a GPU up (nv.c, ``rm_init_adapter``): it is unusable until it initializes.
+_RM_INIT = re.compile(r"NVRM: GPU ([0-9A-Fa-f]{4}:[0-9A-Fa-f]{2}:[0-9A-Fa-f]{2}\.[0-7]): RmInitAdapter failed! "
+                      r"\(([^)]*)\)")
 # mlx5's health poller (drivers/net/ethernet/mellanox/mlx5/core/health.c, ``poll_health``): the adapter's firmware
 # stopped answering, or reported a fatal error; every port of the function is down until it recovers.
 _MLX5_HEALTH = re.compile(r"mlx5_core ([0-9a-f]{4}:[0-9a-f]{2}:[0-9a-f]{2}\.[0-7]):(?: \w+:\d+:\(pid \d+\):)? "
@@ -100,6 +105,11 @@ def parse_kernel_message(message: str) -> KernelEvent | None:
             if rated:
                 severity = "fatal" if rated.group(1) == "Fatal" else "nonfatal"
         return KernelEvent("xid", code, severity, text, normalize_pci(m.group(1)))
+    if "RmInitAdapter failed!" in message:
+        m = _RM_INIT.search(message)
+        if m:
+            return KernelEvent("gpu_init", None, "error", f"RmInitAdapter failed ({m.group(2)}): the driver could "
+                               "not initialize the GPU", normalize_pci(m.group(1)))
     if _OFF_BUS_TEXT in message and "NVRM: The NVIDIA GPU" in message:
         m = _OFF_BUS.search(message)
         if not m:

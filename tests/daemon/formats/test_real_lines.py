@@ -285,3 +285,16 @@ def test_an_mlx5_adapter_whose_firmware_stopped_fails_its_port():
     det = RuleDetector().fit()
     out = det.update(TickInput(5.0, resolved, pd.DataFrame(), pd.DataFrame()))
     assert [(e.entity, e.level, e.hard) for e in out] == [("n1/mlx5_0:1", State.FAILED, True)]
+
+
+def test_a_gpu_the_driver_could_not_initialize(ctx):
+    """NVIDIA/gpu-operator#1146: one GPU of a worker failing RmInitAdapter at every try: a gpu_init event each time
+    (the minor-number line after it is none), sub-healthy, not failed (a driver mismatch fails every GPU alike)."""
+    ev = read_all(TextLogReader(), QUOTED / "gpu-operator-1146.kern.log", ctx).events
+    assert list(ev["kind"]) == ["gpu_init", "gpu_init"] and set(ev["pci"]) == {"0000:0a:00"}
+    assert "0x24:0x72:1568" in ev["message"].iloc[0]
+    frame = ev.assign(entity="worker4/gpu5", pci=None)
+    out = RuleDetector().fit().update(TickInput(1000.0, frame, pd.DataFrame(), pd.DataFrame()))
+    assert {(e.entity, e.level, e.category, e.hard) for e in out} == {("worker4/gpu5", State.SUBHEALTHY, "gpu_bus",
+                                                                       False)}
+    assert RuleDetector(baseline=True).fit().update(TickInput(1000.0, frame, pd.DataFrame(), pd.DataFrame())) == []
