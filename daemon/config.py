@@ -18,6 +18,7 @@ from daemon.alerting.alert_pipeline import AlertingConfig
 from daemon.alerting.receivers import RECEIVERS
 from daemon.alerting.receivers.receiver import ReceiverConfig
 from daemon.alerting.routing import Route
+from daemon.shards import ShardSpec
 from daemon.alerting.runbooks import RUNBOOKS
 from daemon.alerting.secrets import SecretError, read_secret
 from daemon.store import DEFAULT_URL
@@ -105,6 +106,7 @@ class Config:
     http: HttpConfig = field(default_factory=HttpConfig)
     collectors: list[dict[str, Any]] = field(default_factory=list)
     repairs: RepairsConfig = field(default_factory=RepairsConfig)
+    shards: dict[str, ShardSpec] = field(default_factory=dict)  # [shards.NAME]: empty, one shard owns everything
 
 
 def _take(table: dict[str, Any], key: str, kind: type | tuple, where: str, default: Any = None) -> Any:
@@ -198,6 +200,7 @@ def parse(raw: dict[str, Any], path: Path | None = None) -> Config:
     _http(cfg, raw.pop("http", {}))
     _collectors(cfg, raw.pop("collectors", []))
     _repairs(cfg, raw.pop("repairs", {}))
+    _shards(cfg, raw.pop("shards", {}))
     _no_more(raw, "top level")
     return cfg
 
@@ -231,6 +234,34 @@ def _service(cfg: Config, sv: dict[str, Any]) -> None:
     if out.retrain_interval_s and not out.retrain_traces:
         raise ConfigError("service.retrain_traces: required when service.retrain_interval_s is set")
     _no_more(sv, "service")
+
+
+def _shards(cfg: Config, sh: dict[str, Any]) -> None:
+    """``[shards.NAME]`` tables: each shard's supernodes, racks and nodes (daemon/shards.py); none may be in two."""
+    if not isinstance(sh, dict):
+        raise ConfigError("shards: expected a table of [shards.NAME] tables")
+    seen: dict[tuple[str, str], str] = {}
+    for name, table in sh.items():
+        if not isinstance(table, dict):
+            raise ConfigError(f"shards.{name}: expected a table")
+        if not name or not all(c.isalnum() or c in "-_." for c in name):
+            raise ConfigError(f"shards.{name}: letters, digits, '-', '_' and '.' only")
+        table = dict(table)
+        parts = {}
+        for key in ("supernodes", "racks", "nodes"):
+            values = _take(table, key, list, f"shards.{name}", [])
+            for v in values:
+                if (key, str(v)) in seen:
+                    raise ConfigError(f"shards.{name}.{key}: {v!r} is in shards.{seen[key, str(v)]} too")
+                seen[key, str(v)] = name
+            parts[key] = frozenset(str(v) for v in values)
+        _no_more(table, f"shards.{name}")
+        if not any(parts.values()):
+            raise ConfigError(f"shards.{name}: names no supernode, rack or node")
+        cfg.shards[name] = ShardSpec(name, **parts)
+    if cfg.shards and cfg.service.shard not in cfg.shards:
+        raise ConfigError(f"service.shard: {cfg.service.shard!r} is not one of the [shards] "
+                          f"({', '.join(sorted(cfg.shards))})")
 
 
 def _repairs(cfg: Config, rp: dict[str, Any]) -> None:

@@ -166,17 +166,18 @@ class Pipeline:
             self.rules = next(d for d in self.detectors if isinstance(d, RuleDetector))
         return taken
 
-    def restore(self, store: Store) -> tuple[int, int]:
+    def restore(self, store: Store, owns: Callable[[str], bool] = lambda entity: True) -> tuple[int, int]:
         """Take up where an earlier daemon on this store stopped: its open incidents and non-healthy states.
 
         A restarted daemon then updates the incidents it had open (same ids, so no second alert or action)
         and a failed GPU stays failed until it is clean for as long as it would have had to be. Streaming
         feature and counter state comes from a warm state taken up before (:meth:`take_warm_state`), or warms up
         again from the next samples. Where a warm state's health says what the store says, the warm record
-        stays (its detectors remember why); where they differ the store is newer and wins. Returns
-        (incidents, entities) restored.
+        stays (its detectors remember why); where they differ the store is newer and wins. ``owns``: whether an
+        entity is this shard's (daemon/shards.py; the store is the cluster's). Returns (incidents, entities)
+        restored.
         """
-        rows = store.incidents("open")
+        rows = [r for r in store.incidents("open") if owns(r.entity)]
         category_of: dict[str, str] = {}
         for row in rows:
             inc = Incident(row.id, row.fingerprint, row.entity, row.kind, row.category, State.parse(row.severity),
@@ -185,7 +186,7 @@ class Pipeline:
             category_of.setdefault(row.entity, row.category)
         restored = 0
         n = self.config.health.enter_n
-        stored = {h.entity: h for h in store.health()}
+        stored = {h.entity: h for h in store.health() if owns(h.entity)}
         for entity, warm in list(self.health.entities.items()):  # flagged when the warm state was saved, no more
             row = stored.get(entity)
             if warm.state >= State.SUSPECT and (row is None or State.parse(row.state) == State.HEALTHY):

@@ -15,6 +15,7 @@ import time
 from daemon.actions import StoreJournal
 from daemon.config import Config
 from daemon.repairs import RepairBook
+from daemon.shards import Ownership
 from daemon.validation import Validator
 from daemon.store import IncidentRow, Store
 from daemon.topology import Topology
@@ -56,10 +57,11 @@ class Remediation:
 
     def __init__(self, cfg: Config, store: Store, scheduler: Scheduler | None, clock=time.time,
                  act_on: tuple[str, ...] = ("subhealthy", "failed", "unknown"), topology: Topology | None = None,
-                 repair_orders: bool = True):
+                 repair_orders: bool = True, ownership: Ownership | None = None):
         """``topology``: the service's (read once for all its parts); without it, the config's file is read.
         ``repair_orders``: open repair orders and validate repaired nodes (off: drained nodes return through the
-        recovery playbook alone, as the closed loop's world still has them do)."""
+        recovery playbook alone, as the closed loop's world still has them do). ``ownership``: the shard's part of
+        the cluster (daemon/shards.py; default: the config's shard); incidents of other shards are theirs."""
         if scheduler is None:
             scheduler = NoScheduler()
             if cfg.guards.mode == "act":
@@ -68,11 +70,13 @@ class Remediation:
         self.journal = StoreJournal(store)
         # Nodes the scheduler knows by another name than the telemetry's (topology.yaml scheduler_name).
         topology = topology if topology is not None else Topology.configured(cfg.service.topology)
+        self.ownership = ownership or Ownership.of(cfg.shards.get(cfg.service.shard), topology)
+        self.cursor = f"{CURSOR}:{self.ownership.shard}" if self.ownership.sharded else CURSOR
         self.scheduler_names: dict[str, str] = dict(topology.scheduler_name)
         self.repairs = RepairBook(store, topology, clock=clock)
         self.validator = Validator(self.repairs, scheduler, cfg.repairs, clock=clock,
                                    scheduler_names=self.scheduler_names, guards=cfg.guards,
-                                   breaker=self.journal.breaker)
+                                   breaker=self.journal.breaker, owns=self.ownership.owns)
         self.clock = clock
         self.act_on = act_on
         # Incidents already planned at the cursor's time: the cursor is inclusive (an incident updated at that
@@ -83,7 +87,7 @@ class Remediation:
         self._deferred: dict[str, IncidentRef] = {}
         racks = self._racks()
         self.engine = Engine(scheduler, self.journal, load(cfg.playbook_dirs), cfg.guards, clock=clock,
-                             rack_of=racks.get)
+                             rack_of=racks.get, owns=self.ownership.owns_entity)
         self.validator.rack_of = racks.get
         self._defer_unplanned()
         self._repairs_checked = not repair_orders
@@ -92,7 +96,7 @@ class Remediation:
     def _defer_unplanned(self) -> None:
         """After a restart: open incidents whose present severity has no action yet (it came while another
         action of theirs was open) are deferred again, not forgotten."""
-        rows = self.store.incidents("open")
+        rows = [r for r in self.store.incidents("open") if self.ownership.owns_entity(r.entity)]
         attrs = self.store.entity_attrs(r.entity for r in rows)
         for row in rows:
             if row.parent is None and row.severity in self.act_on:
@@ -110,10 +114,11 @@ class Remediation:
         """Plan actions for incidents changed since the cursor; returns how many were planned."""
         planned = 0
         now = self.clock()
-        cursor = self.store.incident_cursor(CURSOR)
+        cursor = self.store.incident_cursor(self.cursor)
         since = cursor if cursor is not None else float("-inf")
         rows = [r for r in self.store.incidents_updated_since(since)
-                if not (r.updated_at == since and _version(r) in self._seen_at_cursor)]
+                if not (r.updated_at == since and _version(r) in self._seen_at_cursor)
+                and self.ownership.owns_entity(r.entity)]
         if not rows:  # the usual tick: read nothing else
             return self._planned_deferred() if self._deferred else 0
         attrs = self.store.entity_attrs(r.entity for r in rows)
@@ -144,7 +149,7 @@ class Remediation:
                 planned += self.engine.submit(ref, state) is not None
         planned += self._planned_deferred(state)
         last = max(r.updated_at for r in rows)
-        self.store.save_incident_cursor(CURSOR, last)
+        self.store.save_incident_cursor(self.cursor, last)
         self._seen_at_cursor = {_version(r) for r in rows if r.updated_at == last} | (
             self._seen_at_cursor if last == since else set())
         return planned

@@ -50,6 +50,7 @@ from daemon.pipeline import Pipeline, PipelineConfig
 from daemon.rejects import RejectLog
 from daemon.remediation import Remediation, scheduler_from_config
 from daemon.sdnotify import Notifier
+from daemon.shards import ALERTS_LEASE, Ownership
 from daemon.store import Store
 from daemon.topology import Topology
 from daemon import warmstate
@@ -81,6 +82,9 @@ class Service:
         self.notifier = notifier or Notifier()
         self.store = Store(cfg.store_url)
         self.lease = Lease(self.store, shard_lease(cfg.service.shard), ttl_s=cfg.service.lease_ttl)
+        # a sharded cluster's alert pipeline runs in one instance of any shard (daemon/shards.py)
+        self.alert_lease = Lease(self.store, ALERTS_LEASE, ttl_s=max(cfg.service.lease_ttl,
+                                                                     3 * cfg.service.alert_interval_s))
         self.active = False
         # One lock per job kind, so that alert delivery and playbook steps never wait for a collection; a
         # reload takes all three (in this order) before it swaps what the jobs use.
@@ -113,17 +117,19 @@ class Service:
 
             model = ModelBundle.load(cfg.service.model)
         collectors: list[Collector] = build(cfg.collectors, ctx)
+        ownership = Ownership.of(cfg.shards.get(cfg.service.shard), topology)
         try:
             pipeline = Pipeline(mapper, PipelineConfig(interval_s=cfg.service.interval_s, model=model), self.store)
             scheduler = scheduler_from_config(cfg)
-            remediation = Remediation(cfg, self.store, scheduler, clock=self.clock, topology=topology)
+            remediation = Remediation(cfg, self.store, scheduler, clock=self.clock, topology=topology,
+                                      ownership=ownership)
             alerting = Alerting.from_config(cfg, self.store, scheduler, topology)
         except Exception:
             for c in collectors:
                 c.close()
             raise
         old_pool = getattr(self, "_pool", None)
-        self.ctx, self.collectors, self.pipeline = ctx, collectors, pipeline
+        self.ctx, self.collectors, self.pipeline, self.ownership = ctx, collectors, pipeline, ownership
         self.remediation, self.alerting = remediation, alerting
         self._pool = ThreadPoolExecutor(max_workers=max(1, len(collectors)), thread_name_prefix="collect")
         if old_pool is not None:
@@ -135,7 +141,7 @@ class Service:
         sv = self.cfg.service
         warmstate.load(self.store, sv.shard, self.pipeline, self.clock(), sv.warm_state_max_age_s)
         self.warm_saved_at = self.clock()
-        incidents, states = self.pipeline.restore(self.store)
+        incidents, states = self.pipeline.restore(self.store, self.ownership.owns_entity)
         _, self.repairs_seen = repaired_nodes(self.store, 0)  # earlier repairs: the features start afresh anyway
         for c in self.collectors:
             c.restore(self.store.collector_state(c.name))
@@ -173,7 +179,7 @@ class Service:
                 batch, outcome = fut.result()
                 outcomes[name] = outcome
                 batches.append(batch)
-            batch = merge_batches(batches)
+            batch = self.ownership.keep(merge_batches(batches))  # a shard keeps its own nodes' telemetry
             batch, late = self._drop_late(batch)
             states = {c.name: dict(c.state) for c in self.collectors if c.state}
             repaired, self.repairs_seen = repaired_nodes(self.store, self.repairs_seen)
@@ -293,8 +299,18 @@ class Service:
         metrics.REPAIR_TIME.set(3600.0 * month.mttr_h if month.mttr_h is not None else float("nan"))
 
     def alerts(self) -> dict[str, int] | None:
+        """Incidents to notifications and deliveries: the shard's holder, or, in a sharded cluster, whichever
+        instance holds the cluster's alert lease (one alert pipeline for the cluster: nothing told twice)."""
         with self.alert_lock:
-            if not self.lease.held():
+            if self.ownership.sharded:
+                try:
+                    held = self.alert_lease.acquire()
+                except Exception as exc:
+                    log.error("cannot renew the alert lease: %s", exc)
+                    held = False
+            else:
+                held = self.lease.held()
+            if not held:
                 return None
             return self.alerting.step(self.clock())
 
@@ -396,7 +412,7 @@ class Service:
                 if self.previous_tick is not None:  # what the detectors learned goes on, unless detection changed
                     warmstate.take_up(self.pipeline, warmstate.capture(old_pipeline, self.previous_tick),
                                       self.previous_tick, cfg.service.warm_state_max_age_s, "reload")
-                self.pipeline.restore(self.store)
+                self.pipeline.restore(self.store, self.ownership.owns_entity)
             self.cfg = cfg
             self._schedule_jobs()
         metrics.RELOADS.labels("applied").inc()
@@ -438,11 +454,14 @@ class Service:
             if self.previous_tick is not None and self.cfg.service.warm_state_interval_s:
                 warmstate.save(self.store, self.cfg.service.shard, self.pipeline, self.previous_tick)
             try:
-                self.alerting.step(self.clock())
+                if not self.ownership.sharded or self.alert_lease.held():
+                    self.alerting.step(self.clock())
             except Exception:
                 log.exception("final alert delivery failed")
             try:
                 self.lease.release()
+                if self.ownership.sharded and self.alert_lease.held():
+                    self.alert_lease.release()
             except Exception:
                 log.exception("could not release the lease")
         for c in self.collectors:

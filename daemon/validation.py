@@ -44,7 +44,7 @@ class Validator:
 
     def __init__(self, book: RepairBook, scheduler: Scheduler, cfg: RepairsConfig, clock=time.time,
                  scheduler_names: dict[str, str] | None = None, guards: Guards | None = None,
-                 rack_of=lambda node: None, breaker=lambda: None):
+                 rack_of=lambda node: None, breaker=lambda: None, owns=lambda node: True):
         self.book = book
         self.scheduler = scheduler
         self.cfg = cfg
@@ -53,6 +53,7 @@ class Validator:
         self.guards = guards or Guards()
         self.rack_of = rack_of
         self.breaker = breaker  # the circuit breaker's reason when tripped: no new idle check then
+        self.owns = owns  # whether a node (its telemetry name) is this shard's to validate and check
         self._looked_for_idle = float("-inf")
 
     def step(self) -> dict[str, int]:
@@ -61,7 +62,8 @@ class Validator:
             return {}
         by_node: dict[str, list[RepairOrderRow]] = {}
         for order in self.book.orders():
-            by_node.setdefault(order.node, []).append(order)
+            if self.owns(order.node):
+                by_node.setdefault(order.node, []).append(order)
         out = {"validations_started": 0, "validations_passed": 0, "validations_failed": 0}
         for node, orders in by_node.items():
             states = {o.state for o in orders}
@@ -155,7 +157,8 @@ class Validator:
         longest unchecked first."""
         due = []
         for name, info in state.nodes.items():
-            if not info.available or IDLE not in info.states or state.jobs_on(name):
+            if not info.available or IDLE not in info.states or state.jobs_on(name) or \
+                    not self.owns(self._telemetry_name(name)):
                 continue
             row = known.get(name)
             if row is not None and (row.status == "running" or (row.checked_at or row.started_at) >

@@ -134,13 +134,17 @@ class Engine:
     """Plans actions for incidents and advances them step by step."""
 
     def __init__(self, scheduler: Scheduler, journal: Journal, playbooks: list[Playbook], guards: Guards | None = None,
-                 clock: Callable[[], float] = time.time, rack_of: Callable[[str], str | None] = lambda n: None):
+                 clock: Callable[[], float] = time.time, rack_of: Callable[[str], str | None] = lambda n: None,
+                 owns: Callable[[str], bool] = lambda entity: True):
+        """``owns``: whether an incident's entity is this engine's to act on (a shard's: daemon/shards.py); the
+        journal is the cluster's, the actions of other shards' incidents are theirs."""
         self.scheduler = scheduler
         self.journal = journal
         self.playbooks = playbooks
         self.guards = guards or Guards()
         self.clock = clock
         self.rack_of = rack_of
+        self.owns = owns
         self._verified: set[str] = set()
 
     # -- planning ------------------------------------------------------------------------------
@@ -203,7 +207,7 @@ class Engine:
         touched = []
         self._state: ClusterState | None = None
         for action in self.journal.open_actions():
-            if action.status == "awaiting_approval":
+            if action.status == "awaiting_approval" or not self.owns(action.incident.entity):
                 continue
             if self._state is None:
                 self._state = self.scheduler.snapshot()

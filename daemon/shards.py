@@ -1,0 +1,78 @@
+"""Shards by topology (issue 27): the part of the cluster one raswarden watches and acts for.
+
+A cluster too big for one management node is split by its topology: each ``[shards.NAME]`` names the supernodes,
+racks or nodes it owns, and ``service.shard`` says which one an instance serves (any management node can run any
+shard; the shard's lease says which does, and a standby takes over a shard whose holder stops renewing it). A
+shard's collectors keep only its nodes' telemetry, its pipeline restores only its incidents and states, its
+playbooks act only on its incidents, each from a cursor of its own. What is the cluster's stays one: the
+blast-radius budget (``Store.cluster_lock``), the circuit breaker and the journal (the store's), and the alerts (one
+alert pipeline for the whole cluster, run by the instance that holds the lease ``alerts``: grouping, inhibition and
+silences as the cluster sees them, nothing told twice).
+
+Without ``[shards]`` one shard owns everything, as before.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+
+from daemon.topology import Topology
+
+ALERTS_LEASE = "alerts"  # the cluster's alert pipeline, when the cluster is sharded
+
+
+@dataclass(frozen=True)
+class ShardSpec:
+    """``[shards.NAME]``: what one shard owns."""
+
+    name: str
+    supernodes: frozenset[str] = frozenset()
+    racks: frozenset[str] = frozenset()
+    nodes: frozenset[str] = frozenset()
+
+
+@dataclass
+class Ownership:
+    """The nodes this instance's shard owns (every node when the cluster is not sharded)."""
+
+    shard: str = "default"
+    nodes: frozenset[str] | None = None  # None: all
+    racks: frozenset[str] = field(default_factory=frozenset)  # racks with a node of this shard
+
+    @classmethod
+    def of(cls, spec: ShardSpec | None, topology: Topology) -> Ownership:
+        """The nodes ``spec`` names through ``topology`` (None: not sharded)."""
+        if spec is None:
+            return cls()
+        nodes = {n for n, rack in topology.node_rack.items()
+                 if rack in spec.racks or topology.rack_supernode.get(rack) in spec.supernodes}
+        nodes |= spec.nodes
+        racks = frozenset(r for n in nodes if (r := topology.node_rack.get(n)) is not None)
+        return cls(spec.name, frozenset(nodes), racks)
+
+    @property
+    def sharded(self) -> bool:
+        return self.nodes is not None
+
+    def owns(self, node: str) -> bool:
+        return self.nodes is None or node in self.nodes
+
+    def owns_entity(self, entity: str) -> bool:
+        """An incident's or a state's entity: a node and its parts by the node, a rack by the rack (a rack split
+        between shards, by node lists, is judged by each shard for its own nodes: shard by racks or supernodes)."""
+        return self.nodes is None or entity.split("/", 1)[0] in self.nodes or entity in self.racks
+
+    def keep(self, batch):
+        """The part of a batch that is this shard's: samples and events of its nodes (and their parts)."""
+        if self.nodes is None:
+            return batch
+        from daemon.batch import Batch
+
+        out = Batch()
+        if len(batch.samples):
+            node = batch.samples["entity"].astype(str).str.split("/", n=1).str[0]
+            out.samples = batch.samples[node.isin(self.nodes).to_numpy()].reset_index(drop=True)
+        if len(batch.events):
+            node = batch.events["entity"].astype(str).str.split("/", n=1).str[0]
+            out.events = batch.events[node.isin(self.nodes).to_numpy()].reset_index(drop=True)
+        return out

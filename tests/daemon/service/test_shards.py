@@ -1,0 +1,75 @@
+"""Shards by topology (issue 27, daemon/shards.py): two instances serving two shards of one live supernode on one
+store each keep, restore and act on their own nodes only, and the cluster's alert pipeline runs in one of them."""
+
+from __future__ import annotations
+
+import pytest
+
+from daemon.config import ConfigError, load
+from daemon.service import Service
+from tests.daemon.service.test_service import until
+
+SHARDS = '''
+[shards.a]
+nodes = ["sn01-b01"]
+[shards.b]
+nodes = ["sn01-b02"]
+'''
+
+
+def test_two_shards_split_the_nodes_and_the_alerts_run_once(live):
+    a = Service(load(live.config("a.toml", extra=SHARDS, service_extra='shard = "a"')))
+    b = Service(load(live.config("b.toml", extra=SHARDS, service_extra='shard = "b"')))
+    try:
+        assert a.cycle() is not None and b.cycle() is not None and a.active and b.active  # a lease each
+
+        def gpu5_failed():
+            a.cycle()
+            b.cycle()
+            h = b.pipeline.health.entities.get("sn01-b02/gpu5")
+            return h is not None and h.state.label == "failed"
+
+        until(gpu5_failed)
+        nodes_of = {s: {e.split("/", 1)[0] for e in svc.pipeline.known_entities} for s, svc in (("a", a), ("b", b))}
+        assert nodes_of == {"a": {"sn01-b01"}, "b": {"sn01-b02"}}  # each reads only its own nodes' telemetry
+        assert not [i for i in a.pipeline.incidents.open.values() if i.entity.startswith("sn01-b02")]
+        mine = [i.entity for i in b.pipeline.incidents.open.values()]
+        assert "sn01-b02/gpu5" in mine or "sn01-b02" in mine
+        # the cluster's alert pipeline: one of them, not both
+        told = [svc.alerts() is not None for svc in (a, b)]
+        assert told.count(True) == 1
+        assert [svc.alerts() is not None for svc in (a, b)] == told  # and it stays with that one
+        # playbooks: each from its own cursor, each on its own incidents
+        a.playbooks()
+        b.playbooks()
+        assert b.store.incident_cursor("playbooks:b") is not None  # b read its incidents from its own cursor
+        assert a.store.incident_cursor("playbooks:a") is None  # a had none to read (b's are not a's)
+        assert a.store.incident_cursor("playbooks") is None
+        assert not [x for x in a.remediation.journal.actions() if x.incident.entity.startswith("sn01-b01")]
+    finally:
+        a.stop()
+    again = Service(load(live.config("a2.toml", extra=SHARDS, service_extra='shard = "a"')))
+    try:
+        assert again.cycle() is not None
+        assert not [i for i in again.pipeline.incidents.open.values() if i.entity.startswith("sn01-b02")]
+        assert not [e for e in again.pipeline.health.entities if e.startswith("sn01-b02")]  # b's, not restored
+        assert [svc.alerts() is not None for svc in (again, b)].count(True) == 1  # a let go of it at its stop
+    finally:
+        again.stop()
+        b.stop()
+
+
+def test_a_shard_config_that_cannot_be_right_is_refused(tmp_path):
+    base = '[store]\nurl = "sqlite://"\n[service]\nshard = "%s"\n'
+    cases = {
+        ("a", '[shards.a]\nracks = ["r01"]\n[shards.b]\nracks = ["r01"]\n'): "'r01' is in shards.a too",
+        ("c", '[shards.a]\nracks = ["r01"]\n'): "'c' is not one of the [shards] (a)",
+        ("a", '[shards.a]\n'): "names no supernode, rack or node",
+        ("a", '[shards.a]\nrack = ["r01"]\n'): "rack",
+    }
+    for (shard, text), why in cases.items():
+        path = tmp_path / "c.toml"
+        path.write_text(base % shard + text)
+        with pytest.raises(ConfigError, match=why.replace("[", r"\[").replace("]", r"\]").replace("(", r"\(")
+                           .replace(")", r"\)")):
+            load(path)
