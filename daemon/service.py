@@ -110,14 +110,14 @@ class Service:
         a config that fails half-way leaves the running parts as they were."""
         topology = Topology.configured(cfg.service.topology)
         mapper = SeriesMapper(topology=topology, rejects=RejectLog())
-        ctx = ReadContext(mapper=mapper)
+        ownership = Ownership.of(cfg.shards.get(cfg.service.shard), topology)
+        ctx = ReadContext(mapper=mapper, owns_node=ownership.owns if ownership.sharded else None)
         model = None
         if cfg.service.model:
             from detectors.bundle import ModelBundle
 
             model = ModelBundle.load(cfg.service.model)
         collectors: list[Collector] = build(cfg.collectors, ctx)
-        ownership = Ownership.of(cfg.shards.get(cfg.service.shard), topology)
         try:
             pipeline = Pipeline(mapper, PipelineConfig(interval_s=cfg.service.interval_s, model=model), self.store)
             scheduler = scheduler_from_config(cfg)

@@ -26,6 +26,7 @@ from daemon.batch import Batch
 from daemon.collectors.collector import Collector, Outcome
 from daemon.formats.reader import ReadContext
 from daemon.formats.openmetrics import parse_scrape_arrays, samples_frame
+from daemon.naming import host_of_instance
 
 ACCEPT = "text/plain;version=0.0.4;q=1,*/*;q=0.1"
 Arrays = tuple[np.ndarray, np.ndarray, np.ndarray]  # series id, timestamp, value
@@ -139,9 +140,17 @@ class ExpositionCollector(Collector):
         """One answer as (series id, ts, value) arrays (a subclass may rewrite the body first)."""
         return parse_scrape_arrays(body, self._contexts[target], self._caches.setdefault(target, {}), url, now)
 
+    def mine(self, target: str) -> bool:
+        """Whether ``target`` is this shard's to scrape: its address names a node the shard owns (a target whose
+        node the topology cannot tell is scraped, and what it serves is kept or dropped by its series' nodes)."""
+        if self.ctx.owns_node is None:
+            return True
+        node = self.ctx.mapper.topology.resolve_host(host_of_instance(instance_of(target)))
+        return node is None or self.ctx.owns_node(node)
+
     def collect(self, now: float) -> tuple[Batch, Outcome]:
         outcome = Outcome()
-        targets = self.all_targets(outcome.errors)
+        targets = [t for t in self.all_targets(outcome.errors) if self.mine(t[0])]
         outcome.targets_total = len(targets)
         results = list(self._pool.map(lambda tl: (tl[0], *self._scrape(tl[0], tl[1], now)), targets))
         parts = []

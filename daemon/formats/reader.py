@@ -7,7 +7,7 @@ import io
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import IO, Protocol
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator
 
 from daemon.batch import Batch
 from daemon.naming import SeriesMapper
@@ -31,6 +31,9 @@ class ReadContext:
     #: ``(since, until]``: only rows stamped in it are wanted (a part of a long trace); a reader may skip what its
     #: own index puts outside it unread (Parquet row groups by their statistics), and replay drops the rest
     window: tuple[float, float] | None = None
+    #: the nodes of this instance's shard (daemon/shards.py; None: every node): a collector that can tell a target's
+    #: node before reading it leaves other shards' targets alone
+    owns_node: Callable[[str], bool] | None = None
 
     def extend_span(self, lo: float, hi: float) -> None:
         """Widen :attr:`span` to take in ``[lo, hi]``."""

@@ -32,6 +32,8 @@ def test_two_shards_split_the_nodes_and_the_alerts_run_once(live):
         until(gpu5_failed)
         nodes_of = {s: {e.split("/", 1)[0] for e in svc.pipeline.known_entities} for s, svc in (("a", a), ("b", b))}
         assert nodes_of == {"a": {"sn01-b01"}, "b": {"sn01-b02"}}  # each reads only its own nodes' telemetry
+        scraped = {s: svc.last.outcomes["exporters"] for s, svc in (("a", a), ("b", b))}
+        assert {s: (o.targets_total, o.targets_up) for s, o in scraped.items()} == {"a": (2, 2), "b": (2, 2)}
         assert not [i for i in a.pipeline.incidents.open.values() if i.entity.startswith("sn01-b02")]
         mine = [i.entity for i in b.pipeline.incidents.open.values()]
         assert "sn01-b02/gpu5" in mine or "sn01-b02" in mine
