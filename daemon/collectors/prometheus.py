@@ -5,7 +5,9 @@ One management node cannot scrape 100,000 accelerators' exporters every 15 s by 
 per name table (``{__name__=~"DCGM_FI_DEV_GPU_TEMP|..."}``), so every metric raswarden reads comes in a
 few requests. Each result keeps its own sample timestamp; a series whose timestamp did not move since the
 last query (Prometheus has not scraped it again) is not read twice. Answers are streamed with ijson, so a
-large fleet's answer is never held as one Python object tree.
+large fleet's answer is never held as one Python object tree. ``matchers`` adds label matchers to every default
+selector: a shard's instance asks only for its own part of the cluster (``supernode="sn01"``, or an ``instance``
+regular expression), so no shard reads the whole cluster's answer.
 """
 
 from __future__ import annotations
@@ -28,27 +30,32 @@ from daemon.formats.openmetrics import samples_frame
 FORMAT = "promql"
 
 
-def default_queries(rules) -> list[str]:
-    """One selector per family of source metrics the name tables know (dcgm-exporter, node_exporter, ...)."""
+def default_queries(rules, matchers: str = "") -> list[str]:
+    """One selector per family of source metrics the name tables know (dcgm-exporter, node_exporter, ...), each
+    with ``matchers`` (label matchers, e.g. a shard's ``supernode="sn01"``) when given."""
     groups: dict[str, list[str]] = {}
     for name in sorted(rules):
         prefix = name.split("_", 1)[0]
         groups.setdefault(prefix, []).append(name)
-    return ['{__name__=~"' + "|".join(names) + '"}' for _, names in sorted(groups.items())]
+    extra = f", {matchers}" if matchers else ""
+    return ['{__name__=~"' + "|".join(names) + '"' + extra + "}" for _, names in sorted(groups.items())]
 
 
 class PrometheusCollector(Collector):
     """PromQL instant queries; see the module docstring."""
 
     kind: ClassVar[str] = "prometheus"
-    options: ClassVar[dict[str, Any]] = {"url": "", "queries": [], "timeout_s": 20.0, "bearer_token_file": "",
-                                         "bearer_token_credential": ""}
+    options: ClassVar[dict[str, Any]] = {"url": "", "queries": [], "matchers": "", "timeout_s": 20.0,
+                                         "bearer_token_file": "", "bearer_token_credential": ""}
 
     def __init__(self, name: str, ctx: ReadContext, **options: Any):
         super().__init__(name, ctx, **options)
         if not self.url:
             raise ValueError("url: required (the Prometheus server, e.g. http://prometheus:9090)")
-        self.queries = list(self.queries) or default_queries(ctx.mapper.rules)
+        if self.matchers and self.queries:
+            raise ValueError("matchers: only for the default queries (put them in your own queries instead)")
+        # a shard asks only for its own nodes' series: matchers such as supernode="sn01" (daemon/shards.py)
+        self.queries = list(self.queries) or default_queries(ctx.mapper.rules, str(self.matchers))
         self._sid: dict[tuple, int] = {}
         self._last_ts: dict[int, float] = {}
         self._token: str | None = None

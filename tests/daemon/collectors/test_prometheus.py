@@ -65,6 +65,14 @@ def test_instant_queries_name_entities_and_skip_unchanged_samples(prometheus):
     for e, m, t in zip(again.samples["entity"], again.samples["metric"], again.samples["ts"]):
         assert t > first.get((e, m), 0), "a sample was read twice"  # only series Prometheus scraped anew
     assert c.probe() is None
+    # a shard's instance asks for its own nodes only: here sn01-b01's exporters, by their address
+    matcher = 'instance=~"127[.]1[.]0[.]1:.*"'
+    mine = PrometheusCollector("shard", ReadContext(mapper=mapper), url=url, matchers=matcher)
+    assert all(q.endswith(f", {matcher}}}") for q in mine.queries)
+    batch, outcome = mine.collect(time.time())
+    assert outcome.ok and {e.split("/", 1)[0] for e in batch.samples["entity"]} == {"sn01-b01"}
+    with pytest.raises(ValueError, match="matchers: only for the default queries"):
+        PrometheusCollector("both", ReadContext(mapper=mapper), url=url, queries=["up"], matchers='job="x"')
 
 
 def test_a_dead_server_is_a_collection_error():
