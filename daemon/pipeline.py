@@ -213,14 +213,15 @@ class Pipeline:
             detector.restore(flagged)
         return len(rows), restored
 
-    def forget(self, node: str) -> None:
-        """The node's parts were replaced (an operator says it was repaired): the features and every
-        detector drop what they remember of its entities, so the new parts are judged on their own telemetry.
-        Health follows from the next ticks' evidence, through the usual hysteresis."""
+    def forget(self, scope: str) -> None:
+        """Parts were replaced: a node's (an operator says it was repaired) or one (a GPU with a new identity in its
+        slot). The features and every detector drop what they remember of the entities in ``scope``, so the new
+        parts are judged on their own telemetry and their neighbours keep their records. Health follows from the
+        next ticks' evidence, through the usual hysteresis."""
         if self.features is not None:
-            self.features.forget(node)
+            self.features.forget(scope)
         for detector in self.detectors:
-            detector.forget(node)
+            detector.forget(scope)
 
     def tick(self, now: float, batch: Batch, collector_state: dict[str, dict] | None = None) -> TickResult:
         """Process the batch of tick ``(now - interval, now]``.
@@ -291,7 +292,7 @@ class Pipeline:
         for entity, old, new in self.store.note_identities(seen):
             log.warning("%s was replaced: %s, now %s; its detectors start afresh", entity, old, new)
             metrics.PARTS_REPLACED.inc()
-            self.forget(node_of(entity))
+            self.forget(entity)  # that part alone: its neighbours keep their records
 
     # ------------------------------------------------------------------------------------------
     def _split(self, samples: pd.DataFrame) -> tuple[pd.DataFrame, pd.DataFrame, pd.DataFrame]:

@@ -74,8 +74,9 @@ class Detector(Protocol):
         """Fold one tick in; the evidence of this tick."""
         ...
 
-    def forget(self, node: str) -> None:
-        """Drop what is remembered of the node's entities: its parts were replaced."""
+    def forget(self, scope: str) -> None:
+        """Drop what is remembered of the entities in ``scope`` (:func:`detectors.schema.within`): a node whose parts
+        were replaced, or one part (a GPU replaced in its slot: its neighbours keep their records)."""
         ...
 
     def restore(self, flagged: set[str]) -> None:

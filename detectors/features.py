@@ -206,11 +206,11 @@ class FeatureState:
         self.frames = {kind: self._frame(now, st) for kind, st in self.kinds.items()}
         return self.frames
 
-    def forget(self, node: str) -> None:
-        """Drop what the state remembers of the node's entities (its parts were replaced): their rates,
-        levels, baselines and event counts start again from their next samples."""
+    def forget(self, scope: str) -> None:
+        """Drop what the state remembers of the entities in ``scope`` (a node's or one part's: replaced): their
+        rates, levels, baselines and event counts start again from their next samples."""
         for st in self.kinds.values():
-            rows = st.index.rows_of_node(node)
+            rows = st.index.rows_within(scope)
             if not len(rows):
                 continue
             for a in (st.rates, st.counter_seen, st.fast, st.slow, st.gauge_seen, st.peer, st.peer_base,

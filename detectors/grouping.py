@@ -48,6 +48,10 @@ class RowIndex:
         """Rows of the node's own entities (``node`` and ``node/...``)."""
         return np.flatnonzero([node_of(k) == node for k in self.keys])
 
+    def rows_within(self, scope: str) -> np.ndarray:
+        """Rows of the entities in ``scope``: a node's (all of them) or one part's."""
+        return self.rows_of_node(scope) if "/" not in scope else np.flatnonzero(self.keys == scope)
+
     def lookup(self, keys: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
         """Rows of ``keys`` and the keys that were new (already given their rows)."""
         last = self._last

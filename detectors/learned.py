@@ -20,7 +20,7 @@ from threadpoolctl import ThreadpoolController
 from detectors.evaluation import Fault
 from detectors.features import FEATURES, RATE_HORIZONS, FeatureFrame
 from detectors.contract import Evidence, TickInput
-from detectors.schema import State, node_of
+from detectors.schema import State, within
 
 # Feature name fragments -> (category, words); the first match wins.
 _WORDS = (
@@ -236,9 +236,9 @@ class Persistence:
             if e in self.above:
                 self._forget(e)
 
-    def forget_node(self, node: str) -> None:
-        """Drop the run lengths and evidence of the node's entities."""
-        for e in [e for e in self.above if node_of(e) == node]:
+    def forget_within(self, scope: str) -> None:
+        """Drop the run lengths and evidence of the entities in ``scope`` (a node's or one part's)."""
+        for e in [e for e in self.above if within(e, scope)]:
             self._forget(e)
 
     def _forget(self, e: str) -> None:
@@ -364,11 +364,11 @@ class LearnedDetector(ABC):
         states until they are clean for as long as they must be."""
         return None  # a deliberate no-op of the contract, not an abstract method
 
-    def forget(self, node: str) -> None:
-        """Drop the node's run lengths above the threshold (its parts were replaced; the features it is
+    def forget(self, scope: str) -> None:
+        """Drop the run lengths above the threshold of the entities in ``scope`` (replaced; the features they are
         scored on forget their past in :meth:`detectors.features.FeatureState.forget`)."""
         if hasattr(self, "_persist"):
-            self._persist.forget_node(node)
+            self._persist.forget_within(scope)
 
     def update(self, tick: TickInput) -> list[Evidence]:
         self._start()

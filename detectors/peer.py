@@ -160,11 +160,11 @@ class PeerDeviation:
         """Nothing to restore: residuals and baselines warm up again from the next samples, and health keeps a
         restarted daemon's states until they are clean for as long as they must be."""
 
-    def forget(self, node: str) -> None:
-        """Drop the node's smoothed residuals and own baselines (its parts were replaced)."""
+    def forget(self, scope: str) -> None:
+        """Drop the smoothed residuals and own baselines of the GPUs in ``scope`` (a node's or one: replaced)."""
         if not hasattr(self, "_rows"):
             return
-        rows = self._rows.index.rows_of_node(node)
+        rows = self._rows.index.rows_within(scope)
         for e in (*self._smooth.values(), *self._level.values(), *self._own.values()):
             e.value[rows], e.at[rows] = np.nan, np.nan
         for m in self._hot:

@@ -44,7 +44,7 @@ import pandas as pd
 
 from detectors.contract import Evidence, TickInput
 from detectors.counters import DecayingCount
-from detectors.schema import State, entity_kind, name_codes, names_in, node_of
+from detectors.schema import State, entity_kind, name_codes, names_in, node_of, within
 from detectors.vendor_events import Verdict, amdgpu_verdict, ascend_verdict, load_ascend_catalog
 
 _PID = re.compile(r"pid=('?[^,]*'?)")
@@ -157,18 +157,18 @@ class RuleDetector:
     def _latch(self, ev: Evidence, until: float, tag: str = "") -> None:
         self._latches[ev.entity].append((until, ev, tag))
 
-    def forget(self, node: str) -> None:
-        """Drop the node's latched evidence and event counts (its parts were replaced)."""
+    def forget(self, scope: str) -> None:
+        """Drop the latched evidence and event counts of the entities in ``scope`` (a node's or one part's)."""
         if not hasattr(self, "catalog_"):
             return
-        for entity in [e for e in (*self._latches, *self._app_xids, *self._aer_minute) if node_of(e) == node]:
+        for entity in [e for e in (*self._latches, *self._app_xids, *self._aer_minute) if within(e, scope)]:
             self._latches.pop(entity, None)
             self._app_xids.pop(entity, None)
             self._aer_minute.pop(entity, None)
-        for key in [k for k, (_, e) in self._hot.items() if node_of(e) == node]:
+        for key in [k for k, (_, e) in self._hot.items() if within(e, scope)]:
             del self._hot[key]
         for counts in (self._hourly, self._daily):  # keys are "what|entity"
-            counts.drop(lambda key: node_of(key.rsplit("|", 1)[-1]) == node)
+            counts.drop(lambda key: within(key.rsplit("|", 1)[-1], scope))
 
     def restore(self, flagged: set[str]) -> None:
         """Nothing to restore: hard facts come again with the next events and levels, and health keeps a restarted

@@ -74,6 +74,11 @@ def node_of(entity: str) -> str:
     return entity.split("/", 1)[0]
 
 
+def within(entity: str, scope: str) -> bool:
+    """Whether ``entity`` is in ``scope``: a node (the node and all its parts) or one part (that part alone)."""
+    return entity == scope or ("/" not in scope and node_of(entity) == scope)
+
+
 def name_codes(column: pd.Series) -> tuple[np.ndarray, np.ndarray]:
     """Integer codes and their names for a name column (``entity``, ``metric``): a categorical's own codes,
     or a plain column factorized. Codes index the names; rows compare as integers, not strings."""

@@ -58,7 +58,7 @@ from scipy.special import gammainc, gammaln
 from scipy.stats import binom
 
 from detectors.contract import Evidence, TickInput
-from detectors.schema import State, entity_kind, name_codes, names_in, node_of
+from detectors.schema import State, entity_kind, name_codes, names_in, within
 
 LOGGED_AER = "aer_corrected_logged"
 
@@ -227,14 +227,14 @@ class TrendDetector:
             self.fit()
         self._flagged_before.update(flagged)
 
-    def forget(self, node: str) -> None:
-        """Drop the node's episodes, history and alarms (its parts were replaced)."""
+    def forget(self, scope: str) -> None:
+        """Drop the episodes, history and alarms of the entities in ``scope`` (a node's or one part's: replaced)."""
         if not hasattr(self, "_series"):
             return
         for d in (self._series, self._alarm, self._baseline, self._size_baseline):
-            for key in [k for k in d if node_of(k[0]) == node]:
+            for key in [k for k in d if within(k[0], scope)]:
                 del d[key]
-        self._flagged_before = {e for e in self._flagged_before if node_of(e) != node}
+        self._flagged_before = {e for e in self._flagged_before if not within(e, scope)}
 
     # -- per tick ---------------------------------------------------------------------------------
     def update(self, tick: TickInput) -> list[Evidence]:

@@ -176,8 +176,18 @@ def test_a_gpu_replaced_in_its_slot_starts_afresh_and_its_old_identity_is_kept(t
     (trace / "dcgm.om").write_text("\n".join(lines) + "\n")
     before = metrics.PARTS_REPLACED._value.get()
     db = f"sqlite:///{tmp_path / 'rw.db'}"
-    run([trace], db_url=db)
+    forgotten: list[str] = []
+
+    def watch(pipeline) -> None:
+        plain = pipeline.forget
+        pipeline.forget = lambda scope: (forgotten.append(scope), plain(scope))
+
+    _, result = run([trace], db_url=db, on_start=watch)
     assert metrics.PARTS_REPLACED._value.get() - before == 1
+    assert forgotten == ["sn01-b01/gpu1"]  # that slot alone: gpu0 keeps what the detectors learned of it
+    peer = next(d for d in result.pipeline.detectors if d.name == "peer")
+    rows = peer._rows.index.rows_within("sn01-b01/gpu0")
+    assert len(rows) == 1
     store = Store(db)
     with store.session() as s:
         gpu1, gpu0 = s.get(EntityRow, "sn01-b01/gpu1").attrs, s.get(EntityRow, "sn01-b01/gpu0").attrs

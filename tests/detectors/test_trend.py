@@ -265,3 +265,20 @@ def test_a_saturated_part_is_judged_by_its_episodes_sizes():
     assert flagged is not None and 24 * 3600 < flagged < budget_at - 1800, (flagged, budget_at)
     unsized = first_flag(min_size_record=10**9)
     assert unsized is None or unsized > flagged + 3600, (unsized, flagged)
+
+
+def test_forgetting_one_replaced_part_keeps_its_neighbours_records():
+    """A GPU replaced in its slot starts afresh; the other GPUs of its node keep their episodes and records (the
+    node's whole forgetting is for a node repaired as a whole)."""
+    det = TrendDetector().fit()
+    quiet = [f"q{k}/gpu0" for k in range(98)]
+    for k in range(12):
+        inc = pd.DataFrame({"entity": ["n1/gpu0", "n1/gpu1", *quiet], "metric": ["pcie_replay_total"] * 100,
+                            "increase": [5.0, 5.0] + [0.0] * 98, "resets": [0] * 100, "dt": [300.0] * 100})
+        det.update(TickInput(300.0 * k, events_frame([]), inc, EMPTY_G))
+    kept = {k for k in det._series if k[0].startswith("n1/")}
+    assert kept == {("n1/gpu0", "pcie_replay_total"), ("n1/gpu1", "pcie_replay_total")}
+    det.forget("n1/gpu1")
+    assert {k for k in det._series if k[0].startswith("n1/")} == {("n1/gpu0", "pcie_replay_total")}
+    det.forget("n1")
+    assert not {k for k in det._series if k[0].startswith("n1/")}
