@@ -18,7 +18,7 @@ from daemon.alerting.alert_pipeline import AlertingConfig
 from daemon.alerting.receivers import RECEIVERS
 from daemon.alerting.receivers.receiver import ReceiverConfig
 from daemon.alerting.routing import Route
-from daemon.shards import ShardSpec
+from daemon.shards import POOL, ShardSpec
 from daemon.alerting.runbooks import RUNBOOKS
 from daemon.alerting.secrets import SecretError, read_secret
 from daemon.store import DEFAULT_URL
@@ -228,8 +228,8 @@ def _service(cfg: Config, sv: dict[str, Any]) -> None:
         setattr(out, key, value)
     for key in ("shard", "topology", "model"):
         setattr(out, key, _take(sv, key, str, "service", getattr(out, key)))
-    if not out.shard or not all(c.isalnum() or c in "-_." for c in out.shard):
-        raise ConfigError("service.shard: letters, digits, '-', '_' and '.' only")
+    if out.shard != POOL and (not out.shard or not all(c.isalnum() or c in "-_." for c in out.shard)):
+        raise ConfigError("service.shard: letters, digits, '-', '_' and '.' only (or \"*\": any free shard)")
     out.retrain_traces = [str(t) for t in _take(sv, "retrain_traces", list, "service", [])]
     if out.retrain_interval_s and not out.retrain_traces:
         raise ConfigError("service.retrain_traces: required when service.retrain_interval_s is set")
@@ -259,7 +259,9 @@ def _shards(cfg: Config, sh: dict[str, Any]) -> None:
         if not any(parts.values()):
             raise ConfigError(f"shards.{name}: names no supernode, rack or node")
         cfg.shards[name] = ShardSpec(name, **parts)
-    if cfg.shards and cfg.service.shard not in cfg.shards:
+    if cfg.service.shard == POOL and not cfg.shards:
+        raise ConfigError('service.shard: "*" (any free shard) needs [shards.NAME] tables')
+    if cfg.shards and cfg.service.shard not in cfg.shards and cfg.service.shard != POOL:
         raise ConfigError(f"service.shard: {cfg.service.shard!r} is not one of the [shards] "
                           f"({', '.join(sorted(cfg.shards))})")
 

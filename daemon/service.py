@@ -24,6 +24,7 @@ detectors keep what they learned unless the reload changed detection).
 
 from __future__ import annotations
 
+import dataclasses
 import logging
 import os
 import signal
@@ -50,7 +51,7 @@ from daemon.pipeline import Pipeline, PipelineConfig
 from daemon.rejects import RejectLog
 from daemon.remediation import Remediation, scheduler_from_config
 from daemon.sdnotify import Notifier
-from daemon.shards import ALERTS_LEASE, Ownership
+from daemon.shards import ALERTS_LEASE, POOL, Ownership
 from daemon.store import Store
 from daemon.topology import Topology
 from daemon import warmstate
@@ -81,6 +82,8 @@ class Service:
         self.clock = clock
         self.notifier = notifier or Notifier()
         self.store = Store(cfg.store_url)
+        # a pool member (service.shard = "*") serves the first shard no live instance holds, once it holds one
+        self.pool = sorted(cfg.shards) if cfg.service.shard == POOL else []
         self.lease = Lease(self.store, shard_lease(cfg.service.shard), ttl_s=cfg.service.lease_ttl)
         # a sharded cluster's alert pipeline runs in one instance of any shard (daemon/shards.py)
         self.alert_lease = Lease(self.store, ALERTS_LEASE, ttl_s=max(cfg.service.lease_ttl,
@@ -150,6 +153,8 @@ class Service:
                  self.cfg.service.shard, self.lease.holder, incidents, states)
 
     def _hold_lease(self) -> bool:
+        if self.pool and not self.active:
+            return self._take_a_shard()
         try:
             got = self.lease.acquire()
         except Exception as exc:  # the store is unreachable: not the holder until it answers again
@@ -161,6 +166,29 @@ class Service:
         elif got and not self.active:
             self.activate()
         return got
+
+    def _take_a_shard(self) -> bool:
+        """A pool member: hold the first shard whose lease no live instance holds and become its instance (its
+        part of the cluster, its warm state, incidents and cursors); False while every shard is held."""
+        for name in self.pool:
+            lease = Lease(self.store, shard_lease(name), ttl_s=self.cfg.service.lease_ttl)
+            try:
+                got = lease.acquire()
+            except Exception as exc:
+                log.error("cannot try the lease of shard %s: %s", name, exc)
+                return False
+            if not got:
+                continue
+            cfg = dataclasses.replace(self.cfg, service=dataclasses.replace(self.cfg.service, shard=name))
+            old = self.collectors
+            self._build(cfg)
+            for c in old:
+                c.close()
+            self.cfg, self.lease = cfg, lease
+            log.info("pool member: shard %s had no live holder, taking it", name)
+            self.activate()
+            return True
+        return False
 
     # -- jobs ------------------------------------------------------------------------------------
     def cycle(self) -> CycleReport | None:
@@ -388,8 +416,11 @@ class Service:
         path = path or self.cfg.path
         try:
             cfg = load(path)
-            if cfg.store_url != self.cfg.store_url or cfg.service.shard != self.cfg.service.shard:
+            configured = POOL if self.pool else self.cfg.service.shard
+            if cfg.store_url != self.cfg.store_url or cfg.service.shard != configured:
                 raise ConfigError(f"{path}: store.url and service.shard cannot change on reload (restart instead)")
+            if self.pool:  # a pool member keeps serving the shard it took
+                cfg = dataclasses.replace(cfg, service=dataclasses.replace(cfg.service, shard=self.cfg.service.shard))
         except ConfigError as exc:
             log.error("reload refused, keeping the running config: %s", exc)
             metrics.RELOADS.labels("refused").inc()

@@ -68,6 +68,7 @@ def test_a_shard_config_that_cannot_be_right_is_refused(tmp_path):
         ("c", '[shards.a]\nracks = ["r01"]\n'): "'c' is not one of the [shards] (a)",
         ("a", '[shards.a]\n'): "names no supernode, rack or node",
         ("a", '[shards.a]\nrack = ["r01"]\n'): "rack",
+        ("*", ''): "needs [shards.NAME] tables",
     }
     for (shard, text), why in cases.items():
         path = tmp_path / "c.toml"
@@ -75,3 +76,23 @@ def test_a_shard_config_that_cannot_be_right_is_refused(tmp_path):
         with pytest.raises(ConfigError, match=why.replace("[", r"\[").replace("]", r"\]").replace("(", r"\(")
                            .replace(")", r"\)")):
             load(path)
+
+
+def test_a_pool_member_serves_whichever_shard_has_no_live_holder(live):
+    """service.shard = "*": a pool member takes the first shard nobody holds and becomes its instance; a second
+    one waits while both are held, and takes the shard whose holder stops."""
+    a = Service(load(live.config("a.toml", extra=SHARDS, service_extra='shard = "a"')))
+    p1 = Service(load(live.config("p1.toml", extra=SHARDS, service_extra='shard = "*"')))
+    p2 = Service(load(live.config("p2.toml", extra=SHARDS, service_extra='shard = "*"')))
+    try:
+        assert a.cycle() is not None
+        assert p1.cycle() is not None and p1.cfg.service.shard == "b"  # a is held: the first free one
+        assert p1.ownership.nodes == {"sn01-b02"} and p1.remediation.cursor == "playbooks:b"
+        assert p2.cycle() is None and not p2.active  # both held: it waits
+        a.stop()
+        assert p2.cycle() is not None and p2.cfg.service.shard == "a" and p2.ownership.nodes == {"sn01-b01"}
+        until(lambda: p2.cycle() and {e.split("/", 1)[0] for e in p2.pipeline.known_entities} == {"sn01-b01"})
+        assert p2.reload(p2.cfg.path) and p2.cfg.service.shard == "a"  # a reload keeps the shard it took
+    finally:
+        for svc in (p1, p2):
+            svc.stop()
