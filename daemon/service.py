@@ -51,7 +51,7 @@ from daemon.pipeline import Pipeline, PipelineConfig
 from daemon.rejects import RejectLog
 from daemon.remediation import Remediation, scheduler_from_config
 from daemon.sdnotify import Notifier
-from daemon.shards import ALERTS_LEASE, POOL, Ownership
+from daemon.shards import ALERTS_LEASE, POOL, Ownership, plan_warnings
 from daemon.store import Store
 from daemon.topology import Topology
 from daemon import warmstate
@@ -114,6 +114,8 @@ class Service:
         topology = Topology.configured(cfg.service.topology)
         mapper = SeriesMapper(topology=topology, rejects=RejectLog())
         ownership = Ownership.of(cfg.shards.get(cfg.service.shard), topology)
+        for warning in plan_warnings(cfg.shards, topology):
+            log.warning("shards: %s", warning)
         ctx = ReadContext(mapper=mapper, owns_node=ownership.owns if ownership.sharded else None)
         model = None
         if cfg.service.model:

@@ -33,6 +33,35 @@ class ShardSpec:
     nodes: frozenset[str] = frozenset()
 
 
+def plan_warnings(shards: dict[str, ShardSpec], topology: Topology) -> list[str]:
+    """What in a shard plan the topology shows to be unwise (``check-config`` and the start say them): a node in no
+    shard (no instance watches it), a rack or cooling loop split between shards (each judges its own part of it, so
+    a loop failing across both is two incidents, not one)."""
+    if not shards:
+        return []
+    owner: dict[str, list[str]] = {}
+    for name, spec in shards.items():
+        for node in Ownership.of(spec, topology).nodes or ():
+            owner.setdefault(node, []).append(name)
+    out = []
+    orphans = sorted(n for n in topology.node_rack if n not in owner)
+    if orphans:
+        out.append(f"{len(orphans)} node(s) in no shard, watched by no instance: {', '.join(orphans[:5])}"
+                   + (" ..." if len(orphans) > 5 else ""))
+    for what, group_of in (("rack", topology.node_rack.get),
+                           ("cooling loop", lambda n: topology.rack_cooling.get(topology.node_rack.get(n, "")))):
+        spans: dict[str, set[str]] = {}
+        for node, names in owner.items():
+            group = group_of(node)
+            if group:
+                spans.setdefault(group, set()).update(names)
+        for group, names in sorted(spans.items()):
+            if len(names) > 1:
+                out.append(f"{what} {group} is split between shards {', '.join(sorted(names))}: each judges its own "
+                           f"part, so a {what} failing as a whole is told once per shard")
+    return out
+
+
 @dataclass
 class Ownership:
     """The nodes this instance's shard owns (every node when the cluster is not sharded)."""

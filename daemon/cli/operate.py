@@ -28,6 +28,9 @@ def cmd_check_config(args: argparse.Namespace) -> int:
         if cfg.http.token_error:
             warnings.append(f"the API's write calls are off: {cfg.http.token_error}")
         topology = Topology.configured(cfg.service.topology)
+        from daemon.shards import plan_warnings
+
+        warnings += [f"shards: {w}" for w in plan_warnings(cfg.shards, topology)]
         for c in build(cfg.collectors, ReadContext(mapper=SeriesMapper(topology=topology))):
             warnings += [f"collector {c.name}: {w}" for w in c.check()]
             c.close()

@@ -96,3 +96,20 @@ def test_a_pool_member_serves_whichever_shard_has_no_live_holder(live):
     finally:
         for svc in (p1, p2):
             svc.stop()
+
+
+def test_a_shard_plan_that_leaves_a_node_out_or_splits_a_rack_is_told():
+    from daemon.shards import ShardSpec, plan_warnings
+    from daemon.topology import Topology
+
+    topo = Topology.from_dict({"racks": [
+        {"name": "r01", "cooling": "cdu1", "nodes": ["n1", "n2"]},
+        {"name": "r02", "cooling": "cdu1", "nodes": ["n3"]},
+        {"name": "r03", "nodes": ["n4"]}]})
+    shards = {"a": ShardSpec("a", nodes=frozenset({"n1"})), "b": ShardSpec("b", nodes=frozenset({"n2", "n3"}))}
+    warnings = plan_warnings(shards, topo)
+    assert warnings[0] == "1 node(s) in no shard, watched by no instance: n4"
+    assert any(w.startswith("rack r01 is split between shards a, b") for w in warnings)
+    assert any(w.startswith("cooling loop cdu1 is split between shards a, b") for w in warnings)
+    by_supernode = {"a": ShardSpec("a", racks=frozenset({"r01", "r02"})), "b": ShardSpec("b", racks=frozenset({"r03"}))}
+    assert plan_warnings(by_supernode, topo) == []
