@@ -83,13 +83,18 @@ def cmd_status(args: argparse.Namespace) -> int:
 
     with config_and_store(args, read_only=True) as (cfg, store):
         now = time.time()
-        lease = Lease(store, shard_lease(cfg.service.shard)).current()
-        if lease is None:
-            print(f"shard {cfg.service.shard}: no daemon has run on this store")
-        else:
-            alive = lease.expires_at > now
-            print(f"shard {cfg.service.shard}: {'held by' if alive else 'last held by'} {lease.holder}"
-                  f"{'' if alive else f' (lease ran out {now - lease.expires_at:.0f} s ago)'}")
+        for name in sorted(cfg.shards) or [cfg.service.shard]:  # a sharded cluster: every shard's holder
+            lease = Lease(store, shard_lease(name)).current()
+            if lease is None:
+                print(f"shard {name}: no daemon has run on this store")
+            else:
+                alive = lease.expires_at > now
+                print(f"shard {name}: {'held by' if alive else 'last held by'} {lease.holder}"
+                      f"{'' if alive else f' (lease ran out {now - lease.expires_at:.0f} s ago)'}")
+            warm = store.warm_state(name)
+            print(f"shard {name}: " + (f"warm state saved {fmt_ts(warm.saved_at)} ({(now - warm.saved_at) / 60:.0f} "
+                                       f"min ago, {warm.size // 1024} kB)" if warm else
+                                       "no warm state saved (the detectors warm up afresh at a start)"))
         for row in store.collector_states():
             if not row.name.startswith("_"):
                 print(f"collector {row.name}: last saved {fmt_ts(row.updated_at)}")

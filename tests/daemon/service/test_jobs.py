@@ -70,6 +70,12 @@ def test_status_and_incidents_commands(tmp_path, capsys):
     assert main(["status", "--config", str(config)]) == 1  # no daemon answers on its http port
     out = capsys.readouterr().out
     assert "shard default: held by" in out and "open incidents: 1 (1 subhealthy)" in out and "not answering" in out
+    assert "shard default: no warm state saved" in out
+    from daemon import warmstate
+
+    warmstate.save(svc.store, "default", svc.pipeline, time.time() - 600)
+    main(["status", "--config", str(config)])
+    assert "shard default: warm state saved" in capsys.readouterr().out
     assert main(["incidents", "--config", str(config)]) == 0
     out = capsys.readouterr().out
     assert "inc-1" in out and "gpu0 correctable ECC 41/h" in out
