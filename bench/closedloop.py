@@ -28,8 +28,10 @@ SCENARIOS = ROOT / "lab" / "library" / "scenarios"
 FAULTS = ROOT / "lab" / "library" / "faults"
 
 
-def one_run(scenario: str, seed: int, policy: str, model: str, interval: float, playbooks: str = "") -> dict:
-    """One policy on one seed, in a process of its own."""
+def one_run(scenario: str, seed: int, policy: str, model: str, interval: float, playbooks: str = "",
+            loop: dict | None = None) -> dict:
+    """One policy on one seed, in a process of its own (``loop``: LoopOptions beside the interval, e.g. the repair
+    loop's)."""
     import os
 
     os.environ.setdefault("OMP_NUM_THREADS", "1")
@@ -41,9 +43,9 @@ def one_run(scenario: str, seed: int, policy: str, model: str, interval: float, 
     bundle = ModelBundle.load(model) if model and policy == "full" else None
     sc = Scenario.load(SCENARIOS / f"{scenario}.yaml")
     sc.seed = seed
-    result = run(Simulator(sc, FAULTS), policy, LoopOptions(interval_s=interval), model=bundle,
+    result = run(Simulator(sc, FAULTS), policy, LoopOptions(interval_s=interval, **(loop or {})), model=bundle,
                  playbook_dirs=[playbooks] if playbooks else None)
-    return result.as_dict() | {"model": model if policy == "full" else "",
+    return result.as_dict() | {"loop": loop or {}, "model": model if policy == "full" else "",
                                "model_sha256": bundle.meta.get("estimators_sha256", "") if bundle else "",
                                "interval_s": interval,
                                "playbooks": playbooks, "accounting": ACCOUNTING_VERSION}
@@ -62,6 +64,11 @@ def main() -> None:
                          "are any, for a directory that cannot change them (none runs no playbook; reactive acts "
                          "on failed incidents only, so a directory that only changes what is done on sub-healthy "
                          "ones leaves it as it was)")
+    ap.add_argument("--repair-orders", action="store_true",
+                    help="the technician works from raswarden's repair orders; validation returns the nodes")
+    ap.add_argument("--repair-hours", type=float, default=24.0, help="repair time of a node taken out (hours)")
+    ap.add_argument("--bad-repairs", type=float, default=0.0, metavar="SHARE",
+                    help="the share of repairs that leave the fault in place")
     ap.add_argument("--jobs", type=int, default=2)
     ap.add_argument("--out", type=Path, default=ROOT / "bench" / "results" / "closedloop.json")
     ap.add_argument("--report", action="store_true", help="only print the table of --out")
@@ -83,10 +90,14 @@ def main() -> None:
     if builtin_for - set(policies):
         ap.error(f"--builtin-for: not among --policies: {', '.join(sorted(builtin_for - set(policies)))}")
 
+    loop = {k: v for k, v in (("repair_orders", args.repair_orders), ("repair_s", args.repair_hours * 3600.0),
+                              ("bad_repair_share", args.bad_repairs)) if v != getattr(LoopOptions(), k)}
+
     def same(r: dict, seed: int, policy: str, exact: bool = False) -> bool:
         # A model is known by its directory's name: runs written from another checkout hold another path.
         pb = r.get("playbooks", "")
-        return (r["scenario"], r["seed"], r["policy"]) == (args.scenario, seed, policy) and (
+        return (r["scenario"], r["seed"], r["policy"]) == (args.scenario, seed, policy) and \
+            r.get("loop", {}) == loop and (
             policy != "full" or Path(r.get("model", args.model)).name == Path(args.model).name) and (
             pb == args.playbooks or (not exact and policy in builtin_for and pb == "")) and (
             r.get("accounting", 1) == ACCOUNTING_VERSION)
@@ -95,10 +106,10 @@ def main() -> None:
         todo = [(s, p) for s in seeds(args.seeds) for p in policies if not any(same(r, s, p) for r in runs)]
         print(f"{len(todo)} run(s) to do", flush=True)
         started = time.perf_counter()
-        opts = LoopOptions(interval_s=args.interval)
+        opts = LoopOptions(interval_s=args.interval, **loop)
         with ProcessPoolExecutor(args.jobs) as pool:
-            futures = {pool.submit(one_run, args.scenario, s, p, args.model, args.interval, args.playbooks): (s, p)
-                       for s, p in todo}
+            futures = {pool.submit(one_run, args.scenario, s, p, args.model, args.interval, args.playbooks,
+                                   loop): (s, p) for s, p in todo}
             for fut in as_completed(futures):
                 row = fut.result()
                 key = (args.scenario, row["seed"], row["policy"])

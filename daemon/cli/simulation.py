@@ -105,7 +105,11 @@ def _closed_loop(args: argparse.Namespace, scenario, library: Path) -> int:
     except (IncompatibleModel, OSError) as exc:
         print(f"raswarden: error: {exc}", file=sys.stderr)
         return 2
-    opts = LoopOptions(interval_s=args.interval)
+    if not 0.0 <= args.bad_repairs <= 1.0 or args.repair_hours <= 0:
+        print("raswarden: error: --bad-repairs is a share (0 to 1), --repair-hours positive", file=sys.stderr)
+        return 2
+    opts = LoopOptions(interval_s=args.interval, repair_s=args.repair_hours * 3600.0,
+                       repair_orders=args.repair_orders, bad_repair_share=args.bad_repairs)
     results = []
     for policy in policies:
         result = run(Simulator(copy.deepcopy(scenario), library), policy, opts, model=model,
@@ -114,6 +118,11 @@ def _closed_loop(args: argparse.Namespace, scenario, library: Path) -> int:
         print(f"{policy}: net loss {result.gpu_hours['net_loss']:,.1f} GPU-h, effective training time ratio "
               f"{result.gpu_hours['effective_training_ratio']:.3f}, drains {result.drains_true} true / "
               f"{result.drains_false} false ({result.ticks} ticks, {result.wall_s:.0f} s)", flush=True)
+        if result.repairs:
+            rp = result.repairs
+            print(f"{policy}: repairs: {rp['orders']} orders, {rp['closed']} closed (median time to repair "
+                  f"{rp['mttr_h'] if rp['mttr_h'] is not None else '-'} h), {rp['validation_catches']} botched "
+                  f"repairs caught by validation, {rp['returned_broken']} returned to service broken", flush=True)
     print(table(results))
     if args.json:
         Path(args.json).write_text(json.dumps({"options": opts.__dict__ | {"guards": opts.guards.__dict__},
@@ -159,6 +168,13 @@ def register(sub) -> None:
                    help="with --closed-loop: operators' playbook directory (repeatable)")
     p.add_argument("--interval", type=float, default=30.0, help="with --closed-loop: tick interval (default 30 s)")
     p.add_argument("--json", metavar="FILE", help="with --closed-loop: also write the figures as JSON")
+    p.add_argument("--repair-orders", action="store_true",
+                   help="with --closed-loop: the technician works from raswarden's repair orders and validation "
+                        "returns the nodes (default: the technician returns repaired nodes directly)")
+    p.add_argument("--repair-hours", type=float, default=24.0,
+                   help="with --closed-loop: a node out for repair is repaired this many hours later (default 24)")
+    p.add_argument("--bad-repairs", type=float, default=0.0, metavar="SHARE",
+                   help="with --closed-loop: the share of repairs that leave the fault in place (default 0)")
     p.add_argument("--library", metavar="DIR",
                    help="fault template directory (default: the bundled one, lab/library/faults)")
     p.set_defaults(func=cmd_simulate)

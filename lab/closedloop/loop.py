@@ -16,8 +16,8 @@ from daemon.store import Store
 from daemon.timeorder import tick_index
 from daemon.topology import Topology
 from lab.closedloop.options import POLICIES, LoopOptions
-from lab.closedloop.outcome import Actions, LoopResult, score
-from lab.closedloop.world import Faults, follow_the_scheduler, plan_jobs, return_repaired
+from lab.closedloop.outcome import Actions, LoopResult, repair_figures, score
+from lab.closedloop.world import Faults, Technician, follow_the_scheduler, plan_jobs, return_repaired
 from lab.sim.cluster import SimScheduler
 from lab.sim.simulator import Simulator, chunk_to_batch
 
@@ -63,6 +63,8 @@ def run(sim: Simulator, policy: str, opts: LoopOptions | None = None, model=None
     if policy != "none":
         store, pipeline = _raswarden(sim, policy, opts, model, work)
     under_repair: set[str] = set()  # drained nodes out of service for a repair
+    technician = Technician(opts, world, sc.seed)
+    orders = opts.repair_orders and policy != "none"  # the technician works from raswarden's repair orders
     did = Actions()
     ticks = 0
     steps = max(1, int(round(opts.interval_s / sc.resolution)))
@@ -78,7 +80,11 @@ def run(sim: Simulator, policy: str, opts: LoopOptions | None = None, model=None
                 speeds = pace
             world.fail_until(sched, now)
             world.operators_until(sched, now)
-            return_repaired(sched, under_repair, now, pipeline)
+            if orders and remediation is not None:
+                technician.work(remediation.repairs, sched, now, pipeline)
+            return_repaired(sched, under_repair, now, pipeline, technician,
+                            skip=remediation.repairs.active_on if orders and remediation is not None else
+                            lambda node: False)
             sched.step(now)
             clock[0] = now
             if pipeline is not None:
@@ -86,19 +92,24 @@ def run(sim: Simulator, policy: str, opts: LoopOptions | None = None, model=None
                 pipeline.tick(tick_now, chunk_to_batch(sim, chunk))
                 if remediation is None:
                     cfg = Config(playbook_dirs=list(playbook_dirs or []), guards=opts.guards)
-                    # The world's technician does not work from repair orders yet (issue 26): it returns the
-                    # nodes it repaired, raswarden's recovery playbook the others, as before.
+                    # With repair orders the technician works from them and raswarden's validation returns the
+                    # nodes; without, the technician returns the nodes it repaired and raswarden's recovery
+                    # playbook the others.
                     remediation = Remediation(cfg, store, sched, clock=lambda: clock[0],
                                               act_on=("failed",) if policy == "reactive" else
-                                              ("subhealthy", "failed", "unknown"), repair_orders=False)
+                                              ("subhealthy", "failed", "unknown"), repair_orders=orders)
                 remediation.step()
             did.read(sched)
             world.repair_ahead(sched, now)
             ticks += 1
         incidents = {row.id: row for row in store.incidents()} if store is not None else {}
+        repair_rows = remediation.repairs.orders(None) if orders and remediation is not None else []
     finally:
         if store is not None:
             store.close()
         if tmp is not None:
             tmp.cleanup()
-    return score(sim, policy, sched, world, did, faults, incidents, ticks, time.perf_counter() - started)
+    result = score(sim, policy, sched, world, did, faults, incidents, ticks, time.perf_counter() - started)
+    result.repairs = repair_figures(repair_rows, technician, sched, sc.start + sc.duration) if opts.repair_orders \
+        or opts.bad_repair_share else {}
+    return result

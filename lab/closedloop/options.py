@@ -24,6 +24,14 @@ class LoopOptions:
     repair_s: float = 24 * 3600.0  # out of service to repaired hardware
     hang_s: float = 600.0  # a job hangs this long on a dead GPU before it dies (PyTorch's NCCL timeout default)
     operator_response_s: float = 2 * 3600.0  # failure to an operator's drain, without raswarden
+    # The technician works from raswarden's repair orders (issue 26): an order is taken technician_s after it opens
+    # (or reopens), done once the node's repair is (repair_s after it went out; at once for a part found working),
+    # and raswarden's validation returns the node, or sends it back. Off: the technician returns a repaired node
+    # to service directly. A share of repairs leaves the fault in place (bad_repair_share): validated, the node
+    # fails its validation and goes back to the technician; returned directly, it breaks the jobs placed on it.
+    repair_orders: bool = False
+    technician_s: float = 3600.0
+    bad_repair_share: float = 0.0
     checkpoint_interval_s: float = 3600.0
     checkpoint_cost_s: float = 120.0
     restart_cost_s: float = 600.0  # requeue, reschedule, load the checkpoint, warm up

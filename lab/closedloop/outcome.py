@@ -12,6 +12,8 @@ from lab.sim.cluster import SimScheduler
 from lab.sim.simulator import Simulator
 from playbooks.guards import incident_in_reason
 
+VALIDATION_DRAIN = "raswarden: validation failed"  # daemon/validation.py's reason
+
 @dataclass
 class LoopResult:
     """One policy on one scenario and seed."""
@@ -36,6 +38,8 @@ class LoopResult:
     fault_outcomes: list[dict] = field(default_factory=list)
     # per false drain: the node, when, why and the last fault it had (see :func:`false_drain_details`)
     false_drains: list[dict] = field(default_factory=list)
+    # the repair loop, when the technician works from repair orders or botches repairs (:func:`repair_figures`)
+    repairs: dict = field(default_factory=dict)
 
     @classmethod
     def from_dict(cls, d: dict) -> LoopResult:
@@ -43,7 +47,8 @@ class LoopResult:
         return cls(d["scenario"], d["seed"], d["policy"], d["node_days"], d["gpu_hours"], d["drains_true"],
                    d["drains_false"], d["faults"], d["hard_faults"], d["acted_before_failure"],
                    d.get("symptom_to_action_s", []), d["wall_s"], d["ticks"], d.get("acted_by_class", {}),
-                   d.get("failed", 0), d.get("fault_outcomes", []), d.get("false_drains", []))
+                   d.get("failed", 0), d.get("fault_outcomes", []), d.get("false_drains", []),
+                   d.get("repairs", {}))
 
     @property
     def false_drains_per_1000_node_days(self) -> float:
@@ -60,7 +65,8 @@ class LoopResult:
                 "symptom_to_action_median_s": statistics.median(s2a) if s2a else None,
                 "symptom_to_action_s": [round(x, 1) for x in s2a],
                 "acted_by_class": self.acted_by_class, "failed": self.failed, "fault_outcomes": self.fault_outcomes,
-                "false_drains": self.false_drains, "wall_s": round(self.wall_s, 1), "ticks": self.ticks}
+                "false_drains": self.false_drains, "repairs": self.repairs, "wall_s": round(self.wall_s, 1),
+                "ticks": self.ticks}
 
 
 def score_actions(faults: list[dict], actions: dict[str, list[float]], drains: dict[str, list[float]]
@@ -147,6 +153,20 @@ def carries_fault(present: list[tuple[str, float, float | None]], node: str, ts:
     return any(n == node and onset <= ts and (until is None or ts <= until) for n, onset, until in present)
 
 
+def repair_figures(orders: list, technician, sched: SimScheduler, end: float) -> dict:
+    """The repair loop's figures: orders, closed ones, the median time from an order to its node back in service
+    after validation (MTTR), validations that caught a botched repair (validating -> open), repairs botched,
+    botched repairs returned to service without a validation, and node-hours under repair orders."""
+    closed = [o.closed_at - o.opened_at for o in orders if o.closed_at is not None]
+    caught = sum(1 for o in orders for h in o.history if h.get("from") == "validating" and h.get("to") == "open")
+    held_h = sum(((o.closed_at or end) - o.opened_at) / 3600.0 for o in orders)
+    return {"orders": len(orders), "closed": len(closed),
+            "mttr_h": round(statistics.median(closed) / 3600.0, 2) if closed else None,
+            "validation_catches": caught, "botched": technician.botched_repairs,
+            "returned_broken": technician.returned_broken, "order_hours": round(held_h, 1),
+            "validations": len(sched.validation_jobs)}
+
+
 class Actions:
     """What raswarden did to each node, read from the scheduler's log: checkpoint signals to a job on it and drains
     of it (node -> times)."""
@@ -159,7 +179,9 @@ class Actions:
     def read(self, sched: SimScheduler) -> None:
         for ts, what, detail in sched.log[self._seen:]:
             if what == "drain":
-                node = detail.split(" ", 1)[0]
+                node, _, reason = detail.partition(" ")
+                if reason.startswith(VALIDATION_DRAIN):
+                    continue  # the repair failed its validation: not an action on a fault
                 self.actions.setdefault(node, []).append(ts)
                 self.drains.setdefault(node, []).append(ts)
             elif what == "signal":
@@ -174,7 +196,8 @@ def score(sim: Simulator, policy: str, sched: SimScheduler, world: Faults, did: 
     sc = sim.scenario
     present = [(node_of(inst.entity), inst.onset, inst.until) for inst in world.open]
     drained = [(node, ts, reason) for ts, what, detail in sched.log if what == "drain"
-               for node, _, reason in [detail.partition(" ")]]
+               for node, _, reason in [detail.partition(" ")]
+               if not reason.startswith(VALIDATION_DRAIN)]  # a repair that failed its validation: not a detection
     false = [d for d in drained if not carries_fault(present, d[0], d[1])]
     true_drains = len(drained) - len(false)
     s2a, before, by_class = score_actions(faults, did.actions, did.drains)

@@ -54,6 +54,20 @@ def table(results: list[LoopResult]) -> str:
             else:
                 cells.append(_spread([get(r) for r in rs], ".3f" if "ratio" in name else ".1f"))
         lines.append(f"| {name} | " + " | ".join(cells) + " |")
+    if any(r.repairs for r in results):  # the repair loop (LoopOptions.repair_orders, bad_repair_share)
+        def total(rs, key):
+            return sum(r.repairs.get(key) or 0 for r in rs)
+
+        def mttr(rs):
+            values = [r.repairs["mttr_h"] for r in rs if r.repairs.get("mttr_h") is not None]
+            return f"{statistics.median(values):.2f} h" if values else "-"
+
+        for name, cell in (("repair orders closed / opened", lambda rs: f"{total(rs, 'closed')} / "
+                                                                        f"{total(rs, 'orders')}"),
+                           ("median time to repair (order to back in service)", mttr),
+                           ("botched repairs caught by validation", lambda rs: str(total(rs, "validation_catches"))),
+                           ("botched repairs returned to service", lambda rs: str(total(rs, "returned_broken")))):
+            lines.append(f"| {name} | " + " | ".join(cell(by[p]) for p in policies) + " |")
     if "full" in by and "reactive" in by:
         pairs = {(r.scenario, r.seed): r for r in by["reactive"]}
         for name, key in (("full's net loss / reactive's", "net_loss"),

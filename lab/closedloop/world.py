@@ -4,6 +4,7 @@ follows the scheduler."""
 
 from __future__ import annotations
 
+
 import numpy as np
 
 from daemon.pipeline import Pipeline
@@ -13,6 +14,7 @@ from lab.sim.cluster import SimJob, SimScheduler
 from lab.sim.simulator import Simulator
 
 OPERATOR = "operator"
+TECHNICIAN = "technician"
 
 
 def plan_jobs(sim: Simulator, opts: LoopOptions) -> list[SimJob]:
@@ -32,22 +34,76 @@ def plan_jobs(sim: Simulator, opts: LoopOptions) -> list[SimJob]:
 
 
 def return_repaired(sched: SimScheduler, under_repair: set[str], now: float,
-                     pipeline: Pipeline | None) -> None:
+                     pipeline: Pipeline | None, technician: Technician | None = None,
+                     skip=lambda node: False) -> None:
     """The technician who repaired a node returns it to service (resumes it, whoever drained it) and tells
     raswarden its parts are new: the same under every policy. Nodes drained on working hardware are not
-    theirs; raswarden's own playbooks (or nobody) resume those."""
+    theirs; raswarden's own playbooks (or nobody) resume those, and nodes with repair orders (``skip``) return
+    through raswarden's validation. A bad repair (``technician``) returns a node still broken."""
     for n in sched.nodes.values():
         if n.drained and max(n.broken_until, n.down_until) > now:
             under_repair.add(n.name)
     for name in sorted(under_repair):
         n = sched.nodes[name]
-        if max(n.broken_until, n.down_until) <= now:
+        if max(n.broken_until, n.down_until) <= now and not skip(name):
             under_repair.discard(name)
             if n.drained:
                 n.drained, n.reason, n.reason_set_by = False, "", ""
                 sched.log.append((now, "returned", name))
+                if technician is not None and technician.botched(name):
+                    technician.back_broken(sched, name, now)
             if pipeline is not None:
                 pipeline.forget(name)
+
+
+class Technician:
+    """The site's technicians, with the share of repairs that do not fix the fault (LoopOptions.bad_repair_share).
+
+    With repair orders (:meth:`work`): an open order is taken ``technician_s`` after it opened (or reopened after a
+    failed validation), and done (the part reseated or replaced) once the node's repair is over; raswarden's
+    validation then returns the node or sends it back. Without (``return_repaired``): a repaired node goes back
+    to service at once, a botched one still broken (:meth:`back_broken`)."""
+
+    def __init__(self, opts: LoopOptions, faults: Faults, seed: int):
+        self.opts = opts
+        self.faults = faults
+        self.rng = np.random.default_rng(seed + 11)
+        self.botched_repairs = 0
+        self.returned_broken = 0
+
+    def botched(self, node: str) -> bool:
+        """Whether this repair of ``node`` leaves its fault in place (drawn once per repair)."""
+        bad = bool(self.rng.random() < self.opts.bad_repair_share)
+        self.botched_repairs += bad
+        return bad
+
+    def back_broken(self, sched: SimScheduler, node: str, now: float) -> None:
+        """A botched repair returned to service: every job placed on the node crashes until an operator drains it
+        again and it is repaired again."""
+        self.returned_broken += 1
+        sched.break_node(node, now + self.opts.repair_s, self.opts.hang_s)
+        self.faults.operator_due.append((now + self.opts.operator_response_s, node))
+
+    def work(self, book, sched: SimScheduler, now: float, pipeline: Pipeline | None,
+             scheduler_name=lambda node: node) -> None:
+        """One pass over raswarden's repair queue (daemon/repairs.py ``RepairBook``)."""
+        for o in book.orders(("open", "in_progress")):
+            n = sched.nodes[scheduler_name(o.node)]
+            if o.state == "open":
+                since = o.history[-1]["ts"] if o.history else o.opened_at
+                if now >= since + self.opts.technician_s:
+                    book.start(o.id, TECHNICIAN, "taken from the queue")
+                continue
+            if max(n.broken_until, n.down_until) > now:
+                continue  # the repair is not over yet
+            if self.botched(n.name):  # the fault stays: its validation fails, and it needs another repair
+                sched.validation_fails[n.name] = 1
+                sched.break_node(n.name, now + self.opts.repair_s, 0.0)
+            else:
+                sched.validation_fails.pop(n.name, None)
+            book.done(o.id, TECHNICIAN, new_serial=f"sim-{o.id}-{len(o.history)}", note=o.expected)
+            if pipeline is not None:
+                pipeline.forget(o.part)
 
 
 class Faults:

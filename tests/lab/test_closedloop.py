@@ -242,3 +242,23 @@ def test_a_repaired_node_comes_back_and_is_judged_on_its_new_parts():
     r = run(simulator(), "full", LoopOptions(repair_s=1800.0))
     assert r.drains_false == 0 and r.drains_true >= 2, r.as_dict()
     assert r.gpu_hours["idle_drained"] < 8.0, r.gpu_hours
+
+
+def test_the_technician_works_from_repair_orders_and_validation_catches_a_botched_repair():
+    """Issue 26's loop: with a 30-minute repair the nodes drained ahead of their failures get repair orders; the
+    technician takes each after 10 minutes and marks it done when the repair is over; raswarden's validation job
+    returns the node (every order closed, its time to repair measured). When every repair is botched, every
+    validation fails and sends the node back: no order closes, no node returns to jobs, and those drains are not
+    counted as false detections. Returned without validation, the botched nodes go back to service broken."""
+    good = run(simulator(), "full", LoopOptions(repair_s=1800.0, repair_orders=True, technician_s=600.0))
+    rp = good.repairs
+    assert rp["orders"] >= 2 and rp["closed"] == rp["orders"] and rp["validation_catches"] == 0, rp
+    assert rp["validations"] >= 1 and 0.5 <= rp["mttr_h"] <= 2.0 and good.drains_false == 0, rp
+    bad = run(simulator(), "full", LoopOptions(repair_s=1800.0, repair_orders=True, technician_s=600.0,
+                                               bad_repair_share=1.0))
+    rp = bad.repairs
+    assert rp["orders"] == good.repairs["orders"] and rp["closed"] == 0 and rp["validation_catches"] >= 2, rp
+    assert rp["returned_broken"] == 0 and bad.drains_false == 0, (rp, bad.false_drains[:2])
+    assert bad.gpu_hours["productive"] < good.gpu_hours["productive"]  # the nodes stay out
+    direct = run(simulator(), "full", LoopOptions(repair_s=1800.0, bad_repair_share=1.0))
+    assert direct.repairs["orders"] == 0 and direct.repairs["returned_broken"] == direct.repairs["botched"] >= 2
