@@ -76,6 +76,13 @@ def test_two_shards_on_one_postgresql_never_exceed_the_budget_together(pg_url):
     assert sorted(race(pg_url, locked=False)[0]) == ["n1", "n2"]
 
 
+@pytest.mark.postgres
+def test_a_shard_killed_holding_the_postgresql_lock_lets_go(pg_url):
+    """The advisory lock is the holder's connection's: a management node that dies holding it loses it with its
+    connection, and the other shards go on."""
+    _dead_holder_lets_go(pg_url)
+
+
 def test_the_lock_is_one_holder_at_a_time_and_a_dead_holder_lets_go(tmp_path):
     url = f"sqlite:///{tmp_path / 'state.db'}"
     a, b = Store(url), Store(url)
@@ -92,6 +99,10 @@ def test_the_lock_is_one_holder_at_a_time_and_a_dead_holder_lets_go(tmp_path):
         a.close()
         b.close()
     # a holder killed while holding it (its process gone, its file descriptor closed by the kernel)
+    _dead_holder_lets_go(url)
+
+
+def _dead_holder_lets_go(url: str) -> None:
     import subprocess
     import sys
 
