@@ -102,7 +102,8 @@ SCRIPT
 cat > "$stage/DEBIAN/postrm" <<'SCRIPT'
 #!/bin/sh
 set -e
-if [ "$1" = purge ]; then rm -rf /var/lib/raswarden /opt/raswarden; fi
+# purge: the state, and the configuration (the conffile, what 'raswarden init' wrote, the credentials)
+if [ "$1" = purge ]; then rm -rf /var/lib/raswarden /opt/raswarden /etc/raswarden; fi
 if [ "$1" = remove ] || [ "$1" = purge ]; then
   if [ -d /run/systemd/system ]; then systemctl daemon-reload || true; fi
 fi

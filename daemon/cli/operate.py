@@ -162,7 +162,8 @@ def cmd_init(args: argparse.Namespace) -> int:
         return 2
     out = Path(args.out)
     config, topology = out / "raswarden.toml", out / "topology.yaml"
-    existing = [p for p in (config, topology) if p.exists()]
+    # the minimal config the package installs, as installed (nobody edited it yet), is init's to replace
+    existing = [p for p in (config, topology) if p.exists() and not (p == config and p.read_text() == minimal_config())]
     if existing and not args.force:
         print(f"raswarden: {', '.join(map(str, existing))} already there (--force to overwrite)", file=sys.stderr)
         return 2

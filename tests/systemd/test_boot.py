@@ -148,7 +148,8 @@ def test_the_unit_starts_under_systemd_and_stops_cleanly(container, debian_packa
         # docs/install.md: install, init against the exporters, enable; the credentials directory left empty
         prepared = container.chroot(f"""
             dpkg -i /var/tmp/{debian_package.name}
-            raswarden init --file-sd /etc/prometheus/targets/gpu-nodes.json --out /etc/raswarden --force
+            rm -f /etc/raswarden/topology.yaml   # an older run's, in the machine's root under the overlay
+            raswarden init --file-sd /etc/prometheus/targets/gpu-nodes.json --out /etc/raswarden
             printf '\\n[http]\\nlisten = "127.0.0.1:{port}"\\n' >> /etc/raswarden/raswarden.toml
             sed -i 's/^interval_s = 30$/interval_s = 5/' /etc/raswarden/raswarden.toml   # ticks sooner
             systemctl enable raswarden.service

@@ -229,7 +229,11 @@ def test_init_writes_the_topology_and_a_config_for_what_the_exporters_serve(tmp_
         server.state.set(next(server.sim.chunks()), 0)
         sd = tmp_path / "live" / "prometheus-targets.json"
         out = tmp_path / "etc"
-        assert main(["init", "--file-sd", str(sd), "--out", str(out)]) == 0
+        from daemon.starter_config import minimal_config
+
+        out.mkdir()
+        (out / "raswarden.toml").write_text(minimal_config())  # as the package installs it, unedited
+        assert main(["init", "--file-sd", str(sd), "--out", str(out)]) == 0  # docs/install.md: no --force needed
         said = capsys.readouterr().out
         truth = yaml.safe_load((tmp_path / "live" / "topology.yaml").read_text())
         nodes = [n for r in truth["racks"] for n in r["nodes"]]
@@ -247,6 +251,11 @@ def test_init_writes_the_topology_and_a_config_for_what_the_exporters_serve(tmp_
         assert main(["check-config", "--config", str(out / "raswarden.toml")]) == 0
         assert main(["init", "--file-sd", str(sd), "--out", str(out)]) == 2  # never overwrites unasked
         assert "already there (--force to overwrite)" in capsys.readouterr().err
+        (out / "topology.yaml").unlink()
+        with open(out / "raswarden.toml", "a") as fh:
+            fh.write("# an operator's edit\n")
+        assert main(["init", "--file-sd", str(sd), "--out", str(out)]) == 2  # an edited config is never replaced
+        assert f"{out / 'raswarden.toml'} already there" in capsys.readouterr().err
         dead = "127.0.0.1:9"
         alive = f"127.1.0.1:{9400 + ports(311)}"
         assert main(["init", alive, dead, "--out", str(tmp_path / "two"), "--timeout", "1"]) == 3
