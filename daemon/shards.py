@@ -17,6 +17,9 @@ from __future__ import annotations
 
 from dataclasses import dataclass, field
 
+import numpy as np
+import pandas as pd
+
 from daemon.topology import Topology
 
 ALERTS_LEASE = "alerts"  # the cluster's alert pipeline, when the cluster is sharded
@@ -101,9 +104,19 @@ class Ownership:
 
         out = Batch()
         if len(batch.samples):
-            node = batch.samples["entity"].astype(str).str.split("/", n=1).str[0]
-            out.samples = batch.samples[node.isin(self.nodes).to_numpy()].reset_index(drop=True)
+            mine = self._mine(batch.samples["entity"])
+            out.samples = batch.samples if mine.all() else batch.samples[mine].reset_index(drop=True)
         if len(batch.events):
-            node = batch.events["entity"].astype(str).str.split("/", n=1).str[0]
-            out.events = batch.events[node.isin(self.nodes).to_numpy()].reset_index(drop=True)
+            mine = self._mine(batch.events["entity"])
+            out.events = batch.events if mine.all() else batch.events[mine].reset_index(drop=True)
         return out
+
+    def _mine(self, entities) -> np.ndarray:
+        """Which rows of an entity column are this shard's (a categorical column is judged once per name)."""
+        nodes = self.nodes or frozenset()
+        if isinstance(entities.dtype, pd.CategoricalDtype):
+            names = entities.cat.categories
+            own = np.fromiter((str(n).split("/", 1)[0] in nodes for n in names), dtype=bool, count=len(names))
+            codes = entities.cat.codes.to_numpy()
+            return np.where(codes >= 0, own[np.maximum(codes, 0)], False)
+        return np.fromiter((str(e).split("/", 1)[0] in nodes for e in entities), dtype=bool, count=len(entities))

@@ -113,3 +113,21 @@ def test_a_shard_plan_that_leaves_a_node_out_or_splits_a_rack_is_told():
     assert any(w.startswith("cooling loop cdu1 is split between shards a, b") for w in warnings)
     by_supernode = {"a": ShardSpec("a", racks=frozenset({"r01", "r02"})), "b": ShardSpec("b", racks=frozenset({"r03"}))}
     assert plan_warnings(by_supernode, topo) == []
+
+
+def test_a_shard_keeps_only_its_nodes_rows_of_a_batch():
+    import pandas as pd
+
+    from daemon.batch import Batch
+    from daemon.shards import Ownership
+    from detectors.schema import events_frame
+
+    own = Ownership("a", frozenset({"n1"}))
+    samples = pd.DataFrame({"ts": [1.0, 1.0, 1.0], "entity": pd.Categorical(["n1/gpu0", "n2/gpu0", "n1"]),
+                            "metric": pd.Categorical(["gpu_temp_c"] * 3), "value": [50.0, 60.0, 1.0]})
+    events = events_frame([(1.0, "n2", "xid", 79, "error", "off the bus", "kernel", "0000:3b:00", None),
+                           (1.0, "n1", "boot", None, "info", "booted", "kernel", None, None)])
+    kept = own.keep(Batch(samples, events))
+    assert list(kept.samples["entity"].astype(str)) == ["n1/gpu0", "n1"] and list(kept.samples["value"]) == [50, 1]
+    assert list(kept.events["entity"]) == ["n1"]
+    assert Ownership().keep(Batch(samples, events)).samples is samples  # not sharded: untouched
