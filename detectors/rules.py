@@ -238,6 +238,10 @@ class RuleDetector:
                     self.clear_latch(entity, "link-down")
                 elif row.severity == "notice":  # INIT/ARMED: a port on its way up; its state gauge says if it stays
                     continue
+                elif row.severity == "warning":  # the port works but its adapter is unwell (its slot's power)
+                    if not self.baseline:
+                        self._latch(Evidence(entity, State.SUBHEALTHY, "fabric_link", [f"kernel: {row.message}"]),
+                                    now + self.event_hold_s)
                 elif node_of(entity) not in tick.grace_nodes:
                     ev = Evidence(entity, State.FAILED, "fabric_link", [f"kernel: {row.message}"], hard=True)
                     self._latch(ev, now + self.event_hold_s, "link-down")

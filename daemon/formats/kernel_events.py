@@ -73,6 +73,9 @@ _AMDGPU_RESET = re.compile(r"GPU reset(?:\((\d+)\))? (begin!|succeeded!|failed)"
 _AMDGPU_FATAL = re.compile(r"Uncorrectable hardware error\((\w+)\) detected")
 _AMDGPU_APP = re.compile(r"\[(\w+)\] (?:no-retry )?page fault|ring (\S+) timeout")
 _LINK = re.compile(r"mlx5_core ([0-9a-f]{4}:[0-9a-f]{2}:[0-9a-f]{2}\.[0-7]) (\S+): Link (down|up)\b")
+# mlx5 (en/port.c ``mlx5_pcie_event``): the adapter's slot gives it less power than it needs; it throttles or stops.
+_MLX5_POWER = re.compile(r"mlx5_core ([0-9a-f]{4}:[0-9a-f]{2}:[0-9a-f]{2}\.[0-7]):.*?"
+                         r"Detected insufficient power on the PCIe slot(?: \((\d+)W\))?")
 # The NVIDIA driver could not bring a GPU up (nv.c, ``rm_init_adapter``): it is unusable until it initializes.
 _RM_INIT = re.compile(r"NVRM: GPU ([0-9A-Fa-f]{4}:[0-9A-Fa-f]{2}:[0-9A-Fa-f]{2}\.[0-7]): RmInitAdapter failed! "
                       r"\(([^)]*)\)")
@@ -161,6 +164,12 @@ def parse_kernel_message(message: str) -> KernelEvent | None:
     if message.startswith("Linux version "):
         m = _BOOT.match(message)
         return KernelEvent("boot", None, "info", f"kernel booted: Linux {m.group(1)}" if m else "kernel booted")
+    if "mlx5_core" in message and "insufficient power" in message:
+        m = _MLX5_POWER.search(message)
+        if m:
+            watts = f" ({m.group(2)} W)" if m.group(2) else ""
+            return KernelEvent("link", None, "warning", f"mlx5 adapter: insufficient power on its PCIe slot{watts}",
+                               normalize_pci_function(m.group(1)))
     if "mlx5_core" in message and ("health compromised" in message or "Fatal error" in message):
         m = _MLX5_HEALTH.search(message)
         if m:

@@ -298,3 +298,18 @@ def test_a_gpu_the_driver_could_not_initialize(ctx):
     assert {(e.entity, e.level, e.category, e.hard) for e in out} == {("worker4/gpu5", State.SUBHEALTHY, "gpu_bus",
                                                                        False)}
     assert RuleDetector(baseline=True).fit().update(TickInput(1000.0, frame, pd.DataFrame(), pd.DataFrame())) == []
+
+
+def test_an_mlx5_adapter_short_of_slot_power_makes_its_port_sub_healthy():
+    """leptonai/gpud#348: 'Detected insufficient power on the PCIe slot (27W)': the port still works but its adapter
+    throttles or stops; sub-healthy (inspect the slot), not failed, and nothing for the static baseline."""
+    line = (QUOTED / "gpud-348-mlx5-power.txt").read_text().strip()
+    ev = parse_kernel_message(line.split(" kernel: ", 1)[1])
+    assert (ev.kind, ev.severity, ev.pci) == ("link", "warning", "0000:5c:00.0") and "27 W" in ev.message
+    topo = Topology.from_dict({"racks": [{"name": "r1", "nodes": [
+        {"name": "n1", "ports": [{"device": "mlx5_3", "port": 1, "pci": "0000:5c:00.0"}]}]}]})
+    frame = EventResolver(SeriesMapper(topology=topo)).resolve(
+        events_frame([(5.0, "n1", ev.kind, ev.code, ev.severity, ev.message, "kernel", ev.pci, ev.device)]))
+    out = RuleDetector().fit().update(TickInput(5.0, frame, pd.DataFrame(), pd.DataFrame()))
+    assert [(e.entity, e.level, e.hard) for e in out] == [("n1/mlx5_3:1", State.SUBHEALTHY, False)]
+    assert RuleDetector(baseline=True).fit().update(TickInput(5.0, frame, pd.DataFrame(), pd.DataFrame())) == []
