@@ -442,9 +442,7 @@ class Service:
             for c in self.collectors:
                 c.restore(states.get(c.name) or self.store.collector_state(c.name))
             if self.active:
-                if self.previous_tick is not None:  # what the detectors learned goes on, unless detection changed
-                    warmstate.take_up(self.pipeline, warmstate.capture(old_pipeline, self.previous_tick),
-                                      self.previous_tick, cfg.service.warm_state_max_age_s, "reload")
+                warmstate.hand_over(old_pipeline, self.pipeline)  # what the detectors learned goes on
                 self.pipeline.restore(self.store, self.ownership.owns_entity)
             self.cfg = cfg
             self._schedule_jobs()

@@ -27,6 +27,7 @@ from functools import cache
 from pathlib import Path
 
 from daemon import metrics
+from daemon.alerting.render import fmt_ts
 from daemon.pipeline import Pipeline, PipelineConfig
 from daemon.store import Store
 
@@ -104,12 +105,25 @@ def take_up(pipeline: Pipeline, state: WarmState | None, now: float, max_age_s: 
             why = f"it cannot be read ({type(exc).__name__}: {exc})"
     if why is not None:
         log.warning("%s: warm state of %s not taken up: %s; the detectors warm up afresh", source,
-                    _when(state.saved_at), why)
+                    fmt_ts(state.saved_at), why)
         metrics.WARM_STATE.labels("take_up", "refused").inc()
         return False
     taken = pipeline.take_warm_state(data)
-    log.info("%s: warm state of %s taken up (%d kB, detectors %s)", source, _when(state.saved_at),
+    log.info("%s: warm state of %s taken up (%d kB, detectors %s)", source, fmt_ts(state.saved_at),
              state.size // 1024, ", ".join(taken) or "none")
+    metrics.WARM_STATE.labels("take_up", "taken").inc()
+    return True
+
+
+def hand_over(old: Pipeline, new: Pipeline) -> bool:
+    """A reload's new pipeline takes the old one's memory as it is (no pickling: the old one is dropped), when the
+    same detection code and config run both; says why not otherwise."""
+    if digest(old.config) != digest(new.config):
+        log.warning("reload: the detection config changed; the detectors warm up afresh")
+        metrics.WARM_STATE.labels("take_up", "refused").inc()
+        return False
+    taken = new.take_warm_state(old.warm_state())
+    log.info("reload: the detectors keep what they learned (%s)", ", ".join(taken) or "none")
     metrics.WARM_STATE.labels("take_up", "taken").inc()
     return True
 
@@ -141,7 +155,3 @@ def load(store: Store, shard: str, pipeline: Pipeline, now: float, max_age_s: fl
         return False
     state = WarmState(row.saved_at, row.digest, bytes(row.blob)) if row is not None else None
     return take_up(pipeline, state, now, max_age_s, f"shard {shard}")
-
-
-def _when(ts: float) -> str:
-    return time.strftime("%Y-%m-%d %H:%M:%S UTC", time.gmtime(ts))
