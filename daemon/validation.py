@@ -174,7 +174,9 @@ class Validator:
         return os.path.join(self.cfg.output_dir, f"{job_name}.out")
 
     def _telemetry_name(self, scheduler_node: str) -> str:
-        back = {v: k for k, v in self.scheduler_names.items()}
+        back = getattr(self, "_back", None)
+        if back is None or len(back) != len(self.scheduler_names):  # built once, not for every node of every look
+            back = self._back = {v: k for k, v in self.scheduler_names.items()}
         return back.get(scheduler_node, scheduler_node)
 
     def _save(self, row: IdleCheckRow, **changes) -> None:
