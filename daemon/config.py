@@ -255,10 +255,11 @@ def _shards(cfg: Config, sh: dict[str, Any]) -> None:
                     raise ConfigError(f"shards.{name}.{key}: {v!r} is in shards.{seen[key, str(v)]} too")
                 seen[key, str(v)] = name
             parts[key] = frozenset(str(v) for v in values)
+        matchers = _take(table, "matchers", str, f"shards.{name}", "")
         _no_more(table, f"shards.{name}")
         if not any(parts.values()):
             raise ConfigError(f"shards.{name}: names no supernode, rack or node")
-        cfg.shards[name] = ShardSpec(name, **parts)
+        cfg.shards[name] = ShardSpec(name, **parts, matchers=matchers.strip())
     if cfg.service.shard == POOL and not cfg.shards:
         raise ConfigError('service.shard: "*" (any free shard) needs [shards.NAME] tables')
     if cfg.shards and cfg.service.shard not in cfg.shards and cfg.service.shard != POOL:

@@ -116,7 +116,8 @@ class Service:
         ownership = Ownership.of(cfg.shards.get(cfg.service.shard), topology)
         for warning in plan_warnings(cfg.shards, topology):
             log.warning("shards: %s", warning)
-        ctx = ReadContext(mapper=mapper, owns_node=ownership.owns if ownership.sharded else None)
+        ctx = ReadContext(mapper=mapper, owns_node=ownership.owns if ownership.sharded else None,
+                          shard_matchers=ownership.matchers)
         model = None
         if cfg.service.model:
             from detectors.bundle import ModelBundle

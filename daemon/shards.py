@@ -34,6 +34,9 @@ class ShardSpec:
     supernodes: frozenset[str] = frozenset()
     racks: frozenset[str] = frozenset()
     nodes: frozenset[str] = frozenset()
+    #: PromQL label matchers that select this shard's series in the cluster's Prometheus (``supernode=~"sn0[1-4]"``):
+    #: a PromQL collector without ``matchers`` of its own asks with these, a pool member too once it holds the shard
+    matchers: str = ""
 
 
 def plan_warnings(shards: dict[str, ShardSpec], topology: Topology) -> list[str]:
@@ -72,6 +75,7 @@ class Ownership:
     shard: str = "default"
     nodes: frozenset[str] | None = None  # None: all
     racks: frozenset[str] = field(default_factory=frozenset)  # racks with a node of this shard
+    matchers: str = ""  # the shard's PromQL label matchers (ShardSpec.matchers)
 
     @classmethod
     def of(cls, spec: ShardSpec | None, topology: Topology) -> Ownership:
@@ -82,7 +86,7 @@ class Ownership:
                  if rack in spec.racks or topology.rack_supernode.get(rack) in spec.supernodes}
         nodes |= spec.nodes
         racks = frozenset(r for n in nodes if (r := topology.node_rack.get(n)) is not None)
-        return cls(spec.name, frozenset(nodes), racks)
+        return cls(spec.name, frozenset(nodes), racks, spec.matchers)
 
     @property
     def sharded(self) -> bool:

@@ -54,8 +54,10 @@ class PrometheusCollector(Collector):
             raise ValueError("url: required (the Prometheus server, e.g. http://prometheus:9090)")
         if self.matchers and self.queries:
             raise ValueError("matchers: only for the default queries (put them in your own queries instead)")
-        # a shard asks only for its own nodes' series: matchers such as supernode="sn01" (daemon/shards.py)
-        self.queries = list(self.queries) or default_queries(ctx.mapper.rules, str(self.matchers))
+        # a shard asks only for its own nodes' series: matchers such as supernode="sn01", the collector's own or its
+        # shard's (daemon/shards.py); a collector with queries of its own has what it reads of other shards dropped
+        self.queries = list(self.queries) or default_queries(ctx.mapper.rules,
+                                                             str(self.matchers) or ctx.shard_matchers)
         self._sid: dict[tuple, int] = {}
         self._last_ts: dict[int, float] = {}
         self._token: str | None = None

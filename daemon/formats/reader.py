@@ -34,6 +34,9 @@ class ReadContext:
     #: the nodes of this instance's shard (daemon/shards.py; None: every node): a collector that can tell a target's
     #: node before reading it leaves other shards' targets alone
     owns_node: Callable[[str], bool] | None = None
+    #: the shard's PromQL label matchers (``[shards.NAME] matchers``): what a PromQL collector without matchers of its
+    #: own asks with
+    shard_matchers: str = ""
 
     def extend_span(self, lo: float, hi: float) -> None:
         """Widen :attr:`span` to take in ``[lo, hi]``."""

@@ -164,11 +164,15 @@ class SimServer:
         import yaml
 
         (out / "topology.yaml").write_text(yaml.safe_dump(doc, sort_keys=False, width=200))
-        jobs: dict[str, list[str]] = {}
+        # one target group per exporter and rack, labelled as operators label theirs (file_sd or relabelling), so
+        # a shard's PromQL matchers can select its part of the cluster (supernode="sn01")
+        groups: dict[tuple[str, int], list[str]] = {}
         for i in range(topo.n_nodes):
             for path in self.state.exporters(i):
-                jobs.setdefault(path, []).append(f"{loopback(i)}:{self.ports[path]}")
-        targets = [{"targets": t, "labels": {"job": JOBS[path]}} for path, t in jobs.items()]
+                groups.setdefault((path, int(topo.node_rack[i])), []).append(f"{loopback(i)}:{self.ports[path]}")
+        targets = [{"targets": t, "labels": {"job": JOBS[path], "rack": topo.racks[r],
+                                             "supernode": topo.supernode_of_rack[r]}}
+                   for (path, r), t in groups.items()]
         (out / "prometheus-targets.json").write_text(json.dumps(targets, indent=1))
         with open(out / "labels.jsonl", "w") as fh:
             for label in self.sim.labels():

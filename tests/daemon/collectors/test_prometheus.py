@@ -71,6 +71,13 @@ def test_instant_queries_name_entities_and_skip_unchanged_samples(prometheus):
     assert all(q.endswith(f", {matcher}}}") for q in mine.queries)
     batch, outcome = mine.collect(time.time())
     assert outcome.ok and {e.split("/", 1)[0] for e in batch.samples["entity"]} == {"sn01-b01"}
+    # or its shard's matchers ([shards.NAME] matchers), on the labels the targets carry in file_sd
+    for supernode in ("sn01", "sn02"):
+        shard = PrometheusCollector("shard", ReadContext(mapper=mapper, shard_matchers=f'supernode="{supernode}"'),
+                                    url=url)
+        batch, outcome = shard.collect(time.time())
+        nodes = {e.split("/", 1)[0] for e in batch.samples["entity"]} if len(batch.samples) else set()
+        assert outcome.ok and (nodes >= {"sn01-b01", "sn01-b02"} if supernode == "sn01" else nodes == set())
     with pytest.raises(ValueError, match="matchers: only for the default queries"):
         PrometheusCollector("both", ReadContext(mapper=mapper), url=url, queries=["up"], matchers='job="x"')
 

@@ -12,8 +12,10 @@ from tests.daemon.service.test_service import until
 SHARDS = '''
 [shards.a]
 nodes = ["sn01-b01"]
+matchers = 'instance=~"127[.]1[.]0[.]1:.*"'
 [shards.b]
 nodes = ["sn01-b02"]
+matchers = 'instance=~"127[.]1[.]0[.]2:.*"'
 '''
 
 
@@ -88,6 +90,7 @@ def test_a_pool_member_serves_whichever_shard_has_no_live_holder(live):
         assert a.cycle() is not None
         assert p1.cycle() is not None and p1.cfg.service.shard == "b"  # a is held: the first free one
         assert p1.ownership.nodes == {"sn01-b02"} and p1.remediation.cursor == "playbooks:b"
+        assert p1.ctx.shard_matchers == 'instance=~"127[.]1[.]0[.]2:.*"'  # what its PromQL collectors ask with
         assert p2.cycle() is None and not p2.active  # both held: it waits
         a.stop()
         assert p2.cycle() is not None and p2.cfg.service.shard == "a" and p2.ownership.nodes == {"sn01-b01"}

@@ -136,7 +136,10 @@ def test_a_mixed_vendor_rack_serves_each_vendors_own_exporter(tmp_path):
         chunk = next(server.sim.chunks())
         server.state.set(chunk, 0)
         targets = json.loads((tmp_path / "live" / "prometheus-targets.json").read_text())
-        jobs = {t["labels"]["job"]: t["targets"] for t in targets}
+        jobs: dict[str, list[str]] = {}
+        for group in targets:  # one group per exporter and rack, labelled with both
+            assert group["labels"]["supernode"] == "sn01" and group["labels"]["rack"] == "r01"
+            jobs.setdefault(group["labels"]["job"], []).extend(group["targets"])
         assert set(jobs) == set(JOBS.values()) and len(jobs["npu"]) == 3 and len(jobs["node"]) == 6
         topo = Topology.load(tmp_path / "live" / "topology.yaml")
         entities = set()
