@@ -279,8 +279,10 @@ class Store:
             self.migrate()
 
     def migrate(self) -> None:
-        """Bring the schema to the newest migration."""
-        with self.engine.begin() as conn:
+        """Bring the schema to the newest migration, one raswarden at a time: the shards of a cluster started together
+        on a new database would otherwise all create its tables (PostgreSQL refuses the second alembic_version,
+        SQLite says the database is locked); the later ones find it done."""
+        with self.cluster_lock("migrations", timeout_s=600.0), self.engine.begin() as conn:
             cfg = alembic_config(self.engine)
             cfg.attributes["connection"] = conn
             command.upgrade(cfg, "head")

@@ -1,6 +1,10 @@
 """The store on embedded SQLite (WAL) and on a real PostgreSQL server, migrated by alembic."""
 
 import io
+import subprocess
+import sys
+import time
+from pathlib import Path
 
 import pytest
 from sqlalchemy import inspect, text
@@ -10,6 +14,8 @@ from daemon.store import Store
 
 TABLES = {"entity", "health", "finding", "incident", "action", "alert_outbox", "alert", "alert_group", "silence",
           "alert_cursor", "lease", "warm_state", "alembic_version"}
+HEAD = "0009"  # the newest migration
+ROOT = Path(__file__).resolve().parents[2]
 
 
 def check_replay_into(url: str, trace_dir) -> None:
@@ -25,7 +31,7 @@ def check_replay_into(url: str, trace_dir) -> None:
         assert {i.entity for i in incidents} == {i.entity for i in result.pipeline.incidents.open.values()}
         assert all(i.evidence for i in incidents)
         with store.session() as s:
-            assert s.exec(text("SELECT version_num FROM alembic_version")).one()[0] == "0009"
+            assert s.exec(text("SELECT version_num FROM alembic_version")).one()[0] == HEAD
             assert s.exec(text("SELECT count(*) FROM entity")).one()[0] == 4 * (1 + 8 + 4)
     finally:
         store.close()
@@ -43,3 +49,34 @@ def test_sqlite_file_in_wal_mode(tmp_path, trace_dir):
 @pytest.mark.postgres
 def test_postgresql(pg_url, trace_dir):
     check_replay_into(pg_url, trace_dir)
+
+
+
+def migrate_at_once(url: str, gate: Path, n: int = 4) -> list[str]:
+    """``n`` raswarden processes opening one new store at the same moment (the shards of a cluster started together,
+    held at a gate until all are up): the errors of those that failed."""
+    code = ("import sys, time\nfrom pathlib import Path\nfrom daemon.store import Store\n"
+            "while not Path(sys.argv[2]).exists():\n    time.sleep(0.005)\nStore(sys.argv[1]).close()\n")
+    procs = [subprocess.Popen([sys.executable, "-c", code, url, str(gate)], cwd=ROOT, stderr=subprocess.PIPE,
+                              text=True) for _ in range(n)]
+    time.sleep(3)  # every one imported and waiting at the gate
+    gate.touch()
+    errors = []
+    for proc in procs:
+        _, err = proc.communicate(timeout=120)
+        if proc.returncode:
+            errors.append(err.strip().splitlines()[-1])
+    return errors
+
+
+@pytest.mark.postgres
+def test_shards_started_together_migrate_a_new_postgresql_once(pg_url, tmp_path):
+    assert migrate_at_once(pg_url, tmp_path / "go") == []
+    store = Store(pg_url)
+    with store.session() as s:
+        assert s.exec(text("SELECT version_num FROM alembic_version")).all() == [(HEAD,)]
+    store.close()
+
+
+def test_instances_started_together_migrate_a_new_sqlite_file_once(tmp_path):
+    assert migrate_at_once(f"sqlite:///{tmp_path}/raswarden.db", tmp_path / "go") == []
