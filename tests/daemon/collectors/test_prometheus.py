@@ -108,3 +108,9 @@ def test_an_error_status_and_a_non_vector_answer(http_server):
                                '{"__name__":"DCGM_FI_DEV_GPU_TEMP","gpu":"1","Hostname":"n1"},"value":[1700000000.5,"41"]}]}}')
     batch, outcome = c.collect(time.time())
     assert outcome.ok and len(batch.samples) == 0  # the same sample again (Prometheus did not scrape anew)
+    pages.set("/api/v1/query", '{"status":"success","data":{"resultType":"vector","result":[7, {"metric":{}},'
+                               '{"metric":{"gpu":["0"]},"value":[1,"2"]}, {"metric":{"__name__":"DCGM_FI_DEV_GPU_TEMP",'
+                               '"gpu":"2","Hostname":"n1"},"value":[1700000001,"40"]}]}}')
+    batch, outcome = c.collect(time.time())
+    assert outcome.ok and list(batch.samples["entity"]) == ["n1/gpu2"]  # three items that are no sample: rejected
+    assert sum("result without labels" in m for m in c.ctx.rejects.messages) == 3
