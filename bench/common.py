@@ -1,11 +1,16 @@
-"""What the benchmarks share: running a measurement in a process of its own, peak memory, writing results."""
+"""What the benchmarks share: running a measurement in a process of its own, peak memory, watching another process
+(CPU, resident memory, its /metrics), writing results."""
 
 from __future__ import annotations
 
 import json
+import os
+import re
 import resource
+import socket
 import subprocess
 import sys
+import urllib.request
 from pathlib import Path
 
 
@@ -34,3 +39,40 @@ def write_results(path: Path, results: dict) -> None:
 
     write(path, results)
     print(f"wrote {path}")
+
+
+TICK = os.sysconf("SC_CLK_TCK")
+
+
+def cpu_seconds(pid: int) -> float:
+    """CPU seconds (user + system) process ``pid`` has used so far."""
+    fields = Path(f"/proc/{pid}/stat").read_text().rsplit(")", 1)[1].split()
+    return (int(fields[11]) + int(fields[12])) / TICK  # utime, stime
+
+
+def rss_mb(pid: int) -> float:
+    """Resident memory of process ``pid`` now, in MB."""
+    m = re.search(r"^VmRSS:\s+(\d+) kB", Path(f"/proc/{pid}/status").read_text(), re.M)
+    return int(m.group(1)) / 1024 if m else 0.0
+
+
+def free_port() -> int:
+    """A TCP port on loopback nobody listens on now."""
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        return s.getsockname()[1]
+
+
+def metrics(port: int) -> dict[str, float]:
+    """A raswarden's /metrics on loopback ``port``, as {series: value}."""
+    with urllib.request.urlopen(f"http://127.0.0.1:{port}/metrics", timeout=10) as r:
+        text = r.read().decode()
+    out = {}
+    for line in text.splitlines():
+        if line and not line.startswith("#"):
+            key, _, value = line.rpartition(" ")
+            try:
+                out[key] = float(value)
+            except ValueError:
+                pass
+    return out

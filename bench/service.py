@@ -17,55 +17,18 @@ from __future__ import annotations
 
 import argparse
 import json
-import os
-import re
 import signal
-import socket
 import subprocess
 import sys
 import tempfile
 import time
-import urllib.request
 from pathlib import Path
 
 ROOT = Path(__file__).resolve().parent.parent
 sys.path.insert(0, str(ROOT))
 sys.path.insert(0, str(ROOT / "bench"))
 
-from common import write_results  # noqa: E402
-
-TICK = os.sysconf("SC_CLK_TCK")
-
-
-def cpu_seconds(pid: int) -> float:
-    fields = Path(f"/proc/{pid}/stat").read_text().rsplit(")", 1)[1].split()
-    return (int(fields[11]) + int(fields[12])) / TICK  # utime, stime
-
-
-def rss_mb(pid: int) -> float:
-    m = re.search(r"^VmRSS:\s+(\d+) kB", Path(f"/proc/{pid}/status").read_text(), re.M)
-    return int(m.group(1)) / 1024 if m else 0.0
-
-
-def free_port() -> int:
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        return s.getsockname()[1]
-
-
-def metrics(port: int) -> dict[str, float]:
-    with urllib.request.urlopen(f"http://127.0.0.1:{port}/metrics", timeout=10) as r:
-        text = r.read().decode()
-    out = {}
-    for line in text.splitlines():
-        if line and not line.startswith("#"):
-            key, _, value = line.rpartition(" ")
-            try:
-                out[key] = float(value)
-            except ValueError:
-                pass
-    return out
-
+from common import cpu_seconds, free_port, metrics, rss_mb, write_results  # noqa: E402
 
 def cycle_totals(m: dict[str, float]) -> tuple[float, float]:
     """Cycles run and their seconds in all (the cycle-duration histogram's count and sum)."""
