@@ -117,7 +117,7 @@ class Service:
         for warning in plan_warnings(cfg.shards, topology):
             log.warning("shards: %s", warning)
         ctx = ReadContext(mapper=mapper, owns_node=ownership.owns if ownership.sharded else None,
-                          shard_matchers=ownership.matchers)
+                          shard_matchers=ownership.matchers, shard_hosts=ownership.hosts(topology))
         model = None
         if cfg.service.model:
             from detectors.bundle import ModelBundle

@@ -92,6 +92,12 @@ class Ownership:
     def sharded(self) -> bool:
         return self.nodes is not None
 
+    def hosts(self, topology: Topology) -> frozenset[str] | None:
+        """The names the shard's nodes go by in logs (their names and the topology's aliases); None: not sharded."""
+        if self.nodes is None:
+            return None
+        return frozenset(self.nodes) | frozenset(a for a, node in topology.aliases.items() if node in self.nodes)
+
     def owns(self, node: str) -> bool:
         return self.nodes is None or node in self.nodes
 

@@ -5,7 +5,8 @@ Two ways in:
 * ``command`` (the default on a management node that receives its nodes' journals through
   systemd-journal-remote): ``journalctl --follow --merge --output=json _TRANSPORT=kernel`` plus the operator's
   ``args`` (e.g. ``--directory=/var/log/journal/remote``), started ``--after-cursor=`` the last record the
-  daemon consumed; the very first start reads from ``since`` (default: now).
+  daemon consumed; the very first start reads from ``since`` (default: now). A shard's instance adds one
+  ``_HOSTNAME=`` match per name its nodes go by, so it reads only their records.
 * ``file``: a JSON-lines journal export that grows (``journalctl -o json -f > FILE``, the simulator's
   ``kernel.journal.json``), followed by byte offset, starting over when the file is replaced or truncated.
 
@@ -57,7 +58,9 @@ class JournaldCollector(Collector):
             argv.append("--lines=0")
         else:
             argv.append(f"--since={self.since}")
-        return argv + ["_TRANSPORT=kernel"]
+        # a shard reads its own nodes' records only: matches on one field are alternatives (journalctl(1))
+        hosts = [f"_HOSTNAME={h}" for h in sorted(self.ctx.shard_hosts or ())]
+        return argv + ["_TRANSPORT=kernel", *hosts]
 
     def _start(self) -> None:
         try:

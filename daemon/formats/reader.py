@@ -37,6 +37,9 @@ class ReadContext:
     #: the shard's PromQL label matchers (``[shards.NAME] matchers``): what a PromQL collector without matchers of its
     #: own asks with
     shard_matchers: str = ""
+    #: the host names (node names and their aliases) of the shard's nodes (None: every node): a journal reader asks
+    #: journalctl for their records only
+    shard_hosts: frozenset[str] | None = None
 
     def extend_span(self, lo: float, hi: float) -> None:
         """Widen :attr:`span` to take in ``[lo, hi]``."""

@@ -127,6 +127,21 @@ def test_a_directory_of_many_nodes_journals_is_read_whole(tmp_path):
         time.sleep(0.2)
     c.close()
     assert sorted(hosts) == ["sn01-b01", "sn01-b02"], hosts
+    # a shard's instance asks journalctl for its own nodes' records only (by name or by alias)
+    for shard_hosts, want in ((frozenset({"sn01-b02", "10.0.0.2"}), ["sn01-b02"]), (frozenset({"sn02-b01"}), [])):
+        mine = JournaldCollector("kernel", ReadContext(shard_hosts=shard_hosts), args=[f"--directory={directory}"],
+                                 since="2000-01-01")
+        assert mine.command()[-len(shard_hosts):] == [f"_HOSTNAME={h}" for h in sorted(shard_hosts)]
+        got: list[str] = []
+        deadline = time.monotonic() + (15 if want else 3)  # what is read comes within a second; nothing: wait 3 s
+        while time.monotonic() < deadline and (got != want or not want):
+            batch, outcome = mine.collect(time.time())
+            assert outcome.ok, outcome.errors
+            got += [e.split("/")[0] for e in batch.events["entity"]]
+            time.sleep(0.2)
+        batch, _ = mine.collect(time.time())
+        mine.close()
+        assert got + [e.split("/")[0] for e in batch.events["entity"]] == want
 
 
 def test_a_missing_journalctl_is_an_error_not_a_crash():

@@ -134,3 +134,13 @@ def test_a_shard_keeps_only_its_nodes_rows_of_a_batch():
     assert list(kept.samples["entity"].astype(str)) == ["n1/gpu0", "n1"] and list(kept.samples["value"]) == [50, 1]
     assert list(kept.events["entity"]) == ["n1"]
     assert Ownership().keep(Batch(samples, events)).samples is samples  # not sharded: untouched
+
+
+def test_a_shards_hosts_are_its_nodes_and_their_aliases():
+    from daemon.shards import Ownership
+    from daemon.topology import Topology
+
+    topo = Topology()
+    topo.aliases.update({"10.0.0.1": "n1", "n1.cluster": "n1", "10.0.0.2": "n2"})
+    assert Ownership("a", frozenset({"n1"})).hosts(topo) == {"n1", "10.0.0.1", "n1.cluster"}
+    assert Ownership().hosts(topo) is None  # not sharded: every host
