@@ -1,6 +1,7 @@
 """One blast-radius budget for the whole cluster (issue 27): raswardens sharing a store (the shards of a cluster on
 one PostgreSQL; the service and ``raswarden playbook run`` on one SQLite file) that drain at the same moment never
-take more nodes than the budget together. Without the lock they do: the test shows that too."""
+take more nodes than the budget together. Without the lock they do: the test shows that too. And as operators run
+it: four shards' ``playbook run`` processes on one PostgreSQL drive a real Slurm at the same moment."""
 
 from __future__ import annotations
 
@@ -126,3 +127,79 @@ with Store({url!r}).cluster_lock("blast-radius"):
         c.close()
     finally:
         holder.kill()
+
+
+def fresh_database(name: str) -> str:
+    """A database of its own on the test PostgreSQL server (not the shared one other tests empty): its URL."""
+    import os
+
+    from sqlalchemy import create_engine, text
+
+    from tests.conftest import require
+
+    url = os.environ.get("RASWARDEN_TEST_PG_URL", "")
+    require(bool(url), "no PostgreSQL server: run the suite through scripts/test.sh (as root)")
+    engine = create_engine(url, isolation_level="AUTOCOMMIT")
+    with engine.connect() as conn:
+        conn.execute(text(f"DROP DATABASE IF EXISTS {name} WITH (FORCE)"))
+        conn.execute(text(f"CREATE DATABASE {name}"))
+    engine.dispose()
+    return url.rsplit("/", 1)[0] + f"/{name}"
+
+
+@pytest.mark.postgres
+def test_four_shard_processes_on_postgresql_and_a_real_slurm_drain_no_more_than_the_budget(slurm, tmp_path):
+    """Four ``raswarden playbook run`` processes, one per shard of one node each, on one PostgreSQL, each with a failed
+    GPU on its node at the same moment, under a cluster budget of one node: slurmctld drains exactly one node once;
+    the other three actions are held by the budget, each saying so."""
+    import signal
+    import subprocess
+    import sys
+
+    from daemon.incidents import Incident
+    from detectors.schema import State
+    from tests.playbooks.conftest import LAB_DIR, ROOT
+
+    url = fresh_database("raswarden_budget")
+    nodes = [f"node{i}" for i in range(1, 5)]
+    store = Store(url)
+    now = time.time()
+    store.record_tick([], [Incident(id=f"inc-{n}", fingerprint=f"{n}/gpu0|gpu_bus", entity=f"{n}/gpu0",
+                                    kind="accelerator", category="gpu_bus", severity=State.FAILED, opened_at=now,
+                                    updated_at=now, evidence=["Xid 79: GPU has fallen off the bus"]) for n in nodes])
+    shards = "".join(f'[shards.s{i}]\nnodes = ["{n}"]\n' for i, n in enumerate(nodes, 1))
+    log_before = (LAB_DIR / "log" / "slurmctld.log").read_text()
+    procs = []
+    for i in range(1, 5):
+        config = tmp_path / f"s{i}.toml"
+        config.write_text(f'[store]\nurl = "{url}"\n[service]\nshard = "s{i}"\n{shards}'
+                          f'[playbooks]\nmode = "act"\nmax_drained_nodes = 1\nmax_cluster_fraction = 1.0\n'
+                          f'max_rack_fraction = 1.0\n[scheduler]\ntype = "slurm"\nslurm_conf = "{slurm.conf}"\n')
+        procs.append(subprocess.Popen([sys.executable, "-m", "daemon", "playbook", "run", "--follow", "--interval",
+                                       "0.3", "--config", str(config)], cwd=ROOT, stdout=subprocess.DEVNULL,
+                                      stderr=subprocess.PIPE, text=True))
+    journal = StoreJournal(store)
+
+    def settled() -> bool:  # every shard's action drained its node or is held by the budget
+        actions = journal.actions()
+        return len(actions) == 4 and all(a.status in ("done", "held") for a in actions)
+
+    deadline = time.monotonic() + 60
+    while not settled() and time.monotonic() < deadline:
+        time.sleep(0.25)
+    time.sleep(1.0)  # a few passes more: a held action stays held, nothing is drained again
+    for proc in procs:
+        proc.send_signal(signal.SIGTERM)
+    errors = [proc.communicate(timeout=30)[1][-1500:] for proc in procs]
+    actions = journal.actions()
+    store.close()
+    assert settled(), ([(a.incident.id, a.status, [(st.type, st.status, st.detail) for st in a.steps])
+                        for a in actions], errors)
+    drains = {a.incident.id: st for a in actions for st in a.steps if st.type == "drain"}
+    drained = [n for n in nodes if "drain" in slurm.node_state(n)]
+    assert len(drained) == 1, (drained, {k: (v.status, v.detail) for k, v in drains.items()}, errors)
+    assert sorted(a.status for a in actions) == ["done", "held", "held", "held"]
+    assert sorted(st.detail.get("held", "") for st in drains.values()) == [""] + ["2 nodes would be unavailable "
+                                                                                 "(budget 1)"] * 3
+    log = (LAB_DIR / "log" / "slurmctld.log").read_text()[len(log_before):]
+    assert sum(log.count(f"update_node: node {n} state set to DRAIN") for n in nodes) == 1, log[-2000:]
