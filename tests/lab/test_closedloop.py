@@ -244,15 +244,22 @@ def test_a_repaired_node_comes_back_and_is_judged_on_its_new_parts():
     assert r.gpu_hours["idle_drained"] < 8.0, r.gpu_hours
 
 
-def test_the_technician_works_from_repair_orders_and_validation_catches_a_botched_repair():
+def test_the_technician_works_from_repair_orders_and_validation_catches_a_botched_repair(monkeypatch):
     """Issue 26's loop: with a 30-minute repair the nodes drained ahead of their failures get repair orders; the
     technician takes each after 10 minutes and marks it done when the repair is over; raswarden's validation job
     returns the node (every order closed, its time to repair measured). When every repair is botched, every
     validation fails and sends the node back: no order closes, no node returns to jobs, and those drains are not
-    counted as false detections. Returned without validation, the botched nodes go back to service broken."""
+    counted as false detections. Returned without validation, the botched nodes go back to service broken. Only the
+    replaced parts are forgotten (their new records start afresh), never the rest of their nodes."""
+    from daemon.pipeline import Pipeline
+
+    forgotten: list[str] = []
+    forget = Pipeline.forget
+    monkeypatch.setattr(Pipeline, "forget", lambda self, scope: (forgotten.append(scope), forget(self, scope))[1])
     good = run(simulator(), "full", LoopOptions(repair_s=1800.0, repair_orders=True, technician_s=600.0))
     rp = good.repairs
     assert rp["orders"] >= 2 and rp["closed"] == rp["orders"] and rp["validation_catches"] == 0, rp
+    assert len(forgotten) == rp["orders"] and all("/" in scope for scope in forgotten), forgotten  # one GPU each
     assert rp["validations"] >= 1 and 0.5 <= rp["mttr_h"] <= 2.0 and good.drains_false == 0, rp
     bad = run(simulator(), "full", LoopOptions(repair_s=1800.0, repair_orders=True, technician_s=600.0,
                                                bad_repair_share=1.0))
