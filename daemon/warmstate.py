@@ -27,7 +27,7 @@ from functools import cache
 from pathlib import Path
 
 from daemon import metrics
-from daemon.alerting.render import fmt_ts
+from daemon.timetext import fmt_ts
 from daemon.pipeline import Pipeline, PipelineConfig
 from daemon.store import Store
 

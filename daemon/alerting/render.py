@@ -7,7 +7,6 @@ shared ``<name>.j2`` (Slack's mrkdwn differs from Markdown, WeCom's Markdown is 
 
 from __future__ import annotations
 
-import datetime as dt
 import shlex
 from pathlib import Path
 
@@ -15,14 +14,9 @@ import jinja2
 
 from daemon.alerting.alert import CATEGORY_WORDS, Alert, Notification
 from daemon.alerting.silences import DEFAULT_SILENCE
+from daemon.timetext import fmt_ts
 
 TRUNCATED = "… [truncated: {n} more {unit}]"
-
-
-def fmt_ts(ts: float | None) -> str:
-    if ts is None:
-        return "-"
-    return dt.datetime.fromtimestamp(ts, dt.UTC).strftime("%Y-%m-%d %H:%M:%SZ")
 
 
 def commands(alert: Alert) -> list[str]:

@@ -5,13 +5,8 @@ from __future__ import annotations
 
 import argparse
 import contextlib
-import datetime as dt
 
-
-def fmt_ts(ts: float | None) -> str:
-    if ts is None:
-        return "-"
-    return dt.datetime.fromtimestamp(ts, dt.UTC).strftime("%Y-%m-%d %H:%M:%SZ")
+from daemon.timetext import fmt_ts  # noqa: F401  (re-exported: the command modules print times)
 
 
 def fmt_duration(seconds: float) -> str:
