@@ -197,6 +197,51 @@ def start_simulator(work: Path, accelerators: int, interval: float) -> subproces
     return sim
 
 
+def promql_alone(work: Path, prom: str, supernodes: list[str], rounds: int = 3) -> dict:
+    """One shard's PromQL collection with no other shard asking (the simulator and Prometheus' scraping go on): the
+    median seconds of ``rounds`` collections, and of that, reading the answers already fetched (the parse alone)."""
+    import io
+    import statistics
+
+    from daemon.collectors.prometheus import PrometheusCollector
+    from daemon.formats.reader import ReadContext
+    from daemon.naming import SeriesMapper
+    from daemon.topology import Topology
+
+    mapper = SeriesMapper(topology=Topology.load(work / "sim" / "topology.yaml"))
+    c = PrometheusCollector("alone", ReadContext(mapper=mapper, shard_matchers=f'supernode=~"{"|".join(supernodes)}"'),
+                            url=prom, timeout_s=60)
+    c.collect(time.time())  # the series ids, once
+    took, bodies = [], {}
+    for _ in range(rounds):
+        c._last_ts.clear()  # every sample counts as new, as in a cycle after a scrape
+        started = time.perf_counter()
+        _, outcome = c.collect(time.time())
+        took.append(time.perf_counter() - started)
+    for q in c.queries:
+        with c._get(q) as r:
+            bodies[q] = r.read()
+    fetch = c._get
+
+    class Body(io.BytesIO):
+        def __enter__(self):
+            return self
+
+        def __exit__(self, *exc):
+            return False
+
+    c._get = lambda q: Body(bodies[q])
+    parse = []
+    for _ in range(rounds):
+        c._last_ts.clear()
+        started = time.perf_counter()
+        c.collect(time.time())
+        parse.append(time.perf_counter() - started)
+    c._get = fetch
+    return {"collect_s": round(statistics.median(took), 3), "parse_s": round(statistics.median(parse), 3),
+            "samples": outcome.samples, "answer_mb": round(sum(map(len, bodies.values())) / 1e6, 1)}
+
+
 def wait_scraped(prom: str, targets: int, deadline_s: float = 600) -> float:
     """Wait until Prometheus has scraped every target once; the seconds it took."""
     started = time.monotonic()
@@ -297,6 +342,7 @@ def one_run(accelerators: int, shards: int, interval: float, warmup: float, meas
             proc.send_signal(signal.SIGTERM)
         for proc, _ in runs.values():
             proc.wait(timeout=120)
+        alone = promql_alone(work, prom, plan[0])  # with the shards stopped: one shard's queries, nobody else asking
         return {
             "accelerators": accelerators, "supernodes": supernodes, "shards": len(plan), "interval_s": interval,
             "measured_s": round(wall, 1), "targets": targets, "prometheus_series": series,
@@ -306,6 +352,7 @@ def one_run(accelerators: int, shards: int, interval: float, warmup: float, meas
             | {"raswarden_all_shards": round(sum(r["cpu_share_of_one_core"] for r in rows), 3)},
             "rss_peak_mb": {"prometheus": round(prom_peak)}, "pss_peak_mb": {"postgresql": round(pg_peak)},
             "postgresql_commits_per_s": round(commits / wall, 1),
+            "promql_alone": alone,
         }
     finally:
         for proc in reversed(procs):
@@ -353,6 +400,9 @@ def main() -> None:
           f"{cpu['simulator']:.0%}, Prometheus {cpu['prometheus']:.0%}, PostgreSQL {cpu['postgresql']:.0%}; RSS peak "
           f"Prometheus {row['rss_peak_mb']['prometheus']} MB, PostgreSQL {row['pss_peak_mb']['postgresql']} MB (PSS); "
           f"PostgreSQL {row['postgresql_commits_per_s']} commits/s")
+    a = row["promql_alone"]
+    print(f"One shard's PromQL collection alone: {a['collect_s']} s for {a['samples']:,} samples ({a['answer_mb']} MB "
+          f"of answers), of which reading them {a['parse_s']} s")
     write_results(args.out, row)
 
 
