@@ -271,8 +271,6 @@ def one_run(accelerators: int, shards: int, interval: float, warmup: float, meas
         prometheus, prom = start_prometheus(work, interval)
         procs.append(prometheus)
         first_scrape_s = wait_scraped(prom, targets)
-        with urllib.request.urlopen(f"{prom}/api/v1/status/tsdb", timeout=30) as r:
-            series = int(json.load(r)["data"]["headStats"]["numSeries"])
         runs = {}
         for i in range(len(plan)):
             name, port = f"s{i + 1}", free_port()
@@ -287,6 +285,8 @@ def one_run(accelerators: int, shards: int, interval: float, warmup: float, meas
                 if proc.poll() is not None:
                     raise SystemExit(f"shard {name} exited ({proc.returncode}): see {work / f'{name}.log'}")
             time.sleep(1)
+        # every series with a sample now (the TSDB status's head count, read right after the first scrape, undercounts)
+        series = int(float(prom_query(prom, 'count({__name__=~".+"})')[0]["value"][1]))
         pg_pids = pids_of_user("postgres")
         t0 = time.monotonic()
         cpu0 = {name: cpu_seconds(proc.pid) for name, (proc, _) in runs.items()}
