@@ -85,28 +85,23 @@ def pids_of_user(user: str) -> list[int]:
     return out
 
 
-def group_cpu(pids: list[int]) -> float:
+def over_pids(pids: list[int], read) -> float:
+    """The sum of ``read(pid)`` over a group of processes; one that ended meanwhile (a backend) counts nothing."""
     total = 0.0
     for pid in pids:
         try:
-            total += cpu_seconds(pid)
-        except OSError:  # a backend that ended
+            total += read(pid)
+        except OSError:
             pass
     return total
 
 
-def group_pss(pids: list[int]) -> float:
-    """Proportional set size of a group of processes in MB (shared memory, PostgreSQL's buffers, counted once)."""
-    total = 0.0
-    for pid in pids:
-        try:
-            text = Path(f"/proc/{pid}/smaps_rollup").read_text()
-        except OSError:  # a backend that ended
-            continue
-        for line in text.splitlines():
-            if line.startswith("Pss:"):
-                total += int(line.split()[1]) / 1024
-    return total
+def pss_mb(pid: int) -> float:
+    """Proportional set size of a process in MB (shared memory, PostgreSQL's buffers, counted once over a group)."""
+    for line in Path(f"/proc/{pid}/smaps_rollup").read_text().splitlines():
+        if line.startswith("Pss:"):
+            return int(line.split()[1]) / 1024
+    return 0.0
 
 
 def pg_commits(store_url: str) -> float:
@@ -291,7 +286,7 @@ def one_run(accelerators: int, shards: int, interval: float, warmup: float, meas
         t0 = time.monotonic()
         cpu0 = {name: cpu_seconds(proc.pid) for name, (proc, _) in runs.items()}
         other0 = {"simulator": cpu_seconds(sim.pid), "prometheus": cpu_seconds(prometheus.pid),
-                  "postgresql": group_cpu(pg_pids)}
+                  "postgresql": over_pids(pg_pids, cpu_seconds)}
         commits0 = pg_commits(store)
         last = {name: metrics(port) for name, (_, port) in runs.items()}
         ticks0 = {name: m.get("raswarden_ticks_total", 0.0) for name, m in last.items()}
@@ -315,12 +310,12 @@ def one_run(accelerators: int, shards: int, interval: float, warmup: float, meas
                     collect[name].append(m.get('raswarden_collector_duration_seconds{collector="prometheus"}', 0.0))
                 last[name] = m
             prom_peak = max(prom_peak, rss_mb(prometheus.pid))
-            pg_peak = max(pg_peak, group_pss(pids_of_user("postgres")))
+            pg_peak = max(pg_peak, over_pids(pids_of_user("postgres"), pss_mb))
         wall = time.monotonic() - t0
         commits = pg_commits(store) - commits0
         other = {"simulator": cpu_seconds(sim.pid) - other0["simulator"],
                  "prometheus": cpu_seconds(prometheus.pid) - other0["prometheus"],
-                 "postgresql": group_cpu(pids_of_user("postgres")) - other0["postgresql"]}
+                 "postgresql": over_pids(pids_of_user("postgres"), cpu_seconds) - other0["postgresql"]}
         rows = []
         for i, (name, (proc, _)) in enumerate(runs.items()):
             m = last[name]

@@ -50,6 +50,7 @@ class Validator:
         self.cfg = cfg
         self.clock = clock
         self.scheduler_names = scheduler_names or {}
+        self._telemetry_names = {v: k for k, v in self.scheduler_names.items()}  # Slurm's name -> telemetry's
         self.guards = guards or Guards()
         self.rack_of = rack_of
         self.breaker = breaker  # the circuit breaker's reason when tripped: no new idle check then
@@ -174,10 +175,7 @@ class Validator:
         return os.path.join(self.cfg.output_dir, f"{job_name}.out")
 
     def _telemetry_name(self, scheduler_node: str) -> str:
-        back = getattr(self, "_back", None)
-        if back is None or len(back) != len(self.scheduler_names):  # built once, not for every node of every look
-            back = self._back = {v: k for k, v in self.scheduler_names.items()}
-        return back.get(scheduler_node, scheduler_node)
+        return self._telemetry_names.get(scheduler_node, scheduler_node)
 
     def _save(self, row: IdleCheckRow, **changes) -> None:
         with self.book.store.session() as s:

@@ -27,9 +27,9 @@ from functools import cache
 from pathlib import Path
 
 from daemon import metrics
-from daemon.timetext import fmt_ts
 from daemon.pipeline import Pipeline, PipelineConfig
 from daemon.store import Store
+from daemon.timetext import fmt_ts
 
 log = logging.getLogger("raswarden.warmstate")
 

@@ -134,10 +134,9 @@ class PrometheusCollector(Collector):
             head = _Head(response)
             for item in ijson.items(head, "data.result.item", use_float=True):
                 try:
-                    key = tuple(item["metric"].items())
                     stamp, value = item["value"]
                     ts, value = float(stamp), float(value)
-                    hash(key)
+                    sid = self._series(tuple(item["metric"].items()), position)  # TypeError: a label not a string
                 except (TypeError, KeyError, ValueError, AttributeError):
                     self.ctx.rejects.reject(FORMAT, position, "result without labels and [time, value]",
                                             json.dumps(item, default=str)[:120])
@@ -146,7 +145,6 @@ class PrometheusCollector(Collector):
                     self.ctx.rejects.reject(FORMAT, position, "value is NaN or infinite",
                                             json.dumps(item["metric"], default=str)[:120])
                     continue
-                sid = self._series(key, position)
                 if sid < 0 or last.get(sid) == ts:
                     continue  # not a series raswarden reads, or not scraped again since the last query
                 last[sid] = ts

@@ -45,9 +45,8 @@ def return_repaired(sched: SimScheduler, under_repair: set[str], now: float,
             under_repair.add(n.name)
     for name in sorted(under_repair):
         n = sched.nodes[name]
-        if skip(name):
-            if technician is not None:
-                technician.by_order.add(name)
+        if skip(name):  # under repair orders: the technician's work and raswarden's validation return it, and told
+            under_repair.discard(name)  # raswarden which parts are new (Technician.work): its other parts keep theirs
             continue
         if max(n.broken_until, n.down_until) <= now:
             under_repair.discard(name)
@@ -56,12 +55,7 @@ def return_repaired(sched: SimScheduler, under_repair: set[str], now: float,
                 sched.log.append((now, "returned", name))
                 if technician is not None and technician.botched(name):
                     technician.back_broken(sched, name, now)
-            # a repair under orders told raswarden which parts are new when it was done (Technician.work): the
-            # node's other parts keep their records
-            by_order = technician is not None and name in technician.by_order
-            if technician is not None:
-                technician.by_order.discard(name)
-            if pipeline is not None and not by_order:
+            if pipeline is not None:
                 pipeline.forget(name)
 
 
@@ -79,7 +73,6 @@ class Technician:
         self.rng = np.random.default_rng(seed + 11)
         self.botched_repairs = 0
         self.returned_broken = 0
-        self.by_order: set[str] = set()  # nodes under repair through repair orders (their parts forgotten at done)
 
     def botched(self, node: str) -> bool:
         """Whether this repair of ``node`` leaves its fault in place (drawn once per repair)."""
