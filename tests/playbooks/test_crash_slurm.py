@@ -56,6 +56,8 @@ def run_once(config: Path, fault: str | None, timeout: float = 60.0) -> int:
 def test_sigkill_at_every_step_boundary_then_restart(slurm, tmp_path):
     db = tmp_path / "state.db"
     config = lab_config(tmp_path / "raswarden.toml", slurm.conf)
+    ctld_log = LAB_DIR / "log" / "slurmctld.log"
+    ctld_from = ctld_log.stat().st_size  # this test's lines only: other tests of the session drain nodes too
     job = slurm.submit()
     node = slurm.job_node(job)
     store = Store(f"sqlite:///{db}")
@@ -85,7 +87,7 @@ def test_sigkill_at_every_step_boundary_then_restart(slurm, tmp_path):
     assert [s.type for s in action.steps] == ["notify", "checkpoint", "wait_checkpoint", "drain", "requeue"]
     assert action.steps[1].detail["signalled"] == [job]
     assert "step=" in slurm.log(job, "ckpt"), slurm.log(job)  # the job saved its checkpoint before the requeue
-    log = (LAB_DIR / "log" / "slurmctld.log").read_text()
+    log = ctld_log.read_bytes()[ctld_from:].decode(errors="replace")
     assert log.count(f"update_node: node {node} state set to DRAIN") == 1
     assert f"{node} reason set to: raswarden: inc-crash01" in log
     slurm.wait(lambda: "restart=1" in slurm.log(job), 60)
