@@ -44,6 +44,9 @@ BOOTING = frozenset({"reboot_issued", "powering_up", "power_up"})
 # Errors that say the controller could not be asked (trying again can help).
 _TRANSIENT = ("unable to contact slurm controller", "socket timed out", "connection refused", "timed out",
               "resource temporarily unavailable", "slurm_receive_msg", "zero bytes were transmitted")
+# What slurmctld 22.05 answers a user without the admin level an action needs: "Invalid user id" to a node update
+# or a reservation, "Access/permission denied" to another user's job (tests/playbooks/test_slurm_permissions.py).
+_DENIED = ("invalid user id", "access/permission denied")
 
 
 @dataclass
@@ -126,6 +129,9 @@ class SlurmScheduler:
         if proc.returncode != 0:
             message = (proc.stderr or proc.stdout).strip().splitlines()
             text = message[-1] if message else f"exit status {proc.returncode}"
+            if any(t in text.lower() for t in _DENIED):
+                raise SchedulerError(f"{what}: {text} (Slurm refused user {_user()}: raswarden needs Slurm's Admin "
+                                     "level, docs/install.md §4)", retryable=False)
             retry = any(t in text.lower() for t in _TRANSIENT)
             raise SchedulerError(f"{what}: {text}", retryable=retry)
         return proc.stdout

@@ -1,14 +1,18 @@
 #!/usr/bin/env bash
 # A real single-host Slurm for raswarden's tests: munged + slurmctld + one slurmd per fake node
-# (node1..nodeN), all on loopback under $LAB_DIR. No systemd, no cgroups, no accounting.
+# (node1..nodeN), all on loopback under $LAB_DIR. No systemd, no cgroups; accounting only when asked for
+# (LAB_ACCOUNTING=1: a private MariaDB and slurmdbd, which Slurm's user admin levels need).
 #
-#   scripts/slurm-lab.sh install    apt-get install slurmctld slurmd slurm-client munge (idempotent; root)
+#   scripts/slurm-lab.sh install    apt-get install slurmctld slurmd slurm-client munge slurmdbd mariadb-server
+#                                   (idempotent; root; the packages' postinst starts nothing without an init)
 #   scripts/slurm-lab.sh up [N]     (re)start a fresh lab with N nodes (default 4); prints SLURM_CONF's path
 #   scripts/slurm-lab.sh down       cancel jobs, stop every process this lab started (by PID, checked)
 #   scripts/slurm-lab.sh status
 #
 # Env: LAB_DIR (/tmp/raswarden-slurm), LAB_CTLD_PORT (16817), LAB_NODE_PORT_BASE (17000),
-# LAB_SLURMD_TIMEOUT (10 s to mark a dead node DOWN), LAB_CRED_EXPIRE (10 s before a requeued job restarts).
+# LAB_SLURMD_TIMEOUT (10 s to mark a dead node DOWN), LAB_CRED_EXPIRE (10 s before a requeued job restarts),
+# LAB_ACCOUNTING (0; 1 adds mariadbd on 127.0.0.1:LAB_DB_PORT (LAB_CTLD_PORT+2000) and slurmdbd on
+# LAB_DBD_PORT (LAB_CTLD_PORT+1) with the cluster registered, so `sacctmgr` works with SLURM_CONF).
 # Settings verified on Debian 12 with Slurm 22.05: cred_expire and a 2 s scheduler
 # interval make a requeued job restart in about 11 s instead of two minutes.
 set -euo pipefail
@@ -19,6 +23,10 @@ CTLD_PORT=${LAB_CTLD_PORT:-16817}
 NODE_PORT_BASE=${LAB_NODE_PORT_BASE:-17000}
 SLURMD_TIMEOUT=${LAB_SLURMD_TIMEOUT:-10}
 CRED_EXPIRE=${LAB_CRED_EXPIRE:-10}
+ACCOUNTING=${LAB_ACCOUNTING:-0}
+DBD_PORT=${LAB_DBD_PORT:-$((CTLD_PORT + 1))}
+DB_PORT=${LAB_DB_PORT:-$((CTLD_PORT + 2000))}
+DB_SOCK=$LAB_DIR/mysql/mysqld.sock
 CONF=$LAB_DIR/etc/slurm.conf
 MSOCK=$LAB_DIR/munge-run/munge.socket.2
 export SLURM_CONF=$CONF
@@ -38,7 +46,7 @@ kill_pidfile() { # FILE COMM: kill the PID in FILE only if it still runs COMM
   rm -f "$f"; }
 
 cmd_install() {
-  local pkgs="slurmctld slurmd slurm-client munge"
+  local pkgs="slurmctld slurmd slurm-client munge slurmdbd mariadb-server"
   dpkg -s $pkgs >/dev/null 2>&1 && return 0
   [ "$(id -u)" = 0 ] || die "installing Slurm needs root"
   apt-get update -qq
@@ -67,7 +75,7 @@ SlurmdLogFile=${LAB_DIR}/log/slurmd-%n.log
 ProctrackType=proctrack/linuxproc
 TaskPlugin=task/none
 JobAcctGatherType=jobacct_gather/none
-AccountingStorageType=accounting_storage/none
+$(accounting_conf)
 JobCompType=jobcomp/none
 SelectType=select/cons_tres
 SelectTypeParameters=CR_Core
@@ -91,6 +99,54 @@ PartitionName=debug Nodes=ALL Default=YES MaxTime=INFINITE State=UP
 EOF
 }
 
+accounting_conf() {
+  if [ "$ACCOUNTING" = 1 ]; then
+    printf 'AccountingStorageType=accounting_storage/slurmdbd\nAccountingStorageHost=127.0.0.1\nAccountingStoragePort=%s\nAccountingStoragePass=%s\n' \
+      "$DBD_PORT" "$MSOCK"  # Pass: the munge socket slurmdbd's connections authenticate with
+  else
+    echo "AccountingStorageType=accounting_storage/none"
+  fi
+}
+
+# Accounting: a MariaDB of the lab's own (datadir, socket and port under $LAB_DIR; no system service touched),
+# slurmdbd on it, and the cluster registered, all before slurmctld starts.
+accounting_up() {
+  command -v slurmdbd >/dev/null && command -v mariadbd >/dev/null \
+    || die "slurmdbd or mariadb-server is not installed: run '$0 install' as root"
+  mkdir -p "$LAB_DIR/mysql"
+  mariadb-install-db --no-defaults --datadir="$LAB_DIR/mysql/data" --user=root \
+    --auth-root-authentication-method=normal --skip-test-db >"$LAB_DIR/log/mariadb-install.log" 2>&1 \
+    || die "mariadb-install-db failed; see $LAB_DIR/log/mariadb-install.log"
+  mariadbd --no-defaults --datadir="$LAB_DIR/mysql/data" --user=root --port="$DB_PORT" --bind-address=127.0.0.1 \
+    --socket="$DB_SOCK" --pid-file="$LAB_DIR/run/mariadbd.pid" --log-error="$LAB_DIR/log/mariadbd.log" \
+    --skip-name-resolve --innodb-lock-wait-timeout=900 >/dev/null 2>&1 &
+  wait_for 30 mariadb --no-defaults -S "$DB_SOCK" -u root -e "select 1" || die "mariadbd not answering"
+  mariadb --no-defaults -S "$DB_SOCK" -u root -e "CREATE USER 'slurm'@'127.0.0.1' IDENTIFIED BY 'lab';
+    GRANT ALL ON slurm_acct_db.* TO 'slurm'@'127.0.0.1';"
+  local host; host=$(hostname -s)
+  # slurmdbd reads slurmdbd.conf beside SLURM_CONF, and refuses one that others can read
+  (umask 077; cat > "$LAB_DIR/etc/slurmdbd.conf" <<EOF
+AuthType=auth/munge
+AuthInfo=socket=${MSOCK}
+DbdHost=${host}
+DbdAddr=127.0.0.1
+DbdPort=${DBD_PORT}
+SlurmUser=root
+StorageType=accounting_storage/mysql
+StorageHost=127.0.0.1
+StoragePort=${DB_PORT}
+StorageUser=slurm
+StoragePass=lab
+StorageLoc=slurm_acct_db
+PidFile=${LAB_DIR}/run/slurmdbd.pid
+LogFile=${LAB_DIR}/log/slurmdbd.log
+EOF
+  )
+  slurmdbd || die "slurmdbd failed; see $LAB_DIR/log/slurmdbd.log"
+  wait_for 30 sacctmgr -n list cluster || die "slurmdbd not answering; see $LAB_DIR/log/slurmdbd.log"
+  sacctmgr -i add cluster raswarden-lab >/dev/null || die "sacctmgr could not add the cluster"
+}
+
 all_idle() { [ "$(sinfo -h -N -t idle -o '%N' 2>/dev/null | sort -u | wc -l)" -eq "$1" ]; }
 
 cmd_up() {
@@ -105,6 +161,7 @@ cmd_up() {
     --pid-file="$LAB_DIR/munge/munged.pid" --seed-file="$LAB_DIR/munge/munged.seed"
   wait_for 10 sh -c "munge -n -S '$MSOCK' | unmunge -S '$MSOCK'" || die "munged not answering"
   write_conf "$n"
+  if [ "$ACCOUNTING" = 1 ]; then accounting_up; fi
   slurmctld || die "slurmctld failed; see $LAB_DIR/log/slurmctld.log"
   wait_for 15 scontrol ping || die "slurmctld not answering"
   for i in $(seq 1 "$n"); do mkdir -p "$LAB_DIR/spool/node$i"; slurmd -N "node$i" || die "slurmd node$i failed"; done
@@ -126,6 +183,8 @@ cmd_down() {
     tr '\0' '\n' < "$p/environ" 2>/dev/null | grep -qx "SLURM_CONF=$CONF" && kill "${p#/proc/}" 2>/dev/null || true
   done
   kill_pidfile "$LAB_DIR/run/slurmctld.pid" slurmctld
+  kill_pidfile "$LAB_DIR/run/slurmdbd.pid" slurmdbd
+  kill_pidfile "$LAB_DIR/run/mariadbd.pid" mariadbd
   kill_pidfile "$LAB_DIR/munge/munged.pid" munged
   log "down"
 }

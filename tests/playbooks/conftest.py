@@ -1,4 +1,5 @@
-"""A real Slurm for the playbook tests: scripts/slurm-lab.sh starts munged, slurmctld and four slurmd."""
+"""A real Slurm for the playbook tests: scripts/slurm-lab.sh starts munged, slurmctld and four slurmd (and, for the
+permission tests, a second lab with slurmdbd on a MariaDB of its own)."""
 
 from __future__ import annotations
 
@@ -15,6 +16,7 @@ from tests.conftest import require
 ROOT = Path(__file__).resolve().parents[2]
 LAB = ROOT / "scripts" / "slurm-lab.sh"
 LAB_DIR = Path("/tmp/raswarden-slurm-test")
+ACCOUNTING_DIR = Path("/tmp/raswarden-slurm-accounting-test")
 
 JOB_SCRIPT = """#!/bin/bash
 # A training job that checkpoints on USR1 and records each start (restart count, node). The traps are set
@@ -35,10 +37,10 @@ for i in $(seq 1 600); do sleep 1 & wait $!; done
 
 
 class Lab:
-    def __init__(self, conf: str):
+    def __init__(self, conf: str, lab_dir: Path = LAB_DIR):
         self.conf = conf
         self.env = {**os.environ, "SLURM_CONF": conf}
-        self.jobs = LAB_DIR / "jobs"
+        self.jobs = lab_dir / "jobs"
         self.script = self.jobs / "train.sh"
         self.script.write_text(JOB_SCRIPT.format(jobs=self.jobs))
         self.script.chmod(0o755)
@@ -108,3 +110,16 @@ def slurm_lab():
 def slurm(slurm_lab):
     slurm_lab.reset()
     yield slurm_lab
+
+
+@pytest.fixture(scope="module")
+def slurm_accounting():
+    """A lab of two nodes with accounting (slurmdbd, MariaDB), on ports of its own beside the main lab."""
+    require(os.geteuid() == 0 and all(shutil.which(c) for c in ("slurmctld", "slurmdbd", "mariadbd", "runuser")),
+            "no Slurm with slurmdbd and MariaDB: scripts/test.sh installs them (as root)")
+    env = {**os.environ, "LAB_DIR": str(ACCOUNTING_DIR), "LAB_CTLD_PORT": "36817", "LAB_NODE_PORT_BASE": "37000",
+           "LAB_ACCOUNTING": "1"}
+    out = subprocess.run([str(LAB), "up", "2"], env=env, capture_output=True, text=True, timeout=180)
+    assert out.returncode == 0, out.stderr
+    yield Lab(out.stdout.strip().splitlines()[-1], ACCOUNTING_DIR)
+    subprocess.run([str(LAB), "down"], env=env, capture_output=True, timeout=120)
