@@ -1,11 +1,14 @@
 """Failover (issue 27): two ``raswarden run`` processes on one store and one live supernode. SIGKILL the shard's
 holder: the standby holds the shard once the dead holder's lease runs out, takes up the warm state the holder saved
-(what its detectors had learned), and opens no incident a second time. On a real Slurm, a holder killed between
+(what its detectors had learned), opens no incident a second time, and reads the kernel journal on from where the
+holder's last committed tick stopped (no line lost, none read twice). On a real Slurm, a holder killed between
 slurmctld's drain and its own journal leaves the action to the standby, which drains nothing twice."""
 
 from __future__ import annotations
 
+import json
 import os
+import re
 import subprocess
 import sys
 import time
@@ -14,6 +17,7 @@ from pathlib import Path
 from sqlmodel import select
 
 from daemon.store import IncidentRow, LeaseRow, Store
+from tests.daemon.service.conftest import free_port, get
 from tests.daemon.service.test_service import until
 from tests.playbooks.conftest import LAB_DIR, slurm, slurm_lab  # noqa: F401  (fixtures: a real Slurm)
 
@@ -34,9 +38,18 @@ def stop(*procs: subprocess.Popen | None) -> None:
             p.wait(20)
 
 
+def xids_read(port: int) -> float:
+    """The Xid events a process has read from its kernel journal so far (its /metrics)."""
+    _status, body = get(f"http://127.0.0.1:{port}/metrics")
+    return sum(float(line.rsplit(" ", 1)[1]) for line in body.decode().splitlines()
+               if line.startswith("raswarden_events_ingested_total{") and 'kind="xid"' in line)
+
+
 def test_sigkill_the_holder_and_the_standby_takes_the_shard_over_warm(live, tmp_path):
     extra = "warm_state_interval_s = 1"
-    a_conf, b_conf = live.config("a.toml", service_extra=extra), live.config("b.toml", service_extra=extra)
+    b_port = free_port()
+    a_conf, b_conf = live.config("a.toml", service_extra=extra), live.config("b.toml", service_extra=extra, port=b_port)
+    journal = live.sim_dir / "kernel.journal.json"
     store = Store(f"sqlite:///{live.root / 'state.db'}")
     a_log, b_log = open(tmp_path / "a.log", "w+"), open(tmp_path / "b.log", "w+")
     a = run(a_conf, a_log)
@@ -53,9 +66,31 @@ def test_sigkill_the_holder_and_the_standby_takes_the_shard_over_warm(live, tmp_
         time.sleep(2 * INTERVAL)  # b tries the lease at least once while a holds it
         with store.session() as s:
             holder_a = s.get(LeaseRow, "shard:default").holder
+
+        def a_committed_an_xid():  # so that a line read twice would show
+            store.engine.dispose()
+            return b"NVRM: Xid" in journal.read_bytes()[:store.collector_state("kernel").get("offset", 0)]
+
+        until(a_committed_an_xid, timeout=60)
         a.kill()
         killed = time.monotonic()
         a.wait(10)
+        store.engine.dispose()
+        committed = store.collector_state("kernel")["offset"]  # where a's last committed tick left the journal
+        live.stop()  # the journal stops growing: what follows is the test's own lines
+        size = journal.stat().st_size
+        last = json.loads(journal.read_text().splitlines()[-1])
+        later = []
+        for i, (slot, bus) in enumerate([(3, "1b"), (6, "cb")]):  # two Xid 48 lines the holder never saw
+            later.append(json.dumps(last | {
+                "__REALTIME_TIMESTAMP": str(int(last["__REALTIME_TIMESTAMP"]) + (i + 1) * 1_000_000),
+                "_HOSTNAME": "sn01-b01", "PRIORITY": "3",
+                "MESSAGE": f"NVRM: Xid (PCI:0000:{bus}:00): 48, pid=0, An uncorrectable double bit error (DBE) "
+                           f"has been detected on GPU {slot}."}))
+        with open(journal, "a") as fh:
+            fh.write("".join(line + "\n" for line in later))
+        expected = len(re.findall(r"NVRM: Xid", journal.read_bytes()[committed:].decode()))
+        assert expected >= len(later) and committed <= size
 
         def b_holds():
             store.engine.dispose()  # a fresh read of the SQLite file
@@ -73,6 +108,14 @@ def test_sigkill_the_holder_and_the_standby_takes_the_shard_over_warm(live, tmp_
         time.sleep(3 * INTERVAL)
         fingerprints = [r.fingerprint for r in gpu_bus_incident()]
         assert len(fingerprints) == len(set(fingerprints))  # the standby updates a's incident, opens none again
+
+        def caught_up():
+            store.engine.dispose()
+            return store.collector_state("kernel").get("offset") == journal.stat().st_size
+
+        until(caught_up, timeout=30)
+        # every Xid line after a's committed offset read once, none before it (those were a's)
+        assert xids_read(b_port) == expected, (committed, size, expected)
     finally:
         stop(a, b)
         store.close()
