@@ -177,7 +177,8 @@ class Pipeline:
         entity is this shard's (daemon/shards.py; the store is the cluster's). Returns (incidents, entities)
         restored.
         """
-        rows = [r for r in store.incidents("open") if owns(r.entity)]
+        # (a cooling loop's incident is the cluster's, daemon/cooling.py, not any shard's book's)
+        rows = [r for r in store.incidents("open") if owns(r.entity) and r.kind != "cooling"]
         category_of: dict[str, str] = {}
         for row in rows:
             inc = Incident(row.id, row.fingerprint, row.entity, row.kind, row.category, State.parse(row.severity),

@@ -53,6 +53,7 @@ from daemon.remediation import Remediation, scheduler_from_config
 from daemon.sdnotify import Notifier
 from daemon.shards import ALERTS_LEASE, POOL, Ownership, plan_warnings
 from daemon.store import Store
+from daemon.cooling import CoolingLoops
 from daemon.topology import Topology
 from daemon import warmstate
 
@@ -137,6 +138,7 @@ class Service:
         old_pool = getattr(self, "_pool", None)
         self.ctx, self.collectors, self.pipeline, self.ownership = ctx, collectors, pipeline, ownership
         self.remediation, self.alerting = remediation, alerting
+        self.cooling = CoolingLoops(topology)
         self._pool = ThreadPoolExecutor(max_workers=max(1, len(collectors)), thread_name_prefix="collect")
         if old_pool is not None:
             old_pool.shutdown(wait=False)
@@ -331,7 +333,8 @@ class Service:
 
     def alerts(self) -> dict[str, int] | None:
         """Incidents to notifications and deliveries: the shard's holder, or, in a sharded cluster, whichever
-        instance holds the cluster's alert lease (one alert pipeline for the cluster: nothing told twice)."""
+        instance holds the cluster's alert lease (one alert pipeline for the cluster: nothing told twice). The same
+        instance judges the cluster's cooling loops first (daemon/cooling.py)."""
         with self.alert_lock:
             if self.ownership.sharded:
                 try:
@@ -343,6 +346,10 @@ class Service:
                 held = self.lease.held()
             if not held:
                 return None
+            try:  # the cluster's cooling-loop incidents, judged where its alerts are (daemon/cooling.py)
+                self.cooling.step(self.store, self.clock())
+            except Exception as exc:  # a store hiccup: the next pass judges again, the alerts go on
+                log.error("cooling loops not judged: %s", exc)
             return self.alerting.step(self.clock())
 
     def housekeeping(self) -> dict[str, int]:

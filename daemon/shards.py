@@ -41,8 +41,9 @@ class ShardSpec:
 
 def plan_warnings(shards: dict[str, ShardSpec], topology: Topology) -> list[str]:
     """What in a shard plan the topology shows to be unwise (``check-config`` and the start say them): a node in no
-    shard (no instance watches it), a rack or cooling loop split between shards (each judges its own part of it, so
-    a loop failing across both is two incidents, not one)."""
+    shard (no instance watches it), a rack split between shards (each judges its own part of it, so a rack failing
+    as a whole is two incidents, not one). A cooling loop across shards is fine: it is judged for the cluster
+    (daemon/cooling.py)."""
     if not shards:
         return []
     owner: dict[str, list[str]] = {}
@@ -54,17 +55,15 @@ def plan_warnings(shards: dict[str, ShardSpec], topology: Topology) -> list[str]
     if orphans:
         out.append(f"{len(orphans)} node(s) in no shard, watched by no instance: {', '.join(orphans[:5])}"
                    + (" ..." if len(orphans) > 5 else ""))
-    for what, group_of in (("rack", topology.node_rack.get),
-                           ("cooling loop", lambda n: topology.rack_cooling.get(topology.node_rack.get(n, "")))):
-        spans: dict[str, set[str]] = {}
-        for node, names in owner.items():
-            group = group_of(node)
-            if group:
-                spans.setdefault(group, set()).update(names)
-        for group, names in sorted(spans.items()):
-            if len(names) > 1:
-                out.append(f"{what} {group} is split between shards {', '.join(sorted(names))}: each judges its own "
-                           f"part, so a {what} failing as a whole is told once per shard")
+    spans: dict[str, set[str]] = {}
+    for node, names in owner.items():
+        rack = topology.node_rack.get(node)
+        if rack:
+            spans.setdefault(rack, set()).update(names)
+    for rack, names in sorted(spans.items()):
+        if len(names) > 1:
+            out.append(f"rack {rack} is split between shards {', '.join(sorted(names))}: each judges its own part, "
+                       "so a rack failing as a whole is told once per shard")
     return out
 
 

@@ -113,7 +113,7 @@ def test_a_shard_plan_that_leaves_a_node_out_or_splits_a_rack_is_told():
     warnings = plan_warnings(shards, topo)
     assert warnings[0] == "1 node(s) in no shard, watched by no instance: n4"
     assert any(w.startswith("rack r01 is split between shards a, b") for w in warnings)
-    assert any(w.startswith("cooling loop cdu1 is split between shards a, b") for w in warnings)
+    assert not any("cdu1" in w for w in warnings)  # a loop across shards is judged for the cluster (cooling.py)
     by_supernode = {"a": ShardSpec("a", racks=frozenset({"r01", "r02"})), "b": ShardSpec("b", racks=frozenset({"r03"}))}
     assert plan_warnings(by_supernode, topo) == []
 

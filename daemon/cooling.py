@@ -1,0 +1,84 @@
+"""Cooling-loop incidents: racks of one cooling loop in thermal trouble at once are one facility problem (a CDU, a
+pump, the loop's inlet), told once for the whole cluster, also when the loop's racks are watched by different shards.
+
+Each shard's incident book groups its nodes' incidents into rack incidents (daemon/incidents.py); a loop's racks may
+belong to several shards, so no shard sees the whole loop. This runs where the cluster's alerts run (the holder of
+the shard, or of the alert lease in a sharded cluster: one instance at a time) and judges from the store, where every
+shard writes its rack incidents: at least ``loop_racks`` racks of one loop (``cooling`` in the topology's racks) with
+open thermal or cooling incidents opened within ``window_s`` of each other open one incident of kind ``cooling`` on
+the loop; it closes when fewer remain. It keeps nothing in memory, so a new holder goes on with the same incident.
+The racks' incidents stay their shards' (the loop incident names them); the built-in playbook for it only notifies.
+"""
+
+from __future__ import annotations
+
+import logging
+
+from daemon.incidents import Incident, incident_id
+from daemon.store import IncidentRow, Store
+from daemon.topology import Topology
+from detectors.schema import State
+
+log = logging.getLogger(__name__)
+
+#: rack incident categories that a cooling loop explains
+LOOP_CATEGORIES = frozenset({"cooling", "gpu_thermal"})
+CATEGORY = "cooling"  # the loop incident's
+
+
+class CoolingLoops:
+    """Opens, updates and closes the cluster's cooling-loop incidents from the racks' open incidents in the store."""
+
+    def __init__(self, topology: Topology, loop_racks: int = 2, window_s: float = 3600.0):
+        self.loop_of = dict(topology.rack_cooling)
+        self.loop_racks = loop_racks
+        self.window_s = window_s
+
+    def step(self, store: Store, now: float) -> list[Incident]:
+        """One pass over the store; returns the loop incidents opened, updated or closed (written to the store)."""
+        if not self.loop_of:
+            return []
+        with store.cluster_lock("cooling-loops"):
+            rows = store.incidents("open")
+            racks: dict[str, list[IncidentRow]] = {}
+            for r in rows:
+                if r.kind == "rack" and r.category in LOOP_CATEGORIES and r.entity in self.loop_of:
+                    racks.setdefault(self.loop_of[r.entity], []).append(r)
+            current = {r.entity: r for r in rows if r.kind == CATEGORY and r.fingerprint == f"{r.entity}|{CATEGORY}"}
+            changed = []
+            for loop, members in sorted(racks.items()):
+                latest = max(m.opened_at for m in members)
+                members = [m for m in members if m.opened_at >= latest - self.window_s]
+                names = sorted({m.entity for m in members})
+                if len(names) < self.loop_racks:
+                    continue
+                worst = max(State.parse(m.severity) for m in members)
+                reason = f"{len(names)} racks of cooling loop {loop} with thermal incidents: {', '.join(names)}"
+                row = current.pop(loop, None)
+                inc = _incident(row, loop, now, worst)
+                if row is None or reason not in inc.evidence or worst > inc.severity:
+                    inc.severity = max(inc.severity, worst)
+                    if reason not in inc.evidence:
+                        inc.evidence.append(reason)
+                    inc.updated_at = now
+                    changed.append(inc)
+            for loop, row in current.items():  # loops no longer in trouble
+                inc = _incident(row, loop, now, State.parse(row.severity))
+                inc.closed_at = inc.updated_at = now
+                inc.close_reason = "fewer racks affected"
+                changed.append(inc)
+            store.record_tick([], changed, now=now)
+        for inc in changed:
+            log.warning("cooling loop %s: %s (%s)", inc.entity, "closed" if inc.closed_at else "incident open",
+                        inc.evidence[-1] if inc.evidence else "")
+        return changed
+
+
+def _incident(row: IncidentRow | None, loop: str, now: float, severity: State) -> Incident:
+    """The loop's open incident as stored, or a new one."""
+    fingerprint = f"{loop}|{CATEGORY}"
+    if row is None:
+        return Incident(incident_id(fingerprint, now), fingerprint, loop, CATEGORY, CATEGORY, severity, now, now)
+    return Incident(row.id, row.fingerprint, row.entity, row.kind, row.category, State.parse(row.severity),
+                    row.opened_at, row.updated_at, row.rack, list(row.evidence or []), row.closed_at,
+                    row.close_reason, row.parent)
