@@ -14,7 +14,7 @@ from __future__ import annotations
 
 import logging
 
-from daemon.incidents import Incident, incident_id
+from daemon.incidents import Incident, new_incident
 from daemon.store import IncidentRow, Store
 from daemon.topology import Topology
 from detectors.schema import State
@@ -55,15 +55,15 @@ class CoolingLoops:
                 worst = max(State.parse(m.severity) for m in members)
                 reason = f"{len(names)} racks of cooling loop {loop} with thermal incidents: {', '.join(names)}"
                 row = current.pop(loop, None)
-                inc = _incident(row, loop, now, worst)
+                inc = Incident.from_row(row) if row else new_incident(loop, CATEGORY, CATEGORY, worst, now)
                 if row is None or reason not in inc.evidence or worst > inc.severity:
                     inc.severity = max(inc.severity, worst)
                     if reason not in inc.evidence:
                         inc.evidence.append(reason)
                     inc.updated_at = now
                     changed.append(inc)
-            for loop, row in current.items():  # loops no longer in trouble
-                inc = _incident(row, loop, now, State.parse(row.severity))
+            for row in current.values():  # loops no longer in trouble
+                inc = Incident.from_row(row)
                 inc.closed_at = inc.updated_at = now
                 inc.close_reason = "fewer racks affected"
                 changed.append(inc)
@@ -72,13 +72,3 @@ class CoolingLoops:
             log.warning("cooling loop %s: %s (%s)", inc.entity, "closed" if inc.closed_at else "incident open",
                         inc.evidence[-1] if inc.evidence else "")
         return changed
-
-
-def _incident(row: IncidentRow | None, loop: str, now: float, severity: State) -> Incident:
-    """The loop's open incident as stored, or a new one."""
-    fingerprint = f"{loop}|{CATEGORY}"
-    if row is None:
-        return Incident(incident_id(fingerprint, now), fingerprint, loop, CATEGORY, CATEGORY, severity, now, now)
-    return Incident(row.id, row.fingerprint, row.entity, row.kind, row.category, State.parse(row.severity),
-                    row.opened_at, row.updated_at, row.rack, list(row.evidence or []), row.closed_at,
-                    row.close_reason, row.parent)

@@ -39,11 +39,25 @@ class Incident:
     def open(self) -> bool:
         return self.closed_at is None
 
+    @classmethod
+    def from_row(cls, row) -> Incident:
+        """The incident as the store holds it (an ``IncidentRow``)."""
+        return cls(row.id, row.fingerprint, row.entity, row.kind, row.category, State.parse(row.severity),
+                   row.opened_at, row.updated_at, row.rack, list(row.evidence or []), row.closed_at,
+                   row.close_reason, row.parent)
+
 
 def incident_id(fingerprint: str, opened_at: float) -> str:
     """Stable id: the same trace gives the same ids on every replay."""
     digest = hashlib.sha1(f"{fingerprint}@{opened_at:.3f}".encode()).hexdigest()[:10]
     return f"inc-{digest}"
+
+
+def new_incident(entity: str, kind: str, category: str, state: State, now: float) -> Incident:
+    """A new incident of the cluster's own (a cooling loop's, an unwatched shard's: daemon/cooling.py,
+    daemon/shards.py), kept in the store rather than in a shard's book."""
+    fingerprint = f"{entity}|{category}"
+    return Incident(incident_id(fingerprint, now), fingerprint, entity, kind, category, state, now, now)
 
 
 class IncidentBook:

@@ -181,8 +181,7 @@ class Pipeline:
         rows = [r for r in store.incidents("open") if owns(r.entity) and r.kind != "cooling"]
         category_of: dict[str, str] = {}
         for row in rows:
-            inc = Incident(row.id, row.fingerprint, row.entity, row.kind, row.category, State.parse(row.severity),
-                           row.opened_at, row.updated_at, row.rack, list(row.evidence), parent=row.parent)
+            inc = Incident.from_row(row)
             self.incidents.open[row.fingerprint] = inc
             category_of.setdefault(row.entity, row.category)
         restored = 0

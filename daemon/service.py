@@ -51,7 +51,7 @@ from daemon.pipeline import Pipeline, PipelineConfig
 from daemon.rejects import RejectLog
 from daemon.remediation import Remediation, scheduler_from_config
 from daemon.sdnotify import Notifier
-from daemon.shards import ALERTS_LEASE, POOL, Ownership, plan_warnings
+from daemon.shards import ALERTS_LEASE, POOL, Ownership, UnwatchedShards, plan_warnings
 from daemon.store import Store
 from daemon.cooling import CoolingLoops
 from daemon.topology import Topology
@@ -139,6 +139,7 @@ class Service:
         self.ctx, self.collectors, self.pipeline, self.ownership = ctx, collectors, pipeline, ownership
         self.remediation, self.alerting = remediation, alerting
         self.cooling = CoolingLoops(topology)
+        self.unwatched = UnwatchedShards(cfg.shards, topology, grace_s=cfg.service.lease_ttl)
         self._pool = ThreadPoolExecutor(max_workers=max(1, len(collectors)), thread_name_prefix="collect")
         if old_pool is not None:
             old_pool.shutdown(wait=False)
@@ -334,7 +335,8 @@ class Service:
     def alerts(self) -> dict[str, int] | None:
         """Incidents to notifications and deliveries: the shard's holder, or, in a sharded cluster, whichever
         instance holds the cluster's alert lease (one alert pipeline for the cluster: nothing told twice). The same
-        instance judges the cluster's cooling loops first (daemon/cooling.py)."""
+        instance judges the cluster's cooling loops and the shards no instance holds first (daemon/cooling.py,
+        daemon/shards.py)."""
         with self.alert_lock:
             if self.ownership.sharded:
                 try:
@@ -346,10 +348,13 @@ class Service:
                 held = self.lease.held()
             if not held:
                 return None
-            try:  # the cluster's cooling-loop incidents, judged where its alerts are (daemon/cooling.py)
-                self.cooling.step(self.store, self.clock())
-            except Exception as exc:  # a store hiccup: the next pass judges again, the alerts go on
-                log.error("cooling loops not judged: %s", exc)
+            # the cluster's own incidents, judged where its alerts are: cooling loops, shards nobody watches
+            for what, judge in (("cooling loops", self.cooling), ("shards' holders", self.unwatched)):
+                try:
+                    judge.step(self.store, self.clock())
+                except Exception as exc:  # a store hiccup: the next pass judges again, the alerts go on
+                    log.error("%s not judged: %s", what, exc)
+            metrics.SHARDS_UNWATCHED.set(len(self.unwatched.unwatched))
             return self.alerting.step(self.clock())
 
     def housekeeping(self) -> dict[str, int]:

@@ -19,8 +19,13 @@ from dataclasses import dataclass, field
 
 import numpy as np
 import pandas as pd
+from sqlmodel import select
 
+from daemon.incidents import Incident, new_incident
+from daemon.lease import shard_lease
+from daemon.store import IncidentRow, LeaseRow, Store
 from daemon.topology import Topology
+from detectors.schema import State
 
 ALERTS_LEASE = "alerts"  # the cluster's alert pipeline, when the cluster is sharded
 POOL = "*"  # service.shard of a pool member: it serves whichever shard has no live holder
@@ -129,3 +134,54 @@ class Ownership:
             codes = entities.cat.codes.to_numpy()
             return np.where(codes >= 0, own[np.maximum(codes, 0)], False)
         return np.fromiter((str(e).split("/", 1)[0] in nodes for e in entities), dtype=bool, count=len(entities))
+
+
+class UnwatchedShards:
+    """Shards no live instance holds: their part of the cluster is watched by nobody (a holder died and no standby
+    took over, or none was ever started). Judged where the cluster's alerts run, from the shards' leases in the store:
+    a shard without a live lease for ``grace_s`` (a standby's time to take it over) gets an incident of kind
+    ``shard`` (category ``telemetry``) on ``shard:NAME``, which the alert pipeline tells like any other; it closes once
+    an instance holds the shard again. ``unwatched`` is what the last pass found, for /metrics."""
+
+    def __init__(self, shards: dict[str, ShardSpec], topology: Topology, grace_s: float):
+        self.nodes = {name: len(Ownership.of(spec, topology).nodes or ()) for name, spec in shards.items()}
+        self.grace_s = grace_s
+        self.since: dict[str, float] = {}  # shard -> when this instance first found it without a live holder
+        self.unwatched: list[str] = []
+
+    def step(self, store: Store, now: float) -> list[Incident]:
+        """One pass; returns the incidents opened or closed (written to the store)."""
+        if not self.nodes:
+            return []
+        with store.session() as s:
+            leases = {r.name: r for r in s.exec(select(LeaseRow).where(
+                LeaseRow.name.in_([shard_lease(n) for n in self.nodes]))).all()}
+            open_rows = {r.entity: r for r in s.exec(select(IncidentRow).where(
+                IncidentRow.kind == "shard", IncidentRow.status == "open")).all()}
+        changed = []
+        self.unwatched = []
+        for name in sorted(self.nodes):
+            lease = leases.get(shard_lease(name))
+            entity = f"shard:{name}"
+            if lease is not None and lease.expires_at > now:
+                self.since.pop(name, None)
+                row = open_rows.get(entity)
+                if row is not None:
+                    inc = Incident.from_row(row)
+                    inc.closed_at = inc.updated_at = now
+                    inc.close_reason = f"held by {lease.holder}"
+                    changed.append(inc)
+                continue
+            self.unwatched.append(name)
+            since = self.since.setdefault(name, now)
+            if now - since < self.grace_s or entity in open_rows:
+                continue
+            was = (f"its last holder {lease.holder} stopped renewing its lease" if lease is not None
+                   else "no instance has held it yet")
+            inc = new_incident(entity, "shard", "telemetry", State.UNKNOWN, now)
+            inc.evidence.append(f"shard {name} has no live instance: its {self.nodes[name]} node(s) are watched by "
+                                f"nobody ({was}); start `raswarden run` with service.shard = \"{name}\", or a pool "
+                                "member (service.shard = \"*\")")
+            changed.append(inc)
+        store.record_tick([], changed, now=now)
+        return changed

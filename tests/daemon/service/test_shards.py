@@ -144,3 +144,60 @@ def test_a_shards_hosts_are_its_nodes_and_their_aliases():
     topo.aliases.update({"10.0.0.1": "n1", "n1.cluster": "n1", "10.0.0.2": "n2"})
     assert Ownership("a", frozenset({"n1"})).hosts(topo) == {"n1", "10.0.0.1", "n1.cluster"}
     assert Ownership().hosts(topo) is None  # not sharded: every host
+
+
+def test_a_shard_no_instance_holds_is_an_incident_until_one_does(tmp_path):
+    import time
+
+    from sqlmodel import select
+
+    from daemon import metrics
+    from daemon.store import IncidentRow
+
+    (tmp_path / "topology.yaml").write_text("racks:\n- {name: r01, nodes: [n1, n2]}\n- {name: r02, nodes: [n3]}\n")
+
+    def config(shard: str) -> Service:
+        path = tmp_path / f"{shard}.toml"
+        path.write_text(f'[store]\nurl = "sqlite:///{tmp_path / "state.db"}"\n[service]\ninterval_s = 0.5\n'
+                        f'lease_ttl_s = 1.0\nshard = "{shard}"\ntopology = "{tmp_path / "topology.yaml"}"\n'
+                        '[shards.a]\nracks = ["r01"]\n[shards.b]\nracks = ["r02"]\n')
+        return Service(load(path))
+
+    def shard_incidents():  # (about shard a, which a holds, never one)
+        with a.store.session() as s:
+            return s.exec(select(IncidentRow).where(IncidentRow.kind == "shard").order_by(IncidentRow.opened_at)).all()
+
+    a = config("a")
+    b = None
+    try:
+        assert a.cycle() is not None and a.active
+        assert a.alerts() is not None  # a runs the cluster's alerts
+        assert shard_incidents() == [] and a.unwatched.unwatched == ["b"]  # within the grace: a standby may come
+        time.sleep(1.2)
+        a.cycle()  # (as the service's cycle job does every interval: a keeps its own shard's lease)
+        a.alerts()
+        [inc] = shard_incidents()
+        assert (inc.entity, inc.category, inc.status) == ("shard:b", "telemetry", "open")
+        assert "shard b has no live instance: its 1 node(s) are watched by nobody (no instance has held it yet)" \
+            in inc.evidence[0]
+        assert metrics.SHARDS_UNWATCHED._value.get() == 1
+        a.alerts()
+        assert len(shard_incidents()) == 1  # told once
+        b = config("b")
+        assert b.cycle() is not None and b.active
+        a.alerts()
+        [inc] = shard_incidents()
+        assert inc.status == "closed" and inc.close_reason.startswith("held by ")
+        assert metrics.SHARDS_UNWATCHED._value.get() == 0
+        b.stop()  # its holder goes (releasing the lease), no standby comes: a new incident after the grace
+        b = None
+        a.alerts()
+        time.sleep(1.2)
+        a.cycle()
+        a.alerts()
+        assert [(i.entity, i.status, "stopped renewing its lease" in i.evidence[0]) for i in shard_incidents()] == [
+            ("shard:b", "closed", False), ("shard:b", "open", True)]
+    finally:
+        for svc in (a, b):
+            if svc is not None:
+                svc.stop()
