@@ -74,6 +74,10 @@ _AMDGPU_FATAL = re.compile(r"Uncorrectable hardware error\((\w+)\) detected")
 _AMDGPU_APP = re.compile(r"\[(\w+)\] (?:no-retry )?page fault|ring (\S+) timeout")
 _LINK = re.compile(r"mlx5_core ([0-9a-f]{4}:[0-9a-f]{2}:[0-9a-f]{2}\.[0-7]) (\S+): Link (down|up)\b")
 # mlx5 (en/port.c ``mlx5_pcie_event``): the adapter's slot gives it less power than it needs; it throttles or stops.
+# Ethernet/RoCE drivers' link messages, "<driver> <PCI> <netdev>: NIC Link is Down" (bnxt_en, ice, i40e, ixgbe, igb,
+# e1000e; igb repeats "igb: <netdev>" before it; ice says "up") and sfc's "<netdev>: link down"
+_NIC_LINK = re.compile(r"(?:^|\s)\S+ ([0-9a-f]{4}:[0-9a-f]{2}:[0-9a-f]{2}\.[0-7]) (\S+): (?:\S+: \S+ )?"
+                       r"(?:NIC Link is (Down|[Uu]p)|link (down|up))\b")
 _MLX5_POWER = re.compile(r"mlx5_core ([0-9a-f]{4}:[0-9a-f]{2}:[0-9a-f]{2}\.[0-7]):.*?"
                          r"Detected insufficient power on the PCIe slot(?: \((\d+)W\))?")
 # The NVIDIA driver could not bring a GPU up (nv.c, ``rm_init_adapter``): it is unusable until it initializes.
@@ -175,6 +179,12 @@ def parse_kernel_message(message: str) -> KernelEvent | None:
         if m:
             return KernelEvent("link", None, "error", f"mlx5 adapter {m.group(2)}: its firmware stopped, its ports "
                                "are down", normalize_pci_function(m.group(1)))
+    if "NIC Link is " in message or ": link down" in message or ": link up" in message:
+        m = _NIC_LINK.search(message)
+        if m:
+            state = (m.group(3) or m.group(4)).lower()
+            return KernelEvent("link", None, "error" if state == "down" else "info", f"{m.group(2)} link {state}",
+                               normalize_pci_function(m.group(1)), m.group(2))
     if "mlx5_core" in message and "Link" in message:
         m = _LINK.search(message)
         if not m:

@@ -37,7 +37,11 @@ UTC = dt.UTC
 _MONOTONIC_PREFIX = re.compile(r"^\s*\[\s*\d+\.\d+\](?:\[\s*[TC]\d+\])?\s?")
 # dmesg --decode: "kern  :warn  : " (facility and level, padded) before the time
 _DECODE = re.compile(r"^([a-z]+)\s*:([a-z]+)\s*: ")
-_RFC3164 = re.compile(r"^([A-Z][a-z]{2}) +(\d{1,2}) (\d{2}):(\d{2}):(\d{2}) (\S+) ([^:\[]+)(?:\[\d+\])?: (.*)$")
+# RFC 3164 as rsyslog's templates print it: also with fractions of a second and a severity word before the tag
+# (SONiC's "Apr  9 21:05:38.106121 host INFO kernel: ...", sonic-net/sonic-buildimage#7310)
+_RFC3164 = re.compile(r"^([A-Z][a-z]{2}) +(\d{1,2}) (\d{2}):(\d{2}):(\d{2})(?:\.(?P<frac>\d{1,9}))? (?P<host>\S+) "
+                      r"(?:(?:EMERG|ALERT|CRIT|ERR|ERROR|WARNING|WARN|NOTICE|INFO|DEBUG) )?(?P<ident>[^:\[]+)"
+                      r"(?:\[\d+\])?: (?P<msg>.*)$")
 _RFC3339 = re.compile(
     r"^(\d{4}-\d{2}-\d{2}T\d{2}:\d{2}:\d{2}(?:[.,]\d+)?(?:Z|[+-]\d{2}:?\d{2})?) (\S+) ([^:\[]+)(?:\[\d+\])?: (.*)$"
 )
@@ -299,7 +303,8 @@ class TextLogReader:
                 month = _MONTHS[m.group(1)]
                 stamp = dt.datetime(year, month, int(m.group(2)), int(m.group(3)), int(m.group(4)),
                                     int(m.group(5)), tzinfo=UTC)
-                return stamp.timestamp(), m.group(6), m.group(7), m.group(8), month
+                frac = float(f"0.{m['frac']}") if m["frac"] else 0.0
+                return stamp.timestamp() + frac, m["host"], m["ident"], m["msg"], month
             if style == "dmesg-T":
                 m = _DMESG_T.match(line)
                 if not m:

@@ -313,3 +313,41 @@ def test_an_mlx5_adapter_short_of_slot_power_makes_its_port_sub_healthy():
     out = RuleDetector().fit().update(TickInput(5.0, frame, pd.DataFrame(), pd.DataFrame()))
     assert [(e.entity, e.level, e.hard) for e in out] == [("n1/mlx5_3:1", State.SUBHEALTHY, False)]
     assert RuleDetector(baseline=True).fit().update(TickInput(5.0, frame, pd.DataFrame(), pd.DataFrame())) == []
+
+
+def test_ethernet_nic_link_lines_are_link_events_of_their_port(ctx):
+    """Link down/up as the Ethernet/RoCE drivers print it, "<driver> <PCI> <netdev>: NIC Link is Down" (ixgbe in a
+    syslog, ntop/PF_RING#293; igb in SONiC's syslog with fractions of a second and a severity word,
+    sonic-net/sonic-buildimage#7310, which was sniffed as OpenMetrics and lost; bnxt_en and ice from their format
+    strings) and sfc's "link down" (coreos/bugs#412), each on the port its PCI function and netdev name."""
+    from daemon.formats.kernellog import _MONOTONIC_PREFIX
+
+    got = {}
+    for name in ("ntop-pf-ring-293.syslog", "sonic-buildimage-7310.syslog"):
+        path = QUOTED / name
+        assert isinstance(sniff(path), TextLogReader), name
+        ev = read_all(TextLogReader(), path, ctx).events
+        got[name] = [(m, s) for m, s in zip(ev["message"], ev["severity"])]
+    assert got == {"ntop-pf-ring-293.syslog": [("eth11 link up", "info"), ("eth11 link down", "error")],
+                   "sonic-buildimage-7310.syslog": [("eth0 link down", "error")]}
+    assert ctx.rejects.total == 0
+    sfc = [parse_kernel_message(_MONOTONIC_PREFIX.sub("", ln))  # raw dmesg: no clock to place it by
+           for ln in (QUOTED / "coreos-bugs-412.dmesg.txt").read_text().splitlines()]
+    assert [(e.message, e.pci) for e in sfc if e] == [("ens1f1 link down", "0000:06:00.1"),
+                                                       ("ens1f0 link down", "0000:06:00.0")]
+    sonic = read_all(TextLogReader(), QUOTED / "sonic-buildimage-7310.syslog", ctx).events
+    assert sonic["ts"].iloc[0] % 60 == pytest.approx(38.106121)  # 21:05:38.106121, the fraction kept
+
+    topo = Topology.from_dict({"racks": [{"name": "r1", "nodes": [{"name": "n1", "ports": [
+        {"device": "bnxt_re0", "port": 1, "pci": "0000:3b:00.0", "netdev": "ens1f0np0"},
+        {"device": "bnxt_re1", "port": 1, "pci": "0000:3b:00.1", "netdev": "ens1f1np1"},
+        {"device": "irdma0", "port": 1, "pci": "0000:ab:00.0", "netdev": "ens5f0"}]}]}]})
+    ev = [parse_kernel_message(ln) for ln in (QUOTED / "kernel-nic-link-formats.txt").read_text().splitlines()]
+    assert [(e.kind, e.severity) for e in ev] == [("link", "info"), ("link", "error"), ("link", "info"),
+                                                   ("link", "error")]
+    frame = events_frame([(1.0, "n1", e.kind, e.code, e.severity, e.message, "kernel", e.pci, e.device) for e in ev])
+    assert list(EventResolver(SeriesMapper(topology=topo)).resolve(frame)["entity"]) == [
+        "n1/bnxt_re0:1", "n1/bnxt_re1:1", "n1/irdma0:1", "n1/irdma0:1"]
+    for line in ("sfc 0000:06:00.1 ens1f1: renamed from eth1", "e1000e: eth1 NIC Link is Down",
+                 "bpmod: eth11 is in the Bypass mode now."):
+        assert parse_kernel_message(line) is None, line  # no port to put it on, or no link news
