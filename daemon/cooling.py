@@ -6,7 +6,8 @@ belong to several shards, so no shard sees the whole loop. This runs where the c
 the shard, or of the alert lease in a sharded cluster: one instance at a time) and judges from the store, where every
 shard writes its rack incidents: at least ``loop_racks`` racks of one loop (``cooling`` in the topology's racks) with
 open thermal or cooling incidents opened within ``window_s`` of each other open one incident of kind ``cooling`` on
-the loop; it closes when fewer remain. It keeps nothing in memory, so a new holder goes on with the same incident.
+the loop; it lasts while that many racks of the loop have open ones, and closes when fewer remain. It keeps nothing
+in memory, so a new holder goes on with the same incident.
 The racks' incidents stay their shards' (the loop incident names them); the built-in playbook for it only notifies.
 """
 
@@ -47,14 +48,16 @@ class CoolingLoops:
             current = {r.entity: r for r in rows if r.kind == CATEGORY and r.fingerprint == f"{r.entity}|{CATEGORY}"}
             changed = []
             for loop, members in sorted(racks.items()):
-                latest = max(m.opened_at for m in members)
-                members = [m for m in members if m.opened_at >= latest - self.window_s]
+                row = current.get(loop)
+                if row is None:  # to open, the racks' trouble started together; once open, it lasts while they do
+                    latest = max(m.opened_at for m in members)
+                    members = [m for m in members if m.opened_at >= latest - self.window_s]
                 names = sorted({m.entity for m in members})
                 if len(names) < self.loop_racks:
                     continue
                 worst = max(State.parse(m.severity) for m in members)
                 reason = f"{len(names)} racks of cooling loop {loop} with thermal incidents: {', '.join(names)}"
-                row = current.pop(loop, None)
+                current.pop(loop, None)
                 inc = Incident.from_row(row) if row else new_incident(loop, CATEGORY, CATEGORY, worst, now)
                 if row is None or reason not in inc.evidence or worst > inc.severity:
                     inc.severity = max(inc.severity, worst)

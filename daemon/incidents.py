@@ -53,6 +53,13 @@ def incident_id(fingerprint: str, opened_at: float) -> str:
     return f"inc-{digest}"
 
 
+#: incident kinds on no node (a rack, a cooling loop, a supernode, a shard nobody watches): nothing to drain, no
+#: jobs or parts to name
+NOT_A_NODE = frozenset({"rack", "cooling", "supernode", "shard"})
+#: kinds the cluster judges from the store (daemon/cooling.py, daemon/shards.py), never a shard's incident book
+CLUSTER_KINDS = frozenset({"cooling", "shard"})
+
+
 def new_incident(entity: str, kind: str, category: str, state: State, now: float) -> Incident:
     """A new incident of the cluster's own (a cooling loop's, an unwatched shard's: daemon/cooling.py,
     daemon/shards.py), kept in the store rather than in a shard's book."""

@@ -18,7 +18,7 @@ import pandas as pd
 from daemon import metrics
 from daemon.batch import Batch
 from daemon.health import EntityHealth, HealthConfig, HealthTracker, Transition, rollup_nodes
-from daemon.incidents import Incident, IncidentBook
+from daemon.incidents import CLUSTER_KINDS, Incident, IncidentBook
 from daemon.naming import SeriesMapper
 from daemon.resolve import EventResolver, is_code_gauge
 from daemon.store import Store
@@ -177,8 +177,7 @@ class Pipeline:
         entity is this shard's (daemon/shards.py; the store is the cluster's). Returns (incidents, entities)
         restored.
         """
-        # (a cooling loop's incident is the cluster's, daemon/cooling.py, not any shard's book's)
-        rows = [r for r in store.incidents("open") if owns(r.entity) and r.kind != "cooling"]
+        rows = [r for r in store.incidents("open") if owns(r.entity) and r.kind not in CLUSTER_KINDS]
         category_of: dict[str, str] = {}
         for row in rows:
             inc = Incident.from_row(row)

@@ -20,6 +20,7 @@ from collections.abc import Iterable
 
 from sqlmodel import func, select
 
+from daemon.incidents import NOT_A_NODE
 from daemon.store import EntityRow, IncidentRow, RepairOrderRow, Store
 from daemon.topology import Topology
 from playbooks.engine import Action
@@ -55,7 +56,7 @@ class RepairError(ValueError):
 
 def is_hardware(category: str, kind: str) -> bool:
     """Whether a drained node's incident is something a technician repairs."""
-    return category in EXPECTED and kind not in ("rack", "cooling", "supernode")
+    return category in EXPECTED and kind not in NOT_A_NODE
 
 
 class RepairBook:

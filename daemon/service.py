@@ -42,6 +42,7 @@ from daemon.alerting.runner import Alerting
 from daemon.batch import Batch
 from daemon.collectors import Collector, Outcome, build, merge_batches
 from daemon.config import Config, ConfigError, load
+from daemon.cooling import CoolingLoops
 from daemon.formats.reader import ReadContext
 from daemon.jobs import Job, JobRunner
 from daemon.lease import Lease, shard_lease
@@ -53,7 +54,6 @@ from daemon.remediation import Remediation, scheduler_from_config
 from daemon.sdnotify import Notifier
 from daemon.shards import ALERTS_LEASE, POOL, Ownership, UnwatchedShards, plan_warnings
 from daemon.store import Store
-from daemon.cooling import CoolingLoops
 from daemon.topology import Topology
 from daemon import warmstate
 

@@ -23,6 +23,7 @@ from daemon.alerting.outbox import enqueue
 from daemon.alerting.routing import Route, route
 from daemon.alerting.runbooks import runbook_for
 from daemon.alerting.silences import Silence, SilenceBook
+from daemon.incidents import NOT_A_NODE
 from daemon.store import (ActionRow, AlertGroupRow, AlertRow, IncidentCursorRow, IncidentRow, RepairOrderRow,
                           Store)
 from daemon.topology import Topology
@@ -63,7 +64,7 @@ def describe_action(rows: list[ActionRow]) -> ActionState:
     for head in (r for r in rows if r.step == "action"):
         d = head.detail
         mode, inc = d.get("mode", "act"), d.get("incident") or {}
-        node = None if inc.get("kind") in ("rack", "cooling", "supernode") else \
+        node = None if inc.get("kind") in NOT_A_NODE else \
             inc.get("scheduler_node") or (inc.get("entity") or "").split("/", 1)[0] or None
         on = f" on {node}" if node else ""
         steps = d.get("steps", [])
@@ -128,8 +129,10 @@ class AlertPipeline:
                 newest = max(newest, inc.updated_at)
                 actions = list(s.exec(select(ActionRow).where(ActionRow.incident_id == inc.id)
                                       .order_by(ActionRow.id)).all())
-                alert = alert_from_incident(inc, describe_action(actions), self.topology.place(inc.entity),
-                                            runbook_for(inc.category, self.config.runbooks))
+                alert = alert_from_incident(inc, describe_action(actions),
+                                            [] if inc.kind == "shard" else self.topology.place(inc.entity),
+                                            runbook_for("shard" if inc.kind == "shard" else inc.category,
+                                                        self.config.runbooks))
                 known = s.get(AlertRow, alert.incident_id)
                 if known is not None and known.digest == alert.digest():
                     continue  # the cursor is inclusive: the newest incident comes back every sync
@@ -181,7 +184,7 @@ class AlertPipeline:
 
     def _jobs_of(self, state: ClusterState | None, inc: IncidentRow) -> list[list[str]]:
         """('jobs', 'id user name, ...') for an open incident on a node or its parts, when the scheduler said."""
-        if state is None or inc.closed_at is not None or inc.kind in ("rack", "cooling", "supernode"):
+        if state is None or inc.closed_at is not None or inc.kind in NOT_A_NODE:
             return []
         node = inc.entity.split("/", 1)[0]
         running = state.jobs_on(self.topology.scheduler_name.get(node, node))

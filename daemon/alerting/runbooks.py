@@ -28,6 +28,9 @@ RUNBOOKS: dict[str, str] = {
     "telemetry": "check the node's exporters (dcgm-exporter, node_exporter) and the network path to it; its parts "
                  "are not judged while their telemetry is gone",
     "application": "no hardware action: the job's own error (application Xid); tell the job's owner",
+    # not a category: the incident of a shard no raswarden instance holds (daemon/shards.py)
+    "shard": "start raswarden on a management node for this shard (service.shard = its name) or a pool member "
+             "(service.shard = \"*\"); until one holds it, its nodes are not watched",
 }
 
 

@@ -73,11 +73,11 @@ _AMDGPU_RESET = re.compile(r"GPU reset(?:\((\d+)\))? (begin!|succeeded!|failed)"
 _AMDGPU_FATAL = re.compile(r"Uncorrectable hardware error\((\w+)\) detected")
 _AMDGPU_APP = re.compile(r"\[(\w+)\] (?:no-retry )?page fault|ring (\S+) timeout")
 _LINK = re.compile(r"mlx5_core ([0-9a-f]{4}:[0-9a-f]{2}:[0-9a-f]{2}\.[0-7]) (\S+): Link (down|up)\b")
-# mlx5 (en/port.c ``mlx5_pcie_event``): the adapter's slot gives it less power than it needs; it throttles or stops.
 # Ethernet/RoCE drivers' link messages, "<driver> <PCI> <netdev>: NIC Link is Down" (bnxt_en, ice, i40e, ixgbe, igb,
 # e1000e; igb repeats "igb: <netdev>" before it; ice says "up") and sfc's "<netdev>: link down"
 _NIC_LINK = re.compile(r"(?:^|\s)\S+ ([0-9a-f]{4}:[0-9a-f]{2}:[0-9a-f]{2}\.[0-7]) (\S+): (?:\S+: \S+ )?"
                        r"(?:NIC Link is (Down|[Uu]p)|link (down|up))\b")
+# mlx5 (en/port.c ``mlx5_pcie_event``): the adapter's slot gives it less power than it needs; it throttles or stops.
 _MLX5_POWER = re.compile(r"mlx5_core ([0-9a-f]{4}:[0-9a-f]{2}:[0-9a-f]{2}\.[0-7]):.*?"
                          r"Detected insufficient power on the PCIe slot(?: \((\d+)W\))?")
 # The NVIDIA driver could not bring a GPU up (nv.c, ``rm_init_adapter``): it is unusable until it initializes.

@@ -13,7 +13,7 @@ from daemon.store import Store
 from daemon.topology import Topology
 from detectors.schema import State
 
-LOOPS = {"r01": "cdu1", "r02": "cdu1", "r03": "cdu1", "r04": "cdu2"}
+LOOPS = {"r01": "cdu1", "r02": "cdu1", "r03": "cdu1", "r04": "cdu2", "r05": "cdu1"}
 
 
 def topology() -> Topology:
@@ -51,14 +51,20 @@ def test_racks_of_one_loop_from_two_shards_make_one_incident(tmp_path):
     [updated] = CoolingLoops(topology()).step(judge, 1710.0)
     assert updated.id == opened[0].id and updated.severity == State.FAILED and updated.opened_at == 1610.0
     assert "3 racks of cooling loop cdu1 with thermal incidents: r01, r02, r03" in updated.evidence
+    # a fourth rack of the loop in trouble hours later joins the open incident (the window is for opening one)
+    rack_incident(shard_b, "r05", 9000.0)
+    [joined] = CoolingLoops(topology()).step(judge, 9010.0)
+    assert joined.id == opened[0].id and joined.closed_at is None
+    assert joined.evidence[-1] == "4 racks of cooling loop cdu1 with thermal incidents: r01, r02, r03, r05"
     # the racks recover one by one: the loop incident closes when one is left
-    rack_incident(shard_a, "r01", 1000.0, closed=2000.0)
-    [still] = CoolingLoops(topology()).step(judge, 2010.0)
+    rack_incident(shard_a, "r01", 1000.0, closed=10000.0)
+    rack_incident(shard_b, "r02", 1600.0, closed=10000.0)
+    [still] = CoolingLoops(topology()).step(judge, 10010.0)
     assert still.id == opened[0].id and still.closed_at is None
-    assert still.evidence[-1] == "2 racks of cooling loop cdu1 with thermal incidents: r02, r03"
-    rack_incident(shard_b, "r02", 1600.0, closed=2100.0)
-    [closed] = CoolingLoops(topology()).step(judge, 2110.0)
-    assert closed.id == opened[0].id and closed.closed_at == 2110.0 and closed.close_reason == "fewer racks affected"
+    assert still.evidence[-1] == "2 racks of cooling loop cdu1 with thermal incidents: r03, r05"
+    rack_incident(shard_b, "r05", 9000.0, closed=10100.0)
+    [closed] = CoolingLoops(topology()).step(judge, 10110.0)
+    assert closed.id == opened[0].id and closed.closed_at == 10110.0 and closed.close_reason == "fewer racks affected"
     assert [r.status for r in loop_rows(judge)] == ["closed"]
     for s in (shard_a, shard_b, judge):
         s.close()

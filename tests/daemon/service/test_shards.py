@@ -152,7 +152,7 @@ def test_a_shard_no_instance_holds_is_an_incident_until_one_does(tmp_path):
     from sqlmodel import select
 
     from daemon import metrics
-    from daemon.store import IncidentRow
+    from daemon.store import AlertRow, IncidentRow
 
     (tmp_path / "topology.yaml").write_text("racks:\n- {name: r01, nodes: [n1, n2]}\n- {name: r02, nodes: [n3]}\n")
 
@@ -183,6 +183,9 @@ def test_a_shard_no_instance_holds_is_an_incident_until_one_does(tmp_path):
         assert metrics.SHARDS_UNWATCHED._value.get() == 1
         a.alerts()
         assert len(shard_incidents()) == 1  # told once
+        with a.store.session() as s:  # the alert: no node, part or jobs to name; what to start
+            alert = s.get(AlertRow, inc.id).content
+        assert alert["where"] == [] and alert["runbook"].startswith("start raswarden on a management node")
         b = config("b")
         assert b.cycle() is not None and b.active
         a.alerts()
