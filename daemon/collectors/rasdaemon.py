@@ -4,7 +4,8 @@
 arrive from the nodes); each table of each database is read ``WHERE id > last`` through the same reader
 replay uses (:class:`daemon.formats.rasdaemon_sqlite.RasdaemonReader`), and the last id per table is the saved
 state, so a restart reads every new row once. A database that is missing or locked is an error of that
-database; the others are read.
+database; the others are read. A shard's instance reads only its nodes' databases (by the host each is named for,
+a node's name or one of its aliases); the others are not opened.
 """
 
 from __future__ import annotations
@@ -15,7 +16,7 @@ from typing import Any, ClassVar
 
 from daemon.batch import Batch
 from daemon.collectors.collector import Collector, Outcome, merge_batches
-from daemon.formats.rasdaemon_sqlite import RasdaemonReader
+from daemon.formats.rasdaemon_sqlite import RasdaemonReader, host_of_database
 
 
 class RasdaemonCollector(Collector):
@@ -25,10 +26,12 @@ class RasdaemonCollector(Collector):
     options: ClassVar[dict[str, Any]] = {"databases": ["/var/lib/rasdaemon/ras-mc_event.db"]}
 
     def paths(self) -> list[Path]:
+        """The databases to read: every match of the globs, a shard's own nodes' only."""
         out: list[Path] = []
+        hosts = self.ctx.shard_hosts
         for pattern in self.databases:
             matches = sorted(glob.glob(str(pattern))) if glob.has_magic(str(pattern)) else [str(pattern)]
-            out += [Path(m) for m in matches]
+            out += [Path(m) for m in matches if hosts is None or host_of_database(Path(m)) in hosts]
         return out
 
     def collect(self, now: float) -> tuple[Batch, Outcome]:

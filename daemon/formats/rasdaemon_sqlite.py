@@ -17,7 +17,7 @@ from collections.abc import Iterator
 from daemon import metrics
 from daemon.batch import Batch
 from daemon.formats.reader import ReadContext
-from daemon.topology import normalize_pci
+from daemon.topology import is_address, normalize_pci
 from detectors.schema import events_frame
 
 FORMAT = "rasdaemon"
@@ -35,8 +35,14 @@ _CPER_SEVERITY = {0: "uncorrected", 1: "fatal", 2: "corrected", 3: "info"}
 
 
 def host_of_database(path: Path) -> str:
-    """The host a rasdaemon database belongs to, from its file name or directory."""
-    stem = path.name.split(".", 1)[0]
+    """The host a rasdaemon database belongs to, from its file name (``<host>.db``, ``<host>.ras-mc_event.db``; a
+    host name's first label, an address whole) or, for a plain ``ras-mc_event.db``, its directory."""
+    name = path.name
+    for suffix in (".ras-mc_event.db", ".db", ".sqlite3", ".sqlite"):
+        if name.endswith(suffix):
+            name = name[: -len(suffix)]
+            break
+    stem = name if is_address(name) else name.split(".", 1)[0]
     if stem in ("ras-mc_event", ""):
         return path.parent.name
     return stem

@@ -2,6 +2,8 @@
 
 from daemon.collectors.rasdaemon import RasdaemonCollector
 from daemon.formats.reader import ReadContext
+from daemon.naming import SeriesMapper
+from daemon.topology import Topology
 from tests.daemon.formats.test_rasdaemon_sqlite import make_db
 
 
@@ -23,3 +25,17 @@ def test_tails_every_database_of_a_glob_and_resumes_from_saved_state(tmp_path):
     again.restore(saved)  # a restarted daemon
     batch, _ = again.collect(2.0)
     assert list(batch.events["kind"]) == ["aer"] and list(batch.events["severity"]) == ["corrected"]
+
+
+def test_a_shard_reads_only_its_nodes_databases(tmp_path):
+    for host in ("sn01-b01", "sn01-b02", "10.0.0.3"):
+        make_db(tmp_path / f"{host}.db").close()
+    topo = Topology.from_dict({"racks": [{"name": "r1", "nodes": [
+        "sn01-b01", "sn01-b02", {"name": "sn01-b03", "aliases": ["10.0.0.3"]}]}]})
+    ctx = ReadContext(mapper=SeriesMapper(topology=topo),
+                      shard_hosts=frozenset({"sn01-b02", "sn01-b03", "10.0.0.3"}))  # its nodes' names and aliases
+    c = RasdaemonCollector("ras", ctx, databases=[str(tmp_path / "*.db")])
+    assert sorted(p.name for p in c.paths()) == ["10.0.0.3.db", "sn01-b02.db"]
+    batch, outcome = c.collect(0.0)
+    assert outcome.targets_total == 2 and outcome.targets_up == 2
+    assert sorted(set(batch.events["entity"])) == ["sn01-b02", "sn01-b03"]  # the address's database is sn01-b03's
