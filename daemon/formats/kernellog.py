@@ -39,12 +39,19 @@ _MONOTONIC_PREFIX = re.compile(r"^\s*\[\s*\d+\.\d+\](?:\[\s*[TC]\d+\])?\s?")
 _DECODE = re.compile(r"^([a-z]+)\s*:([a-z]+)\s*: ")
 # RFC 3164 as rsyslog's templates print it: also with fractions of a second and a severity word before the tag
 # (SONiC's "Apr  9 21:05:38.106121 host INFO kernel: ...", sonic-net/sonic-buildimage#7310)
-_RFC3164 = re.compile(r"^([A-Z][a-z]{2}) +(\d{1,2}) (\d{2}):(\d{2}):(\d{2})(?:\.(?P<frac>\d{1,9}))? (?P<host>\S+) "
-                      r"(?:(?:EMERG|ALERT|CRIT|ERR|ERROR|WARNING|WARN|NOTICE|INFO|DEBUG) )?(?P<ident>[^:\[]+)"
-                      r"(?:\[\d+\])?: (?P<msg>.*)$")
+# A syslog line as received or stored raw keeps its "<PRI>" in front.
+_RFC3164 = re.compile(r"^(?:<\d{1,3}>)?([A-Z][a-z]{2}) +(\d{1,2}) (\d{2}):(\d{2}):(\d{2})(?:\.(?P<frac>\d{1,9}))? "
+                      r"(?P<host>\S+) (?:(?:EMERG|ALERT|CRIT|ERR|ERROR|WARNING|WARN|NOTICE|INFO|DEBUG) )?"
+                      r"(?P<ident>[^:\[]+)(?:\[\d+\])?: (?P<msg>.*)$")
 _RFC3339 = re.compile(
-    r"^(\d{4}-\d{2}-\d{2}T\d{2}:\d{2}:\d{2}(?:[.,]\d+)?(?:Z|[+-]\d{2}:?\d{2})?) (\S+) ([^:\[]+)(?:\[\d+\])?: (.*)$"
+    r"^(?:<\d{1,3}>)?(\d{4}-\d{2}-\d{2}T\d{2}:\d{2}:\d{2}(?:[.,]\d+)?(?:Z|[+-]\d{2}:?\d{2})?) (\S+) ([^:\[]+)"
+    r"(?:\[\d+\])?: (.*)$"
 )
+# RFC 5424 (rsyslog's RSYSLOG_SyslogProtocol23Format, syslog-ng, network collectors), with or without its
+# "<PRI>VERSION": TIMESTAMP HOST APP-NAME PROCID MSGID STRUCTURED-DATA MSG, "-" for what is not given
+# ("2022-12-26T07:44:45.000000+01:00 server02 kernel - - - BTRFS critical ...", quoted on linux-kernel)
+_RFC5424 = re.compile(r"^(?:<\d{1,3}>\d{1,2} )?(\d{4}-\d{2}-\d{2}T\d{2}:\d{2}:\d{2}(?:[.,]\d+)?(?:Z|[+-]\d{2}:?\d{2})?)"
+                      r" (\S+) ([^\s:\[]+) (\S+) (\S+) (-|(?:\[(?:[^\]\\]|\\.)*\])+)(?: (.*))?$")
 _DMESG_T = re.compile(r"^\[([A-Z][a-z]{2} [A-Z][a-z]{2} +\d{1,2} \d{2}:\d{2}:\d{2} \d{4})\] ?(.*)$")
 _DMESG_ISO = re.compile(r"^(\d{4}-\d{2}-\d{2}T\d{2}:\d{2}:\d{2}(?:[.,]\d+)?(?:[+-]\d{2}:?\d{2}|Z)?) (.*)$")
 _DMESG_RAW = re.compile(r"^\[\s*\d+\.\d+\] ")
@@ -279,6 +286,8 @@ class TextLogReader:
         line = _strip_decode(line)[0]
         if _DMESG_RAW.match(line):
             return "raw"
+        if _RFC5424.match(line):
+            return "rfc5424"
         if _RFC3339.match(line):
             return "rfc3339"
         if _RFC3164.match(line):
@@ -293,6 +302,10 @@ class TextLogReader:
     def _parse(style: str, line: str, year: int):
         """(ts, host, ident, message, month) or None."""
         try:
+            if style == "rfc5424":
+                m = _RFC5424.match(line)
+                return (_iso_to_epoch(m.group(1)), m.group(2), m.group(3), (m.group(7) or "").lstrip("\ufeff"),
+                        0) if m else None
             if style == "rfc3339":
                 m = _RFC3339.match(line)
                 return (_iso_to_epoch(m.group(1)), m.group(2), m.group(3), m.group(4), 0) if m else None

@@ -351,3 +351,31 @@ def test_ethernet_nic_link_lines_are_link_events_of_their_port(ctx):
     for line in ("sfc 0000:06:00.1 ens1f1: renamed from eth1", "e1000e: eth1 NIC Link is Down",
                  "bpmod: eth11 is in the Bypass mode now."):
         assert parse_kernel_message(line) is None, line  # no port to put it on, or no link news
+
+
+def test_rfc5424_syslog_is_read_with_or_without_its_priority(ctx, tmp_path):
+    """RFC 5424 lines (rsyslog's protocol-23 format, syslog-ng, network collectors): the RFC's own examples (with
+    "<PRI>1", structured data or "-") and a kernel log stored without the priority (linux-kernel, Message-ID
+    462e7bd3-d1f2-3718-fde9-77b418e9fd91@gmx.com) are taken apart into time, host, tag and message; before, the
+    kernel's lines matched the RFC 3339 shape with "kernel - - - BTRFS critical (device sda2)" as their tag and were
+    dropped as another program's."""
+    from daemon.formats.kernellog import TextLogReader as R
+
+    lkml = (QUOTED / "lkml-462e7bd3-rfc5424.log").read_text().splitlines()
+    assert isinstance(sniff(QUOTED / "lkml-462e7bd3-rfc5424.log"), TextLogReader)
+    parsed = [R._parse(R._detect(ln), ln, 1970) for ln in lkml]
+    assert [(p[1], p[2]) for p in parsed] == [("server02", "kernel")] * 4
+    assert parsed[0][0] == pytest.approx(1672037085.0)  # 07:44:45+01:00
+    assert parsed[0][3].startswith("BTRFS critical (device sda2): corrupt leaf")
+    examples = [R._parse(R._detect(ln), ln, 1970) for ln in (QUOTED / "rfc5424-examples.log").read_text().splitlines()]
+    assert [(p[1], p[2], p[3][:24]) for p in examples] == [
+        ("mymachine.example.com", "su", "'su root' failed for lon"),
+        ("192.0.2.1", "myproc", "%% It's time to make the"),
+        ("mymachine.example.com", "evntslog", "An application event log"), ("mymachine.example.com", "evntslog", "")]
+    assert examples[1][0] == pytest.approx(1061727255.000003)  # 05:14:15.000003-07:00
+    # a fleet's kernel record in that shape is an event of its host
+    path = tmp_path / "kern.log"
+    path.write_text("<4>1 2025-01-21T04:41:44.283302+00:00 gpu-node-01 kernel - - - [849085.223282] NVRM: Xid "
+                    "(PCI:0000:38:00): 79, pid=0, GPU has fallen off the bus.\n" + "\n".join(lkml) + "\n")
+    ev = read_all(TextLogReader(), path, ctx).events
+    assert list(zip(ev["entity"], ev["code"])) == [("gpu-node-01", 79)] and ctx.rejects.total == 0
