@@ -99,3 +99,21 @@ def debian_package(tmp_path_factory) -> Path:
                            env={**os.environ, "BUILD_PYTHON": sys.executable})
     assert built.returncode == 0, built.stderr[-3000:]
     return Path(built.stdout.strip().splitlines()[-1])
+
+
+@pytest.fixture
+def journal_file(tmp_path):
+    """A real journal file written by systemd-journal-remote from export-format records."""
+    remote = shutil.which("systemd-journal-remote") or "/lib/systemd/systemd-journal-remote"
+    require(os.path.exists(remote), "systemd-journal-remote is not installed (scripts/test.sh installs it)")
+    out = tmp_path / "remote.journal"
+
+    def write(*messages: tuple[float, str]):
+        export = b""
+        for ts, msg in messages:
+            export += (f"__REALTIME_TIMESTAMP={int(ts * 1e6)}\n__MONOTONIC_TIMESTAMP=1\n"
+                       "_BOOT_ID=0123456789abcdef0123456789abcdef\n"
+                       f"_HOSTNAME=sn01-b01\n_TRANSPORT=kernel\nSYSLOG_IDENTIFIER=kernel\nMESSAGE={msg}\n\n").encode()
+        subprocess.run([remote, f"--output={out}", "--split-mode=none", "-"], input=export, check=True,
+                       capture_output=True)
+    return out, write

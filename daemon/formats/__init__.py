@@ -22,7 +22,11 @@ __all__ = [
     "sniff",
 ]
 
-_EXPOSITION = re.compile(rb"^[a-zA-Z_:][a-zA-Z0-9_:]*(\{| )")
+# A sample line: a metric name, its labels, a number (and a timestamp). "Tue 2025-01-21 04:41:44 UTC host kernel: ..."
+# (journalctl -o short-full) starts with a name too: it is the number after it that tells them apart.
+_EXPOSITION = re.compile(rb"^[a-zA-Z_:][a-zA-Z0-9_:]*(?:\{.*\})?[ \t]+"
+                         rb"(?:[-+]?(?:\d+\.?\d*(?:[eE][-+]?\d+)?|\.\d+(?:[eE][-+]?\d+)?|[Nn]a[Nn]|[Ii]nf))"
+                         rb"(?:[ \t]+-?\d+(?:\.\d+)?)?[ \t]*$")
 _KMSG = re.compile(r"^\d+,\d+,\d+,[^;]*;")  # /dev/kmsg: "6,3964,206764307,-;message"
 _PSTORE_HEADER = re.compile(r"^(Panic|Oops|Emergency|Shutdown|Halt|Poweroff|Restart|Unknown)#\d+ Part\d+\s*$")
 _LEVEL_RAW = re.compile(r"^<\d+>\[\s*\d+\.\d+\]")  # dmesg -r / pstore: "<6>[  201.650687] ..."

@@ -52,6 +52,11 @@ _RFC3339 = re.compile(
 # ("2022-12-26T07:44:45.000000+01:00 server02 kernel - - - BTRFS critical ...", quoted on linux-kernel)
 _RFC5424 = re.compile(r"^(?:<\d{1,3}>\d{1,2} )?(\d{4}-\d{2}-\d{2}T\d{2}:\d{2}:\d{2}(?:[.,]\d+)?(?:Z|[+-]\d{2}:?\d{2})?)"
                       r" (\S+) ([^\s:\[]+) (\S+) (\S+) (-|(?:\[(?:[^\]\\]|\\.)*\])+)(?: (.*))?$")
+# journalctl -o short-full ("Tue 2025-01-21 04:41:44 UTC host kernel: ...", the zone's abbreviation: only UTC and
+# GMT say their offset) and -o short-unix ("1737434504.283302 host kernel: ...")
+_SHORT_FULL = re.compile(r"^(?:Mon|Tue|Wed|Thu|Fri|Sat|Sun) (\d{4}-\d{2}-\d{2} \d{2}:\d{2}:\d{2}(?:\.\d+)?) (\S+) "
+                         r"(\S+) ([^:\[]+)(?:\[\d+\])?: (.*)$")
+_SHORT_UNIX = re.compile(r"^(\d{9,11}\.\d+) (\S+) ([^:\[]+)(?:\[\d+\])?: (.*)$")
 _DMESG_T = re.compile(r"^\[([A-Z][a-z]{2} [A-Z][a-z]{2} +\d{1,2} \d{2}:\d{2}:\d{2} \d{4})\] ?(.*)$")
 _DMESG_ISO = re.compile(r"^(\d{4}-\d{2}-\d{2}T\d{2}:\d{2}:\d{2}(?:[.,]\d+)?(?:[+-]\d{2}:?\d{2}|Z)?) (.*)$")
 _DMESG_RAW = re.compile(r"^\[\s*\d+\.\d+\] ")
@@ -208,6 +213,14 @@ class TextLogReader:
                     if style is None:
                         ctx.rejects.reject(self.format, position, "not a syslog or dmesg line", line)
                         continue
+                    zone = _SHORT_FULL.match(line) if style == "short-full" else None
+                    if zone and zone.group(2) not in ("UTC", "GMT"):
+                        ctx.rejects.refuse(
+                            self.format, position,
+                            f"journalctl -o short-full stamps name their zone ({zone.group(2)}) but not its offset: "
+                            "record with 'journalctl -o short-iso' (or TZ=UTC), or as journalctl -o json",
+                        )
+                        return
                     if style.startswith("dmesg") and file_host is None:
                         ctx.rejects.refuse(
                             self.format, position,
@@ -288,6 +301,10 @@ class TextLogReader:
             return "raw"
         if _RFC5424.match(line):
             return "rfc5424"
+        if _SHORT_FULL.match(line):
+            return "short-full"
+        if _SHORT_UNIX.match(line):
+            return "short-unix"
         if _RFC3339.match(line):
             return "rfc3339"
         if _RFC3164.match(line):
@@ -302,6 +319,14 @@ class TextLogReader:
     def _parse(style: str, line: str, year: int):
         """(ts, host, ident, message, month) or None."""
         try:
+            if style == "short-full":
+                m = _SHORT_FULL.match(line)
+                if not m or m.group(2) not in ("UTC", "GMT"):
+                    return None
+                return _iso_to_epoch(m.group(1)), m.group(3), m.group(4), m.group(5), 0
+            if style == "short-unix":
+                m = _SHORT_UNIX.match(line)
+                return (float(m.group(1)), m.group(2), m.group(3), m.group(4), 0) if m else None
             if style == "rfc5424":
                 m = _RFC5424.match(line)
                 return (_iso_to_epoch(m.group(1)), m.group(2), m.group(3), (m.group(7) or "").lstrip("\ufeff"),

@@ -379,3 +379,39 @@ def test_rfc5424_syslog_is_read_with_or_without_its_priority(ctx, tmp_path):
                     "(PCI:0000:38:00): 79, pid=0, GPU has fallen off the bus.\n" + "\n".join(lkml) + "\n")
     ev = read_all(TextLogReader(), path, ctx).events
     assert list(zip(ev["entity"], ev["code"])) == [("gpu-node-01", 79)] and ctx.rejects.total == 0
+
+
+@pytest.mark.parametrize("mode,tz", [("short", "UTC"), ("short-precise", "UTC"), ("short-iso", "Asia/Shanghai"),
+                                     ("short-iso-precise", "America/New_York"), ("short-full", "UTC"),
+                                     ("short-unix", "Europe/Berlin")])
+def test_every_short_journalctl_output_is_read_at_its_time(journal_file, tmp_path, ctx, mode, tz):
+    """What the real journalctl prints in each of its short output modes (journalctl(1)), saved to a file, is read
+    at the record's time; -o short-full was sniffed as OpenMetrics (its weekday looked like a metric name) and every
+    record lost without a word, -o short-unix was no format."""
+    import subprocess
+
+    out, write = journal_file
+    write((1737434504.283302, "NVRM: Xid (PCI:0000:38:00): 79, pid=0, GPU has fallen off the bus."))
+    text = subprocess.run(["journalctl", f"--file={out}", f"--output={mode}", "--no-pager", "-q"],
+                          env={**os.environ, "TZ": tz}, capture_output=True, text=True, check=True).stdout
+    path = tmp_path / "kern.log"
+    path.write_text(text)
+    os.utime(path, (1737434600, 1737434600))  # saved then: the year of stamps without one (short, short-precise)
+    assert isinstance(sniff(path), TextLogReader), text
+    ev = read_all(TextLogReader(), path, ctx).events
+    assert list(zip(ev["entity"], ev["code"])) == [("sn01-b01", 79)], text
+    precise = mode in ("short-precise", "short-iso-precise", "short-unix")
+    assert ev["ts"].iloc[0] == pytest.approx(1737434504.283302 if precise else 1737434504.0, abs=1e-6), text
+
+
+def test_short_full_in_a_named_zone_is_refused_with_what_to_do(journal_file, tmp_path, ctx):
+    import subprocess
+
+    out, write = journal_file
+    write((1737434504.283302, "NVRM: Xid (PCI:0000:38:00): 79, pid=0, GPU has fallen off the bus."))
+    path = tmp_path / "kern.log"
+    path.write_text(subprocess.run(["journalctl", f"--file={out}", "--output=short-full", "--no-pager", "-q"],
+                                   env={**os.environ, "TZ": "Europe/Berlin"}, capture_output=True, text=True,
+                                   check=True).stdout)
+    assert len(read_all(TextLogReader(), path, ctx).events) == 0 and ctx.rejects.total == 1
+    assert "name their zone (CET) but not its offset" in ctx.rejects.messages[-1]
