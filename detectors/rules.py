@@ -242,6 +242,13 @@ class RuleDetector:
                     if not self.baseline:
                         self._latch(Evidence(entity, State.SUBHEALTHY, "fabric_link", [f"kernel: {row.message}"]),
                                     now + self.event_hold_s)
+                elif "/" not in entity:
+                    # a NIC the topology does not place (a management or storage NIC, or a fabric port listed without
+                    # its PCI address or netdev): said, never a node's failure; its counters judge a fabric port
+                    ev = Evidence(entity, State.SUSPECT, "fabric_link", [
+                        f"kernel: {row.message}, on a NIC the topology does not place (add its pci and netdev to "
+                        "the node's ports in topology.yaml to judge it)"])
+                    self._latch(ev, now + self.event_hold_s, "link-down")
                 elif node_of(entity) not in tick.grace_nodes:
                     ev = Evidence(entity, State.FAILED, "fabric_link", [f"kernel: {row.message}"], hard=True)
                     self._latch(ev, now + self.event_hold_s, "link-down")

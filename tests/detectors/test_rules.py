@@ -149,3 +149,21 @@ def test_corrected_aer_counts_minutes_with_errors_not_a_bursts_lines():
             flagged = minute
             break
     assert flagged is not None and flagged >= 20, flagged
+
+
+def link(ts, entity, severity, msg):
+    return (ts, entity, "link", None, severity, msg, "kernel", "0000:00:1f.6", "eth0")
+
+
+def test_a_link_down_fails_its_port_but_only_tells_of_a_nic_the_topology_does_not_place():
+    """A link-down line the resolver placed on a fabric port fails the port (hard); one it could not place (a
+    management NIC's 'NIC Link is Down', a port the topology lists without its PCI address) stays on the node as a
+    suspicion: a management port's flap must never fail, and so drain, its node."""
+    det = RuleDetector().fit()
+    ev = run(det, 30, [link(20, "n1/mlx5_0:1", "error", "ibp12s0 link down")])
+    assert worst(ev, "n1/mlx5_0:1") == State.FAILED and ev[0].hard
+    ev = run(det, 60, [link(50, "n2", "error", "eth0 link down")])
+    assert worst(ev, "n2") == State.SUSPECT and not [e for e in ev if e.entity == "n2" and e.hard]
+    assert "a NIC the topology does not place" in next(e for e in ev if e.entity == "n2").reasons[0]
+    ev = run(det, 90, [link(80, "n2", "info", "eth0 link up")])
+    assert worst(ev, "n2") == State.HEALTHY  # its link up clears it
