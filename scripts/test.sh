@@ -19,7 +19,7 @@ if [ "$(id -u)" = 0 ]; then
     DEBIAN_FRONTEND=noninteractive apt-get install -y -qq --no-install-recommends prometheus \
       prometheus-alertmanager systemd-journal-remote strace chromium systemd-container >/dev/null
   fi
-  ./scripts/slurm-lab.sh install  # the playbook tests start their own Slurm lab with it
+  ./scripts/slurm-lab.sh install  # the playbook tests start their own Slurm labs with it (one with slurmdbd)
   ./scripts/pg-lab.sh install
   RASWARDEN_TEST_PG_URL=$(./scripts/pg-lab.sh up)
   export RASWARDEN_TEST_PG_URL
