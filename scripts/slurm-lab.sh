@@ -4,7 +4,8 @@
 # (LAB_ACCOUNTING=1: a private MariaDB and slurmdbd, which Slurm's user admin levels need).
 #
 #   scripts/slurm-lab.sh install    apt-get install slurmctld slurmd slurm-client munge slurmdbd mariadb-server
-#                                   (idempotent; root; the packages' postinst starts nothing without an init)
+#                                   (idempotent; root; services the packages may start are not used: the lab
+#                                   runs its own daemons on its own ports and sockets)
 #   scripts/slurm-lab.sh up [N]     (re)start a fresh lab with N nodes (default 4); prints SLURM_CONF's path
 #   scripts/slurm-lab.sh down       cancel jobs, stop every process this lab started (by PID, checked)
 #   scripts/slurm-lab.sh status
