@@ -129,10 +129,10 @@ class AlertPipeline:
                 newest = max(newest, inc.updated_at)
                 actions = list(s.exec(select(ActionRow).where(ActionRow.incident_id == inc.id)
                                       .order_by(ActionRow.id)).all())
+                shard = inc.kind == "shard"  # a shard nobody holds: no place in the topology, its own runbook line
                 alert = alert_from_incident(inc, describe_action(actions),
-                                            [] if inc.kind == "shard" else self.topology.place(inc.entity),
-                                            runbook_for("shard" if inc.kind == "shard" else inc.category,
-                                                        self.config.runbooks))
+                                            [] if shard else self.topology.place(inc.entity),
+                                            runbook_for("shard" if shard else inc.category, self.config.runbooks))
                 known = s.get(AlertRow, alert.incident_id)
                 if known is not None and known.digest == alert.digest():
                     continue  # the cursor is inclusive: the newest incident comes back every sync

@@ -60,6 +60,10 @@ _SHORT_UNIX = re.compile(r"^(\d{9,11}\.\d+) (\S+) ([^:\[]+)(?:\[\d+\])?: (.*)$")
 _DMESG_T = re.compile(r"^\[([A-Z][a-z]{2} [A-Z][a-z]{2} +\d{1,2} \d{2}:\d{2}:\d{2} \d{4})\] ?(.*)$")
 _DMESG_ISO = re.compile(r"^(\d{4}-\d{2}-\d{2}T\d{2}:\d{2}:\d{2}(?:[.,]\d+)?(?:[+-]\d{2}:?\d{2}|Z)?) (.*)$")
 _DMESG_RAW = re.compile(r"^\[\s*\d+\.\d+\] ")
+# The line shapes a file is tried for, in order: RFC 5424 before RFC 3339 (an RFC 5424 line would pass for one, with
+# "kernel - - - ..." as its tag), journalctl's short-full before RFC 3164.
+_STYLES = (("raw", _DMESG_RAW), ("rfc5424", _RFC5424), ("short-full", _SHORT_FULL), ("short-unix", _SHORT_UNIX),
+           ("rfc3339", _RFC3339), ("rfc3164", _RFC3164), ("dmesg-T", _DMESG_T), ("dmesg-iso", _DMESG_ISO))
 _MONTHS = {m: i for i, m in enumerate(
     ["Jan", "Feb", "Mar", "Apr", "May", "Jun", "Jul", "Aug", "Sep", "Oct", "Nov", "Dec"], start=1)}
 
@@ -180,7 +184,8 @@ class JournalJsonReader:
 
 
 class TextLogReader:
-    """syslog / kern.log (RFC 3164 or RFC 3339 stamps) and dmesg -T / --time-format iso text."""
+    """syslog / kern.log (RFC 3164, RFC 3339 or RFC 5424), journalctl's short output modes, and dmesg -T /
+    --time-format iso text (:data:`_STYLES`)."""
 
     format = "kernlog"
 
@@ -296,24 +301,9 @@ class TextLogReader:
 
     @staticmethod
     def _detect(line: str) -> str | None:
+        """The style of a file's first line (:data:`_STYLES`, first match), None for no log line."""
         line = _strip_decode(line)[0]
-        if _DMESG_RAW.match(line):
-            return "raw"
-        if _RFC5424.match(line):
-            return "rfc5424"
-        if _SHORT_FULL.match(line):
-            return "short-full"
-        if _SHORT_UNIX.match(line):
-            return "short-unix"
-        if _RFC3339.match(line):
-            return "rfc3339"
-        if _RFC3164.match(line):
-            return "rfc3164"
-        if _DMESG_T.match(line):
-            return "dmesg-T"
-        if _DMESG_ISO.match(line):
-            return "dmesg-iso"
-        return None
+        return next((style for style, pattern in _STYLES if pattern.match(line)), None)
 
     @staticmethod
     def _parse(style: str, line: str, year: int):
