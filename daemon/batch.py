@@ -8,7 +8,7 @@ import numpy as np
 import pandas as pd
 import pyarrow as pa
 
-from detectors.schema import empty_events, empty_samples
+from detectors.schema import empty_events, empty_samples, frame
 
 
 # Events as Arrow (spill files, Parquet): ``code`` travels as float64 so that a missing code is null.
@@ -40,7 +40,7 @@ def samples_from_codes(
     entities: list[str], metrics: list[str],
 ) -> pd.DataFrame:
     """Build a samples frame from interned codes without creating a Python object per sample."""
-    return pd.DataFrame(
+    return frame(
         {
             "ts": np.asarray(ts, dtype=np.float64),
             "entity": pd.Categorical.from_codes(entity_codes, categories=list(entities), validate=False),

@@ -30,7 +30,7 @@ from detectors.hold import GaugeHold
 from detectors import registry
 from detectors.contract import Detector, Evidence, TickInput
 from detectors.rules import RuleDetector
-from detectors.schema import (State, entity_kind, events_frame, is_counter, name_codes, name_column, names_in,
+from detectors.schema import (State, entity_kind, events_frame, frame, is_counter, name_codes, name_column, names_in,
                               node_of)
 
 log = logging.getLogger("raswarden.pipeline")
@@ -298,8 +298,8 @@ class Pipeline:
         """Counter samples, per-(entity, metric) gauge last/max, and the rows of the gauges that hold fault
         codes (``xid_last``, ``npu_error_code_*``; see :meth:`EventResolver.code_gauge_events`)."""
         if samples.empty:
-            empty = pd.DataFrame({"entity": [], "metric": [], "last": [], "max": []})
-            return samples, empty, pd.DataFrame({"entity": [], "metric": [], "ts": [], "value": []})
+            empty = frame({"entity": [], "metric": [], "last": [], "max": []})
+            return samples, empty, frame({"entity": [], "metric": [], "ts": [], "value": []})
         ent, ent_names = name_codes(samples["entity"])
         met, met_names = name_codes(samples["metric"])
         unnamed = (ent < 0) | (met < 0)
@@ -310,23 +310,25 @@ class Pipeline:
             ent, met = ent[~unnamed], met[~unnamed]
         counter_cat = np.array([is_counter(m) for m in met_names], dtype=bool)
         is_ctr = counter_cat[met]
-        counters = samples[is_ctr]
+        ts, value = samples["ts"].to_numpy(), samples["value"].to_numpy()
+        entity, metric = samples["entity"], samples["metric"]
+        counters = frame({"ts": ts[is_ctr], "entity": name_column(ent[is_ctr], ent_names, entity),
+                          "metric": name_column(met[is_ctr], met_names, metric), "value": value[is_ctr]})
         code_cat = np.array([is_code_gauge(m) for m in met_names], dtype=bool)
         is_xid = code_cat[met]
-        xid = pd.DataFrame({"entity": pd.Series(ent_names[ent[is_xid]], dtype=object),
-                            "metric": pd.Series(met_names[met[is_xid]], dtype=object),
-                            "ts": samples["ts"].to_numpy()[is_xid], "value": samples["value"].to_numpy()[is_xid]})
+        xid = frame({"entity": name_column(ent[is_xid], ent_names, entity),
+                     "metric": name_column(met[is_xid], met_names, metric), "ts": ts[is_xid], "value": value[is_xid]})
         g = ~is_ctr & ~is_xid
         if not g.any():
-            return counters, pd.DataFrame({"entity": [], "metric": [], "last": [], "max": []}), xid
+            return counters, frame({"entity": [], "metric": [], "last": [], "max": []}), xid
         # Rows are in time order within the tick: the last row of an (entity, metric) holds its last value.
         key = ent[g].astype(np.int64) * (len(met_names) + 1) + met[g]
-        values = samples["value"].to_numpy()[g]
+        values = value[g]
         inverse, uniq = group_keys(key, len(ent_names) * (len(met_names) + 1))
         last, peak = last_and_max(inverse, len(uniq), values)
-        gauges = pd.DataFrame({"entity": name_column(uniq // (len(met_names) + 1), ent_names, samples["entity"]),
-                               "metric": name_column(uniq % (len(met_names) + 1), met_names, samples["metric"]),
-                               "last": last, "max": peak})
+        gauges = frame({"entity": name_column(uniq // (len(met_names) + 1), ent_names, entity),
+                        "metric": name_column(uniq % (len(met_names) + 1), met_names, metric),
+                        "last": last, "max": peak})
         return counters, gauges, xid
 
     def _both_ends(self, evidence: list[Evidence]) -> list[Evidence]:

@@ -13,7 +13,7 @@ import numpy as np
 import pandas as pd
 
 from detectors.grouping import SeriesSlots, group_keys
-from detectors.schema import name_codes, name_column
+from detectors.schema import frame, name_codes, name_column
 
 WRAP32 = float(2**32)
 WRAP64 = float(2**64)
@@ -56,7 +56,7 @@ class CounterTracker:
         ``increase / dt`` whatever the sampling interval.
         """
         if samples.empty:
-            return pd.DataFrame({"entity": [], "metric": [], "increase": [], "resets": [], "last": [], "dt": []})
+            return frame({"entity": [], "metric": [], "increase": [], "resets": [], "last": [], "dt": []})
         ent_codes, ent_names = name_codes(samples["entity"])
         met_codes, met_names = name_codes(samples["metric"])
         width = len(met_names) + 1
@@ -88,9 +88,9 @@ class CounterTracker:
         dt = last_ts - self._ts[slots]
         self._last[slots] = last
         self._ts[slots] = last_ts
-        return pd.DataFrame({"entity": name_column(keys // width, ent_names, samples["entity"]),
-                             "metric": name_column(keys % width, met_names, samples["metric"]), "increase": total,
-                             "resets": resets.astype(np.int64), "last": last, "dt": dt})
+        return frame({"entity": name_column(keys // width, ent_names, samples["entity"]),
+                      "metric": name_column(keys % width, met_names, samples["metric"]), "increase": total,
+                      "resets": resets.astype(np.int64), "last": last, "dt": dt})
 
 
 class DecayingCount:

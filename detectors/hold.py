@@ -15,7 +15,7 @@ import pandas as pd
 
 from detectors.cadence import Cadence
 from detectors.grouping import SeriesSlots
-from detectors.schema import name_codes
+from detectors.schema import frame, name_codes
 
 COLUMNS = ("entity", "metric", "last", "max", "fresh")
 
@@ -51,7 +51,7 @@ class GaugeHold:
             self.at[slots] = now
             fresh_slots, peak_of_fresh = slots, gauges["max"].to_numpy(dtype=float)
         if not len(self.last):
-            return pd.DataFrame({c: [] for c in COLUMNS})
+            return frame({c: [] for c in COLUMNS})
         current = (now - self.at) <= cadence.window_of(self.entity_row)
         current[fresh_slots] = True
         pick = np.flatnonzero(current)
@@ -61,7 +61,7 @@ class GaugeHold:
             where = np.searchsorted(pick, fresh_slots)
             peak[where] = peak_of_fresh
         ent_dtype, met_dtype = self._dtypes()
-        return pd.DataFrame({
+        return frame({
             "entity": pd.Categorical.from_codes(self.entity_code[pick], dtype=ent_dtype, validate=False),
             "metric": pd.Categorical.from_codes(self.metric_code[pick], dtype=met_dtype, validate=False),
             "last": self.last[pick], "max": peak, "fresh": fresh,

@@ -29,7 +29,7 @@ from collections.abc import Mapping
 
 import numpy as np
 
-from detectors.grouping import RowIndex, group_median, peer_group
+from detectors.grouping import RowIndex, group_median, nanmedian, peer_group
 from detectors.contract import Evidence, TickInput
 from detectors.schema import State, entity_kind, name_codes, names_in
 
@@ -205,9 +205,10 @@ class PeerDeviation:
         ids = ids[accel_id]
         local = renum[codes]
         columns = {}
-        for m in _METRICS:
+        slot = self._metric_slots(met_names)[met_codes]
+        for j, m in enumerate(_METRICS):
             col = np.full(len(ids), np.nan)
-            sel = np.isin(met_codes, np.flatnonzero(met_names == m))
+            sel = slot == j
             col[local[sel]] = last[sel]
             columns[m] = col
         if np.isnan(columns["power_w"]).all():
@@ -240,6 +241,14 @@ class PeerDeviation:
             cached = self._accel_cache = (names, is_accel)
         return cached[1]
 
+    def _metric_slots(self, names: np.ndarray) -> np.ndarray:
+        """Each metric name's place in ``_METRICS`` (-1: not read here), kept while the names are the same array."""
+        cached = getattr(self, "_slot_cache", None)
+        if cached is None or cached[0] is not names:
+            slots = np.array([_METRICS.index(n) if n in _METRICS else -1 for n in names], dtype=np.int64)
+            cached = self._slot_cache = (names, slots)
+        return cached[1]
+
     def _residual(self, codes: np.ndarray, values: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
         """Each value minus the median of its group (NaN where the group has too few values)."""
         median, count = group_median(codes, values)
@@ -262,7 +271,7 @@ class PeerDeviation:
         # The node's median includes the GPU itself: with eight peers one hot GPU cannot move it.
         level = np.where(ok, t - slope * p, np.nan)
         residual, _ = self._residual(codes, level)
-        spread = max(float(np.nanmedian(np.abs(residual))) * _MAD_TO_SIGMA if np.isfinite(residual).any() else 0.5,
+        spread = max(nanmedian(np.abs(residual)) * _MAD_TO_SIGMA if np.isfinite(residual).any() else 0.5,
                      0.5)
         sel = np.flatnonzero(np.isfinite(residual))
         r = rows[sel]
@@ -292,7 +301,7 @@ class PeerDeviation:
                 base = self._own[(metric, state)].update(r[k], own[k], now, frozen=was_hot[k])
                 rise[k] = own[k] - base
         # How far the fleet's GPUs move from their own baselines (noise, workload): a rise is judged against it.
-        rise_spread = max(float(np.nanmedian(np.abs(rise))) * _MAD_TO_SIGMA if np.isfinite(rise).any() else 0.5,
+        rise_spread = max(nanmedian(np.abs(rise)) * _MAD_TO_SIGMA if np.isfinite(rise).any() else 0.5,
                           0.5)
         with np.errstate(invalid="ignore"):
             rising = np.where(st, rise >= self.min_rise_c - margin, was_hot)

@@ -125,13 +125,64 @@ def name_column(codes: np.ndarray, names: np.ndarray, like: pd.Series | None = N
 def names_in(column: pd.Series, wanted) -> np.ndarray:
     """Boolean mask of the rows of a name column whose name is in ``wanted`` (compared on codes)."""
     codes, names = name_codes(column)
-    hit = np.fromiter((n in wanted for n in names), dtype=bool, count=len(names))
-    return np.append(hit, False)[codes]  # code -1 (a missing name) is never wanted
+    return _hits(names, wanted)[codes]
+
+
+_HITS: dict[tuple[int, int], tuple[np.ndarray, object, np.ndarray]] = {}
+
+
+def _hits(names: np.ndarray, wanted) -> np.ndarray:
+    """Which names are in ``wanted``, one more False for code -1 (a missing name is never wanted); kept while the
+    same names array (see ``name_codes``) meets the same ``wanted`` object, which callers hold as constants."""
+    key = (id(names), id(wanted))
+    hit = _HITS.get(key)
+    if hit is not None and hit[0] is names and hit[1] is wanted:
+        return hit[2]
+    mask = np.append(np.fromiter((n in wanted for n in names), dtype=bool, count=len(names)), False)
+    if len(_HITS) > 256:
+        _HITS.clear()
+    _HITS[key] = (names, wanted, mask)  # held: their ids cannot be reused while the entry stands
+    return mask
+
+
+_COLUMN_INDEX: dict[tuple[str, ...], pd.Index] = {}
+
+
+def frame(data: dict) -> pd.DataFrame:
+    """A DataFrame of ``data``'s columns whose column index is one shared object-dtype Index per set of names.
+
+    pandas 3 gives a new frame a str-dtype column index and builds its lookup table again at the frame's first
+    column read (some 25 us a frame): the tick's small frames, built and read once each, spent more time there than
+    in their own work. A shared index keeps its table. Columns that are numeric arrays and categoricals, all of one
+    length, go straight to pandas' constructor from arrays (the public one infers again what they already are); the
+    frame is the same either way."""
+    names = tuple(data)
+    index = _COLUMN_INDEX.get(names)
+    if index is None:
+        index = _COLUMN_INDEX[names] = pd.Index(names, dtype=object)
+    columns = list(data.values())
+    if _FROM_ARRAYS is not None and columns and all(
+            isinstance(c, pd.Categorical) or (isinstance(c, np.ndarray) and c.ndim == 1 and c.dtype != object)
+            for c in columns):  # (pandas infers str from an object array: that goes the public way)
+        n = len(columns[0])
+        if all(len(c) == n for c in columns):
+            try:  # pandas' constructor from columns, without inferring again what the caller built; copies as
+                # the public one does
+                return _FROM_ARRAYS([c.copy() if isinstance(c, np.ndarray) else c for c in columns], columns=index,
+                                    index=pd.RangeIndex(n), verify_integrity=False)
+            except TypeError:  # a pandas whose private signature moved: the public constructor below
+                pass
+    df = pd.DataFrame(data)
+    df.columns = index
+    return df
+
+
+_FROM_ARRAYS = getattr(pd.DataFrame, "_from_arrays", None)
 
 
 def empty_samples() -> pd.DataFrame:
     """A samples frame with no rows and the canonical dtypes."""
-    return pd.DataFrame(
+    return frame(
         {
             "ts": np.empty(0, dtype=np.float64),
             "entity": pd.Categorical([]),
@@ -169,7 +220,7 @@ def _events_frame(rows: list[tuple]) -> pd.DataFrame:
             column = np.empty(len(values), dtype=object)
             column[:] = values
             data[name] = pd.Series(column, dtype=object, copy=False)
-    return pd.DataFrame(data)
+    return frame(data)
 
 
 _EMPTY_EVENTS = _events_frame([])

@@ -61,6 +61,7 @@ from detectors.contract import Evidence, TickInput
 from detectors.schema import State, entity_kind, name_codes, names_in, within
 
 LOGGED_AER = "aer_corrected_logged"
+_LOGGED_AER_NAMES = np.array([LOGGED_AER], dtype=object)
 
 # counter -> (prior healthy episodes per hour, category, words)
 #
@@ -246,13 +247,20 @@ class TrendDetector:
         tick_s = 0.0 if self._last_now is None else now - self._last_now
         self._last_now = now
         inc = tick.increases
+        models = tick.models or {}
         if not inc.empty:
-            part = inc[names_in(inc["metric"], COUNTERS)]
-            if len(part):
-                self._count(part, now, tick_s, tick.models or {})
+            mcodes, mnames = name_codes(inc["metric"])
+            pick = names_in(inc["metric"], COUNTERS)
+            if pick.any():
+                ecodes, enames = name_codes(inc["entity"])
+                dt = inc["dt"].to_numpy(dtype=float)[pick] if "dt" in inc else np.full(int(pick.sum()), tick_s)
+                self._count(ecodes[pick], enames, mcodes[pick], mnames, inc["increase"].to_numpy(dtype=float)[pick],
+                            dt, now, models)
         logged = self._logged_aer(tick.events, inc)
         if logged is not None:
-            self._count(logged[0], now, tick_s, tick.models or {}, entity_codes=logged[1:])
+            rows, names, increase, dt = logged
+            self._count(rows, names, np.zeros(len(rows), dtype=np.int64), _LOGGED_AER_NAMES, increase, dt, now,
+                        models)
         out = []
         for key, (until, reason, score, level) in list(self._alarm.items()):
             if until < now:
@@ -266,8 +274,8 @@ class TrendDetector:
 
     def _logged_aer(self, events: pd.DataFrame, inc: pd.DataFrame) -> tuple | None:
         """The tick's corrected AER lines per accelerator as increases of :data:`LOGGED_AER`, with one exposure row
-        per accelerator sampled this tick (the time since its counters' previous sample): ``(frame, entity codes,
-        entity names)``, the names those of the counters' rows unless a line names an accelerator they lack."""
+        per accelerator sampled this tick (the time since its counters' previous sample): ``(entity codes, entity names,
+        increases, seconds)``, the names those of the counters' rows unless a line names an accelerator they lack."""
         counts: dict[str, int] = {}
         if len(events):
             hit = (events["kind"].to_numpy(object) == "aer") & (events["severity"].to_numpy(object) == "corrected")
@@ -298,17 +306,13 @@ class TrendDetector:
         rows = np.flatnonzero(accelerator & (np.isfinite(longest) | (increase > 0)))
         if not len(rows):
             return None
-        frame = pd.DataFrame({"metric": pd.Categorical.from_codes(np.zeros(len(rows), dtype=np.int8), [LOGGED_AER]),
-                              "increase": increase[rows], "dt": np.nan_to_num(longest[rows], nan=0.0)})
-        return frame, rows, names
+        return rows, names, increase[rows], np.nan_to_num(longest[rows], nan=0.0)
 
-    def _count(self, part, now: float, tick_s: float, models, entity_codes=None) -> None:
-        """Fold a tick's counter increases into episodes, the fleet's exposure, and judge new episodes
-        (``entity_codes``: the rows' entities as codes into a names array, when the caller has them)."""
-        ecodes, enames = entity_codes if entity_codes is not None else name_codes(part["entity"])
-        mcodes, mnames = name_codes(part["metric"])
-        x = part["increase"].to_numpy(dtype=float)
-        dt = part["dt"].to_numpy(dtype=float) if "dt" in part else np.full(len(part), tick_s)
+    def _count(self, ecodes: np.ndarray, enames: np.ndarray, mcodes: np.ndarray, mnames: np.ndarray, x: np.ndarray,
+               dt: np.ndarray, now: float, models) -> None:
+        """Fold a tick's counter increases into episodes, the fleet's exposure, and judge new episodes. A row is a
+        series: its entity and counter as codes into ``enames`` and ``mnames``, its increase ``x`` over ``dt``
+        seconds."""
         hours = np.nan_to_num(dt, nan=0.0) / 3600.0
         model_of, model_names = self._models_of(enames, models)
         group = mcodes.astype(np.int64) * len(model_names) + model_of[ecodes]

@@ -35,7 +35,7 @@ from lab.sim.scenario import Scenario
 from lab.sim.layout import PRESETS, SimTopology
 from lab.sim.vendors import RESTART_BUSINESS, VENDORS, render_line
 from daemon.topology import normalize_pci
-from detectors.schema import events_frame
+from detectors.schema import events_frame, frame
 
 GPU_GAUGES = ("gpu_temp_c", "hbm_temp_c", "power_w", "sm_clock_mhz", "mem_clock_mhz", "gpu_util_pct",
               "mem_copy_util_pct", "fb_used_mib", "fb_free_mib", "xid_last", "row_remap_failure", "throttle_thermal",
@@ -688,7 +688,7 @@ def chunk_to_batch(sim: Simulator, chunk: SimChunk, profile: str | None = None) 
         parts_v.append(arr[rows, steps])
     ts = np.concatenate(parts_ts)
     order = np.argsort(ts, kind="stable")
-    samples = pd.DataFrame({
+    samples = frame({
         "ts": ts[order],
         "entity": pd.Categorical.from_codes(np.concatenate(parts_e)[order], dtype=entity_dtype, validate=False),
         "metric": pd.Categorical.from_codes(np.concatenate(parts_m)[order], dtype=metric_dtype, validate=False),

@@ -66,3 +66,44 @@ def test_series_slots_last_across_name_arrays_and_are_numbered_by_first_sight():
     assert out.tolist() == [1, 0, 2, 3, 2] and new == 2 and len(slots) == 4  # (a,y) (b,x) (c,z) (b,z) (c,z)
     out, new = slots.lookup(np.array([1 * w2 + 2]), ents2, mets2)  # steady: from the table
     assert out.tolist() == [0] and new == 0
+
+
+def test_names_in_answers_each_wanted_set_for_the_same_names():
+    source = pd.Series(pd.Categorical(["x", "y", "x", "z"]))
+    wanted_x, wanted_y = ("x",), ("y",)
+    assert list(names_in(source, wanted_x)) == [True, False, True, False]
+    assert list(names_in(source, wanted_y)) == [False, True, False, False]  # not the first set's answer again
+    assert list(names_in(source, wanted_x)) == [True, False, True, False]
+    other = pd.Series(pd.Categorical(["z", "x"]))
+    assert list(names_in(other, wanted_x)) == [False, True]  # other names: answered for them
+
+
+def test_nanmedian_is_numpys_bit_for_bit():
+    rng = np.random.default_rng(7)
+    for n in (1, 2, 5, 599, 600, 640, 2001):  # both sides of numpy's small-array path
+        values = rng.normal(size=n) * 10 ** rng.uniform(-3, 3, size=n)
+        values[rng.random(n) < 0.2] = np.nan
+        values[0] = 1.5  # at least one number
+        assert grouping.nanmedian(values) == float(np.nanmedian(values))
+
+
+def test_frame_is_the_frame_pandas_builds():
+    from detectors.schema import frame
+
+    cats = pd.Categorical.from_codes(np.array([1, 0, 1]), categories=pd.Index(["a", "b"], dtype=object))
+    cases = [
+        {"ts": np.array([1.0, 2.0, 3.0]), "entity": cats, "n": np.array([1, 2, 3]),
+         "ok": np.array([True, False, True])},
+        {"entity": [], "metric": [], "last": []},  # lists: pandas' own inference
+        {"kind": np.array(["xid", "aer"], dtype=object), "ts": np.array([0.0, 1.0])},  # object: inferred as pandas does
+        {"a": np.array([1.0, 2.0]), "b": np.array([1.0])[:1].repeat(2)},
+    ]
+    for data in cases:
+        got, want = frame(data), pd.DataFrame(data)
+        pd.testing.assert_frame_equal(got, want, check_column_type=False)
+        assert got.columns.dtype == object and list(got.columns) == list(data)
+    source = np.array([1.0, 2.0])
+    built = frame({"x": source})
+    source[0] = 9.0  # the caller's array changes after: the frame does not (pandas copies too)
+    assert built["x"].tolist() == [1.0, 2.0]
+    assert frame({"x": np.zeros(2)}).columns is frame({"x": np.ones(3)}).columns  # one index, one lookup table
