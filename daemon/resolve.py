@@ -23,7 +23,7 @@ import pandas as pd
 
 from daemon.naming import SeriesMapper
 from daemon.topology import normalize_pci
-from detectors.schema import EVENT_COLUMNS, events_frame
+from detectors.schema import EVENT_COLUMNS, events_frame, names_in
 
 
 NPU_CODE_PREFIX = "npu_error_code_"
@@ -32,6 +32,8 @@ NPU_CODE_PREFIX = "npu_error_code_"
 def is_code_gauge(metric: str) -> bool:
     """Whether a canonical gauge holds fault codes (events are made of its changes, not its level)."""
     return metric == "xid_last" or metric.startswith(NPU_CODE_PREFIX)
+
+_XID_GAUGE = ("xid_last",)
 
 
 class EventResolver:
@@ -88,7 +90,7 @@ class EventResolver:
         """Events from the fault-code gauges (rows: entity, metric, ts, value, in time order)."""
         if gauges.empty:
             return []
-        is_xid = gauges["metric"].to_numpy(dtype=object) == "xid_last"
+        is_xid = names_in(gauges["metric"], _XID_GAUGE)
         out = self.xid_gauge_events(gauges if is_xid.all() else gauges[is_xid]) if is_xid.any() else []
         if not is_xid.all():
             out += self.npu_code_events(gauges[~is_xid])

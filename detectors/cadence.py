@@ -53,11 +53,16 @@ class Cadence:
         new = np.isfinite(gap) & (gap > 0)
         if new.any():
             r = rows[new]
-            self.gaps[r, self._pos[r] % GAPS] = gap[new]
+            slot = self._pos[r] % GAPS
+            # a gap equal to the one it replaces in the ring (steady sampling) changes no median: only the others
+            moved = ~(self.gaps[r, slot] == gap[new])
+            self.gaps[r, slot] = gap[new]
             self._pos[r] += 1
-            self.interval[r] = _row_nanmedian(self.gaps[r])
-            known = self.interval[np.isfinite(self.interval)]
-            self.fleet_interval = float(np.median(known)) if len(known) else np.nan
+            if moved.any():
+                m = r[moved]
+                self.interval[m] = _row_nanmedian(self.gaps[m])
+                known = self.interval[np.isfinite(self.interval)]
+                self.fleet_interval = float(np.median(known)) if len(known) else np.nan
         self.last[rows] = np.fmax(prev, last_ts)
         return rows
 

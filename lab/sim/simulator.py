@@ -669,6 +669,7 @@ def chunk_to_batch(sim: Simulator, chunk: SimChunk, profile: str | None = None) 
     if obs:
         stamps = {True: obs.stamps("dcgm", sim.gpu_node, chunk.ts), False: obs.stamps("node", sim.port_node, chunk.ts)}
     parts_ts, parts_e, parts_m, parts_v = [], [], [], []
+    where: dict[bytes, tuple[np.ndarray, np.ndarray]] = {}  # the families share a few presence patterns
     for out_metric, m, is_gpu, only in families:
         mi = metric_index[out_metric]
         if is_gpu:
@@ -681,7 +682,10 @@ def chunk_to_batch(sim: Simulator, chunk: SimChunk, profile: str | None = None) 
             mask = np.zeros(len(present), dtype=bool)
             mask[only] = True
             present = present & mask[:, None]
-        steps, rows = np.nonzero(present.T)  # step-major: already in time order within the metric
+        key = present.tobytes() + str(present.shape).encode()
+        if key not in where:
+            where[key] = np.nonzero(present.T)  # step-major: already in time order within the metric
+        steps, rows = where[key]
         parts_ts.append(stamps[is_gpu][rows, steps] if stamps else chunk.ts[steps])
         parts_e.append(rows + offset)
         parts_m.append(np.full(len(rows), mi))
