@@ -248,8 +248,10 @@ class Pipeline:
         grace = frozenset(n for n, t in self.grace_until.items() if t >= now)
 
         models = self.mapper.accelerator_model
-        fresh = gauges[gauges["fresh"].to_numpy(dtype=bool)] if len(gauges) else gauges
-        frames = self.features.update(now, increases, fresh, events, models) if self.features is not None else None
+        frames = None
+        if self.features is not None:  # the streaming features take only this tick's readings
+            fresh = gauges[gauges["fresh"].to_numpy(dtype=bool)] if len(gauges) else gauges
+            frames = self.features.update(now, increases, fresh, events, models)
         if self.config.features_only:
             return TickResult([], [], len(events), len(samples))
         tick_input = TickInput(now, events, increases, gauges, grace, frames, models)

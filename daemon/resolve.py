@@ -23,7 +23,7 @@ import pandas as pd
 
 from daemon.naming import SeriesMapper
 from daemon.topology import normalize_pci
-from detectors.schema import EVENT_COLUMNS, events_frame, names_in
+from detectors.schema import EVENT_COLUMNS, events_frame, name_codes, names_in
 
 
 NPU_CODE_PREFIX = "npu_error_code_"
@@ -47,6 +47,7 @@ class EventResolver:
         self.unresolved = 0
         self._xid_last: dict[str, float] = {}
         self._nonzero: set[str] = set()
+        self._masks: tuple[np.ndarray, np.ndarray, np.ndarray] | None = None  # see _gauge_masks
         self._recent_xid: dict[tuple[str, int], tuple[float, str]] = {}
         self.merged = 0
 
@@ -131,19 +132,20 @@ class EventResolver:
         """Xid events from changes of the ``xid_last`` gauge (rows: entity, ts, value, in time order)."""
         if gauges.empty:
             return []
-        entity = gauges["entity"].to_numpy()
+        codes, names = name_codes(gauges["entity"])
         value, stamp = gauges["value"].to_numpy(), gauges["ts"].to_numpy()
+        known, nonzero = self._gauge_masks(names)
         # Only rows that can change something: a non-zero value, a first sight, or a GPU whose last was non-zero.
-        new = ~np.fromiter((e in self._xid_last for e in entity), dtype=bool, count=len(entity))
-        watch = (value != 0) | new
-        if self._nonzero:
-            watch |= np.fromiter((e in self._nonzero for e in entity), dtype=bool, count=len(entity))
+        watch = ((value != 0) | ~known[codes] | nonzero[codes]) & (codes >= 0)
         out = []
         for i in np.flatnonzero(watch):
-            e, v, ts = entity[i], float(value[i]), float(stamp[i])
+            c = codes[i]
+            e, v, ts = names[c], float(value[i]), float(stamp[i])
             prev = self._xid_last.get(e)
             self._xid_last[e] = v
-            if v != 0 and not np.isnan(v):
+            known[c] = True
+            nonzero[c] = v != 0 and not np.isnan(v)
+            if nonzero[c]:
                 self._nonzero.add(e)
             else:
                 self._nonzero.discard(e)
@@ -152,6 +154,16 @@ class EventResolver:
             out.append((ts, e, "xid", int(v), "error",
                         "reported by dcgm-exporter DCGM_FI_DEV_XID_ERRORS", "dcgm-exporter", None, None))
         return out
+
+    def _gauge_masks(self, names: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
+        """Which of the names have an Xid gauge reading and which a non-zero one, kept while the names are the same
+        array (see ``name_codes``) and updated with the readings."""
+        cached = self._masks
+        if cached is None or cached[0] is not names:
+            known = np.fromiter((e in self._xid_last for e in names), dtype=bool, count=len(names))
+            nonzero = np.fromiter((e in self._nonzero for e in names), dtype=bool, count=len(names))
+            cached = self._masks = (names, known, nonzero)
+        return cached[1], cached[2]
 
     def merge_xids(self, events: pd.DataFrame, now: float) -> pd.DataFrame:
         """Drop an Xid already reported for the same GPU and code by the other source within the window.

@@ -269,4 +269,4 @@ def _sorted_categorical(column: pa.ChunkedArray) -> pd.Categorical:
     order = np.argsort(cats, kind="stable")
     rank = np.empty(len(order), dtype=np.int64)
     rank[order] = np.arange(len(order))
-    return pd.Categorical.from_codes(rank[codes], categories=list(cats[order]), validate=False)
+    return pd.Categorical.from_codes(rank[codes], categories=pd.Index(cats[order], dtype=object), validate=False)

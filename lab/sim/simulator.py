@@ -660,7 +660,9 @@ def chunk_to_batch(sim: Simulator, chunk: SimChunk, profile: str | None = None) 
     if key not in sim.batch_dtypes:
         families = emission(sim, profile)
         metrics = list(dict.fromkeys(f[0] for f in families))
-        sim.batch_dtypes[key] = (pd.CategoricalDtype(sim.gpu_ids + sim.port_ids), pd.CategoricalDtype(metrics),
+        # (object categories: a str-dtype Index makes every read of a name column an Arrow round trip)
+        sim.batch_dtypes[key] = (pd.CategoricalDtype(pd.Index(sim.gpu_ids + sim.port_ids, dtype=object)),
+                                 pd.CategoricalDtype(pd.Index(metrics, dtype=object)),
                                  families, {m: i for i, m in enumerate(metrics)})
     entity_dtype, metric_dtype, families, metric_index = sim.batch_dtypes[key]
     n_g = len(sim.gpu_ids)

@@ -40,3 +40,22 @@ def test_xid_gauge_keeps_its_own_rules_beside_npu_codes():
     assert [(e[1], e[2]) for e in out] == [("n/npu0", "ascend")]  # the first Xid seen is a baseline
     out = res.code_gauge_events(rows(("n/gpu0", "xid_last", 30.0, 79.0)))
     assert [(e[1], e[2], e[3]) for e in out] == [("n/gpu0", "xid", 79)]
+
+
+def test_xid_gauge_over_ticks_that_share_their_name_categories():
+    """The pipeline's ticks share one name array (its categorical dtype): the resolver's per-name state carries
+    across them, and a name array seen again after another is read afresh."""
+    names = pd.CategoricalDtype(pd.Index(["n/gpu0", "n/gpu1"], dtype=object))
+
+    def tick(ts, gpu0, gpu1, dtype=names):
+        return pd.DataFrame({"entity": pd.Categorical(["n/gpu0", "n/gpu1"], dtype=dtype),
+                             "metric": ["xid_last", "xid_last"], "ts": [ts, ts], "value": [gpu0, gpu1]})
+
+    res = EventResolver(SeriesMapper())
+    assert not res.code_gauge_events(tick(0.0, 0.0, 13.0))  # first sight: a baseline
+    assert not res.code_gauge_events(tick(30.0, 0.0, 13.0))  # unchanged
+    assert [(e[1], e[3]) for e in res.code_gauge_events(tick(60.0, 79.0, 13.0))] == [("n/gpu0", 79)]
+    assert not res.code_gauge_events(tick(90.0, 79.0, 0.0))  # cleared
+    other = pd.CategoricalDtype(pd.Index(["n/gpu1", "n/gpu0", "n/gpu2"], dtype=object))
+    assert [(e[1], e[3]) for e in res.code_gauge_events(tick(120.0, 79.0, 48.0, other))] == [("n/gpu1", 48)]
+    assert [(e[1], e[3]) for e in res.code_gauge_events(tick(150.0, 31.0, 48.0))] == [("n/gpu0", 31)]
