@@ -27,13 +27,12 @@ from detectors.schema import EVENT_COLUMNS, events_frame, name_codes, names_in
 
 
 NPU_CODE_PREFIX = "npu_error_code_"
+_XID_GAUGE = ("xid_last",)
 
 
 def is_code_gauge(metric: str) -> bool:
     """Whether a canonical gauge holds fault codes (events are made of its changes, not its level)."""
     return metric == "xid_last" or metric.startswith(NPU_CODE_PREFIX)
-
-_XID_GAUGE = ("xid_last",)
 
 
 class EventResolver:

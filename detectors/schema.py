@@ -166,8 +166,8 @@ def frame(data: dict) -> pd.DataFrame:
             for c in columns):  # (pandas infers str from an object array: that goes the public way)
         n = len(columns[0])
         if all(len(c) == n for c in columns):
-            try:  # pandas' constructor from columns, without inferring again what the caller built; copies as
-                # the public one does
+            try:  # pandas' constructor from columns, without inferring again what the caller built (numeric arrays
+                # copied, as the public one copies them; a categorical is taken as it is)
                 return _FROM_ARRAYS([c.copy() if isinstance(c, np.ndarray) else c for c in columns], columns=index,
                                     index=pd.RangeIndex(n), verify_integrity=False)
             except TypeError:  # a pandas whose private signature moved: the public constructor below
