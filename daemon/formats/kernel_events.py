@@ -30,7 +30,10 @@ severity word (``149, NETIR_LINK_EVT Fatal XC0 ...``); and the kernel's boot ban
 ``boot`` event that tells the pipeline the node restarted. mlx5's health poller finding the adapter's firmware
 silent or fatal (``mlx5_core 0000:41:00.0: poll_health:852:(pid 0): device's health compromised - reached miss
 count``), a link down of that function's port; a GPU the NVIDIA driver could not initialize (``NVRM: GPU
-0000:0a:00.0: RmInitAdapter failed! (0x24:0x72:1568)``), a ``gpu_init`` event of that GPU. Firmware-first
+0000:0a:00.0: RmInitAdapter failed! (0x24:0x72:1568)``), a ``gpu_init`` event of that GPU. mlx5's port module
+events: a cable unplugged or disabled is a link down of that function's port, plugged a port on its way up, a
+module error (``Port module event[error]: module 0, Cable error, High Temperature``) and the adapter's temperature
+warning (``temp_warn:170:(pid 0): High temperature on sensors with bit set 0 1``) a sub-healthy port. Firmware-first
 errors (APEI GHES records over many lines: memory, processor and PCIe errors the platform saw) are read by
 :class:`CperRecords`.
 """
@@ -87,6 +90,17 @@ _RM_INIT = re.compile(r"NVRM: GPU ([0-9A-Fa-f]{4}:[0-9A-Fa-f]{2}:[0-9A-Fa-f]{2}\
 # stopped answering, or reported a fatal error; every port of the function is down until it recovers.
 _MLX5_HEALTH = re.compile(r"mlx5_core ([0-9a-f]{4}:[0-9a-f]{2}:[0-9a-f]{2}\.[0-7]):(?: \w+:\d+:\(pid \d+\):)? "
                           r"(device's health compromised - reached miss count|Fatal error \d+ detected)")
+# mlx5's port module events (events.c, ``port_module``): the transceiver or cable of the function's port, e.g.
+# "Port module event: module 1, Cable unplugged" and "Port module event[error]: module 0, Cable error, High
+# Temperature" (the error form printed with the function:line:(pid) prefix on most kernels).
+_MLX5_MODULE = re.compile(r"mlx5_core ([0-9a-f]{4}:[0-9a-f]{2}:[0-9a-f]{2}\.[0-7]):(?: \w+:\d+:\(pid \d+\):)? "
+                          r"Port module event(\[error\])?: module (\d+), Cable (plugged|unplugged|error|disabled)"
+                          r"(?:, (.+?))?\s*$")
+_MODULE_SEVERITY = {"plugged": "notice", "unplugged": "error", "disabled": "error"}  # error: "warning", below
+# mlx5 (events.c, ``temp_warn``): the adapter crossed its warning temperature (ConnectX-7: 97 °C; it shuts itself down
+# at its critical one): "temp_warn:170:(pid 0): High temperature on sensors with bit set 0 1".
+_MLX5_HOT = re.compile(r"mlx5_core ([0-9a-f]{4}:[0-9a-f]{2}:[0-9a-f]{2}\.[0-7]):(?: \w+:\d+:\(pid \d+\):)? "
+                       r"High temperature on sensors with bit set")
 # drivers/infiniband/core/cache.c: ibdev_info(device, "Port: %d Link %s\n", port, ib_port_state_to_str(state))
 _IB_PORT = re.compile(r"(?:^|\s)([0-9a-f]{4}:[0-9a-f]{2}:[0-9a-f]{2}\.[0-7]) (\S+): Port: (\d+) Link "
                       r"(NOP|DOWN|INIT|ARMED|ACTIVE_DEFER|ACTIVE)\b")
@@ -179,6 +193,20 @@ def parse_kernel_message(message: str) -> KernelEvent | None:
         if m:
             return KernelEvent("link", None, "error", f"mlx5 adapter {m.group(2)}: its firmware stopped, its ports "
                                "are down", normalize_pci_function(m.group(1)))
+    if "mlx5_core" in message and "Port module event" in message:
+        m = _MLX5_MODULE.search(message)
+        if m:
+            module, status = m.group(3), m.group(4)
+            if status == "error":
+                return KernelEvent("link", None, "warning", f"mlx5 port module {module}: cable or transceiver error, "
+                                   f"{m.group(5) or 'unknown error'}", normalize_pci_function(m.group(1)))
+            return KernelEvent("link", None, _MODULE_SEVERITY[status], f"mlx5 port module {module}: cable {status}",
+                               normalize_pci_function(m.group(1)))
+    if "mlx5_core" in message and "High temperature on sensors" in message:
+        m = _MLX5_HOT.search(message)
+        if m:
+            return KernelEvent("link", None, "warning", "mlx5 adapter over its warning temperature (it shuts down at "
+                               "its critical one)", normalize_pci_function(m.group(1)))
     if "NIC Link is " in message or ": link down" in message or ": link up" in message:
         m = _NIC_LINK.search(message)
         if m:

@@ -353,6 +353,36 @@ def test_ethernet_nic_link_lines_are_link_events_of_their_port(ctx):
         assert parse_kernel_message(line) is None, line  # no port to put it on, or no link news
 
 
+def test_mlx5_port_module_events_and_the_adapters_temperature_warning():
+    """mlx5's port module events (NVIDIA/NVSentinel's syslog tests, and lines of the driver's format strings): a cable
+    unplugged fails the port of its PCI function (the second port of a dual-port NIC, not the first), a module error
+    or the adapter over its warning temperature makes it sub-healthy, a cable plugged is a port on its way up; the
+    health syndrome's text is no event of its own; during a reboot's grace an unplugged cable fails nothing."""
+    from daemon.formats.kernellog import _MONOTONIC_PREFIX
+
+    lines = (QUOTED / "mlx5-module-and-temperature.txt").read_text().splitlines()
+    ev = [parse_kernel_message(_MONOTONIC_PREFIX.sub("", ln.removeprefix("kernel: ")).strip()) for ln in lines]
+    assert [(e.kind, e.severity, e.pci) if e else None for e in ev] == [
+        ("link", "warning", "0000:5c:00.0"), ("link", "error", "0000:63:00.1"), ("link", "warning", "0000:41:00.1"),
+        None, ("link", "notice", "0000:0b:00.0")]
+    assert "High Temperature" in ev[0].message and "unplugged" in ev[1].message
+    ports = [("mlx5_0", "0000:5c:00.0"), ("mlx5_1", "0000:63:00.0"), ("mlx5_2", "0000:63:00.1"),
+             ("mlx5_3", "0000:41:00.1"), ("mlx5_4", "0000:0b:00.0")]
+    topo = Topology.from_dict({"racks": [{"name": "r1", "nodes": [
+        {"name": "n1", "ports": [{"device": d, "port": 1, "pci": pci} for d, pci in ports]}]}]})
+    frame = events_frame([(5.0, "n1", e.kind, e.code, e.severity, e.message, "kernel", e.pci, e.device)
+                          for e in ev if e is not None])
+    resolved = EventResolver(SeriesMapper(topology=topo)).resolve(frame)
+    assert list(resolved["entity"]) == ["n1/mlx5_0:1", "n1/mlx5_2:1", "n1/mlx5_3:1", "n1/mlx5_4:1"]
+    out = RuleDetector().fit().update(TickInput(5.0, resolved, pd.DataFrame(), pd.DataFrame()))
+    assert sorted((e.entity, e.level, e.category, e.hard) for e in out) == [
+        ("n1/mlx5_0:1", State.SUBHEALTHY, "fabric_link", False), ("n1/mlx5_2:1", State.FAILED, "fabric_link", True),
+        ("n1/mlx5_3:1", State.SUBHEALTHY, "fabric_link", False)]
+    in_grace = RuleDetector().fit().update(TickInput(5.0, resolved, pd.DataFrame(), pd.DataFrame(),
+                                                     frozenset({"n1"})))
+    assert all(e.level < State.FAILED for e in in_grace)
+
+
 def test_rfc5424_syslog_is_read_with_or_without_its_priority(ctx, tmp_path):
     """RFC 5424 lines (rsyslog's protocol-23 format, syslog-ng, network collectors): the RFC's own examples (with
     "<PRI>1", structured data or "-") and a kernel log stored without the priority (linux-kernel, Message-ID
