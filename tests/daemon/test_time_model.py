@@ -81,6 +81,32 @@ def test_the_interval_is_the_median_of_the_gaps_bit_for_bit():
     assert np.array_equal(_row_nanmedian(gaps), expected, equal_nan=True)
 
 
+def test_the_learned_intervals_follow_every_change_of_the_gaps():
+    """The cadence recomputes an entity's interval only when a gap differs from the one it replaces in its ring:
+    fed random gaps over many ticks (steady stretches, changes, jitter, entities that come late), its intervals and
+    the fleet's equal the median of each entity's last gaps computed afresh."""
+    rng = np.random.default_rng(11)
+    names = np.array([f"n{i}/gpu0" for i in range(6)], dtype=object)
+    c = Cadence(tick_s=30.0, floor_s=150.0)
+    last = np.zeros(len(names))
+    history: list[list[float]] = [[] for _ in names]
+    for tick in range(300):
+        period = 30.0 if tick < 100 else 60.0 if tick < 200 else 30.0
+        seen = np.flatnonzero(rng.random(len(names) - 1) < 0.8) if tick > 10 else np.arange(3)
+        gap = np.where(rng.random(len(seen)) < 0.7, period, period + rng.normal(0.0, 3.0, len(seen)))
+        if tick % 3 == 0:  # one entity alternating between two intervals: its median flips with each gap
+            seen, gap = np.append(seen, len(names) - 1), np.append(gap, 30.0 if tick % 2 else 60.0)
+        last[seen] += gap
+        c.observe(names[seen], last[seen])
+        for i, g in zip(seen, gap):
+            if last[i] > g:  # not the first sight
+                history[i].append(float(g))
+    rows = c.rows(names)
+    want = np.array([np.median(h[-5:]) if h else np.nan for h in history])
+    assert np.allclose(c.interval[rows], want, equal_nan=True)
+    assert c.fleet_interval == float(np.median(c.interval[np.isfinite(c.interval)]))
+
+
 def test_five_minute_ports_are_never_unknown_between_samples_and_a_down_port_fails():
     p = Pipeline()
     schedule = {float(t): port_rows(t - 3.0) for t in range(300, 3601, 300)}  # samples 3 s before the tick
