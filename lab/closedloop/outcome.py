@@ -40,6 +40,8 @@ class LoopResult:
     false_drains: list[dict] = field(default_factory=list)
     # the repair loop, when the technician works from repair orders or botches repairs (:func:`repair_figures`)
     repairs: dict = field(default_factory=dict)
+    # node-hours beside the GPU-hours: capacity out of service (drained, down, validating), broken hardware in service
+    node_hours: dict = field(default_factory=dict)
 
     @classmethod
     def from_dict(cls, d: dict) -> LoopResult:
@@ -48,7 +50,7 @@ class LoopResult:
                    d["drains_false"], d["faults"], d["hard_faults"], d["acted_before_failure"],
                    d.get("symptom_to_action_s", []), d["wall_s"], d["ticks"], d.get("acted_by_class", {}),
                    d.get("failed", 0), d.get("fault_outcomes", []), d.get("false_drains", []),
-                   d.get("repairs", {}))
+                   d.get("repairs", {}), d.get("node_hours", {}))
 
     @property
     def false_drains_per_1000_node_days(self) -> float:
@@ -65,7 +67,8 @@ class LoopResult:
                 "symptom_to_action_median_s": statistics.median(s2a) if s2a else None,
                 "symptom_to_action_s": [round(x, 1) for x in s2a],
                 "acted_by_class": self.acted_by_class, "failed": self.failed, "fault_outcomes": self.fault_outcomes,
-                "false_drains": self.false_drains, "repairs": self.repairs, "wall_s": round(self.wall_s, 1),
+                "false_drains": self.false_drains, "repairs": self.repairs,
+                "node_hours": {k: round(v, 2) for k, v in self.node_hours.items()}, "wall_s": round(self.wall_s, 1),
                 "ticks": self.ticks}
 
 
@@ -211,7 +214,8 @@ def score(sim: Simulator, policy: str, sched: SimScheduler, world: Faults, did: 
                  "net_loss": acct.net_loss,
                  "net_loss_with_periodic_checkpoints": acct.net_loss_with_periodic_checkpoints,
                  "effective_training_ratio": acct.effective_training_ratio}
+    node_hours = {"out_of_service": acct.out_of_service_node_h, "broken_in_service": acct.broken_in_service_node_h}
     return LoopResult(sc.name, sc.seed, policy, sim.topo.n_nodes * sc.duration / 86400.0, gpu_hours,
                       true_drains, len(false), len(faults),
                       len(world.failures), before, s2a, wall_s, ticks, by_class, world.failed, outcomes,
-                      false_drain_details(false, world.open, incidents, sc.start))
+                      false_drain_details(false, world.open, incidents, sc.start), node_hours=node_hours)

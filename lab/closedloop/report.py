@@ -19,13 +19,16 @@ ROWS = (("net loss (GPU-h)", lambda r: r.gpu_hours["net_loss"]),
         ("periodic checkpoints (the jobs' own schedule)", lambda r: r.gpu_hours["periodic_checkpoints"]),
         ("net loss with periodic checkpoints", lambda r: r.gpu_hours["net_loss_with_periodic_checkpoints"]),
         ("effective training time ratio", lambda r: r.gpu_hours["effective_training_ratio"]),
+        ("node-hours out of service (drained, down, validating)", lambda r: r.node_hours.get("out_of_service")),
+        ("node-hours of broken hardware in service", lambda r: r.node_hours.get("broken_in_service")),
         ("drains true / false", None),
         ("false drains per 1,000 node-days", lambda r: r.false_drains_per_1000_node_days),
         ("hard faults acted on before failure", None),
         ("first symptom to action, median", None))
 
 
-def _spread(values: list[float], fmt: str) -> str:
+def _spread(values: list[float | None], fmt: str) -> str:
+    values = [v for v in values if v is not None]  # (figures that results of an earlier version lack)
     if not values:
         return "-"
     mean = statistics.fmean(values)

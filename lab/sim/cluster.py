@@ -75,6 +75,11 @@ class Accounting:
     idle_drained: float = 0.0
     slowed: float = 0.0  # a job held back by a slow GPU (fail-slow, thermal throttling) on one of its nodes
     allocated: float = 0.0
+    # Node-hours (not GPU-hours): out of service (drained, down for repair, held for a validation job), and broken
+    # hardware left in service (every job placed there crashes: a failure no one drained yet, a botched repair
+    # returned without a validation)
+    out_of_service_node_h: float = 0.0
+    broken_in_service_node_h: float = 0.0
 
     @property
     def periodic_checkpoints(self) -> float:
@@ -278,6 +283,10 @@ class SimScheduler:
         for n in self.nodes.values():
             if n.drained and not n.job and n.broken_until <= self.now and n.down_until <= self.now:
                 acct.idle_drained += n.gpus * dt / 3600.0
+            if n.drained or n.reserved or n.down_until > self.now:
+                acct.out_of_service_node_h += dt / 3600.0
+            elif n.broken_until > self.now:
+                acct.broken_in_service_node_h += dt / 3600.0
         self.now = now
         for n in self.nodes.values():  # broken hardware someone took out goes to repair: down until fixed
             if n.drained and n.broken_until > now:

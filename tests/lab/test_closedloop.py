@@ -269,3 +269,9 @@ def test_the_technician_works_from_repair_orders_and_validation_catches_a_botche
     assert bad.gpu_hours["productive"] < good.gpu_hours["productive"]  # the nodes stay out
     direct = run(simulator(), "full", LoopOptions(repair_s=1800.0, bad_repair_share=1.0))
     assert direct.repairs["orders"] == 0 and direct.repairs["returned_broken"] == direct.repairs["botched"] >= 2
+    # node-hours: validation keeps the botched nodes out of service (more out, none broken in service for it);
+    # returned directly, they are broken hardware in service until an operator drains them (or the scenario ends)
+    hours = {name: r.node_hours for name, r in (("good", good), ("bad", bad), ("direct", direct))}
+    assert hours["bad"]["out_of_service"] > 4 * hours["good"]["out_of_service"] > 0, hours
+    assert hours["direct"]["broken_in_service"] >= 1.0 and hours["bad"]["broken_in_service"] == 0.0, hours
+    assert good.node_hours["broken_in_service"] == 0.0, hours
