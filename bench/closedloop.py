@@ -72,14 +72,19 @@ def main() -> None:
     ap.add_argument("--jobs", type=int, default=2)
     ap.add_argument("--out", type=Path, default=ROOT / "bench" / "results" / "closedloop.json")
     ap.add_argument("--report", action="store_true", help="only print the table of --out")
+    ap.add_argument("--versus", type=Path, nargs="*", default=[], metavar="FILE",
+                    help="with --repair-orders: also compare with these result files' runs of the same options but "
+                         "the technician returning nodes directly (without raswarden's validation)")
     ap.add_argument("--faults", type=int, metavar="SEED", help="also print what happened to each fault of SEED")
     ap.add_argument("--with", dest="extra", type=Path, nargs="*", default=[],
                     help="more result files (other writers' runs, e.g. other seeds) joined to --out's in the table")
     args = ap.parse_args()
     from lab.closedloop import ACCOUNTING_VERSION, LoopOptions, LoopResult
-    from lab.closedloop.report import fault_table, per_seed_table, table
+    from lab.closedloop.report import comparison_table, fault_table, per_seed_table, table
 
-    missing = [str(p) for p in args.extra if not p.is_file()]
+    if args.versus and not args.repair_orders:
+        ap.error("--versus compares runs with --repair-orders against the same runs without: give --repair-orders")
+    missing = [str(p) for p in args.extra + args.versus if not p.is_file()]
     if missing:
         ap.error(f"--with: no such result file: {', '.join(missing)}")
     if args.playbooks and not Path(args.playbooks).is_dir():
@@ -140,6 +145,13 @@ def main() -> None:
     print(table(results))
     print()
     print(per_seed_table(results))
+    if args.versus:
+        direct_loop = {k: v for k, v in loop.items() if k != "repair_orders"}
+        others = [LoopResult.from_dict(r) for f in args.versus for r in json.loads(f.read_text()).get("runs", [])
+                  if r["seed"] in wanted and r["scenario"] == args.scenario and r["policy"] in policies
+                  and r.get("loop", {}) == direct_loop and r.get("accounting", 1) == ACCOUNTING_VERSION]
+        print("\nwith raswarden's validation (this file) and without (--versus):")
+        print(comparison_table(results, others, ("validated", "returned directly")))
     of_seed = [r for r in results if r.seed == args.faults]
     if of_seed and all(r.fault_outcomes for r in of_seed):
         print(f"\nseed {args.faults}, fault by fault:")

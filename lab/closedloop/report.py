@@ -133,3 +133,31 @@ def fault_table(results: list[LoopResult]) -> str:
         cells = [_outcome_cell(by[p].fault_outcomes[i]) if i < len(by[p].fault_outcomes) else "?" for p in policies]
         lines.append(f"| {o['fault']} | {o['entity']} | {o['onset_h']:.1f} | {window} | " + " | ".join(cells) + " |")
     return "\n".join(lines)
+
+
+COMPARED = (("net loss (GPU-h)", lambda r: r.gpu_hours["net_loss"]),
+            ("lost to failures (GPU-h)", lambda r: r.gpu_hours["lost_to_failures"]),
+            ("restarts (GPU-h)", lambda r: r.gpu_hours["restarts"]),
+            ("node-hours out of service", lambda r: r.node_hours.get("out_of_service")),
+            ("node-hours of broken hardware in service", lambda r: r.node_hours.get("broken_in_service")),
+            ("botched repairs", lambda r: r.repairs.get("botched")),
+            ("botched repairs caught by validation", lambda r: r.repairs.get("validation_catches")),
+            ("botched repairs returned to service", lambda r: r.repairs.get("returned_broken")),
+            ("hard faults whose part was replaced before failure", lambda r: r.acted_before_failure),
+            ("hard faults", lambda r: r.hard_faults))
+
+
+def comparison_table(first: list[LoopResult], second: list[LoopResult], names: tuple[str, str]) -> str:
+    """Two sets of runs of one policy side by side, on the seeds both have (with and without raswarden's
+    validation, say): per figure, the mean and standard deviation across those seeds, and the mean of the seeds'
+    differences (second less first)."""
+    a = {(r.scenario, r.seed, r.policy): r for r in first}
+    b = {(r.scenario, r.seed, r.policy): r for r in second}
+    both = sorted(set(a) & set(b))
+    lines = [f"| {len(both)} seed(s) | {names[0]} | {names[1]} | difference |", "|---|---|---|---|"]
+    for name, get in COMPARED:
+        x, y = [get(a[k]) for k in both], [get(b[k]) for k in both]
+        diffs = [v - u for u, v in zip(x, y) if u is not None and v is not None]
+        lines.append(f"| {name} | {_spread(x, '.1f')} | {_spread(y, '.1f')} | "
+                     f"{format(statistics.fmean(diffs), '+.1f') if diffs else '-'} |")
+    return "\n".join(lines)

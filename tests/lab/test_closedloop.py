@@ -211,6 +211,26 @@ def test_fault_table_gives_each_faults_fate_under_each_policy(results):
     assert off_bus[6].startswith("repaired ahead (drained +")
 
 
+def test_comparison_table_pairs_the_seeds_both_sets_have(results):
+    """Two sets of runs of one policy (with and without validation, in issue 26): means over the seeds both have,
+    and the mean of the per-seed differences; a seed only one set has is left out."""
+    from dataclasses import replace
+
+    from lab.closedloop.report import comparison_table
+
+    full = results["full"]
+    worse = replace(full, gpu_hours=dict(full.gpu_hours, net_loss=full.gpu_hours["net_loss"] + 10.0),
+                    node_hours=dict(full.node_hours, broken_in_service=full.node_hours["broken_in_service"] + 3.0))
+    lone = replace(full, seed=full.seed + 1)
+    rows = comparison_table([full, lone], [worse], ("validated", "returned directly")).splitlines()
+    assert rows[0] == "| 1 seed(s) | validated | returned directly | difference |"
+    cells = {r.split("|")[1].strip(): [c.strip() for c in r.strip("|").split("|")[1:]] for r in rows[2:]}
+    assert cells["net loss (GPU-h)"] == [f"{full.gpu_hours['net_loss']:.1f}",
+                                         f"{full.gpu_hours['net_loss'] + 10.0:.1f}", "+10.0"]
+    assert cells["node-hours of broken hardware in service"][2] == "+3.0"
+    assert cells["botched repairs"] == ["-", "-", "-"]  # runs without the repair loop's figures
+
+
 def test_unknown_policy_is_refused():
     with pytest.raises(ValueError, match="unknown policy"):
         run(Simulator(scenario(), LIBRARY), "eager", LoopOptions())
