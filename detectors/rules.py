@@ -223,6 +223,11 @@ class RuleDetector:
                 self._aer(entity, row.severity, row.message, row.ts, now)
             elif kind in ("edac", "mce"):
                 self._host(entity, kind, row.severity, row.message, code, now)
+            elif kind == "thermal" and not self.baseline:
+                if row.severity == "warning":  # the host's CPUs throttling for heat: its cooling, on a GPU blade
+                    self.clear_latch(entity, "cpu-thermal")  # a burst names every CPU: one watch, the last line's
+                    self._latch(Evidence(entity, State.SUSPECT, "cooling", [f"kernel: {row.message}"]),
+                                now + self.event_hold_s, "cpu-thermal")
             elif kind == "gpu_init" and not self.baseline:
                 # unusable while it is so; sub-healthy, not failed: a driver or firmware mismatch fails every GPU of a
                 # node alike (the roll-up makes that a node incident), a bad part only its own

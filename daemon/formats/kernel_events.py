@@ -33,7 +33,9 @@ count``), a link down of that function's port; a GPU the NVIDIA driver could not
 0000:0a:00.0: RmInitAdapter failed! (0x24:0x72:1568)``), a ``gpu_init`` event of that GPU. mlx5's port module
 events: a cable unplugged or disabled is a link down of that function's port, plugged a port on its way up, a
 module error (``Port module event[error]: module 0, Cable error, High Temperature``) and the adapter's temperature
-warning (``temp_warn:170:(pid 0): High temperature on sensors with bit set 0 1``) a sub-healthy port. Firmware-first
+warning (``temp_warn:170:(pid 0): High temperature on sensors with bit set 0 1``) a sub-healthy port. The x86
+thermal throttling interrupt's ``mce: CPU3: Package temperature above threshold, cpu clock throttled (total events =
+72)``, a ``thermal`` event of the node (the CPU in ``code``), and its ``temperature/speed normal``. Firmware-first
 errors (APEI GHES records over many lines: memory, processor and PCIe errors the platform saw) are read by
 :class:`CperRecords`.
 """
@@ -101,6 +103,12 @@ _MODULE_SEVERITY = {"plugged": "notice", "unplugged": "error", "disabled": "erro
 # at its critical one): "temp_warn:170:(pid 0): High temperature on sensors with bit set 0 1".
 _MLX5_HOT = re.compile(r"mlx5_core ([0-9a-f]{4}:[0-9a-f]{2}:[0-9a-f]{2}\.[0-7]):(?: \w+:\d+:\(pid \d+\):)? "
                        r"High temperature on sensors with bit set")
+# The x86 thermal throttling interrupt (arch/x86/kernel/cpu/mce/therm_throt.c): a CPU core or package over its
+# throttling temperature, "mce: CPU3: Package temperature above threshold, cpu clock throttled (total events = 72)"
+# ("mce: " since 5.x), and back, "CPU3: Package temperature/speed normal".
+_CPU_THROTTLE = re.compile(r"(?:^|\s)CPU(\d+): (Core|Package) temperature above threshold, cpu clock throttled"
+                           r"(?: \(total events = (\d+)\))?", re.IGNORECASE)
+_CPU_NORMAL = re.compile(r"(?:^|\s)CPU(\d+): (Core|Package) temperature/speed normal")
 # drivers/infiniband/core/cache.c: ibdev_info(device, "Port: %d Link %s\n", port, ib_port_state_to_str(state))
 _IB_PORT = re.compile(r"(?:^|\s)([0-9a-f]{4}:[0-9a-f]{2}:[0-9a-f]{2}\.[0-7]) (\S+): Port: (\d+) Link "
                       r"(NOP|DOWN|INIT|ARMED|ACTIVE_DEFER|ACTIVE)\b")
@@ -193,6 +201,16 @@ def parse_kernel_message(message: str) -> KernelEvent | None:
         if m:
             return KernelEvent("link", None, "error", f"mlx5 adapter {m.group(2)}: its firmware stopped, its ports "
                                "are down", normalize_pci_function(m.group(1)))
+    if "temperature above threshold" in message or "temperature/speed normal" in message:
+        m = _CPU_THROTTLE.search(message)
+        if m:
+            total = f" (total events = {m.group(3)})" if m.group(3) else ""
+            return KernelEvent("thermal", int(m.group(1)), "warning", f"CPU{m.group(1)} {m.group(2).lower()} "
+                               f"temperature above its threshold, clock throttled{total}")
+        m = _CPU_NORMAL.search(message)
+        if m:
+            return KernelEvent("thermal", int(m.group(1)), "info", f"CPU{m.group(1)} {m.group(2).lower()} "
+                               "temperature and speed normal")
     if "mlx5_core" in message and "Port module event" in message:
         m = _MLX5_MODULE.search(message)
         if m:

@@ -287,6 +287,28 @@ def test_an_mlx5_adapter_whose_firmware_stopped_fails_its_port():
     assert [(e.entity, e.level, e.hard) for e in out] == [("n1/mlx5_0:1", State.FAILED, True)]
 
 
+def test_cpu_thermal_throttling_is_one_cooling_watch_on_the_node():
+    """erpalma/throttled#186: the x86 thermal throttling interrupt names every core and package of the CPU in one
+    burst ("mce: CPU2: Core temperature above threshold, cpu clock throttled (total events = 2675)"), then "normal":
+    thermal events of the node, and one cooling watch (suspect, no drain) on it, not one per CPU; the baseline, and
+    the lines of normal temperature, say nothing. (Raw dmesg without a boot time: its lines parsed one by one.)"""
+    from daemon.formats.kernellog import _MONOTONIC_PREFIX
+
+    lines = (QUOTED / "throttled-186.dmesg.txt").read_text().splitlines()
+    ev = [parse_kernel_message(_MONOTONIC_PREFIX.sub("", ln).strip()) for ln in lines]
+    assert all(e is not None and e.kind == "thermal" and e.pci is None for e in ev)
+    assert [e.severity for e in ev] == ["warning"] * 10 + ["info"] * 3
+    assert {e.code for e in ev} == set(range(8)) and "total events = 2675" in ev[0].message
+    frame = events_frame([(1000.0, "n1", e.kind, e.code, e.severity, e.message, "kernel", e.pci, e.device)
+                          for e in ev])
+    out = RuleDetector().fit().update(TickInput(1000.0, frame, pd.DataFrame(), pd.DataFrame()))
+    assert [(e.entity, e.level, e.category, e.hard) for e in out] == [("n1", State.SUSPECT, "cooling", False)]
+    assert "CPU7 package temperature" in out[0].reasons[0]  # the burst's last warning
+    assert RuleDetector(baseline=True).fit().update(TickInput(1000.0, frame, pd.DataFrame(), pd.DataFrame())) == []
+    normal = frame[frame["severity"] == "info"]
+    assert RuleDetector().fit().update(TickInput(1000.0, normal, pd.DataFrame(), pd.DataFrame())) == []
+
+
 def test_a_gpu_the_driver_could_not_initialize(ctx):
     """NVIDIA/gpu-operator#1146: one GPU of a worker failing RmInitAdapter at every try: a gpu_init event each time
     (the minor-number line after it is none), sub-healthy, not failed (a driver mismatch fails every GPU alike)."""
