@@ -249,7 +249,10 @@ class RuleDetector:
                                     now + self.event_hold_s)
                 elif "/" not in entity:
                     # a NIC the topology does not place (a management or storage NIC, or a fabric port listed without
-                    # its PCI address or netdev): said, never a node's failure; its counters judge a fabric port
+                    # its PCI address or netdev): said, never a node's failure; its counters judge a fabric port. Not
+                    # while the node boots: unused ports print "Cable unplugged" and links come up then
+                    if node_of(entity) in tick.grace_nodes:
+                        continue
                     ev = Evidence(entity, State.SUSPECT, "fabric_link", [
                         f"kernel: {row.message}, on a NIC the topology does not place (add its pci and netdev to "
                         "the node's ports in topology.yaml to judge it)"])

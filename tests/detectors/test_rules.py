@@ -167,3 +167,6 @@ def test_a_link_down_fails_its_port_but_only_tells_of_a_nic_the_topology_does_no
     assert "a NIC the topology does not place" in next(e for e in ev if e.entity == "n2").reasons[0]
     ev = run(det, 90, [link(80, "n2", "info", "eth0 link up")])
     assert worst(ev, "n2") == State.HEALTHY  # its link up clears it
+    # while the node boots (its reboot grace), unused ports say "Cable unplugged" and links come up: no watch
+    ev = run(det, 120, [link(110, "n3", "error", "mlx5 port module 1: cable unplugged")], grace=frozenset({"n3"}))
+    assert worst(ev, "n3") == State.HEALTHY
