@@ -31,7 +31,7 @@ from detectors import registry
 from detectors.contract import Detector, Evidence, TickInput
 from detectors.rules import RuleDetector
 from detectors.schema import (State, entity_kind, events_frame, frame, is_counter, name_codes, name_column, names_in,
-                              node_of)
+                              names_mask, node_of)
 
 log = logging.getLogger("raswarden.pipeline")
 
@@ -112,7 +112,6 @@ class Pipeline:
                                       rack_size=lambda rack: rack_sizes.get(rack, 0))
         # The switch end of each fabric link (topology `switchport`): its telemetry is judged as the link's.
         self.switch_ends = {sp: port for port, sp in self.mapper.topology.port_switchport.items()}
-        self._switch_cache: tuple[np.ndarray, np.ndarray] | None = None
         self.cadence = Cadence(tick_s=self.config.interval_s, floor_s=self.config.health.stale_after_s)
         self._told_window = np.empty(0)  # the window health was last given, per cadence row
         self.hold = GaugeHold()
@@ -360,20 +359,11 @@ class Pipeline:
         rows = self.cadence.observe(names[present], last[present])
         self._learn_windows(names[present], rows)
         if self.switch_ends:  # a switch port is the far end of a node's link, not an entity of a node
-            present = present[~self._switch_end_names(names)[present]]
+            present = present[~names_mask(names, self.switch_ends)[present]]
         seen = names[present].tolist()
         for e in sorted(set(seen).difference(self.known_entities)):
             self._register(e, now)
         return seen
-
-    def _switch_end_names(self, names: np.ndarray) -> np.ndarray:
-        """Which of the names are switch ends (kept while the names are the same array, see ``name_codes``)."""
-        cached = self._switch_cache
-        if cached is None or cached[0] is not names:
-            ends = self.switch_ends
-            cached = self._switch_cache = (names, np.fromiter((e in ends for e in names), dtype=bool,
-                                                              count=len(names)))
-        return cached[1]
 
     def _learn_windows(self, names: np.ndarray, rows: np.ndarray) -> None:
         """Give health the staleness window each entity's sampling interval implies, where it changed."""

@@ -125,15 +125,16 @@ def name_column(codes: np.ndarray, names: np.ndarray, like: pd.Series | None = N
 def names_in(column: pd.Series, wanted) -> np.ndarray:
     """Boolean mask of the rows of a name column whose name is in ``wanted`` (compared on codes)."""
     codes, names = name_codes(column)
-    return _hits(names, wanted)[codes]
+    return names_mask(names, wanted)[codes]
 
 
 _HITS: dict[tuple[int, int], tuple[np.ndarray, object, np.ndarray]] = {}
 
 
-def _hits(names: np.ndarray, wanted) -> np.ndarray:
-    """Which names are in ``wanted``, one more False for code -1 (a missing name is never wanted); kept while the
-    same names array (see ``name_codes``) meets the same ``wanted`` object, which callers hold as constants."""
+def names_mask(names: np.ndarray, wanted) -> np.ndarray:
+    """Which names are in ``wanted``, one more False for code -1 (a missing name is never wanted): index it with
+    codes. Kept while the same names array (see ``name_codes``) meets the same ``wanted`` object, which callers hold
+    as constants or for their lifetime (``wanted`` must not change while it is asked about)."""
     key = (id(names), id(wanted))
     hit = _HITS.get(key)
     if hit is not None and hit[0] is names and hit[1] is wanted:

@@ -58,7 +58,7 @@ from scipy.special import gammainc, gammaln
 from scipy.stats import binom
 
 from detectors.contract import Evidence, TickInput
-from detectors.schema import State, entity_kind, name_codes, names_in, within
+from detectors.schema import State, entity_kind, name_codes, names_mask, within
 
 LOGGED_AER = "aer_corrected_logged"
 _LOGGED_AER_NAMES = np.array([LOGGED_AER], dtype=object)
@@ -250,7 +250,7 @@ class TrendDetector:
         models = tick.models or {}
         if not inc.empty:
             mcodes, mnames = name_codes(inc["metric"])
-            pick = names_in(inc["metric"], COUNTERS)
+            pick = names_mask(mnames, COUNTERS)[mcodes]
             if pick.any():
                 ecodes, enames = name_codes(inc["entity"])
                 dt = inc["dt"].to_numpy(dtype=float)[pick] if "dt" in inc else np.full(int(pick.sum()), tick_s)
