@@ -19,7 +19,8 @@ warm state (what the detectors had learned), restores the open incidents and non
 
 SIGTERM lets the job in flight finish, saves the warm state, delivers what the outbox can, releases the lease and
 exits; SIGHUP reloads the config file (a bad one is refused with the key it names, and the old config stays; the
-detectors keep what they learned unless the reload changed detection).
+detectors keep what they learned unless the reload changed detection) and writes its answer for ``raswarden reload``
+(:mod:`daemon.reloadanswer`), so ``systemctl reload`` returns once the new config runs or was refused.
 """
 
 from __future__ import annotations
@@ -50,6 +51,7 @@ from daemon.naming import SeriesMapper
 from daemon.operator import repaired_nodes
 from daemon.pipeline import Pipeline, PipelineConfig
 from daemon.rejects import RejectLog
+from daemon.reloadanswer import AnswerWriter
 from daemon.remediation import Remediation, scheduler_from_config
 from daemon.sdnotify import Notifier
 from daemon.shards import ALERTS_LEASE, POOL, Ownership, UnwatchedShards, plan_warnings
@@ -104,6 +106,7 @@ class Service:
         self.jobs = JobRunner(workers=4)
         self.stop_event = threading.Event()
         self.reload_event = threading.Event()
+        self.reload_answer = AnswerWriter()  # what `raswarden reload` waits for (systemctl reload)
         self.web = None
         self.started_at = clock()
         self._build(cfg)
@@ -437,19 +440,17 @@ class Service:
             if self.pool:  # a pool member keeps serving the shard it took
                 cfg = dataclasses.replace(cfg, service=dataclasses.replace(cfg.service, shard=self.cfg.service.shard))
         except ConfigError as exc:
-            log.error("reload refused, keeping the running config: %s", exc)
-            metrics.RELOADS.labels("refused").inc()
-            return False
-        self.notifier.notify(RELOADING=1, STATUS="reloading")
+            return self._reload_refused(exc)
+        self.notifier.notify(RELOADING=1, MONOTONIC_USEC=time.clock_gettime_ns(time.CLOCK_MONOTONIC) // 1000,
+                             STATUS="reloading")
         with self.cycle_lock, self.playbook_lock, self.alert_lock:
             old_collectors, old_pipeline = self.collectors, self.pipeline
             states = {c.name: dict(c.state) for c in old_collectors}
             try:
                 self._build(cfg)
             except Exception as exc:
-                log.error("reload refused, keeping the running config: %s", exc)
-                metrics.RELOADS.labels("refused").inc()
-                return False
+                self.notifier.notify(READY=1, STATUS=self.status_line())  # the old config runs on
+                return self._reload_refused(exc)
             for c in old_collectors:
                 c.close()
             for c in self.collectors:
@@ -462,7 +463,14 @@ class Service:
         metrics.RELOADS.labels("applied").inc()
         self.notifier.notify(READY=1, STATUS=self.status_line())
         log.info("config reloaded from %s", path)
+        self.reload_answer.write(applied=True)
         return True
+
+    def _reload_refused(self, exc: Exception) -> bool:
+        log.error("reload refused, keeping the running config: %s", exc)
+        metrics.RELOADS.labels("refused").inc()
+        self.reload_answer.write(applied=False, reason=str(exc))
+        return False
 
     def _schedule_jobs(self) -> None:
         sv = self.cfg.service
@@ -515,6 +523,7 @@ class Service:
             self.web.stop()
         self.store.close()
         self.notifier.close()
+        self.reload_answer.remove()
         log.info("raswarden stopped")
 
     def run(self) -> int:

@@ -73,6 +73,15 @@ def cmd_run(args: argparse.Namespace) -> int:
     return service.run()
 
 
+def cmd_reload(args: argparse.Namespace) -> int:
+    """raswarden reload: SIGHUP and wait for the daemon's answer (the unit's ExecReload=)."""
+    from daemon.reloadanswer import reload_and_wait
+
+    code, message = reload_and_wait(args.pid, args.timeout)
+    print(f"raswarden: {message}", file=sys.stderr if code else sys.stdout)
+    return code
+
+
 def cmd_status(args: argparse.Namespace) -> int:
     """raswarden status: who is active, the last tick, health by state, open incidents, the daemon's /healthz."""
     import time
@@ -215,6 +224,15 @@ def register(sub) -> None:
                                    "SIGTERM finishes the step in flight; SIGHUP reloads the config.")
     config_args(p)
     p.set_defaults(func=cmd_run)
+
+    p = sub.add_parser("reload", help="reload a running daemon's config and wait for it (systemd's ExecReload=)",
+                       description="Send SIGHUP to the daemon and wait until it runs the new config (exit 0) or "
+                                   "refused it (exit 1, with the reason; the old config runs on). The answer is "
+                                   "read from $RUNTIME_DIRECTORY (the unit's RuntimeDirectory=); without it the "
+                                   "signal is sent and not waited for.")
+    p.add_argument("--pid", type=int, required=True, help="the daemon's process id (systemd: $MAINPID)")
+    p.add_argument("--timeout", type=float, default=100.0, help="seconds to wait for the answer (default 100)")
+    p.set_defaults(func=cmd_reload)
 
     p = sub.add_parser("status", help="the shard's active daemon, collectors, health and open incidents")
     config_args(p)

@@ -199,9 +199,19 @@ def test_the_unit_starts_under_systemd_and_stops_cleanly(container, debian_packa
         for command in ("raswarden status --config /etc/raswarden/raswarden.toml", "raswarden incidents"):
             got = container.sh(command, timeout=120)
             assert got.returncode == 0, (command, got.stdout[-2000:], got.stderr[-2000:])
-        assert container.sh("systemctl reload raswarden").returncode == 0
+        # systemctl reload returns once the daemon runs the new config (ExecReload= waits for its answer)
+        reloaded = container.sh("systemctl reload raswarden", timeout=150)
+        assert reloaded.returncode == 0, reloaded.stderr + container.sh("journalctl -u raswarden -n 20 -o cat").stdout
         assert container.show("raswarden.service", "ActiveState", "NRestarts") == \
             {"ActiveState": "active", "NRestarts": "0"}
+        # a refused file fails the reload, with its reason in the journal, and the old config runs on
+        container.sh("cp /etc/raswarden/raswarden.toml /var/tmp/good.toml && "
+                     "printf '\\n[bogus]\\n' >> /etc/raswarden/raswarden.toml")
+        assert container.sh("systemctl reload raswarden", timeout=150).returncode != 0
+        assert container.show("raswarden.service", "ActiveState", "NRestarts") == \
+            {"ActiveState": "active", "NRestarts": "0"}
+        assert "reload refused" in container.sh("journalctl -u raswarden -n 20 -o cat").stdout
+        container.sh("cp /var/tmp/good.toml /etc/raswarden/raswarden.toml")
         assert container.sh("systemctl stop raswarden.service", timeout=120).returncode == 0
         stopped = container.show("raswarden.service", "ActiveState", "Result", "ExecMainStatus")
         assert stopped == {"ActiveState": "inactive", "Result": "success", "ExecMainStatus": "0"}, stopped

@@ -85,6 +85,9 @@ def test_unit_has_what_the_issue_asks_for():
     # the whole credentials directory, which tmpfiles.d creates: no secret can be missing from the unit's view
     assert s["LoadCredential"] == ["raswarden:/etc/raswarden/credentials"]
     assert any(v.endswith("check-config --config /etc/raswarden/raswarden.toml") for v in s["ExecStartPre"])
+    # systemctl reload waits for the daemon's answer, in the runtime directory (daemon/reloadanswer.py)
+    assert s["ExecReload"] == ["/opt/raswarden/bin/raswarden reload --pid $MAINPID"]
+    assert s["RuntimeDirectory"] == ["raswarden"]
 
 
 def test_sysusers_and_tmpfiles_create_what_they_say(tmp_path):
@@ -157,7 +160,7 @@ def test_sandbox_settings_leave_network_sockets_paths_and_groups_the_service_nee
     hidden = " ".join(s.get("InaccessiblePaths", []) + s.get("TemporaryFileSystem", []))
     for needed in ("/etc/slurm", "/run/munge", "/var/log/journal", "/var/lib/rasdaemon", "/sys", "/etc/raswarden"):
         assert needed not in hidden
-    assert s["ProtectSystem"] == ["strict"]  # everything readable; written: only the StateDirectory
+    assert s["ProtectSystem"] == ["strict"]  # everything readable; written: only the State- and RuntimeDirectory
     assert "ReadWritePaths" not in s
 
 

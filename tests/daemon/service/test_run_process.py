@@ -1,5 +1,5 @@
 """``raswarden run`` as systemd runs it: a subprocess with a real NOTIFY_SOCKET datagram socket, its HTTP
-endpoints, SIGHUP with a bad and a good config, SIGKILL and a restart without a repeated alert, SIGTERM."""
+endpoints, SIGHUP and ``raswarden reload`` with a bad and a good config, SIGKILL and a restart without a repeated alert, SIGTERM."""
 
 from __future__ import annotations
 
@@ -67,10 +67,19 @@ def chat():
     server.close()
 
 
-def start(config, notify: NotifySocket, log):
+def start(config, notify: NotifySocket, log, runtime=None):
     env = dict(os.environ, NOTIFY_SOCKET=notify.path, WATCHDOG_USEC="2000000")
+    if runtime is not None:
+        env["RUNTIME_DIRECTORY"] = str(runtime)
     return subprocess.Popen([sys.executable, "-m", "daemon", "run", "--config", str(config)], env=env,
                             stdout=log, stderr=subprocess.STDOUT)
+
+
+def reload_command(pid: int, runtime) -> subprocess.CompletedProcess:
+    """``raswarden reload --pid`` as systemd's ExecReload= runs it."""
+    return subprocess.run([sys.executable, "-m", "daemon", "reload", "--pid", str(pid), "--timeout", "60"],
+                          env=dict(os.environ, RUNTIME_DIRECTORY=str(runtime)), capture_output=True, text=True,
+                          timeout=120)
 
 
 def test_run_under_a_notify_socket_reload_kill_restart_and_stop(live, chat, tmp_path):
@@ -88,7 +97,9 @@ url = "{chat.url()}"
     base = f"http://127.0.0.1:{port}"
     notify = NotifySocket(tmp_path / "notify.sock")
     log = open(tmp_path / "run.log", "wb")
-    proc = start(config, notify, log)
+    runtime = tmp_path / "run"
+    runtime.mkdir()
+    proc = start(config, notify, log, runtime)
     try:
         ready = notify.wait_for("READY", "1")
         assert "listening on" in ready["STATUS"]
@@ -125,6 +136,17 @@ url = "{chat.url()}"
         config.write_text(good)
         proc.send_signal(signal.SIGHUP)
         notify.wait_for("RELOADING", "1", after=mark)
+        notify.wait_for("READY", "1", after=mark)
+        # the unit's ExecReload=: returns once the daemon answered, failing with the reason when it refused
+        config.write_text(good + "\n[bogus]\n")
+        refused = reload_command(proc.pid, runtime)
+        assert refused.returncode == 1 and "bogus" in refused.stderr and proc.poll() is None, refused
+        config.write_text(good)
+        mark = len(notify.read())
+        applied = reload_command(proc.pid, runtime)
+        assert applied.returncode == 0 and "runs the new config" in applied.stdout, applied
+        # its READY=1 was sent before the command returned: systemd's unit is active, not 'reloading'
+        assert any(m.get("READY") == "1" for m in notify.read()[mark:]), notify.messages[mark:]
         # SIGKILL, then a restart: the lease runs out, the new process takes over and repeats nothing
         sent = len(chat.received)
         proc.kill()
