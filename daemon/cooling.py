@@ -13,14 +13,10 @@ The racks' incidents stay their shards' (the loop incident names them); the buil
 
 from __future__ import annotations
 
-import logging
-
-from daemon.incidents import Incident, new_incident
+from daemon.incidents import Incident, cluster_close, cluster_raise, cluster_record, new_incident
 from daemon.store import IncidentRow, Store
 from daemon.topology import Topology
 from detectors.schema import State
-
-log = logging.getLogger(__name__)
 
 #: rack incident categories that a cooling loop explains
 LOOP_CATEGORIES = frozenset({"cooling", "gpu_thermal"})
@@ -59,19 +55,7 @@ class CoolingLoops:
                 reason = f"{len(names)} racks of cooling loop {loop} with thermal incidents: {', '.join(names)}"
                 current.pop(loop, None)
                 inc = Incident.from_row(row) if row else new_incident(loop, CATEGORY, CATEGORY, worst, now)
-                if row is None or reason not in inc.evidence or worst > inc.severity:
-                    inc.severity = max(inc.severity, worst)
-                    if reason not in inc.evidence:
-                        inc.evidence.append(reason)
-                    inc.updated_at = now
+                if cluster_raise(inc, worst, reason, now, new=row is None):
                     changed.append(inc)
-            for row in current.values():  # loops no longer in trouble
-                inc = Incident.from_row(row)
-                inc.closed_at = inc.updated_at = now
-                inc.close_reason = "fewer racks affected"
-                changed.append(inc)
-            store.record_tick([], changed, now=now)
-        for inc in changed:
-            log.warning("cooling loop %s: %s (%s)", inc.entity, "closed" if inc.closed_at else "incident open",
-                        inc.evidence[-1] if inc.evidence else "")
-        return changed
+            changed += cluster_close(current.values(), "fewer racks affected", now)  # loops no longer in trouble
+            return cluster_record(store, changed, now, "cooling loop")

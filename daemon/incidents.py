@@ -11,10 +11,13 @@ bad (escalation), or when no fabric port is left healthy; a node whose telemetry
 from __future__ import annotations
 
 import hashlib
+import logging
 import math
 from dataclasses import dataclass, field
 
 from detectors.schema import State, entity_kind
+
+log = logging.getLogger(__name__)
 
 
 @dataclass
@@ -60,24 +63,91 @@ NOT_A_NODE = frozenset({"rack", "cooling", "supernode", "shard"})
 CLUSTER_KINDS = frozenset({"cooling", "shard"})
 
 
-def new_incident(entity: str, kind: str, category: str, state: State, now: float) -> Incident:
-    """A new incident of the cluster's own (a cooling loop's, an unwatched shard's: daemon/cooling.py,
-    daemon/shards.py), kept in the store rather than in a shard's book."""
+def new_incident(entity: str, kind: str, category: str, state: State, now: float, rack: str | None = None) -> Incident:
+    """A new incident of the cluster's own (a cooling loop's, a split rack's, an unwatched shard's: daemon/cooling.py,
+    daemon/splitracks.py, daemon/shards.py), kept in the store rather than in a shard's book."""
     fingerprint = f"{entity}|{category}"
-    return Incident(incident_id(fingerprint, now), fingerprint, entity, kind, category, state, now, now)
+    return Incident(incident_id(fingerprint, now), fingerprint, entity, kind, category, state, now, now, rack)
+
+
+@dataclass(frozen=True)
+class RackRule:
+    """When several nodes' incidents of one category in one rack are a rack problem (a cooling loop, a leaf switch,
+    a power feed), not N node problems: at least ``nodes`` distinct nodes, and ``fraction`` of the rack's, with
+    incidents opened within ``window_s`` of each other. Independent faults spread over time on a large rack stay
+    node incidents. Applied by a shard's book to its racks and by :mod:`daemon.splitracks` to racks split between
+    shards, so both judge alike."""
+
+    nodes: int = 3
+    fraction: float = 0.1
+    window_s: float = 3600.0
+
+    def group(self, members: list, rack_size: int) -> tuple[list, list[str]] | None:
+        """The members (with ``entity`` and ``opened_at``; a node's or its parts' incidents) that make a rack
+        problem and their nodes, or None when they do not."""
+        latest = max(m.opened_at for m in members)
+        members = [m for m in members if m.opened_at >= latest - self.window_s]
+        nodes = sorted({m.entity.split("/", 1)[0] for m in members})
+        if len(nodes) < max(self.nodes, math.ceil(self.fraction * rack_size)):
+            return None
+        return members, nodes
+
+    @staticmethod
+    def reason(rack: str, category: str, nodes: list[str]) -> str:
+        return f"{len(nodes)} nodes of {rack} with {category} incidents: {', '.join(nodes[:8])}" + (
+            " ..." if len(nodes) > 8 else "")
+
+
+def groupable(kind: str, category: str, rack: str | None) -> bool:
+    """Whether an incident may be a member of a rack incident: a node's or a part's, of hardware, placed in a rack."""
+    return kind not in NOT_A_NODE and category != "telemetry" and rack is not None
+
+
+def cluster_raise(inc: Incident, worst: State, reason: str, now: float, new: bool) -> bool:
+    """Raise a cluster incident judged from the store (a cooling loop's, a split rack's; ``new`` when it was not in
+    the store) to ``worst`` with ``reason``; False when that changes nothing (nothing to write)."""
+    if not new and reason in inc.evidence and worst <= inc.severity:
+        return False
+    inc.severity = max(inc.severity, worst)
+    if reason not in inc.evidence:
+        inc.evidence.append(reason)
+    inc.updated_at = now
+    return True
+
+
+def cluster_close(rows, reason: str, now: float) -> list[Incident]:
+    """The open cluster incidents in ``rows`` (store rows) closed for ``reason``."""
+    out = []
+    for row in rows:
+        inc = Incident.from_row(row)
+        inc.closed_at = inc.updated_at = now
+        inc.close_reason = reason
+        out.append(inc)
+    return out
+
+
+def cluster_record(store, changed: list[Incident], now: float, what: str) -> list[Incident]:
+    """Write a pass's changed cluster incidents (``store.record_tick``) and log each as ``what`` (its entity)."""
+    store.record_tick([], changed, now=now)
+    for inc in changed:
+        log.warning("%s %s: %s (%s)", what, inc.entity, "closed" if inc.closed_at else "incident open",
+                    inc.evidence[-1] if inc.evidence else "")
+    return changed
 
 
 class IncidentBook:
     """Opens, updates and closes incidents from health transitions."""
 
-    def __init__(self, rack_of=lambda node: None, telemetry_after_s: float = 900.0, rack_nodes: int = 3,
-                 rack_fraction: float = 0.1, rack_window_s: float = 3600.0, rack_size=lambda rack: 0):
+    def __init__(self, rack_of=lambda node: None, telemetry_after_s: float = 900.0, rack_rule: RackRule = RackRule(),
+                 rack_size=lambda rack: 0, groups_rack=lambda rack: True):
         self.rack_of = rack_of
         self.telemetry_after_s = telemetry_after_s
-        self.rack_nodes = rack_nodes
-        self.rack_fraction = rack_fraction
-        self.rack_window_s = rack_window_s
+        self.rack_rule = rack_rule
         self.rack_size = rack_size
+        # Racks this book groups: a shard's own (every rack unsharded). A rack split between shards is grouped for
+        # the cluster (daemon/splitracks.py), whose open rack incidents come in as ``outside_parents``.
+        self.groups_rack = groups_rack
+        self.outside_parents: dict[tuple[str, str], str] = {}  # (rack, category) -> the cluster's rack incident
         self.open: dict[str, Incident] = {}
         self.closed: list[Incident] = []
         self.changed: list[Incident] = []
@@ -138,39 +208,39 @@ class IncidentBook:
             self.resolve(ts, node, "recovered")
 
     def escalate(self, ts: float) -> None:
-        """Group several nodes' incidents of one category in one rack under a single rack incident.
-
-        Enough distinct nodes of a rack with incidents of the same category opened within
-        ``rack_window_s`` of each other — at least ``rack_nodes`` and ``rack_fraction`` of the rack — is a rack
-        problem (a cooling loop, a leaf switch, a power feed), not N node problems: the rack incident opens
-        and the node incidents point to it (``parent``), so playbooks act on the rack, not on each node.
-        Independent faults spread over time on a large rack stay node incidents. The rack incident
-        closes when too few nodes remain.
-        """
+        """Group several nodes' incidents of one category in one rack under a single rack incident
+        (:class:`RackRule`): the rack incident opens and the node incidents point to it (``parent``), so playbooks
+        act on the rack, not on each node. The rack incident closes when too few nodes remain. A rack split between
+        shards is not grouped here: its members point to the cluster's rack incident, if there is one."""
         groups: dict[tuple[str, str], list[Incident]] = {}
         for inc in self.open.values():
-            if inc.kind in ("rack",) or inc.category == "telemetry" or inc.rack is None:
-                continue
-            groups.setdefault((inc.rack, inc.category), []).append(inc)
+            if groupable(inc.kind, inc.category, inc.rack):
+                groups.setdefault((inc.rack, inc.category), []).append(inc)
         grouped = set()
         for (rack, category), members in sorted(groups.items()):
-            members = [m for m in members if m.opened_at >= max(x.opened_at for x in members) - self.rack_window_s]
-            nodes = sorted({self._node(m.entity) for m in members})
-            fingerprint = f"{rack}|{category}"
-            needed = max(self.rack_nodes, math.ceil(self.rack_fraction * self.rack_size(rack)))
-            if len(nodes) >= needed:
-                grouped.add(fingerprint)
-                worst = max(m.severity for m in members)
-                reason = f"{len(nodes)} nodes of {rack} with {category} incidents: {', '.join(nodes[:8])}" + (
-                    " ..." if len(nodes) > 8 else "")
-                parent = self.open.get(fingerprint)
-                if parent is None or reason not in parent.evidence:
-                    parent = self.raise_(ts, rack, category, worst, [reason])
-                    parent.kind, parent.rack = "rack", rack
+            if not self.groups_rack(rack):
+                parent_id = self.outside_parents.get((rack, category))
                 for m in members:
-                    if m.parent != parent.id:
-                        m.parent = parent.id
+                    if m.parent != parent_id:
+                        m.parent = parent_id
                         self.changed.append(m)
+                continue
+            found = self.rack_rule.group(members, self.rack_size(rack))
+            if found is None:
+                continue
+            members, nodes = found
+            fingerprint = f"{rack}|{category}"
+            grouped.add(fingerprint)
+            worst = max(m.severity for m in members)
+            reason = self.rack_rule.reason(rack, category, nodes)
+            parent = self.open.get(fingerprint)
+            if parent is None or reason not in parent.evidence:
+                parent = self.raise_(ts, rack, category, worst, [reason])
+                parent.kind, parent.rack = "rack", rack
+            for m in members:
+                if m.parent != parent.id:
+                    m.parent = parent.id
+                    self.changed.append(m)
         for fp, inc in list(self.open.items()):
             if inc.kind == "rack" and fp not in grouped:
                 self.resolve(ts, inc.entity, "fewer nodes affected", inc.category)

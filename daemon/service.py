@@ -54,7 +54,8 @@ from daemon.rejects import RejectLog
 from daemon.reloadanswer import AnswerWriter
 from daemon.remediation import Remediation, scheduler_from_config
 from daemon.sdnotify import Notifier
-from daemon.shards import ALERTS_LEASE, POOL, Ownership, UnwatchedShards, plan_warnings
+from daemon.shards import ALERTS_LEASE, POOL, Ownership, UnwatchedShards, plan_warnings, split_racks
+from daemon.splitracks import SplitRacks, parents
 from daemon.store import Store
 from daemon.topology import Topology
 from daemon import warmstate
@@ -141,7 +142,9 @@ class Service:
         old_pool = getattr(self, "_pool", None)
         self.ctx, self.collectors, self.pipeline, self.ownership = ctx, collectors, pipeline, ownership
         self.remediation, self.alerting = remediation, alerting
+        pipeline.incidents.groups_rack = lambda rack: rack not in ownership.split_racks
         self.cooling = CoolingLoops(topology)
+        self.split_racks = SplitRacks(split_racks(cfg.shards, topology), topology)
         self.unwatched = UnwatchedShards(cfg.shards, topology, grace_s=cfg.service.lease_ttl)
         self._pool = ThreadPoolExecutor(max_workers=max(1, len(collectors)), thread_name_prefix="collect")
         if old_pool is not None:
@@ -223,6 +226,11 @@ class Service:
             for node in repaired:
                 log.info("%s: an operator resumed it as repaired; the detectors forget its history", node)
                 self.pipeline.forget(node)
+            if self.ownership.split_racks:  # the cluster's rack incidents its nodes there are grouped under
+                try:
+                    self.pipeline.incidents.outside_parents = parents(self.store, self.ownership.split_racks)
+                except Exception as exc:  # a store hiccup: the last ones known stay until the next cycle
+                    log.error("split racks' incidents not read: %s", exc)
             ticked = time.perf_counter()
             result = self.pipeline.tick(now, batch, collector_state=states)
             tick_s = time.perf_counter() - ticked
@@ -338,8 +346,8 @@ class Service:
     def alerts(self) -> dict[str, int] | None:
         """Incidents to notifications and deliveries: the shard's holder, or, in a sharded cluster, whichever
         instance holds the cluster's alert lease (one alert pipeline for the cluster: nothing told twice). The same
-        instance judges the cluster's cooling loops and the shards no instance holds first (daemon/cooling.py,
-        daemon/shards.py)."""
+        instance judges the racks split between shards, the cluster's cooling loops and the shards no instance holds
+        first (daemon/splitracks.py, daemon/cooling.py, daemon/shards.py)."""
         with self.alert_lock:
             if self.ownership.sharded:
                 try:
@@ -351,8 +359,10 @@ class Service:
                 held = self.lease.held()
             if not held:
                 return None
-            # the cluster's own incidents, judged where its alerts are: cooling loops, shards nobody watches
-            for what, judge in (("cooling loops", self.cooling), ("shards' holders", self.unwatched)):
+            # the cluster's own incidents, judged where its alerts are: racks split between shards, cooling loops
+            # (whose racks' incidents those are among), shards nobody watches
+            for what, judge in (("split racks", self.split_racks), ("cooling loops", self.cooling),
+                                ("shards' holders", self.unwatched)):
                 try:
                     judge.step(self.store, self.clock())
                 except Exception as exc:  # a store hiccup: the next pass judges again, the alerts go on

@@ -8,7 +8,8 @@ shard's collectors keep only its nodes' telemetry, its pipeline restores only it
 playbooks act only on its incidents, each from a cursor of its own. What is the cluster's stays one: the
 blast-radius budget (``Store.cluster_lock``), the circuit breaker and the journal (the store's), and the alerts (one
 alert pipeline for the whole cluster, run by the instance that holds the lease ``alerts``: grouping, inhibition and
-silences as the cluster sees them, nothing told twice).
+silences as the cluster sees them, nothing told twice), judged with the incidents that span shards: racks split
+between shards (daemon/splitracks.py) and cooling loops (daemon/cooling.py), each recognised once.
 
 Without ``[shards]`` one shard owns everything, as before.
 """
@@ -46,30 +47,28 @@ class ShardSpec:
 
 def plan_warnings(shards: dict[str, ShardSpec], topology: Topology) -> list[str]:
     """What in a shard plan the topology shows to be unwise (``check-config`` and the start say them): a node in no
-    shard (no instance watches it), a rack split between shards (each judges its own part of it, so a rack failing
-    as a whole is two incidents, not one). A cooling loop across shards is fine: it is judged for the cluster
-    (daemon/cooling.py)."""
+    shard (no instance watches it). A rack or a cooling loop split between shards is fine: its incidents are judged
+    for the cluster (daemon/splitracks.py, daemon/cooling.py)."""
     if not shards:
         return []
-    owner: dict[str, list[str]] = {}
+    owned = {n for spec in shards.values() for n in Ownership.of(spec, topology).nodes or ()}
+    orphans = sorted(n for n in topology.node_rack if n not in owned)
+    if not orphans:
+        return []
+    return [f"{len(orphans)} node(s) in no shard, watched by no instance: {', '.join(orphans[:5])}"
+            + (" ..." if len(orphans) > 5 else "")]
+
+
+def split_racks(shards: dict[str, ShardSpec], topology: Topology) -> dict[str, list[str]]:
+    """Racks no one shard holds whole (shards by node lists), with the shards that hold some of their nodes."""
+    holders: dict[str, set[str]] = {}
+    whole: set[str] = set()
     for name, spec in shards.items():
-        for node in Ownership.of(spec, topology).nodes or ():
-            owner.setdefault(node, []).append(name)
-    out = []
-    orphans = sorted(n for n in topology.node_rack if n not in owner)
-    if orphans:
-        out.append(f"{len(orphans)} node(s) in no shard, watched by no instance: {', '.join(orphans[:5])}"
-                   + (" ..." if len(orphans) > 5 else ""))
-    spans: dict[str, set[str]] = {}
-    for node, names in owner.items():
-        rack = topology.node_rack.get(node)
-        if rack:
-            spans.setdefault(rack, set()).update(names)
-    for rack, names in sorted(spans.items()):
-        if len(names) > 1:
-            out.append(f"rack {rack} is split between shards {', '.join(sorted(names))}: each judges its own part, "
-                       "so a rack failing as a whole is told once per shard")
-    return out
+        own = Ownership.of(spec, topology)
+        whole |= own.racks
+        for rack in own.racks | own.split_racks:
+            holders.setdefault(rack, set()).add(name)
+    return {rack: sorted(names) for rack, names in sorted(holders.items()) if rack not in whole}
 
 
 @dataclass
@@ -78,8 +77,9 @@ class Ownership:
 
     shard: str = "default"
     nodes: frozenset[str] | None = None  # None: all
-    racks: frozenset[str] = field(default_factory=frozenset)  # racks with a node of this shard
+    racks: frozenset[str] = field(default_factory=frozenset)  # racks whose every node is this shard's
     matchers: str = ""  # the shard's PromQL label matchers (ShardSpec.matchers)
+    split_racks: frozenset[str] = field(default_factory=frozenset)  # racks with some nodes of this shard, not all
 
     @classmethod
     def of(cls, spec: ShardSpec | None, topology: Topology) -> Ownership:
@@ -89,8 +89,9 @@ class Ownership:
         nodes = {n for n, rack in topology.node_rack.items()
                  if rack in spec.racks or topology.rack_supernode.get(rack) in spec.supernodes}
         nodes |= spec.nodes
-        racks = frozenset(r for n in nodes if (r := topology.node_rack.get(n)) is not None)
-        return cls(spec.name, frozenset(nodes), racks, spec.matchers)
+        touched = {r for n in nodes if (r := topology.node_rack.get(n)) is not None}
+        split = frozenset(r for n, r in topology.node_rack.items() if r in touched and n not in nodes)
+        return cls(spec.name, frozenset(nodes), frozenset(touched - split), spec.matchers, split)
 
     @property
     def sharded(self) -> bool:
@@ -106,8 +107,8 @@ class Ownership:
         return self.nodes is None or node in self.nodes
 
     def owns_entity(self, entity: str) -> bool:
-        """An incident's or a state's entity: a node and its parts by the node, a rack by the rack (a rack split
-        between shards, by node lists, is judged by each shard for its own nodes: shard by racks or supernodes)."""
+        """An incident's or a state's entity: a node and its parts by the node, a rack when the shard holds all of
+        it (a rack split between shards, by node lists, is the cluster's: daemon/splitracks.py)."""
         return self.nodes is None or entity.split("/", 1)[0] in self.nodes or entity in self.racks
 
     def keep(self, batch):

@@ -427,6 +427,12 @@ class Store:
                 q = q.where(IncidentRow.status == status)
             return list(s.exec(q).all())
 
+    def open_rack_incidents(self, racks: Iterable[str]) -> list[IncidentRow]:
+        """The open incidents of kind ``rack`` on these racks."""
+        with self.session() as s:
+            return list(s.exec(select(IncidentRow).where(IncidentRow.kind == "rack", IncidentRow.status == "open",
+                                                         IncidentRow.entity.in_(list(racks)))).all())
+
     def incident(self, incident_id: str) -> IncidentRow | None:
         with self.session() as s:
             return s.get(IncidentRow, incident_id)

@@ -1,4 +1,4 @@
-from daemon.incidents import IncidentBook, incident_id
+from daemon.incidents import IncidentBook, RackRule, incident_id
 from detectors.schema import State
 
 RACK = {f"sn01-b0{i}": "r01" for i in range(1, 10)}
@@ -15,7 +15,7 @@ def test_fingerprint_updates_instead_of_duplicating_and_recovery_closes():
 
 
 def test_several_nodes_in_a_rack_become_one_rack_incident():
-    book = IncidentBook(RACK.get, rack_nodes=3)
+    book = IncidentBook(RACK.get, rack_rule=RackRule(nodes=3))
     for i, t in ((1, 10), (2, 20)):
         book.on_entity(t, f"sn01-b0{i}/gpu3", State.SUBHEALTHY, "gpu_thermal", ["hot"])
         book.escalate(t)
@@ -44,7 +44,7 @@ def test_independent_faults_on_a_big_rack_stay_node_incidents():
     book.escalate(100)
     assert book.open["r01|gpu_memory"].kind == "rack"
     # Spread over more than the window, they would not have been one problem:
-    book2 = IncidentBook(big.get, rack_size=lambda rack: 80, rack_window_s=3600)
+    book2 = IncidentBook(big.get, rack_size=lambda rack: 80, rack_rule=RackRule(window_s=3600))
     for i in range(1, 10):
         book2.on_entity(i * 7200, f"sn01-b{i:02d}/gpu0", State.FAILED, "gpu_memory", ["DBE"])
         book2.escalate(i * 7200)
