@@ -15,15 +15,17 @@ Rules (docs/architecture.md §5):
   error recoveries above ``link_recovery_per_hour`` are ``subhealthy``.
 * Thermal: GPU temperature at the slowdown limit or thermal throttling ``subhealthy``, at the
   shutdown limit ``failed``; HBM at its limit (95 °C) ``suspect`` (a watch: a warm slot gets there in a
-  rack-wide coolant swing; a degrading GPU is flagged by the peer detector).
+  rack-wide coolant swing; a degrading GPU is flagged by the peer detector). The host: its CPUs throttling for
+  heat a ``suspect`` cooling watch, the kernel shutting the node down at a thermal zone's critical trip ``failed``
+  (cooling).
 * Host: EDAC uncorrected, fatal MCE ``failed``; corrected MCE ``suspect``.
 * Other vendors' RAS events (amdgpu kernel lines, Ascend fault codes) by ``vendor_events``; the vendor's own
   health bit (npu-exporter's health status, npu-smi's Health) at 0 is ``subhealthy``.
 
 ``baseline=True`` keeps only what shipped static-threshold tools (DCGM health checks, NVSentinel) act on:
 any DBE increase, any Xid of the hardware set (as fatal), a row-remap failure, AER fatal, EDAC
-uncorrected and fatal MCE, GPU temperature at the slowdown/shutdown limits, ``link_downed`` increase, a
-port not ACTIVE or an mlx5 "Link down", symbol errors above 120/h. It is the yardstick the evaluation
+uncorrected and fatal MCE, GPU temperature at the slowdown/shutdown limits, a thermal shutdown, ``link_downed``
+increase, a port not ACTIVE or an mlx5 "Link down", symbol errors above 120/h. It is the yardstick the evaluation
 reports beside raswarden's own detectors.
 
 Discrete events hold their evidence for a while (``event_hold_s``; ``failed_hold_s`` for hard
@@ -223,6 +225,9 @@ class RuleDetector:
                 self._aer(entity, row.severity, row.message, row.ts, now)
             elif kind in ("edac", "mce"):
                 self._host(entity, kind, row.severity, row.message, code, now)
+            elif kind == "thermal" and row.severity == "critical":  # the kernel powers the node off for heat
+                self._latch(Evidence(entity, State.FAILED, "cooling", [f"kernel: {row.message}"], hard=True),
+                            now + self.failed_hold_s, "thermal-shutdown")
             elif kind == "thermal" and not self.baseline:
                 if row.severity == "warning":  # the host's CPUs throttling for heat: its cooling, on a GPU blade
                     self.clear_latch(entity, "cpu-thermal")  # a burst names every CPU: one watch, the last line's

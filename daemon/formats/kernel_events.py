@@ -35,7 +35,9 @@ events: a cable unplugged or disabled is a link down of that function's port, pl
 module error (``Port module event[error]: module 0, Cable error, High Temperature``) and the adapter's temperature
 warning (``temp_warn:170:(pid 0): High temperature on sensors with bit set 0 1``) a sub-healthy port. The x86
 thermal throttling interrupt's ``mce: CPU3: Package temperature above threshold, cpu clock throttled (total events =
-72)``, a ``thermal`` event of the node (the CPU in ``code``), and its ``temperature/speed normal``. Firmware-first
+72)``, a ``thermal`` event of the node (the CPU in ``code``), and its ``temperature/speed normal``; a thermal zone
+past its critical trip (``thermal thermal_zone4: critical temperature reached (128 C), shutting down``), a
+``thermal`` event of severity ``critical`` (the zone in ``code``): the kernel powers the node off. Firmware-first
 errors (APEI GHES records over many lines: memory, processor and PCIe errors the platform saw) are read by
 :class:`CperRecords`.
 """
@@ -109,6 +111,12 @@ _MLX5_HOT = re.compile(r"mlx5_core ([0-9a-f]{4}:[0-9a-f]{2}:[0-9a-f]{2}\.[0-7]):
 _CPU_THROTTLE = re.compile(r"(?:^|\s)CPU(\d+): (Core|Package) temperature above threshold, cpu clock throttled"
                            r"(?: \(total events = (\d+)\))?", re.IGNORECASE)
 _CPU_NORMAL = re.compile(r"(?:^|\s)CPU(\d+): (Core|Package) temperature/speed normal")
+# The kernel powering the node off for heat, a thermal zone past its critical trip (drivers/thermal/thermal_core.c):
+# dev_emerg(&tz->device, "%s: critical temperature reached, shutting down\n", tz->type) since 5.12, "critical
+# temperature reached (%d C), shutting down" before it; and the old ACPI thermal driver's "Critical temperature
+# reached (%ld C), shutting down." (drivers/acpi/thermal.c), which names no zone.
+_ZONE_CRITICAL = re.compile(r"(?:^|\s)(?:thermal thermal_zone(\d+): (?:(\S+): )?)?[Cc]ritical temperature reached"
+                            r"(?: \((-?\d+) C\))?, shutting down")
 # drivers/infiniband/core/cache.c: ibdev_info(device, "Port: %d Link %s\n", port, ib_port_state_to_str(state))
 _IB_PORT = re.compile(r"(?:^|\s)([0-9a-f]{4}:[0-9a-f]{2}:[0-9a-f]{2}\.[0-7]) (\S+): Port: (\d+) Link "
                       r"(NOP|DOWN|INIT|ARMED|ACTIVE_DEFER|ACTIVE)\b")
@@ -211,6 +219,14 @@ def parse_kernel_message(message: str) -> KernelEvent | None:
         if m:
             return KernelEvent("thermal", int(m.group(1)), "info", f"CPU{m.group(1)} {m.group(2).lower()} "
                                "temperature and speed normal")
+    if "ritical temperature reached" in message:
+        m = _ZONE_CRITICAL.search(message)
+        if m:
+            zone = f"thermal zone {m.group(1)}" + (f" ({m.group(2)})" if m.group(2) else "") if m.group(1) else \
+                "the ACPI thermal zone"
+            degrees = f" at {m.group(3)} °C" if m.group(3) else ""
+            return KernelEvent("thermal", int(m.group(1)) if m.group(1) else None, "critical",
+                               f"{zone} past its critical temperature{degrees}: the kernel shuts the node down")
     if "mlx5_core" in message and "Port module event" in message:
         m = _MLX5_MODULE.search(message)
         if m:

@@ -309,6 +309,27 @@ def test_cpu_thermal_throttling_is_one_cooling_watch_on_the_node():
     assert RuleDetector().fit().update(TickInput(1000.0, normal, pd.DataFrame(), pd.DataFrame())) == []
 
 
+def test_a_thermal_zone_past_its_critical_trip_fails_the_node_for_its_cooling():
+    """The kernel powering a host off for heat: thermal_core's line before 5.12 (a patch's commit message, quoted by
+    Phoronix) and since (the zone's type, no degrees), and the old ACPI thermal driver's (a kern.log on
+    rigacci.org): a critical ``thermal`` event of the node, which fails it for its cooling at once (a hard fault,
+    the static baseline too), where a CPU's throttling is only a watch."""
+    from daemon.formats.kernellog import _MONOTONIC_PREFIX
+
+    lines = (QUOTED / "kernel-thermal-shutdown.txt").read_text().splitlines()
+    ev = [parse_kernel_message(_MONOTONIC_PREFIX.sub("", ln.split("kernel: ", 1)[1]).strip()) for ln in lines]
+    assert [(e.kind, e.code, e.severity) for e in ev] == [("thermal", 15, "critical"), ("thermal", None, "critical"),
+                                                          ("thermal", 0, "critical")]
+    assert "thermal zone 15 past its critical temperature at 101 °C" in ev[0].message
+    assert "the ACPI thermal zone" in ev[1].message and "(x86_pkg_temp)" in ev[2].message
+    assert parse_kernel_message("thermal thermal_zone2: failed to read out thermal zone (-61)") is None
+    for baseline in (False, True):
+        frame = events_frame([(1000.0, "n1", e.kind, e.code, e.severity, e.message, "kernel", e.pci, e.device)
+                              for e in ev[:1]])
+        out = RuleDetector(baseline=baseline).fit().update(TickInput(1000.0, frame, pd.DataFrame(), pd.DataFrame()))
+        assert [(e.entity, e.level, e.category, e.hard) for e in out] == [("n1", State.FAILED, "cooling", True)]
+
+
 def test_a_gpu_the_driver_could_not_initialize(ctx):
     """NVIDIA/gpu-operator#1146: one GPU of a worker failing RmInitAdapter at every try: a gpu_init event each time
     (the minor-number line after it is none), sub-healthy, not failed (a driver mismatch fails every GPU alike)."""
