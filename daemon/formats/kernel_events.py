@@ -62,7 +62,9 @@ class KernelEvent:
     device: str | None = None  # e.g. the netdev of a link event
 
 
-_XID = re.compile(r"NVRM: Xid \(PCI:([0-9A-Fa-f:.]+)\): (\d+)(?:, (.*))?$")
+# "NVRM: Xid (PCI:0000:3b:00): 79, ..."; older drivers print the address without "PCI:" ("NVRM: Xid (0000:03:00): 14,
+# Channel 00000001")
+_XID = re.compile(r"NVRM: Xid \((?:PCI:)?([0-9A-Fa-f:.]+)\): (\d+)(?:, (.*))?$")
 _SXID = re.compile(r"nvidia-nvswitch\d+: SXid \(PCI:([0-9A-Fa-f:.]+)\): (\d+), (Fatal|Non-fatal)[^,]*(?:, (.*))?$")
 _AER = re.compile(
     r"(?:^|\s)([0-9a-f]{4}:[0-9a-f]{2}:[0-9a-f]{2}\.[0-7]): (?:AER: )?PCIe Bus Error: "

@@ -309,6 +309,18 @@ def test_cpu_thermal_throttling_is_one_cooling_watch_on_the_node():
     assert RuleDetector().fit().update(TickInput(1000.0, normal, pd.DataFrame(), pd.DataFrame())) == []
 
 
+def test_an_xid_line_of_an_older_driver_without_the_pci_prefix():
+    """leptonai/gpud's matcher test: "NVRM: Xid (0000:03:00): 14, Channel 00000001", the address without "PCI:" as
+    older drivers print it, was no event at all (a DBE, Xid 48, in that shape would have been lost); the same GPU
+    address as with the prefix."""
+    line = (QUOTED / "gpud-xid-without-pci-prefix.txt").read_text().strip()
+    ev = parse_kernel_message(line.removeprefix("[...] "))
+    assert (ev.kind, ev.code, ev.pci, ev.message) == ("xid", 14, "0000:03:00", "Channel 00000001")
+    dbe = parse_kernel_message("NVRM: Xid (0000:af:00): 48, An uncorrectable double bit error (DBE) has been detected")
+    assert (dbe.code, dbe.pci) == (48, parse_kernel_message("NVRM: Xid (PCI:0000:af:00): 48, x").pci)
+    assert parse_kernel_message("NVRM: Xid (invalid): some error") is None
+
+
 def test_a_thermal_zone_past_its_critical_trip_fails_the_node_for_its_cooling():
     """The kernel powering a host off for heat: thermal_core's line before 5.12 (a patch's commit message, quoted by
     Phoronix) and since (the zone's type, no degrees), and the old ACPI thermal driver's (a kern.log on
