@@ -41,11 +41,15 @@ class SplitRacks:
             rows = store.incidents("open")
             groups: dict[tuple[str, str], list[IncidentRow]] = {}
             current: dict[str, IncidentRow] = {}
+            doubles: list[IncidentRow] = []  # a rack's second open incident: each shard's, from before this judged
             for r in rows:
                 if r.rack not in self.racks:
                     continue
                 if r.kind == "rack" and r.fingerprint == f"{r.entity}|{r.category}":
-                    current[r.fingerprint] = r
+                    if r.fingerprint in current:
+                        doubles.append(r)
+                    else:
+                        current[r.fingerprint] = r
                 elif groupable(r.kind, r.category, r.rack):
                     groups.setdefault((r.rack, r.category), []).append(r)
             for (rack, category), members in sorted(groups.items()):
@@ -62,6 +66,7 @@ class SplitRacks:
                 if cluster_raise(inc, worst, reason, now, new=row is None):
                     changed.append(inc)
             changed += cluster_close(current.values(), "fewer nodes affected", now)  # racks no longer in trouble
+            changed += cluster_close(doubles, "the rack's incident is judged for the cluster, once", now)
             return cluster_record(store, changed, now, "split rack")
 
 

@@ -3,7 +3,7 @@ rack incident from both shards' node incidents in the store, and both books poin
 
 from __future__ import annotations
 
-from daemon.incidents import IncidentBook
+from daemon.incidents import IncidentBook, RackRule
 from daemon.shards import Ownership, ShardSpec, plan_warnings, split_racks
 from daemon.splitracks import SplitRacks, parents
 from daemon.store import Store
@@ -89,3 +89,22 @@ def test_a_rack_a_shard_holds_whole_is_its_own(tmp_path):
     store.record_tick([], book_b.take_changed(), now=130.0)
     assert [i.entity for i in book_b.open.values() if i.kind == "rack"] == ["r02"]
     assert SplitRacks(split_racks(SHARDS, TOPO), TOPO).step(store, 140.0) == []
+
+
+def test_a_split_rack_incident_each_shard_opened_before_becomes_one(tmp_path):
+    """Before racks split between shards were judged for the cluster, each shard could have opened its own incident
+    on the rack: the judge keeps one (the first) and closes the other."""
+    store = Store(f"sqlite:///{tmp_path / 'cluster.db'}")
+    (_, book_a), (_, book_b) = shard("a"), shard("b")
+    for book, nodes in ((book_a, ("n1", "n2")), (book_b, ("n3", "n4", "n5"))):
+        for node in nodes:
+            book.raise_(100.0, node, "fabric_link", State.SUBHEALTHY, ["down"])
+        book.groups_rack = lambda rack: True  # as the books grouped before
+        book.rack_rule = RackRule(nodes=2)
+        book.escalate(110.0 if book is book_a else 120.0)
+        store.record_tick([], book.take_changed(), now=130.0)
+    assert len([r for r in store.incidents("open") if r.kind == "rack"]) == 2
+    changed = SplitRacks(split_racks(SHARDS, TOPO), TOPO).step(store, 140.0)
+    assert [(i.closed_at is None, i.close_reason) for i in changed] == \
+        [(True, ""), (False, "the rack's incident is judged for the cluster, once")]
+    assert len([r for r in store.incidents("open") if r.kind == "rack"]) == 1
