@@ -99,6 +99,8 @@ def reload_and_wait(pid: int, timeout_s: float = 100.0, runtime_dir: str | os.Pa
         os.kill(pid, signal.SIGHUP)
     except ProcessLookupError:
         return 1, f"no process {pid}"
+    except PermissionError:
+        return 1, f"not allowed to signal process {pid} (run as its user or root)"
     if path is None:
         return 0, f"SIGHUP sent to {pid}; no ${RUNTIME_ENV}, so not waiting for the reload to finish"
     deadline = time.monotonic() + timeout_s

@@ -72,6 +72,19 @@ def test_without_a_runtime_directory_nothing_is_written_and_the_signal_is_not_wa
     assert writer.count == 1
 
 
+def test_a_process_it_may_not_signal_is_told_not_a_traceback(tmp_path):
+    import os
+
+    if os.getuid() != 0:
+        assert reload_and_wait(1, 1, tmp_path)[1].startswith("not allowed to signal process 1")
+        return
+    nobody = subprocess.run([sys.executable, "-c", "import os, sys; sys.path.insert(0, os.getcwd()); "
+                             "from daemon.reloadanswer import reload_and_wait; os.setuid(65534); "
+                             "print(reload_and_wait(1, 1)[1])"],
+                            capture_output=True, text=True, timeout=60)
+    assert nobody.stdout.startswith("not allowed to signal process 1"), nobody.stderr
+
+
 def test_an_unreadable_answer_counts_as_none(tmp_path):
     path = answer_path(42, f"{tmp_path}:/elsewhere")  # systemd joins several runtime directories with ':'
     assert path == tmp_path / "raswarden-42.reload"
