@@ -147,7 +147,8 @@ class IncidentBook:
         # Racks this book groups: a shard's own (every rack unsharded). A rack split between shards is grouped for
         # the cluster (daemon/splitracks.py), whose open rack incidents come in as ``outside_parents``.
         self.groups_rack = groups_rack
-        self.outside_parents: dict[tuple[str, str], str] = {}  # (rack, category) -> the cluster's rack incident
+        # (rack, category) -> the cluster's open rack incident there: its id and when it opened
+        self.outside_parents: dict[tuple[str, str], tuple[str, float]] = {}
         self.open: dict[str, Incident] = {}
         self.closed: list[Incident] = []
         self.changed: list[Incident] = []
@@ -219,10 +220,12 @@ class IncidentBook:
         grouped = set()
         for (rack, category), members in sorted(groups.items()):
             if not self.groups_rack(rack):
-                parent_id = self.outside_parents.get((rack, category))
+                # the cluster's rack incident groups what opened within the rule's window before it and since
+                parent_id, opened_at = self.outside_parents.get((rack, category), (None, 0.0))
                 for m in members:
-                    if m.parent != parent_id:
-                        m.parent = parent_id
+                    want = parent_id if m.opened_at >= opened_at - self.rack_rule.window_s else None
+                    if m.parent != want:
+                        m.parent = want
                         self.changed.append(m)
                 continue
             found = self.rack_rule.group(members, self.rack_size(rack))

@@ -70,9 +70,9 @@ class SplitRacks:
             return cluster_record(store, changed, now, "split rack")
 
 
-def parents(store: Store, racks: frozenset[str]) -> dict[tuple[str, str], str]:
-    """The open rack incidents of ``racks`` (a shard's split racks) by (rack, category): what its book's members of
-    those racks point to."""
+def parents(store: Store, racks: frozenset[str]) -> dict[tuple[str, str], tuple[str, float]]:
+    """The open rack incidents of ``racks`` (a shard's split racks) by (rack, category), with when each opened: what
+    its book's members of those racks point to (those opened within the rule's window before it, or since)."""
     if not racks:
         return {}
-    return {(r.entity, r.category): r.id for r in store.open_rack_incidents(racks)}
+    return {(r.entity, r.category): (r.id, r.opened_at) for r in store.open_rack_incidents(racks)}

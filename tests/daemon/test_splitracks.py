@@ -69,6 +69,11 @@ def test_a_rack_failing_across_two_shards_is_one_incident(tmp_path):
     assert [(i.id, i.severity) for i in updated] == [(rack_id, State.FAILED)]
     assert [r.entity for r in store.incidents("open") if r.kind == "rack"] == ["r01"]
     assert not [i for i in book_b.open.values() if i.kind == "rack"]
+    # an incident opened in the rack long before the rack's trouble is not the rack's: it keeps its own way
+    old = book_a.raise_(-7200.0, "n1/nic0", "gpu_thermal", State.SUBHEALTHY, ["an older, unrelated fault"])
+    tick(330.0)
+    assert old.parent is None and book_a.open["n1/gpu0|gpu_thermal"].parent == rack_id
+    book_a.resolve(331.0, "n1/nic0", "recovered")
     # shard b's three recover: two nodes left, the rack incident closes and the members let go of it
     for node in ("n3", "n4", "n5"):
         book_b.resolve(400.0, f"{node}/gpu0", "recovered")
