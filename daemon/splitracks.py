@@ -38,13 +38,11 @@ class SplitRacks:
             return []
         changed: list[Incident] = []
         with store.cluster_lock("split-racks"):
-            rows = store.incidents("open")
+            rows = store.open_incidents_in_racks(self.racks)
             groups: dict[tuple[str, str], list[IncidentRow]] = {}
             current: dict[str, IncidentRow] = {}
             doubles: list[IncidentRow] = []  # a rack's second open incident: each shard's, from before this judged
             for r in rows:
-                if r.rack not in self.racks:
-                    continue
                 if r.kind == "rack" and r.fingerprint == f"{r.entity}|{r.category}":
                     if r.fingerprint in current:
                         doubles.append(r)
@@ -75,4 +73,4 @@ def parents(store: Store, racks: frozenset[str]) -> dict[tuple[str, str], tuple[
     its book's members of those racks point to (those opened within the rule's window before it, or since)."""
     if not racks:
         return {}
-    return {(r.entity, r.category): (r.id, r.opened_at) for r in store.open_rack_incidents(racks)}
+    return {(r.entity, r.category): (r.id, r.opened_at) for r in store.open_incidents_in_racks(racks, kind="rack")}

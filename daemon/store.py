@@ -427,11 +427,13 @@ class Store:
                 q = q.where(IncidentRow.status == status)
             return list(s.exec(q).all())
 
-    def open_rack_incidents(self, racks: Iterable[str]) -> list[IncidentRow]:
-        """The open incidents of kind ``rack`` on these racks."""
+    def open_incidents_in_racks(self, racks: Iterable[str], kind: str | None = None) -> list[IncidentRow]:
+        """The open incidents placed in these racks (of one ``kind``, e.g. ``rack``, or all), oldest first."""
         with self.session() as s:
-            return list(s.exec(select(IncidentRow).where(IncidentRow.kind == "rack", IncidentRow.status == "open",
-                                                         IncidentRow.entity.in_(list(racks)))).all())
+            q = select(IncidentRow).where(IncidentRow.status == "open", IncidentRow.rack.in_(list(racks)))
+            if kind is not None:
+                q = q.where(IncidentRow.kind == kind)
+            return list(s.exec(q.order_by(IncidentRow.opened_at, IncidentRow.id)).all())
 
     def incident(self, incident_id: str) -> IncidentRow | None:
         with self.session() as s:
