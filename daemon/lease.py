@@ -25,6 +25,13 @@ def shard_lease(shard: str) -> str:
     return f"shard:{shard}"
 
 
+def claim_lease(shard: str) -> str:
+    """The lease by which an instance configured for ``shard`` (not a pool member) asks for it back: a pool member
+    serving the shard hands it over at its next cycle (daemon/service.py), so the spare is free again once the
+    shard's own management node has come back."""
+    return f"claim:{shard}"
+
+
 class Lease:
     """The lease ``name`` (e.g. ``playbooks:default``) for this process."""
 
@@ -67,6 +74,11 @@ class Lease:
                    .values(expires_at=0.0))
             s.commit()
         self._until = 0.0
+
+    def held_by_another(self) -> bool:
+        """Whether another holder has this lease and has not let it run out (read only)."""
+        row = self.current()
+        return row is not None and row.holder != self.holder and row.expires_at > self.clock()
 
     def current(self) -> LeaseRow | None:
         with self.store.session() as s:

@@ -102,6 +102,8 @@ SCRAPE_DURATION = Gauge(
 
 SHARDS_UNWATCHED = Gauge("raswarden_shards_unwatched", "Shards no live instance holds, as the instance running the "
                          "cluster's alerts last found (daemon/shards.py; 0 elsewhere).", registry=REGISTRY)
+SHARD_HANDOVERS = Counter("raswarden_shard_handovers_total", "Shards this pool member (service.shard = \"*\") "
+                          "handed over to their own instance when it came back.", registry=REGISTRY)
 ACTIVE = Gauge("raswarden_active", "1 while this instance holds its shard's lease (0: standby).", registry=REGISTRY)
 TICKS = Counter("raswarden_ticks_total", "Pipeline ticks run.", registry=REGISTRY)
 CYCLE_DURATION = Histogram("raswarden_cycle_duration_seconds", "How long cycles (collect and tick) take.",

@@ -46,7 +46,7 @@ from daemon.config import Config, ConfigError, load
 from daemon.cooling import CoolingLoops
 from daemon.formats.reader import ReadContext
 from daemon.jobs import Job, JobRunner
-from daemon.lease import Lease, shard_lease
+from daemon.lease import Lease, claim_lease, shard_lease
 from daemon.naming import SeriesMapper
 from daemon.operator import repaired_nodes
 from daemon.pipeline import Pipeline, PipelineConfig
@@ -89,6 +89,9 @@ class Service:
         # a pool member (service.shard = "*") serves the first shard no live instance holds, once it holds one
         self.pool = sorted(cfg.shards) if cfg.service.shard == POOL else []
         self.lease = Lease(self.store, shard_lease(cfg.service.shard), ttl_s=cfg.service.lease_ttl)
+        # an instance of one shard that stands by asks for it back: a pool member serving it hands it over
+        self.claim = None if self.pool else Lease(self.store, claim_lease(cfg.service.shard),
+                                                  ttl_s=cfg.service.lease_ttl, holder=self.lease.holder)
         # a sharded cluster's alert pipeline runs in one instance of any shard (daemon/shards.py)
         self.alert_lease = Lease(self.store, ALERTS_LEASE, ttl_s=max(cfg.service.lease_ttl,
                                                                      3 * cfg.service.alert_interval_s))
@@ -172,17 +175,65 @@ class Service:
         except Exception as exc:  # the store is unreachable: not the holder until it answers again
             log.error("cannot renew the shard lease: %s", exc)
             got = False
+        if got and self.pool and self._asked_back(self.cfg.service.shard):
+            return self._hand_over()
         if not got and self.active:
             log.warning("lost the shard lease to %s: standing by", getattr(self.lease.current(), "holder", "?"))
             self.active = False
         elif got and not self.active:
             self.activate()
+        if self.claim is not None:
+            self._ask_back(standing_by=not got)
         return got
 
+    def _ask_back(self, standing_by: bool) -> None:
+        """An instance of one shard: while it stands by, it keeps a claim on its shard (a pool member serving the
+        shard hands it over); once it holds the shard, the claim goes."""
+        try:
+            if standing_by:
+                self.claim.acquire()
+            elif self.claim.held():
+                self.claim.release()
+        except Exception as exc:  # the store again: the claim runs out by itself, the next cycle tries anew
+            log.error("cannot write the claim on shard %s: %s", self.cfg.service.shard, exc)
+
+    def _asked_back(self, shard: str) -> bool:
+        """Whether the shard's own instance (not a pool member) is up and asks for it (:meth:`_ask_back`)."""
+        try:
+            return Lease(self.store, claim_lease(shard), ttl_s=self.cfg.service.lease_ttl,
+                         holder=self.lease.holder, clock=self.clock).held_by_another()
+        except Exception as exc:
+            log.error("cannot read the claim on shard %s: %s", shard, exc)
+            return False
+
+    def _hand_over(self) -> bool:
+        """A pool member whose shard's own instance is back: the warm state saved, the shard's lease (and the
+        cluster's alerts, if it ran them) let go at once, it waits in the pool again and takes a shard nobody holds,
+        if there is one. The shard's instance takes it at its next cycle, with the cursors saved with the last tick,
+        the warm state and the open incidents: nothing is read twice, repeated or lost."""
+        shard = self.cfg.service.shard
+        with self.playbook_lock, self.alert_lock:  # after the cycle lock, as a reload takes them
+            if self.previous_tick is not None and self.cfg.service.warm_state_interval_s:
+                warmstate.save(self.store, shard, self.pipeline, self.previous_tick)
+            try:
+                if self.ownership.sharded and self.alert_lease.held():
+                    self.alert_lease.release()
+                self.lease.release()
+            except Exception as exc:  # unreleased, the leases run out within their TTL
+                log.error("handing shard %s over: the leases were not released: %s", shard, exc)
+            self._serve(POOL, Lease(self.store, shard_lease(POOL), ttl_s=self.cfg.service.lease_ttl))
+            self.active, self.previous_tick = False, None
+        metrics.SHARD_HANDOVERS.inc()
+        log.info("pool member: shard %s's own instance asked for it back; handed over", shard)
+        return self._take_a_shard()
+
     def _take_a_shard(self) -> bool:
-        """A pool member: hold the first shard whose lease no live instance holds and become its instance (its
-        part of the cluster, its warm state, incidents and cursors); False while every shard is held."""
+        """A pool member: hold the first shard whose lease no live instance holds, and whose own instance does not
+        ask for it, and become its instance (its part of the cluster, its warm state, incidents and cursors); False
+        while every shard is held."""
         for name in self.pool:
+            if self._asked_back(name):
+                continue
             lease = Lease(self.store, shard_lease(name), ttl_s=self.cfg.service.lease_ttl)
             try:
                 got = lease.acquire()
@@ -191,16 +242,20 @@ class Service:
                 return False
             if not got:
                 continue
-            cfg = dataclasses.replace(self.cfg, service=dataclasses.replace(self.cfg.service, shard=name))
-            old = self.collectors
-            self._build(cfg)
-            for c in old:
-                c.close()
-            self.cfg, self.lease = cfg, lease
+            self._serve(name, lease)
             log.info("pool member: shard %s had no live holder, taking it", name)
             self.activate()
             return True
         return False
+
+    def _serve(self, shard: str, lease: Lease) -> None:
+        """A pool member's parts rebuilt for ``shard`` (or for none, :data:`POOL`) under ``lease``."""
+        cfg = dataclasses.replace(self.cfg, service=dataclasses.replace(self.cfg.service, shard=shard))
+        old = self.collectors
+        self._build(cfg)
+        for c in old:
+            c.close()
+        self.cfg, self.lease = cfg, lease
 
     # -- jobs ------------------------------------------------------------------------------------
     def cycle(self) -> CycleReport | None:
@@ -526,6 +581,11 @@ class Service:
                     self.alert_lease.release()
             except Exception:
                 log.exception("could not release the lease")
+        elif self.claim is not None and self.claim.held():
+            try:  # a standby that stops asks no more (a pool member would hand the shard to nobody)
+                self.claim.release()
+            except Exception:
+                log.exception("could not release the claim on the shard")
         for c in self.collectors:
             c.close()
         self._pool.shutdown(wait=True)

@@ -3,7 +3,8 @@
 A cluster too big for one management node is split by its topology: each ``[shards.NAME]`` names the supernodes,
 racks or nodes it owns, and ``service.shard`` says which one an instance serves (any management node can run any
 shard; the shard's lease says which does, and a standby takes over a shard whose holder stops renewing it; an
-instance with ``service.shard = "*"`` is a pool member: it serves the first shard no live instance holds). A
+instance with ``service.shard = "*"`` is a pool member: it serves the first shard no live instance holds, and hands
+it back when the shard's own instance returns and asks for it, daemon/service.py). A
 shard's collectors keep only its nodes' telemetry, its pipeline restores only its incidents and states, its
 playbooks act only on its incidents, each from a cursor of its own. What is the cluster's stays one: the
 blast-radius budget (``Store.cluster_lock``), the circuit breaker and the journal (the store's), and the alerts (one

@@ -22,9 +22,11 @@ def check(store: Store) -> None:
     a = Lease(store, "playbooks:r01", ttl_s=30, holder="mgmt01", clock=clock)
     b = Lease(store, "playbooks:r01", ttl_s=30, holder="mgmt02", clock=clock)
     assert a.acquire() and not b.acquire() and a.held() and not b.held()
+    assert b.held_by_another() and not a.held_by_another()  # what a holder of another name reads of it
     clock.t += 20
     assert a.acquire() and not b.acquire()  # renewed
     clock.t += 31  # a went silent
+    assert not b.held_by_another()  # run out: nobody's
     assert not a.held() and b.acquire() and not a.acquire()
     assert Lease(store, "playbooks:r02", holder="mgmt01", clock=clock).acquire()  # another shard
     b.release()

@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import pytest
 
+from daemon import metrics
 from daemon.config import ConfigError, load
 from daemon.service import Service
 from tests.daemon.service.test_service import until
@@ -103,6 +104,42 @@ def test_a_pool_member_serves_whichever_shard_has_no_live_holder(live):
     finally:
         for svc in (p1, p2):
             svc.stop()
+
+
+def test_a_pool_member_hands_a_shard_back_when_its_own_instance_returns(live):
+    """Rebalancing when a management node comes back: a pool member that took shard a while a's own instance was
+    away hands it over at its next cycle once that instance stands by again (warm state, cursors and incidents go
+    with the shard; never two holders), waits in the pool and takes a shard nobody holds."""
+    a = Service(load(live.config("a.toml", extra=SHARDS, service_extra='shard = "a"')))
+    b = Service(load(live.config("b.toml", extra=SHARDS, service_extra='shard = "b"')))
+    pool = Service(load(live.config("p.toml", extra=SHARDS, service_extra='shard = "*"')))
+    back = None
+    try:
+        assert a.cycle() is not None and b.cycle() is not None and pool.cycle() is None  # both held: it waits
+        a.stop()  # a's management node leaves
+        assert pool.cycle() is not None and pool.cfg.service.shard == "a"
+        until(lambda: pool.cycle() and {e.split("/", 1)[0] for e in pool.pipeline.known_entities} == {"sn01-b01"})
+        handed = metrics.SHARD_HANDOVERS._value.get()
+        back = Service(load(live.config("a2.toml", extra=SHARDS, service_extra='shard = "a"')))  # and comes back
+        assert back.cycle() is None and not back.active  # the pool member holds a: it stands by and asks for it
+        assert pool.lease.held() and pool.cfg.service.shard == "a"  # not yet handed over: never two holders
+        cursor = pool.store.collector_state("kernel")
+        last_tick = pool.previous_tick
+        assert pool.cycle() is None  # hands a over; b is held, so it waits in the pool again
+        assert not pool.active and pool.cfg.service.shard == "*" and not pool.lease.held()
+        assert metrics.SHARD_HANDOVERS._value.get() == handed + 1
+        assert pool.store.warm_state("a").saved_at == last_tick  # what it learned of a goes with the shard
+        assert pool.playbooks() is None  # it acts for a no more
+        assert back.cycle() is not None and back.active and back.cfg.service.shard == "a"
+        assert back.collectors[1].state == cursor  # the kernel journal from where the pool member's last tick was
+        assert back.warm_saved_at >= last_tick
+        assert pool.cycle() is None  # a's own instance holds it now: the pool member does not take it back
+        b.stop()  # a free shard: the pool member serves it
+        assert pool.cycle() is not None and pool.cfg.service.shard == "b" and pool.ownership.nodes == {"sn01-b02"}
+    finally:
+        for svc in (pool, back):
+            if svc is not None:
+                svc.stop()
 
 
 def test_a_shard_plan_that_leaves_a_node_out_is_told():
