@@ -56,6 +56,9 @@ find "$venv/lib" -type d \( -name tests -o -name testing_data \) -path '*/site-p
 "$PY" -m compileall -q -j 0 -s "$stage" -p / "$venv/lib" >/dev/null
 
 install -D -m 0644 systemd/raswarden.service "$stage/usr/lib/systemd/system/raswarden.service"
+# raswarden@NAME: more than one instance on a management node (/etc/raswarden/NAME.toml each)
+systemd/instance-unit.sh systemd/raswarden.service > "$work/raswarden@.service"
+install -D -m 0644 "$work/raswarden@.service" "$stage/usr/lib/systemd/system/raswarden@.service"
 install -D -m 0644 systemd/raswarden.sysusers "$stage/usr/lib/sysusers.d/raswarden.conf"
 install -D -m 0644 systemd/raswarden.tmpfiles "$stage/usr/lib/tmpfiles.d/raswarden.conf"
 install -D -m 0640 systemd/raswarden.toml "$stage/etc/raswarden/raswarden.toml"
@@ -97,7 +100,7 @@ SCRIPT
 cat > "$stage/DEBIAN/prerm" <<'SCRIPT'
 #!/bin/sh
 set -e
-if [ -d /run/systemd/system ] && [ "$1" = remove ]; then systemctl stop raswarden.service || true; fi
+if [ -d /run/systemd/system ] && [ "$1" = remove ]; then systemctl stop raswarden.service 'raswarden@*.service' || true; fi
 SCRIPT
 cat > "$stage/DEBIAN/postrm" <<'SCRIPT'
 #!/bin/sh

@@ -33,7 +33,8 @@ def installed(debian_package):
     shutil.rmtree("/etc/raswarden", ignore_errors=True)  # what an older test run's purge left (it did not remove it)
     deb = str(debian_package)
     listing = run("dpkg-deb", "-c", deb).stdout
-    for path in ("./usr/lib/systemd/system/raswarden.service", "./usr/lib/sysusers.d/raswarden.conf",
+    for path in ("./usr/lib/systemd/system/raswarden.service", "./usr/lib/systemd/system/raswarden@.service",
+                 "./usr/lib/sysusers.d/raswarden.conf",
                  "./usr/lib/tmpfiles.d/raswarden.conf", "./etc/raswarden/raswarden.toml",
                  "./usr/share/doc/raswarden/copyright", "./usr/bin/raswarden -> /opt/raswarden/bin/raswarden"):
         assert path in listing, path

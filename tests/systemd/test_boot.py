@@ -2,7 +2,8 @@
 PID 1, ``raswarden init`` as docs/install.md says, ``systemctl enable --now``-style boot, then the unit checked as
 an operator would: active after its READY notification under the full sandbox with an empty credentials directory
 (the receiver without its secret off), its secret delivered by ``LoadCredential=`` once added, ticking against the
-live simulator, install.md's status commands and reload, a clean stop.
+live simulator, install.md's status commands and reload, a clean stop; then three instances of ``raswarden@.service``
+on one store, a pool member handing a shard back to the shard's own instance.
 
 The container's root is an overlay of this machine's own root with a tmpfs on top (no debootstrap: seconds, not
 minutes), so everything it writes, its ``systemd-tmpfiles --boot`` emptying /tmp included, lands in the tmpfs and
@@ -218,5 +219,68 @@ def test_the_unit_starts_under_systemd_and_stops_cleanly(container, debian_packa
         journal = container.sh("journalctl -u raswarden --no-pager -o cat").stdout
         assert "Traceback" not in journal, journal[-3000:]
         assert "Permission denied" not in journal and "Operation not permitted" not in journal, journal[-3000:]
+        several_instances_hand_a_shard_back(container)
     finally:
         server.shutdown()
+
+
+def metric(port: int, name: str) -> float | None:
+    """One unlabelled sample of the daemon on ``port`` (None while it does not answer)."""
+    from tests.daemon.service.conftest import get
+
+    try:
+        status, body = get(f"http://127.0.0.1:{port}/metrics")
+    except OSError:
+        return None
+    found = re.search(rb"^" + name.encode() + rb" (\S+)$", body, re.M) if status == 200 else None
+    return float(found.group(1)) if found else None
+
+
+def several_instances_hand_a_shard_back(container: Container) -> None:
+    """raswarden@NAME (docs/install.md): three instances on one management node and one store, shard a's, shard
+    b's and a pool member. While b's own instance is not there the pool member serves b; once it starts, the pool
+    member hands b over (real processes under systemd, their leases in the store) and waits again."""
+    from daemon.topology import Topology
+    from tests.daemon.service.conftest import free_port
+
+    etc = container.root / "etc" / "raswarden"
+    nodes = sorted(Topology.load(etc / "topology.yaml").node_rack)
+    half = len(nodes) // 2
+    shards = f"\n[shards.a]\nnodes = {json.dumps(nodes[:half])}\n[shards.b]\nnodes = {json.dumps(nodes[half:])}\n"
+    base = (etc / "raswarden.toml").read_text()
+    port = {}
+    for name, shard in (("a", "a"), ("b", "b"), ("pool", "*")):
+        port[name] = free_port()
+        text = re.sub(r'listen = "127.0.0.1:\d+"', f'listen = "127.0.0.1:{port[name]}"', base)
+        (etc / f"{name}.toml").write_text(text.replace("[service]\n", f'[service]\nshard = "{shard}"\n', 1) + shards)
+    assert container.sh("cd /etc/raswarden && chgrp raswarden a.toml b.toml pool.toml && "
+                        "chmod 0640 a.toml b.toml pool.toml").returncode == 0
+
+    def until(check, what: str, timeout: float = 150) -> None:
+        deadline = time.monotonic() + timeout
+        while time.monotonic() < deadline:
+            if check():
+                return
+            time.sleep(1)
+        journal = container.sh("journalctl -u 'raswarden@*' --no-pager -o cat -n 60").stdout
+        raise AssertionError(f"{what}: not in {timeout:.0f} s\n{journal[-4000:]}")
+
+    for name in ("a", "pool"):  # a first: a pool member started with it might take a before a's own instance asks
+        started = container.sh(f"systemctl start raswarden@{name}", timeout=150)
+        assert started.returncode == 0, started.stderr
+        until(lambda n=name: metric(port[n], "raswarden_active") == 1, f"raswarden@{name} active")
+    assert metric(port["pool"], "raswarden_shard_handovers_total") == 0  # it took b, nobody's
+    assert container.sh("test -d /run/raswarden-a && test -d /run/raswarden-pool").returncode == 0
+    started = container.sh("systemctl start raswarden@b", timeout=150)
+    assert started.returncode == 0, started.stderr
+    until(lambda: metric(port["b"], "raswarden_active") == 1 and metric(port["pool"], "raswarden_active") == 0
+          and metric(port["pool"], "raswarden_shard_handovers_total") == 1, "b handed over to its own instance")
+    assert metric(port["a"], "raswarden_active") == 1  # a untouched
+    assert "asked for it back; handed over" in container.sh("journalctl -u raswarden@pool -o cat").stdout
+    stopped = container.sh("systemctl stop raswarden@a raswarden@b raswarden@pool", timeout=150)
+    assert stopped.returncode == 0, stopped.stderr
+    for name in ("a", "b", "pool"):
+        state = container.show(f"raswarden@{name}.service", "ActiveState", "Result")
+        assert state == {"ActiveState": "inactive", "Result": "success"}, (name, state)
+    journal = container.sh("journalctl -u 'raswarden@*' --no-pager -o cat").stdout
+    assert "Traceback" not in journal, journal[-3000:]

@@ -43,20 +43,29 @@ def ticks_after(port: int, n: int, proc: subprocess.Popen, timeout: float = 120.
     raise AssertionError(f"the daemon did not run {n} ticks within {timeout:.0f} s")
 
 
-def unit_settings() -> dict[str, list[str]]:
+def instance_unit() -> str:
+    """raswarden@.service as the package installs it (written from the unit by systemd/instance-unit.sh)."""
+    done = subprocess.run(["sh", str(ROOT / "systemd" / "instance-unit.sh"), str(UNIT)], capture_output=True,
+                          text=True, check=True)
+    return done.stdout
+
+
+def unit_settings(text: str | None = None) -> dict[str, list[str]]:
     out: dict[str, list[str]] = {}
-    for line in UNIT.read_text().splitlines():
+    for line in (UNIT.read_text() if text is None else text).splitlines():
         if "=" in line and not line.lstrip().startswith(("#", "[")):
             key, value = line.split("=", 1)
             out.setdefault(key.strip(), []).append(value.strip())
     return out
 
 
-def local_unit(tmp_path: Path) -> Path:
-    """The unit with ExecStart pointing at this checkout's raswarden (verify checks that the binary exists)."""
+def local_unit(tmp_path: Path, name: str = "raswarden.service", text: str | None = None) -> Path:
+    """The unit (or ``text``, as ``name``) with ExecStart pointing at this checkout's raswarden (verify checks that
+    the binary exists)."""
     raswarden = Path(sys.executable).parent / "raswarden"
-    path = tmp_path / "raswarden.service"
-    path.write_text(UNIT.read_text().replace("/opt/raswarden/bin/raswarden", str(raswarden)))
+    path = tmp_path / name
+    path.write_text((UNIT.read_text() if text is None else text).replace("/opt/raswarden/bin/raswarden",
+                                                                          str(raswarden)))
     return path
 
 
@@ -65,16 +74,30 @@ def analyze(*args: str) -> subprocess.CompletedProcess:
     return subprocess.run(["systemd-analyze", *args], capture_output=True, text=True)
 
 
-def test_unit_verifies(tmp_path):
-    done = analyze("verify", str(local_unit(tmp_path)))
+@pytest.mark.parametrize("instance", [False, True], ids=["unit", "instance"])
+def test_unit_verifies(tmp_path, instance):
+    unit = local_unit(tmp_path, "raswarden@sn01.service", instance_unit()) if instance else local_unit(tmp_path)
+    done = analyze("verify", str(unit))
     assert done.returncode == 0, done.stderr
 
 
-def test_unit_exposure_is_2_0_or_lower(tmp_path):
-    done = analyze("security", "--offline=true", str(local_unit(tmp_path)))
+@pytest.mark.parametrize("instance", [False, True], ids=["unit", "instance"])
+def test_unit_exposure_is_2_0_or_lower(tmp_path, instance):
+    unit = local_unit(tmp_path, "raswarden@sn01.service", instance_unit()) if instance else local_unit(tmp_path)
+    done = analyze("security", "--offline=true", str(unit))
     m = re.search(r"Overall exposure level for \S+: ([\d.]+)", done.stdout)
     assert m, done.stdout[-2000:] + done.stderr
     assert float(m.group(1)) <= 2.0, done.stdout
+
+
+def test_the_instance_unit_is_the_unit_with_a_config_and_runtime_directory_of_its_own():
+    """raswarden@NAME: /etc/raswarden/NAME.toml and /run/raswarden-NAME; every other setting the unit's."""
+    unit, instance = unit_settings(), unit_settings(instance_unit())
+    changed = {k for k in unit.keys() | instance.keys() if unit.get(k) != instance.get(k)}
+    assert changed == {"Description", "ExecStartPre", "ExecStart", "RuntimeDirectory"}
+    assert instance["ExecStart"] == ["/opt/raswarden/bin/raswarden run --config /etc/raswarden/%i.toml"]
+    assert instance["ExecStartPre"] == ["/opt/raswarden/bin/raswarden check-config --config /etc/raswarden/%i.toml"]
+    assert instance["RuntimeDirectory"] == ["raswarden-%i"]  # not inside raswarden.service's /run/raswarden
 
 
 def test_unit_has_what_the_issue_asks_for():
