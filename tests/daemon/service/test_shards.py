@@ -3,11 +3,14 @@ store each keep, restore and act on their own nodes only, and the cluster's aler
 
 from __future__ import annotations
 
+import time
+
 import pytest
 
 from daemon import metrics
 from daemon.config import ConfigError, load
 from daemon.service import Service
+from tests.daemon.alerting.receiver_server import ChatServer
 from tests.daemon.service.test_service import until
 
 SHARDS = '''
@@ -140,6 +143,63 @@ def test_a_pool_member_hands_a_shard_back_when_its_own_instance_returns(live):
         for svc in (pool, back):
             if svc is not None:
                 svc.stop()
+
+
+def test_no_alert_lost_or_told_twice_when_a_shard_and_the_alerts_move(live):
+    """Shard b's holder, which also runs the cluster's alerts, stops while its alert about b's failed GPU is still
+    in the outbox (the receiver answers 503): a pool member takes b over with the same incident (nothing opened
+    again) and the alerts go on in another instance, which delivers that alert exactly once."""
+    chat = ChatServer()
+    chat.answers = [(503, {}, b"down")] * 3
+    alerting = f'''
+[alerting]
+group_wait_s = 0
+default_receivers = ["hook"]
+[alerting.delivery]
+base_s = 0.5
+max_s = 1
+[[alerting.receivers]]
+name = "hook"
+type = "webhook"
+url = "{chat.url()}"
+'''
+    a = Service(load(live.config("a.toml", extra=SHARDS + alerting, service_extra='shard = "a"')))
+    b = Service(load(live.config("b.toml", extra=SHARDS + alerting, service_extra='shard = "b"')))
+    pool = Service(load(live.config("p.toml", extra=SHARDS + alerting, service_extra='shard = "*"')))
+    stopped = []
+    try:
+        def gpu5_failed():
+            a.cycle()
+            b.cycle()
+            h = b.pipeline.health.entities.get("sn01-b02/gpu5")
+            return h is not None and h.state.label == "failed"
+
+        until(gpu5_failed)
+        assert b.alerts() is not None and a.alerts() is None  # b runs the cluster's alerts
+        until(lambda: b.alerts() is not None and len(chat.received) >= 2)  # told, refused by the receiver
+        ours = {i.id for i in b.pipeline.incidents.open.values() if i.entity.startswith("sn01-b02")}
+        assert ours
+        b.stop()  # the last delivery fails too: the alert stays in the outbox
+        stopped.append(b)
+        assert pool.cycle() is not None and pool.cfg.service.shard == "b"
+        assert {i.id for i in pool.pipeline.incidents.open.values() if i.entity.startswith("sn01-b02")} == ours
+
+        def delivered():
+            for svc in (a, pool):
+                svc.cycle()
+                svc.alerts()
+            return len(chat.received) > 3
+        until(delivered)
+        for _ in range(5):  # a few more passes: nothing more to tell about b's GPU
+            delivered()
+            time.sleep(0.3)
+        about_b = [r for r in chat.received[3:] if b"sn01-b02" in r.body]
+        assert len(about_b) == 1, [r.body[:300] for r in chat.received]
+    finally:
+        for svc in (a, b, pool):
+            if svc not in stopped:
+                svc.stop()
+        chat.close()
 
 
 def test_a_shard_plan_that_leaves_a_node_out_is_told():
