@@ -76,10 +76,11 @@ class JobRunner:
         for job in self.scheduler.get_jobs():
             job.remove()
         for job in self.jobs:
+            # APScheduler takes next_run_time=None as "paused": a job not run at once gets none, not None
+            first = {"next_run_time": dt.datetime.now(dt.UTC)} if job.first_now else {}
             self.scheduler.add_job(guarded(job.name, job.func), "interval", seconds=job.every_s, id=job.name,
                                    name=job.name, max_instances=1, coalesce=True,
-                                   misfire_grace_time=max(1, int(job.every_s)),
-                                   next_run_time=dt.datetime.now(dt.UTC) if job.first_now else None)
+                                   misfire_grace_time=max(1, int(job.every_s)), **first)
 
     def start(self) -> None:
         self.scheduler = BackgroundScheduler(executors={"default": JobExecutor(self.workers)}, timezone="UTC")

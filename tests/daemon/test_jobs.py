@@ -39,6 +39,21 @@ def test_a_failing_job_is_counted_and_the_others_go_on():
     guarded("broken", broken)()  # called directly: no exception escapes either
 
 
+def test_a_job_not_run_at_once_runs_one_interval_after_the_start():
+    """Housekeeping and retraining (first_now=False): first one interval in, then every interval (they had been
+    added paused, and never ran)."""
+    ran: list[float] = []
+    runner = JobRunner(workers=2)
+    runner.schedule([Job("later", lambda: ran.append(time.monotonic()), 0.3, first_now=False)])
+    started = time.monotonic()
+    runner.start()
+    try:
+        until(lambda: len(ran) >= 2, "the job ran twice")
+    finally:
+        runner.stop()
+    assert ran[0] - started >= 0.25  # not at once
+
+
 def test_a_leased_job_runs_only_for_the_holder(tmp_path):
     store = Store(f"sqlite:///{tmp_path / 's.db'}")
     first, second = Lease(store, "shard:x", ttl_s=60), Lease(store, "shard:x", ttl_s=60)
