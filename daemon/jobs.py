@@ -11,6 +11,7 @@ from __future__ import annotations
 
 import datetime as dt
 import logging
+import math
 import signal
 import threading
 from collections.abc import Callable
@@ -33,6 +34,14 @@ class Job:
     func: Callable[[], object]
     every_s: float
     first_now: bool = True
+    #: when set, the runs (after a first one at once) fall on the wall clock's times t with t = phase_s (mod every_s):
+    #: instances that share a server (the shards' cycles querying one Prometheus) take turns instead of asking at once
+    phase_s: float | None = None
+
+
+def next_on_phase(now: float, every_s: float, phase_s: float) -> float:
+    """The first time at or after ``now`` that is ``phase_s`` past a multiple of ``every_s`` (Unix seconds)."""
+    return phase_s + every_s * math.ceil((now - phase_s) / every_s)
 
 
 def guarded(name: str, func: Callable[[], object]) -> Callable[[], None]:
@@ -76,11 +85,33 @@ class JobRunner:
         for job in self.scheduler.get_jobs():
             job.remove()
         for job in self.jobs:
-            # APScheduler takes next_run_time=None as "paused": a job not run at once gets none, not None
-            first = {"next_run_time": dt.datetime.now(dt.UTC)} if job.first_now else {}
-            self.scheduler.add_job(guarded(job.name, job.func), "interval", seconds=job.every_s, id=job.name,
-                                   name=job.name, max_instances=1, coalesce=True,
-                                   misfire_grace_time=max(1, int(job.every_s)), **first)
+            self._add(job)
+
+    def replace(self, job: Job) -> None:
+        """Replace the job of ``job``'s name alone (e.g. the cycle's phase, once a pool member serves a shard)."""
+        self.jobs = [j for j in self.jobs if j.name != job.name] + [job]
+        if self.scheduler is None:
+            return
+        for scheduled in self.scheduler.get_jobs():
+            if scheduled.name == job.name:
+                scheduled.remove()
+        self._add(job)
+
+    def _add(self, job: Job) -> None:
+        grace = max(1, int(job.every_s))
+        now = dt.datetime.now(dt.UTC)
+        # APScheduler takes next_run_time=None as "paused": a job not run at once gets none, not None
+        first = {"next_run_time": now} if job.first_now else {}
+        if job.phase_s is not None:
+            # on its phase from the next such time on (an interval trigger's runs follow its start_date); the first
+            # run at once, when asked for, on its own (the job's function serializes the two if need be)
+            first = {"start_date": dt.datetime.fromtimestamp(
+                next_on_phase(now.timestamp(), job.every_s, job.phase_s), dt.UTC)}
+            if job.first_now:
+                self.scheduler.add_job(guarded(job.name, job.func), "date", run_date=now, id=f"{job.name}:first",
+                                       name=job.name, misfire_grace_time=grace)
+        self.scheduler.add_job(guarded(job.name, job.func), "interval", seconds=job.every_s, id=job.name,
+                               name=job.name, max_instances=1, coalesce=True, misfire_grace_time=grace, **first)
 
     def start(self) -> None:
         self.scheduler = BackgroundScheduler(executors={"default": JobExecutor(self.workers)}, timezone="UTC")

@@ -54,7 +54,7 @@ from daemon.rejects import RejectLog
 from daemon.reloadanswer import AnswerWriter
 from daemon.remediation import Remediation, scheduler_from_config
 from daemon.sdnotify import Notifier
-from daemon.shards import ALERTS_LEASE, POOL, Ownership, UnwatchedShards, plan_warnings, split_racks
+from daemon.shards import ALERTS_LEASE, POOL, Ownership, UnwatchedShards, cycle_phase, plan_warnings, split_racks
 from daemon.splitracks import SplitRacks, parents
 from daemon.store import Store
 from daemon.topology import Topology
@@ -256,6 +256,7 @@ class Service:
         for c in old:
             c.close()
         self.cfg, self.lease = cfg, lease
+        self.jobs.replace(self._cycle_job(first_now=False))  # the shard's phase from now on
 
     # -- jobs ------------------------------------------------------------------------------------
     def cycle(self) -> CycleReport | None:
@@ -537,9 +538,15 @@ class Service:
         self.reload_answer.write(applied=False, reason=str(exc))
         return False
 
+    def _cycle_job(self, first_now: bool = True) -> Job:
+        """The cycle, on its shard's phase of the interval (daemon/shards.py ``cycle_phase``)."""
+        sv = self.cfg.service
+        return Job("cycle", self.cycle, sv.interval_s, first_now=first_now,
+                   phase_s=cycle_phase(self.cfg.shards, sv.shard, sv.interval_s))
+
     def _schedule_jobs(self) -> None:
         sv = self.cfg.service
-        jobs = [Job("cycle", self.cycle, sv.interval_s), Job("playbooks", self.playbooks, sv.playbook_interval_s),
+        jobs = [self._cycle_job(), Job("playbooks", self.playbooks, sv.playbook_interval_s),
                 Job("alerts", self.alerts, sv.alert_interval_s),
                 Job("housekeeping", self.housekeeping, sv.housekeeping_interval_s, first_now=False)]
         if sv.retrain_interval_s:

@@ -46,6 +46,17 @@ class ShardSpec:
     matchers: str = ""
 
 
+def cycle_phase(shards: dict[str, ShardSpec], shard: str, interval_s: float) -> float | None:
+    """Where in each interval a shard's cycle runs (seconds past a multiple of ``interval_s`` on the wall clock): the
+    shards, in the order of their names, spread evenly over the interval, so that they take turns at the cluster's
+    Prometheus instead of all asking at once (as Prometheus spreads its own scrapes over the interval). None
+    without shards, or for a pool member serving none yet: it runs from its start."""
+    if shard not in shards:
+        return None
+    names = sorted(shards)
+    return interval_s * names.index(shard) / len(names)
+
+
 def plan_warnings(shards: dict[str, ShardSpec], topology: Topology) -> list[str]:
     """What in a shard plan the topology shows to be unwise (``check-config`` and the start say them): a node in no
     shard (no instance watches it). A rack or a cooling loop split between shards is fine: its incidents are judged

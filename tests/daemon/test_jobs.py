@@ -7,7 +7,7 @@ import threading
 import time
 
 from daemon import metrics
-from daemon.jobs import Job, JobRunner, guarded, leased
+from daemon.jobs import Job, JobRunner, guarded, leased, next_on_phase
 from daemon.lease import Lease
 from daemon.store import Store
 
@@ -52,6 +52,23 @@ def test_a_job_not_run_at_once_runs_one_interval_after_the_start():
     finally:
         runner.stop()
     assert ran[0] - started >= 0.25  # not at once
+
+
+def test_a_job_on_a_phase_runs_at_once_then_on_its_phase_of_the_interval():
+    assert next_on_phase(1000.0, 15.0, 3.75) == 1008.75 and next_on_phase(1008.75, 15.0, 3.75) == 1008.75
+    ran: list[float] = []
+    runner = JobRunner(workers=2)
+    runner.schedule([Job("phased", lambda: ran.append(time.time()), 2.0, phase_s=0.5)])
+    runner.start()
+    try:
+        until(lambda: ran, "the first run, at once")
+        nxt = runner.scheduler.get_job("phased").next_run_time.timestamp()
+        assert round(nxt % 2.0, 6) == 0.5 and nxt - ran[0] <= 2.0
+        runner.replace(Job("phased", lambda: ran.append(time.time()), 2.0, first_now=False, phase_s=1.5))
+        assert [j.id for j in runner.scheduler.get_jobs()] == ["phased"]  # the first run's one-off went too
+        assert round(runner.scheduler.get_job("phased").next_run_time.timestamp() % 2.0, 6) == 1.5
+    finally:
+        runner.stop()
 
 
 def test_a_leased_job_runs_only_for_the_holder(tmp_path):

@@ -10,6 +10,7 @@ import pytest
 from daemon import metrics
 from daemon.config import ConfigError, load
 from daemon.service import Service
+from daemon.shards import ShardSpec, cycle_phase
 from tests.daemon.alerting.receiver_server import ChatServer
 from tests.daemon.service.test_service import until
 
@@ -99,6 +100,8 @@ def test_a_pool_member_serves_whichever_shard_has_no_live_holder(live):
         assert p1.cycle() is not None and p1.cfg.service.shard == "b"  # a is held: the first free one
         assert p1.ownership.nodes == {"sn01-b02"} and p1.remediation.cursor == "playbooks:b"
         assert p1.ctx.shard_matchers == 'instance=~"127[.]1[.]0[.]2:.*"'  # what its PromQL collectors ask with
+        # its cycle on b's half of the interval from now on (a's on the first half: they take turns at Prometheus)
+        assert [j.phase_s for j in p1.jobs.jobs if j.name == "cycle"] == [0.5] and a._cycle_job().phase_s == 0.0
         assert p2.cycle() is None and not p2.active  # both held: it waits
         a.stop()
         assert p2.cycle() is not None and p2.cfg.service.shard == "a" and p2.ownership.nodes == {"sn01-b01"}
@@ -202,8 +205,14 @@ url = "{chat.url()}"
         chat.close()
 
 
+def test_the_shards_cycles_take_turns_over_the_interval():
+    specs = {name: ShardSpec(name, supernodes=frozenset({name})) for name in ("sn03", "sn01", "sn02", "sn04")}
+    assert [cycle_phase(specs, name, 15.0) for name in ("sn01", "sn02", "sn03", "sn04")] == [0.0, 3.75, 7.5, 11.25]
+    assert cycle_phase(specs, "*", 15.0) is None and cycle_phase({}, "default", 15.0) is None
+
+
 def test_a_shard_plan_that_leaves_a_node_out_is_told():
-    from daemon.shards import ShardSpec, plan_warnings
+    from daemon.shards import plan_warnings
     from daemon.topology import Topology
 
     topo = Topology.from_dict({"racks": [
