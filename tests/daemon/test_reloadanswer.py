@@ -55,8 +55,10 @@ def test_a_process_that_never_answers_times_out_and_one_that_dies_is_told(tmp_pa
     finally:
         deaf.kill()
         deaf.wait()
-    dying = subprocess.Popen([sys.executable, "-c", "import time; print('ready', flush=True); time.sleep(60)"],
-                             stdout=subprocess.PIPE, text=True)  # SIGHUP's default action ends it
+    # SIGHUP's default action ends it (set again: under nohup the test runner's children inherit it ignored)
+    dying = subprocess.Popen([sys.executable, "-c", "import signal, time; signal.signal(signal.SIGHUP, "
+                              "signal.SIG_DFL); print('ready', flush=True); time.sleep(60)"],
+                             stdout=subprocess.PIPE, text=True)
     assert dying.stdout.readline().strip() == "ready"
     code, message = reload_and_wait(dying.pid, 30, tmp_path)
     dying.wait()
