@@ -88,7 +88,8 @@ def cmd_status(args: argparse.Namespace) -> int:
     import urllib.error
     import urllib.request
 
-    from daemon.lease import Lease, shard_lease
+    from daemon.lease import Lease, claim_lease, shard_lease
+    from daemon.shards import cycle_phase
 
     with config_and_store(args, read_only=True) as (cfg, store):
         now = time.time()
@@ -98,8 +99,14 @@ def cmd_status(args: argparse.Namespace) -> int:
                 print(f"shard {name}: no daemon has run on this store")
             else:
                 alive = lease.expires_at > now
+                phase = cycle_phase(cfg.shards, name, cfg.service.interval_s)
+                turn = f"; cycles at +{phase:g} s of every {cfg.service.interval_s:g} s" if phase is not None else ""
                 print(f"shard {name}: {'held by' if alive else 'last held by'} {lease.holder}"
-                      f"{'' if alive else f' (lease ran out {now - lease.expires_at:.0f} s ago)'}")
+                      f"{'' if alive else f' (lease ran out {now - lease.expires_at:.0f} s ago)'}{turn}")
+                claim = Lease(store, claim_lease(name)).current()
+                if claim is not None and claim.expires_at > now and claim.holder != lease.holder:
+                    print(f"shard {name}: its own instance {claim.holder} stands by (a pool member holding the shard "
+                          "hands it over at its next cycle)")
             warm = store.warm_state(name)
             print(f"shard {name}: " + (f"warm state saved {fmt_ts(warm.saved_at)} ({(now - warm.saved_at) / 60:.0f} "
                                        f"min ago, {warm.size // 1024} kB)" if warm else

@@ -8,6 +8,7 @@ import time
 import pytest
 
 from daemon import metrics
+from daemon.cli import main
 from daemon.config import ConfigError, load
 from daemon.service import Service
 from daemon.shards import ShardSpec, cycle_phase
@@ -112,7 +113,7 @@ def test_a_pool_member_serves_whichever_shard_has_no_live_holder(live):
             svc.stop()
 
 
-def test_a_pool_member_hands_a_shard_back_when_its_own_instance_returns(live):
+def test_a_pool_member_hands_a_shard_back_when_its_own_instance_returns(live, capsys):
     """Rebalancing when a management node comes back: a pool member that took shard a while a's own instance was
     away hands it over at its next cycle once that instance stands by again (warm state, cursors and incidents go
     with the shard; never two holders), waits in the pool and takes a shard nobody holds."""
@@ -128,6 +129,10 @@ def test_a_pool_member_hands_a_shard_back_when_its_own_instance_returns(live):
         handed = metrics.SHARD_HANDOVERS._value.get()
         back = Service(load(live.config("a2.toml", extra=SHARDS, service_extra='shard = "a"')))  # and comes back
         assert back.cycle() is None and not back.active  # the pool member holds a: it stands by and asks for it
+        assert main(["status", "--config", str(back.cfg.path)]) == 1  # (no daemon answers on its port)
+        out = capsys.readouterr().out
+        assert f"shard a: held by {pool.lease.holder}; cycles at +0 s of every 1 s" in out
+        assert f"shard a: its own instance {back.lease.holder} stands by" in out and "shard b: its own" not in out
         assert pool.lease.held() and pool.cfg.service.shard == "a"  # not yet handed over: never two holders
         cursor = pool.store.collector_state("kernel")
         last_tick = pool.previous_tick
