@@ -213,19 +213,30 @@ class Service:
         the warm state and the open incidents: nothing is read twice, repeated or lost."""
         shard = self.cfg.service.shard
         with self.playbook_lock, self.alert_lock:  # after the cycle lock, as a reload takes them
-            if self.previous_tick is not None and self.cfg.service.warm_state_interval_s:
-                warmstate.save(self.store, shard, self.pipeline, self.previous_tick)
-            try:
-                if self.ownership.sharded and self.alert_lease.held():
-                    self.alert_lease.release()
-                self.lease.release()
-            except Exception as exc:  # unreleased, the leases run out within their TTL
-                log.error("handing shard %s over: the leases were not released: %s", shard, exc)
+            self._let_go()
             self._serve(POOL, Lease(self.store, shard_lease(POOL), ttl_s=self.cfg.service.lease_ttl))
             self.active, self.previous_tick = False, None
         metrics.SHARD_HANDOVERS.inc()
         log.info("pool member: shard %s's own instance asked for it back; handed over", shard)
         return self._take_a_shard()
+
+    def _let_go(self) -> None:
+        """Leave the shard to another instance (a stop, a pool member's handover): the warm state saved, what the
+        outbox can deliver delivered where this instance runs the alerts, the shard's and the alerts' leases
+        released (unreleased, they run out within their TTL)."""
+        if self.previous_tick is not None and self.cfg.service.warm_state_interval_s:
+            warmstate.save(self.store, self.cfg.service.shard, self.pipeline, self.previous_tick)
+        try:
+            if not self.ownership.sharded or self.alert_lease.held():
+                self.alerting.step(self.clock())
+        except Exception:
+            log.exception("final alert delivery failed")
+        try:
+            self.lease.release()
+            if self.ownership.sharded and self.alert_lease.held():
+                self.alert_lease.release()
+        except Exception:
+            log.exception("could not release the lease")
 
     def _take_a_shard(self) -> bool:
         """A pool member: hold the first shard whose lease no live instance holds, and whose own instance does not
@@ -575,19 +586,7 @@ class Service:
         self.notifier.stopping("finishing the job in flight")
         self.jobs.stop(wait=True)
         if self.active:
-            if self.previous_tick is not None and self.cfg.service.warm_state_interval_s:
-                warmstate.save(self.store, self.cfg.service.shard, self.pipeline, self.previous_tick)
-            try:
-                if not self.ownership.sharded or self.alert_lease.held():
-                    self.alerting.step(self.clock())
-            except Exception:
-                log.exception("final alert delivery failed")
-            try:
-                self.lease.release()
-                if self.ownership.sharded and self.alert_lease.held():
-                    self.alert_lease.release()
-            except Exception:
-                log.exception("could not release the lease")
+            self._let_go()
         elif self.claim is not None and self.claim.held():
             try:  # a standby that stops asks no more (a pool member would hand the shard to nobody)
                 self.claim.release()

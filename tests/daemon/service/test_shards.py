@@ -25,6 +25,14 @@ matchers = 'instance=~"127[.]1[.]0[.]2:.*"'
 '''
 
 
+def failed_after_cycles(a: Service, b: Service, gpu: str) -> bool:
+    """One cycle of each shard's instance; whether ``b`` holds ``gpu`` (the simulator's off-the-bus GPU) failed."""
+    a.cycle()
+    b.cycle()
+    h = b.pipeline.health.entities.get(gpu)
+    return h is not None and h.state.label == "failed"
+
+
 def test_two_shards_split_the_nodes_and_the_alerts_run_once(live):
     a = Service(load(live.config("a.toml", extra=SHARDS, service_extra='shard = "a"')))
     b = Service(load(live.config("b.toml", extra=SHARDS, service_extra='shard = "b"')))
@@ -35,13 +43,7 @@ def test_two_shards_split_the_nodes_and_the_alerts_run_once(live):
         assert a.ownership.split_racks == b.ownership.split_racks == {rack}
         assert a.split_racks.racks == {rack: ["a", "b"]} and not a.pipeline.incidents.groups_rack(rack)
 
-        def gpu5_failed():
-            a.cycle()
-            b.cycle()
-            h = b.pipeline.health.entities.get("sn01-b02/gpu5")
-            return h is not None and h.state.label == "failed"
-
-        until(gpu5_failed)
+        until(lambda: failed_after_cycles(a, b, "sn01-b02/gpu5"))
         nodes_of = {s: {e.split("/", 1)[0] for e in svc.pipeline.known_entities} for s, svc in (("a", a), ("b", b))}
         assert nodes_of == {"a": {"sn01-b01"}, "b": {"sn01-b02"}}  # each reads only its own nodes' telemetry
         scraped = {s: svc.last.outcomes["exporters"] for s, svc in (("a", a), ("b", b))}
@@ -176,13 +178,7 @@ url = "{chat.url()}"
     pool = Service(load(live.config("p.toml", extra=SHARDS + alerting, service_extra='shard = "*"')))
     stopped = []
     try:
-        def gpu5_failed():
-            a.cycle()
-            b.cycle()
-            h = b.pipeline.health.entities.get("sn01-b02/gpu5")
-            return h is not None and h.state.label == "failed"
-
-        until(gpu5_failed)
+        until(lambda: failed_after_cycles(a, b, "sn01-b02/gpu5"))
         assert b.alerts() is not None and a.alerts() is None  # b runs the cluster's alerts
         until(lambda: b.alerts() is not None and len(chat.received) >= 2)  # told, refused by the receiver
         ours = {i.id for i in b.pipeline.incidents.open.values() if i.entity.startswith("sn01-b02")}
