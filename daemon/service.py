@@ -207,10 +207,10 @@ class Service:
             return False
 
     def _hand_over(self) -> bool:
-        """A pool member whose shard's own instance is back: the warm state saved, the shard's lease (and the
-        cluster's alerts, if it ran them) let go at once, it waits in the pool again and takes a shard nobody holds,
-        if there is one. The shard's instance takes it at its next cycle, with the cursors saved with the last tick,
-        the warm state and the open incidents: nothing is read twice, repeated or lost."""
+        """A pool member whose shard's own instance is back: it lets go of the shard as a stop does
+        (:meth:`_let_go`), waits in the pool again and takes a shard nobody holds, if there is one. The shard's
+        instance takes it at its next cycle, with the cursors saved with the last tick, the warm state and the open
+        incidents: nothing is read twice, repeated or lost."""
         shard = self.cfg.service.shard
         with self.playbook_lock, self.alert_lock:  # after the cycle lock, as a reload takes them
             self._let_go()
