@@ -253,7 +253,7 @@ class Pipeline:
             frames = self.features.update(now, increases, fresh, events, models)
         if self.config.features_only:
             return TickResult([], [], len(events), len(samples))
-        tick_input = TickInput(now, events, increases, gauges, grace, frames, models)
+        tick_input = TickInput(now, events, increases, gauges, grace, frames, models, self.mapper.topology.node_rack)
         evidence = []
         for detector in self.detectors:
             evidence += detector.update(tick_input)

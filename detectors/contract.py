@@ -52,6 +52,7 @@ class TickInput:
     grace_nodes: frozenset[str] = frozenset()
     features: dict | None = None  # kind -> detectors.features.FeatureFrame, when a detector needs them
     models: Mapping[str, str] | None = None  # accelerator -> model from the telemetry (peer groups never mix)
+    racks: Mapping[str, str] | None = None  # node -> rack from the topology (a rack's GPUs share its coolant)
 
 
 @runtime_checkable

@@ -32,11 +32,11 @@ import numpy as np
 from detectors.grouping import RowIndex, group_median, nanmedian, peer_group
 from detectors.contract import Evidence, TickInput
 from detectors.schema import State, entity_kind, name_codes, names_in
+from detectors.smoothing import LOAD_STATES, RowEwma, load_state
 
 _MAD_TO_SIGMA = 1.4826
 
 
-_LOAD_ANY, _LOAD_BUSY, _LOAD_IDLE = 0, 1, 2
 _METRICS = ("gpu_temp_c", "hbm_temp_c", "power_w", "sm_clock_mhz", "gpu_util_pct")
 
 
@@ -75,40 +75,6 @@ class _Rows:
         return rows, len(self.index)
 
 
-class _Ewma:
-    """Per-row EWMA with its own last time; a gap of more than four half-lives restarts it."""
-
-    def __init__(self, halflife_s: float, restart_after: float | None = 4.0):
-        self.halflife_s = halflife_s
-        self.restart_after = restart_after
-        self.value = np.full(0, np.nan)
-        self.at = np.full(0, np.nan)
-
-    def grow(self, n: int) -> None:
-        if n > len(self.value):
-            extra = n - len(self.value)
-            self.value = np.concatenate([self.value, np.full(extra, np.nan)])
-            self.at = np.concatenate([self.at, np.full(extra, np.nan)])
-
-    def update(self, rows: np.ndarray, x: np.ndarray, now: float, frozen: np.ndarray | None = None) -> np.ndarray:
-        """Fold ``x`` into ``rows`` (not where ``frozen``: they keep value and time) and return the values."""
-        prev, at = self.value[rows], self.at[rows]
-        fresh = np.isnan(at)
-        if self.restart_after is not None:
-            fresh |= (now - at) > self.restart_after * self.halflife_s
-        with np.errstate(invalid="ignore"):
-            alpha = 1.0 - 0.5 ** ((now - at) / self.halflife_s)
-        out = np.where(fresh, x, prev + alpha * (x - prev))
-        if frozen is not None:
-            out = np.where(frozen & ~np.isnan(at), prev, out)
-            keep_time = frozen & ~np.isnan(at)
-            self.at[rows] = np.where(keep_time, at, now)
-        else:
-            self.at[rows] = now
-        self.value[rows] = out
-        return out
-
-
 class PeerDeviation:
     """Robust peer residuals of temperature, HBM temperature and clocks; parameters in ``__init__``.
 
@@ -143,12 +109,12 @@ class PeerDeviation:
         """Nothing to learn up front: the state is the smoothed residual per accelerator."""
         self.threshold_ = self.z_threshold
         self._rows = _Rows()
-        self._smooth = {m: _Ewma(self.halflife_s) for m in ("gpu_temp_c", "hbm_temp_c", "clock_ratio")}
+        self._smooth = {m: RowEwma(self.halflife_s) for m in ("gpu_temp_c", "hbm_temp_c", "clock_ratio")}
         # Each GPU's residual against the steady reference (its peers less their own offsets), smoothed
-        self._level = {m: _Ewma(self.halflife_s) for m in ("gpu_temp_c", "hbm_temp_c")}
+        self._level = {m: RowEwma(self.halflife_s) for m in ("gpu_temp_c", "hbm_temp_c")}
         # The own baseline per metric and load state (busy, idle, unknown), never restarted by a gap.
-        self._own = {(m, load): _Ewma(self.baseline_halflife_s, restart_after=None)
-                     for m in ("gpu_temp_c", "hbm_temp_c") for load in (_LOAD_ANY, _LOAD_BUSY, _LOAD_IDLE)}
+        self._own = {(m, load): RowEwma(self.baseline_halflife_s, restart_after=None)
+                     for m in ("gpu_temp_c", "hbm_temp_c") for load in LOAD_STATES}
         self._hot = {m: np.zeros(0, dtype=bool) for m in ("gpu_temp_c", "hbm_temp_c")}
         self._slow_now = np.zeros(0, dtype=bool)
         self._load_state = np.full(0, -1, dtype=np.int64)
@@ -166,7 +132,7 @@ class PeerDeviation:
             return
         rows = self._rows.index.rows_within(scope)
         for e in (*self._smooth.values(), *self._level.values(), *self._own.values()):
-            e.value[rows], e.at[rows] = np.nan, np.nan
+            e.forget(rows)
         for m in self._hot:
             self._hot[m][rows] = False
         self._slow_now[rows] = False
@@ -218,7 +184,7 @@ class PeerDeviation:
         self._grow(n)
         node_code = self._rows.node_code[rows]
         util = columns["gpu_util_pct"]
-        load = np.where(np.isnan(util), _LOAD_ANY, np.where(util >= 50, _LOAD_BUSY, _LOAD_IDLE))
+        load = load_state(util)
         settled = self._load_settled(rows, load, tick.now)
         # Peers at comparable load: busy GPUs against the node's busy ones, idle against idle (a half-used
         # node's median otherwise moves with its job mix); all together where utilisation is unknown.
@@ -288,14 +254,14 @@ class PeerDeviation:
         # GPU stays flagged).
         ld, st = load[sel], settled[sel]
         offset = np.full(len(sel), np.nan)
-        for state in (_LOAD_ANY, _LOAD_BUSY, _LOAD_IDLE):
+        for state in LOAD_STATES:
             k = np.flatnonzero(ld == state)
             offset[k] = self._own[(metric, state)].value[r[k]]
         reference, count = group_median(codes[sel], level[sel] - offset)
         steady = np.where(count[codes[sel]] >= self.min_peers + 1, level[sel] - reference[codes[sel]], residual[sel])
         own = self._level[metric].update(r, steady, now)
         rise = np.full(len(sel), np.nan)
-        for state in (_LOAD_ANY, _LOAD_BUSY, _LOAD_IDLE):
+        for state in LOAD_STATES:
             k = np.flatnonzero(st & (ld == state))
             if len(k):
                 base = self._own[(metric, state)].update(r[k], own[k], now, frozen=was_hot[k])

@@ -13,8 +13,8 @@ Rules (docs/architecture.md §5):
 * Fabric: ``link_downed`` increase, a port not ACTIVE, or an mlx5 "Link down" is ``failed`` (not during a
   node's reboot grace); symbol errors above 120/h (the IBTA 1e-12 BER limit NVSentinel uses) and link
   error recoveries above ``link_recovery_per_hour`` are ``subhealthy``.
-* Thermal: GPU temperature at the slowdown limit or thermal throttling ``subhealthy``, at the
-  shutdown limit ``failed``; HBM at its limit (95 °C) ``suspect`` (a watch: a warm slot gets there in a
+* Thermal: GPU temperature at the slowdown limit or thermal throttling ``subhealthy`` (a ``suspect`` watch when
+  the GPU's rack warmed with it: :mod:`detectors.shared_heat`), at the shutdown limit ``failed``; HBM at its limit (95 °C) ``suspect`` (a watch: a warm slot gets there in a
   rack-wide coolant swing; a degrading GPU is flagged by the peer detector). The host: its CPUs throttling for
   heat a ``suspect`` cooling watch, the kernel shutting the node down at a thermal zone's critical trip ``failed``
   (cooling).
@@ -46,6 +46,7 @@ import pandas as pd
 
 from detectors.contract import Evidence, TickInput
 from detectors.counters import DecayingCount
+from detectors.shared_heat import SharedHeat
 from detectors.schema import State, entity_kind, name_codes, names_in, node_of, within
 from detectors.vendor_events import Verdict, amdgpu_verdict, ascend_verdict, load_ascend_catalog
 
@@ -154,6 +155,7 @@ class RuleDetector:
         self._app_xids: dict[str, deque] = defaultdict(deque)
         self._aer_minute: dict[str, float] = {}  # entity -> stamp of its last corrected AER line counted
         self._pruned_at = -math.inf
+        self._heat = None if self.baseline else SharedHeat(limit_c=self.gpu_temp_slowdown_c)
         return self
 
     def _latch(self, ev: Evidence, until: float, tag: str = "") -> None:
@@ -171,6 +173,8 @@ class RuleDetector:
             del self._hot[key]
         for counts in (self._hourly, self._daily):  # keys are "what|entity"
             counts.drop(lambda key: within(key.rsplit("|", 1)[-1], scope))
+        if self._heat is not None:
+            self._heat.forget(scope)
 
     def restore(self, flagged: set[str]) -> None:
         """Nothing to restore: hard facts come again with the next events and levels, and health keeps a restarted
@@ -190,6 +194,8 @@ class RuleDetector:
         level_evidence: list[Evidence] = []
         self._events(tick)
         self._counters(tick, level_evidence)
+        if self._heat is not None:
+            self._heat.observe(now, tick.gauges, tick.racks)
         self._gauges(tick, level_evidence)
         out = level_evidence
         for entity in list(self._latches):
@@ -483,14 +489,14 @@ class RuleDetector:
                     out.append(Evidence(entity, State.FAILED, "gpu_thermal", [f"GPU {peak:.0f} °C {limit}"], hard=True))
                 elif peak >= self.gpu_temp_slowdown_c:
                     limit = f"at the slowdown limit ({self.gpu_temp_slowdown_c:.0f} °C)"
-                    out.append(Evidence(entity, State.SUBHEALTHY, "gpu_thermal", [f"GPU {peak:.0f} °C {limit}"]))
+                    out.append(self._thermal(entity, f"GPU {peak:.0f} °C {limit}"))
             elif metric == "hbm_temp_c" and peak >= self.hbm_temp_limit_c:
                 # A watch, not a flag: a GPU in a warm slot reaches its memory limit during a rack-wide coolant
                 # swing and is healthy; a degrading one is flagged by the peer detector (hotter than its peers).
                 out.append(Evidence(entity, State.SUSPECT, "gpu_thermal",
                                     [f"HBM {peak:.0f} °C at or over its {self.hbm_temp_limit_c:.0f} °C limit"]))
             elif metric == "throttle_thermal" and last >= 1:
-                out.append(Evidence(entity, State.SUBHEALTHY, "gpu_thermal", ["clocks throttled for temperature"]))
+                out.append(self._thermal(entity, "clocks throttled for temperature"))
             elif metric == "accelerator_health" and last == 0:
                 # The vendor's own health bit (npu-exporter, npu-smi): its fault codes say how bad; this alone
                 # is a sub-healthy NPU, never a drain by itself.
@@ -503,3 +509,11 @@ class RuleDetector:
                 name = _PORT_STATES.get(int(last), str(int(last)))
                 reason = f"port state {name} ({int(last)})"
                 out.append(Evidence(entity, State.FAILED, "fabric_link", [reason], hard=True))
+
+    def _thermal(self, entity: str, what: str) -> Evidence:
+        """A GPU at its slowdown limit or throttled for heat: ``subhealthy``, or a ``suspect`` watch when its rack
+        warmed with it (:mod:`detectors.shared_heat`: a warm slot in a coolant swing is the rack's cooling)."""
+        heat = self._heat.shared(entity) if self._heat is not None else None
+        if heat is None:
+            return Evidence(entity, State.SUBHEALTHY, "gpu_thermal", [what])
+        return Evidence(entity, State.SUSPECT, "gpu_thermal", [f"{what}; {heat.reason()}"])

@@ -1,0 +1,177 @@
+"""Shared heat: whether a GPU at its temperature limit got there with its rack (the coolant), not on its own.
+
+A GPU in a warm slot runs a few degrees above its peers for ever; when the rack's coolant swings up (a CDU's setpoint,
+a chiller cycling) every GPU of the rack warms by the same few degrees, and the warm one can touch its slowdown limit.
+That is the rack's cooling, told as a cooling watch; draining the blade would take a healthy GPU out and leave the
+coolant as it was (seed 2009 of the 30-day closed loop did exactly that, docs/playbooks.md).
+
+Each accelerator's temperature and power are followed against its own baselines per load state (busy, idle,
+unknown; EWMAs of ``halflife_s``, six hours, a running mean at first, frozen while the GPU is at its limit): its
+*rise* is its temperature over its baseline less what its own change of power explains at the fleet's slope
+(temperature per watt fitted across the fleet each tick, smoothed). The rack's rise is the median rise of its accelerators (``min_peers`` with a
+settled baseline at least). A GPU's heat is the rack's when the rack rose at least ``min_rack_rise_c`` and the GPU
+rose no more than ``margin_c`` beyond it. Anything else, a GPU heating on its own, a rack that did not move, a GPU
+without a settled baseline (a load change, the first hour) or a rack too small to say, is not shared: the limit
+keeps its verdict. Racks come from the topology; without one, all accelerators of the tick are one group (a
+shard's median moves only when most of it warms, so then fewer limits are excused, never more).
+"""
+
+from __future__ import annotations
+
+from collections.abc import Mapping
+from dataclasses import dataclass
+
+import numpy as np
+import pandas as pd
+
+from detectors.grouping import RowIndex, group_median
+from detectors.schema import name_codes, node_of
+from detectors.smoothing import LOAD_STATES, RowEwma, load_state
+
+_METRICS = ("gpu_temp_c", "power_w", "gpu_util_pct")
+
+
+@dataclass(frozen=True)
+class Heat:
+    """One GPU's rise and its rack's (°C over their own baselines), when its heat is shared."""
+
+    rise_c: float
+    rack_rise_c: float
+    rack: str
+
+    def reason(self) -> str:
+        where = f"rack {self.rack}" if self.rack else "the fleet"
+        return (f"its {where} warmed with it ({self.rack_rise_c:+.1f} °C over the GPUs' baselines, this GPU "
+                f"{self.rise_c:+.1f} °C): the coolant, not this GPU")
+
+
+class SharedHeat:
+    """Per-accelerator rises against own baselines, and per rack the median of them; see the module doc."""
+
+    def __init__(self, halflife_s: float = 6 * 3600.0, min_rack_rise_c: float = 2.0, margin_c: float = 3.0,
+                 min_peers: int = 8, warmup_s: float = 3600.0, limit_c: float = 87.0,
+                 slope_halflife_s: float = 3600.0):
+        self.halflife_s = halflife_s
+        self.min_rack_rise_c = min_rack_rise_c
+        self.margin_c = margin_c
+        self.min_peers = min_peers
+        self.warmup_s = warmup_s
+        self.limit_c = limit_c
+        self.slope_halflife_s = slope_halflife_s
+        self._rows = RowIndex()
+        # Each accelerator's own temperature and power per load state (a running mean for the first hours)
+        self._temp = {state: RowEwma(halflife_s, restart_after=None, mean_first=True) for state in LOAD_STATES}
+        self._power = {state: RowEwma(halflife_s, restart_after=None, mean_first=True) for state in LOAD_STATES}
+        self._rise = np.empty(0)
+        self._rack_rise = np.empty(0)
+        self._group = np.empty(0, dtype=np.int64)
+        self._groups: dict[str, int] = {}
+        self._group_names: list[str] = []
+        self._seen = np.empty(0)
+        self._slope = np.nan
+        self._slope_at = np.nan
+        self._now = np.nan
+
+    def forget(self, scope: str) -> None:
+        """Drop the baselines of the accelerators in ``scope`` (a node's, or one GPU replaced in its slot)."""
+        rows = self._rows.rows_within(scope)
+        for ewma in (*self._temp.values(), *self._power.values()):
+            ewma.forget(rows)
+        self._rise[rows] = np.nan
+
+    def _grow(self, n: int, ids: np.ndarray, rows: np.ndarray, racks: Mapping[str, str] | None) -> None:
+        extra = n - len(self._rise)
+        if extra > 0:
+            for ewma in (*self._temp.values(), *self._power.values()):
+                ewma.grow(n)
+            self._rise = np.concatenate([self._rise, np.full(extra, np.nan)])
+            self._rack_rise = np.concatenate([self._rack_rise, np.full(extra, np.nan)])
+            self._seen = np.concatenate([self._seen, np.full(extra, np.nan)])
+            self._group = np.concatenate([self._group, np.full(extra, -1, dtype=np.int64)])
+        new = self._group[rows] < 0
+        for j in np.flatnonzero(new):
+            rack = (racks or {}).get(node_of(ids[j]), "")
+            self._group[rows[j]] = self._groups.setdefault(rack, len(self._groups))
+            if len(self._group_names) < len(self._groups):
+                self._group_names.append(rack)
+
+    def observe(self, now: float, gauges: pd.DataFrame, racks: Mapping[str, str] | None = None) -> None:
+        """Fold in a tick's current gauge readings (``entity, metric, last, fresh``): every accelerator's rise and
+        its rack's. Only fresh readings move a baseline; held ones are judged as they stand."""
+        if gauges.empty:
+            return
+        pick = np.flatnonzero(np.isin(gauges["metric"].to_numpy(object), _METRICS))
+        if not len(pick):
+            return
+        sub = gauges.iloc[pick]
+        codes, names = name_codes(sub["entity"])
+        metric = sub["metric"].to_numpy(object)
+        last = sub["last"].to_numpy(dtype=float)
+        fresh_col = sub["fresh"].to_numpy(dtype=bool) if "fresh" in sub else np.ones(len(sub), dtype=bool)
+        cols = {m: np.full(len(names), np.nan) for m in _METRICS}
+        fresh = np.zeros(len(names), dtype=bool)
+        for m in _METRICS:
+            sel = metric == m
+            cols[m][codes[sel]] = last[sel]
+            if m == "gpu_temp_c":
+                fresh[codes[sel]] = fresh_col[sel]
+        has_temp = np.isfinite(cols["gpu_temp_c"])
+        if not has_temp.any():
+            return
+        ids = names[has_temp]
+        t, p = cols["gpu_temp_c"][has_temp], cols["power_w"][has_temp]
+        util, fresh = cols["gpu_util_pct"][has_temp], fresh[has_temp]
+        rows, _ = self._rows.lookup(ids)
+        self._grow(len(self._rows), ids, rows, racks)
+        slope = self._fleet_slope(now, t, p)
+        load = load_state(util)
+        at_limit = t >= self.limit_c
+        rise = np.full(len(rows), np.nan)
+        for state in LOAD_STATES:
+            k = np.flatnonzero(load == state)
+            if not len(k):
+                continue
+            temp, power = self._temp[state], self._power[state]
+            upd = k[fresh[k]]
+            if len(upd):
+                temp.update(rows[upd], t[upd], now, frozen=at_limit[upd])
+                has_p = upd[np.isfinite(p[upd])]
+                power.update(rows[has_p], p[has_p], now, frozen=at_limit[has_p])
+            r = rows[k]
+            # The rise in temperature less what the GPU's own change of power explains (at the fleet's slope)
+            power_part = slope * (p[k] - power.value[r])
+            own = t[k] - temp.value[r] - np.where(np.isfinite(power_part), power_part, 0.0)
+            rise[k] = np.where(now - temp.since[r] >= self.warmup_s, own, np.nan)
+        group = self._group[rows]
+        rack_rise, count = group_median(group, rise)
+        rack_rise = np.where(count >= self.min_peers, rack_rise, np.nan)
+        self._rise[rows] = rise
+        self._rack_rise[rows] = rack_rise[group]
+        self._seen[rows] = now
+        self._now = now
+
+    def _fleet_slope(self, now: float, t: np.ndarray, p: np.ndarray) -> float:
+        """The fleet's temperature per watt (a least-squares fit of the tick, smoothed over ``slope_halflife_s``;
+        0 where power is not exported or too even to fit)."""
+        ok = np.isfinite(t) & np.isfinite(p)
+        if ok.sum() >= 4 and np.ptp(p[ok]) > 50:
+            b = float(np.polyfit(p[ok], t[ok], 1)[0])
+            if np.isnan(self._slope):
+                self._slope = b
+            else:
+                alpha = 1.0 - 0.5 ** (max(now - self._slope_at, 0.0) / self.slope_halflife_s)
+                self._slope += alpha * (b - self._slope)
+            self._slope_at = now
+        return 0.0 if np.isnan(self._slope) else self._slope
+
+    def shared(self, entity: str) -> Heat | None:
+        """The GPU's and its rack's rise when the GPU's heat is its rack's (seen in the last tick observed)."""
+        row = self._rows.index.get_indexer([entity])[0]
+        if row < 0 or self._seen[row] != self._now:
+            return None
+        rise, rack_rise = self._rise[row], self._rack_rise[row]
+        if not (np.isfinite(rise) and np.isfinite(rack_rise)):
+            return None
+        if rack_rise >= self.min_rack_rise_c and rise <= rack_rise + self.margin_c:
+            return Heat(float(rise), float(rack_rise), self._group_names[self._group[row]])
+        return None
