@@ -14,10 +14,10 @@ Rules (docs/architecture.md §5):
   node's reboot grace); symbol errors above 120/h (the IBTA 1e-12 BER limit NVSentinel uses) and link
   error recoveries above ``link_recovery_per_hour`` are ``subhealthy``.
 * Thermal: GPU temperature at the slowdown limit or thermal throttling ``subhealthy`` (a ``suspect`` watch when
-  the GPU's rack warmed with it: :mod:`detectors.shared_heat`), at the shutdown limit ``failed``; HBM at its limit (95 °C) ``suspect`` (a watch: a warm slot gets there in a
-  rack-wide coolant swing; a degrading GPU is flagged by the peer detector). The host: its CPUs throttling for
-  heat a ``suspect`` cooling watch, the kernel shutting the node down at a thermal zone's critical trip ``failed``
-  (cooling).
+  the GPU's rack warmed with it: :mod:`detectors.shared_heat`), at the shutdown limit ``failed``; HBM at its limit
+  (95 °C) ``suspect`` (a watch: a warm slot gets there in a rack-wide coolant swing; a degrading GPU is flagged by
+  the peer detector). The host: its CPUs throttling for heat a ``suspect`` cooling watch, the kernel shutting the
+  node down at a thermal zone's critical trip ``failed`` (cooling).
 * Host: EDAC uncorrected, fatal MCE ``failed``; corrected MCE ``suspect``.
 * Other vendors' RAS events (amdgpu kernel lines, Ascend fault codes) by ``vendor_events``; the vendor's own
   health bit (npu-exporter's health status, npu-smi's Health) at 0 is ``subhealthy``.

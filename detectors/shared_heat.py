@@ -8,12 +8,12 @@ coolant as it was (seed 2009 of the 30-day closed loop did exactly that, docs/pl
 Each accelerator's temperature and power are followed against its own baselines per load state (busy, idle,
 unknown; EWMAs of ``halflife_s``, six hours, a running mean at first, frozen while the GPU is at its limit): its
 *rise* is its temperature over its baseline less what its own change of power explains at the fleet's slope
-(temperature per watt fitted across the fleet each tick, smoothed). The rack's rise is the median rise of its accelerators (``min_peers`` with a
-settled baseline at least). A GPU's heat is the rack's when the rack rose at least ``min_rack_rise_c`` and the GPU
-rose no more than ``margin_c`` beyond it. Anything else, a GPU heating on its own, a rack that did not move, a GPU
-without a settled baseline (a load change, the first hour) or a rack too small to say, is not shared: the limit
-keeps its verdict. Racks come from the topology; without one, all accelerators of the tick are one group (a
-shard's median moves only when most of it warms, so then fewer limits are excused, never more).
+(temperature per watt fitted across the fleet each tick, smoothed). The rack's rise is the median rise of its
+accelerators (``min_peers`` with a settled baseline at least). A GPU's heat is the rack's when the rack rose at least
+``min_rack_rise_c`` and the GPU rose no more than ``margin_c`` beyond it. Anything else, a GPU heating on its own, a
+rack that did not move, a GPU without a settled baseline (a load change, the first hour) or a rack too small to
+say, is not shared: the limit keeps its verdict. Racks come from the topology; without one, all accelerators of the
+tick are one group (a shard's median moves only when most of it warms, so then fewer limits are excused, never more).
 """
 
 from __future__ import annotations
@@ -100,21 +100,19 @@ class SharedHeat:
         its rack's. Only fresh readings move a baseline; held ones are judged as they stand."""
         if gauges.empty:
             return
-        pick = np.flatnonzero(np.isin(gauges["metric"].to_numpy(object), _METRICS))
-        if not len(pick):
-            return
-        sub = gauges.iloc[pick]
-        codes, names = name_codes(sub["entity"])
-        metric = sub["metric"].to_numpy(object)
-        last = sub["last"].to_numpy(dtype=float)
-        fresh_col = sub["fresh"].to_numpy(dtype=bool) if "fresh" in sub else np.ones(len(sub), dtype=bool)
+        ent_codes, names = name_codes(gauges["entity"])
+        met_codes, met_names = name_codes(gauges["metric"])
+        last = gauges["last"].to_numpy(dtype=float)
         cols = {m: np.full(len(names), np.nan) for m in _METRICS}
         fresh = np.zeros(len(names), dtype=bool)
         for m in _METRICS:
-            sel = metric == m
-            cols[m][codes[sel]] = last[sel]
+            code = np.flatnonzero(met_names == m)
+            if not len(code):
+                continue
+            sel = np.flatnonzero((met_codes == code[0]) & (ent_codes >= 0))
+            cols[m][ent_codes[sel]] = last[sel]
             if m == "gpu_temp_c":
-                fresh[codes[sel]] = fresh_col[sel]
+                fresh[ent_codes[sel]] = gauges["fresh"].to_numpy(dtype=bool)[sel] if "fresh" in gauges else True
         has_temp = np.isfinite(cols["gpu_temp_c"])
         if not has_temp.any():
             return
@@ -155,7 +153,8 @@ class SharedHeat:
         0 where power is not exported or too even to fit)."""
         ok = np.isfinite(t) & np.isfinite(p)
         if ok.sum() >= 4 and np.ptp(p[ok]) > 50:
-            b = float(np.polyfit(p[ok], t[ok], 1)[0])
+            dp = p[ok] - p[ok].mean()
+            b = float(dp @ (t[ok] - t[ok].mean()) / (dp @ dp))  # the least-squares slope
             if np.isnan(self._slope):
                 self._slope = b
             else:
