@@ -6,7 +6,8 @@ That is the rack's cooling, told as a cooling watch; draining the blade would ta
 coolant as it was (seed 2009 of the 30-day closed loop did exactly that, docs/playbooks.md).
 
 Each accelerator's temperature and power are followed against its own baselines per load state (busy, idle,
-unknown; EWMAs of ``halflife_s``, six hours, a running mean at first, frozen while the GPU is at its limit): its
+unknown; EWMAs of ``halflife_s``, six hours, a running mean at first, a fresh reading every ``update_every_s`` at
+most, frozen while the GPU is at its limit; the rises are worked out only when a limit asks): its
 *rise* is its temperature over its baseline less what its own change of power explains at the fleet's slope
 (temperature per watt fitted across the fleet each tick, smoothed). The rack's rise is the median rise of its
 accelerators (``min_peers`` with a settled baseline at least). A GPU's heat is the rack's when the rack rose at least
@@ -50,7 +51,7 @@ class SharedHeat:
 
     def __init__(self, halflife_s: float = 6 * 3600.0, min_rack_rise_c: float = 2.0, margin_c: float = 3.0,
                  min_peers: int = 8, warmup_s: float = 3600.0, limit_c: float = 87.0,
-                 slope_halflife_s: float = 3600.0):
+                 slope_halflife_s: float = 3600.0, update_every_s: float = 120.0):
         self.halflife_s = halflife_s
         self.min_rack_rise_c = min_rack_rise_c
         self.margin_c = margin_c
@@ -58,6 +59,7 @@ class SharedHeat:
         self.warmup_s = warmup_s
         self.limit_c = limit_c
         self.slope_halflife_s = slope_halflife_s
+        self.update_every_s = update_every_s
         self._rows = RowIndex()
         # Each accelerator's own temperature and power per load state (a running mean for the first hours)
         self._temp = {state: RowEwma(halflife_s, restart_after=None, mean_first=True) for state in LOAD_STATES}
@@ -68,9 +70,12 @@ class SharedHeat:
         self._groups: dict[str, int] = {}
         self._group_names: list[str] = []
         self._seen = np.empty(0)
+        self._updated = np.empty(0)  # when each row's baselines last took a reading
         self._slope = np.nan
         self._slope_at = np.nan
         self._now = np.nan
+        self._tick: tuple | None = None  # the last tick's rows, temperatures, power and load states
+        self._judged_at = np.nan
 
     def forget(self, scope: str) -> None:
         """Drop the baselines of the accelerators in ``scope`` (a node's, or one GPU replaced in its slot)."""
@@ -78,6 +83,7 @@ class SharedHeat:
         for ewma in (*self._temp.values(), *self._power.values()):
             ewma.forget(rows)
         self._rise[rows] = np.nan
+        self._updated[rows] = -np.inf
 
     def _grow(self, n: int, ids: np.ndarray, rows: np.ndarray, racks: Mapping[str, str] | None) -> None:
         extra = n - len(self._rise)
@@ -87,6 +93,7 @@ class SharedHeat:
             self._rise = np.concatenate([self._rise, np.full(extra, np.nan)])
             self._rack_rise = np.concatenate([self._rack_rise, np.full(extra, np.nan)])
             self._seen = np.concatenate([self._seen, np.full(extra, np.nan)])
+            self._updated = np.concatenate([self._updated, np.full(extra, -np.inf)])
             self._group = np.concatenate([self._group, np.full(extra, -1, dtype=np.int64)])
         new = self._group[rows] < 0
         for j in np.flatnonzero(new):
@@ -121,34 +128,46 @@ class SharedHeat:
         util, fresh = cols["gpu_util_pct"][has_temp], fresh[has_temp]
         rows, _ = self._rows.lookup(ids)
         self._grow(len(self._rows), ids, rows, racks)
-        slope = self._fleet_slope(now, t, p)
         load = load_state(util)
-        at_limit = t >= self.limit_c
+        # A six-hour baseline needs no reading every tick: each row takes one every ``update_every_s`` at most
+        due = fresh & (now - self._updated[rows] >= self.update_every_s)
+        if due.any():
+            self._fleet_slope(now, t, p)
+            at_limit = t >= self.limit_c
+            for state in LOAD_STATES:
+                upd = np.flatnonzero(due & (load == state))
+                if len(upd):
+                    self._temp[state].update(rows[upd], t[upd], now, frozen=at_limit[upd])
+                    has_p = upd[np.isfinite(p[upd])]
+                    self._power[state].update(rows[has_p], p[has_p], now, frozen=at_limit[has_p])
+            self._updated[rows[due]] = now
+        self._seen[rows] = now
+        self._now = now
+        self._tick = (rows, t, p, load)
+
+    def _judge(self) -> None:
+        """Every accelerator's rise and its rack's, for the last tick observed (once, when first asked)."""
+        rows, t, p, load = self._tick
+        slope = 0.0 if np.isnan(self._slope) else self._slope
         rise = np.full(len(rows), np.nan)
         for state in LOAD_STATES:
             k = np.flatnonzero(load == state)
             if not len(k):
                 continue
             temp, power = self._temp[state], self._power[state]
-            upd = k[fresh[k]]
-            if len(upd):
-                temp.update(rows[upd], t[upd], now, frozen=at_limit[upd])
-                has_p = upd[np.isfinite(p[upd])]
-                power.update(rows[has_p], p[has_p], now, frozen=at_limit[has_p])
             r = rows[k]
             # The rise in temperature less what the GPU's own change of power explains (at the fleet's slope)
             power_part = slope * (p[k] - power.value[r])
             own = t[k] - temp.value[r] - np.where(np.isfinite(power_part), power_part, 0.0)
-            rise[k] = np.where(now - temp.since[r] >= self.warmup_s, own, np.nan)
+            rise[k] = np.where(self._now - temp.since[r] >= self.warmup_s, own, np.nan)
         group = self._group[rows]
         rack_rise, count = group_median(group, rise)
         rack_rise = np.where(count >= self.min_peers, rack_rise, np.nan)
         self._rise[rows] = rise
         self._rack_rise[rows] = rack_rise[group]
-        self._seen[rows] = now
-        self._now = now
+        self._judged_at = self._now
 
-    def _fleet_slope(self, now: float, t: np.ndarray, p: np.ndarray) -> float:
+    def _fleet_slope(self, now: float, t: np.ndarray, p: np.ndarray) -> None:
         """The fleet's temperature per watt (a least-squares fit of the tick, smoothed over ``slope_halflife_s``;
         0 where power is not exported or too even to fit)."""
         ok = np.isfinite(t) & np.isfinite(p)
@@ -161,13 +180,14 @@ class SharedHeat:
                 alpha = 1.0 - 0.5 ** (max(now - self._slope_at, 0.0) / self.slope_halflife_s)
                 self._slope += alpha * (b - self._slope)
             self._slope_at = now
-        return 0.0 if np.isnan(self._slope) else self._slope
 
     def shared(self, entity: str) -> Heat | None:
         """The GPU's and its rack's rise when the GPU's heat is its rack's (seen in the last tick observed)."""
         row = self._rows.index.get_indexer([entity])[0]
         if row < 0 or self._seen[row] != self._now:
             return None
+        if self._judged_at != self._now:
+            self._judge()
         rise, rack_rise = self._rise[row], self._rack_rise[row]
         if not (np.isfinite(rise) and np.isfinite(rack_rise)):
             return None
