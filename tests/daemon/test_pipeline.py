@@ -1,4 +1,4 @@
-"""The tick's own logic: a link judged from both ends."""
+"""The tick's own logic: a link judged from both ends; the topology's racks handed to the detectors."""
 
 import pandas as pd
 
@@ -47,3 +47,30 @@ def test_rules_only_runs_the_rules_and_nothing_learned():
     p.use_model(None)
     assert [type(d) for d in p.detectors] == [RuleDetector]
     assert len(Pipeline(SeriesMapper(topology=Topology.from_dict(TOPOLOGY))).detectors) > 1
+
+
+def test_the_topologys_racks_reach_the_rules_a_warm_slot_in_its_racks_coolant_swing_is_a_watch():
+    """Four racks of two 4-GPU nodes; r02's coolant warms 7 °C and its warm-slot GPU reaches the slowdown limit.
+    With the racks from the topology it is r02's coolant (a watch); the same GPU heating on its own in a still rack
+    is sub-healthy. Without the racks the fleet's median would not have moved (one rack of four)."""
+    topology = {"racks": [{"name": f"r0{r}", "nodes": [{"name": f"n{r}{b}"} for b in range(2)]} for r in range(1, 5)]}
+    gpus = [f"n{r}{b}/gpu{g}" for r in range(1, 5) for b in range(2) for g in range(4)]
+    warm = "n20/gpu3"
+
+    def run(swing_rack: str, own_c: float) -> set[str]:
+        p = Pipeline(SeriesMapper(topology=Topology.from_dict(topology)), PipelineConfig(rules_only=True))
+        states: set[str] = set()
+        for k in range(1, 361):  # 2.5 h steady, then 20 min of warming and 10 min at the top (findings: changes)
+            t = 30.0 * k
+            rise = 7.0 * min(max(k - 300, 0), 40) / 40
+            rows = []
+            for i, g in enumerate(gpus):
+                temp = 68.0 + (i % 5) + (12.5 if g == warm else 0.0) + ((k + i) % 3) * 0.3
+                temp += rise if g.startswith(f"n{swing_rack[-1]}") else 0.0
+                temp += own_c * min(max(k - 300, 0), 40) / 40 if g == warm else 0.0
+                rows += [(g, "gpu_temp_c", temp), (g, "power_w", 600.0 + 5 * (i % 7)), (g, "gpu_util_pct", 95.0)]
+            states |= {f.state for f in p.tick(t, batch(t, rows)).findings if f.entity == warm}
+        return states
+
+    assert run("r02", 0.0) == {"suspect"}
+    assert run("r03", 7.0) == {"subhealthy"}
