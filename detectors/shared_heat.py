@@ -41,8 +41,8 @@ class Heat:
     rack: str
 
     def reason(self) -> str:
-        where = f"rack {self.rack}" if self.rack else "the fleet"
-        return (f"its {where} warmed with it ({self.rack_rise_c:+.1f} °C over the GPUs' baselines, this GPU "
+        where = f"its rack {self.rack}" if self.rack else "the whole fleet"
+        return (f"{where} warmed with it ({self.rack_rise_c:+.1f} °C over the GPUs' baselines, this GPU "
                 f"{self.rise_c:+.1f} °C): the coolant, not this GPU")
 
 

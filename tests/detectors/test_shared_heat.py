@@ -152,6 +152,8 @@ def test_without_a_topology_the_tick_is_one_group(racks_warming, own, expected):
         tick = run(det, fleet, t, racks=None)
         ev += tick if i > 40 else []
     assert levels(ev, GPUS[WARM]) == {expected}
+    if expected == State.SUSPECT:
+        assert all("; the whole fleet warmed with it (" in e.reasons[0] for e in thermal(ev, GPUS[WARM]))
 
 
 def test_the_shutdown_limit_is_failed_in_any_swing():
