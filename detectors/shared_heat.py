@@ -76,6 +76,7 @@ class SharedHeat:
         self._now = np.nan
         self._tick: tuple | None = None  # the last tick's rows, temperatures, power and load states
         self._judged_at = np.nan
+        self._racks: Mapping[str, str] | None = None  # the topology's node -> rack the groups were made from
 
     def forget(self, scope: str) -> None:
         """Drop the baselines of the accelerators in ``scope`` (a node's, or one GPU replaced in its slot)."""
@@ -95,6 +96,10 @@ class SharedHeat:
             self._seen = np.concatenate([self._seen, np.full(extra, np.nan)])
             self._updated = np.concatenate([self._updated, np.full(extra, -np.inf)])
             self._group = np.concatenate([self._group, np.full(extra, -1, dtype=np.int64)])
+        if racks is not self._racks:  # another topology (a reload): every GPU's rack is looked up again
+            self._racks = racks
+            self._group[:] = -1
+            self._groups, self._group_names = {}, []
         new = self._group[rows] < 0
         for j in np.flatnonzero(new):
             rack = (racks or {}).get(node_of(ids[j]), "")

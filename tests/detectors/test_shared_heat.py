@@ -200,3 +200,20 @@ def test_a_replaced_gpu_starts_its_baseline_afresh():
     heat.observe(t + 60, fleet.gauges(), RACKS)
     assert heat.shared(GPUS[WARM]) is None  # no baseline yet: not judged shared
     assert heat.shared(GPUS[WARM - 1]) is not None
+
+
+def test_a_new_topology_regroups_the_gpus():
+    """A reloaded topology (the pipeline hands over a new node -> rack map) puts each GPU in its rack afresh: first
+    all GPUs are one group (no map), then r0's warm slot is judged against r0."""
+    fleet = Fleet()
+    heat = SharedHeat()
+    t = 0.0
+    while t < 2 * 3600:
+        t += 60
+        heat.observe(t, fleet.gauges(), None)
+    fleet.coolant["r0"] += 6.0
+    heat.observe(t + 60, fleet.gauges(), None)
+    before = heat.shared(GPUS[WARM])
+    assert before is None or before.rack == ""  # one group: half the fleet warmed
+    heat.observe(t + 120, fleet.gauges(), dict(RACKS))
+    assert heat.shared(GPUS[WARM]) is not None and heat.shared(GPUS[WARM]).rack == "r0"
