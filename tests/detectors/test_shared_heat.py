@@ -188,13 +188,16 @@ def test_sampled_every_five_minutes_held_readings_do_not_teach_the_baseline():
     assert heat.shared("r1-b0/gpu0") is None  # r1 did not move
 
 
+def watched(racks) -> tuple[Fleet, SharedHeat]:
+    """A fleet and the judgment after two hours of it, a reading a minute."""
+    fleet, heat = Fleet(), SharedHeat()
+    for k in range(1, 121):
+        heat.observe(60.0 * k, fleet.gauges(), racks)
+    return fleet, heat
+
+
 def test_a_replaced_gpu_starts_its_baseline_afresh():
-    fleet = Fleet()
-    heat = SharedHeat()
-    t = 0.0
-    while t < 2 * 3600:
-        t += 60
-        heat.observe(t, fleet.gauges(), RACKS)
+    fleet, heat, t = *watched(RACKS), 2 * 3600.0
     heat.forget(GPUS[WARM])
     fleet.coolant["r0"] += 6.0
     heat.observe(t + 60, fleet.gauges(), RACKS)
@@ -205,12 +208,7 @@ def test_a_replaced_gpu_starts_its_baseline_afresh():
 def test_a_new_topology_regroups_the_gpus():
     """A reloaded topology (the pipeline hands over a new node -> rack map) puts each GPU in its rack afresh: first
     all GPUs are one group (no map), then r0's warm slot is judged against r0."""
-    fleet = Fleet()
-    heat = SharedHeat()
-    t = 0.0
-    while t < 2 * 3600:
-        t += 60
-        heat.observe(t, fleet.gauges(), None)
+    fleet, heat, t = *watched(None), 2 * 3600.0
     fleet.coolant["r0"] += 6.0
     heat.observe(t + 60, fleet.gauges(), None)
     before = heat.shared(GPUS[WARM])
