@@ -14,7 +14,9 @@ import logging
 import math
 import signal
 import threading
+import time
 from collections.abc import Callable
+from contextlib import nullcontext
 from dataclasses import dataclass
 
 from apscheduler.executors.pool import ThreadPoolExecutor as JobExecutor
@@ -22,6 +24,7 @@ from apscheduler.schedulers.background import BackgroundScheduler
 
 from daemon import metrics
 from daemon.lease import Lease
+from playbooks.stopping import watching as stopping_watch
 
 log = logging.getLogger("raswarden.jobs")
 
@@ -44,14 +47,22 @@ def next_on_phase(now: float, every_s: float, phase_s: float) -> float:
     return phase_s + every_s * math.ceil((now - phase_s) / every_s)
 
 
-def guarded(name: str, func: Callable[[], object]) -> Callable[[], None]:
-    """``func`` as a job: an exception is logged and counted, never raised into the scheduler."""
+def guarded(name: str, func: Callable[[], object], stopping: threading.Event | None = None,
+            in_flight: dict[str, float] | None = None) -> Callable[[], None]:
+    """``func`` as a job: an exception is logged and counted, never raised into the scheduler. Its long waits give
+    up early once ``stopping`` is set (playbooks/stopping.py); ``in_flight`` holds its start while it runs."""
     def run() -> None:
+        if in_flight is not None:
+            in_flight[name] = time.monotonic()
         try:
-            func()
+            with stopping_watch(stopping) if stopping is not None else nullcontext():
+                func()
         except Exception:  # a job's failure is logged and counted; the daemon goes on
             metrics.JOB_FAILURES.labels(name).inc()
             log.exception("job %s failed", name)
+        finally:
+            if in_flight is not None:
+                in_flight.pop(name, None)
     return run
 
 
@@ -76,6 +87,9 @@ class JobRunner:
         self.workers = workers
         self.scheduler: BackgroundScheduler | None = None
         self.jobs: list[Job] = []
+        #: set by :meth:`stop`: the jobs in flight give up their long waits (playbooks/stopping.py)
+        self.stopping = threading.Event()
+        self._in_flight: dict[str, float] = {}  # job name -> when its run began (monotonic)
 
     def schedule(self, jobs: list[Job]) -> None:
         """Replace the jobs (at once if running: a reload's new intervals take effect now)."""
@@ -108,21 +122,39 @@ class JobRunner:
             first = {"start_date": dt.datetime.fromtimestamp(
                 next_on_phase(now.timestamp(), job.every_s, job.phase_s), dt.UTC)}
             if job.first_now:
-                self.scheduler.add_job(guarded(job.name, job.func), "date", run_date=now, id=f"{job.name}:first",
+                self.scheduler.add_job(self._guarded(job), "date", run_date=now, id=f"{job.name}:first",
                                        name=job.name, misfire_grace_time=grace)
-        self.scheduler.add_job(guarded(job.name, job.func), "interval", seconds=job.every_s, id=job.name,
+        self.scheduler.add_job(self._guarded(job), "interval", seconds=job.every_s, id=job.name,
                                name=job.name, max_instances=1, coalesce=True, misfire_grace_time=grace, **first)
 
+    def _guarded(self, job: Job) -> Callable[[], None]:
+        return guarded(job.name, job.func, self.stopping, self._in_flight)
+
     def start(self) -> None:
+        self.stopping.clear()
         self.scheduler = BackgroundScheduler(executors={"default": JobExecutor(self.workers)}, timezone="UTC")
         self.schedule(self.jobs)
         self.scheduler.start()
 
     def stop(self, wait: bool = True) -> None:
-        """Stop scheduling; with ``wait``, the jobs in flight finish first."""
-        if self.scheduler is not None:
-            self.scheduler.shutdown(wait=wait)
-            self.scheduler = None
+        """Stop scheduling; with ``wait``, the jobs in flight finish first (told to stop: their waits on Slurm or
+        on another raswarden's lock give up within seconds, and what they leave undone is taken up at the next
+        start)."""
+        if self.scheduler is None:
+            return
+        self.stopping.set()
+        began = time.monotonic()
+        running = dict(self._in_flight)
+        if wait and running:
+            log.info("stopping: waiting for %s", ", ".join(
+                f"job {name} (running {began - at:.1f} s)" for name, at in sorted(running.items())))
+        self.scheduler.shutdown(wait=wait)
+        self.scheduler = None
+        if wait and running:
+            took = time.monotonic() - began
+            # slow: a wait that does not ask playbooks.stopping (a hung database?) held the stop
+            log.log(logging.WARNING if took > 10.0 else logging.INFO, "stopped: the jobs in flight ended in %.1f s",
+                    took)
 
     def run_until_stopped(self, stop: threading.Event | None = None) -> None:
         """Start, run until SIGTERM or SIGINT (or ``stop`` is set), then stop after the jobs in flight."""

@@ -26,6 +26,8 @@ from sqlalchemy.engine import Engine
 from sqlalchemy.pool import StaticPool
 from sqlmodel import Field, Session, SQLModel, create_engine, delete, func, select
 
+from playbooks import stopping
+
 DEFAULT_URL = "sqlite:////var/lib/raswarden/raswarden.db"
 
 
@@ -528,9 +530,11 @@ _PROCESS_LOCKS: dict[tuple[int, str], threading.Lock] = {}
 
 
 def _wait(deadline: float, name: str) -> None:
+    if stopping.requested():  # a stop does not wait out another raswarden's lock: the caller tries next start
+        raise TimeoutError(f"raswarden is stopping: gave up waiting for the {name} lock")
     if time.monotonic() > deadline:
         raise TimeoutError(f"another raswarden holds the {name} lock")
-    time.sleep(0.05)
+    stopping.pause(0.05)
 
 
 def dumps(obj: Any) -> str:

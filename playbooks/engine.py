@@ -23,6 +23,7 @@ from typing import Any, Protocol
 
 from playbooks.guards import Guards, breaker_trip, owned_by_others, rate_limit, strictest
 from playbooks.model import Playbook
+from playbooks import stopping
 from playbooks.scheduler import ClusterState, Scheduler, SchedulerError
 from playbooks.steps import STEPS
 
@@ -209,8 +210,17 @@ class Engine:
         for action in self.journal.open_actions():
             if action.status == "awaiting_approval" or not self.owns(action.incident.entity):
                 continue
+            if stopping.requested():  # the rest at the next start, as after a crash
+                log.info("stopping: the open actions from %s on are left for the next start", action.key)
+                break
             if self._state is None:
-                self._state = self.scheduler.snapshot()
+                try:
+                    self._state = self.scheduler.snapshot()
+                except SchedulerError as exc:
+                    if not stopping.requested():
+                        raise
+                    log.info("stopping: no cluster state (%s); the open actions are left for the next start", exc)
+                    break
             self._advance(action, self._state)
             touched.append(action)
         return touched
@@ -243,6 +253,8 @@ class Engine:
                 break
             if st.next_at > now:
                 break
+            if stopping.requested() and st.status == "pending":  # no new step once the stop has come
+                break
             if st.status == "started" and action.key + str(action.steps.index(st)) not in self._verified:
                 self._verified.add(action.key + str(action.steps.index(st)))
                 if self._verify(action, st, state):
@@ -270,6 +282,10 @@ class Engine:
             try:
                 result = self._execute(action, st, state)
             except SchedulerError as exc:
+                if stopping.requested():  # given up for the stop: still `started`, verified at the next start
+                    log.info("%s step %s on %s left for the next start: %s", action.key, st.type, action.node, exc)
+                    self.journal.save(action)
+                    return
                 result = "retry" if exc.retryable and st.attempts <= st.retries else "failed"
                 st.detail["error"] = str(exc)
                 log.warning("%s step %s on %s: %s", action.key, st.type, action.node, exc)

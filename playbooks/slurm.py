@@ -20,6 +20,7 @@ import time
 from collections.abc import Sequence
 from dataclasses import dataclass, field
 
+from playbooks import stopping
 from playbooks.hostlist import expand
 from playbooks.scheduler import (ALLOC, DOWN, DRAIN, IDLE, MAINT, MIXED, REBOOT, ClusterState, JobInfo, JobOutcome,
                                  NodeInfo, SchedulerError)
@@ -118,23 +119,42 @@ class SlurmScheduler:
     def _run(self, args: list[str], what: str) -> str:
         cmd = [os.path.join(self.bin_dir, args[0]) if self.bin_dir else args[0], *args[1:]]
         try:
-            proc = subprocess.run(cmd, env=self.env, capture_output=True, text=True, timeout=self.timeout_s,
-                                  check=False)
+            proc = subprocess.Popen(cmd, env=self.env, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
         except FileNotFoundError:
             raise SchedulerError(f"{what}: {args[0]} not found (is slurm-client installed?)", retryable=False) \
                 from None
-        except subprocess.TimeoutExpired:
-            raise SchedulerError(f"{what}: {args[0]} did not answer within {self.timeout_s:.0f} s",
-                                 retryable=True) from None
+        stdout, stderr = self._answer(proc, args[0], what)
         if proc.returncode != 0:
-            message = (proc.stderr or proc.stdout).strip().splitlines()
+            message = (stderr or stdout).strip().splitlines()
             text = message[-1] if message else f"exit status {proc.returncode}"
             if any(t in text.lower() for t in _DENIED):
                 raise SchedulerError(f"{what}: {text} (Slurm refused user {_user()}: raswarden needs Slurm's Admin "
                                      "level, docs/install.md §4)", retryable=False)
             retry = any(t in text.lower() for t in _TRANSIENT)
             raise SchedulerError(f"{what}: {text}", retryable=retry)
-        return proc.stdout
+        return stdout
+
+    def _answer(self, proc: subprocess.Popen, tool: str, what: str) -> tuple[str, str]:
+        """The command's output, waited for up to the timeout, or up to :data:`stopping.GRACE_S` once the job is
+        told to stop (slurmctld not answering must not hold a stop for the timeout of every command left)."""
+        deadline = time.monotonic() + self.timeout_s
+        stop_deadline = None
+        while True:
+            try:
+                return proc.communicate(timeout=0.25)
+            except subprocess.TimeoutExpired:
+                now = time.monotonic()
+                if stop_deadline is None and stopping.requested():
+                    stop_deadline = now + stopping.GRACE_S
+                if now < deadline and (stop_deadline is None or now < stop_deadline):
+                    continue
+                proc.kill()
+                proc.communicate()
+                if stop_deadline is not None and now >= stop_deadline:
+                    raise SchedulerError(f"{what}: raswarden is stopping: {tool} had not answered "
+                                         f"{stopping.GRACE_S:.0f} s after the stop", retryable=True) from None
+                raise SchedulerError(f"{what}: {tool} did not answer within {self.timeout_s:.0f} s",
+                                     retryable=True) from None
 
     def _json(self, args: list[str], what: str) -> dict:
         out = self._run(args, what)

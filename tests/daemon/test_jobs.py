@@ -10,6 +10,7 @@ from daemon import metrics
 from daemon.jobs import Job, JobRunner, guarded, leased, next_on_phase
 from daemon.lease import Lease
 from daemon.store import Store
+from playbooks import stopping
 
 
 def until(condition, what: str, timeout: float = 20.0) -> None:
@@ -108,3 +109,38 @@ def test_run_until_stopped_returns_when_told():
     threading.Timer(0.5, stop.set).start()
     runner.run_until_stopped(stop)  # in the main thread, as the commands run it
     assert ran.is_set() and runner.scheduler is None
+
+
+def test_a_stop_ends_a_job_waiting_on_another_raswardens_lock(tmp_path):
+    """The job in flight waits for the blast-radius lock another raswarden holds (timeout 60 s): a stop ends the
+    wait within a moment (playbooks/stopping.py), and only for that runner's jobs."""
+    url = f"sqlite:///{tmp_path / 'state.db'}"
+    holder, waiter = Store(url), Store(url)
+    started, outcome = threading.Event(), []
+
+    def wait_for_lock() -> None:
+        started.set()
+        try:
+            with waiter.cluster_lock("blast-radius", timeout_s=60.0):
+                outcome.append("got it")
+        except TimeoutError as exc:
+            outcome.append(str(exc))
+
+    try:
+        with holder.cluster_lock("blast-radius"):
+            runner = JobRunner(workers=1)
+            runner.schedule([Job("playbooks", wait_for_lock, 60.0)])
+            runner.start()
+            until(started.is_set, "the job started")
+            time.sleep(0.3)
+            began = time.monotonic()
+            runner.stop(wait=True)
+            assert time.monotonic() - began < 5.0
+        assert outcome == ["raswarden is stopping: gave up waiting for the blast-radius lock"]
+        assert not stopping.requested()  # outside a job, and for a runner started again
+        runner.start()
+        assert not runner.stopping.is_set()
+        runner.stop()
+    finally:
+        holder.close()
+        waiter.close()

@@ -175,9 +175,10 @@ def test_four_shard_processes_on_postgresql_and_a_real_slurm_drain_no_more_than_
         config.write_text(f'[store]\nurl = "{url}"\n[service]\nshard = "s{i}"\n{shards}'
                           f'[playbooks]\nmode = "act"\nmax_drained_nodes = 1\nmax_cluster_fraction = 1.0\n'
                           f'max_rack_fraction = 1.0\n[scheduler]\ntype = "slurm"\nslurm_conf = "{slurm.conf}"\n')
-        procs.append(subprocess.Popen([sys.executable, "-m", "daemon", "playbook", "run", "--follow", "--interval",
-                                       "0.3", "--config", str(config)], cwd=ROOT, stdout=subprocess.DEVNULL,
-                                      stderr=subprocess.PIPE, text=True))
+        # -v: a slow stop's log names the job it waited for and for how long
+        procs.append(subprocess.Popen([sys.executable, "-m", "daemon", "-v", "playbook", "run", "--follow",
+                                       "--interval", "0.3", "--config", str(config)], cwd=ROOT,
+                                      stdout=subprocess.DEVNULL, stderr=subprocess.PIPE, text=True))
     journal = StoreJournal(store)
 
     def settled() -> bool:  # every shard's action drained its node or is held by the budget

@@ -13,6 +13,7 @@ from pathlib import Path
 
 from daemon.actions import StoreJournal
 from daemon.incidents import Incident
+from daemon.lease import Lease, shard_lease
 from daemon.store import Store
 from detectors.schema import State
 from tests.playbooks.conftest import LAB_DIR, ROOT
@@ -53,6 +54,16 @@ def run_once(config: Path, fault: str | None, timeout: float = 60.0) -> int:
         return -999
 
 
+def follow_until_ended(config: Path, journal: StoreJournal, slurm) -> None:
+    """``playbook run --follow`` until the journal's first action is done or failed (60 s at most)."""
+    proc = follow(config)
+    try:
+        slurm.wait(lambda: journal.actions() and journal.actions()[0].status in ("done", "failed"), 60)
+    finally:
+        proc.send_signal(signal.SIGKILL)
+        proc.wait(10)
+
+
 def test_sigkill_at_every_step_boundary_then_restart(slurm, tmp_path):
     db = tmp_path / "state.db"
     config = lab_config(tmp_path / "raswarden.toml", slurm.conf)
@@ -74,12 +85,7 @@ def test_sigkill_at_every_step_boundary_then_restart(slurm, tmp_path):
         if actions and actions[0].status == "done":
             break
     # and once more without a fault, until the action is done
-    proc = follow(config)
-    try:
-        slurm.wait(lambda: journal.actions() and journal.actions()[0].status in ("done", "failed"), 60)
-    finally:
-        proc.send_signal(signal.SIGKILL)
-        proc.wait(10)
+    follow_until_ended(config, journal, slurm)
     assert all(rc == -signal.SIGKILL for _, rc in killed), killed  # each fault point was reached
     assert len(journal.actions()) == 1  # one action for the incident (a second, "idle node" one was planned once)
     action = journal.actions()[0]
@@ -93,4 +99,51 @@ def test_sigkill_at_every_step_boundary_then_restart(slurm, tmp_path):
     slurm.wait(lambda: "restart=1" in slurm.log(job), 60)
     assert "restart=2" not in slurm.log(job)  # requeued once
     assert "resumed from step=" in slurm.log(job) and slurm.job_node(job) != node
+    store.close()
+
+
+def test_a_stop_while_slurmctld_does_not_answer_is_prompt_and_loses_nothing(slurm, tmp_path):
+    """SIGTERM while ``playbook run --follow`` waits on a slurmctld that does not answer (stopped with SIGSTOP):
+    the process exits within seconds, not after the command timeouts (30 s each), says what it gave up, and fails
+    no action; started again with slurmctld back, it drains the node once."""
+    db = tmp_path / "state.db"
+    config = lab_config(tmp_path / "raswarden.toml", slurm.conf)
+    ctld = int((LAB_DIR / "run" / "slurmctld.pid").read_text())
+    ctld_log = LAB_DIR / "log" / "slurmctld.log"
+    ctld_from = ctld_log.stat().st_size
+    store = Store(f"sqlite:///{db}")
+    now = time.time()
+    store.record_tick([], [Incident(id="inc-stop01", fingerprint="node2/gpu1|gpu_bus", entity="node2/gpu1",
+                                    kind="accelerator", category="gpu_bus", severity=State.FAILED, opened_at=now,
+                                    updated_at=now, evidence=["Xid 79: GPU has fallen off the bus"])])
+    journal = StoreJournal(store)
+    os.kill(ctld, signal.SIGSTOP)
+    try:
+        proc = subprocess.Popen([sys.executable, "-m", "daemon", "-v", "playbook", "run", "--follow", "--interval",
+                                 "0.3", "--config", str(config)], cwd=ROOT, stdout=subprocess.DEVNULL,
+                                stderr=subprocess.PIPE, text=True)
+        lease = Lease(store, shard_lease("default"))
+        slurm.wait(lambda: lease.current() is not None, 30)  # its first pass began (and waits on Slurm)
+        time.sleep(1.0)
+        proc.send_signal(signal.SIGTERM)
+        sent = time.monotonic()
+        try:
+            _, err = proc.communicate(timeout=25)
+        except subprocess.TimeoutExpired:
+            proc.kill()
+            raise AssertionError(f"still running 25 s after SIGTERM: {proc.communicate()[1][-2000:]}") from None
+        took = time.monotonic() - sent
+    finally:
+        os.kill(ctld, signal.SIGCONT)
+    assert proc.returncode == 0, err[-2000:]
+    assert took < 15, (took, err[-2000:])
+    assert "stopping: waiting for job playbooks" in err and "raswarden is stopping" in err, err[-2000:]
+    assert [a.status for a in journal.actions()] != ["failed"], err[-2000:]
+    # started again, Slurm answering: the action goes on from where the stop left it
+    follow_until_ended(config, journal, slurm)
+    action = journal.actions()[0]
+    assert action.status == "done", [(s.type, s.status, s.detail) for s in action.steps]
+    assert "drain" in slurm.node_state("node2")
+    log = ctld_log.read_bytes()[ctld_from:].decode(errors="replace")
+    assert log.count("update_node: node node2 state set to DRAIN") == 1
     store.close()
