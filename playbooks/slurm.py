@@ -255,12 +255,14 @@ class SlurmScheduler:
     def submit_validation(self, node: str, reservation: str, name: str, command: str, time_limit_s: float,
                           output: str) -> str:
         """Run ``command`` (a shell line) as a batch job on exactly ``node`` inside ``reservation``, named ``name``
-        (a job of that name still known to Slurm is returned instead: a restart does not submit twice)."""
+        (a job of that name still known to Slurm, in any state, is returned instead: a restart does not submit
+        twice, even after the first job ended; slurmctld keeps an ended job for ``MinJobAge``, 300 s by default)."""
         check_node(node)
         for what in (reservation, name):
             if not NAME.match(what):
                 raise SchedulerError(f"invalid name {what!r}", retryable=False)
-        known = self._run(["squeue", "-h", "-o", "%i", f"--name={name}"], f"look for job {name}").split()
+        known = self._run(["squeue", "-h", "--states=all", "-o", "%i", f"--name={name}"],
+                          f"look for job {name}").split()
         if known:
             return known[0]
         out = self._run(["sbatch", "--parsable", f"--reservation={reservation}", f"--nodelist={node}", "-N1",

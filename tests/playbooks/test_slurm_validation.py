@@ -29,6 +29,9 @@ def test_a_node_held_validated_and_released(slurm):  # noqa: F811
                                str(out)) == job  # known by name: not submitted twice
     slurm.wait(lambda: s.job_outcome(job).finished, 60)
     assert s.job_outcome(job).state == "passed" and "diag ok" in out.read_text()
+    # a restart after the job ended (a short check, a slow restart): still that job, not a second one
+    assert s.submit_validation("node2", "raswarden-validate-7", "raswarden-validate-7-1", "echo again", 300,
+                               str(out)) == job
     assert slurm.job_state(other) == "PENDING"  # anyone else's job waits while raswarden holds the node
     failing = s.submit_validation("node2", "raswarden-validate-7", "raswarden-validate-7-2", "echo bad; exit 3",
                                   300, str(out))
