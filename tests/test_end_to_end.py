@@ -153,8 +153,11 @@ slurm_conf = "{slurm.conf}"
         store.close()
         # the kernel log was read on from the offset of the last tick before the kill (every RAS line once, above)
         assert offset_at_kill <= offset_final == end
-        # nothing repeated: one drain and one requeue for the incident, the job restarted once
-        assert len([d for d in drains if d.status == "done"]) == 1
+        # nothing repeated: one drain and one requeue for the incident, the job restarted once. (On a slow machine
+        # the simulated GPU, at 180x, fails before the end: the failed playbook's drain then finds the node drained by
+        # raswarden already and does nothing, which is no second drain.)
+        assert len([d for d in drains if d.status == "done" and "already drained" not in str(d.detail)]) == 1, \
+            [(d.idempotency_key, d.status, d.detail) for d in drains]
         assert len([r for r in requeues if r.status == "done"]) == 1
         assert slurm.log(job).count("start restart=") == 2
         with open(CTLD_LOG) as fh:
