@@ -49,6 +49,16 @@ def ports(offset: int = 0) -> int:
     return offset + 1000 * int(worker.removeprefix("gw") or 0)
 
 
+def spawn(args: list[str], log: Path, **kwargs) -> subprocess.Popen:
+    """A process whose stdout and stderr are appended to the file ``log`` (read it for what it said).
+
+    Not a pipe: a pipe nobody reads while the process runs holds 64 KB, and a process that logs more (a warning a
+    pass, at a pass every 0.3 s, on a loaded machine) blocks at its next write, holding whatever it holds (another
+    process's lock wait then times out, its stop takes as long)."""
+    with open(log, "ab") as out:
+        return subprocess.Popen(args, stdout=out, stderr=subprocess.STDOUT, **kwargs)
+
+
 def require(condition: bool, reason: str) -> None:
     """Skip locally when a real component is missing, but fail under CI (CI=true)."""
     if condition:

@@ -158,6 +158,7 @@ def test_four_shard_processes_on_postgresql_and_a_real_slurm_drain_no_more_than_
 
     from daemon.incidents import Incident
     from detectors.schema import State
+    from tests.conftest import spawn
     from tests.playbooks.conftest import LAB_DIR, ROOT
 
     url = fresh_database("raswarden_budget")
@@ -176,9 +177,8 @@ def test_four_shard_processes_on_postgresql_and_a_real_slurm_drain_no_more_than_
                           f'[playbooks]\nmode = "act"\nmax_drained_nodes = 1\nmax_cluster_fraction = 1.0\n'
                           f'max_rack_fraction = 1.0\n[scheduler]\ntype = "slurm"\nslurm_conf = "{slurm.conf}"\n')
         # -v: a slow stop's log names the job it waited for and for how long
-        procs.append(subprocess.Popen([sys.executable, "-m", "daemon", "-v", "playbook", "run", "--follow",
-                                       "--interval", "0.3", "--config", str(config)], cwd=ROOT,
-                                      stdout=subprocess.DEVNULL, stderr=subprocess.PIPE, text=True))
+        procs.append(spawn([sys.executable, "-m", "daemon", "-v", "playbook", "run", "--follow", "--interval", "0.3",
+                            "--config", str(config)], tmp_path / f"s{i}.log", cwd=ROOT))
     journal = StoreJournal(store)
 
     def settled() -> bool:  # every shard's action drained its node or is held by the budget
@@ -191,11 +191,21 @@ def test_four_shard_processes_on_postgresql_and_a_real_slurm_drain_no_more_than_
     time.sleep(1.0)  # a few passes more: a held action stays held, nothing is drained again
     for proc in procs:
         proc.send_signal(signal.SIGTERM)
-    errors = [proc.communicate(timeout=30)[1][-1500:] for proc in procs]
+    for i, proc in enumerate(procs, 1):
+        try:
+            proc.wait(timeout=30)
+        except subprocess.TimeoutExpired:
+            proc.kill()
+            proc.wait(10)
+            pytest.fail(f"shard s{i} still running 30 s after SIGTERM: {(tmp_path / f's{i}.log').read_text()[-3000:]}")
+    # what each said beside its passes' counts (warnings, errors, the stop)
+    errors = ["\n".join(line for line in (tmp_path / f"s{i}.log").read_text().splitlines()
+                        if not line.startswith("{") and "apscheduler" not in line)[-1500:] for i in range(1, 5)]
     actions = journal.actions()
     store.close()
-    assert settled(), ([(a.incident.id, a.status, [(st.type, st.status, st.detail) for st in a.steps])
-                        for a in actions], errors)
+    if not settled():  # in full (an assertion's message is cut short)
+        steps = [(a.incident.id, a.status, [(st.type, st.status, st.detail) for st in a.steps]) for a in actions]
+        pytest.fail(f"not settled: {steps} {errors}")
     drains = {a.incident.id: st for a in actions for st in a.steps if st.type == "drain"}
     drained = [n for n in nodes if "drain" in slurm.node_state(n)]
     assert len(drained) == 1, (drained, {k: (v.status, v.detail) for k, v in drains.items()}, errors)

@@ -16,6 +16,7 @@ from daemon.incidents import Incident
 from daemon.lease import Lease, shard_lease
 from daemon.store import Store
 from detectors.schema import State
+from tests.conftest import spawn
 from tests.playbooks.conftest import LAB_DIR, ROOT
 
 FAULTS = ["notify:done", "checkpoint:started", "checkpoint:executed", "checkpoint:done", "wait_checkpoint:started",
@@ -37,11 +38,11 @@ slurm_conf = "{slurm_conf}"
 
 
 def follow(config: Path, fault: str | None = None) -> subprocess.Popen:
-    """``raswarden playbook run --follow`` as its own process (``fault``: RASWARDEN_FAULT, where it kills itself)."""
+    """``raswarden playbook run --follow`` as its own process (``fault``: RASWARDEN_FAULT, where it kills itself),
+    its output appended to ``follow.log`` beside the config."""
     env = {**os.environ, "RASWARDEN_FAULT": fault or ""}
-    return subprocess.Popen([sys.executable, "-m", "daemon", "playbook", "run", "--follow", "--interval", "0.3",
-                             "--lease-ttl", "1", "--config", str(config)], cwd=ROOT, env=env,
-                            stdout=subprocess.DEVNULL, stderr=subprocess.PIPE)
+    return spawn([sys.executable, "-m", "daemon", "playbook", "run", "--follow", "--interval", "0.3",
+                  "--lease-ttl", "1", "--config", str(config)], config.parent / "follow.log", cwd=ROOT, env=env)
 
 
 def run_once(config: Path, fault: str | None, timeout: float = 60.0) -> int:
@@ -119,22 +120,24 @@ def test_a_stop_while_slurmctld_does_not_answer_is_prompt_and_loses_nothing(slur
     journal = StoreJournal(store)
     os.kill(ctld, signal.SIGSTOP)
     try:
-        proc = subprocess.Popen([sys.executable, "-m", "daemon", "-v", "playbook", "run", "--follow", "--interval",
-                                 "0.3", "--config", str(config)], cwd=ROOT, stdout=subprocess.DEVNULL,
-                                stderr=subprocess.PIPE, text=True)
+        out = tmp_path / "stopped.log"
+        proc = spawn([sys.executable, "-m", "daemon", "-v", "playbook", "run", "--follow", "--interval", "0.3",
+                      "--config", str(config)], out, cwd=ROOT)
         lease = Lease(store, shard_lease("default"))
         slurm.wait(lambda: lease.current() is not None, 30)  # its first pass began (and waits on Slurm)
         time.sleep(1.0)
         proc.send_signal(signal.SIGTERM)
         sent = time.monotonic()
         try:
-            _, err = proc.communicate(timeout=25)
+            proc.wait(timeout=25)
         except subprocess.TimeoutExpired:
             proc.kill()
-            raise AssertionError(f"still running 25 s after SIGTERM: {proc.communicate()[1][-2000:]}") from None
+            proc.wait(10)
+            raise AssertionError(f"still running 25 s after SIGTERM: {out.read_text()[-2000:]}") from None
         took = time.monotonic() - sent
     finally:
         os.kill(ctld, signal.SIGCONT)
+    err = out.read_text()
     assert proc.returncode == 0, err[-2000:]
     assert took < 15, (took, err[-2000:])
     assert "stopping: waiting for job playbooks" in err and "raswarden is stopping" in err, err[-2000:]

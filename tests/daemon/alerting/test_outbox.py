@@ -15,6 +15,7 @@ from daemon.alerting.receivers import build
 from daemon.alerting.receivers.receiver import ReceiverConfig
 from daemon.store import OutboxRow
 from sqlmodel import select
+from tests.conftest import spawn
 from tests.daemon.alerting.conftest import make_incident
 from tests.daemon.alerting.receiver_server import ChatServer
 
@@ -127,9 +128,9 @@ url = "{url}"
 
 def flush_process(config: Path) -> subprocess.Popen:
     # a restarted flush waits for the killed one's lease (2 s here) before it delivers
-    return subprocess.Popen([sys.executable, "-m", "daemon", "alerts", "flush", "--follow", "--interval", "0.1",
-                             "--lease-ttl", "2", "--config", str(config)], cwd=ROOT, stdout=subprocess.DEVNULL,
-                            stderr=subprocess.PIPE, env={**os.environ, "PYTHONUNBUFFERED": "1"})
+    return spawn([sys.executable, "-m", "daemon", "alerts", "flush", "--follow", "--interval", "0.1",
+                  "--lease-ttl", "2", "--config", str(config)], config.parent / "flush.log", cwd=ROOT,
+                 env={**os.environ, "PYTHONUNBUFFERED": "1"})
 
 
 def wait_for(cond, timeout: float = 30.0) -> bool:
