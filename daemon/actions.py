@@ -8,10 +8,15 @@ The circuit breaker's state is a row of its own.
 
 from __future__ import annotations
 
+from sqlalchemy import bindparam
 from sqlmodel import select
 
 from daemon.store import ActionRow, Store
 from playbooks.engine import OPEN, Action
+
+# built once: the playbook pass reads the open actions every few seconds (daemon/store.py says why)
+_ALL = select(ActionRow.detail).where(ActionRow.step == "action").order_by(ActionRow.id)
+_IN_STATUS = _ALL.where(ActionRow.status.in_(bindparam("status", expanding=True)))
 
 BREAKER_KEY = "circuit-breaker"
 
@@ -54,12 +59,10 @@ class StoreJournal:
         return Action.from_dict(row.detail) if row else None
 
     def actions(self, status: tuple[str, ...] | None = None) -> list[Action]:
-        with self.store.session() as s:
-            q = select(ActionRow).where(ActionRow.step == "action").order_by(ActionRow.id)
-            if status:
-                q = q.where(ActionRow.status.in_(status))
-            rows = s.exec(q).all()
-        return [Action.from_dict(r.detail) for r in rows]
+        """Every action (in ``status`` only, when given), oldest first."""
+        with self.store.engine.connect() as conn:
+            details = conn.execute(_IN_STATUS, {"status": list(status)}) if status else conn.execute(_ALL)
+            return [Action.from_dict(detail) for (detail,) in details]
 
     def open_actions(self) -> list[Action]:
         return self.actions(OPEN)

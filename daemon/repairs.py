@@ -18,6 +18,7 @@ from __future__ import annotations
 import time
 from collections.abc import Iterable
 
+from sqlalchemy import bindparam
 from sqlmodel import func, select
 
 from daemon.incidents import NOT_A_NODE
@@ -33,6 +34,9 @@ TRANSITIONS = {
     "repaired": ("validating",),
     "validating": ("closed", "open"),
 }
+# built once: the validator and the closed loop's technician read the queue every pass (daemon/store.py says why)
+_ORDERS = select(RepairOrderRow)
+_ORDERS_IN = _ORDERS.where(RepairOrderRow.state.in_(bindparam("states", expanding=True)))
 # Categories a technician can repair; a node drained for telemetry loss or a cooling loop's trouble gets no order.
 # category -> (what is expected first, what when the part is a repeat offender, why)
 EXPECTED = {
@@ -178,10 +182,8 @@ class RepairBook:
     def orders(self, states: Iterable[str] | None = ACTIVE) -> list[RepairOrderRow]:
         """Orders in ``states`` (all with None), the queue's order: priority, then age."""
         with self.store.session() as s:
-            q = select(RepairOrderRow)
-            if states is not None:
-                q = q.where(RepairOrderRow.state.in_(tuple(states)))
-            rows = s.exec(q).all()
+            rows = s.exec(_ORDERS) if states is None else s.exec(_ORDERS_IN, params={"states": list(states)})
+            rows = rows.all()
         return sorted(rows, key=lambda r: (r.state == "closed", r.priority, r.opened_at, r.id))
 
     def active_on(self, node: str) -> bool:

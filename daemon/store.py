@@ -21,7 +21,7 @@ from typing import Any
 
 from alembic import command
 from alembic.config import Config
-from sqlalchemy import JSON, Column, LargeBinary, UniqueConstraint, event, text
+from sqlalchemy import JSON, Column, LargeBinary, UniqueConstraint, bindparam, event, text
 from sqlalchemy.engine import Engine
 from sqlalchemy.pool import StaticPool
 from sqlmodel import Field, Session, SQLModel, create_engine, delete, func, select
@@ -450,8 +450,7 @@ class Store:
         """Incidents updated at or after ``since`` (inclusive: a later transaction may share that time), oldest
         update first."""
         with self.session() as s:
-            return list(s.exec(select(IncidentRow).where(IncidentRow.updated_at >= since)
-                               .order_by(IncidentRow.updated_at)).all())
+            return list(s.exec(_UPDATED_SINCE, params={"since": since}).all())
 
     def incidents_opened_since(self, since: float) -> int:
         """How many incidents were opened at or after ``since``."""
@@ -460,9 +459,8 @@ class Store:
 
     def incident_cursor(self, name: str) -> float | None:
         """Where reader ``name`` stopped reading the incident table (None: it never read it)."""
-        with self.session() as s:
-            row = s.get(IncidentCursorRow, name)
-            return row.value if row else None
+        with self.engine.connect() as conn:
+            return conn.execute(_CURSOR, {"name": name}).scalar()
 
     def save_incident_cursor(self, name: str, value: float) -> None:
         with self.session() as s:
@@ -527,6 +525,13 @@ class Store:
 
 
 _PROCESS_LOCKS: dict[tuple[int, str], threading.Lock] = {}
+
+
+# Statements the playbook pass runs every few seconds, built once: building a select and its cache key cost more
+# than running it on an idle store (Remediation.sync's two reads, a third of the closed loop's remediation).
+_CURSOR = select(IncidentCursorRow.value).where(IncidentCursorRow.name == bindparam("name"))
+_UPDATED_SINCE = select(IncidentRow).where(IncidentRow.updated_at >= bindparam("since")).order_by(
+    IncidentRow.updated_at)
 
 
 def _wait(deadline: float, name: str) -> None:
