@@ -21,9 +21,9 @@ from contextlib import AbstractContextManager
 from dataclasses import asdict, dataclass, field
 from typing import Any, Protocol
 
+from playbooks import stopping
 from playbooks.guards import Guards, breaker_trip, owned_by_others, rate_limit, strictest
 from playbooks.model import Playbook
-from playbooks import stopping
 from playbooks.scheduler import ClusterState, Scheduler, SchedulerError
 from playbooks.steps import STEPS
 
