@@ -244,7 +244,7 @@ class Engine:
             action.status, action.note = "done", "shadow mode: recorded, nothing done"
             self.journal.save(action)
             return
-        action.status = "running"
+        before, action.status = action.status, "running"
         for st in action.steps:
             if st.status in ("done", "skipped", "dry-run"):
                 continue
@@ -254,6 +254,7 @@ class Engine:
             if st.next_at > now:
                 break
             if stopping.requested() and st.status == "pending":  # no new step once the stop has come
+                action.status = before
                 break
             if st.status == "started" and action.key + str(action.steps.index(st)) not in self._verified:
                 self._verified.add(action.key + str(action.steps.index(st)))
@@ -282,8 +283,10 @@ class Engine:
             try:
                 result = self._execute(action, st, state)
             except SchedulerError as exc:
-                if stopping.requested():  # given up for the stop: still `started`, verified at the next start
+                if stopping.requested():  # given up for the stop: the step still `started` (verified at the next
+                    # start), the action as it was (a held one stays held)
                     log.info("%s step %s on %s left for the next start: %s", action.key, st.type, action.node, exc)
+                    action.status = before
                     self.journal.save(action)
                     return
                 result = "retry" if exc.retryable and st.attempts <= st.retries else "failed"

@@ -118,6 +118,39 @@ def test_blast_radius_budget_holds_a_drain(world):
     assert not drains(sched)
 
 
+def test_a_stop_leaves_a_held_action_held_and_starts_no_step(world, tmp_path):
+    """Told to stop (playbooks/stopping.py) while another raswarden holds the blast-radius lock: the held drain gives
+    up its wait at once and the action stays held, its step `started` for the next start; a planned action starts
+    nothing."""
+    import threading
+    import time
+
+    from playbooks import stopping
+
+    store, sched = world
+    sched.operator_drain("sn01-b08", "maintenance")
+    eng = engine(store, sched, max_drained_nodes=1)
+    held = eng.submit(incident(f"{node_of(sched, 'j2')}/gpu1", state="failed"), sched.snapshot())
+    eng.run()
+    assert StoreJournal(store).get(held.key).status == "held"
+    fresh = eng.submit(incident(f"{node_of(sched, 'j0')}/gpu1", state="failed"), sched.snapshot())
+    other = Store(f"sqlite:///{tmp_path / 'state.db'}")
+    stop = threading.Event()
+    try:
+        with other.cluster_lock("blast-radius"), stopping.watching(stop):
+            threading.Timer(0.3, stop.set).start()
+            began = time.monotonic()
+            eng.run()
+            assert time.monotonic() - began < 5.0  # not the lock's 30 s
+    finally:
+        other.close()
+    journal = StoreJournal(store)
+    assert journal.get(held.key).status == "held" and journal.get(held.key).steps[1].status == "started"
+    assert journal.get(fresh.key).status == "planned"
+    assert [st.status for st in journal.get(fresh.key).steps] == ["pending"] * len(fresh.steps)
+    assert not drains(sched)
+
+
 def test_circuit_breaker_stops_acting_until_reset(world):
     store, sched = world
     eng = engine(store, sched, breaker_incidents=5)
