@@ -24,6 +24,7 @@ from apscheduler.schedulers.background import BackgroundScheduler
 
 from daemon import metrics
 from daemon.lease import Lease
+from playbooks.stopping import Stopped
 from playbooks.stopping import watching as stopping_watch
 
 log = logging.getLogger("raswarden.jobs")
@@ -57,6 +58,8 @@ def guarded(name: str, func: Callable[[], object], stopping: threading.Event | N
         try:
             with stopping_watch(stopping) if stopping is not None else nullcontext():
                 func()
+        except Stopped as exc:  # a wait given up for the stop: what it left is taken up at the next start
+            log.info("job %s stopped: %s", name, exc)
         except Exception:  # a job's failure is logged and counted; the daemon goes on
             metrics.JOB_FAILURES.labels(name).inc()
             log.exception("job %s failed", name)

@@ -536,7 +536,7 @@ _UPDATED_SINCE = select(IncidentRow).where(IncidentRow.updated_at >= bindparam("
 
 def _wait(deadline: float, name: str) -> None:
     if stopping.requested():  # a stop does not wait out another raswarden's lock: the caller tries next start
-        raise TimeoutError(f"raswarden is stopping: gave up waiting for the {name} lock")
+        raise stopping.Stopped(f"raswarden is stopping: gave up waiting for the {name} lock")
     if time.monotonic() > deadline:
         raise TimeoutError(f"another raswarden holds the {name} lock")
     stopping.pause(0.05)

@@ -216,9 +216,7 @@ class Engine:
             if self._state is None:
                 try:
                     self._state = self.scheduler.snapshot()
-                except SchedulerError as exc:
-                    if not stopping.requested():
-                        raise
+                except stopping.Stopped as exc:
                     log.info("stopping: no cluster state (%s); the open actions are left for the next start", exc)
                     break
             self._advance(action, self._state)
@@ -282,13 +280,13 @@ class Engine:
                 fault_point(st.type, "started")
             try:
                 result = self._execute(action, st, state)
+            except stopping.Stopped as exc:  # the step still `started` (verified at the next start), the action
+                # as it was (a held one stays held)
+                log.info("%s step %s on %s left for the next start: %s", action.key, st.type, action.node, exc)
+                action.status = before
+                self.journal.save(action)
+                return
             except SchedulerError as exc:
-                if stopping.requested():  # given up for the stop: the step still `started` (verified at the next
-                    # start), the action as it was (a held one stays held)
-                    log.info("%s step %s on %s left for the next start: %s", action.key, st.type, action.node, exc)
-                    action.status = before
-                    self.journal.save(action)
-                    return
                 result = "retry" if exc.retryable and st.attempts <= st.retries else "failed"
                 st.detail["error"] = str(exc)
                 log.warning("%s step %s on %s: %s", action.key, st.type, action.node, exc)

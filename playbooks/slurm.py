@@ -151,8 +151,8 @@ class SlurmScheduler:
                 proc.kill()
                 proc.communicate()
                 if stop_deadline is not None and now >= stop_deadline:
-                    raise SchedulerError(f"{what}: raswarden is stopping: {tool} had not answered "
-                                         f"{stopping.GRACE_S:.0f} s after the stop", retryable=True) from None
+                    raise stopping.Stopped(f"{what}: raswarden is stopping: {tool} had not answered "
+                                           f"{stopping.GRACE_S:.0f} s after the stop") from None
                 raise SchedulerError(f"{what}: {tool} did not answer within {self.timeout_s:.0f} s",
                                      retryable=True) from None
 

@@ -20,6 +20,11 @@ from contextlib import contextmanager
 
 _local = threading.local()
 
+
+class Stopped(Exception):
+    """A wait given up because the job was told to stop (its message says which); the engine leaves the step for
+    the next start, the job runner logs it without counting a failure."""
+
 #: how long a Slurm command already under way may still take once a stop has come (a command that answers at
 #: all answers within a second or two; one that does not is abandoned: its step is verified at the next start)
 GRACE_S = 5.0

@@ -2,10 +2,9 @@
 
 from __future__ import annotations
 
-from playbooks import stopping
 from playbooks.guards import REASON_PREFIX, incident_in_reason, over_budget
 from playbooks.params import render, templates
-from playbooks.scheduler import DRAIN, SchedulerError
+from playbooks.scheduler import DRAIN
 from playbooks.steps.handler import StepHandler, values
 
 
@@ -38,8 +37,6 @@ class Drain(StepHandler):
                     ctx.scheduler.drain(node, reason(action, st))
                     return "done"
         except TimeoutError as exc:
-            if stopping.requested():  # not held by the budget: left for the next start
-                raise SchedulerError(f"drain {node}: {exc}", retryable=True) from None
             held = f"blast-radius budget: {exc}"
         st.detail["held"] = held
         return "held"
