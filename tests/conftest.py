@@ -29,6 +29,15 @@ def pytest_collection_modifyitems(config, items) -> None:
         groups = sorted({SHARED[f] for f in getattr(item, "fixturenames", ()) if f in SHARED})
         if groups:
             item.add_marker(pytest.mark.xdist_group("+".join(groups)))
+        elif _uses_a_module_fixture(item):
+            # A module's tests sharing a module-scoped fixture (a closed loop run, a model trained) stay in one
+            # worker: split over two, each worker builds it (about 40 s each for the closed loop and the model).
+            item.add_marker(pytest.mark.xdist_group(item.nodeid.split("::", 1)[0]))
+
+
+def _uses_a_module_fixture(item) -> bool:
+    info = getattr(item, "_fixtureinfo", None)
+    return info is not None and any(d.scope == "module" for defs in info.name2fixturedefs.values() for d in defs)
 
 
 def pytest_collection_finish(session) -> None:
