@@ -3,7 +3,8 @@
 One scrape of each target (a ``host:port`` list or Prometheus file_sd files) is read for the labels that name
 parts (:data:`ACCELERATOR_LABELS`): dcgm-exporter's ``gpu``, ``UUID``, ``pci_bus_id``, ``modelName`` and
 ``Hostname``; AMD device-metrics-exporter's ``gpu_id``, ``serial_number``, ``card_model`` and ``hostname``; Ascend
-npu-exporter's ``id``, ``vdie_id``, ``pcie_bus_info`` and ``model_name`` on its ``npu_*`` series; node_exporter's
+npu-exporter's ``id``, ``vdie_id``, ``pcie_bus_info`` and ``model_name`` on its ``npu_*`` series; nvidia_gpu_exporter's
+``index``, ``uuid``, ``serial``, ``pci_bus_id`` and ``name`` on ``nvidia_smi_gpu_info``; node_exporter's
 ``node_infiniband_*{device, port}`` and ``node_uname_info{nodename}``. Targets on one address are one node; its
 name is the exporter's own (``Hostname``, ``nodename``), else the address. The result is a topology.yaml document
 (docs/replay.md) with every address as an alias, which an operator then sorts into racks: nodes are grouped by
@@ -43,6 +44,9 @@ ACCELERATOR_LABELS = (
                       host="hostname"),
     AcceleratorLabels("npu", "id", ("model_name", "pcie_bus_info"), uuid="vdie_id", pci="pcie_bus_info",
                       model="model_name", prefix="npu_"),
+    # nvidia_gpu_exporter: only its info series names the GPU's index (the others carry the uuid alone)
+    AcceleratorLabels("gpu", "index", ("uuid", "pci_bus_id"), uuid="uuid", serial="serial", pci="pci_bus_id",
+                      model="name", prefix="nvidia_smi_gpu_info"),
 )
 
 

@@ -32,7 +32,7 @@ from detectors.schema import entity_kind
 # packaged config), so both spellings are read.
 TABLES: tuple[tuple[str, str], ...] = (
     ("dcgm_exporter.csv", ""), ("node_exporter.csv", ""), ("infiniband_exporter.csv", ""),
-    ("amd_device_metrics_exporter.csv", "amd_"), ("npu_exporter.csv", ""),
+    ("amd_device_metrics_exporter.csv", "amd_"), ("npu_exporter.csv", ""), ("nvidia_gpu_exporter.csv", ""),
 )
 # DCGM's blank values (dcgm_structs.h): DCGM_FP64_BLANK is 2^47 and DCGM_INT64_BLANK 0x7ffffffffffffff0, each with
 # NOT_FOUND, NOT_SUPPORTED and NOT_PERMISSIONED just above; dcgm-exporter prints them as values
@@ -47,6 +47,30 @@ MODEL_LABELS = ("modelName", "card_model", "model_name")
 IDENTITY_LABELS = ("UUID", "serial_number", "vdie_id")
 # Labels that give an accelerator's PCI address (dcgm-exporter, npu-exporter), for kernel lines that name it.
 PCI_LABELS = ("pci_bus_id", "pcie_bus_info")
+
+
+@dataclass(frozen=True)
+class InfoJoin:
+    """An exporter whose series name an accelerator by an identity label only (``uuid``), its slot given once, on an
+    info series: the labels the info series gives, joined to every series carrying the same key on the same node.
+
+    ``labels`` maps the info series' label names to the names the tables and :data:`MODEL_LABELS`,
+    :data:`IDENTITY_LABELS` and :data:`PCI_LABELS` read."""
+
+    info_metric: str
+    key: str
+    labels: tuple[tuple[str, str], ...]
+
+
+# utkuozdemir/nvidia_gpu_exporter: every nvidia_smi_* series carries only ``uuid``; ``nvidia_smi_gpu_info`` carries
+# the uuid with the GPU's index, PCI address and product name (docs/METRICS.md: "MIG series join with all per-GPU
+# series" on uuid). Its scrape lists the families alphabetically, so clocks and ECC come before the info line.
+JOINS: tuple[InfoJoin, ...] = (
+    InfoJoin("nvidia_smi_gpu_info", "uuid", (("index", "index"), ("pci_bus_id", "pci_bus_id"), ("name", "modelName"),
+                                             ("uuid", "UUID"))),
+)
+_INFO = {j.info_metric: j for j in JOINS}
+NOT_JOINED = "the GPU's info series (nvidia_smi_gpu_info) not read before these samples were"
 
 
 @dataclass(frozen=True)
@@ -278,6 +302,9 @@ class SeriesMapper:
     # series id -> (entity code, metric code, index into transforms or -1)
     _series: list[tuple[int, int, int]] = field(default_factory=list)
     _transform_index: dict[str, int] = field(default_factory=dict)
+    # (node, key value) -> the labels an info series gave (InfoJoin); series waiting for one: their ids, by the same
+    _joined: dict[tuple[str, str], dict[str, str]] = field(default_factory=dict)
+    _waiting: dict[tuple[str, str], list[tuple[int, NameRule, dict[str, str], str, str]]] = field(default_factory=dict)
     _lock: threading.Lock = field(default_factory=threading.Lock, repr=False, compare=False)
 
     def __post_init__(self) -> None:
@@ -311,12 +338,51 @@ class SeriesMapper:
         return node
 
     def series_id(self, name: str, labels: dict[str, str], position: str, fmt: str) -> int:
-        """Intern a series; returns its id, or -1 when it is skipped (unknown metric, no node)."""
+        """Intern a series; returns its id, or -1 when it is skipped (unknown metric, no node, an info series).
+
+        A series that names its accelerator by a join key only (:data:`JOINS`) whose info series has not been read
+        yet gets an id whose entity is -1 in :meth:`series_table` until it has; samples framed before are dropped
+        and counted (:data:`NOT_JOINED`)."""
+        join = _INFO.get(name)
+        if join is not None:
+            self._learn_info(join, labels, position, fmt)
+            return -1
         candidates = self.rules.get(name)
         rule = next((r for r in candidates if r.matches(labels)), None) if candidates else None
         if rule is None:
             self.unmapped_metrics[name] += 1
             return -1
+        join = next((j for j in JOINS if j.key in labels and any(f not in labels for f in rule.fields if f != "node")),
+                    None)
+        if join is not None:
+            node = self.node_for(labels)
+            joined = self._joined.get((node, labels[join.key])) if node is not None else None
+            if joined is not None:
+                labels = {**joined, **labels}
+            elif node is not None:
+                sid = self._add_series(None, rule.canonical, self._transform_code(rule.transform))
+                with self._lock:
+                    self._waiting.setdefault((node, labels[join.key]), []).append((sid, rule, labels, position, fmt))
+                return sid
+        return self._name_series(rule, name, labels, position, fmt)
+
+    def _learn_info(self, join: InfoJoin, labels: dict[str, str], position: str, fmt: str) -> None:
+        """Remember what an info series says of the accelerator its key names, and name the series waiting for it."""
+        node = self.node_for(labels)
+        key = labels.get(join.key)
+        if node is None or not key:
+            self.rejects.reject(fmt, position, f"{join.info_metric} names no node or no {join.key}")
+            return
+        joined = {to: labels[frm] for frm, to in join.labels if labels.get(frm)}
+        with self._lock:
+            self._joined[(node, key)] = joined
+            waiting = self._waiting.pop((node, key), [])
+        for sid, rule, series_labels, series_position, series_fmt in waiting:
+            self._name_series(rule, rule.source, {**joined, **series_labels}, series_position, series_fmt, sid)
+
+    def _name_series(self, rule: NameRule, name: str, labels: dict[str, str], position: str, fmt: str,
+                     sid: int | None = None) -> int:
+        """Name a series by its rule: its id (``sid`` when it waited for a join), or -1 when it cannot be named."""
         values: dict[str, str] = {}
         if "node" in rule.fields:  # switch-side series name a switch, not a node
             node = self.node_for(labels)
@@ -340,7 +406,11 @@ class SeriesMapper:
         identity = None
         if "node" in values and entity_kind(entity) == "accelerator":
             identity = self._learn_accelerator(values["node"], entity, labels)
-        sid = self._add_series(entity, rule.canonical, self._transform_code(rule.transform))
+        if sid is None:
+            sid = self._add_series(entity, rule.canonical, self._transform_code(rule.transform))
+        else:
+            with self._lock:
+                self._series[sid] = (self.entity_code(entity), *self._series[sid][1:])
         if identity is not None:
             with self._lock:
                 self._identity_series[sid] = (entity, identity)
@@ -421,12 +491,13 @@ class SeriesMapper:
         """Intern a series already named canonically (a collector that reads the hardware itself, e.g. sysfs)."""
         return self._add_series(entity, metric, -1)
 
-    def _add_series(self, entity: str, metric: str, transform: int) -> int:
-        """Append one series and return its id. Live collectors name new series from many threads at once
-        (concurrent scrapes, collectors side by side): interning and the id are taken under one lock, or a
-        sample could be filed under another thread's series."""
+    def _add_series(self, entity: str | None, metric: str, transform: int) -> int:
+        """Append one series and return its id (``entity`` None: not known yet, -1 in the table). Live collectors
+        name new series from many threads at once (concurrent scrapes, collectors side by side): interning and the
+        id are taken under one lock, or a sample could be filed under another thread's series."""
         with self._lock:
-            self._series.append((self.entity_code(entity), self.metric_code(metric), transform))
+            code = -1 if entity is None else self.entity_code(entity)
+            self._series.append((code, self.metric_code(metric), transform))
             return len(self._series) - 1
 
     def series_table(self) -> tuple[np.ndarray, np.ndarray, np.ndarray]:

@@ -13,7 +13,8 @@ parts = [head.rstrip("\n"), ""]
 TITLES = {"dcgm_exporter.csv": "dcgm-exporter", "node_exporter.csv": "node_exporter",
           "infiniband_exporter.csv": "infiniband_exporter (switch side)",
           "amd_device_metrics_exporter.csv": "AMD device-metrics-exporter (AMD Instinct, Hygon DCU)",
-          "npu_exporter.csv": "Ascend npu-exporter"}
+          "npu_exporter.csv": "Ascend npu-exporter",
+          "nvidia_gpu_exporter.csv": "nvidia_gpu_exporter (nvidia-smi / NVML)"}
 for table, title in TITLES.items():
     parts += [f"## {title}", "", "| source metric | canonical | type | entity | match | transform |",
               "|---|---|---|---|---|---|"]

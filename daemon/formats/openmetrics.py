@@ -21,7 +21,7 @@ import pyarrow.compute as pc
 from daemon import metrics
 from daemon.batch import Batch, samples_from_codes
 from daemon.formats.reader import ReadContext, decode_lines, iter_byte_blocks, read_tail
-from daemon.naming import split_series
+from daemon.naming import NOT_JOINED, split_series
 
 log = logging.getLogger("raswarden.formats.openmetrics")
 
@@ -240,6 +240,11 @@ def samples_frame(mapper, sid: np.ndarray, ts: np.ndarray, value: np.ndarray, so
     """A samples frame from series ids, with each series' transform applied (bitmask to flag, scale, value map);
     values the exporter flags as not read are dropped (and counted by :meth:`SeriesMapper.transform_values`)."""
     ent_of, met_of, transform_of = mapper.series_table()
+    named = ent_of[sid] >= 0
+    if not named.all():  # series whose accelerator an info series has not named yet (naming.JOINS)
+        mapper.values_not_read[NOT_JOINED] += int((~named).sum())
+        metrics.SAMPLES_NOT_READ.labels(source).inc(int((~named).sum()))
+        sid, ts, value = sid[named], ts[named], value[named]
     mapper.stamp_identities(sid, ts)
     value = mapper.transform_values(transform_of[sid], value, source)
     read = ~np.isnan(value)

@@ -13,8 +13,8 @@ from collections.abc import Iterator
 import ijson
 import numpy as np
 
-from daemon import metrics
-from daemon.batch import Batch, samples_from_codes
+from daemon.batch import Batch
+from daemon.formats.openmetrics import samples_frame
 from daemon.formats.reader import ReadContext, open_binary
 
 FORMAT = "query_range"
@@ -33,18 +33,15 @@ class QueryRangeReader:
     format = FORMAT
 
     @staticmethod
-    def _series(series, position: str, ctx: ReadContext, ents, mets, tss, vals) -> None:
-        mapper = ctx.mapper
+    def _series(series, position: str, ctx: ReadContext, sids, tss, vals) -> None:
         if not isinstance(series, dict) or not isinstance(series.get("metric"), dict):
             ctx.rejects.reject(FORMAT, position, "series without a 'metric' object")
             return
         labels = {str(k): str(v) for k, v in series["metric"].items()}
         name = labels.pop("__name__", "")
-        sid = mapper.series_id(name, labels, position, FORMAT)
+        sid = ctx.mapper.series_id(name, labels, position, FORMAT)
         if sid < 0:
             return
-        ent_of, met_of, transform_of = mapper.series_table()
-        ent, met, transform = int(ent_of[sid]), int(met_of[sid]), int(transform_of[sid])
         points = series.get("values")
         if not isinstance(points, list):
             ctx.rejects.reject(FORMAT, position, "series without a 'values' list")
@@ -58,30 +55,23 @@ class QueryRangeReader:
             if not (math.isfinite(t) and math.isfinite(v)):
                 ctx.rejects.reject(FORMAT, f"{position}.values[{j}]", "value is NaN or infinite")
                 continue
-            if transform >= 0:
-                v = float(mapper.transform_values(np.array([transform]), np.array([v]), FORMAT)[0])
-                if math.isnan(v):
-                    continue  # the exporter's failure value: counted there
-            ents.append(ent)
-            mets.append(met)
+            sids.append(sid)
             tss.append(t)
             vals.append(v)
 
     def read(self, path: Path, ctx: ReadContext) -> Iterator[Batch]:
-        mapper = ctx.mapper
-        ents: list[int] = []
-        mets: list[int] = []
+        sids: list[int] = []
         tss: list[float] = []
         vals: list[float] = []
         src = str(path)
 
         def flush() -> Batch:
-            nonlocal ents, mets, tss, vals
-            frame = samples_from_codes(np.asarray(tss), np.asarray(ents, dtype=np.int64),
-                                       np.asarray(mets, dtype=np.int64), np.asarray(vals),
-                                       mapper.entities, mapper.metrics)
-            metrics.SAMPLES_INGESTED.labels(FORMAT).inc(len(frame))
-            ents, mets, tss, vals = [], [], [], []
+            """The points read so far as one frame (:func:`samples_frame`: each series' transform applied; the points
+            of a series whose accelerator no info series has named yet dropped and counted, naming.JOINS)."""
+            nonlocal sids, tss, vals
+            frame = samples_frame(ctx.mapper, np.asarray(sids, dtype=np.int64), np.asarray(tss, dtype=np.float64),
+                                  np.asarray(vals, dtype=np.float64), FORMAT)
+            sids, tss, vals = [], [], []
             return Batch(samples=frame)
 
         done = 0  # series handled, so a retry with another backend does not read them twice
@@ -92,7 +82,7 @@ class QueryRangeReader:
                         if index < done:
                             continue
                         done = index + 1
-                        self._series(series, f"{src}:data.result[{index}]", ctx, ents, mets, tss, vals)
+                        self._series(series, f"{src}:data.result[{index}]", ctx, sids, tss, vals)
                         if len(tss) >= ctx.chunk_rows:
                             yield flush()
                     break
