@@ -19,7 +19,7 @@ from dataclasses import dataclass, field
 
 from prometheus_client.parser import text_string_to_metric_families
 
-from daemon.naming import host_of_instance
+from daemon.naming import EXPORTER_POD, host_of_instance
 
 
 @dataclass(frozen=True)
@@ -110,8 +110,8 @@ def _read(text: str, address: str, inv: Inventory, names: dict[str, str]) -> Non
                 if way.index not in labels or not sample.name.startswith(way.prefix) or \
                         not any(k in labels for k in way.identity):
                     continue
-                if way.host and labels.get(way.host):
-                    found["name"] = labels[way.host]
+                if way.host and labels.get(way.host) and not EXPORTER_POD.fullmatch(labels[way.host]):
+                    found["name"] = labels[way.host]  # (a pod's name is no host: the address names the node)
                 try:
                     index = int(labels[way.index])
                 except ValueError:

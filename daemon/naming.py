@@ -47,6 +47,21 @@ MODEL_LABELS = ("modelName", "card_model", "model_name")
 IDENTITY_LABELS = ("UUID", "serial_number", "vdie_id")
 # Labels that give an accelerator's PCI address (dcgm-exporter, npu-exporter), for kernel lines that name it.
 PCI_LABELS = ("pci_bus_id", "pcie_bus_info")
+# Labels a Prometheus relabeling puts the node's name in (``__meta_kubernetes_pod_node_name`` to ``node``, as
+# Deckhouse's and others' PodMonitors for dcgm-exporter do; ``kubernetes_node`` in Prometheus' own example config).
+NODE_LABELS = ("node", "kubernetes_node")
+# A DaemonSet pod's name: its set's name and five of Kubernetes' random characters (apimachinery rand.String's
+# alphabet). dcgm-exporter in Kubernetes without NODE_NAME (before its PR 129, or a chart that does not set it) and
+# without host networking reports its pod's name as ``Hostname`` (``nvidia-dcgm-exporter-cwbcm``, NVIDIA/dcgm-exporter
+# PR 129; ``dcgm-exporter-6ldbb``, issue 188): no host, and a new "node" at every restart of the pod.
+EXPORTER_POD = re.compile(r"[a-z0-9-]*(dcgm|gpu|nvidia|device-metrics|npu)[a-z0-9-]*-exporter-"
+                          r"[bcdfghjklmnpqrstvwxz2456789]{5}")
+
+
+def host_label(labels: dict[str, str]) -> str | None:
+    """The host an exporter names itself (``Hostname``, ``hostname``), unless it is its Kubernetes pod's name."""
+    host = labels.get("Hostname") or labels.get("hostname")
+    return None if not host or EXPORTER_POD.fullmatch(host) else host
 
 
 @dataclass(frozen=True)
@@ -326,8 +341,10 @@ class SeriesMapper:
         return _intern(metric, self._metric_code, self.metrics)
 
     def node_for(self, labels: dict[str, str]) -> str | None:
-        """The node id named by a series' labels, or None (counted) when it cannot be told."""
-        host = labels.get("Hostname") or labels.get("hostname")
+        """The node id named by a series' labels, or None (counted) when it cannot be told: the exporter's own host
+        label (not a pod's name, :data:`EXPORTER_POD`), else a node label a relabeling set (:data:`NODE_LABELS`),
+        else the host of ``instance``."""
+        host = host_label(labels) or next((labels[k] for k in NODE_LABELS if labels.get(k)), None)
         if not host and labels.get("instance"):
             host = host_of_instance(labels["instance"])
         if not host:
@@ -387,8 +404,12 @@ class SeriesMapper:
         if "node" in rule.fields:  # switch-side series name a switch, not a node
             node = self.node_for(labels)
             if node is None:
-                host = labels.get("Hostname") or labels.get("instance") or ""
+                host = host_label(labels) or labels.get("instance") or ""
                 why = f"address {host!r} has no alias in the topology" if host else "series names no host"
+                pod = labels.get("Hostname") or labels.get("hostname") or ""
+                if pod and not host_label(labels):
+                    why += (f" (its Hostname {pod!r} is the exporter's Kubernetes pod: set the exporter's NODE_NAME, "
+                            "or relabel the pod's node name into 'node' or 'instance')")
                 self.rejects.reject(fmt, position, f"cannot name the node: {why}")
                 return -1
             values["node"] = node

@@ -8,6 +8,7 @@ from tests.conftest import REAL, ROOT
 from tests.daemon.collectors.conftest import http_server  # noqa: F401  (fixture: real HTTP servers)
 
 EXPORTERS = ROOT / "fixtures" / "exporters"
+K8S_POD_LINE = (REAL / "quoted" / "dcgm-exporter-k8s-hostname.prom").read_text().splitlines()[1] + "\n"
 NVIDIA_GPU_EXPORTER = REAL / "nvidia_gpu_exporter" / "linux-x86_64__nvidia-h200__590.48.01__load.metrics"
 DCGM = ('DCGM_FI_DEV_GPU_TEMP{gpu="0",UUID="GPU-a",pci_bus_id="00000000:3B:00.0",modelName="NVIDIA H100 80GB HBM3",'
         'Hostname="sn01-b01"} 41\n'
@@ -21,7 +22,8 @@ def test_every_exporters_accelerators_are_found(http_server):  # noqa: F811
     their node's accelerators with the identity an operator finds a part by; the document is a valid topology."""
     targets = []
     for n, body in enumerate((DCGM, (EXPORTERS / "amd-device-metrics-exporter.prom").read_text(),
-                              (EXPORTERS / "npu-exporter.prom").read_text(), NVIDIA_GPU_EXPORTER.read_text())):
+                              (EXPORTERS / "npu-exporter.prom").read_text(), NVIDIA_GPU_EXPORTER.read_text(),
+                              K8S_POD_LINE)):
         address, pages = http_server(f"127.0.0.{n + 1}")  # three nodes: targets on one address are one
         pages.set("/metrics", body)
         targets.append(address)
@@ -29,8 +31,10 @@ def test_every_exporters_accelerators_are_found(http_server):  # noqa: F811
     assert not inv.unreadable, inv.unreadable
     doc = inv.topology()
     nodes = {n["name"]: n for rack in doc["racks"] for n in rack["nodes"]}
-    # npu-exporter and nvidia_gpu_exporter name no host: their addresses
-    assert set(nodes) == {"sn01-b01", "sn02-b01", "127.0.0.3", "127.0.0.4"}
+    # npu-exporter and nvidia_gpu_exporter name no host, nor does a dcgm-exporter whose Hostname is its Kubernetes
+    # pod's name (real line, NVIDIA/dcgm-exporter PR 129): their addresses
+    assert set(nodes) == {"sn01-b01", "sn02-b01", "127.0.0.3", "127.0.0.4", "127.0.0.5"}
+    assert nodes["127.0.0.5"]["accelerators"][0]["uuid"] == "GPU-4c226d4d-8129-a7cf-fecd-daa9018b4b48"
     assert nodes["sn01-b01"]["accelerators"][1] == {"index": 1, "uuid": "GPU-b", "pci_bus_id": "00000000:5D:00.0",
                                                     "model": "NVIDIA H100 80GB HBM3"}
     assert nodes["sn02-b01"]["accelerators"] == [

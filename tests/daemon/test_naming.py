@@ -2,6 +2,7 @@ import pytest
 
 from daemon.naming import SeriesMapper, parse_labels, split_series
 from daemon.topology import Topology, normalize_pci
+from tests.conftest import REAL
 
 
 def test_labels_with_escapes_commas_and_braces():
@@ -89,3 +90,28 @@ def test_topology_names_npus_by_their_kind():
     with pytest.raises(ValueError, match="kind"):
         Topology.from_dict({"racks": [{"name": "r1", "nodes": [{"name": "a1", "accelerators": [
             {"index": 0, "kind": "tpu"}]}]}]})
+
+
+def _quoted_k8s_series() -> list[dict[str, str]]:
+    path = REAL / "quoted" / "dcgm-exporter-k8s-hostname.prom"
+    return [split_series(line.rsplit(" ", 1)[0])[1] for line in path.read_text().splitlines()
+            if line and not line.startswith("#")]
+
+
+def test_a_kubernetes_exporter_pods_name_is_no_host_and_the_relabeled_node_is():
+    """dcgm-exporter in Kubernetes without NODE_NAME reports its pod's name as Hostname (real lines quoted in
+    NVIDIA/dcgm-exporter PR 129): the node comes from a relabeling (``node``, or ``instance`` set to the node's name),
+    never from the pod, which would be a new node at each restart of the pod; a host's own name stays the node."""
+    pod, named, vm = _quoted_k8s_series()
+    m = SeriesMapper()
+    assert m.node_for(named) == "ip-172-31-54-152" and m.node_for(vm) == "computeinstance-e00c1p6dpy98xytphp"
+    assert m.node_for({**pod, "instance": "ip-172-31-54-152"}) == "ip-172-31-54-152"
+    assert m.node_for({**pod, "node": "ip-172-31-54-152", "instance": "10.244.3.17:9400"}) == "ip-172-31-54-152"
+    # a pod address without an alias: reported with what to do, not turned into a node
+    topo = Topology.from_dict({"racks": [{"name": "r1", "nodes": [{"name": "ip-172-31-54-152"}]}]})
+    m = SeriesMapper(topology=topo)
+    assert m.series_id("DCGM_FI_DEV_GPU_TEMP", {**pod, "instance": "10.244.3.17:9400"}, "f:1", "openmetrics") == -1
+    (message,) = m.rejects.messages
+    assert "'10.244.3.17:9400' has no alias" in message and "'nvidia-dcgm-exporter-cwbcm' is the exporter's " \
+        "Kubernetes pod" in message and m.unmapped_hosts == {"10.244.3.17": 1}
+    assert "nvidia-dcgm-exporter-cwbcm" not in m.entities
