@@ -15,11 +15,13 @@ from daemon.formats.openmetrics import OpenMetricsReader
 from daemon.formats.promjson import QueryRangeReader
 from daemon.formats.rasdaemon_sqlite import RasdaemonReader
 from daemon.formats.smi import SmiReader
+from daemon.formats import vmexport
+from daemon.formats.vmexport import VmExportReader
 
 __all__ = [
     "ColumnarReader", "ColumnarWriter", "FabricManagerReader", "JournalJsonReader", "OpenMetricsReader",
-    "QueryRangeReader", "RasdaemonReader", "ReadContext", "Reader", "SmiReader", "TextLogReader", "describe_unread",
-    "sniff",
+    "QueryRangeReader", "RasdaemonReader", "ReadContext", "Reader", "SmiReader", "TextLogReader", "VmExportReader",
+    "describe_unread", "sniff",
 ]
 
 # A sample line: a metric name, its labels, a number (and a timestamp). "Tue 2025-01-21 04:41:44 UTC host kernel: ..."
@@ -27,6 +29,9 @@ __all__ = [
 _EXPOSITION = re.compile(rb"^[a-zA-Z_:][a-zA-Z0-9_:]*(?:\{.*\})?[ \t]+"
                          rb"(?:[-+]?(?:\d+\.?\d*(?:[eE][-+]?\d+)?|\.\d+(?:[eE][-+]?\d+)?|[Nn]a[Nn]|[Ii]nf))"
                          rb"(?:[ \t]+-?\d+(?:\.\d+)?)?[ \t]*$")
+# A sample line whose name is in its labels, as ``promtool tsdb dump`` prints them (labels.String(): sorted, so
+# ``Hostname`` comes before ``__name__``), not JSON (``{"``).
+_LABELS_FIRST = re.compile(rb'^\{[a-zA-Z_][a-zA-Z0-9_]*="')
 _KMSG = re.compile(r"^\d+,\d+,\d+,[^;]*;")  # /dev/kmsg: "6,3964,206764307,-;message"
 _PSTORE_HEADER = re.compile(r"^(Panic|Oops|Emergency|Shutdown|Halt|Poweroff|Restart|Unknown)#\d+ Part\d+\s*$")
 _LEVEL_RAW = re.compile(r"^<\d+>\[\s*\d+\.\d+\]")  # dmesg -r / pstore: "<6>[  201.650687] ..."
@@ -44,6 +49,10 @@ def sniff(path: Path) -> Reader | None:
     if head.startswith(b"PAR1"):
         return ColumnarReader()
     first = next((ln.strip() for ln in head.splitlines() if ln.strip()), b"")
+    if _LABELS_FIRST.match(first):  # promtool tsdb dump: '{__name__="up", job="x"} 1 1700000000000'
+        return OpenMetricsReader()
+    if vmexport.looks_like(first):
+        return VmExportReader()
     if first.startswith(b"{"):
         if b"__REALTIME_TIMESTAMP" in first or b"_TRANSPORT" in first:
             return JournalJsonReader()

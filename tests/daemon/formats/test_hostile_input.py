@@ -7,7 +7,7 @@ from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
 from daemon.formats import (ColumnarReader, JournalJsonReader, QueryRangeReader, RasdaemonReader, ReadContext,
-                            TextLogReader)
+                            TextLogReader, VmExportReader)
 from daemon.formats.kernel_events import parse_kernel_message
 from daemon.naming import SeriesMapper
 from tests.daemon.formats.conftest import read_all
@@ -72,6 +72,18 @@ def test_query_range_junk_series(tmp_path_factory, bad):
     p = tmp_path_factory.mktemp("q") / "q.json"
     p.write_text(json.dumps(doc))
     s = read_all(QueryRangeReader(), p, ReadContext(mapper=SeriesMapper())).samples
+    assert {1772409630.0 + 30 * i for i in range(5)} <= set(s["ts"])
+
+
+@SETTINGS
+@given(bad=st.lists(json_value | st.dictionaries(st.sampled_from(["metric", "values", "timestamps"]), json_value,
+                                                 max_size=3), max_size=5))
+def test_vm_export_junk_lines(tmp_path_factory, bad):
+    good = {"metric": {"__name__": "DCGM_FI_DEV_GPU_TEMP", "gpu": "0", "Hostname": "sn01-b01"},
+            "values": [40 + i for i in range(5)], "timestamps": [(1772409630 + 30 * i) * 1000 for i in range(5)]}
+    p = tmp_path_factory.mktemp("vm") / "export.jsonl"
+    p.write_text("".join(json.dumps(x) + "\n" for x in [*bad, good, *bad]))
+    s = read_all(VmExportReader(), p, ReadContext(mapper=SeriesMapper())).samples
     assert {1772409630.0 + 30 * i for i in range(5)} <= set(s["ts"])
 
 
