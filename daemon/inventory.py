@@ -40,6 +40,8 @@ class AcceleratorLabels:
 ACCELERATOR_LABELS = (
     AcceleratorLabels("gpu", "gpu", ("UUID", "pci_bus_id"), uuid="UUID", pci="pci_bus_id", model="modelName",
                       host="Hostname"),
+    # dcgm-exporter's 1.x names with --use-old-namespace: dcgm_* with a lowercase uuid
+    AcceleratorLabels("gpu", "gpu", ("uuid",), uuid="uuid", model="modelName", host="Hostname", prefix="dcgm_"),
     AcceleratorLabels("gpu", "gpu_id", ("card_model", "serial_number"), serial="serial_number", model="card_model",
                       host="hostname"),
     AcceleratorLabels("npu", "id", ("model_name", "pcie_bus_info"), uuid="vdie_id", pci="pcie_bus_info",

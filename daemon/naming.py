@@ -31,20 +31,22 @@ from detectors.schema import entity_kind
 # names its fields bare (``gpu_clock``) and adds ``CommonConfig.MetricsFieldPrefix`` (``amd_`` in its
 # packaged config), so both spellings are read.
 TABLES: tuple[tuple[str, str], ...] = (
-    ("dcgm_exporter.csv", ""), ("node_exporter.csv", ""), ("infiniband_exporter.csv", ""),
+    ("dcgm_exporter.csv", ""), ("dcgm_exporter_1x.csv", ""), ("node_exporter.csv", ""), ("infiniband_exporter.csv", ""),
     ("amd_device_metrics_exporter.csv", "amd_"), ("npu_exporter.csv", ""), ("nvidia_gpu_exporter.csv", ""),
 )
 # DCGM's blank values (dcgm_structs.h): DCGM_FP64_BLANK is 2^47 and DCGM_INT64_BLANK 0x7ffffffffffffff0, each with
 # NOT_FOUND, NOT_SUPPORTED and NOT_PERMISSIONED just above; dcgm-exporter prints them as values
 # (``DCGM_FI_DEV_MEMORY_TEMP{...} 9223372036854775794`` on a GPU whose memory has no sensor). A gauge at or above
 # 2^47 (no reading of a GPU comes near) or a counter at or above the int64 blank is no reading.
-BLANKS: dict[str, dict[str, float]] = {"dcgm_exporter.csv": {"gauge": 2.0**47, "counter": 9.2e18}}
+BLANKS: dict[str, dict[str, float]] = {table: {"gauge": 2.0**47, "counter": 9.2e18}
+                                       for table in ("dcgm_exporter.csv", "dcgm_exporter_1x.csv")}
 # Labels that name an accelerator's model (dcgm-exporter, AMD device-metrics-exporter, Ascend npu-exporter):
 # peer groups never mix models.
 MODEL_LABELS = ("modelName", "card_model", "model_name")
 # Labels that name the accelerator itself, not its slot (dcgm-exporter, AMD device-metrics-exporter,
-# npu-exporter): a new value in a slot is a replaced part (daemon/pipeline.py).
-IDENTITY_LABELS = ("UUID", "serial_number", "vdie_id")
+# npu-exporter; dcgm-exporter's --use-old-namespace writes ``uuid``): a new value in a slot is a replaced part
+# (daemon/pipeline.py).
+IDENTITY_LABELS = ("UUID", "serial_number", "vdie_id", "uuid")
 # Labels that give an accelerator's PCI address (dcgm-exporter, npu-exporter), for kernel lines that name it.
 PCI_LABELS = ("pci_bus_id", "pcie_bus_info")
 # Labels a Prometheus relabeling puts the node's name in (``__meta_kubernetes_pod_node_name`` to ``node``, as
@@ -59,9 +61,10 @@ EXPORTER_POD = re.compile(r"[a-z0-9-]*(dcgm|gpu|nvidia|device-metrics|npu)[a-z0-
 
 
 def host_label(labels: dict[str, str]) -> str | None:
-    """The host an exporter names itself (``Hostname``, ``hostname``), unless it is its Kubernetes pod's name."""
-    host = labels.get("Hostname") or labels.get("hostname")
-    return None if not host or EXPORTER_POD.fullmatch(host) else host
+    """The host an exporter names itself (``Hostname``, ``hostname``), unless it is its Kubernetes pod's name (then a
+    ``hostname`` a relabeling set beside it, as NVIDIA/dcgm-exporter issue 529's ServiceMonitor does, names it)."""
+    return next((h for h in (labels.get("Hostname"), labels.get("hostname")) if h and not EXPORTER_POD.fullmatch(h)),
+                None)
 
 
 @dataclass(frozen=True)

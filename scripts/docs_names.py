@@ -10,7 +10,8 @@ doc = ROOT / "docs" / "names.md"
 text = doc.read_text()
 head = text.split("\n## dcgm-exporter", 1)[0]
 parts = [head.rstrip("\n"), ""]
-TITLES = {"dcgm_exporter.csv": "dcgm-exporter", "node_exporter.csv": "node_exporter",
+TITLES = {"dcgm_exporter.csv": "dcgm-exporter", "dcgm_exporter_1x.csv": "dcgm-exporter, 1.x names",
+          "node_exporter.csv": "node_exporter",
           "infiniband_exporter.csv": "infiniband_exporter (switch side)",
           "amd_device_metrics_exporter.csv": "AMD device-metrics-exporter (AMD Instinct, Hygon DCU)",
           "npu_exporter.csv": "Ascend npu-exporter",

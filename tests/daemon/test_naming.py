@@ -1,3 +1,4 @@
+import numpy as np
 import pytest
 
 from daemon.naming import SeriesMapper, parse_labels, split_series
@@ -115,3 +116,31 @@ def test_a_kubernetes_exporter_pods_name_is_no_host_and_the_relabeled_node_is():
     assert "'10.244.3.17:9400' has no alias" in message and "'nvidia-dcgm-exporter-cwbcm' is the exporter's " \
         "Kubernetes pod" in message and m.unmapped_hosts == {"10.244.3.17": 1}
     assert "nvidia-dcgm-exporter-cwbcm" not in m.entities
+
+
+def test_dcgm_exporters_1x_names_from_a_kubernetes_pod():
+    """dcgm-exporter's 1.x names (dcgm_sm_clock, ...) as a real Kubernetes deployment served them (NVIDIA/dcgm-exporter
+    issue 188: Hostname is the exporter's pod), the node named by Prometheus' instance; --use-old-namespace's
+    lowercase uuid is the GPU's identity too."""
+    from daemon.formats import ReadContext
+    from daemon.formats.openmetrics import parse_scrape
+
+    text = (REAL / "quoted" / "dcgm-exporter-188.prom").read_text()
+    ctx = ReadContext(target_labels={"instance": "gpu-node-9:9400"})
+    s = parse_scrape(text.encode(), ctx, {}, "scrape", 1.8e9).samples
+    got = dict(zip(s["metric"].astype(str), s["value"]))
+    assert set(s["entity"].astype(str)) == {"gpu-node-9/gpu0"} and ctx.rejects.total == 0
+    assert got == {"sm_clock_mhz": 585, "mem_clock_mhz": 5000, "gpu_temp_c": 54, "power_w": 30.982,
+                   "energy_mj_total": 55491669881, "pcie_replay_total": 0, "gpu_util_pct": 0}
+    assert ctx.mapper.take_identities(2e9) == [("gpu-node-9/gpu0", "GPU-c1f38265-5e7c-0a81-14a0-240a35ea8160", 1.8e9)]
+    m = SeriesMapper()
+    sid = m.series_id("dcgm_gpu_temp", {"gpu": "1", "uuid": "GPU-77", "Hostname": "sn01-b02"}, "f:1", "openmetrics")
+    m.stamp_identities(np.array([sid]), np.array([5.0]))
+    assert m.take_identities(10) == [("sn01-b02/gpu1", "GPU-77", 5.0)]
+
+
+def test_a_hostname_a_relabeling_set_beside_the_pods_names_the_node():
+    """NVIDIA/dcgm-exporter issue 529's ServiceMonitor relabels the pod's node name into ``hostname``."""
+    m = SeriesMapper()
+    assert m.node_for({"Hostname": "nvidia-dcgm-exporter-tvmlp", "hostname": "ip-10-0-6-97.ec2.internal"}) == \
+        "ip-10-0-6-97.ec2.internal"
