@@ -15,11 +15,13 @@ from daemon.formats.openmetrics import OpenMetricsReader
 from daemon.formats.promjson import QueryRangeReader
 from daemon.formats.rasdaemon_sqlite import RasdaemonReader
 from daemon.formats.smi import SmiReader
-from daemon.formats import vmexport
+from daemon.formats import journalfile, vmexport
+from daemon.formats.journalfile import JournalFileReader
 from daemon.formats.vmexport import VmExportReader
 
 __all__ = [
-    "ColumnarReader", "ColumnarWriter", "FabricManagerReader", "JournalJsonReader", "OpenMetricsReader",
+    "ColumnarReader", "ColumnarWriter", "FabricManagerReader", "JournalFileReader", "JournalJsonReader",
+    "OpenMetricsReader",
     "QueryRangeReader", "RasdaemonReader", "ReadContext", "Reader", "SmiReader", "TextLogReader", "VmExportReader",
     "describe_unread", "sniff",
 ]
@@ -48,6 +50,8 @@ def sniff(path: Path) -> Reader | None:
         return RasdaemonReader()
     if head.startswith(b"PAR1"):
         return ColumnarReader()
+    if journalfile.looks_like(head):
+        return JournalFileReader()
     first = next((ln.strip() for ln in head.splitlines() if ln.strip()), b"")
     if _LABELS_FIRST.match(first):  # promtool tsdb dump: '{__name__="up", job="x"} 1 1700000000000'
         return OpenMetricsReader()
