@@ -15,13 +15,14 @@ from daemon.formats.openmetrics import OpenMetricsReader
 from daemon.formats.promjson import QueryRangeReader
 from daemon.formats.rasdaemon_sqlite import RasdaemonReader
 from daemon.formats.smi import SmiReader
-from daemon.formats import journalfile, vmexport
+from daemon.formats import journalexport, journalfile, vmexport
+from daemon.formats.journalexport import JournalExportReader
 from daemon.formats.journalfile import JournalFileReader
 from daemon.formats.vmexport import VmExportReader
 
 __all__ = [
-    "ColumnarReader", "ColumnarWriter", "FabricManagerReader", "JournalFileReader", "JournalJsonReader",
-    "OpenMetricsReader",
+    "ColumnarReader", "ColumnarWriter", "FabricManagerReader", "JournalExportReader", "JournalFileReader",
+    "JournalJsonReader", "OpenMetricsReader",
     "QueryRangeReader", "RasdaemonReader", "ReadContext", "Reader", "SmiReader", "TextLogReader", "VmExportReader",
     "describe_unread", "sniff",
 ]
@@ -57,6 +58,8 @@ def sniff(path: Path) -> Reader | None:
         return OpenMetricsReader()
     if vmexport.looks_like(first):
         return VmExportReader()
+    if journalexport.looks_like(first):
+        return JournalExportReader()
     if first.startswith(b"{"):
         if b"__REALTIME_TIMESTAMP" in first or b"_TRANSPORT" in first:
             return JournalJsonReader()

@@ -133,18 +133,24 @@ def journal_record(line: str, position: str, rows: EventRows) -> dict | None:
 
     Bad lines are rejected with their position; records of other transports are returned and ignored.
     """
-    ctx, fmt = rows.ctx, rows.fmt
     try:
         record = json.loads(line)
         if not isinstance(record, dict):
             raise ValueError("not an object")
     except ValueError:
-        ctx.rejects.reject(fmt, position, "not a JSON object", line)
+        rows.ctx.rejects.reject(rows.fmt, position, "not a JSON object", line)
         return None
+    return journal_entry(record, position, rows, line)
+
+
+def journal_entry(record: dict, position: str, rows: EventRows, text: str = "") -> dict | None:
+    """Read one journal entry (its fields as a dict, from any of journalctl's outputs) into ``rows``, kernel records
+    only; the entry, or None when bad (rejected with its position and ``text``, what it was read from)."""
+    ctx, fmt = rows.ctx, rows.fmt
     if record.get("_TRANSPORT") != "kernel" and record.get("SYSLOG_IDENTIFIER") != "kernel":
         return record
     message = record.get("MESSAGE")
-    if isinstance(message, list):  # journald exports non-UTF-8 messages as byte arrays
+    if isinstance(message, (list, bytes)):  # journald exports non-UTF-8 messages as byte arrays
         try:
             message = bytes(message).decode("utf-8", errors="replace")
         except (TypeError, ValueError):
@@ -153,10 +159,10 @@ def journal_record(line: str, position: str, rows: EventRows) -> dict | None:
     try:
         ts = int(record["__REALTIME_TIMESTAMP"]) / 1e6
     except (KeyError, TypeError, ValueError):
-        ctx.rejects.reject(fmt, position, "missing or bad __REALTIME_TIMESTAMP", line)
+        ctx.rejects.reject(fmt, position, "missing or bad __REALTIME_TIMESTAMP", text)
         return None
     if not isinstance(message, str) or not isinstance(host, str) or not host:
-        ctx.rejects.reject(fmt, position, "kernel record without MESSAGE or _HOSTNAME", line)
+        ctx.rejects.reject(fmt, position, "kernel record without MESSAGE or _HOSTNAME", text)
         return None
     boot = record.get("_BOOT_ID")
     if isinstance(boot, str) and boot:

@@ -6,8 +6,8 @@ import sqlite3
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
-from daemon.formats import (ColumnarReader, JournalJsonReader, QueryRangeReader, RasdaemonReader, ReadContext,
-                            TextLogReader, VmExportReader)
+from daemon.formats import (ColumnarReader, JournalExportReader, JournalJsonReader, QueryRangeReader,
+                            RasdaemonReader, ReadContext, TextLogReader, VmExportReader)
 from daemon.formats.kernel_events import parse_kernel_message
 from daemon.naming import SeriesMapper
 from tests.daemon.formats.conftest import read_all
@@ -85,6 +85,20 @@ def test_vm_export_junk_lines(tmp_path_factory, bad):
     p.write_text("".join(json.dumps(x) + "\n" for x in [*bad, good, *bad]))
     s = read_all(VmExportReader(), p, ReadContext(mapper=SeriesMapper())).samples
     assert {1772409630.0 + 30 * i for i in range(5)} <= set(s["ts"])
+
+
+@SETTINGS
+@given(junk=st.lists(st.binary(max_size=40), max_size=6))
+def test_journal_export_junk_between_entries(tmp_path_factory, junk):
+    entry = ("__CURSOR=s=1\n__REALTIME_TIMESTAMP={t}000000\n_HOSTNAME=sn01-b01\n_TRANSPORT=kernel\n"
+             f"MESSAGE={XID}\n\n")
+    good = [entry.format(t=1772409600 + i).encode() for i in range(3)]
+    body = b"".join(g + b"\n".join(j.replace(b"\n", b"") for j in junk[:k]) + (b"\n\n" if junk[:k] else b"")
+                    for k, g in enumerate(good))
+    p = tmp_path_factory.mktemp("ex") / "node.export"
+    p.write_bytes(body)
+    ev = read_all(JournalExportReader(), p, ReadContext(mapper=SeriesMapper())).events
+    assert 1772409600.0 in set(ev["ts"]) and set(ev["ts"]) <= {1772409600.0 + i for i in range(3)}
 
 
 @SETTINGS

@@ -13,7 +13,7 @@ from pathlib import Path
 
 import pytest
 
-from daemon.formats import JournalFileReader, sniff
+from daemon.formats import JournalExportReader, JournalFileReader, sniff
 from daemon.replay import replay
 from tests.conftest import BUNDLED_TRACE, require
 from tests.daemon.formats.conftest import read_all
@@ -108,3 +108,41 @@ def test_archived_and_compressed_journals_are_read(tmp_path, ctx, name):
     assert isinstance(sniff(path), JournalFileReader)
     ev = read_all(JournalFileReader(), path, ctx).events
     assert ev["code"].tolist() == [48] and ctx.rejects.total == 0
+
+
+def test_journalctl_export_format_replays_like_the_json_export(tmp_path):
+    """``journalctl -o export`` of the same journal file (the real journalctl writing it)."""
+    require(shutil.which("journalctl") is not None, "journalctl (systemd) is not installed")
+    records = [json.loads(line) for line in (BUNDLED_TRACE / "kernel.journal.json").read_text().splitlines()]
+    journal = write_journal(records, tmp_path / "remote-sn01.journal")
+    export = tmp_path / "sn01.export"
+    with open(export, "wb") as out:
+        subprocess.run(["journalctl", f"--file={journal}", "-o", "export", "--no-pager"], stdout=out, check=True)
+    assert isinstance(sniff(export), JournalExportReader)
+    rest = tmp_path / "rest"
+    shutil.copytree(BUNDLED_TRACE, rest, ignore=shutil.ignore_patterns("kernel.journal.json"))
+    assert findings([export, rest]) == findings([BUNDLED_TRACE])
+
+
+def test_export_format_binary_fields_and_damage(tmp_path, ctx):
+    """A message in the binary form is read; a line that is no field is rejected; a binary field cut short ends the
+    file with a reason, what came before kept."""
+    xid = "NVRM: Xid (PCI:0000:18:00): 79, pid=0, GPU has fallen off the bus."
+    dbe = "NVRM: Xid (PCI:0000:18:00): 48, pid=0, An uncorrectable double bit error (DBE) has been detected."
+
+    def head(second: int) -> bytes:
+        return (f"__CURSOR=s=1\n__REALTIME_TIMESTAMP=17724096{second:02d}000000\n_BOOT_ID={'a' * 32}\n"
+                "_HOSTNAME=sn01-b01\n_TRANSPORT=kernel\n").encode()
+
+    binary = dbe.encode()  # any value may take the binary form (journalctl uses it for ones with control bytes)
+    text = (head(0) + b"MESSAGE=" + xid.encode() + b"\n\n"
+            + head(1) + b"not a field line\nMESSAGE\n" + struct.pack("<Q", len(binary)) + binary + b"\n\n"
+            + head(2) + b"MESSAGE\n" + struct.pack("<Q", 500) + b"cut")
+    path = tmp_path / "node.export"
+    path.write_bytes(text)
+    assert isinstance(sniff(path), JournalExportReader)
+    ev = read_all(JournalExportReader(), path, ctx).events
+    assert ev["code"].tolist() == [79, 48] and ev["ts"].tolist() == [1772409600, 1772409601]
+    reasons = sorted(m.split(": ", 1)[1] for m in ctx.rejects.messages)
+    assert len(reasons) == 2 and reasons[0].startswith("binary field MESSAGE cut short") and \
+        reasons[1].startswith("not a FIELD=value line"), reasons
