@@ -92,6 +92,23 @@ def trace_dir() -> Path:
     return BUNDLED_TRACE
 
 
+def replay_findings(paths: list[Path]) -> str:
+    """What ``raswarden replay PATHS --findings`` writes (one JSON object a line)."""
+    import io
+
+    from daemon.replay import replay
+
+    out = io.StringIO()
+    replay(paths, findings_out=out)
+    return out.getvalue()
+
+
+@pytest.fixture(scope="session")
+def bundled_findings() -> str:
+    """The bundled trace's findings, for the tests that replay it in another form (once a worker)."""
+    return replay_findings([BUNDLED_TRACE])
+
+
 @pytest.fixture
 def pg_url() -> str:
     """The test PostgreSQL's URL, its database emptied (schema dropped and made again): no table yet."""

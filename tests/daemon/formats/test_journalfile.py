@@ -3,7 +3,6 @@ journal by systemd-journal-remote replays to the trace's findings; no journalctl
 
 from __future__ import annotations
 
-import io
 import json
 import os
 import shutil
@@ -14,8 +13,7 @@ from pathlib import Path
 import pytest
 
 from daemon.formats import JournalExportReader, JournalFileReader, sniff
-from daemon.replay import replay
-from tests.conftest import BUNDLED_TRACE, require
+from tests.conftest import BUNDLED_TRACE, replay_findings, require
 from tests.daemon.formats.conftest import read_all
 
 REMOTE = shutil.which("systemd-journal-remote") or "/lib/systemd/systemd-journal-remote"
@@ -45,20 +43,14 @@ def write_journal(records: list[dict], out: Path) -> Path:
     return out
 
 
-def findings(paths: list[Path]) -> str:
-    out = io.StringIO()
-    replay(paths, findings_out=out)
-    return out.getvalue()
-
-
-def test_a_journal_file_replays_like_its_json_export(tmp_path):
+def test_a_journal_file_replays_like_its_json_export(tmp_path, bundled_findings):
     require(shutil.which("journalctl") is not None, "journalctl (systemd) is not installed")
     records = [json.loads(line) for line in (BUNDLED_TRACE / "kernel.journal.json").read_text().splitlines()]
     journal = write_journal(records, tmp_path / "remote-sn01.journal")
     assert journal.read_bytes()[:8] == b"LPKSHHRH" and isinstance(sniff(journal), JournalFileReader)
     rest = tmp_path / "rest"
     shutil.copytree(BUNDLED_TRACE, rest, ignore=shutil.ignore_patterns("kernel.journal.json"))
-    assert findings([journal, rest]) == findings([BUNDLED_TRACE])
+    assert replay_findings([journal, rest]) == bundled_findings
 
 
 def test_kernel_records_of_every_boot_and_host_with_their_times(tmp_path, ctx):
@@ -110,7 +102,7 @@ def test_archived_and_compressed_journals_are_read(tmp_path, ctx, name):
     assert ev["code"].tolist() == [48] and ctx.rejects.total == 0
 
 
-def test_journalctl_export_format_replays_like_the_json_export(tmp_path):
+def test_journalctl_export_format_replays_like_the_json_export(tmp_path, bundled_findings):
     """``journalctl -o export`` of the same journal file (the real journalctl writing it)."""
     require(shutil.which("journalctl") is not None, "journalctl (systemd) is not installed")
     records = [json.loads(line) for line in (BUNDLED_TRACE / "kernel.journal.json").read_text().splitlines()]
@@ -121,7 +113,7 @@ def test_journalctl_export_format_replays_like_the_json_export(tmp_path):
     assert isinstance(sniff(export), JournalExportReader)
     rest = tmp_path / "rest"
     shutil.copytree(BUNDLED_TRACE, rest, ignore=shutil.ignore_patterns("kernel.journal.json"))
-    assert findings([export, rest]) == findings([BUNDLED_TRACE])
+    assert replay_findings([export, rest]) == bundled_findings
 
 
 def test_export_format_binary_fields_and_damage(tmp_path, ctx):

@@ -9,7 +9,6 @@ victoria-metrics; scripts/test.sh installs them)."""
 from __future__ import annotations
 
 import gzip
-import io
 import json
 import shutil
 import subprocess
@@ -21,17 +20,10 @@ from pathlib import Path
 import pytest
 
 from daemon.formats import OpenMetricsReader, VmExportReader, sniff
-from daemon.replay import replay
-from tests.conftest import BUNDLED_TRACE, require
+from tests.conftest import BUNDLED_TRACE, replay_findings, require
 from tests.daemon.service.conftest import free_port
 
 EXPORTER_FILES = ("dcgm-exporter.om.gz", "node-exporter.prom.gz")
-
-
-def findings(paths: list[Path]) -> str:
-    out = io.StringIO()
-    replay(paths, findings_out=out)
-    return out.getvalue()
 
 
 def others(tmp_path: Path) -> list[Path]:
@@ -56,12 +48,7 @@ def samples_ms() -> list[str]:
     return lines
 
 
-@pytest.fixture(scope="module")
-def base() -> str:
-    return findings([BUNDLED_TRACE])
-
-
-def test_a_promtool_tsdb_dump_replays_like_the_exporters_files(tmp_path, base):
+def test_a_promtool_tsdb_dump_replays_like_the_exporters_files(tmp_path, bundled_findings):
     promtool = shutil.which("promtool")
     require(promtool is not None, "promtool is not installed (Debian package prometheus; scripts/test.sh installs it)")
     om = tmp_path / "in.om"
@@ -81,7 +68,7 @@ def test_a_promtool_tsdb_dump_replays_like_the_exporters_files(tmp_path, base):
     first = dump.open().readline()
     assert first.startswith("{") and "__name__=" in first  # '{Hostname="sn01-b01", ..., __name__="DCGM_...", ...}'
     assert isinstance(sniff(dump), OpenMetricsReader)
-    assert findings([dump, *others(tmp_path)]) == base
+    assert replay_findings([dump, *others(tmp_path)]) == bundled_findings
 
 
 @pytest.fixture
@@ -112,7 +99,7 @@ def victoria_metrics(tmp_path):
         proc.wait(timeout=30)
 
 
-def test_a_victoriametrics_export_replays_like_the_exporters_files(tmp_path, base, victoria_metrics):
+def test_a_victoriametrics_export_replays_like_the_exporters_files(tmp_path, bundled_findings, victoria_metrics):
     lines = samples_ms()
     body = "".join(lines).encode()
     urllib.request.urlopen(urllib.request.Request(victoria_metrics + "/api/v1/import/prometheus", data=body),
@@ -131,4 +118,4 @@ def test_a_victoriametrics_export_replays_like_the_exporters_files(tmp_path, bas
         time.sleep(0.5)
     assert points == len(lines)
     assert isinstance(sniff(export), VmExportReader)
-    assert findings([export, *others(tmp_path)]) == base
+    assert replay_findings([export, *others(tmp_path)]) == bundled_findings
