@@ -15,14 +15,15 @@ from daemon.formats.openmetrics import OpenMetricsReader
 from daemon.formats.promjson import QueryRangeReader
 from daemon.formats.rasdaemon_sqlite import RasdaemonReader
 from daemon.formats.smi import SmiReader
-from daemon.formats import journalexport, journalfile, vmexport
+from daemon.formats import journalexport, journalfile, nvsmicsv, vmexport
 from daemon.formats.journalexport import JournalExportReader
 from daemon.formats.journalfile import JournalFileReader
+from daemon.formats.nvsmicsv import NvidiaSmiCsvReader
 from daemon.formats.vmexport import VmExportReader
 
 __all__ = [
     "ColumnarReader", "ColumnarWriter", "FabricManagerReader", "JournalExportReader", "JournalFileReader",
-    "JournalJsonReader", "OpenMetricsReader",
+    "JournalJsonReader", "NvidiaSmiCsvReader", "OpenMetricsReader",
     "QueryRangeReader", "RasdaemonReader", "ReadContext", "Reader", "SmiReader", "TextLogReader", "VmExportReader",
     "describe_unread", "sniff",
 ]
@@ -69,6 +70,8 @@ def sniff(path: Path) -> Reader | None:
     if first.startswith(b"ts,"):
         return ColumnarReader()
     text = first.decode("utf-8", "replace")
+    if nvsmicsv.looks_like(text):
+        return NvidiaSmiCsvReader()
     # Log shapes first: "kern  :warn  : 2025-..." (dmesg --decode) also looks like an exposition line's name.
     if TextLogReader._detect(text) is not None:
         return TextLogReader()
