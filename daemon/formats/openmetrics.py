@@ -11,6 +11,7 @@ from __future__ import annotations
 
 import logging
 import math
+import time
 from pathlib import Path
 from collections.abc import Iterator
 
@@ -20,12 +21,13 @@ import pyarrow.compute as pc
 
 from daemon import metrics
 from daemon.batch import Batch, samples_from_codes
-from daemon.formats.reader import ReadContext, decode_lines, iter_byte_blocks, read_tail
+from daemon.formats.reader import ReadContext, decode_lines, iter_byte_blocks, open_binary, read_tail
 from daemon.naming import NOT_JOINED, split_series
 
 log = logging.getLogger("raswarden.formats.openmetrics")
 
 FORMAT = "openmetrics"
+SAVED_SCRAPE_MAX = 64 << 20  # a scrape of a node's exporters is a few MB at most
 _PLAUSIBLE_SECONDS = (9.0e8, 4.2e9)  # 1998 .. 2103
 
 
@@ -35,6 +37,9 @@ class OpenMetricsReader:
     format = FORMAT
 
     def read(self, path: Path, ctx: ReadContext) -> Iterator[Batch]:
+        if _saved_scrape(path):
+            yield from self._read_saved_scrape(path, ctx)
+            return
         mapper = ctx.mapper
         tail = read_tail(path)
         # Compressed files cannot be read from the end: their unit is told by magnitude alone.
@@ -74,6 +79,30 @@ class OpenMetricsReader:
                 yield flush()
         if pending:
             yield flush()
+
+    @staticmethod
+    def _read_saved_scrape(path: Path, ctx: ReadContext) -> Iterator[Batch]:
+        """One scrape saved as the exporter served it (``curl .../metrics > FILE``): no timestamps, so it is read at
+        the file's modification time, said in the summary. Several scrapes in one such file cannot be told apart
+        in time: refused."""
+        src = str(path)
+        if path.stat().st_size > SAVED_SCRAPE_MAX:
+            ctx.rejects.refuse(FORMAT, src, "exposition text without timestamps, too large for one saved scrape: "
+                                            "record with timestamps (promtool tsdb dump, or Prometheus' API)")
+            return
+        with open_binary(path) as fh:
+            raw = fh.read()
+        when = path.stat().st_mtime
+        sid, ts, value = parse_scrape_arrays(raw, ctx, {}, src, when)
+        named = sid[np.isin(ts, [when])]
+        if len(np.unique(named)) < len(named):
+            ctx.rejects.refuse(FORMAT, src, "several scrapes without timestamps in one file: their times cannot be "
+                                            "told apart; save one scrape a file, or record with timestamps")
+            return
+        ctx.rejects.note(FORMAT, src, "a scrape without timestamps: read at the file's modification time, "
+                                      f"{time.strftime('%Y-%m-%dT%H:%M:%SZ', time.gmtime(when))}")
+        if len(sid):
+            yield Batch(samples=samples_frame(ctx.mapper, sid, ts, value.copy(), FORMAT))
 
     def _parse_block_fast(self, raw: bytes, first: int, ctx: ReadContext, cache: dict[str, int], src: str,
                           default_ts: float | None = None):
@@ -234,6 +263,24 @@ class OpenMetricsReader:
             )
             return other
         return scale
+
+
+def _saved_scrape(path: Path) -> bool:
+    """Whether a file is a scrape saved as served: no sample line of its head has a timestamp (``name{labels}
+    value``). One line with a timestamp makes it a recording, its lines without one rejected."""
+    with open_binary(path) as fh:
+        head = fh.read(65536)
+    lines = head.decode("utf-8", "replace").splitlines()
+    without = 0
+    for line in lines[:-1] if len(head) == 65536 else lines:  # a last line cut by the head's end is not judged
+        line = line.split(" # ", 1)[0].strip()  # (an exemplar)
+        if not line or line.startswith("#"):
+            continue
+        rest = line[line.rfind("}") + 1:] if "}" in line else line.partition(" ")[2]
+        if len(rest.split()) != 1:
+            return False
+        without += 1
+    return without > 0
 
 
 def samples_frame(mapper, sid: np.ndarray, ts: np.ndarray, value: np.ndarray, source: str):

@@ -138,3 +138,33 @@ def test_fast_path_positions_count_comment_lines(tmp_path, ctx):
     assert len(b.samples) == 1
     assert ctx.rejects.messages[0].startswith(f"{p}:6: DCGM_FI_DEV_GPU_TEMP lacks the 'gpu' label")
     assert ctx.rejects.messages[1].startswith(f"{p}:7: value is NaN")
+
+
+def test_a_scrape_saved_as_served_is_read_at_the_files_time(tmp_path, ctx):
+    """``curl node:9400/metrics > FILE``: no timestamps, so the file's modification time, said in the summary; two
+    scrapes in one such file cannot be dated and are refused; a recording with one line missing its timestamp is
+    still a recording (that line rejected)."""
+    import os
+
+    from tests.conftest import REAL
+
+    line = next(x for x in (REAL / "quoted" / "dcgm-exporter-k8s-hostname.prom").read_text().splitlines()
+                if x.startswith("DCGM_FI_DEV_GPU_UTIL"))  # NVIDIA/dcgm-exporter issue 490, a host's own name
+    saved = tmp_path / "scrape.prom"
+    saved.write_text("# HELP DCGM_FI_DEV_GPU_UTIL GPU utilization (in %).\n# TYPE DCGM_FI_DEV_GPU_UTIL gauge\n"
+                     + line + "\n" + line.replace('gpu="0"', 'gpu="1"').rsplit(" ", 1)[0] + " 87\n")
+    os.utime(saved, (1772409630, 1772409630))
+    s = read_all(OpenMetricsReader(), saved, ctx).samples
+    assert list(zip(s["entity"], s["ts"], s["value"])) == [
+        ("computeinstance-e00c1p6dpy98xytphp/gpu0", 1772409630.0, 0.0),
+        ("computeinstance-e00c1p6dpy98xytphp/gpu1", 1772409630.0, 87.0)]
+    assert ctx.rejects.total == 0
+    assert "read at the file's modification time, 2026-03-02T00:00:30Z" in ctx.rejects.notes[0]
+    twice = tmp_path / "twice.prom"
+    twice.write_text(saved.read_text() * 2)
+    assert read_all(OpenMetricsReader(), twice, ctx).samples.empty
+    assert "several scrapes without timestamps" in ctx.rejects.messages[-1]
+    mixed = tmp_path / "mixed.prom"
+    mixed.write_text(line + " 1772409600000\n" + line + "\n")
+    s = read_all(OpenMetricsReader(), mixed, ctx).samples
+    assert s["ts"].tolist() == [1772409600.0] and "no timestamp" in ctx.rejects.messages[-1]
