@@ -344,17 +344,21 @@ class SeriesMapper:
         return _intern(metric, self._metric_code, self.metrics)
 
     def node_for(self, labels: dict[str, str]) -> str | None:
-        """The node id named by a series' labels, or None (counted) when it cannot be told: the exporter's own host
-        label (not a pod's name, :data:`EXPORTER_POD`), else a node label a relabeling set (:data:`NODE_LABELS`),
-        else the host of ``instance``."""
-        host = host_label(labels) or next((labels[k] for k in NODE_LABELS if labels.get(k)), None)
-        if not host and labels.get("instance"):
-            host = host_of_instance(labels["instance"])
-        if not host:
+        """The node id named by a series' labels, or None (counted) when it cannot be told.
+
+        The candidates, in order: the exporter's own host label (not a pod's name, :data:`EXPORTER_POD`), a node
+        label a relabeling set (:data:`NODE_LABELS`), the host of ``instance``. The first the topology knows as a
+        node (or alias of one) wins; when it knows none of them, the first that names a host at all (an address
+        needs an alias)."""
+        candidates = [h for h in (host_label(labels), *(labels.get(k) for k in NODE_LABELS),
+                                  host_of_instance(labels["instance"]) if labels.get("instance") else None) if h]
+        if not candidates:
             return None
-        node = self.topology.resolve_host(host)
+        resolved = [self.topology.resolve_host(h) for h in candidates]
+        node = next((n for n in resolved if n is not None and n in self.topology.node_rack), None) \
+            or next((n for n in resolved if n is not None), None)
         if node is None:
-            self.unmapped_hosts[host] += 1
+            self.unmapped_hosts[candidates[0]] += 1
         return node
 
     def series_id(self, name: str, labels: dict[str, str], position: str, fmt: str) -> int:

@@ -144,3 +144,13 @@ def test_a_hostname_a_relabeling_set_beside_the_pods_names_the_node():
     m = SeriesMapper()
     assert m.node_for({"Hostname": "nvidia-dcgm-exporter-tvmlp", "hostname": "ip-10-0-6-97.ec2.internal"}) == \
         "ip-10-0-6-97.ec2.internal"
+
+
+def test_the_candidate_the_topology_knows_names_the_node():
+    """A host name the topology does not know (the machine's own, ``gpu-node-7``) gives way to an address it knows
+    as an alias of one of its nodes; without a topology the exporter's host label names the node as before."""
+    labels = {"Hostname": "gpu-node-7", "instance": "10.0.1.7:9400"}
+    topo = Topology.from_dict({"racks": [{"name": "r1", "nodes": [{"name": "sn01-b07", "aliases": ["10.0.1.7"]}]}]})
+    assert SeriesMapper(topology=topo).node_for(labels) == "sn01-b07"
+    assert SeriesMapper().node_for(labels) == "gpu-node-7"
+    assert SeriesMapper(topology=topo).node_for({"Hostname": "sn01-b07", "instance": "10.9.9.9:9400"}) == "sn01-b07"
