@@ -6,8 +6,8 @@ import sqlite3
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
-from daemon.formats import (ColumnarReader, JournalExportReader, JournalJsonReader, QueryRangeReader,
-                            RasdaemonReader, ReadContext, TextLogReader, VmExportReader)
+from daemon.formats import (ColumnarReader, JournalExportReader, JournalJsonReader, NvidiaSmiCsvReader,
+                            QueryRangeReader, RasdaemonReader, ReadContext, TextLogReader, VmExportReader)
 from daemon.formats.kernel_events import parse_kernel_message
 from daemon.naming import SeriesMapper
 from tests.daemon.formats.conftest import read_all
@@ -99,6 +99,20 @@ def test_journal_export_junk_between_entries(tmp_path_factory, junk):
     p.write_bytes(body)
     ev = read_all(JournalExportReader(), p, ReadContext(mapper=SeriesMapper())).events
     assert 1772409600.0 in set(ev["ts"]) and set(ev["ts"]) <= {1772409600.0 + i for i in range(3)}
+
+
+@SETTINGS
+@given(junk=st.lists(st.text(max_size=60).map(lambda t: t.replace("\n", " ").replace("\r", " ")), max_size=6),
+       where=st.lists(st.integers(0, 3), max_size=6))
+def test_nvidia_smi_csv_junk_lines(tmp_path_factory, junk, where):
+    header = "timestamp, index, uuid, temperature.gpu, power.draw [W]"
+    good = [f"2026/03/02 00:00:{30 + i}.000, 0, GPU-a, {40 + i}, 300.5 W" for i in range(3)]
+    lines = interleave(good, [j for j in junk if not j.lstrip().startswith(("timestamp", "index"))], where)
+    p = tmp_path_factory.mktemp("nv") / "sn01-b01.nvidia-smi.csv"
+    p.write_text("\n".join([header, *lines]) + "\n")
+    s = read_all(NvidiaSmiCsvReader(), p, ReadContext(mapper=SeriesMapper())).samples
+    temps = s[s["metric"] == "gpu_temp_c"]
+    assert {1772409630.0 + i for i in range(3)} <= set(temps["ts"])
 
 
 @SETTINGS
