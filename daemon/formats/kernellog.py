@@ -29,7 +29,7 @@ from collections.abc import Iterator
 
 from daemon import metrics
 from daemon.batch import Batch
-from daemon.formats.reader import ReadContext, iter_lines
+from daemon.formats.reader import ReadContext, host_in_name, iter_lines
 from daemon.formats.kernel_events import CperRecords, KernelEvent, MessageJoiner, parse_kernel_message
 from detectors.schema import events_frame
 
@@ -299,11 +299,7 @@ class TextLogReader:
 
     @staticmethod
     def _host_from_name(path: Path) -> str | None:
-        name = path.name
-        if ".dmesg" in name:
-            host = name.split(".dmesg", 1)[0]
-            return host or None
-        return None
+        return host_in_name(path, ".dmesg")
 
     @staticmethod
     def _detect(line: str) -> str | None:

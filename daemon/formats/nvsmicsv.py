@@ -19,11 +19,10 @@ import time
 from collections.abc import Iterator
 from pathlib import Path
 
-import numpy as np
 
 from daemon.batch import Batch
-from daemon.formats.openmetrics import samples_frame
-from daemon.formats.reader import ReadContext, iter_lines
+from daemon.formats.openmetrics import points_batch
+from daemon.formats.reader import ReadContext, host_in_name, iter_lines
 
 FORMAT = "nvidia_smi_csv"
 # nvidia-smi's unit suffixes in the header -> the exporter's metric suffix and factor (knownUnitSuffixes)
@@ -47,7 +46,7 @@ class NvidiaSmiCsvReader:
 
     def read(self, path: Path, ctx: ReadContext) -> Iterator[Batch]:
         src = str(path)
-        host = path.name.split(".nvidia-smi", 1)[0] if ".nvidia-smi" in path.name else ""
+        host = host_in_name(path, ".nvidia-smi")
         if not host:
             ctx.rejects.refuse(FORMAT, src, "nvidia-smi names no host: name the file <host>.nvidia-smi.csv")
             return
@@ -76,12 +75,11 @@ class NvidiaSmiCsvReader:
 
     @staticmethod
     def _flush(ctx: ReadContext, sids: list[int], tss: list[float], vals: list[float]) -> Batch:
-        frame = samples_frame(ctx.mapper, np.asarray(sids, dtype=np.int64), np.asarray(tss, dtype=np.float64),
-                              np.asarray(vals, dtype=np.float64), FORMAT)
+        batch = points_batch(ctx.mapper, sids, tss, vals, FORMAT)
         sids.clear()
         tss.clear()
         vals.clear()
-        return Batch(samples=frame)
+        return batch
 
     @staticmethod
     def _columns(cells: list[str], position: str, ctx: ReadContext) -> list[tuple[str, str, float]] | None:

@@ -86,15 +86,16 @@ class OpenMetricsReader:
         the file's modification time, said in the summary. Several scrapes in one such file cannot be told apart
         in time: refused."""
         src = str(path)
-        if path.stat().st_size > SAVED_SCRAPE_MAX:
+        stat = path.stat()
+        if stat.st_size > SAVED_SCRAPE_MAX:
             ctx.rejects.refuse(FORMAT, src, "exposition text without timestamps, too large for one saved scrape: "
                                             "record with timestamps (promtool tsdb dump, or Prometheus' API)")
             return
         with open_binary(path) as fh:
             raw = fh.read()
-        when = path.stat().st_mtime
+        when = stat.st_mtime
         sid, ts, value = parse_scrape_arrays(raw, ctx, {}, src, when)
-        named = sid[np.isin(ts, [when])]
+        named = sid[ts == when]
         if len(np.unique(named)) < len(named):
             ctx.rejects.refuse(FORMAT, src, "several scrapes without timestamps in one file: their times cannot be "
                                             "told apart; save one scrape a file, or record with timestamps")
@@ -281,6 +282,12 @@ def _saved_scrape(path: Path) -> bool:
             return False
         without += 1
     return without > 0
+
+
+def points_batch(mapper, sids: list[int], tss: list[float], vals: list[float], source: str) -> Batch:
+    """The points a reader collected in lists (series id, seconds, value), as one batch (:func:`samples_frame`)."""
+    return Batch(samples=samples_frame(mapper, np.asarray(sids, dtype=np.int64), np.asarray(tss, dtype=np.float64),
+                                       np.asarray(vals, dtype=np.float64), source))
 
 
 def samples_frame(mapper, sid: np.ndarray, ts: np.ndarray, value: np.ndarray, source: str):

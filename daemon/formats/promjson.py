@@ -11,10 +11,9 @@ from pathlib import Path
 from collections.abc import Iterator
 
 import ijson
-import numpy as np
 
 from daemon.batch import Batch
-from daemon.formats.openmetrics import samples_frame
+from daemon.formats.openmetrics import points_batch
 from daemon.formats.reader import ReadContext, open_binary
 
 FORMAT = "query_range"
@@ -66,13 +65,12 @@ class QueryRangeReader:
         src = str(path)
 
         def flush() -> Batch:
-            """The points read so far as one frame (:func:`samples_frame`: each series' transform applied; the points
+            """The points read so far as one batch (:func:`points_batch`: each series' transform applied; the points
             of a series whose accelerator no info series has named yet dropped and counted, naming.JOINS)."""
             nonlocal sids, tss, vals
-            frame = samples_frame(ctx.mapper, np.asarray(sids, dtype=np.int64), np.asarray(tss, dtype=np.float64),
-                                  np.asarray(vals, dtype=np.float64), FORMAT)
+            batch = points_batch(ctx.mapper, sids, tss, vals, FORMAT)
             sids, tss, vals = [], [], []
-            return Batch(samples=frame)
+            return batch
 
         done = 0  # series handled, so a retry with another backend does not read them twice
         for backend in (ijson, ijson.get_backend("python")):

@@ -98,6 +98,13 @@ def iter_lines(path: Path, read_bytes: int) -> Iterator[tuple[int, list[str]]]:
         yield first, decode_lines(block)
 
 
+def host_in_name(path: Path, marker: str) -> str | None:
+    """The host a file's name gives before ``marker`` (``sn01-b01.dmesg``, ``sn01-b01.nvidia-smi.csv``), for formats
+    that name no host themselves; None when the name has no host there."""
+    host, found, _ = path.name.partition(marker)
+    return host if found and host else None
+
+
 def read_tail(path: Path, size: int = 256) -> bytes | None:
     """The last ``size`` bytes of a plain file; None for a compressed one, empty when unreadable."""
     if path.suffix == ".gz":
