@@ -56,7 +56,10 @@ def main() -> None:
     ap.add_argument("--scenario", default="dense-all-classes")
     ap.add_argument("--seeds", default="1001..1020", help="e.g. 1001..1020 or 1,2,3")
     ap.add_argument("--model", default="", help="learned detectors for the full policy (raswarden train)")
-    ap.add_argument("--interval", type=float, default=30.0)
+    ap.add_argument("--interval", type=float, default=30.0, help="the world's step (seconds)")
+    ap.add_argument("--tick", type=float, default=None, metavar="SECONDS",
+                    help="raswarden's tick, a multiple of --interval (default: the interval); its pipeline and "
+                         "playbooks run this often and read every sample since their last tick")
     ap.add_argument("--playbooks", default="", help="an operator playbook directory beside the built-ins")
     ap.add_argument("--policies", default="none,reactive,full")
     ap.add_argument("--builtin-for", default="", metavar="POLICIES",
@@ -95,8 +98,14 @@ def main() -> None:
     if builtin_for - set(policies):
         ap.error(f"--builtin-for: not among --policies: {', '.join(sorted(builtin_for - set(policies)))}")
 
+    tick = None if args.tick in (None, args.interval) else args.tick
     loop = {k: v for k, v in (("repair_orders", args.repair_orders), ("repair_s", args.repair_hours * 3600.0),
-                              ("bad_repair_share", args.bad_repairs)) if v != getattr(LoopOptions(), k)}
+                              ("bad_repair_share", args.bad_repairs), ("tick_s", tick))
+            if v != getattr(LoopOptions(), k)}
+    try:
+        LoopOptions(interval_s=args.interval, tick_s=tick).ticks_every()
+    except ValueError as exc:
+        ap.error(f"--tick: {exc}")
 
     def same(r: dict, seed: int, policy: str, exact: bool = False) -> bool:
         # A model is known by its directory's name: runs written from another checkout hold another path.

@@ -32,8 +32,8 @@ def _raswarden(sim: Simulator, policy: str, opts: LoopOptions, model, work: Path
     pipeline = Pipeline(SeriesMapper(topology=Topology.load(topo_path), rejects=RejectLog()),
                         # Reactive is drain-on-failure: it acts on `failed` alone, which only the rules
                         # say, so only they run (a fraction of the full policy's time: docs/benchmarks.md).
-                        PipelineConfig(interval_s=opts.interval_s, model=model if policy == "full" else None,
-                                       rules_only=policy == "reactive"),
+                        PipelineConfig(interval_s=opts.interval_s * opts.ticks_every(),
+                                       model=model if policy == "full" else None, rules_only=policy == "reactive"),
                         store)
     return store, pipeline
 
@@ -68,40 +68,46 @@ def run(sim: Simulator, policy: str, opts: LoopOptions | None = None, model=None
     did = Actions()
     ticks = 0
     steps = max(1, int(round(opts.interval_s / sc.resolution)))
+    every = opts.ticks_every()
+    tick_s = opts.interval_s * every
     clock = [sc.start]
     try:
         speeds = np.ones(len(sim.topo.nodes))
-        for chunk in sim.chunks(chunk_steps=steps):
-            now = float(chunk.ts[-1])
-            if chunk.gpu_speed is not None:  # the pace of each node's slowest GPU over this interval
-                pace = chunk.gpu_speed.mean(axis=1).reshape(len(sim.topo.nodes), per_node).min(axis=1)
-                for i in np.flatnonzero(pace != speeds):
-                    sched.nodes[sim.topo.nodes[i]].speed = float(pace[i])
-                speeds = pace
-            world.fail_until(sched, now)
-            world.operators_until(sched, now)
-            if orders and remediation is not None:
-                technician.work(remediation.repairs, sched, now, pipeline)
-            return_repaired(sched, under_repair, now, pipeline, technician,
-                            skip=remediation.repairs.active_on if orders and remediation is not None else
-                            lambda node: False)
-            sched.step(now)
-            clock[0] = now
-            if pipeline is not None:
-                tick_now = float(tick_index(np.array([now]), opts.interval_s)[0] * opts.interval_s)
-                pipeline.tick(tick_now, chunk_to_batch(sim, chunk))
-                if remediation is None:
-                    cfg = Config(playbook_dirs=list(playbook_dirs or []), guards=opts.guards)
-                    # With repair orders the technician works from them and raswarden's validation returns the
-                    # nodes; without, the technician returns the nodes it repaired and raswarden's recovery
-                    # playbook the others.
-                    remediation = Remediation(cfg, store, sched, clock=lambda: clock[0],
-                                              act_on=("failed",) if policy == "reactive" else
-                                              ("subhealthy", "failed", "unknown"), repair_orders=orders)
-                remediation.step()
-            did.read(sched)
-            world.repair_ahead(sched, now)
-            ticks += 1
+        # One chunk a raswarden tick: the world moves through it a step at a time, then raswarden reads it all.
+        for chunk in sim.chunks(chunk_steps=steps * every):
+            for begin in range(0, len(chunk.ts), steps):
+                end = min(begin + steps, len(chunk.ts))
+                now = float(chunk.ts[end - 1])
+                if chunk.gpu_speed is not None:  # the pace of each node's slowest GPU over this step
+                    pace = chunk.gpu_speed[:, begin:end].mean(axis=1).reshape(len(sim.topo.nodes), per_node).min(axis=1)
+                    for i in np.flatnonzero(pace != speeds):
+                        sched.nodes[sim.topo.nodes[i]].speed = float(pace[i])
+                    speeds = pace
+                world.fail_until(sched, now)
+                world.operators_until(sched, now)
+                if orders and remediation is not None:
+                    technician.work(remediation.repairs, sched, now, pipeline)
+                return_repaired(sched, under_repair, now, pipeline, technician,
+                                skip=remediation.repairs.active_on if orders and remediation is not None else
+                                lambda node: False)
+                sched.step(now)
+                clock[0] = now
+                if pipeline is not None and end == len(chunk.ts):
+                    tick_now = float(tick_index(np.array([now]), tick_s)[0] * tick_s)
+                    pipeline.tick(tick_now, chunk_to_batch(sim, chunk))
+                    if remediation is None:
+                        cfg = Config(playbook_dirs=list(playbook_dirs or []), guards=opts.guards)
+                        # With repair orders the technician works from them and raswarden's validation returns the
+                        # nodes; without, the technician returns the nodes it repaired and raswarden's recovery
+                        # playbook the others.
+                        remediation = Remediation(cfg, store, sched, clock=lambda: clock[0],
+                                                  act_on=("failed",) if policy == "reactive" else
+                                                  ("subhealthy", "failed", "unknown"), repair_orders=orders)
+                    remediation.step()
+                    technician.queue_changed()
+                did.read(sched)
+                world.repair_ahead(sched, now)
+                ticks += 1
         incidents = {row.id: row for row in store.incidents()} if store is not None else {}
         repair_rows = remediation.repairs.orders(None) if orders and remediation is not None else []
     finally:

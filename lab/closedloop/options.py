@@ -20,7 +20,10 @@ ACCOUNTING_VERSION = 5
 class LoopOptions:
     """What the loop assumes about the site (stated in every report)."""
 
-    interval_s: float = 30.0
+    interval_s: float = 30.0  # the world's step: the scheduler, the faults and the technician move this often
+    # raswarden's tick (a multiple of interval_s; None: interval_s): its pipeline and playbooks run this often and
+    # read every sample since their last tick, as a daemon with a longer tick than its exporters' scrape does
+    tick_s: float | None = None
     repair_s: float = 24 * 3600.0  # out of service to repaired hardware
     hang_s: float = 600.0  # a job hangs this long on a dead GPU before it dies (PyTorch's NCCL timeout default)
     operator_response_s: float = 2 * 3600.0  # failure to an operator's drain, without raswarden
@@ -40,3 +43,13 @@ class LoopOptions:
     # nodes are not repaired within a 14 h scenario, and every unavailable node counts against the budget.
     guards: Guards = field(default_factory=lambda: Guards(max_drained_nodes=16, max_cluster_fraction=0.2,
                                                           max_rack_fraction=0.25, breaker_incidents=40))
+
+    def ticks_every(self) -> int:
+        """How many world steps make one raswarden tick."""
+        if self.tick_s is None:
+            return 1
+        every = int(round(self.tick_s / self.interval_s))
+        if every < 1 or abs(every * self.interval_s - self.tick_s) > 1e-6:
+            raise ValueError(f"raswarden's tick ({self.tick_s:g} s) must be a multiple of the world's step "
+                             f"({self.interval_s:g} s)")
+        return every

@@ -73,6 +73,11 @@ class Technician:
         self.rng = np.random.default_rng(seed + 11)
         self.botched_repairs = 0
         self.returned_broken = 0
+        self._queue: list | None = None  # the orders to work on, as last read (raswarden changes them at its ticks)
+
+    def queue_changed(self) -> None:
+        """raswarden ticked: its repair orders may have changed (the next pass reads them again)."""
+        self._queue = None
 
     def botched(self, node: str) -> bool:
         """Whether this repair of ``node`` leaves its fault in place (drawn once per repair)."""
@@ -89,13 +94,17 @@ class Technician:
 
     def work(self, book, sched: SimScheduler, now: float, pipeline: Pipeline | None,
              scheduler_name=lambda node: node) -> None:
-        """One pass over raswarden's repair queue (daemon/repairs.py ``RepairBook``)."""
-        for o in book.orders(("open", "in_progress")):
+        """One pass over raswarden's repair queue (daemon/repairs.py ``RepairBook``). Between raswarden's ticks only
+        the technician changes the orders: the queue is read again after a tick or a change of its own."""
+        if self._queue is None:
+            self._queue = book.orders(("open", "in_progress"))
+        for o in self._queue:
             n = sched.nodes[scheduler_name(o.node)]
             if o.state == "open":
                 since = o.history[-1]["ts"] if o.history else o.opened_at
                 if now >= since + self.opts.technician_s:
                     book.start(o.id, TECHNICIAN, "taken from the queue")
+                    self._queue = None
                 continue
             if max(n.broken_until, n.down_until) > now:
                 continue  # the repair is not over yet
@@ -105,6 +114,7 @@ class Technician:
             else:
                 sched.validation_fails.pop(n.name, None)
             book.done(o.id, TECHNICIAN, new_serial=f"sim-{o.id}-{len(o.history)}", note=o.expected)
+            self._queue = None
             if pipeline is not None:
                 pipeline.forget(o.part)
 

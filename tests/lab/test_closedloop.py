@@ -231,6 +231,24 @@ def test_comparison_table_pairs_the_seeds_both_sets_have(results):
     assert cells["botched repairs"] == ["-", "-", "-"]  # runs without the repair loop's figures
 
 
+def test_a_longer_tick_reads_the_same_world_and_acts_on_the_same_faults(results):
+    """raswarden ticking every 2 minutes on 30 s samples: the world still moves every 30 s (without raswarden the
+    run is the same to the GPU-second), and raswarden drains the same nodes ahead of the same failures."""
+    slow = {p: run(simulator(), p, LoopOptions(tick_s=120.0)) for p in ("none", "full")}
+    assert slow["none"].as_dict() | {"wall_s": 0} == results["none"].as_dict() | {"wall_s": 0}
+    full, ticked = results["full"], slow["full"]
+    assert ticked.ticks == full.ticks
+    assert (ticked.drains_true, ticked.drains_false, ticked.acted_before_failure) == \
+        (full.drains_true, full.drains_false, full.acted_before_failure)
+    assert ticked.gpu_hours["net_loss"] == pytest.approx(full.gpu_hours["net_loss"], rel=0.05)
+
+
+def test_a_tick_must_be_a_multiple_of_the_worlds_step():
+    assert LoopOptions(tick_s=120.0).ticks_every() == 4 and LoopOptions().ticks_every() == 1
+    with pytest.raises(ValueError, match="multiple"):
+        LoopOptions(tick_s=45.0).ticks_every()
+
+
 def test_unknown_policy_is_refused():
     with pytest.raises(ValueError, match="unknown policy"):
         run(Simulator(scenario(), LIBRARY), "eager", LoopOptions())
