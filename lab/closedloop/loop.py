@@ -103,8 +103,10 @@ def run(sim: Simulator, policy: str, opts: LoopOptions | None = None, model=None
                         remediation = Remediation(cfg, store, sched, clock=lambda: clock[0],
                                                   act_on=("failed",) if policy == "reactive" else
                                                   ("subhealthy", "failed", "unknown"), repair_orders=orders)
-                    remediation.step()
                     technician.queue_changed()
+                if remediation is not None:  # the playbooks step with the world (checkpoint, its wait, the drain)
+                    if any(remediation.step().values()):
+                        technician.queue_changed()
                 did.read(sched)
                 world.repair_ahead(sched, now)
                 ticks += 1

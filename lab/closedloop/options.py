@@ -21,8 +21,9 @@ class LoopOptions:
     """What the loop assumes about the site (stated in every report)."""
 
     interval_s: float = 30.0  # the world's step: the scheduler, the faults and the technician move this often
-    # raswarden's tick (a multiple of interval_s; None: interval_s): its pipeline and playbooks run this often and
-    # read every sample since their last tick, as a daemon with a longer tick than its exporters' scrape does
+    # raswarden's detection tick (a multiple of interval_s; None: interval_s): its pipeline runs this often and reads
+    # every sample since its last tick, as a daemon with a longer tick than its exporters' scrape does; its playbooks
+    # (checkpoint, the wait for it, the drain; validation) still step with the world
     tick_s: float | None = None
     repair_s: float = 24 * 3600.0  # out of service to repaired hardware
     hang_s: float = 600.0  # a job hangs this long on a dead GPU before it dies (PyTorch's NCCL timeout default)
