@@ -92,6 +92,7 @@ class Remediation:
         self._defer_unplanned()
         self._repairs_checked = not repair_orders
         self.repair_orders = repair_orders
+        self.settled = False  # see step
 
     def _defer_unplanned(self) -> None:
         """After a restart: open incidents whose present severity has no action yet (it came while another
@@ -175,15 +176,25 @@ class Remediation:
 
     def step(self) -> dict[str, int]:
         """One pass: plan, advance every open action, open repair orders for nodes drained for hardware (on the
-        first pass for every action in the journal: a drain done just before a restart still gets its orders)."""
+        first pass for every action in the journal: a drain done just before a restart still gets its orders).
+
+        Afterwards :attr:`settled` says whether the pass left nothing that time alone moves on (no open action, no
+        incident waiting for one to end, no validation running, no idle checks on a schedule): until new input
+        (an incident, an order changed by someone else) another pass would do nothing. A caller that knows every
+        writer, as the closed loop does, may skip passes then; the daemon does not (the API and the command line
+        change orders)."""
         planned = self.sync()
         touched = self.engine.run()
+        settled = not touched and not self._deferred
         if not self.repair_orders:
+            self.settled = settled
             return {"planned": planned, "advanced": len(touched)}
         drained = touched if self._repairs_checked else [*self.journal.actions(), *touched]
         self._repairs_checked = True
         opened = self.repairs.open_for_actions(drained)
         validated = self.validator.step()
+        self.settled = settled and not validated.get("validations_running") and \
+            not self.validator.cfg.idle_check_every_s
         return {"planned": planned, "advanced": len(touched), "repair_orders": len(opened),
                 **validated}
 

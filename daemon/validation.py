@@ -58,14 +58,15 @@ class Validator:
         self._looked_for_idle = float("-inf")
 
     def step(self) -> dict[str, int]:
-        """Start validations of fully repaired nodes and read the ones running; how many of each happened."""
+        """Start validations of fully repaired nodes and read the ones running; how many of each happened, and how
+        many are still running (``validations_running``, a pass that failed to reach the scheduler included)."""
         if not isinstance(self.scheduler, ValidationScheduler):
             return {}
         by_node: dict[str, list[RepairOrderRow]] = {}
         for order in self.book.orders():
             if self.owns(order.node):
                 by_node.setdefault(order.node, []).append(order)
-        out = {"validations_started": 0, "validations_passed": 0, "validations_failed": 0}
+        out = {"validations_started": 0, "validations_passed": 0, "validations_failed": 0, "validations_running": 0}
         for node, orders in by_node.items():
             states = {o.state for o in orders}
             try:
@@ -74,10 +75,10 @@ class Validator:
                     out["validations_started"] += 1
                 elif "validating" in states and states <= {"validating", "repaired"}:
                     result = self._read(node, [o for o in orders if o.state == "validating"])
-                    if result:
-                        out[f"validations_{result}"] += 1
+                    out[f"validations_{result or 'running'}"] += 1
             except SchedulerError as exc:  # the next pass tries again; what took effect is not repeated
                 log.warning("validation of %s: %s", node, exc)
+                out["validations_running"] += 1
         if self.cfg.idle_check_every_s > 0 and self.cfg.validation_command and self.guards.mode == "act":
             try:
                 out.update(self._idle_checks())

@@ -79,20 +79,22 @@ def run(sim: Simulator, policy: str, opts: LoopOptions | None = None, model=None
                 end = min(begin + steps, len(chunk.ts))
                 now = float(chunk.ts[end - 1])
                 if chunk.gpu_speed is not None:  # the pace of each node's slowest GPU over this step
-                    pace = chunk.gpu_speed[:, begin:end].mean(axis=1).reshape(len(sim.topo.nodes), per_node).min(axis=1)
+                    pace = chunk.gpu_speed[:, begin:end].mean(axis=1).reshape(len(sim.topo.nodes),
+                                                                               per_node).min(axis=1)
                     for i in np.flatnonzero(pace != speeds):
                         sched.nodes[sim.topo.nodes[i]].speed = float(pace[i])
                     speeds = pace
                 world.fail_until(sched, now)
                 world.operators_until(sched, now)
-                if orders and remediation is not None:
-                    technician.work(remediation.repairs, sched, now, pipeline)
+                worked = orders and remediation is not None and technician.work(remediation.repairs, sched, now,
+                                                                                pipeline)
                 return_repaired(sched, under_repair, now, pipeline, technician,
                                 skip=remediation.repairs.active_on if orders and remediation is not None else
                                 lambda node: False)
                 sched.step(now)
                 clock[0] = now
-                if pipeline is not None and end == len(chunk.ts):
+                ticked = pipeline is not None and end == len(chunk.ts)
+                if ticked:
                     tick_now = float(tick_index(np.array([now]), tick_s)[0] * tick_s)
                     pipeline.tick(tick_now, chunk_to_batch(sim, chunk))
                     if remediation is None:
@@ -103,9 +105,11 @@ def run(sim: Simulator, policy: str, opts: LoopOptions | None = None, model=None
                         remediation = Remediation(cfg, store, sched, clock=lambda: clock[0],
                                                   act_on=("failed",) if policy == "reactive" else
                                                   ("subhealthy", "failed", "unknown"), repair_orders=orders)
-                    technician.queue_changed()
-                if remediation is not None:  # the playbooks step with the world (checkpoint, its wait, the drain)
-                    if any(remediation.step().values()):
+                # The playbooks step with the world (a checkpoint, its wait, the drain), each step that can move
+                # them: raswarden ticked, the technician changed an order, or the last pass left work under way.
+                if remediation is not None and (ticked or worked or not remediation.settled):
+                    moved = remediation.step()
+                    if ticked or any(v for k, v in moved.items() if k != "validations_running"):
                         technician.queue_changed()
                 did.read(sched)
                 world.repair_ahead(sched, now)

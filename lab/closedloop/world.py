@@ -93,18 +93,20 @@ class Technician:
         self.faults.operator_due.append((now + self.opts.operator_response_s, node))
 
     def work(self, book, sched: SimScheduler, now: float, pipeline: Pipeline | None,
-             scheduler_name=lambda node: node) -> None:
-        """One pass over raswarden's repair queue (daemon/repairs.py ``RepairBook``). Between raswarden's ticks only
-        the technician changes the orders: the queue is read again after a tick or a change of its own."""
+             scheduler_name=lambda node: node) -> bool:
+        """One pass over raswarden's repair queue (daemon/repairs.py ``RepairBook``); whether it changed an order.
+        Between raswarden's passes only the technician changes the orders: the queue is read again after a pass
+        that changed something (``queue_changed``) or a change of its own."""
         if self._queue is None:
             self._queue = book.orders(("open", "in_progress"))
+        changed = False
         for o in self._queue:
             n = sched.nodes[scheduler_name(o.node)]
             if o.state == "open":
                 since = o.history[-1]["ts"] if o.history else o.opened_at
                 if now >= since + self.opts.technician_s:
                     book.start(o.id, TECHNICIAN, "taken from the queue")
-                    self._queue = None
+                    changed = True
                 continue
             if max(n.broken_until, n.down_until) > now:
                 continue  # the repair is not over yet
@@ -114,9 +116,12 @@ class Technician:
             else:
                 sched.validation_fails.pop(n.name, None)
             book.done(o.id, TECHNICIAN, new_serial=f"sim-{o.id}-{len(o.history)}", note=o.expected)
-            self._queue = None
+            changed = True
             if pipeline is not None:
                 pipeline.forget(o.part)
+        if changed:
+            self._queue = None
+        return changed
 
 
 class Faults:

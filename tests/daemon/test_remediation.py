@@ -48,3 +48,23 @@ def test_an_escalation_while_an_action_is_open_is_planned_when_it_ends_even_afte
     assert rem.sync() == 1  # no incident changed, but the deferred escalation is planned now
     assert states(rem) == ["subhealthy", "failed"]
     store.close()
+
+
+def test_a_pass_is_settled_only_when_nothing_is_under_way(tmp_path):
+    """An open action or an incident waiting for one to end is work time alone moves on: not settled."""
+    store = Store(f"sqlite:///{tmp_path / 'rw.db'}")
+    sched = SimScheduler(["n1", "n2"])
+    rem = Remediation(Config(), store, sched, clock=lambda: 100.0)
+    rem.step()
+    assert rem.settled  # nothing happened yet
+    store.record_tick([], [incident(State.SUBHEALTHY, 100.0)], now=100.0)
+    rem.sync()
+    store.record_tick([], [incident(State.FAILED, 130.0)], now=130.0)
+    rem.step()  # the sub-healthy action runs; the escalation waits for it
+    assert not rem.settled
+    for _ in range(10):
+        rem.step()
+        if rem.settled:
+            break
+    assert rem.settled and states(rem) == ["subhealthy", "failed"]
+    store.close()

@@ -52,14 +52,18 @@ def test_a_repaired_node_returns_only_after_its_validation_passed(store, tmp_pat
     assert DRAIN in states(sched, "n1")
     rem.step()
     assert rem.repairs.order(order.id).state == "open"  # not repaired yet: nothing to validate
+    assert rem.settled  # nothing moves until someone repairs it
     rem.repairs.done(order.id, "tech", new_serial="1799")
     assert rem.step()["validations_started"] == 1
     o = rem.repairs.order(order.id)
     assert o.state == "validating" and o.history[-1]["job"] and o.history[-1]["reservation"] == "raswarden-validate-n1"
     assert states(sched, "n1") >= {MAINT} and DRAIN not in states(sched, "n1")  # held for raswarden alone
-    assert rem.step()["validations_passed"] == 0  # still running
+    moved = rem.step()
+    assert moved["validations_passed"] == 0 and moved["validations_running"] == 1  # still running
+    assert not rem.settled  # time alone moves it on: the next pass reads the job
     sched.now += sched.validation_s
     assert rem.step()["validations_passed"] == 1
+    assert rem.settled
     o = rem.repairs.order(order.id)
     assert o.state == "closed" and "validation passed" in o.history[-1]["note"]
     assert not states(sched, "n1") & {MAINT, DRAIN}  # back in service
