@@ -108,8 +108,13 @@ def _closed_loop(args: argparse.Namespace, scenario, library: Path) -> int:
     if not 0.0 <= args.bad_repairs <= 1.0 or args.repair_hours <= 0:
         print("raswarden: error: --bad-repairs is a share (0 to 1), --repair-hours positive", file=sys.stderr)
         return 2
-    opts = LoopOptions(interval_s=args.interval, repair_s=args.repair_hours * 3600.0,
+    opts = LoopOptions(interval_s=args.interval, tick_s=args.tick, repair_s=args.repair_hours * 3600.0,
                        repair_orders=args.repair_orders, bad_repair_share=args.bad_repairs)
+    try:
+        opts.ticks_every()
+    except ValueError as exc:
+        print(f"raswarden: error: --tick: {exc}", file=sys.stderr)
+        return 2
     results = []
     for policy in policies:
         result = run(Simulator(copy.deepcopy(scenario), library), policy, opts, model=model,
@@ -166,7 +171,11 @@ def register(sub) -> None:
     p.add_argument("--model", metavar="DIR", help="with --closed-loop: learned detectors for the full policy")
     p.add_argument("--playbooks", action="append", default=[], metavar="DIR",
                    help="with --closed-loop: operators' playbook directory (repeatable)")
-    p.add_argument("--interval", type=float, default=30.0, help="with --closed-loop: tick interval (default 30 s)")
+    p.add_argument("--interval", type=float, default=30.0,
+                   help="with --closed-loop: the world's step, and raswarden's tick unless --tick (default 30 s)")
+    p.add_argument("--tick", type=float, metavar="SECONDS",
+                   help="with --closed-loop: raswarden's detection tick, a multiple of --interval (its playbooks "
+                        "still step with the world; docs/playbooks.md)")
     p.add_argument("--json", metavar="FILE", help="with --closed-loop: also write the figures as JSON")
     p.add_argument("--repair-orders", action="store_true",
                    help="with --closed-loop: the technician works from raswarden's repair orders and validation "

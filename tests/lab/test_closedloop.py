@@ -263,12 +263,16 @@ def test_cli_closed_loop(tmp_path):
     sc.write_text(yaml.safe_dump(small))
     out = tmp_path / "loop.json"
     p = subprocess.run([sys.executable, "-m", "daemon", "simulate", str(sc), "--closed-loop", "--policy",
-                        "none,reactive", "--json", str(out)], capture_output=True, text=True, timeout=300, cwd=ROOT)
+                        "none,reactive", "--json", str(out), "--tick", "60"], capture_output=True, text=True,
+                       timeout=300, cwd=ROOT)
     assert p.returncode == 0, p.stderr
     assert "| 1 run(s) | none | reactive |" in p.stdout
     data = json.loads(out.read_text())
     assert [r["policy"] for r in data["results"]] == ["none", "reactive"]
-    assert data["results"][1]["drains_true"] == 1
+    assert data["results"][1]["drains_true"] == 1 and data["results"][1]["ticks"] == 360  # the world's 30 s steps
+    odd = subprocess.run([sys.executable, "-m", "daemon", "simulate", str(sc), "--closed-loop", "--tick", "45"],
+                         capture_output=True, text=True, timeout=60, cwd=ROOT)
+    assert odd.returncode == 2 and "multiple" in odd.stderr
     bad = subprocess.run([sys.executable, "-m", "daemon", "simulate", str(sc), "--closed-loop", "--policy", "eager"],
                          capture_output=True, text=True, timeout=60, cwd=ROOT)
     assert bad.returncode == 2 and "--policy takes" in bad.stderr
