@@ -36,6 +36,12 @@ SCENARIO = {
 }
 
 
+# The repair loop's tests run raswarden's detection every 2 minutes (the world still every 30 s): a run takes
+# half the time, and the loop is the same at either tick (test_a_longer_tick_reads_the_same_world_...; the technician
+# test's orders, validations and node-hours were equal at both, 2026-11-27).
+TICK = 120.0
+
+
 def scenario() -> Scenario:
     return Scenario.from_dict(copy.deepcopy(SCENARIO))
 
@@ -281,7 +287,7 @@ def test_cli_closed_loop(tmp_path):
 def test_a_repaired_node_comes_back_and_is_judged_on_its_new_parts():
     """With a 30-minute repair, the nodes drained ahead of their failures are back within the scenario: the
     technician returns them and raswarden, told their parts are new, does not drain them again."""
-    r = run(simulator(), "full", LoopOptions(repair_s=1800.0))
+    r = run(simulator(), "full", LoopOptions(repair_s=1800.0, tick_s=TICK))
     assert r.drains_false == 0 and r.drains_true >= 2, r.as_dict()
     assert r.gpu_hours["idle_drained"] < 8.0, r.gpu_hours
 
@@ -298,18 +304,18 @@ def test_the_technician_works_from_repair_orders_and_validation_catches_a_botche
     forgotten: list[str] = []
     forget = Pipeline.forget
     monkeypatch.setattr(Pipeline, "forget", lambda self, scope: (forgotten.append(scope), forget(self, scope))[1])
-    good = run(simulator(), "full", LoopOptions(repair_s=1800.0, repair_orders=True, technician_s=600.0))
+    good = run(simulator(), "full", LoopOptions(repair_s=1800.0, repair_orders=True, technician_s=600.0, tick_s=TICK))
     rp = good.repairs
     assert rp["orders"] >= 2 and rp["closed"] == rp["orders"] and rp["validation_catches"] == 0, rp
     assert len(forgotten) == rp["orders"] and all("/" in scope for scope in forgotten), forgotten  # one GPU each
     assert rp["validations"] >= 1 and 0.5 <= rp["mttr_h"] <= 2.0 and good.drains_false == 0, rp
     bad = run(simulator(), "full", LoopOptions(repair_s=1800.0, repair_orders=True, technician_s=600.0,
-                                               bad_repair_share=1.0))
+                                               bad_repair_share=1.0, tick_s=TICK))
     rp = bad.repairs
     assert rp["orders"] == good.repairs["orders"] and rp["closed"] == 0 and rp["validation_catches"] >= 2, rp
     assert rp["returned_broken"] == 0 and bad.drains_false == 0, (rp, bad.false_drains[:2])
     assert bad.gpu_hours["productive"] < good.gpu_hours["productive"]  # the nodes stay out
-    direct = run(simulator(), "full", LoopOptions(repair_s=1800.0, bad_repair_share=1.0))
+    direct = run(simulator(), "full", LoopOptions(repair_s=1800.0, bad_repair_share=1.0, tick_s=TICK))
     assert direct.repairs["orders"] == 0 and direct.repairs["returned_broken"] == direct.repairs["botched"] >= 2
     # node-hours: validation keeps the botched nodes out of service (more out, none broken in service for it);
     # returned directly, they are broken hardware in service until an operator drains them (or the scenario ends)
