@@ -93,10 +93,10 @@ def run(sim: Simulator, policy: str, opts: LoopOptions | None = None, model=None
                                 lambda node: False)
                 sched.step(now)
                 clock[0] = now
-                ticked = pipeline is not None and end == len(chunk.ts)
-                if ticked:
+                news = False  # raswarden's tick changed an incident
+                if pipeline is not None and end == len(chunk.ts):
                     tick_now = float(tick_index(np.array([now]), tick_s)[0] * tick_s)
-                    pipeline.tick(tick_now, chunk_to_batch(sim, chunk))
+                    news = bool(pipeline.tick(tick_now, chunk_to_batch(sim, chunk)).incidents)
                     if remediation is None:
                         cfg = Config(playbook_dirs=list(playbook_dirs or []), guards=opts.guards)
                         # With repair orders the technician works from them and raswarden's validation returns the
@@ -106,10 +106,11 @@ def run(sim: Simulator, policy: str, opts: LoopOptions | None = None, model=None
                                                   act_on=("failed",) if policy == "reactive" else
                                                   ("subhealthy", "failed", "unknown"), repair_orders=orders)
                 # The playbooks step with the world (a checkpoint, its wait, the drain), each step that can move
-                # them: raswarden ticked, the technician changed an order, or the last pass left work under way.
-                if remediation is not None and (ticked or worked or not remediation.settled):
+                # them: an incident changed, the technician changed an order, or the last pass left work under way
+                # (the first pass looks at everything).
+                if remediation is not None and (news or worked or not remediation.settled):
                     moved = remediation.step()
-                    if ticked or any(v for k, v in moved.items() if k != "validations_running"):
+                    if any(v for k, v in moved.items() if k != "validations_running"):
                         technician.queue_changed()
                 did.read(sched)
                 world.repair_ahead(sched, now)
