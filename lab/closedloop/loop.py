@@ -19,7 +19,20 @@ from lab.closedloop.options import POLICIES, LoopOptions
 from lab.closedloop.outcome import Actions, LoopResult, repair_figures, score
 from lab.closedloop.world import Faults, Technician, follow_the_scheduler, plan_jobs, return_repaired
 from lab.sim.cluster import SimScheduler
-from lab.sim.simulator import Simulator, chunk_to_batch
+from lab.sim.simulator import SimChunk, Simulator, chunk_to_batch
+
+def _set_pace(sim: Simulator, sched: SimScheduler, chunk: SimChunk, begin: int, end: int,
+              speeds: np.ndarray) -> np.ndarray:
+    """Each node's pace over the world's step ``chunk.ts[begin:end]`` (its slowest GPU's mean speed: a synchronous
+    job runs at it), set on the scheduler's nodes where it changed; returns it."""
+    if chunk.gpu_speed is None:
+        return speeds
+    per_step = chunk.gpu_speed[:, begin:end].mean(axis=1)
+    pace = per_step.reshape(len(sim.topo.nodes), sim.topo.gpus_per_node).min(axis=1)
+    for i in np.flatnonzero(pace != speeds):
+        sched.nodes[sim.topo.nodes[i]].speed = float(pace[i])
+    return pace
+
 
 def _raswarden(sim: Simulator, policy: str, opts: LoopOptions, model, work: Path) -> tuple[Store, Pipeline]:
     """The store and pipeline of a policy that runs raswarden, on the simulated fleet's topology."""
@@ -54,7 +67,6 @@ def run(sim: Simulator, policy: str, opts: LoopOptions | None = None, model=None
     for job in plan_jobs(sim, opts):
         sched.submit(job)
     sched.step(sc.start)
-    per_node = sim.topo.gpus_per_node
     follow_the_scheduler(sim, sched)
     tmp = tempfile.TemporaryDirectory(prefix="raswarden-loop-") if workdir is None else None
     work = Path(tmp.name) if tmp else Path(workdir)
@@ -78,12 +90,7 @@ def run(sim: Simulator, policy: str, opts: LoopOptions | None = None, model=None
             for begin in range(0, len(chunk.ts), steps):
                 end = min(begin + steps, len(chunk.ts))
                 now = float(chunk.ts[end - 1])
-                if chunk.gpu_speed is not None:  # the pace of each node's slowest GPU over this step
-                    pace = chunk.gpu_speed[:, begin:end].mean(axis=1).reshape(len(sim.topo.nodes),
-                                                                               per_node).min(axis=1)
-                    for i in np.flatnonzero(pace != speeds):
-                        sched.nodes[sim.topo.nodes[i]].speed = float(pace[i])
-                    speeds = pace
+                speeds = _set_pace(sim, sched, chunk, begin, end, speeds)
                 world.fail_until(sched, now)
                 world.operators_until(sched, now)
                 worked = orders and remediation is not None and technician.work(remediation.repairs, sched, now,
