@@ -58,8 +58,9 @@ def main() -> None:
     ap.add_argument("--model", default="", help="learned detectors for the full policy (raswarden train)")
     ap.add_argument("--interval", type=float, default=30.0, help="the world's step (seconds)")
     ap.add_argument("--tick", type=float, default=None, metavar="SECONDS",
-                    help="raswarden's tick, a multiple of --interval (default: the interval); its pipeline and "
-                         "playbooks run this often and read every sample since their last tick")
+                    help="raswarden's detection tick, a multiple of --interval (default: the interval): its pipeline "
+                         "runs this often and reads every sample since its last tick; its playbooks still step with "
+                         "the world")
     ap.add_argument("--playbooks", default="", help="an operator playbook directory beside the built-ins")
     ap.add_argument("--policies", default="none,reactive,full")
     ap.add_argument("--builtin-for", default="", metavar="POLICIES",

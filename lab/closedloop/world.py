@@ -73,10 +73,11 @@ class Technician:
         self.rng = np.random.default_rng(seed + 11)
         self.botched_repairs = 0
         self.returned_broken = 0
-        self._queue: list | None = None  # the orders to work on, as last read (raswarden changes them at its ticks)
+        self._queue: list | None = None  # the orders to work on, as last read (raswarden's playbook passes change them)
 
     def queue_changed(self) -> None:
-        """raswarden ticked: its repair orders may have changed (the next pass reads them again)."""
+        """A playbook pass of raswarden's changed something: the orders may have changed (the next pass reads them
+        again)."""
         self._queue = None
 
     def botched(self, node: str) -> bool:
