@@ -19,7 +19,6 @@ import time
 from collections.abc import Iterator
 from pathlib import Path
 
-
 from daemon.batch import Batch
 from daemon.formats.openmetrics import points_batch
 from daemon.formats.reader import ReadContext, host_in_name, iter_lines
