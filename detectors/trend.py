@@ -53,11 +53,11 @@ from collections import deque
 
 import numpy as np
 import pandas as pd
-from scipy.optimize import minimize
-from scipy.special import gammainc, gammaln
 from scipy.stats import binom
 
 from detectors.contract import Evidence, TickInput
+from detectors.rate_spread import (GRID_PER_H, LOG_GRID, PRIOR_FLOOR, episodes_tail, fit_lognormal,
+                                     log_rate_weights, record_log_weights)
 from detectors.schema import State, entity_kind, name_codes, names_mask, within
 
 LOGGED_AER = "aer_corrected_logged"
@@ -97,67 +97,6 @@ SIZE_QUANTILE = 0.9
 """An episode is "large" when it is larger than this share of the part's own record of episodes."""
 SIZE_RECORD = 288
 """Episode sizes a part keeps from before its longest window (a day of an episode every 5 minutes)."""
-
-
-GRID_PER_H = np.logspace(-6.0, 2.0, 129)
-"""The rates a part may have, episodes per hour (5-minute episodes can show at most 12 an hour)."""
-LOG_GRID = np.log(GRID_PER_H)
-
-
-def log_rate_weights(mu: float, sigma: float, floor: float = -np.inf) -> np.ndarray:
-    """The log of the log-normal's mass on :data:`GRID_PER_H` (log rate ~ Normal(``mu``, ``sigma``)), summing to 1,
-    no lower than ``floor``."""
-    lw = -0.5 * ((LOG_GRID - mu) / sigma) ** 2
-    top = lw.max()
-    return np.maximum(lw - (top + np.log(np.exp(lw - top).sum())), floor)
-
-
-PRIOR_FLOOR = math.log(1e-300)
-"""The least log mass a rate keeps in a part's prior (a record can still move it)."""
-
-
-def episodes_tail(k: np.ndarray, exposure_h: np.ndarray, log_weights: np.ndarray) -> np.ndarray:
-    """P(K >= k) for K Poisson over ``exposure_h`` hours at a rate drawn from ``log_weights`` (``[..., grid]``, the
-    log of a mass on :data:`GRID_PER_H`, normalised here). ``k`` <= 0 gives 1."""
-    k = np.asarray(k, dtype=float)
-    lw = np.asarray(log_weights, dtype=float)
-    w = np.exp(lw - lw.max(axis=-1, keepdims=True))
-    w /= w.sum(axis=-1, keepdims=True)
-    mean = np.asarray(exposure_h, dtype=float)[..., None] * GRID_PER_H
-    tail = gammainc(np.maximum(k, 1e-300)[..., None], mean)  # P(Poisson(mean) >= k), continuous in k
-    return np.where(k > 0, (w * tail).sum(axis=-1), 1.0)
-
-
-def record_log_weights(log_prior: np.ndarray, k_before: np.ndarray, t_before_h: np.ndarray) -> np.ndarray:
-    """The log mass over rates after a record of ``k_before`` episodes in ``t_before_h`` hours (unnormalised)."""
-    return log_prior + np.asarray(k_before, dtype=float)[..., None] * LOG_GRID - \
-        np.asarray(t_before_h, dtype=float)[..., None] * GRID_PER_H
-
-
-def fit_lognormal(counts: np.ndarray, zeros: float, exposure_h: float, prior_rate: float,
-                  prior_spread: float, start: tuple[float, float] | None = None) -> tuple[float, float]:
-    """The fleet's log-normal spread of rates, (mu, sigma) of the log rate, from its parts' episode counts over
-    ``exposure_h`` hours each (``counts`` of the parts that had any, ``zeros`` parts without): Poisson counts of a
-    log-normal rate, the maximum a posteriori with log rate ~ Normal(log ``prior_rate``, 3) and log sigma ~
-    Normal(log ``prior_spread``, 1), so a fleet that has said little is taken as spread as the prior says."""
-    values, mult = np.unique(np.round(np.asarray(counts, dtype=float)), return_counts=True)
-    mult = mult.astype(float)
-    if zeros > 0:
-        values, mult = np.concatenate(([0.0], values)), np.concatenate(([float(zeros)], mult))
-    mean = exposure_h * GRID_PER_H
-    log_pois = values[:, None] * np.log(mean)[None, :] - mean[None, :] - gammaln(values + 1.0)[:, None]
-    mu0, ls0 = math.log(prior_rate), math.log(prior_spread)
-
-    def cost(x: np.ndarray) -> float:
-        mu, ls = float(x[0]), float(np.clip(x[1], -3.0, 1.5))
-        m = log_pois + log_rate_weights(mu, math.exp(ls))[None, :]
-        top = m.max(axis=1)
-        ll = top + np.log(np.exp(m - top[:, None]).sum(axis=1))
-        return -float((mult * ll).sum()) + 0.5 * ((mu - mu0) / 3.0) ** 2 + 0.5 * (ls - ls0) ** 2
-
-    x0 = np.array((start[0], math.log(start[1])) if start is not None else (mu0, ls0), dtype=float)
-    best = minimize(cost, x0, method="Nelder-Mead", options={"xatol": 1e-3, "fatol": 1e-3, "maxiter": 400})
-    return float(best.x[0]), float(math.exp(np.clip(best.x[1], -3.0, 1.5)))
 
 
 class _Series:

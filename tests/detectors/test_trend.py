@@ -1,12 +1,11 @@
 import numpy as np
 import pandas as pd
-import pytest
-from scipy.stats import poisson
 
 from detectors.contract import TickInput
 from detectors.schema import events_frame
 from detectors.trend import LOGGED_AER as LOGGED
-from detectors.trend import GRID_PER_H, TrendDetector, episodes_tail, fit_lognormal, log_rate_weights
+from detectors.rate_spread import fit_lognormal
+from detectors.trend import TrendDetector
 from tests.detectors.sim_helpers import first_flag, simulate_and_replay
 
 EMPTY_G = pd.DataFrame({"entity": [], "metric": [], "last": [], "max": []})
@@ -19,41 +18,6 @@ def tick(det, now, n, entity="n/gpu0", metric="ecc_sbe_total", dt=None, others=0
                         "increase": [float(n)] + [0.0] * others, "resets": [0] * len(entities),
                         "dt": [dt if dt is not None else 30.0] * len(entities)})
     return det.update(TickInput(now, events_frame([]), inc, EMPTY_G))
-
-
-def test_the_tail_is_the_poisson_averaged_over_the_rates():
-    """Known answers: a rate known exactly gives the Poisson tail; a log-normal spread of rates gives the Poisson
-    tail integrated over it (scipy's quad); no episodes asked for is certain."""
-    from scipy.integrate import quad
-    from scipy.stats import norm
-
-    point = np.full(len(GRID_PER_H), -np.inf)
-    point[64] = 0.0  # all mass on one rate
-    r = GRID_PER_H[64]
-    assert episodes_tail(np.array([4.0]), np.array([2.0]), point[None, :])[0] == pytest.approx(poisson.sf(3, 2 * r))
-    mu, sigma = np.log(0.05), 1.5
-
-    def integrand(x, k, t):
-        return poisson.sf(k - 1, np.exp(x) * t) * norm.pdf(x, mu, sigma)
-
-    lw = log_rate_weights(mu, sigma)
-    for k, t in ((3.0, 1.0), (6.0, 3.0), (1.0, 12.0)):
-        expected = quad(integrand, np.log(GRID_PER_H[0]), np.log(GRID_PER_H[-1]), args=(k, t), limit=200)[0]
-        assert episodes_tail(np.array([k]), np.array([t]), lw[None, :])[0] == pytest.approx(expected, rel=0.02)
-    assert episodes_tail(np.array([0.0]), np.array([1.0]), lw[None, :])[0] == 1.0
-
-
-def test_the_fleets_spread_is_found_from_its_parts_counts():
-    """Counts of 5,000 parts over a day, their rates log-normal (median 0.02/h, sigma 1.5), as the realistic noise
-    draws them: the fit finds the median and the spread; a fleet of alike parts is found narrow."""
-    rng = np.random.default_rng(7)
-    rates = 0.02 * np.exp(rng.normal(0.0, 1.5, 5000))
-    k = rng.poisson(rates * 24.0).astype(float)
-    mu, sigma = fit_lognormal(k[k > 0], float((k == 0).sum()), 24.0, prior_rate=0.2, prior_spread=1.5)
-    assert np.exp(mu) == pytest.approx(0.02, rel=0.35) and sigma == pytest.approx(1.5, abs=0.3)
-    alike = rng.poisson(np.full(5000, 0.02) * 48.0).astype(float)
-    mu, sigma = fit_lognormal(alike[alike > 0], float((alike == 0).sum()), 48.0, prior_rate=0.2, prior_spread=1.5)
-    assert np.exp(mu + sigma ** 2 / 2) == pytest.approx(0.02, rel=0.2) and sigma < 0.5
 
 
 def test_leaving_out_the_fleets_noisiest_healthy_parts_hides_its_spread():

@@ -1,0 +1,150 @@
+"""A part's unknown healthy rate of error episodes, as a mass on a grid of rates.
+
+A fleet's healthy parts differ: most alike, a few a hundred times noisier. Their rates are taken as log-normal
+(:func:`fit_lognormal` finds the spread from every part's count), a part's own record narrows that mass
+(:func:`record_log_weights`), and :func:`episodes_tail` gives the chance of a count over an exposure, the
+Poisson tail averaged over the mass. The trend detector (:mod:`detectors.trend`) judges counters with it.
+"""
+from __future__ import annotations
+
+import math
+
+import numpy as np
+from scipy.optimize import minimize
+from scipy.special import gammainc, gammaln
+
+GRID_PER_H = np.logspace(-6.0, 2.0, 129)
+"""The rates a part may have, episodes per hour (5-minute episodes can show at most 12 an hour)."""
+LOG_GRID = np.log(GRID_PER_H)
+
+
+def log_rate_weights(mu: float, sigma: float, floor: float = -np.inf) -> np.ndarray:
+    """The log of the log-normal's mass on :data:`GRID_PER_H` (log rate ~ Normal(``mu``, ``sigma``)), summing to 1,
+    no lower than ``floor``."""
+    lw = -0.5 * ((LOG_GRID - mu) / sigma) ** 2
+    top = lw.max()
+    return np.maximum(lw - (top + np.log(np.exp(lw - top).sum())), floor)
+
+
+PRIOR_FLOOR = math.log(1e-300)
+"""The least log mass a rate keeps in a part's prior (a record can still move it)."""
+
+
+def episodes_tail(k: np.ndarray, exposure_h: np.ndarray, log_weights: np.ndarray) -> np.ndarray:
+    """P(K >= k) for K Poisson over ``exposure_h`` hours at a rate drawn from ``log_weights`` (``[..., grid]``, the
+    log of a mass on :data:`GRID_PER_H`, normalised here). ``k`` <= 0 gives 1."""
+    k = np.asarray(k, dtype=float)
+    lw = np.asarray(log_weights, dtype=float)
+    w = np.exp(lw - lw.max(axis=-1, keepdims=True))
+    w /= w.sum(axis=-1, keepdims=True)
+    mean = np.asarray(exposure_h, dtype=float)[..., None] * GRID_PER_H
+    tail = gammainc(np.maximum(k, 1e-300)[..., None], mean)  # P(Poisson(mean) >= k), continuous in k
+    return np.where(k > 0, (w * tail).sum(axis=-1), 1.0)
+
+
+def record_log_weights(log_prior: np.ndarray, k_before: np.ndarray, t_before_h: np.ndarray) -> np.ndarray:
+    """The log mass over rates after a record of ``k_before`` episodes in ``t_before_h`` hours (unnormalised)."""
+    return log_prior + np.asarray(k_before, dtype=float)[..., None] * LOG_GRID - \
+        np.asarray(t_before_h, dtype=float)[..., None] * GRID_PER_H
+
+
+LOG_SIGMA = (-3.0, 1.5)
+"""The bounds of the fitted spread's log sigma (0.05 to 4.5 in log rate)."""
+
+
+def fit_lognormal(counts: np.ndarray, zeros: float, exposure_h: float, prior_rate: float,
+                  prior_spread: float, start: tuple[float, float] | None = None) -> tuple[float, float]:
+    """The fleet's log-normal spread of rates, (mu, sigma) of the log rate, from its parts' episode counts over
+    ``exposure_h`` hours each (``counts`` of the parts that had any, ``zeros`` parts without): Poisson counts of a
+    log-normal rate, the maximum a posteriori with log rate ~ Normal(log ``prior_rate``, 3) and log sigma ~
+    Normal(log ``prior_spread``, 1) (log sigma within [-3, 1.5]), so a fleet that has said little is taken as
+    spread as the prior says.
+
+    Found by Newton's method on the exact gradient and Hessian from ``start`` (the last fit: two or three steps
+    a fit), with a backtracking line search; where that does not converge (a start far off, a flat posterior),
+    by Nelder-Mead from ``start``."""
+    posterior = _NegLogPosterior(counts, zeros, exposure_h, prior_rate, prior_spread)
+    x0 = (start[0], math.log(start[1])) if start is not None else (posterior.mu0, posterior.ls0)
+    found = _newton(posterior, x0[0], min(max(x0[1], LOG_SIGMA[0]), LOG_SIGMA[1]))
+    if found is None:
+        best = minimize(lambda x: posterior(float(x[0]), float(np.clip(x[1], *LOG_SIGMA)))[0], np.array(x0),
+                        method="Nelder-Mead", options={"xatol": 1e-3, "fatol": 1e-3, "maxiter": 400})
+        found = float(best.x[0]), float(np.clip(best.x[1], *LOG_SIGMA))
+    return found[0], math.exp(found[1])
+
+
+class _NegLogPosterior:
+    """The fit's cost at (mu, log sigma), with its gradient and Hessian.
+
+    With ``a`` = -z²/2 (z = (log rate - mu) / sigma) on the grid and ``p`` its normalised mass, a count's log
+    likelihood is logsumexp(log Poisson + a - logsumexp a); its derivatives are moments of the count's posterior
+    ``q`` over the grid against ``p``: summed over the counts, the gradient is ``r @ ∂a`` and the Hessian
+    ``r @ (∂²a + c cᵀ) - Σ n g gᵀ``, where ``r`` = Σ n q - (Σ n) p, ``c`` = ∂a - p @ ∂a and ``g`` = q @ c."""
+
+    def __init__(self, counts: np.ndarray, zeros: float, exposure_h: float, prior_rate: float, prior_spread: float):
+        values, mult = np.unique(np.round(np.asarray(counts, dtype=float)), return_counts=True)
+        mult = mult.astype(float)
+        if zeros > 0:
+            values, mult = np.concatenate(([0.0], values)), np.concatenate(([float(zeros)], mult))
+        mean = exposure_h * GRID_PER_H
+        self.log_pois = values[:, None] * np.log(mean)[None, :] - mean[None, :] - gammaln(values + 1.0)[:, None]
+        self.mult = mult
+        self.mu0, self.ls0 = math.log(prior_rate), math.log(prior_spread)
+
+    def __call__(self, mu: float, ls: float, derivatives: bool = False) -> tuple:
+        """(cost,) or (cost, gradient, Hessian) at log-rate mean ``mu`` and log sigma ``ls``."""
+        s = math.exp(ls)
+        z = (LOG_GRID - mu) / s
+        a = -0.5 * z * z
+        top = a.max()
+        e = np.exp(a - top)
+        se = e.sum()
+        m = self.log_pois + (a - (top + math.log(se)))
+        mt = m.max(axis=1)
+        em = np.exp(m - mt[:, None])
+        sm = em.sum(axis=1)
+        mult = self.mult
+        cost = -float(mult @ (mt + np.log(sm))) + 0.5 * ((mu - self.mu0) / 3.0) ** 2 + 0.5 * (ls - self.ls0) ** 2
+        if not derivatives:
+            return (cost,)
+        p = e / se
+        q = em / sm[:, None]
+        r = mult @ q - mult.sum() * p
+        d_mu, d_ls = z / s, z * z  # ∂a; ∂²a: -1/s² (falls out: r sums to 0), -2z/s, -2z²
+        c_mu, c_ls = d_mu - p @ d_mu, d_ls - p @ d_ls
+        g_mu, g_ls = q @ c_mu, q @ c_ls
+        grad = (-float(r @ d_mu) + (mu - self.mu0) / 9.0, -float(r @ d_ls) + (ls - self.ls0))
+        h_mumu = float(r @ (c_mu * c_mu) - mult @ (g_mu * g_mu))
+        h_muls = float(r @ (c_mu * c_ls - 2.0 * z / s) - mult @ (g_mu * g_ls))
+        h_lsls = float(r @ (c_ls * c_ls - 2.0 * z * z) - mult @ (g_ls * g_ls))
+        return cost, grad, (1.0 / 9.0 - h_mumu, -h_muls, 1.0 - h_lsls)
+
+
+def _newton(posterior: _NegLogPosterior, mu: float, ls: float, steps: int = 60) -> tuple[float, float] | None:
+    """The posterior's mode from (``mu``, ``ls``) by Newton's method (the Hessian shifted where it is not positive
+    definite, log sigma held at a bound it presses on, a step halved until the cost falls enough), or None."""
+    lo, hi = LOG_SIGMA
+    f, g, (a, b, c) = posterior(mu, ls, True)
+    for _ in range(steps):
+        trace, det = a + c, a * c - b * b
+        least = 0.5 * trace - math.sqrt(max(0.25 * trace * trace - det, 0.0))
+        if least <= 1e-9:
+            shift = 1e-9 - least + 1e-3 * max(1.0, abs(trace))
+            a, c = a + shift, c + shift
+            det = a * c - b * b
+        s_mu, s_ls = -(c * g[0] - b * g[1]) / det, -(a * g[1] - b * g[0]) / det
+        if (ls <= lo and s_ls < 0.0) or (ls >= hi and s_ls > 0.0):
+            s_mu, s_ls = -g[0] / a, 0.0
+        if max(abs(s_mu), abs(s_ls)) < 1e-6:
+            return mu, ls
+        t = 1.0
+        while t > 1e-6:
+            mu_t, ls_t = mu + t * s_mu, min(max(ls + t * s_ls, lo), hi)
+            f_t, g_t, h_t = posterior(mu_t, ls_t, True)
+            if f_t <= f + 1e-4 * (g[0] * (mu_t - mu) + g[1] * (ls_t - ls)) + 1e-12 * abs(f):
+                break
+            t *= 0.5
+        else:
+            return None
+        mu, ls, f, g, (a, b, c) = mu_t, ls_t, f_t, g_t, h_t
+    return None

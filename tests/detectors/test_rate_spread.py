@@ -1,0 +1,83 @@
+import math
+
+import numpy as np
+import pytest
+from scipy.optimize import minimize
+from scipy.stats import poisson
+
+from detectors.rate_spread import GRID_PER_H, LOG_SIGMA, episodes_tail, fit_lognormal, log_rate_weights
+
+
+def test_the_tail_is_the_poisson_averaged_over_the_rates():
+    """Known answers: a rate known exactly gives the Poisson tail; a log-normal spread of rates gives the Poisson
+    tail integrated over it (scipy's quad); no episodes asked for is certain."""
+    from scipy.integrate import quad
+    from scipy.stats import norm
+
+    point = np.full(len(GRID_PER_H), -np.inf)
+    point[64] = 0.0  # all mass on one rate
+    r = GRID_PER_H[64]
+    assert episodes_tail(np.array([4.0]), np.array([2.0]), point[None, :])[0] == pytest.approx(poisson.sf(3, 2 * r))
+    mu, sigma = np.log(0.05), 1.5
+
+    def integrand(x, k, t):
+        return poisson.sf(k - 1, np.exp(x) * t) * norm.pdf(x, mu, sigma)
+
+    lw = log_rate_weights(mu, sigma)
+    for k, t in ((3.0, 1.0), (6.0, 3.0), (1.0, 12.0)):
+        expected = quad(integrand, np.log(GRID_PER_H[0]), np.log(GRID_PER_H[-1]), args=(k, t), limit=200)[0]
+        assert episodes_tail(np.array([k]), np.array([t]), lw[None, :])[0] == pytest.approx(expected, rel=0.02)
+    assert episodes_tail(np.array([0.0]), np.array([1.0]), lw[None, :])[0] == 1.0
+
+
+def test_the_fleets_spread_is_found_from_its_parts_counts():
+    """Counts of 5,000 parts over a day, their rates log-normal (median 0.02/h, sigma 1.5), as the realistic noise
+    draws them: the fit finds the median and the spread; a fleet of alike parts is found narrow."""
+    rng = np.random.default_rng(7)
+    rates = 0.02 * np.exp(rng.normal(0.0, 1.5, 5000))
+    k = rng.poisson(rates * 24.0).astype(float)
+    mu, sigma = fit_lognormal(k[k > 0], float((k == 0).sum()), 24.0, prior_rate=0.2, prior_spread=1.5)
+    assert np.exp(mu) == pytest.approx(0.02, rel=0.35) and sigma == pytest.approx(1.5, abs=0.3)
+    alike = rng.poisson(np.full(5000, 0.02) * 48.0).astype(float)
+    mu, sigma = fit_lognormal(alike[alike > 0], float((alike == 0).sum()), 48.0, prior_rate=0.2, prior_spread=1.5)
+    assert np.exp(mu + sigma ** 2 / 2) == pytest.approx(0.02, rel=0.2) and sigma < 0.5
+
+
+def _cost(counts, zeros, exposure_h, prior_rate, prior_spread):
+    """The fit's cost written out plainly (log rate weights from :func:`log_rate_weights`, log sigma clipped)."""
+    from scipy.special import gammaln, logsumexp
+    values, mult = np.unique(np.round(counts), return_counts=True)
+    values, mult = np.concatenate(([0.0], values)), np.concatenate(([zeros], mult.astype(float)))
+    mean = exposure_h * GRID_PER_H
+    log_pois = values[:, None] * np.log(mean) - mean - gammaln(values + 1.0)[:, None]
+
+    def cost(x):
+        mu, ls = x[0], float(np.clip(x[1], *LOG_SIGMA))
+        ll = logsumexp(log_pois + log_rate_weights(mu, math.exp(ls)), axis=1)
+        return -(mult * ll).sum() + 0.5 * ((mu - math.log(prior_rate)) / 3.0) ** 2 + \
+            0.5 * (ls - math.log(prior_spread)) ** 2
+    return cost
+
+
+def test_the_fit_is_the_posteriors_mode_from_near_and_far():
+    """Fleets of every kind (0-400 parts, median rates over eight decades, spreads 0.05-4, exposures of minutes to
+    months), from the prior, from a start nearby (the last fit) and from one far off: the fit's cost is no higher
+    than Nelder-Mead's from the same start, nor than Nelder-Mead's from the fit's own answer."""
+    rng = np.random.default_rng(11)
+    for case in range(25):
+        n = int(rng.integers(0, 400))
+        exposure_h = float(rng.uniform(0.05, 2000.0))
+        rates = np.exp(rng.normal(rng.normal(-4.0, 3.0), rng.uniform(0.05, 4.0), n))
+        k = rng.poisson(np.minimum(rates * exposure_h, 1e6)).astype(float)
+        args = (k[k > 0], float((k == 0).sum()) + float(rng.uniform(0.0, 5.0)), exposure_h,
+                float(math.exp(rng.uniform(-7.0, 0.0))), float(rng.uniform(0.5, 3.0)))
+        cost = _cost(*args)
+        truth = fit_lognormal(*args)
+        for start in (None, (truth[0] + 0.1, truth[1] * 1.1), (float(rng.normal(-5.0, 3.0)), 3.0)):
+            mu, sigma = fit_lognormal(*args, start=start)
+            x0 = np.array((mu, math.log(sigma)))
+            nm_start = np.array((math.log(args[3]), math.log(args[4])) if start is None else
+                                (start[0], math.log(start[1])))
+            for x in (nm_start, x0):
+                other = minimize(cost, x, method="Nelder-Mead", options={"xatol": 1e-5, "fatol": 1e-7}).x
+                assert cost(x0) <= cost(other) + 1e-7 * max(1.0, abs(cost(other))), (case, start)
