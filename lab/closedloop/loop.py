@@ -96,8 +96,8 @@ def run(sim: Simulator, policy: str, opts: LoopOptions | None = None, model=None
                 worked = orders and remediation is not None and technician.work(remediation.repairs, sched, now,
                                                                                 pipeline)
                 return_repaired(sched, under_repair, now, pipeline, technician,
-                                skip=remediation.repairs.active_on if orders and remediation is not None else
-                                lambda node: False)
+                                skip=technician.ordered(remediation.repairs).__contains__ if orders and
+                                remediation is not None else lambda node: False)
                 sched.step(now)
                 clock[0] = now
                 news = False  # raswarden's tick changed an incident

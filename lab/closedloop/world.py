@@ -74,11 +74,19 @@ class Technician:
         self.botched_repairs = 0
         self.returned_broken = 0
         self._queue: list | None = None  # the orders to work on, as last read (raswarden's playbook passes change them)
+        self._ordered: set[str] | None = None  # the nodes with orders under way, as last read
 
     def queue_changed(self) -> None:
         """A playbook pass of raswarden's changed something: the orders may have changed (the next pass reads them
         again)."""
-        self._queue = None
+        self._queue = self._ordered = None
+
+    def ordered(self, book) -> set[str]:
+        """The nodes with repair orders under way (they return through raswarden's validation, not at once), read
+        again after a change, as the queue is."""
+        if self._ordered is None:
+            self._ordered = {o.node for o in book.orders()}
+        return self._ordered
 
     def botched(self, node: str) -> bool:
         """Whether this repair of ``node`` leaves its fault in place (drawn once per repair)."""
@@ -121,7 +129,7 @@ class Technician:
             if pipeline is not None:
                 pipeline.forget(o.part)
         if changed:
-            self._queue = None
+            self._queue = self._ordered = None
         return changed
 
 
