@@ -135,9 +135,16 @@ class EventResolver:
         value, stamp = gauges["value"].to_numpy(), gauges["ts"].to_numpy()
         known, nonzero = self._gauge_masks(names)
         # Only rows that can change something: a non-zero value, a first sight, or a GPU whose last was non-zero.
-        watch = ((value != 0) | ~known[codes] | nonzero[codes]) & (codes >= 0)
+        watch = np.flatnonzero(((value != 0) | ~known[codes] | nonzero[codes]) & (codes >= 0))
+        if len(watch) > 1:  # a gauge holding its value changes nothing: the first row of a run of a GPU's is enough
+            by_gpu = watch[np.argsort(codes[watch], kind="stable")]
+            v = value[by_gpu]
+            held = np.zeros(len(by_gpu), dtype=bool)
+            same = (v[1:] == v[:-1]) | (np.isnan(v[1:]) & np.isnan(v[:-1]))
+            held[1:] = (codes[by_gpu[1:]] == codes[by_gpu[:-1]]) & same
+            watch = np.sort(by_gpu[~held])
         out = []
-        for i in np.flatnonzero(watch):
+        for i in watch:
             c = codes[i]
             e, v, ts = names[c], float(value[i]), float(stamp[i])
             prev = self._xid_last.get(e)

@@ -59,3 +59,18 @@ def test_xid_gauge_over_ticks_that_share_their_name_categories():
     other = pd.CategoricalDtype(pd.Index(["n/gpu1", "n/gpu0", "n/gpu2"], dtype=object))
     assert [(e[1], e[3]) for e in res.code_gauge_events(tick(120.0, 79.0, 48.0, other))] == [("n/gpu1", 48)]
     assert [(e[1], e[3]) for e in res.code_gauge_events(tick(150.0, 31.0, 48.0))] == [("n/gpu0", 31)]
+
+
+def test_xid_gauge_over_a_long_tick_gives_each_change_at_its_time():
+    """A 5-minute tick reads ten samples of each GPU's gauge, interleaved: every change to a new non-zero Xid is an
+    event at its sample's time (back to an earlier one too), a held value or a blank (NaN) none."""
+    nan = float("nan")
+    gpu0 = [13.0, 13.0, 79.0, 79.0, 79.0, 13.0, 13.0, 0.0, 0.0, 48.0]
+    gpu1 = [0.0, nan, nan, 31.0, 31.0, nan, 31.0, 31.0, 31.0, 31.0]
+    res = EventResolver(SeriesMapper())
+    assert not res.code_gauge_events(rows(("n/gpu0", "xid_last", -30.0, 13.0), ("n/gpu1", "xid_last", -30.0, 0.0)))
+    batch = rows(*[r for k in range(10) for r in (("n/gpu0", "xid_last", 30.0 * k, gpu0[k]),
+                                                   ("n/gpu1", "xid_last", 30.0 * k, gpu1[k]))])
+    out = res.code_gauge_events(batch)
+    assert [(e[0], e[1], e[3]) for e in out] == [(60.0, "n/gpu0", 79), (90.0, "n/gpu1", 31), (150.0, "n/gpu0", 13),
+                                                 (180.0, "n/gpu1", 31), (270.0, "n/gpu0", 48)]
