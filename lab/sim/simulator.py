@@ -670,35 +670,15 @@ def chunk_to_batch(sim: Simulator, chunk: SimChunk, profile: str | None = None) 
     stamps = {}
     if obs:
         stamps = {True: obs.stamps("dcgm", sim.gpu_node, chunk.ts), False: obs.stamps("node", sim.port_node, chunk.ts)}
-    parts_ts, parts_e, parts_m, parts_v = [], [], [], []
-    where: dict[bytes, tuple[np.ndarray, np.ndarray]] = {}  # the families share a few presence patterns
-    for out_metric, m, is_gpu, only in families:
-        mi = metric_index[out_metric]
-        if is_gpu:
-            arr, present, offset = chunk.gpu[m], chunk.gpu_emitted(), 0
-            if m in STILL_REPORTED:
-                present = np.ones_like(present) if chunk.gpu_sampled is None else chunk.gpu_sampled
-        else:
-            arr, present, offset = chunk.port[m], chunk.port_emitted(), n_g
-        if only is not None:
-            mask = np.zeros(len(present), dtype=bool)
-            mask[only] = True
-            present = present & mask[:, None]
-        key = present.tobytes() + str(present.shape).encode()
-        if key not in where:
-            where[key] = np.nonzero(present.T)  # step-major: already in time order within the metric
-        steps, rows = where[key]
-        parts_ts.append(stamps[is_gpu][rows, steps] if stamps else chunk.ts[steps])
-        parts_e.append(rows + offset)
-        parts_m.append(np.full(len(rows), mi))
-        parts_v.append(arr[rows, steps])
-    ts = np.concatenate(parts_ts)
-    order = np.argsort(ts, kind="stable")
+    if stamps:
+        ts, ent, met, value = _samples_by_stamp(chunk, families, metric_index, stamps, n_g)
+    else:
+        ts, ent, met, value = _samples_by_step(chunk, families, metric_index, n_g)
     samples = frame({
-        "ts": ts[order],
-        "entity": pd.Categorical.from_codes(np.concatenate(parts_e)[order], dtype=entity_dtype, validate=False),
-        "metric": pd.Categorical.from_codes(np.concatenate(parts_m)[order], dtype=metric_dtype, validate=False),
-        "value": np.concatenate(parts_v)[order],
+        "ts": ts,
+        "entity": pd.Categorical.from_codes(ent, dtype=entity_dtype, validate=False),
+        "metric": pd.Categorical.from_codes(met, dtype=metric_dtype, validate=False),
+        "value": value,
     })
     rows = []
     for ts_line, node, line in chunk.lines:
@@ -706,3 +686,54 @@ def chunk_to_batch(sim: Simulator, chunk: SimChunk, profile: str | None = None) 
         if ev is not None:
             rows.append((ts_line, node, ev.kind, ev.code, ev.severity, ev.message, "kernel", ev.pci, ev.device))
     return Batch(samples=samples, events=events_frame(rows))
+
+
+def _family_arrays(chunk: SimChunk, family: tuple, n_g: int) -> tuple[np.ndarray, np.ndarray, int]:
+    """A family's values and presence ([rows x steps]) and its first entity code."""
+    _, m, is_gpu, only = family
+    if is_gpu:
+        arr, present, offset = chunk.gpu[m], chunk.gpu_emitted(), 0
+        if m in STILL_REPORTED:
+            present = np.ones_like(present) if chunk.gpu_sampled is None else chunk.gpu_sampled
+    else:
+        arr, present, offset = chunk.port[m], chunk.port_emitted(), n_g
+    if only is not None:
+        mask = np.zeros(len(present), dtype=bool)
+        mask[only] = True
+        present = present & mask[:, None]
+    return arr, present, offset
+
+
+def _samples_by_step(chunk: SimChunk, families: list, metric_index: dict, n_g: int) -> tuple:
+    """Every family's samples in time order, each step's in family order, then entity order: every family's rows
+    stacked and read a step at a time (no sort: the chunk's steps are its times)."""
+    values, presence, entities, metrics = [], [], [], []
+    for family in families:
+        arr, present, offset = _family_arrays(chunk, family, n_g)
+        values.append(arr)
+        presence.append(present)
+        entities.append(np.arange(offset, offset + len(arr)))
+        metrics.append(np.full(len(arr), metric_index[family[0]]))
+    steps, rows = np.nonzero(np.concatenate(presence).T)
+    return (chunk.ts[steps], np.concatenate(entities)[rows], np.concatenate(metrics)[rows],
+            np.concatenate(values)[rows, steps])
+
+
+def _samples_by_stamp(chunk: SimChunk, families: list, metric_index: dict, stamps: dict, n_g: int) -> tuple:
+    """Every family's samples in the order of their scrape stamps (each exporter's own, lab.sim.observe)."""
+    parts_ts, parts_e, parts_m, parts_v = [], [], [], []
+    where: dict[bytes, tuple[np.ndarray, np.ndarray]] = {}  # the families share a few presence patterns
+    for family in families:
+        arr, present, offset = _family_arrays(chunk, family, n_g)
+        key = present.tobytes() + str(present.shape).encode()
+        if key not in where:
+            where[key] = np.nonzero(present.T)  # step-major: already in time order within the metric
+        steps, rows = where[key]
+        parts_ts.append(stamps[family[2]][rows, steps])
+        parts_e.append(rows + offset)
+        parts_m.append(np.full(len(rows), metric_index[family[0]]))
+        parts_v.append(arr[rows, steps])
+    ts = np.concatenate(parts_ts)
+    order = np.argsort(ts, kind="stable")
+    return (ts[order], np.concatenate(parts_e)[order], np.concatenate(parts_m)[order],
+            np.concatenate(parts_v)[order])
