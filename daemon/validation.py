@@ -71,7 +71,7 @@ class Validator:
             states = {o.state for o in orders}
             try:
                 if states == {"repaired"}:
-                    self._start(node, orders)
+                    out["validations_running"] += self._start(node, orders)  # a job started runs until read
                     out["validations_started"] += 1
                 elif "validating" in states and states <= {"validating", "repaired"}:
                     result = self._read(node, [o for o in orders if o.state == "validating"])
@@ -187,7 +187,9 @@ class Validator:
             s.commit()
 
     # -- one node --------------------------------------------------------------------------------------------
-    def _start(self, node: str, orders: list[RepairOrderRow]) -> None:
+    def _start(self, node: str, orders: list[RepairOrderRow]) -> bool:
+        """Hold the node and start its validation job; whether one runs (without a validation command the node
+        returns at once)."""
         target = self.scheduler_names.get(node, node)
         reservation = reservation_name(target)
         first = min(o.id for o in orders)
@@ -197,7 +199,7 @@ class Validator:
             for o in orders:
                 self.book.move(o.id, "validating", "raswarden", "no validation command configured")
                 self.book.move(o.id, "closed", "raswarden", "returned without a validation job")
-            return
+            return False
         name = f"{reservation}-{first}-{attempt}"
         self.scheduler.reserve(target, reservation, self.cfg.hold_s)
         fault_point("validate", "reserved")
@@ -213,6 +215,7 @@ class Validator:
                            extra={"job": job, "reservation": reservation, "job_name": name})
             fault_point("validate", "moved")
         log.info("validating %s: job %s in reservation %s", node, job, reservation)
+        return True
 
     def _read(self, node: str, orders: list[RepairOrderRow]) -> str | None:
         target = self.scheduler_names.get(node, node)

@@ -54,7 +54,9 @@ def test_a_repaired_node_returns_only_after_its_validation_passed(store, tmp_pat
     assert rem.repairs.order(order.id).state == "open"  # not repaired yet: nothing to validate
     assert rem.settled  # nothing moves until someone repairs it
     rem.repairs.done(order.id, "tech", new_serial="1799")
-    assert rem.step()["validations_started"] == 1
+    moved = rem.step()
+    assert moved["validations_started"] == 1 and moved["validations_running"] == 1
+    assert not rem.settled  # the job runs until a pass reads it: time alone moves it on
     o = rem.repairs.order(order.id)
     assert o.state == "validating" and o.history[-1]["job"] and o.history[-1]["reservation"] == "raswarden-validate-n1"
     assert states(sched, "n1") >= {MAINT} and DRAIN not in states(sched, "n1")  # held for raswarden alone
