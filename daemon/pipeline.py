@@ -24,7 +24,7 @@ from daemon.resolve import EventResolver, is_code_gauge
 from daemon.store import Store
 from detectors.cadence import Cadence
 from detectors.counters import CounterTracker
-from detectors.grouping import group_keys, last_and_max
+from detectors.grouping import group_keys, group_mean, last_and_max
 from detectors.features import FeatureState
 from detectors.hold import GaugeHold
 from detectors import registry
@@ -297,10 +297,10 @@ class Pipeline:
 
     # ------------------------------------------------------------------------------------------
     def _split(self, samples: pd.DataFrame) -> tuple[pd.DataFrame, pd.DataFrame, pd.DataFrame]:
-        """Counter samples, per-(entity, metric) gauge last/max, and the rows of the gauges that hold fault
-        codes (``xid_last``, ``npu_error_code_*``; see :meth:`EventResolver.code_gauge_events`)."""
+        """Counter samples, per-(entity, metric) gauge last/max/mean over the tick, and the rows of the gauges that
+        hold fault codes (``xid_last``, ``npu_error_code_*``; see :meth:`EventResolver.code_gauge_events`)."""
         if samples.empty:
-            empty = frame({"entity": [], "metric": [], "last": [], "max": []})
+            empty = frame({"entity": [], "metric": [], "last": [], "max": [], "mean": []})
             return samples, empty, frame({"entity": [], "metric": [], "ts": [], "value": []})
         ent, ent_names = name_codes(samples["entity"])
         met, met_names = name_codes(samples["metric"])
@@ -322,7 +322,7 @@ class Pipeline:
                      "metric": name_column(met[is_xid], met_names, metric), "ts": ts[is_xid], "value": value[is_xid]})
         g = ~is_ctr & ~is_xid
         if not g.any():
-            return counters, frame({"entity": [], "metric": [], "last": [], "max": []}), xid
+            return counters, frame({"entity": [], "metric": [], "last": [], "max": [], "mean": []}), xid
         # Rows are in time order within the tick: the last row of an (entity, metric) holds its last value.
         key = ent[g].astype(np.int64) * (len(met_names) + 1) + met[g]
         values = value[g]
@@ -330,7 +330,7 @@ class Pipeline:
         last, peak = last_and_max(inverse, len(uniq), values)
         gauges = frame({"entity": name_column(uniq // (len(met_names) + 1), ent_names, entity),
                         "metric": name_column(uniq % (len(met_names) + 1), met_names, metric),
-                        "last": last, "max": peak})
+                        "last": last, "max": peak, "mean": group_mean(inverse, len(uniq), values)})
         return counters, gauges, xid
 
     def _both_ends(self, evidence: list[Evidence]) -> list[Evidence]:

@@ -48,7 +48,7 @@ class TickInput:
     now: float
     events: pd.DataFrame
     increases: pd.DataFrame  # entity, metric, increase, resets
-    gauges: pd.DataFrame  # entity, metric, last, max
+    gauges: pd.DataFrame  # entity, metric, last, max (and mean: the tick's finite samples, where the pipeline made it)
     grace_nodes: frozenset[str] = frozenset()
     features: dict | None = None  # kind -> detectors.features.FeatureFrame, when a detector needs them
     models: Mapping[str, str] | None = None  # accelerator -> model from the telemetry (peer groups never mix)

@@ -159,6 +159,14 @@ def last_and_max(inverse: np.ndarray, n_groups: int, values: np.ndarray) -> tupl
     return values[last_row], peak
 
 
+def group_mean(inverse: np.ndarray, n_groups: int, values: np.ndarray) -> np.ndarray:
+    """Per group: the mean of its finite values (NaN where it has none)."""
+    ok = np.isfinite(values)
+    total = np.bincount(inverse[ok], weights=values[ok], minlength=n_groups)
+    count = np.bincount(inverse[ok], minlength=n_groups)
+    return np.divide(total, count, out=np.full(n_groups, np.nan), where=count > 0)
+
+
 def group_median(codes: np.ndarray, values: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
     """Median and count of the finite values per group code (vectorized: one sort)."""
     n_groups = int(codes.max()) + 1 if len(codes) else 0

@@ -17,7 +17,7 @@ from detectors.cadence import Cadence
 from detectors.grouping import SeriesSlots
 from detectors.schema import frame, name_codes
 
-COLUMNS = ("entity", "metric", "last", "max", "fresh")
+COLUMNS = ("entity", "metric", "last", "max", "mean", "fresh")
 
 
 class GaugeHold:
@@ -37,9 +37,10 @@ class GaugeHold:
         self._cats: tuple[pd.CategoricalDtype, pd.CategoricalDtype] | None = None
 
     def update(self, now: float, gauges: pd.DataFrame, cadence: Cadence) -> pd.DataFrame:
-        """Fold in the tick's gauge readings (``entity, metric, last, max``) and return every current one."""
+        """Fold in the tick's gauge readings (``entity, metric, last, max`` and ``mean`` where given) and return every
+        current one (a held reading's max and mean are its last: they were judged in the tick it came in)."""
         fresh_slots = np.empty(0, dtype=np.int64)
-        peak_of_fresh = np.empty(0)
+        peak_of_fresh = mean_of_fresh = np.empty(0)
         if len(gauges):
             ent_codes, ent_names = name_codes(gauges["entity"])
             met_codes, met_names = name_codes(gauges["metric"])
@@ -50,21 +51,24 @@ class GaugeHold:
             self.last[slots] = gauges["last"].to_numpy(dtype=float)
             self.at[slots] = now
             fresh_slots, peak_of_fresh = slots, gauges["max"].to_numpy(dtype=float)
+            mean_of_fresh = gauges["mean" if "mean" in gauges else "last"].to_numpy(dtype=float)
         if not len(self.last):
             return frame({c: [] for c in COLUMNS})
         current = (now - self.at) <= cadence.window_of(self.entity_row)
         current[fresh_slots] = True
         pick = np.flatnonzero(current)
         peak = self.last[pick].copy()  # a held reading's peak was judged when it came
+        mean = peak.copy()
         fresh = self.at[pick] == now
         if len(fresh_slots):
             where = np.searchsorted(pick, fresh_slots)
             peak[where] = peak_of_fresh
+            mean[where] = mean_of_fresh
         ent_dtype, met_dtype = self._dtypes()
         return frame({
             "entity": pd.Categorical.from_codes(self.entity_code[pick], dtype=ent_dtype, validate=False),
             "metric": pd.Categorical.from_codes(self.metric_code[pick], dtype=met_dtype, validate=False),
-            "last": self.last[pick], "max": peak, "fresh": fresh,
+            "last": self.last[pick], "max": peak, "mean": mean, "fresh": fresh,
         })
 
     def _grow(self, slots: np.ndarray, entities: np.ndarray, metrics: np.ndarray, cadence: Cadence) -> None:

@@ -38,6 +38,10 @@ _MAD_TO_SIGMA = 1.4826
 
 
 _METRICS = ("gpu_temp_c", "hbm_temp_c", "power_w", "sm_clock_mhz", "gpu_util_pct")
+# Read as the mean of the tick's samples (its last where the gauges carry no mean): a tick longer than the scrape
+# interval otherwise sees one sample in several, and the smoothing behind the rise judges that sample's noise. The
+# load state and the busy clock are read as they stand at the tick's end.
+_TICK_MEAN = np.array([m in ("gpu_temp_c", "hbm_temp_c", "power_w") for m in _METRICS])
 
 
 def chip_word(entity: str, models=None) -> str:
@@ -160,22 +164,24 @@ class PeerDeviation:
         if not pick.any():
             return []
         met_codes, met_names = name_codes(g["metric"])
-        codes, met_codes, last = codes[pick], met_codes[pick], g["last"].to_numpy(dtype=float)[pick]
+        codes, met_codes, reading = codes[pick], met_codes[pick], g["last"].to_numpy(dtype=float)[pick]
+        slot = self._metric_slots(met_names)[met_codes]
+        if "mean" in g:
+            reading = np.where(_TICK_MEAN[slot], g["mean"].to_numpy(dtype=float)[pick], reading)
         accel_id = self._accelerator_names(ids) & (np.bincount(codes, minlength=len(ids)) > 0)
         if not accel_id.any():
             return []
         keep = accel_id[codes]
-        codes, met_codes, last = codes[keep], met_codes[keep], last[keep]
+        codes, slot, reading = codes[keep], slot[keep], reading[keep]
         # Renumber the accelerators 0..n-1 (ids order), then look up their persistent rows.
         renum = np.cumsum(accel_id) - 1
         ids = ids[accel_id]
         local = renum[codes]
         columns = {}
-        slot = self._metric_slots(met_names)[met_codes]
         for j, m in enumerate(_METRICS):
             col = np.full(len(ids), np.nan)
             sel = slot == j
-            col[local[sel]] = last[sel]
+            col[local[sel]] = reading[sel]
             columns[m] = col
         if np.isnan(columns["power_w"]).all():
             return []

@@ -137,11 +137,14 @@ def test_a_reading_is_held_while_its_entity_is_current_and_dropped_after():
     for k in range(1, 5):  # every 5 minutes
         cadence.observe(np.array(["n1/gpu0"], dtype=object), np.array([300.0 * k]))
         now = hold.update(300.0 * k, pd.DataFrame({"entity": ["n1/gpu0"], "metric": ["gpu_temp_c"],
-                                                   "last": [60.0 + k], "max": [61.0 + k]}), cadence)
+                                                   "last": [60.0 + k], "max": [61.0 + k], "mean": [60.5 + k]}),
+                          cadence)
         assert now["fresh"].tolist() == [True] and now["max"].tolist() == [61.0 + k]
+        assert now["mean"].tolist() == [60.5 + k]  # the tick's own mean, for detectors that read it
     empty = pd.DataFrame({"entity": [], "metric": [], "last": [], "max": []})
     held = hold.update(1200.0 + 600.0, empty, cadence)  # ten minutes on: within 2.5 intervals and a tick
     assert held["last"].tolist() == [64.0] and held["max"].tolist() == [64.0] and not held["fresh"].any()
+    assert held["mean"].tolist() == [64.0]  # held: its last reading
     assert hold.update(1200.0 + 800.0, empty, cadence).empty  # past it
 
 

@@ -172,3 +172,41 @@ def test_a_gpu_whose_busy_peers_change_with_the_jobs_has_not_risen():
                 flagged.setdefault(ev.entity, now)
     assert set(flagged) == {"n2/gpu5"}, flagged
     assert flagged["n2/gpu5"] - step_at <= 1800, flagged
+
+
+def _long_tick(now, samples, with_mean=True):
+    """A tick over several scrapes: each (entity, metric)'s last sample, its largest and (as the pipeline gives it)
+    its mean. ``samples``: entity -> metric -> the tick's readings."""
+    import pandas as pd
+
+    from detectors.contract import TickInput
+    from detectors.schema import events_frame
+
+    rows = [(e, m, v[-1], max(v), float(np.mean(v))) for e, by in samples.items() for m, v in by.items()]
+    g = pd.DataFrame({"entity": pd.Series([r[0] for r in rows], dtype=object),
+                      "metric": pd.Series([r[1] for r in rows], dtype=object),
+                      "last": [r[2] for r in rows], "max": [r[3] for r in rows]})
+    if with_mean:
+        g["mean"] = [r[4] for r in rows]
+    return TickInput(now, events_frame([]), pd.DataFrame({"entity": [], "metric": [], "increase": [], "resets": []}), g)
+
+
+def test_a_tick_over_many_scrapes_reads_their_mean_not_the_last_ones_noise():
+    """A day of 5-minute ticks over 30 s scrapes (noise 1 °C a scrape): a GPU whose HBM always runs 13.5 °C above its
+    peers' (a warm slot, under the 15 °C that flags without a rise) is never flagged when the tick's mean is read;
+    read from each tick's last scrape alone, the noise the smoothing no longer averages away flags it."""
+    flagged = {}
+    for with_mean in (True, False):
+        rng = np.random.default_rng(5)
+        d = PeerDeviation().fit()
+        flagged[with_mean] = 0
+        for k in range(288):
+            samples = {}
+            for n in range(4):
+                for gpu in range(8):
+                    hbm = 70.0 + (13.5 if (n, gpu) == (0, 1) else 0.0) + rng.normal(0, 1.0, 10)
+                    samples[f"n{n}/gpu{gpu}"] = {"gpu_temp_c": list(60.0 + rng.normal(0, 1.0, 10)),
+                                                 "hbm_temp_c": list(hbm), "power_w": [400.0] * 10}
+            flagged[with_mean] += sum(ev.level == State.SUBHEALTHY for ev in d.update(_long_tick(300.0 * k, samples,
+                                                                                                  with_mean)))
+    assert flagged[True] == 0 and flagged[False] > 0, flagged
