@@ -412,7 +412,9 @@ class SeriesMapper:
             node = self.node_for(labels)
             if node is None:
                 host = host_label(labels) or labels.get("instance") or ""
-                why = f"address {host!r} has no alias in the topology" if host else "series names no host"
+                why = f"address {host!r} has no alias in the topology" if host else (
+                    "series names no host (a label such as 'instance' or 'Hostname'; a scrape saved without timestamps "
+                    "takes its host from its file's name, '<host>.prom')")
                 pod = labels.get("Hostname") or labels.get("hostname") or ""
                 if pod and not host_label(labels):
                     why += (f" (its Hostname {pod!r} is the exporter's Kubernetes pod: set the exporter's NODE_NAME, "

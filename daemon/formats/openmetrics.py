@@ -9,6 +9,7 @@ tables, are skipped by rule and counted; malformed lines are rejected with their
 
 from __future__ import annotations
 
+import ipaddress
 import logging
 import math
 import time
@@ -94,14 +95,23 @@ class OpenMetricsReader:
         with open_binary(path) as fh:
             raw = fh.read()
         when = stat.st_mtime
-        sid, ts, value = parse_scrape_arrays(raw, ctx, {}, src, when)
+        host = host_of_saved_scrape(path)
+        saved_labels = ctx.target_labels
+        if host is not None:  # beneath the series' own labels: a host they name wins
+            ctx.target_labels = {"instance": host, **saved_labels}
+        try:
+            sid, ts, value = parse_scrape_arrays(raw, ctx, {}, src, when)
+        finally:
+            ctx.target_labels = saved_labels
         named = sid[ts == when]
         if len(np.unique(named)) < len(named):
             ctx.rejects.refuse(FORMAT, src, "several scrapes without timestamps in one file: their times cannot be "
                                             "told apart; save one scrape a file, or record with timestamps")
             return
         ctx.rejects.note(FORMAT, src, "a scrape without timestamps: read at the file's modification time, "
-                                      f"{time.strftime('%Y-%m-%dT%H:%M:%SZ', time.gmtime(when))}")
+                                      f"{time.strftime('%Y-%m-%dT%H:%M:%SZ', time.gmtime(when))}"
+                                      + (f"; series that name no host are taken to be on {host} (the file's name)"
+                                         if host is not None else ""))
         if len(sid):
             yield Batch(samples=samples_frame(ctx.mapper, sid, ts, value.copy(), FORMAT))
 
@@ -264,6 +274,28 @@ class OpenMetricsReader:
             )
             return other
         return scale
+
+
+#: extensions of a saved scrape's file; a name before them that is an exporter's or a generic word names no host
+_SCRAPE_SUFFIXES = (".prom", ".metrics", ".om", ".txt")
+_NOT_HOSTS = frozenset({"metrics", "scrape", "exporter", "node-exporter", "node_exporter", "dcgm-exporter",
+                        "dcgm_exporter", "e2e-output", "output", "out", "dump"})
+
+
+def host_of_saved_scrape(path: Path) -> str | None:
+    """The host a saved scrape's file name gives, as ``<host>.dmesg`` does for a kernel log: ``gpu-node-7.prom``,
+    ``gpu-node-7.node_exporter.prom``, ``10.0.1.11.metrics.gz`` (an address whole, for the topology's aliases).
+    None for a name without a scrape's extension or a generic one (``metrics.prom``, ``node-exporter.prom``)."""
+    name = path.name.removesuffix(".gz")
+    stem = next((name[: -len(x)] for x in _SCRAPE_SUFFIXES if name.endswith(x)), None)
+    if not stem:
+        return None
+    try:
+        return str(ipaddress.ip_address(stem))
+    except ValueError:
+        pass
+    host = stem.split(".", 1)[0]
+    return host if host and host.lower() not in _NOT_HOSTS else None
 
 
 def _saved_scrape(path: Path) -> bool:

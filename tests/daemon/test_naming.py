@@ -154,3 +154,38 @@ def test_the_candidate_the_topology_knows_names_the_node():
     assert SeriesMapper(topology=topo).node_for(labels) == "sn01-b07"
     assert SeriesMapper().node_for(labels) == "gpu-node-7"
     assert SeriesMapper(topology=topo).node_for({"Hostname": "sn01-b07", "instance": "10.9.9.9:9400"}) == "sn01-b07"
+
+
+def test_mig_instances_fold_onto_their_gpu_and_count_once():
+    """dcgm-exporter with MIG serves every device field once per GPU instance, the same value (real lines of
+    NVIDIA/dcgm-exporter issues 317 and 713 and pull request 736): the instances are series of their physical GPU,
+    the part that fails and is replaced; a counter seen through four instances counts its increase once and its
+    repeats at one time are no reset."""
+    from daemon.formats import ReadContext
+    from daemon.formats.openmetrics import parse_scrape
+    from detectors.counters import CounterTracker
+
+    text = (REAL / "quoted" / "dcgm-exporter-mig.prom").read_text()
+    ctx = ReadContext(target_labels={"instance": "node-x:9400"})
+    s = parse_scrape(text.encode(), ctx, {}, "scrape", 1.8e9).samples
+    host = "yg-data-k8s-gpu-a30-node-test-test0003.mt"
+    got = s.groupby(["entity", "metric"])["value"].agg(["count", "min", "max"])
+    assert got.loc[(f"{host}/gpu0", "hbm_temp_c")].tolist() == [4, 35, 35]
+    assert got.loc[(f"{host}/gpu1", "xid_last")].tolist() == [2, 0, 0]
+    assert got.loc[("metal-gpu-08/gpu0", "sm_clock_mhz")].tolist() == [1, 1410, 1410]
+    # a MIG GPU and a whole one on a node whose exporter's hostname is its pod: the node is Prometheus' instance
+    assert {e for e in s["entity"] if e.startswith("node-x/")} == {"node-x/gpu0", "node-x/gpu1", "node-x/gpu2"}
+    assert ctx.rejects.total == 0
+    # the corrected-ECC counter on issue 317's label set, one line per instance, two scrapes 30 s apart
+    labels = [line.split("{", 1)[1].rsplit("}", 1)[0] for line in text.splitlines()
+              if line.startswith("DCGM_FI_DEV_XID_ERRORS") and 'gpu="0"' in line]
+
+    def scrape(value: int) -> bytes:
+        return "".join(f"DCGM_FI_DEV_ECC_SBE_VOL_TOTAL{{{lb}}} {value}\n" for lb in labels).encode()
+
+    counters = CounterTracker()
+    cache: dict[str, int] = {}
+    counters.update(parse_scrape(scrape(10), ctx, cache, "scrape", 1.8e9).samples)
+    inc = counters.update(parse_scrape(scrape(13), ctx, cache, "scrape", 1.8e9 + 30).samples)
+    assert len(labels) == 4 and inc[["entity", "increase", "resets", "dt"]].values.tolist() == [
+        [f"{host}/gpu0", 3.0, 0, 30.0]]

@@ -168,3 +168,38 @@ def test_a_scrape_saved_as_served_is_read_at_the_files_time(tmp_path, ctx):
     mixed.write_text(line + " 1772409600000\n" + line + "\n")
     s = read_all(OpenMetricsReader(), mixed, ctx).samples
     assert s["ts"].tolist() == [1772409600.0] and "no timestamp" in ctx.rejects.messages[-1]
+
+
+def test_a_saved_scrape_without_a_host_label_takes_its_files_name(tmp_path, ctx):
+    """node_exporter's own end-to-end scrape (real, its repository's fixture) names no host on any series: saved as
+    ``<host>.prom`` its series are that host's, as a dmesg is ``<host>.dmesg``; under a name that gives no host it is
+    refused line by line, saying how to name it; a host a series names itself wins over the file's."""
+    import os
+    import shutil
+
+    from daemon.formats.openmetrics import host_of_saved_scrape
+    from tests.conftest import REAL
+
+    real = REAL / "node_exporter_e2e" / "e2e-output.txt"
+    s = read_all(OpenMetricsReader(), real, ctx).samples
+    assert s.empty and ctx.rejects.total == 41
+    assert "a scrape saved without timestamps takes its host from its file's name, '<host>.prom'" in \
+        ctx.rejects.messages[0]
+    named = tmp_path / "gpu-node-7.node_exporter.prom"
+    shutil.copy(real, named)
+    os.utime(named, (1772409630, 1772409630))
+    ctx.rejects.messages.clear()
+    s = read_all(OpenMetricsReader(), named, ctx).samples
+    got = {(e, m): v for e, m, v in zip(s["entity"], s["metric"], s["value"])}
+    assert got[("gpu-node-7/mlx4_0:1", "port_state")] == 4 and got[("gpu-node-7/mlx4_0:2", "link_downed_total")] == 0
+    assert got[("gpu-node-7/mlx4_0:1", "xmit_wait_total")] == 4294967295
+    assert got[("gpu-node-7/mc0", "edac_ue_total")] == 5
+    assert {e.split("/")[0] for e in s["entity"]} == {"gpu-node-7"} and len(s) == 41 and not ctx.rejects.messages
+    assert "taken to be on gpu-node-7 (the file's name)" in ctx.rejects.notes[-1]
+    own = tmp_path / "gpu-node-8.prom"
+    own.write_text(GOOD.rsplit(" ", 1)[0] + "\n" + 'node_infiniband_state_id{device="mlx5_0",port="1"} 4\n')
+    assert sorted(read_all(OpenMetricsReader(), own, ctx).samples["entity"]) == ["gpu-node-8/mlx5_0:1",
+                                                                                "sn01-b01/gpu0"]
+    assert [host_of_saved_scrape(tmp_path / n) for n in (
+        "sn01-b07.prom", "sn01-b07.cluster.local.metrics.gz", "10.0.1.11.prom", "node-exporter.prom", "metrics.txt",
+        "sn01-b07.dmesg", ".prom")] == ["sn01-b07", "sn01-b07", "10.0.1.11", None, None, None, None]
