@@ -19,6 +19,7 @@ import numpy as np
 
 from daemon.batch import Batch
 from daemon.formats import ReadContext
+from daemon.formats.reader import parse_zone
 from daemon.naming import SeriesMapper
 from daemon.pipeline import Finding, Pipeline, PipelineConfig
 from daemon.rejects import RejectLog
@@ -108,16 +109,19 @@ def replay(
     on_tick: Callable[[float, Pipeline], None] | None = None,
     window: tuple[float, float] | None = None,
     on_start: Callable[[Pipeline], None] | None = None,
+    timezone: str | None = None,
 ) -> ReplayResult:
     """Replay trace paths; findings go to ``findings_out`` as JSON lines (docs/architecture.md §8). With ``window``
     ``(since, until)``, only the rows stamped in ``(since, until]``, the ticks' own bounds (a part of a long
     trace, for training). ``on_start`` is given the pipeline before its first tick (e.g. to take up the warm
-    state of a replay of the part before)."""
+    state of a replay of the part before). ``timezone`` is the zone of the stamps that name none (syslog, dmesg -T,
+    nvidia-smi's CSV): the topology's ``timezone`` when not given, else UTC."""
     config = config or PipelineConfig()
     started = time.perf_counter()
     trace = Trace.discover(paths)
-    mapper = SeriesMapper(topology=trace.topology(), rejects=RejectLog())
-    ctx = ReadContext(mapper=mapper, window=window)
+    topology = trace.topology()
+    mapper = SeriesMapper(topology=topology, rejects=RejectLog())
+    ctx = ReadContext(mapper=mapper, window=window, zone=parse_zone(timezone or topology.timezone or "UTC"))
     if chunk_rows:
         ctx.chunk_rows = chunk_rows
     stats = ReplayStats(files=len(trace.files))

@@ -127,6 +127,8 @@ class Topology:
     accelerator_ids: dict[str, dict[str, str]] = field(default_factory=dict)
     port_ids: dict[str, dict[str, str]] = field(default_factory=dict)
     _ambiguous_pci: set[tuple[str, str]] = field(default_factory=set, repr=False)
+    #: the zone the hosts' logs stamp their times in where a line names none (syslog, dmesg -T): None for UTC
+    timezone: str | None = None
 
     @classmethod
     def load(cls, path: str | Path) -> Topology:
@@ -156,6 +158,14 @@ class Topology:
             raise TopologyError(f"{source}: the top level must be a mapping")
         for alias, node in (doc.get("aliases") or {}).items():
             topo.aliases[str(alias)] = str(node)
+        if doc.get("timezone") is not None:
+            from daemon.formats.reader import parse_zone
+
+            try:
+                parse_zone(str(doc["timezone"]))
+            except ValueError as exc:
+                raise TopologyError(f"{source}: timezone: {exc}") from None
+            topo.timezone = str(doc["timezone"])
         for r, rack in enumerate(doc.get("racks") or []):
             where = f"{source}: racks[{r}]"
             if not isinstance(rack, dict) or "name" not in rack:

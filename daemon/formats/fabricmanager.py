@@ -11,7 +11,7 @@ shape (seen in leptonai/gpud's testdata and log matcher), one line each, folded 
 Each such line is an ``sxid`` event (the same SXid catalog the kernel's ``nvidia-nvswitch`` lines use), on the
 node; every other line (inband messages, multicast teams, their continuation lines) is no event. The log names
 no host: it is taken from the file name, ``<host>.fabricmanager.log``. Its times carry no zone and are read
-as UTC, like dmesg's.
+in the context's zone (UTC unless the operator names the hosts' local zone), like dmesg's.
 """
 
 from __future__ import annotations
@@ -22,7 +22,7 @@ from collections.abc import Iterator
 from pathlib import Path
 
 from daemon.batch import Batch
-from daemon.formats.reader import ReadContext, iter_lines
+from daemon.formats.reader import ReadContext, iter_lines, note_zoneless, zoneless_epoch
 from daemon.formats.kernel_events import KernelEvent
 from daemon.formats.kernellog import EventRows
 from daemon.topology import normalize_pci
@@ -54,6 +54,7 @@ class FabricManagerReader:
                                                   "'<host>.fabricmanager.log'")
             return
         rows = EventRows(ctx, FORMAT, "fabricmanager")
+        latest = None
         for first, lines in iter_lines(path, ctx.read_bytes):
             for offset, line in enumerate(lines):
                 stamp = STAMP.match(line)
@@ -75,8 +76,12 @@ class FabricManagerReader:
                 message = f"{where}: Fabric Manager reports a {m.group(1)} error {m.group(2)}"
                 event = KernelEvent("sxid", int(m.group(2)), "fatal" if fatal else "error", message,
                                     normalize_pci(m.group(3)))
-                rows.append_event(ts.replace(tzinfo=dt.UTC).timestamp(), host, event, position)
+                at = zoneless_epoch(ts, ctx.zone)
+                latest = at if latest is None else max(latest, at)
+                rows.append_event(at, host, event, position)
             if len(rows.rows) >= ctx.chunk_rows:
                 yield rows.take()
         if rows.rows:
             yield rows.take()
+        if latest is not None:
+            note_zoneless(ctx, FORMAT, src, path, latest)

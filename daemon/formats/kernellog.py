@@ -3,7 +3,8 @@
 Each record's message goes through :func:`daemon.formats.kernel_events.parse_kernel_message`;
 only hardware RAS becomes an event. The node is the record's host (``_HOSTNAME``, the syslog host
 field, or for dmesg, which has none, the file name ``<host>.dmesg[...]``), mapped through the
-topology's aliases. Times without a zone (dmesg -T, classic syslog) are read as UTC. A raw dmesg
+topology's aliases. Times without a zone (dmesg -T, classic syslog, dmesg's ISO times without an offset) are read in
+the context's zone (:attr:`ReadContext.zone`: UTC unless the operator names the hosts' local zone). A raw dmesg
 (``[ seconds]`` since boot, with no boot time) cannot be placed in time and is refused.
 
 Shapes read besides the plain ones: ``dmesg --decode`` (``kern  :warn  : 2025-01-21T04:41:44,283302+00:00 ...``;
@@ -29,7 +30,7 @@ from collections.abc import Iterator
 
 from daemon import metrics
 from daemon.batch import Batch
-from daemon.formats.reader import ReadContext, host_in_name, iter_lines
+from daemon.formats.reader import ReadContext, host_in_name, iter_lines, note_zoneless, zoneless_epoch
 from daemon.formats.kernel_events import CperRecords, KernelEvent, MessageJoiner, parse_kernel_message
 from detectors.schema import events_frame
 
@@ -76,11 +77,17 @@ def _strip_decode(line: str) -> tuple[str, str | None]:
     return line[m.end():], m.group(1)
 
 
-def _iso_to_epoch(text: str) -> float:
-    stamp = dt.datetime.fromisoformat(text.replace(",", ".").replace("Z", "+00:00"))
-    if stamp.tzinfo is None:
-        stamp = stamp.replace(tzinfo=UTC)
-    return stamp.timestamp()
+def _iso_to_epoch(text: str, zone: dt.tzinfo = UTC) -> float:
+    return zoneless_epoch(dt.datetime.fromisoformat(text.replace(",", ".").replace("Z", "+00:00")), zone)
+
+
+def _names_no_zone(style: str, line: str) -> bool:
+    """Whether a file of this style, whose first line this is, stamps its lines without a zone."""
+    if style in ("rfc3164", "dmesg-T"):
+        return True
+    pattern = {"rfc5424": _RFC5424, "rfc3339": _RFC3339, "dmesg-iso": _DMESG_ISO}.get(style)
+    m = pattern.match(_strip_decode(line)[0]) if pattern else None
+    return bool(m) and re.search(r"(?:Z|[+-]\d{2}:?\d{2})$", m.group(1)) is None
 
 
 class EventRows:
@@ -206,6 +213,8 @@ class TextLogReader:
         last_ts: dict[str, float] = {}
         file_last: float | None = None
         previous: tuple[float, str] | None = None  # the last record's time and host, for continuation lines
+        zoneless = False  # the file's stamps name no zone: read in ctx.zone, said in the summary
+        latest = -math.inf
         for first, lines in iter_lines(path, ctx.read_bytes):
             for offset, line in enumerate(lines):
                 if not line.strip():
@@ -232,6 +241,7 @@ class TextLogReader:
                             "record with 'journalctl -o short-iso' (or TZ=UTC), or as journalctl -o json",
                         )
                         return
+                    zoneless = _names_no_zone(style, line)
                     if style.startswith("dmesg") and file_host is None:
                         ctx.rejects.refuse(
                             self.format, position,
@@ -246,7 +256,7 @@ class TextLogReader:
                     continue
                 if facility is not None and facility != "kern":
                     continue  # dmesg --decode shows what programs wrote to /dev/kmsg too: not the kernel's
-                parsed = self._parse(style, line, year or 1970)
+                parsed = self._parse(style, line, year or 1970, ctx.zone)
                 if parsed is None:
                     ctx.rejects.reject(self.format, position, f"line does not match the file's {style} format", line)
                     continue
@@ -256,13 +266,14 @@ class TextLogReader:
                     ref = last_ts.get(host, file_last)
                     if ref is not None:  # December -> January (and a host a little behind across New Year)
                         ref_year = dt.datetime.fromtimestamp(ref, UTC).year
-                        options = [p[0] for p in (self._parse(style, line, y) for y in (ref_year - 1, ref_year,
-                                                                                          ref_year + 1)) if p]
+                        options = [p[0] for p in (self._parse(style, line, y, ctx.zone)
+                                                  for y in (ref_year - 1, ref_year, ref_year + 1)) if p]
                         ts = min(options, key=lambda t: abs(t - ref))
                     last_ts[host] = file_last = ts
                 if ident is not None and ident.strip() != "kernel":
                     continue
                 previous = (ts, host)
+                latest = max(latest, ts)
                 message = _MONOTONIC_PREFIX.sub("", message)
                 if "#012" in message:  # rsyslog's escape of a newline inside one message
                     message = message.replace("#012", "\n")
@@ -271,6 +282,8 @@ class TextLogReader:
                 yield rows.take()
         if rows.rows:
             yield rows.take()
+        if zoneless and latest > -math.inf:
+            note_zoneless(ctx, self.format, src, path, latest)
 
     @staticmethod
     def _year(path: Path, line: str, ctx: ReadContext, position: str) -> int:
@@ -308,8 +321,8 @@ class TextLogReader:
         return next((style for style, pattern in _STYLES if pattern.match(line)), None)
 
     @staticmethod
-    def _parse(style: str, line: str, year: int):
-        """(ts, host, ident, message, month) or None."""
+    def _parse(style: str, line: str, year: int, zone: dt.tzinfo = UTC):
+        """(ts, host, ident, message, month) or None; a stamp without a zone is read in ``zone``."""
         try:
             if style == "short-full":
                 m = _SHORT_FULL.match(line)
@@ -321,29 +334,28 @@ class TextLogReader:
                 return (float(m.group(1)), m.group(2), m.group(3), m.group(4), 0) if m else None
             if style == "rfc5424":
                 m = _RFC5424.match(line)
-                return (_iso_to_epoch(m.group(1)), m.group(2), m.group(3), (m.group(7) or "").lstrip("\ufeff"),
+                return (_iso_to_epoch(m.group(1), zone), m.group(2), m.group(3), (m.group(7) or "").lstrip("\ufeff"),
                         0) if m else None
             if style == "rfc3339":
                 m = _RFC3339.match(line)
-                return (_iso_to_epoch(m.group(1)), m.group(2), m.group(3), m.group(4), 0) if m else None
+                return (_iso_to_epoch(m.group(1), zone), m.group(2), m.group(3), m.group(4), 0) if m else None
             if style == "rfc3164":
                 m = _RFC3164.match(line)
                 if not m or m.group(1) not in _MONTHS:
                     return None
                 month = _MONTHS[m.group(1)]
-                stamp = dt.datetime(year, month, int(m.group(2)), int(m.group(3)), int(m.group(4)),
-                                    int(m.group(5)), tzinfo=UTC)
+                stamp = dt.datetime(year, month, int(m.group(2)), int(m.group(3)), int(m.group(4)), int(m.group(5)))
                 frac = float(f"0.{m['frac']}") if m["frac"] else 0.0
-                return stamp.timestamp() + frac, m["host"], m["ident"], m["msg"], month
+                return zoneless_epoch(stamp, zone) + frac, m["host"], m["ident"], m["msg"], month
             if style == "dmesg-T":
                 m = _DMESG_T.match(line)
                 if not m:
                     return None
                 stamp = dt.datetime.strptime(" ".join(m.group(1).split()), "%a %b %d %H:%M:%S %Y")
-                return stamp.replace(tzinfo=UTC).timestamp(), None, None, m.group(2), 0
+                return zoneless_epoch(stamp, zone), None, None, m.group(2), 0
             if style == "dmesg-iso":
                 m = _DMESG_ISO.match(line)
-                return (_iso_to_epoch(m.group(1)), None, None, m.group(2), 0) if m else None
+                return (_iso_to_epoch(m.group(1), zone), None, None, m.group(2), 0) if m else None
         except ValueError:
             return None
         return None

@@ -4,7 +4,8 @@ exporter, ``<host>.nvidia-smi.csv`` (nvidia-smi names no host: the file's name d
 The header names the query fields and their units (``timestamp, index, uuid, temperature.gpu, power.draw [W],
 memory.used [MiB], ...``); with ``--format=csv`` the values carry their units too (``631.95 W``), with
 ``csv,nounits`` they do not; ``[N/A]`` and ``[Not Supported]`` are no reading. ``timestamp`` is the node's local
-time without a zone (``2026/03/02 00:00:30.123``): read as UTC, as dmesg's. Each field becomes the metric
+time without a zone (``2026/03/02 00:00:30.123``): read in the context's zone (UTC unless the operator names the
+hosts' local zone), as dmesg's. Each field becomes the metric
 utkuozdemir/nvidia_gpu_exporter would export for it (its name with dots as underscores and the unit's suffix and
 factor, its value words as numbers: internal/exporter/exporter.go, internal/nvidiasmi/transform.go), so the one
 name table (``daemon/names/nvidia_gpu_exporter.csv``) reads both. A header without ``timestamp`` or without
@@ -13,15 +14,15 @@ name table (``daemon/names/nvidia_gpu_exporter.csv``) reads both. A header witho
 
 from __future__ import annotations
 
-import calendar
+import datetime as dt
+import math
 import re
-import time
 from collections.abc import Iterator
 from pathlib import Path
 
 from daemon.batch import Batch
 from daemon.formats.openmetrics import points_batch
-from daemon.formats.reader import ReadContext, host_in_name, iter_lines
+from daemon.formats.reader import ReadContext, host_in_name, iter_lines, note_zoneless, zoneless_epoch
 
 FORMAT = "nvidia_smi_csv"
 # nvidia-smi's unit suffixes in the header -> the exporter's metric suffix and factor (knownUnitSuffixes)
@@ -54,6 +55,7 @@ class NvidiaSmiCsvReader:
         sids: list[int] = []
         tss: list[float] = []
         vals: list[float] = []
+        latest = -math.inf
         for first, lines in iter_lines(path, ctx.read_bytes):
             for offset, line in enumerate(lines):
                 if not line.strip():
@@ -68,9 +70,13 @@ class NvidiaSmiCsvReader:
                     continue
                 self._row(cells, columns, known, host, position, ctx, cache, sids, tss, vals)
             if len(sids) >= ctx.chunk_rows:
+                latest = max(latest, max(tss))
                 yield self._flush(ctx, sids, tss, vals)
         if sids:
+            latest = max(latest, max(tss))
             yield self._flush(ctx, sids, tss, vals)
+        if latest > -math.inf:
+            note_zoneless(ctx, FORMAT, src, path, latest)
 
     @staticmethod
     def _flush(ctx: ReadContext, sids: list[int], tss: list[float], vals: list[float]) -> Batch:
@@ -112,7 +118,7 @@ class NvidiaSmiCsvReader:
             return
         row = {field: cell for (field, _, _), cell in zip(columns, cells)}
         try:
-            ts = calendar.timegm(time.strptime(row["timestamp"].split(".")[0], "%Y/%m/%d %H:%M:%S"))
+            ts = zoneless_epoch(dt.datetime.strptime(row["timestamp"].split(".")[0], "%Y/%m/%d %H:%M:%S"), ctx.zone)
             ts += float("0." + row["timestamp"].split(".")[1]) if "." in row["timestamp"] else 0.0
             index = str(int(row["index"]))
         except (ValueError, IndexError):

@@ -2,8 +2,13 @@
 
 from __future__ import annotations
 
+import datetime as dt
 import gzip
 import io
+import logging
+import os
+import re
+import zoneinfo
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import IO, Protocol
@@ -12,6 +17,8 @@ from collections.abc import Callable, Iterator
 from daemon.batch import Batch
 from daemon.naming import SeriesMapper
 from daemon.rejects import RejectLog
+
+log = logging.getLogger("raswarden.formats")
 
 CHUNK_ROWS = 1_000_000
 
@@ -41,6 +48,10 @@ class ReadContext:
     #: journalctl for their records only
     shard_hosts: frozenset[str] | None = None
 
+    #: the zone of stamps that name none (dmesg -T, classic syslog, nvidia-smi's CSV, Fabric Manager's log): UTC
+    #: unless the operator says the hosts keep local time (``--timezone``, ``timezone:`` in topology.yaml)
+    zone: dt.tzinfo = dt.UTC
+
     def extend_span(self, lo: float, hi: float) -> None:
         """Widen :attr:`span` to take in ``[lo, hi]``."""
         self.span = (lo, hi) if self.span is None else (min(self.span[0], lo), max(self.span[1], hi))
@@ -48,6 +59,59 @@ class ReadContext:
     @property
     def rejects(self) -> RejectLog:
         return self.mapper.rejects
+
+
+_OFFSET = re.compile(r"^(?:UTC|GMT)?([+-])(\d{1,2})(?::?(\d{2}))?$")
+
+
+def parse_zone(text: str) -> dt.tzinfo:
+    """A zone as an operator writes it: an IANA name (``Asia/Shanghai``, daylight saving included), ``UTC``, or a fixed
+    offset (``+08:00``, ``UTC+8``). ValueError naming what is accepted otherwise."""
+    text = text.strip()
+    if text.upper() in ("UTC", "GMT", "Z"):
+        return dt.UTC
+    m = _OFFSET.match(text)
+    if m:
+        minutes = int(m.group(2)) * 60 + int(m.group(3) or 0)
+        if minutes > 14 * 60:
+            raise ValueError(f"{text!r}: an offset of at most 14 hours")
+        return dt.timezone(dt.timedelta(minutes=minutes if m.group(1) == "+" else -minutes))
+    try:
+        return zoneinfo.ZoneInfo(text)
+    except (zoneinfo.ZoneInfoNotFoundError, ValueError):
+        raise ValueError(f"{text!r} is no time zone: an IANA name (Asia/Shanghai), UTC, or an offset (+08:00)") \
+            from None
+
+
+def zoneless_epoch(stamp: dt.datetime, zone: dt.tzinfo) -> float:
+    """Seconds since the epoch of a stamp that names no zone, read in ``zone`` (a stamp that names one keeps it)."""
+    return (stamp if stamp.tzinfo is not None else stamp.replace(tzinfo=zone)).timestamp()
+
+
+def zone_name(zone: dt.tzinfo) -> str:
+    """How the summary names a zone."""
+    return "UTC" if zone is dt.UTC else str(zone)
+
+
+#: a last line stamped this long after its file was last written cannot be: its stamps are not in the zone read
+LATER_THAN_WRITTEN_S = 3600.0
+
+
+def note_zoneless(ctx: ReadContext, fmt: str, src: str, path: Path, latest: float) -> None:
+    """Say in the summary that a file's stamps name no zone and which one they were read in; and when its last line
+    would then be stamped after the file was last written, that its hosts keep local time east of it."""
+    zone = zone_name(ctx.zone)
+    ctx.rejects.note(fmt, src, f"its times name no zone: read as {zone}")
+    try:
+        written = os.stat(path).st_mtime
+    except OSError:
+        return
+    ahead = latest - written
+    if LATER_THAN_WRITTEN_S < ahead <= 14.5 * 3600:  # further is no zone's offset (a file dated back by hand)
+        ctx.rejects.note(fmt, src, f"its last line is stamped {ahead / 3600:.1f} h after the file was last written, "
+                                   f"read as {zone}: its hosts keep local time ahead of that. Name their zone: "
+                                   "--timezone ZONE (e.g. Asia/Shanghai) or 'timezone:' in topology.yaml")
+        log.warning("%s: stamped %.1f h after it was written: local time, not %s?", src, ahead / 3600, zone)
 
 
 class Reader(Protocol):

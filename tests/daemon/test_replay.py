@@ -195,3 +195,45 @@ def test_a_gpu_replaced_in_its_slot_starts_afresh_and_its_old_identity_is_kept(t
     assert gpu1["identity"] == "GPU-1bbb" and [r["identity"] for r in gpu1["replaced"]] == ["GPU-1aaa"]
     assert t0 + 3600 <= gpu1["replaced"][0]["until"] <= t0 + 4300
     assert gpu0 == {"identity": "GPU-0aaa"}
+
+
+def test_a_trace_whose_hosts_log_in_local_time_replays_as_its_journal_does(trace_dir, tmp_path):
+    """The bundled trace's kernel records written as a syslog kern.log in Beijing time (UTC+8, no zone on the line):
+    with topology.yaml's ``timezone: Asia/Shanghai`` the replay fails the same parts at the same times as from the
+    journal's UTC stamps; read as UTC, the Xids and link lines fall 8 hours after the telemetry and the GPU off the
+    bus is no longer failed from its Xid 79 while its telemetry is current."""
+    import datetime as dt
+    import shutil
+    import zoneinfo
+
+    zone = zoneinfo.ZoneInfo("Asia/Shanghai")
+
+    def failed(text: str) -> dict[str, float]:
+        out: dict[str, float] = {}
+        for line in text.splitlines():
+            f = json.loads(line)
+            if f["state"] == "failed":
+                out.setdefault(f["entity"], f["ts"])
+        return out
+
+    reference = failed(run([trace_dir])[0])
+    local = tmp_path / "local"
+    local.mkdir()
+    for p in trace_dir.iterdir():
+        if p.is_file() and p.name != "kernel.journal.json":
+            shutil.copy(p, local / p.name)
+    with open(trace_dir / "kernel.journal.json") as src, open(local / "kern.log", "w") as dst:
+        for line in src:
+            r = json.loads(line)
+            if r.get("SYSLOG_IDENTIFIER", "kernel") != "kernel" and r.get("_TRANSPORT") != "kernel":
+                continue
+            at = dt.datetime.fromtimestamp(int(r["__REALTIME_TIMESTAMP"]) / 1e6, zone)
+            dst.write(f"{at:%b} {at.day:2d} {at:%H:%M:%S} {r['_HOSTNAME']} kernel: {r['MESSAGE']}\n")
+    topology = (local / "topology.yaml").read_text()
+    utc = failed(run([local])[0])
+    (local / "topology.yaml").write_text("timezone: Asia/Shanghai\n" + topology)
+    text, result = run([local])
+    assert failed(text) == reference and "sn01-b03/gpu2" in reference
+    notes = result.pipeline.mapper.rejects.notes
+    assert f"{local / 'kern.log'}: its times name no zone: read as Asia/Shanghai" in notes
+    assert utc.get("sn01-b03/gpu2") != reference["sn01-b03/gpu2"]

@@ -23,3 +23,15 @@ def test_a_part_is_placed_from_rack_to_serial_and_a_link_to_its_far_end():
     assert topo.place("r01") == [("supernode", "sn01"), ("rack", "r01"), ("cooling", "cdu01")]  # a rack's incident
     assert topo.place("cdu01") == [("cooling", "cdu01"), ("racks", "r01")]  # a cooling loop's
     assert Topology().place("n9/gpu0") == [("node", "n9"), ("slot", "gpu0")]  # without a topology: what the id says
+
+
+def test_the_hosts_time_zone_is_checked_when_the_topology_is_read():
+    """'CST' is China's and America's Central time both: refused, as any name that is no zone."""
+    import pytest
+
+    from daemon.topology import TopologyError
+
+    assert Topology.from_dict({"timezone": "Asia/Shanghai"}).timezone == "Asia/Shanghai"
+    assert Topology.from_dict({}).timezone is None
+    with pytest.raises(TopologyError, match="topology: timezone: 'CST' is no time zone"):
+        Topology.from_dict({"timezone": "CST"})

@@ -213,7 +213,7 @@ def test_rfc3164_year_comes_from_the_rest_of_the_trace(tmp_path, ctx):
     ev = read_all(TextLogReader(), path, ctx).events
     years = [pd.Timestamp(t, unit="s").year for t in ev["ts"]]
     assert years == [2025, 2026, 2025], years  # host a's last line stays in December: rollover is per host
-    assert not ctx.rejects.notes
+    assert ctx.rejects.notes == [f"{path}: its times name no zone: read as UTC"]  # no year guessed from the file
     assert np.all(np.isfinite(ev["ts"]))
 
 
@@ -500,3 +500,35 @@ def test_short_full_in_a_named_zone_is_refused_with_what_to_do(journal_file, tmp
                                    check=True).stdout)
     assert len(read_all(TextLogReader(), path, ctx).events) == 0 and ctx.rejects.total == 1
     assert "name their zone (CET) but not its offset" in ctx.rejects.messages[-1]
+
+
+def test_a_log_kept_in_local_time_is_read_in_the_zone_named(tmp_path, ctx):
+    """Syslog and dmesg -T stamps name no zone; hosts often keep local time (a fleet in China at UTC+8). Read as UTC,
+    the real kern.log of NVIDIA/gpu-operator#1146 written at 11:50 Beijing time would put its events 8 hours after the
+    file was written: the summary says so and how to name the zone; named (an IANA zone, or an offset), its events
+    fall at their true time, and the note says the zone read."""
+    import datetime as dt
+    import shutil
+
+    from daemon.formats.reader import parse_zone
+
+    path = tmp_path / "kern.log"
+    shutil.copy(QUOTED / "gpu-operator-1146.kern.log", path)
+    written = dt.datetime(2025, 12, 2, 3, 51, tzinfo=dt.UTC).timestamp()  # 11:51 in Beijing, a minute after its end
+    os.utime(path, (written, written))
+    ctx.span = (written - 86400, written)  # dates the year, as other files of a trace do
+    ev = read_all(TextLogReader(), path, ctx).events
+    assert ev["ts"].max() == dt.datetime(2025, 12, 2, 11, 50, 34, tzinfo=dt.UTC).timestamp()
+    assert ctx.rejects.notes[0] == f"{path}: its times name no zone: read as UTC"
+    assert "its last line is stamped 8.0 h after the file was last written, read as UTC" in ctx.rejects.notes[1]
+    assert "--timezone ZONE (e.g. Asia/Shanghai)" in ctx.rejects.notes[1]
+    for zone in ("Asia/Shanghai", "+08:00", "UTC+8"):
+        ctx.rejects.notes.clear()
+        ctx.zone = parse_zone(zone)
+        ev = read_all(TextLogReader(), path, ctx).events
+        assert ev["ts"].max() == written - 26 and list(ev["kind"]) == ["gpu_init", "gpu_init"]
+        assert len(ctx.rejects.notes) == 1 and ctx.rejects.notes[0].endswith(f"read as {ctx.zone}")
+    with pytest.raises(ValueError, match="no time zone"):
+        parse_zone("Mars/Base")
+    with pytest.raises(ValueError, match="at most 14 hours"):
+        parse_zone("+15:00")
