@@ -313,6 +313,8 @@ class SeriesMapper:
     unmapped_metrics: Counter = field(default_factory=Counter)
     unmapped_hosts: Counter = field(default_factory=Counter)
     unlinked_switchports: Counter = field(default_factory=Counter)
+    #: netdevs whose series were passed over: the topology lists its node's fabric ports by netdev, and not them
+    not_fabric_netdevs: Counter = field(default_factory=Counter)
     values_not_read: Counter = field(default_factory=Counter)  # values a transform dropped, by why
     _linked: set[str] | None = None
     _entity_code: dict[str, int] = field(default_factory=dict)
@@ -424,6 +426,13 @@ class SeriesMapper:
             values["node"] = node
         for f in rule.fields:
             if f == "node":
+                continue
+            if f == "netdev_port" and labels.get("device"):
+                port = self._port_of_netdev(values["node"], labels["device"])
+                if port is None:
+                    self.not_fabric_netdevs[(values["node"], labels["device"])] += 1
+                    return -1
+                values[f] = port
                 continue
             if f not in labels:
                 self.rejects.reject(fmt, position, f"{name} lacks the '{f}' label")
@@ -537,6 +546,16 @@ class SeriesMapper:
             return empty, empty, empty
         table = np.asarray(self._series, dtype=np.int64)
         return table[:, 0], table[:, 1], table[:, 2]
+
+    def _port_of_netdev(self, node: str, netdev: str) -> str | None:
+        """The fabric port (its part after the node) a netdev's series name (node_exporter's ethtool collector): the
+        topology's port with that netdev; where the topology lists none of the node's ports by netdev, ``<netdev>:1``
+        (an Ethernet RDMA netdev is one port). None for a netdev the topology does not list among ports it lists by
+        netdev: a management or storage NIC, as a kernel line on it is (docs/rules.md)."""
+        port = self.topology.netdev_port.get((node, netdev))
+        if port is not None:
+            return port.split("/", 1)[1]
+        return None if node in self.topology.netdev_nodes else f"{netdev}:1"
 
     def accelerator_at(self, node: str, pci: str) -> str | None:
         """The accelerator at a PCI address on a node, from telemetry labels or the topology."""

@@ -119,6 +119,7 @@ class Topology:
     pci_accelerator: dict[tuple[str, str], str] = field(default_factory=dict)
     pci_port: dict[tuple[str, str], str] = field(default_factory=dict)
     netdev_port: dict[tuple[str, str], str] = field(default_factory=dict)
+    netdev_nodes: set[str] = field(default_factory=set)  # nodes whose ports the file lists by netdev
     port_switchport: dict[str, str] = field(default_factory=dict)
     node_vendor: dict[str, str] = field(default_factory=dict)  # from the accelerators' model or kind
     accelerator_model: dict[str, str] = field(default_factory=dict)
@@ -226,6 +227,7 @@ class Topology:
                     self._ambiguous_pci.add((name, short))
             if port.get("netdev"):
                 self.netdev_port[(name, str(port["netdev"]))] = entity
+                self.netdev_nodes.add(name)
             if port.get("switchport"):
                 self.port_switchport[entity] = str(port["switchport"])
             ids = {k: str(port[k]) for k in ("pci", "netdev") if port.get(k)}

@@ -10,9 +10,10 @@ Rules (docs/architecture.md §5):
   failure flag is ``failed``; an uncorrectable row remap or DBE page retirement is ``subhealthy``.
 * PCIe: AER fatal ``failed``, uncorrected ``subhealthy``, corrected in ``aer_corrected_per_hour`` separate minutes
   of an hour; replays above the DCGM budget.
-* Fabric: ``link_downed`` increase, a port not ACTIVE, or an mlx5 "Link down" is ``failed`` (not during a
-  node's reboot grace); symbol errors above 120/h (the IBTA 1e-12 BER limit NVSentinel uses) and link
-  error recoveries above ``link_recovery_per_hour`` are ``subhealthy``.
+* Fabric: ``link_downed`` increase (an Ethernet port's ``link_down_events_phy``), a port not ACTIVE, or an mlx5
+  "Link down" is ``failed`` (not during a node's reboot grace); symbol errors above 120/h (the IBTA 1e-12 BER limit
+  NVSentinel uses; an Ethernet port's left by FEC, ``rx_pcs_symbol_err_phy``) and link error recoveries above
+  ``link_recovery_per_hour`` are ``subhealthy``.
 * Thermal: GPU temperature at the slowdown limit or thermal throttling ``subhealthy`` (a ``suspect`` watch when
   the GPU's rack warmed with it: :mod:`detectors.shared_heat`), at the shutdown limit ``failed``; HBM at its limit
   (95 °C) ``suspect`` (a watch: a warm slot gets there in a rack-wide coolant swing; a degrading GPU is flagged by
@@ -55,7 +56,16 @@ PORT_ACTIVE = 4.0
 _PORT_STATES = {0: "NOP", 1: "DOWN", 2: "INIT", 3: "ARMED", 4: "ACTIVE", 5: "ACTIVE_DEFER"}
 # Counters whose every increase is judged on its own (the rate rules below read the others).
 _HARD_COUNTERS = frozenset({"ecc_dbe_total", "ecc_dbe_agg_total", "row_remap_uncorrectable_total",
-                            "retired_pages_dbe_total", "link_downed_total", "edac_ue_total"})
+                            "retired_pages_dbe_total", "link_downed_total", "link_down_events_total",
+                            "edac_ue_total"})
+# An Ethernet (RoCE) port's link counters, mlx5's ethtool ``*_phy`` counters as node_exporter's ethtool collector
+# serves them (Linux, Documentation/networking/device_drivers/ethernet/mellanox/mlx5/counters.rst): named apart from
+# the InfiniBand PortCounters, which the same port's RDMA device may show too (zeros on Ethernet), so the two never
+# mix in one counter; judged as them. 32 and 64 bits: they wrap, never saturate.
+LINK_DOWN_COUNTERS = {"link_downed_total": "link_downed", "link_down_events_total": "link_down_events_phy"}
+#: inputs that read the same signal on the other fabric: a trace with one is not blind for want of the other
+SAME_SIGNAL = {"link_downed_total": "link_down_events_total", "link_down_events_total": "link_downed_total",
+               "symbol_error_total": "pcs_symbol_error_total", "pcs_symbol_error_total": "symbol_error_total"}
 # InfiniBand PortCounters that stop at their maximum instead of wrapping (IBA 16.1.3.5: LinkDownedCounter and
 # LinkErrorRecoveryCounter are 8 bits, SymbolErrorCounter and PortRcvErrors 16), as sysfs and node_exporter show
 # them: a counter at its maximum counts nothing more.
@@ -77,6 +87,8 @@ RULE_INPUTS: dict[str, str] = {
     "symbol_error_total": "fabric symbol error rate",
     "link_error_recovery_total": "fabric link error recovery rate",
     "link_downed_total": "fabric link_downed increase",
+    "link_down_events_total": "Ethernet fabric link down events (ethtool link_down_events_phy)",
+    "pcs_symbol_error_total": "Ethernet fabric symbol errors after FEC (ethtool rx_pcs_symbol_err_phy)",
     "port_state": "fabric port state",
 }
 
@@ -413,10 +425,11 @@ class RuleDetector:
                 what = "row remapped for an uncorrectable error" if metric.startswith("row") else "page retired (DBE)"
                 self._latch(Evidence(entity, State.SUBHEALTHY, "gpu_memory", [f"{what} +{increase:.0f}"]),
                             now + self.event_hold_s)
-            elif metric == "link_downed_total":
+            elif metric in LINK_DOWN_COUNTERS:
                 if node_of(entity) in tick.grace_nodes:
                     continue
-                ev = Evidence(entity, State.FAILED, "fabric_link", [f"link_downed +{increase:.0f}"], hard=True)
+                ev = Evidence(entity, State.FAILED, "fabric_link", [f"{LINK_DOWN_COUNTERS[metric]} +{increase:.0f}"],
+                              hard=True)
                 self._latch(ev, now + self.event_hold_s, "link-down")
             elif metric in ("edac_ue_total",):
                 ev = Evidence(entity, State.FAILED, "host", [f"EDAC uncorrectable errors +{increase:.0f}"], hard=True)
@@ -427,10 +440,11 @@ class RuleDetector:
             "ecc_sbe_total": (self.sbe_per_hour, "gpu_memory", "correctable ECC errors"),
             "pcie_replay_total": (self.pcie_replay_per_hour, "gpu_bus", "PCIe replays"),
             "symbol_error_total": (self.symbol_errors_per_hour, "fabric_link", "symbol errors"),
+            "pcs_symbol_error_total": (self.symbol_errors_per_hour, "fabric_link", "symbol errors after FEC"),
             "link_error_recovery_total": (self.link_recovery_per_hour, "fabric_link", "link error recoveries"),
         }
         for metric, (limit, _, _) in rates.items():
-            if self.baseline and metric != "symbol_error_total":
+            if self.baseline and metric not in ("symbol_error_total", "pcs_symbol_error_total"):
                 continue
             part = np.flatnonzero(np.isin(mcodes, np.flatnonzero(mnames == metric)))
             for entity, increase in zip(enames[ecodes[part]], increases[part]):

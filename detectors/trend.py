@@ -81,6 +81,10 @@ COUNTERS = {
     "symbol_error_total": (1 / 50, "fabric_link", "symbol errors"),
     "link_error_recovery_total": (1 / 500, "fabric_link", "link error recoveries"),
     "rcv_errors_total": (1 / 100, "fabric_link", "receive errors"),
+    # an Ethernet (RoCE) port's, from mlx5's ethtool counters (node_exporter's ethtool collector): symbol errors FEC
+    # did not correct, and frames with a bad CRC (detectors/rules.py, LINK_DOWN_COUNTERS)
+    "pcs_symbol_error_total": (1 / 50, "fabric_link", "symbol errors after FEC"),
+    "crc_errors_total": (1 / 100, "fabric_link", "CRC errors"),
     "nvlink_crc_flit_total": (1 / 10, "scaleup_link", "NVLink CRC errors"),
     "xgmi_ce_total": (1 / 10, "scaleup_link", "XGMI correctable errors"),
     # The kernel's per-device AER counters (sysfs aer_dev_correctable): any vendor's PCIe link, and for an

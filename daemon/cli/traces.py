@@ -83,12 +83,17 @@ def print_summary(console, result) -> None:
         print_table(console, t)
         for m in result.rejects.messages[:10]:
             console.print(f"  {m}", markup=False, highlight=False)
-    from detectors.rules import RULE_INPUTS
+    from detectors.rules import RULE_INPUTS, SAME_SIGNAL
 
     present = set(p.mapper.metrics)
-    missing = [f"{m} ({what})" for m, what in RULE_INPUTS.items() if m not in present]
+    missing = [f"{m} ({what})" for m, what in RULE_INPUTS.items()
+               if m not in present and SAME_SIGNAL.get(m) not in present]
     if missing:
         console.print("not in this trace, so these rules are blind: " + "; ".join(missing))
+    passed = result.pipeline.mapper.not_fabric_netdevs
+    if passed:
+        console.print("netdevs' series passed over, no fabric port in the topology (a management or storage NIC): "
+                      + ", ".join(f"{node} {netdev}" for node, netdev in sorted(passed)))
     not_read = result.pipeline.mapper.values_not_read
     if not_read:
         console.print("values dropped as no reading: "

@@ -2,6 +2,7 @@
 
 from pathlib import Path
 
+import pandas as pd
 import pytest
 
 from daemon.formats import OpenMetricsReader, ReadContext, sniff
@@ -98,3 +99,34 @@ def test_amd_smi_and_npu_smi_snapshots(ctx):
     lines = sorted({int(m.split(":", 2)[1].split(" ")[0]) for m in ctx.rejects.messages})
     assert lines == [6, 7, 8, 9, 10, 11], ctx.rejects.messages
     assert any("gpu_data[0].power.socket_power: not a number" in m for m in ctx.rejects.messages)
+
+
+def test_an_ethernet_rdma_ports_ethtool_counters_are_its_link_counters(ctx):
+    """A RoCE fabric's link health is in mlx5's ethtool ``*_phy`` counters (Linux's mlx5 counters.rst), which
+    node_exporter's ethtool collector serves under its own names: a netdev the topology lists is its port
+    (``ibp12s0`` is ``mlx5_0:1``), named apart from the InfiniBand counters its RDMA device may show too; a netdev
+    the topology does not list among the node's ports is no fabric port (a management NIC: passed over, counted);
+    without ports listed by netdev, a netdev is the port ``<netdev>:1``."""
+    from detectors.contract import TickInput
+    from detectors.counters import CounterTracker
+    from detectors.rules import RuleDetector
+    from detectors.schema import State, events_frame
+
+    s = read_all(OpenMetricsReader(), FIXTURES / "node-exporter-ethtool-roce.prom", ctx).samples
+    got = {(e, m, t): v for e, m, t, v in zip(s["entity"], s["metric"], s["ts"], s["value"])}
+    assert got[("sn01-b01/mlx5_0:1", "link_down_events_total", 1772409630.0)] == 2
+    assert {e for e, _, _ in got} == {"sn01-b01/mlx5_0:1"} and ctx.mapper.not_fabric_netdevs[("sn01-b01",
+                                                                                                 "ens3np0")] == 3
+    assert "rx_corrected_bits" not in " ".join(s["metric"])  # pre-FEC bits count on healthy links: not read
+    bare = ReadContext(mapper=SeriesMapper(topology=Topology.from_dict({"aliases": {"10.0.1.11": "gpu-node-3"}})))
+    alone = read_all(OpenMetricsReader(), FIXTURES / "node-exporter-ethtool-roce.prom", bare).samples
+    got = {(e, m, t): v for e, m, t, v in zip(alone["entity"], alone["metric"], alone["ts"], alone["value"])}
+    assert got[("gpu-node-3/ens3np0:1", "pcs_symbol_error_total", 1772409660.0)] == 390
+    assert got[("gpu-node-3/ens3np0:1", "crc_errors_total", 1772409630.0)] == 5
+    counters = CounterTracker()
+    first, second = s[s["ts"] == 1772409630.0], s[s["ts"] == 1772409660.0]
+    counters.update(first)
+    inc = counters.update(second)
+    out = RuleDetector().fit().update(TickInput(1772409660.0, events_frame([]), inc, pd.DataFrame()))
+    assert [(e.entity, e.level, e.hard, e.reasons) for e in out] == [
+        ("sn01-b01/mlx5_0:1", State.FAILED, True, ["link_down_events_phy +1"])]
