@@ -31,13 +31,15 @@ from pathlib import Path
 
 from lab.bundled import FAULTS, SCENARIOS
 LIVE = {"jitter": "1s", "missed": 0.01}
-# cell -> (the simulator's resolution in seconds, the sampling per source)
+# cell -> (the simulator's resolution in seconds, the sampling per source); CELLS are issue 24's, the default
 SAMPLING = {
+    "10s": (10.0, {"dcgm": {"interval": "10s", **LIVE}, "node": {"interval": "10s", **LIVE}}),
     "15s": (15.0, {"dcgm": {"interval": "15s", **LIVE}, "node": {"interval": "15s", **LIVE}}),
     "60s": (30.0, {"dcgm": {"interval": "60s", **LIVE}, "node": {"interval": "60s", **LIVE}}),
     "300s": (60.0, {"dcgm": {"interval": "5m", "aligned": True}, "node": {"interval": "5m", "aligned": True}}),
     "mixed": (15.0, {"dcgm": {"interval": "15s", **LIVE}, "node": {"interval": "5m", **LIVE}}),
 }
+CELLS = ("15s", "60s", "300s", "mixed")
 NOISE = ("quiet", "realistic", "noisy")
 
 
