@@ -386,7 +386,10 @@ class SeriesMapper:
             if joined is not None:
                 labels = {**joined, **labels}
             elif node is not None:
-                sid = self._add_series(None, rule.canonical, self._transform_code(rule.transform))
+                canonical = self._canonical(rule, labels, position, fmt)
+                if canonical is None:
+                    return -1
+                sid = self._add_series(None, canonical, self._transform_code(rule.transform))
                 with self._lock:
                     self._waiting.setdefault((node, labels[join.key]), []).append((sid, rule, labels, position, fmt))
                 return sid
@@ -446,7 +449,10 @@ class SeriesMapper:
         if "node" in values and entity_kind(entity) == "accelerator":
             identity = self._learn_accelerator(values["node"], entity, labels)
         if sid is None:
-            sid = self._add_series(entity, rule.canonical, self._transform_code(rule.transform))
+            canonical = self._canonical(rule, labels, position, fmt)
+            if canonical is None:
+                return -1
+            sid = self._add_series(entity, canonical, self._transform_code(rule.transform))
         else:
             with self._lock:
                 self._series[sid] = (self.entity_code(entity), *self._series[sid][1:])
@@ -546,6 +552,20 @@ class SeriesMapper:
             return empty, empty, empty
         table = np.asarray(self._series, dtype=np.int64)
         return table[:, 0], table[:, 1], table[:, 2]
+
+    def _canonical(self, rule: NameRule, labels: dict[str, str], position: str, fmt: str) -> str | None:
+        """The rule's canonical metric; one that names a label (``xid_count_{xid}``: a count per Xid code) takes the
+        series' value of it, a whole number (None, rejected, when the series lacks it)."""
+        if "{" not in rule.canonical:
+            return rule.canonical
+        values = {}
+        for f in (f for _, f, _, _ in string.Formatter().parse(rule.canonical) if f):
+            text = labels.get(f, "")
+            if not text.isdigit():
+                self.rejects.reject(fmt, position, f"{rule.source}: its '{f}' label is no code: {text!r}")
+                return None
+            values[f] = str(int(text))
+        return rule.canonical.format(**values)
 
     def _port_of_netdev(self, node: str, netdev: str) -> str | None:
         """The fabric port (its part after the node) a netdev's series name (node_exporter's ethtool collector): the

@@ -27,12 +27,18 @@ from detectors.schema import EVENT_COLUMNS, events_frame, name_codes, names_in
 
 
 NPU_CODE_PREFIX = "npu_error_code_"
+#: dcgm-exporter's DCGM_EXP_XID_ERRORS_COUNT, one gauge per Xid code: how many of that Xid the GPU had in the
+#: exporter's window (``window_size_in_ms``, 5 minutes by default; NVIDIA/dcgm-exporter pull request 239), and
+#: DCGM_EXP_XID_ERRORS_TOTAL, how many since the exporter started
+XID_COUNT_PREFIX = "xid_count_"
+XID_TOTAL_PREFIX = "xid_total_"
 _XID_GAUGE = ("xid_last",)
+_MAX_XIDS_A_SAMPLE = 100  # a window's count read as events: a storm is told, not replayed one by one
 
 
 def is_code_gauge(metric: str) -> bool:
     """Whether a canonical gauge holds fault codes (events are made of its changes, not its level)."""
-    return metric == "xid_last" or metric.startswith(NPU_CODE_PREFIX)
+    return metric == "xid_last" or metric.startswith((NPU_CODE_PREFIX, XID_COUNT_PREFIX, XID_TOTAL_PREFIX))
 
 
 class EventResolver:
@@ -48,6 +54,7 @@ class EventResolver:
         self._nonzero: set[str] = set()
         self._masks: tuple[np.ndarray, np.ndarray, np.ndarray] | None = None  # see _gauge_masks
         self._recent_xid: dict[tuple[str, int], tuple[float, str]] = {}
+        self._xid_counts: dict[tuple[str, str], float] = {}  # (GPU, xid_count_N) -> its last count
         self.merged = 0
 
     def _entity(self, node: str, kind: str, pci: str | None, device: str | None) -> str:
@@ -93,7 +100,35 @@ class EventResolver:
         is_xid = names_in(gauges["metric"], _XID_GAUGE)
         out = self.xid_gauge_events(gauges if is_xid.all() else gauges[is_xid]) if is_xid.any() else []
         if not is_xid.all():
-            out += self.npu_code_events(gauges[~is_xid])
+            rest = gauges[~is_xid]
+            counts = rest["metric"].str.startswith((XID_COUNT_PREFIX, XID_TOTAL_PREFIX)).to_numpy(dtype=bool)
+            if counts.any():
+                out += self.xid_count_events(rest[counts])
+            if not counts.all():
+                out += self.npu_code_events(rest[~counts])
+        return out
+
+    def xid_count_events(self, gauges: pd.DataFrame) -> list[tuple]:
+        """Xid events from dcgm-exporter's counts of each Xid (rows: entity, metric, ts, value, in time order): a
+        count that rose by n is n new Xids of that code. A window's count (``xid_count_``) is news at first sight too
+        (its series appears with the Xid); it falls as Xids age out of the window, a total (``xid_total_``) when the
+        exporter restarts: no event. A total at first sight is a baseline (Xids since the exporter started)."""
+        out = []
+        for e, m, ts, v in zip(gauges["entity"], gauges["metric"], gauges["ts"], gauges["value"]):
+            v = float(v)
+            if not np.isfinite(v) or v < 0:
+                continue
+            key = (e, m)
+            window = m.startswith(XID_COUNT_PREFIX)
+            prev = self._xid_counts.get(key, 0.0 if window else None)
+            self._xid_counts[key] = v
+            if prev is None:
+                continue
+            code = int(m[len(XID_COUNT_PREFIX if window else XID_TOTAL_PREFIX):])
+            field_name = "DCGM_EXP_XID_ERRORS_COUNT" if window else "DCGM_EXP_XID_ERRORS_TOTAL"
+            for _ in range(min(int(v - prev), _MAX_XIDS_A_SAMPLE)):
+                out.append((float(ts), e, "xid", code, "error", f"reported by dcgm-exporter {field_name}",
+                            "dcgm-exporter", None, None))
         return out
 
     def npu_code_events(self, gauges: pd.DataFrame) -> list[tuple]:

@@ -74,3 +74,16 @@ def test_the_topologys_racks_reach_the_rules_a_warm_slot_in_its_racks_coolant_sw
 
     assert run("r02", 0.0) == {"suspect"}
     assert run("r03", 7.0) == {"subhealthy"}
+
+
+def test_an_xid_counted_by_the_exporter_fails_its_gpu():
+    """An Xid 79 seen only in dcgm-exporter's per-Xid count (DCGM_EXP_XID_ERRORS_COUNT): the GPU fell off the bus."""
+    p = Pipeline(SeriesMapper())
+    failed = []
+    for k in range(4):
+        rows = [("n1/gpu0", "gpu_temp_c", 60.0), ("n1/gpu1", "gpu_temp_c", 61.0)]
+        if k >= 2:
+            rows.append(("n1/gpu1", "xid_count_79", 1.0))
+        failed += [f.entity for f in p.tick(30.0 * (k + 1), batch(30.0 * (k + 1), rows)).findings
+                   if f.state == "failed"]
+    assert failed[:1] == ["n1/gpu1"] and "n1/gpu0" not in failed

@@ -74,3 +74,34 @@ def test_xid_gauge_over_a_long_tick_gives_each_change_at_its_time():
     out = res.code_gauge_events(batch)
     assert [(e[0], e[1], e[3]) for e in out] == [(60.0, "n/gpu0", 79), (90.0, "n/gpu1", 31), (150.0, "n/gpu0", 13),
                                                  (180.0, "n/gpu1", 31), (270.0, "n/gpu0", 48)]
+
+
+def test_dcgm_exporters_count_of_each_xid_gives_its_new_xids():
+    """DCGM_EXP_XID_ERRORS_COUNT (the real line of NVIDIA/dcgm-exporter pull request 239) counts each Xid in the
+    exporter's window, one series per code: a rise of n is n Xids of that code, first sight included (the series
+    comes with the Xid); Xids ageing out of the window are none. DCGM_EXP_XID_ERRORS_TOTAL counts since the exporter
+    started: its first reading is a baseline, a fall an exporter restart."""
+    from daemon.formats import ReadContext
+    from daemon.formats.openmetrics import parse_scrape
+    from tests.conftest import REAL
+
+    text = (REAL / "quoted" / "dcgm-exporter-xid-count.prom").read_bytes()
+    ctx = ReadContext()
+    s = parse_scrape(text, ctx, {}, "scrape", 1000.0).samples
+    assert s[["entity", "metric", "value"]].values.tolist() == [["workstation/gpu0", "xid_count_42", 1.0]]
+    res = EventResolver(ctx.mapper)
+    out = res.code_gauge_events(s[["entity", "metric", "ts", "value"]])
+    assert [(e[0], e[1], e[2], e[3], e[5]) for e in out] == [
+        (1000.0, "workstation/gpu0", "xid", 42, "reported by dcgm-exporter DCGM_EXP_XID_ERRORS_COUNT")]
+    g = "workstation/gpu0"
+    assert not res.code_gauge_events(rows((g, "xid_count_42", 1030.0, 1.0)))
+    assert [(e[0], e[3]) for e in res.code_gauge_events(rows((g, "xid_count_42", 1060.0, 3.0),
+                                                             (g, "xid_count_79", 1060.0, 1.0)))] == [
+        (1060.0, 42), (1060.0, 42), (1060.0, 79)]
+    assert not res.code_gauge_events(rows((g, "xid_count_42", 1400.0, 0.0)))  # aged out of the 5-minute window
+    assert not res.code_gauge_events(rows((g, "xid_total_48", 1400.0, 5.0)))  # since the exporter started
+    assert [e[3] for e in res.code_gauge_events(rows((g, "xid_total_48", 1430.0, 6.0)))] == [48]
+    assert not res.code_gauge_events(rows((g, "xid_total_48", 1460.0, 0.0)))  # the exporter restarted
+    assert ctx.rejects.total == 0
+    bad = parse_scrape(b'DCGM_EXP_XID_ERRORS_COUNT{gpu="0",Hostname="h",xid="x"} 1\n', ctx, {}, "scrape", 1.0)
+    assert bad.samples.empty and "its 'xid' label is no code: 'x'" in ctx.rejects.messages[-1]
