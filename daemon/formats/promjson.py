@@ -1,4 +1,6 @@
-"""Prometheus HTTP API ``query_range`` responses (``resultType: matrix``), streamed series by series.
+"""Prometheus HTTP API responses, streamed series by series: ``query_range`` (``resultType: matrix``, each series'
+``values``) and instant ``query`` (``resultType: vector``, one ``value`` a series: a directory of them saved one a
+scrape interval is a trace too).
 
 A response can be larger than memory, so it is parsed incrementally with ijson; each series'
 ``metric`` labels go through the same name tables as the exposition readers.
@@ -27,7 +29,7 @@ def _point(point) -> tuple[float, float]:
 
 
 class QueryRangeReader:
-    """Reads ``{"status":"success","data":{"resultType":"matrix","result":[...]}}`` files."""
+    """Reads ``{"status":"success","data":{"resultType":"matrix"|"vector","result":[...]}}`` files."""
 
     format = FORMAT
 
@@ -42,8 +44,10 @@ class QueryRangeReader:
         if sid < 0:
             return
         points = series.get("values")
+        if points is None and "value" in series:  # an instant query's vector
+            points = [series["value"]]
         if not isinstance(points, list):
-            ctx.rejects.reject(FORMAT, position, "series without a 'values' list")
+            ctx.rejects.reject(FORMAT, position, "series without a 'values' list or a 'value'")
             return
         for j, point in enumerate(points):
             try:

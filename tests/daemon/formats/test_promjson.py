@@ -31,3 +31,31 @@ def test_truncated_json_keeps_complete_series(tmp_path, ctx):
     s = read_all(QueryRangeReader(), p, ctx).samples
     assert len(s) == 2
     assert any("JSON ends or breaks early" in m for m in ctx.rejects.messages)
+
+
+def test_instant_query_vectors_saved_one_a_scrape_interval(tmp_path, ctx):
+    """``/api/v1/query`` answers a vector, one ``value`` a series (the shape of Prometheus' API docs); files of them
+    saved one a scrape interval replay as a trace. A series with neither ``values`` nor ``value`` is rejected."""
+    from daemon.replay import replay
+
+    def vector(t: float, temp: str, state: str) -> dict:
+        return {"status": "success", "data": {"resultType": "vector", "result": [
+            {"metric": {"__name__": "DCGM_FI_DEV_GPU_TEMP", "gpu": "2", "Hostname": "sn01-b01"}, "value": [t, temp]},
+            {"metric": {"__name__": "node_infiniband_state_id", "device": "mlx5_0", "port": "1",
+                        "instance": "sn01-b01:9100"}, "value": [t, state]},
+            {"metric": {"__name__": "DCGM_FI_DEV_POWER_USAGE", "gpu": "2", "Hostname": "sn01-b01"}}]}}
+
+    for k, (temp, state) in enumerate([("41", "4"), ("42", "4"), ("42", "1")]):
+        (tmp_path / f"q{k}.json").write_text(json.dumps(vector(1772409630 + 60 * k, temp, state)))
+    assert isinstance(sniff(tmp_path / "q0.json"), QueryRangeReader)
+    s = read_all(QueryRangeReader(), tmp_path / "q1.json", ctx).samples
+    assert s[["entity", "metric", "ts", "value"]].values.tolist() == [
+        ["sn01-b01/gpu2", "gpu_temp_c", 1772409690.0, 42.0], ["sn01-b01/mlx5_0:1", "port_state", 1772409690.0, 4.0]]
+    assert "series without a 'values' list or a 'value'" in ctx.rejects.messages[0]
+    import io
+
+    out = io.StringIO()
+    result = replay([tmp_path], findings_out=out)
+    assert result.stats.samples == 6 and result.stats.first_ts == 1772409630.0
+    assert {(f["entity"], f["state"]) for f in map(json.loads, out.getvalue().splitlines())} >= {
+        ("sn01-b01/mlx5_0:1", "failed")}  # its port DOWN in the last answer
