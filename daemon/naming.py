@@ -430,7 +430,10 @@ class SeriesMapper:
         for f in rule.fields:
             if f == "node":
                 continue
-            if f == "netdev_port" and labels.get("device"):
+            if f == "netdev_port":
+                if not labels.get("device"):
+                    self.rejects.reject(fmt, position, f"{name} lacks the 'device' label")
+                    return -1
                 port = self._port_of_netdev(values["node"], labels["device"])
                 if port is None:
                     self.not_fabric_netdevs[(values["node"], labels["device"])] += 1
