@@ -349,11 +349,13 @@ class SeriesMapper:
         """The node id named by a series' labels, or None (counted) when it cannot be told.
 
         The candidates, in order: the exporter's own host label (not a pod's name, :data:`EXPORTER_POD`), a node
-        label a relabeling set (:data:`NODE_LABELS`), the host of ``instance``. The first the topology knows as a
-        node (or alias of one) wins; when it knows none of them, the first that names a host at all (an address
-        needs an alias)."""
+        label a relabeling set (:data:`NODE_LABELS`), the host of ``exported_instance`` (the series' own ``instance``,
+        renamed by a Prometheus scraping a Pushgateway or a federation without ``honor_labels``), of ``instance``.
+        The first the topology knows as a node (or alias of one) wins; when it knows none of them, the first that
+        names a host at all (an address needs an alias)."""
         candidates = [h for h in (host_label(labels), *(labels.get(k) for k in NODE_LABELS),
-                                  host_of_instance(labels["instance"]) if labels.get("instance") else None) if h]
+                                  *(host_of_instance(labels[k]) for k in ("exported_instance", "instance")
+                                    if labels.get(k))) if h]
         if not candidates:
             return None
         resolved = [self.topology.resolve_host(h) for h in candidates]

@@ -189,3 +189,13 @@ def test_mig_instances_fold_onto_their_gpu_and_count_once():
     inc = counters.update(parse_scrape(scrape(13), ctx, cache, "scrape", 1.8e9 + 30).samples)
     assert len(labels) == 4 and inc[["entity", "increase", "resets", "dt"]].values.tolist() == [
         [f"{host}/gpu0", 3.0, 0, 30.0]]
+
+
+def test_a_series_own_instance_renamed_by_prometheus_names_its_node():
+    """Prometheus scraping a Pushgateway (or federating) without ``honor_labels`` renames a series' own ``instance``
+    to ``exported_instance`` and sets ``instance`` to the gateway's address: the node is the series' own."""
+    m = SeriesMapper()
+    labels = {"device": "mlx5_0", "port": "1", "exported_instance": "gpu-node-7:9100", "instance": "pushgw:9091",
+              "exported_job": "node", "job": "pushgateway"}
+    assert m.node_for(labels) == "gpu-node-7"
+    assert m.node_for({k: v for k, v in labels.items() if k != "exported_instance"}) == "pushgw"
