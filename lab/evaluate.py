@@ -31,19 +31,23 @@ def read_labels(path: Path, purpose: str = "evaluate against") -> list[Fault]:
     return [Fault.from_dict(json.loads(x)) for x in trace.labels_path.read_text().splitlines() if x.strip()]
 
 
-def evaluate_trace(path: Path, baseline: bool, interval_s: float = 30.0, model=None) -> Evaluation:
-    """Replay one labelled trace and score its findings (with the learned detectors of ``model``)."""
-    return evaluate_trace_by_vendor(path, baseline, interval_s, model)["all"]
+def evaluate_trace(path: Path, baseline: bool, interval_s: float = 30.0, model=None,
+                   timezone: str | None = None) -> Evaluation:
+    """Replay one labelled trace and score its findings (with the learned detectors of ``model``; ``timezone``: of
+    its stamps that name none, as :func:`daemon.replay.replay` takes it)."""
+    return evaluate_trace_by_vendor(path, baseline, interval_s, model, timezone)["all"]
 
 
-def evaluate_trace_by_vendor(path: Path, baseline: bool, interval_s: float = 30.0, model=None) -> dict[str, Evaluation]:
+def evaluate_trace_by_vendor(path: Path, baseline: bool, interval_s: float = 30.0, model=None,
+                             timezone: str | None = None) -> dict[str, Evaluation]:
     """One replay, scored over the whole trace (``all``) and over each vendor's nodes when the topology names
     more than one vendor: that vendor's faults and flags, node-days of its nodes; labels on racks and cooling
     loops count for every vendor."""
     labels = read_labels(path)
     sink = _Collect()
     result = replay([path], findings_out=sink, config=PipelineConfig(interval_s=interval_s, baseline=baseline,
-                                                                       model=None if baseline else model))
+                                                                       model=None if baseline else model),
+                    timezone=timezone)
     stats = result.stats
     span_days = ((stats.last_ts or 0) - (stats.first_ts or 0) + interval_s) / 86400.0
     topo = result.pipeline.mapper.topology
@@ -146,14 +150,15 @@ class Comparison:
         return out
 
 
-def compare(paths: list[Path], interval_s: float = 30.0, model=None, progress=None) -> Comparison:
+def compare(paths: list[Path], interval_s: float = 30.0, model=None, progress=None,
+            timezone: str | None = None) -> Comparison:
     """raswarden (with ``model``'s learned detectors when given) and the static baseline on every trace, pooled,
     and per vendor where a trace's topology names several."""
     ours, base, per_trace = [], [], []
     vendors: dict[str, tuple[list[Evaluation], list[Evaluation]]] = {}
     for path in paths:
-        av = evaluate_trace_by_vendor(path, baseline=False, interval_s=interval_s, model=model)
-        bv = evaluate_trace_by_vendor(path, baseline=True, interval_s=interval_s)
+        av = evaluate_trace_by_vendor(path, baseline=False, interval_s=interval_s, model=model, timezone=timezone)
+        bv = evaluate_trace_by_vendor(path, baseline=True, interval_s=interval_s, timezone=timezone)
         a, b = av["all"], bv["all"]
         ours.append(a)
         base.append(b)

@@ -34,6 +34,7 @@ def cmd_evaluate(args: argparse.Namespace) -> int:
 
     from lab.evaluate import compare
 
+    from daemon.formats.reader import parse_zone
     from detectors.bundle import IncompatibleModel, ModelBundle
 
     console = console_out()
@@ -43,8 +44,14 @@ def cmd_evaluate(args: argparse.Namespace) -> int:
         print("raswarden: error: evaluate needs trace directories (or --matrix)", file=sys.stderr)
         return 2
     try:
+        parse_zone(args.timezone or "UTC")
+    except ValueError as exc:
+        print(f"raswarden: error: --timezone: {exc}", file=sys.stderr)
+        return 2
+    try:
         model = ModelBundle.load(args.model) if args.model else None
-        result = compare([Path(p) for p in args.trace], interval_s=args.interval, model=model)
+        result = compare([Path(p) for p in args.trace], interval_s=args.interval, model=model,
+                         timezone=args.timezone)
     except (FileNotFoundError, IncompatibleModel) as exc:
         print(f"raswarden: error: {exc}", file=sys.stderr)
         return 2
@@ -152,6 +159,7 @@ def register(sub) -> None:
                                                   "resumed when it exists)")
     p.add_argument("--interval", type=float, default=30.0, help="tick interval in seconds (default 30)")
     p.add_argument("--model", metavar="DIR", help="add the learned detectors of a model from 'raswarden train'")
+    p.add_argument("--timezone", metavar="ZONE", help="the zone of log times that name none, as replay takes it")
     m = p.add_argument_group("matrix")
     m.add_argument("--matrix", action="store_true", help="evaluate over the matrix of simulated fleets")
     m.add_argument("--sampling", default="15s,60s,300s,mixed", help="matrix cells' sampling: 10s, 15s, 60s, 300s, "
