@@ -89,8 +89,11 @@ def describe_unread(path: Path) -> str:
             return "empty"
         with open_binary(path) as fh:
             head = fh.read(1 << 20)
+            cut = getattr(fh, "cut", None)
     except (OSError, EOFError) as exc:
         return f"unreadable: {exc}"
+    if cut and not head:
+        return f"a compressed file cut short before any of its data: {cut}"
     if b"\x00" in head[:4096]:
         return "a binary file of no format raswarden reads"
     lines = [ln for ln in head.decode("utf-8", "replace").splitlines() if ln.strip()]

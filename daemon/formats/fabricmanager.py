@@ -55,7 +55,7 @@ class FabricManagerReader:
             return
         rows = EventRows(ctx, FORMAT, "fabricmanager")
         latest = None
-        for first, lines in iter_lines(path, ctx.read_bytes):
+        for first, lines in iter_lines(path, ctx.read_bytes, ctx.rejects, FORMAT):
             for offset, line in enumerate(lines):
                 stamp = STAMP.match(line)
                 if stamp is None:

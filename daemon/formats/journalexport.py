@@ -34,7 +34,7 @@ class JournalExportReader:
         src = str(path)
         entry: dict[str, str | bytes] = {}
         n = 1
-        with open_binary(path) as fh:
+        with open_binary(path, ctx.rejects, FORMAT) as fh:
             while True:
                 line = fh.readline()
                 if not line or line == b"\n":  # the end of an entry (or of the file)

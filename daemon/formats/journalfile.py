@@ -9,7 +9,6 @@ cannot read, is refused saying so; a damaged file is read as far as journalctl r
 
 from __future__ import annotations
 
-import gzip
 import shutil
 import subprocess
 import tempfile
@@ -18,7 +17,7 @@ from pathlib import Path
 
 from daemon.batch import Batch
 from daemon.formats.kernellog import EventRows, journal_record
-from daemon.formats.reader import ReadContext
+from daemon.formats.reader import COMPRESSED, ReadContext, open_binary
 
 FORMAT = "journal_file"
 MAGIC = b"LPKSHHRH"  # systemd's journal-def.h: the header's signature
@@ -40,9 +39,9 @@ class JournalFileReader:
                                             "export it where it was written with 'journalctl --file=FILE -o json'")
             return
         with tempfile.TemporaryDirectory(prefix="raswarden-journal-") as tmp:
-            if path.suffix == ".gz":  # journalctl reads files, not streams
+            if path.suffix in COMPRESSED:  # journalctl reads files, not streams
                 plain = Path(tmp) / path.stem
-                with gzip.open(path, "rb") as fh, open(plain, "wb") as out:
+                with open_binary(path, ctx.rejects, FORMAT) as fh, open(plain, "wb") as out:
                     shutil.copyfileobj(fh, out)
                 path = plain
             yield from self._read(binary, path, src, ctx)

@@ -186,7 +186,7 @@ class JournalJsonReader:
     def read(self, path: Path, ctx: ReadContext) -> Iterator[Batch]:
         rows = EventRows(ctx, self.format, "kernel")
         src = str(path)
-        for first, lines in iter_lines(path, ctx.read_bytes):
+        for first, lines in iter_lines(path, ctx.read_bytes, ctx.rejects, self.format):
             for offset, line in enumerate(lines):
                 if line.strip():
                     journal_record(line, f"{src}:{first + offset}", rows)
@@ -215,7 +215,7 @@ class TextLogReader:
         previous: tuple[float, str] | None = None  # the last record's time and host, for continuation lines
         zoneless = False  # the file's stamps name no zone: read in ctx.zone, said in the summary
         latest = -math.inf
-        for first, lines in iter_lines(path, ctx.read_bytes):
+        for first, lines in iter_lines(path, ctx.read_bytes, ctx.rejects, self.format):
             for offset, line in enumerate(lines):
                 if not line.strip():
                     continue

@@ -56,7 +56,7 @@ class NvidiaSmiCsvReader:
         tss: list[float] = []
         vals: list[float] = []
         latest = -math.inf
-        for first, lines in iter_lines(path, ctx.read_bytes):
+        for first, lines in iter_lines(path, ctx.read_bytes, ctx.rejects, FORMAT):
             for offset, line in enumerate(lines):
                 if not line.strip():
                     continue

@@ -22,7 +22,7 @@ import pyarrow.compute as pc
 
 from daemon import metrics
 from daemon.batch import Batch, samples_from_codes
-from daemon.formats.reader import ReadContext, decode_lines, iter_byte_blocks, open_binary, read_tail
+from daemon.formats.reader import COMPRESSED, ReadContext, decode_lines, iter_byte_blocks, open_binary, read_tail
 from daemon.naming import NOT_JOINED, split_series
 
 log = logging.getLogger("raswarden.formats.openmetrics")
@@ -59,7 +59,7 @@ class OpenMetricsReader:
             parts, pending = [], 0
             return Batch(samples=samples_frame(mapper, sid, ts, value, FORMAT))
 
-        for first, raw in iter_byte_blocks(path, ctx.read_bytes):
+        for first, raw in iter_byte_blocks(path, ctx.read_bytes, ctx.rejects, FORMAT):
             block = self._parse_block_fast(raw, first, ctx, cache, src)
             if block is None:
                 sids: list[int] = []
@@ -92,7 +92,7 @@ class OpenMetricsReader:
             ctx.rejects.refuse(FORMAT, src, "exposition text without timestamps, too large for one saved scrape: "
                                             "record with timestamps (promtool tsdb dump, or Prometheus' API)")
             return
-        with open_binary(path) as fh:
+        with open_binary(path, ctx.rejects, FORMAT) as fh:
             raw = fh.read()
         when = stat.st_mtime
         host = host_of_saved_scrape(path)
@@ -286,7 +286,7 @@ def host_of_saved_scrape(path: Path) -> str | None:
     """The host a saved scrape's file name gives, as ``<host>.dmesg`` does for a kernel log: ``gpu-node-7.prom``,
     ``gpu-node-7.node_exporter.prom``, ``10.0.1.11.metrics.gz`` (an address whole, for the topology's aliases).
     None for a name without a scrape's extension or a generic one (``metrics.prom``, ``node-exporter.prom``)."""
-    name = path.name.removesuffix(".gz")
+    name = next((path.name.removesuffix(z) for z in COMPRESSED if path.name.endswith(z)), path.name)
     stem = next((name[: -len(x)] for x in _SCRAPE_SUFFIXES if name.endswith(x)), None)
     if not stem:
         return None

@@ -78,7 +78,7 @@ class QueryRangeReader:
 
         done = 0  # series handled, so a retry with another backend does not read them twice
         for backend in (ijson, ijson.get_backend("python")):
-            with open_binary(path) as fh:
+            with open_binary(path, ctx.rejects, FORMAT) as fh:
                 try:
                     for index, series in enumerate(backend.items(fh, "data.result.item", use_float=True)):
                         if index < done:

@@ -2,12 +2,15 @@
 
 from __future__ import annotations
 
+import bz2
 import datetime as dt
 import gzip
 import io
+import lzma
 import logging
 import os
 import re
+import zlib
 import zoneinfo
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -122,18 +125,80 @@ class Reader(Protocol):
     def read(self, path: Path, ctx: ReadContext) -> Iterator[Batch]: ...
 
 
-def open_binary(path: Path) -> IO[bytes]:
-    """Open a file for reading, transparently decompressing ``.gz``."""
-    if path.suffix == ".gz":
-        return gzip.open(path, "rb")
+#: what logrotate and the exporters' archives compress with (``compresscmd xz``, ``bzip2``), read transparently
+COMPRESSED = {".gz": gzip.open, ".xz": lzma.open, ".bz2": bz2.open}
+_BROKEN = (EOFError, OSError, zlib.error, lzma.LZMAError)
+_PIECE = 1 << 16
+
+
+class _Decompressing:
+    """A compressed file read as its data; where the data ends early or breaks (a file cut short in a copy, a bad
+    block) it ends there: what came before is read, and the cut is rejected with its place, never raised."""
+
+    def __init__(self, path: Path, rejects: RejectLog | None, fmt: str):
+        self._fh = COMPRESSED[path.suffix](path, "rb")
+        self._path, self._rejects, self._fmt = path, rejects, fmt
+        self._done = 0
+        self.cut: str | None = None
+
+    def _guard(self, call, *args) -> bytes:
+        if self.cut is not None:
+            return b""
+        try:
+            data = call(*args)
+        except _BROKEN as exc:
+            self.cut = f"compressed data ends or breaks after {self._done:,} bytes of it ({exc})"
+            if self._rejects is not None:
+                log.warning("%s: %s", self._path, self.cut)
+                self._rejects.reject(self._fmt, f"{self._path} (after {self._done:,} bytes of its data)",
+                                     "compressed data ends or breaks (a file cut short?): read up to there")
+            return b""
+        self._done += len(data)
+        return data
+
+    def read(self, size: int = -1) -> bytes:
+        """Up to ``size`` bytes (all with -1), taken a piece at a time: a decompressor that meets the cut in a read
+        drops what that read had decoded, so a piece is all a cut can cost."""
+        parts = []
+        want = size if size >= 0 else None
+        while want is None or want > 0:
+            piece = self._guard(self._fh.read, _PIECE if want is None else min(want, _PIECE))
+            if not piece:
+                break
+            parts.append(piece)
+            if want is not None:
+                want -= len(piece)
+        return b"".join(parts)
+
+    def readline(self, size: int = -1) -> bytes:
+        return self._guard(self._fh.readline, size)
+
+    def close(self) -> None:
+        self._fh.close()
+
+    def __enter__(self) -> _Decompressing:
+        return self
+
+    def __exit__(self, *_exc) -> None:
+        self.close()
+
+
+def open_binary(path: Path, rejects: RejectLog | None = None, fmt: str = "input") -> IO[bytes]:
+    """Open a file for reading, transparently decompressing ``.gz``, ``.xz`` and ``.bz2`` (compressed data that ends
+    early ends the file there, rejected in ``rejects`` under ``fmt`` with its place)."""
+    if path.suffix in COMPRESSED:
+        return _Decompressing(path, rejects, fmt)  # type: ignore[return-value]
     return open(path, "rb")
 
 
-def iter_byte_blocks(path: Path, read_bytes: int) -> Iterator[tuple[int, bytes]]:
-    """Yield ``(first line number, block)``: whole lines of a file (no final newline), never the file whole."""
+def iter_byte_blocks(path: Path, read_bytes: int, rejects: RejectLog | None = None,
+                     fmt: str = "input") -> Iterator[tuple[int, bytes]]:
+    """Yield ``(first line number, block)``: whole lines of a file (no final newline), never the file whole (a
+    compressed file cut short: up to the cut, rejected in ``rejects``, and its last line, cut with it, too: an Xid 79
+    cut to "Xid ... 7" must not be read as Xid 7)."""
     lineno = 1
     rest = b""
-    with open_binary(path) as fh:
+    with open_binary(path, rejects, fmt) as fh:
         while True:
             chunk = fh.read(read_bytes)
             if not chunk:
@@ -147,7 +212,12 @@ def iter_byte_blocks(path: Path, read_bytes: int) -> Iterator[tuple[int, bytes]]
             block = chunk[:cut]
             yield lineno, block
             lineno += block.count(b"\n") + 1
-    if rest:
+        cut_short = getattr(fh, "cut", None) is not None
+    if rest and cut_short:
+        if rejects is not None:
+            rejects.reject(fmt, f"{path}:{lineno}", "a line cut short with its compressed file",
+                           rest[:120].decode("utf-8", "replace"))
+    elif rest:
         yield lineno, rest
 
 
@@ -156,9 +226,10 @@ def decode_lines(block: bytes) -> list[str]:
     return block.decode("utf-8", errors="replace").split("\n")
 
 
-def iter_lines(path: Path, read_bytes: int) -> Iterator[tuple[int, list[str]]]:
+def iter_lines(path: Path, read_bytes: int, rejects: RejectLog | None = None,
+               fmt: str = "input") -> Iterator[tuple[int, list[str]]]:
     """Yield ``(first line number, lines)`` blocks of a text file, never holding it whole."""
-    for first, block in iter_byte_blocks(path, read_bytes):
+    for first, block in iter_byte_blocks(path, read_bytes, rejects, fmt):
         yield first, decode_lines(block)
 
 
@@ -171,7 +242,7 @@ def host_in_name(path: Path, marker: str) -> str | None:
 
 def read_tail(path: Path, size: int = 256) -> bytes | None:
     """The last ``size`` bytes of a plain file; None for a compressed one, empty when unreadable."""
-    if path.suffix == ".gz":
+    if path.suffix in COMPRESSED:
         return None
     try:
         with open(path, "rb") as fh:

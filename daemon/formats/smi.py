@@ -105,7 +105,7 @@ class SmiReader:
 
     def read(self, path: Path, ctx: ReadContext) -> Iterator[Batch]:
         rows: list[tuple[int, float, float]] = []  # (series id, ts, value)
-        for first, lines in iter_lines(path, ctx.read_bytes):
+        for first, lines in iter_lines(path, ctx.read_bytes, ctx.rejects, FORMAT):
             for k, line in enumerate(lines):
                 if line.strip():
                     self._record(line, f"{path}:{first + k}", ctx, rows)

@@ -44,7 +44,7 @@ class VmExportReader:
             sids, tss, vals, pending = [], [], [], 0
             return Batch(samples=frame)
 
-        for first, lines in iter_lines(path, ctx.read_bytes):
+        for first, lines in iter_lines(path, ctx.read_bytes, ctx.rejects, FORMAT):
             for offset, line in enumerate(lines):
                 if not line.strip():
                     continue

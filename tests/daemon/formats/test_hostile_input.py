@@ -145,3 +145,41 @@ def test_csv_junk(tmp_path_factory, junk, where):
     p.write_text("ts,entity,metric,value\n" + "\n".join(interleave(good, junk, where)) + "\n")
     s = read_all(ColumnarReader(), p, ReadContext(mapper=SeriesMapper())).samples
     assert {1772409630.0 + 30 * i for i in range(8)} <= set(s["ts"])
+
+
+def test_compressed_logs_and_one_cut_short(tmp_path):
+    """logrotate's gzip, xz or bzip2 (``compresscmd``) read as the plain file; a file cut short in a copy is read up
+    to the cut, the cut and the line cut with it rejected with their places, nothing raised, and a file cut before
+    any of its data is skipped saying so (a real kern.log, NVIDIA/gpu-operator#1146, many times over)."""
+    import bz2
+    import gzip
+    import lzma
+
+    from daemon.formats import TextLogReader, describe_unread, sniff
+    from tests.conftest import REAL
+
+    plain = (REAL / "quoted" / "gpu-operator-1146.kern.log").read_bytes() * 300
+    (tmp_path / "plain").mkdir()
+    (tmp_path / "plain" / "kern.log").write_bytes(plain)
+    ctx = ReadContext()
+    whole = read_all(TextLogReader(), tmp_path / "plain" / "kern.log", ctx).events
+    assert len(whole) == 600
+    for ext, module in ((".gz", gzip), (".xz", lzma), (".bz2", bz2)):
+        packed = tmp_path / f"kern.log{ext}"
+        packed.write_bytes(module.compress(plain))
+        assert isinstance(sniff(packed), TextLogReader)
+        got = read_all(TextLogReader(), packed, ReadContext()).events
+        assert got["ts"].tolist() == whole["ts"].tolist()
+    data = gzip.compress(plain)
+    cut = tmp_path / "cut" / "kern.log.gz"
+    cut.parent.mkdir()
+    cut.write_bytes(data[: len(data) * 2 // 3])
+    ctx = ReadContext()
+    got = read_all(TextLogReader(), cut, ctx).events
+    assert 0 < len(got) < 600 and got["ts"].tolist() == whole["ts"].tolist()[: len(got)]
+    reasons = [m.split(": ", 1)[1] for m in ctx.rejects.messages]
+    assert "compressed data ends or breaks (a file cut short?): read up to there" in reasons[0]
+    assert any(r.startswith("a line cut short with its compressed file") for r in reasons)
+    early = tmp_path / "early.kern.log.xz"
+    early.write_bytes(lzma.compress(plain)[:200])
+    assert sniff(early) is None and describe_unread(early).startswith("a compressed file cut short before any of its")
