@@ -49,6 +49,23 @@ def cmd_replay(args: argparse.Namespace) -> int:
     return 0
 
 
+def grouped_notes(notes: list[str]) -> list[str]:
+    """Notes that say the same of several files ("its times name no zone: read as UTC" of 640 dmesg files) as one
+    line with the count and the first few files, so a note said of one file only is not lost below them."""
+    by_text: dict[str, list[str]] = {}
+    for note in notes:
+        where, sep, text = note.partition(": ")
+        by_text.setdefault(text if sep else note, []).append(where if sep else "")
+    out = []
+    for text, places in by_text.items():
+        if len(places) == 1:
+            out.append(f"{places[0]}: {text}" if places[0] else text)
+        else:
+            shown = ", ".join(places[:3]) + (f" and {len(places) - 3} more" if len(places) > 3 else "")
+            out.append(f"{len(places)} files ({shown}): {text}")
+    return out
+
+
 def print_summary(console, result) -> None:
     """The end-of-replay summary: what was read, what was rejected, incidents by rack/node/category."""
     from rich.table import Table
@@ -67,7 +84,7 @@ def print_summary(console, result) -> None:
                   f"Xids merged across sources: {p.resolver.merged}")
     for path, why in s.skipped:
         console.print(f"  skipped {path}: {why}", markup=False, highlight=False)
-    for note in result.rejects.notes[:10]:
+    for note in grouped_notes(result.rejects.notes)[:10]:
         console.print(f"  note: {note}", markup=False, highlight=False)
     if s.jumps:
         longest = max(s.jumps, key=lambda j: j[1] - j[0])
