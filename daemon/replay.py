@@ -19,12 +19,12 @@ import numpy as np
 
 from daemon.batch import Batch
 from daemon.formats import ReadContext
-from daemon.formats.reader import parse_zone
 from daemon.naming import SeriesMapper
 from daemon.pipeline import Finding, Pipeline, PipelineConfig
 from daemon.rejects import RejectLog
 from daemon.store import Store
 from daemon.timeorder import TimeSpill
+from daemon.timetext import parse_zone
 from daemon.trace import Trace
 
 

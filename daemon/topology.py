@@ -27,6 +27,8 @@ from pathlib import Path
 
 import yaml
 
+from daemon.timetext import parse_zone
+
 
 # Accelerator id prefixes (docs/architecture.md §3): GPUs (NVIDIA, AMD), Ascend NPUs, Hygon DCUs named as their
 # tools do.
@@ -160,8 +162,6 @@ class Topology:
         for alias, node in (doc.get("aliases") or {}).items():
             topo.aliases[str(alias)] = str(node)
         if doc.get("timezone") is not None:
-            from daemon.formats.reader import parse_zone
-
             try:
                 parse_zone(str(doc["timezone"]))
             except ValueError as exc:

@@ -169,3 +169,19 @@ def follow(store, shard: str, name: str, step, interval_s: float, lease_ttl_s: f
     finally:
         lease.release()
     return 0
+
+
+def timezone_arg(p: argparse.ArgumentParser) -> None:
+    """``--timezone ZONE``: the zone of log stamps that name none, checked as the command line is read."""
+    from daemon.timetext import parse_zone
+
+    def zone(text: str) -> str:
+        try:
+            parse_zone(text)
+        except ValueError as exc:
+            raise argparse.ArgumentTypeError(str(exc)) from None
+        return text
+
+    p.add_argument("--timezone", metavar="ZONE", type=zone,
+                   help="the zone of times a log line names none of (syslog, dmesg -T, nvidia-smi CSV) when the hosts "
+                        "keep local time: Asia/Shanghai, +08:00 (default: topology.yaml's timezone, else UTC)")

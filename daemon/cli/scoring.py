@@ -7,7 +7,7 @@ import json
 import sys
 from pathlib import Path
 
-from daemon.cli.common import console_out, hours, print_table
+from daemon.cli.common import console_out, hours, print_table, timezone_arg
 
 def _vendor_table(by_vendor: dict):
     """Each vendor's figures side by side (raswarden / baseline)."""
@@ -34,7 +34,6 @@ def cmd_evaluate(args: argparse.Namespace) -> int:
 
     from lab.evaluate import compare
 
-    from daemon.formats.reader import parse_zone
     from detectors.bundle import IncompatibleModel, ModelBundle
 
     console = console_out()
@@ -42,11 +41,6 @@ def cmd_evaluate(args: argparse.Namespace) -> int:
         return _evaluate_matrix(args, console)
     if not args.trace:
         print("raswarden: error: evaluate needs trace directories (or --matrix)", file=sys.stderr)
-        return 2
-    try:
-        parse_zone(args.timezone or "UTC")
-    except ValueError as exc:
-        print(f"raswarden: error: --timezone: {exc}", file=sys.stderr)
         return 2
     try:
         model = ModelBundle.load(args.model) if args.model else None
@@ -159,7 +153,7 @@ def register(sub) -> None:
                                                   "resumed when it exists)")
     p.add_argument("--interval", type=float, default=30.0, help="tick interval in seconds (default 30)")
     p.add_argument("--model", metavar="DIR", help="add the learned detectors of a model from 'raswarden train'")
-    p.add_argument("--timezone", metavar="ZONE", help="the zone of log times that name none, as replay takes it")
+    timezone_arg(p)
     m = p.add_argument_group("matrix")
     m.add_argument("--matrix", action="store_true", help="evaluate over the matrix of simulated fleets")
     m.add_argument("--sampling", default="15s,60s,300s,mixed", help="matrix cells' sampling: 10s, 15s, 60s, 300s, "

@@ -7,24 +7,17 @@ import sys
 from collections import Counter
 from pathlib import Path
 
-from daemon.cli.common import console_out, fmt_duration, fmt_ts, print_table, progress_bar
+from daemon.cli.common import console_out, fmt_duration, fmt_ts, print_table, progress_bar, timezone_arg
 
 def cmd_replay(args: argparse.Namespace) -> int:
     from rich.console import Console
 
-    from daemon.formats.reader import parse_zone
     from daemon.pipeline import PipelineConfig
     from daemon.replay import replay
 
     err = Console(stderr=True)
     out = console_out()
     config = PipelineConfig(interval_s=args.interval)
-    if args.timezone:
-        try:
-            parse_zone(args.timezone)
-        except ValueError as exc:
-            print(f"raswarden: error: --timezone: {exc}", file=sys.stderr)
-            return 2
     findings_fh = open(args.findings, "w") if args.findings else None
     try:
         with progress_bar(err) as bar:
@@ -137,18 +130,14 @@ def cmd_convert(args: argparse.Namespace) -> int:
     import shutil
 
     from daemon.formats import ColumnarWriter, ReadContext
-    from daemon.formats.reader import parse_zone
     from daemon.naming import SeriesMapper
+    from daemon.timetext import parse_zone
     from daemon.trace import Trace
 
     trace = Trace.discover(args.trace)
     topology = trace.topology()
     mapper = SeriesMapper(topology=topology)
-    try:
-        ctx = ReadContext(mapper=mapper, zone=parse_zone(args.timezone or topology.timezone or "UTC"))
-    except ValueError as exc:
-        print(f"raswarden: error: --timezone: {exc}", file=sys.stderr)
-        return 2
+    ctx = ReadContext(mapper=mapper, zone=parse_zone(args.timezone or topology.timezone or "UTC"))
     out = Path(args.out)
     writer = ColumnarWriter(out, args.format)
     for path, reader in trace.files:
@@ -176,9 +165,7 @@ def register(sub) -> None:
     p.add_argument("--db", metavar="URL", help="also record findings and incidents in this database "
                                                "(e.g. sqlite:///replay.db or postgresql+psycopg://...)")
     p.add_argument("--interval", type=float, default=30.0, help="tick interval in seconds (default 30)")
-    p.add_argument("--timezone", metavar="ZONE", help="the zone of times a log line names none of (syslog, dmesg -T, "
-                                                      "nvidia-smi CSV) when the hosts keep local time: Asia/Shanghai, "
-                                                      "+08:00 (default: topology.yaml's timezone, else UTC)")
+    timezone_arg(p)
     p.set_defaults(func=cmd_replay)
 
     p = sub.add_parser("convert", help="write a trace in the long columnar form (Parquet or CSV)",
@@ -187,7 +174,5 @@ def register(sub) -> None:
     p.add_argument("trace", nargs="+", help="trace directories or files")
     p.add_argument("--out", required=True, metavar="DIR", help="output directory")
     p.add_argument("--format", choices=("parquet", "csv"), default="parquet")
-    p.add_argument("--timezone", metavar="ZONE", help="the zone of times a log line names none of (syslog, dmesg -T, "
-                                                      "nvidia-smi CSV) when the hosts keep local time: Asia/Shanghai, "
-                                                      "+08:00 (default: topology.yaml's timezone, else UTC)")
+    timezone_arg(p)
     p.set_defaults(func=cmd_convert)

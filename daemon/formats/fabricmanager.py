@@ -22,10 +22,11 @@ from collections.abc import Iterator
 from pathlib import Path
 
 from daemon.batch import Batch
-from daemon.formats.reader import ReadContext, iter_lines, note_zoneless, zoneless_epoch
+from daemon.formats.reader import ReadContext, iter_lines, note_zoneless
 from daemon.formats.kernel_events import KernelEvent
 from daemon.formats.kernellog import EventRows
 from daemon.topology import normalize_pci
+from daemon.timetext import zoneless_epoch
 
 FORMAT = "fabricmanager"
 STAMP = re.compile(r"^\[([A-Z][a-z]{2} +\d{1,2} \d{4} \d{2}:\d{2}:\d{2})\] \[([A-Z]+)\] ")

@@ -30,8 +30,9 @@ from collections.abc import Iterator
 
 from daemon import metrics
 from daemon.batch import Batch
-from daemon.formats.reader import ReadContext, host_in_name, iter_lines, note_zoneless, zoneless_epoch
+from daemon.formats.reader import ReadContext, host_in_name, iter_lines, note_zoneless
 from daemon.formats.kernel_events import CperRecords, KernelEvent, MessageJoiner, parse_kernel_message
+from daemon.timetext import zoneless_epoch
 from detectors.schema import events_frame
 
 UTC = dt.UTC

@@ -22,7 +22,8 @@ from pathlib import Path
 
 from daemon.batch import Batch
 from daemon.formats.openmetrics import points_batch
-from daemon.formats.reader import ReadContext, host_in_name, iter_lines, note_zoneless, zoneless_epoch
+from daemon.formats.reader import ReadContext, host_in_name, iter_lines, note_zoneless
+from daemon.timetext import zoneless_epoch
 
 FORMAT = "nvidia_smi_csv"
 # nvidia-smi's unit suffixes in the header -> the exporter's metric suffix and factor (knownUnitSuffixes)

@@ -510,7 +510,7 @@ def test_a_log_kept_in_local_time_is_read_in_the_zone_named(tmp_path, ctx):
     import datetime as dt
     import shutil
 
-    from daemon.formats.reader import parse_zone
+    from daemon.timetext import parse_zone
 
     path = tmp_path / "kern.log"
     shutil.copy(QUOTED / "gpu-operator-1146.kern.log", path)
