@@ -265,7 +265,7 @@ class SimScheduler:
                     if job.requested:
                         acct.checkpoints_requested += gpu_h * share
                     if job.busy_s <= 0 and job.requested:  # the launcher confirms, as a real job would
-                        job.requested, job.comment = False, "raswarden:checkpointed"
+                        job.requested, job.comment = False, f"raswarden:checkpointed {now:.0f}"
                 else:
                     acct.restarts += gpu_h * share
             if left > 0:

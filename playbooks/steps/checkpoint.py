@@ -17,14 +17,16 @@ class Checkpoint(StepHandler):
         return raw
 
     def execute(self, ctx, action, st, state) -> str:
-        signalled, left = [], []
+        signalled, left, comments = [], [], {}
         for job in state.jobs_on(action.node):
             if job.checkpoint_opt_in:
                 ctx.scheduler.signal_job(job.id, st.params.get("signal", "USR1"))
                 signalled.append(job.id)
+                comments[job.id] = job.comment  # an earlier confirmation still there is not this one's
             else:
                 left.append(job.id)
-        st.detail.update(signalled=signalled, left_running=left)
+        st.detail.update(signalled=signalled, left_running=left, signalled_at=ctx.clock(),
+                         comments_at_signal=comments)
         return "done"
 
     def describe(self, ctx, action, st, state) -> str:

@@ -1,5 +1,6 @@
 """``wait_checkpoint``: until each signalled job confirms its checkpoint (a marker file, its job comment, or a
-command), or the step's timeout."""
+command), or the step's timeout. When each confirmation was first seen is kept (``confirmed_at``): with the
+checkpoint step's ``signalled_at`` it is the job's measured checkpoint cost (daemon/advice.py)."""
 
 from __future__ import annotations
 
@@ -30,11 +31,17 @@ class WaitCheckpoint(StepHandler):
         return raw
 
     def execute(self, ctx, action, st, state) -> str:
-        signalled = next((s.detail.get("signalled", []) for s in action.steps if s.type == "checkpoint"), [])
+        signalling = next((s for s in action.steps if s.type == "checkpoint"), None)
+        signalled = signalling.detail.get("signalled", []) if signalling else []
+        before = signalling.detail.get("comments_at_signal", {}) if signalling else {}
         pending = []
+        confirmed = st.detail.setdefault("confirmed_at", {})  # job -> when its confirmation was first seen
         for job_id in signalled:
             job = state.jobs.get(job_id)
-            if job is None or job.state != "running" or self._confirmed(action, st, job_id, job.comment):
+            if job is None or job.state != "running" or job_id in confirmed:
+                continue
+            if self._confirmed(action, st, job_id, job.comment, before.get(job_id)):
+                confirmed[job_id] = ctx.clock()
                 continue
             pending.append(job_id)
         st.detail["waiting_for"] = pending
@@ -46,10 +53,14 @@ class WaitCheckpoint(StepHandler):
         return "waiting"
 
     @staticmethod
-    def _confirmed(action, st, job_id: str, comment: str) -> bool:
+    def _confirmed(action, st, job_id: str, comment: str, at_signal: str | None = None) -> bool:
         how = st.params.get("confirm", "marker")
         if how == "comment":
-            return re.search(st.params["comment_pattern"], comment or "") is not None
+            # A comment that confirmed an earlier checkpoint (the job was signalled before, on another node) is not
+            # this checkpoint's confirmation: it must have changed since the signal (a job writes the time in it).
+            pattern = st.params["comment_pattern"]
+            stale = at_signal is not None and re.search(pattern, at_signal) is not None
+            return re.search(pattern, comment or "") is not None and not (stale and comment == at_signal)
         if how == "marker":
             return os.path.exists(render(st.params["marker"], values(action, job_id)))
         command = [render(a, values(action, job_id)) for a in st.params["command"]]

@@ -25,7 +25,7 @@ D={jobs}
 # On USR1: save a checkpoint, then tell raswarden through the job comment (the built-in playbook waits for it).
 checkpoint() {{
   echo "step=$i node=$SLURMD_NODENAME" >> $D/ckpt-$SLURM_JOB_ID
-  scontrol update JobId=$SLURM_JOB_ID Comment=raswarden:checkpointed
+  scontrol update JobId=$SLURM_JOB_ID Comment="raswarden:checkpointed $(date +%s)"
 }}
 trap checkpoint USR1
 trap 'echo "TERM" >> $D/log-$SLURM_JOB_ID; exit 143' TERM

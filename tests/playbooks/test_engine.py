@@ -83,7 +83,8 @@ def test_checkpoint_timeout_goes_on_and_non_opted_jobs_are_not_signalled(world):
     action = eng.submit(incident(node), sched.snapshot())
     eng.run()
     a = StoreJournal(store).get(action.key)
-    assert a.steps[1].detail == {"signalled": [], "left_running": ["j3"]}
+    assert a.steps[1].detail == {"signalled": [], "left_running": ["j3"], "signalled_at": clock.t,
+                                 "comments_at_signal": {}}
     assert a.status == "done" and DRAIN in sched.snapshot().nodes[node].states
     # the requeue leaves it running too: its TERM would cost j3 the work since its own last checkpoint
     assert a.steps[4].type == "requeue" and a.steps[4].detail["requeued"] == []
@@ -289,7 +290,32 @@ def test_builtin_playbook_waits_for_the_jobs_comment(world):
     eng.run()
     a = StoreJournal(store).get(action.key)
     assert a.status == "done" and DRAIN in sched.snapshot().nodes[node].states
-    assert sched.jobs["j0"].comment == "raswarden:checkpointed" and sched.jobs["j0"].restarts == 1
+    assert sched.jobs["j0"].comment.startswith("raswarden:checkpointed ") and sched.jobs["j0"].restarts == 1
+    steps = StoreJournal(store).get(action.key).steps
+    # the measured checkpoint cost (daemon/advice.py): signal to confirmation, as the playbook's passes saw them
+    assert steps[2].detail["confirmed_at"]["j0"] - steps[1].detail["signalled_at"] == 61.0
+
+
+def test_an_earlier_confirmation_still_in_the_comment_is_not_this_checkpoints(world):
+    """A job confirmed a checkpoint once (raswarden:checkpointed in its comment, as Slurm keeps it) and is signalled
+    again for another incident: the old comment does not confirm the new checkpoint; a new one does."""
+    store, sched = world
+    clock = Clock()
+    eng = engine(store, sched, clock=clock)
+    node = node_of(sched, "j0")
+    job = sched.jobs["j0"]
+    sched.signal_job = lambda job_id, signal: None  # a launcher that leaves its comment as it was until it is done
+    job.comment = "raswarden:checkpoint raswarden:checkpointed 1000"
+    action = eng.submit(incident(f"{node}/gpu2"), sched.snapshot())
+    eng.run()
+    clock.t += 30
+    eng.run()
+    assert StoreJournal(store).get(action.key).steps[2].detail["waiting_for"] == ["j0"]
+    job.comment = "raswarden:checkpoint raswarden:checkpointed 1090"
+    clock.t += 30
+    eng.run()
+    a = StoreJournal(store).get(action.key)
+    assert a.steps[2].status == "done" and a.steps[2].detail["confirmed_at"] == {"j0": clock.t}
 
 
 def test_a_node_drained_once_is_not_a_repeat_offender(world):
