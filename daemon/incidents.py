@@ -37,6 +37,13 @@ class Incident:
     closed_at: float | None = None
     close_reason: str = ""
     parent: str | None = None  # the rack/cooling incident this one is grouped under
+    failed_at: float | None = None  # when it first became failed
+
+    def mark_failed(self, ts: float) -> None:
+        """Note the first time the incident's severity is ``failed`` (a hard failure, as daemon/foresight.py counts
+        them)."""
+        if self.failed_at is None and self.severity == State.FAILED:
+            self.failed_at = ts
 
     @property
     def open(self) -> bool:
@@ -47,7 +54,7 @@ class Incident:
         """The incident as the store holds it (an ``IncidentRow``)."""
         return cls(row.id, row.fingerprint, row.entity, row.kind, row.category, State.parse(row.severity),
                    row.opened_at, row.updated_at, row.rack, list(row.evidence or []), row.closed_at,
-                   row.close_reason, row.parent)
+                   row.close_reason, row.parent, getattr(row, "failed_at", None))
 
 
 def incident_id(fingerprint: str, opened_at: float) -> str:
@@ -109,6 +116,7 @@ def cluster_raise(inc: Incident, worst: State, reason: str, now: float, new: boo
     if not new and reason in inc.evidence and worst <= inc.severity:
         return False
     inc.severity = max(inc.severity, worst)
+    inc.mark_failed(now)
     if reason not in inc.evidence:
         inc.evidence.append(reason)
     inc.updated_at = now
@@ -177,6 +185,7 @@ class IncidentBook:
             for r in reasons:
                 if r not in inc.evidence:
                     inc.evidence.append(r)
+        inc.mark_failed(ts)
         self.changed.append(inc)
         return inc
 

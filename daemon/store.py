@@ -78,6 +78,7 @@ class IncidentRow(SQLModel, table=True):
     close_reason: str = ""
     parent: str | None = Field(default=None, index=True)
     evidence: list = Field(default_factory=list, sa_column=Column(JSON, nullable=False))
+    failed_at: float | None = None  # when it first became failed (a hard failure; daemon/foresight.py)
 
 
 class ActionRow(SQLModel, table=True):
@@ -357,6 +358,7 @@ class Store:
                     category=inc.category, severity=inc.severity.label, status="open" if inc.open else "closed",
                     opened_at=inc.opened_at, updated_at=inc.updated_at, closed_at=inc.closed_at, rack=inc.rack,
                     close_reason=inc.close_reason, evidence=list(inc.evidence), parent=inc.parent,
+                    failed_at=inc.failed_at,
                 ))
             for h in health:
                 s.merge(HealthRow(**h))
