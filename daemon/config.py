@@ -92,6 +92,26 @@ class RepairsConfig:
 
 
 @dataclass
+class AdviceConfig:
+    """``[advice]``: checkpoint-interval advice per job from raswarden's measured foresight (daemon/advice.py)."""
+
+    enabled: bool = True
+    # where each running opted-in job's advice is written as <job id>.json: a filesystem the jobs' nodes see
+    # ("": no files; the API and /metrics still give it)
+    directory: str = ""
+    quantile: float = 0.9  # the upper bound of the unforeseen failure rate the interval is built on
+    window_days: float = 180.0  # the journal read
+    cost_s: float = 60.0  # a job's checkpoint cost when neither measured nor declared
+    restart_s: float = 600.0  # a job's restart cost when not declared
+    min_interval_s: float = 600.0
+    max_interval_s: float = 24 * 3600.0  # never advise longer, whatever the evidence
+    every_s: float = 300.0  # how often advice is made; a file older than three times this is stale
+    prior_per_node_year: float = 1.4  # the fleet's hard failures a node-year before raswarden has seen any
+    prior_failures: float = 1.0  # what that prior weighs, in failures
+    prior_incident_hours: float = 24.0  # one failure in this many hours of an open sub-healthy incident, before data
+
+
+@dataclass
 class Config:
     path: Path | None = None
     store_url: str = DEFAULT_URL
@@ -106,6 +126,7 @@ class Config:
     http: HttpConfig = field(default_factory=HttpConfig)
     collectors: list[dict[str, Any]] = field(default_factory=list)
     repairs: RepairsConfig = field(default_factory=RepairsConfig)
+    advice: AdviceConfig = field(default_factory=AdviceConfig)
     shards: dict[str, ShardSpec] = field(default_factory=dict)  # [shards.NAME]: empty, one shard owns everything
 
 
@@ -200,6 +221,7 @@ def parse(raw: dict[str, Any], path: Path | None = None) -> Config:
     _http(cfg, raw.pop("http", {}))
     _collectors(cfg, raw.pop("collectors", []))
     _repairs(cfg, raw.pop("repairs", {}))
+    _advice(cfg, raw.pop("advice", {}))
     _shards(cfg, raw.pop("shards", {}))
     _no_more(raw, "top level")
     return cfg
@@ -288,6 +310,25 @@ def _repairs(cfg: Config, rp: dict[str, Any]) -> None:
     if out.idle_check_every_s and not out.validation_command:
         raise ConfigError("repairs.idle_check_every_s: needs repairs.validation_command (the check to run)")
     _no_more(rp, "repairs")
+
+
+def _advice(cfg: Config, ad: dict[str, Any]) -> None:
+    ad = dict(ad)
+    out = cfg.advice
+    out.enabled = _take(ad, "enabled", bool, "advice", out.enabled)
+    out.directory = _take(ad, "directory", str, "advice", out.directory)
+    for key in ("window_days", "cost_s", "restart_s", "min_interval_s", "max_interval_s", "every_s",
+                "prior_per_node_year", "prior_failures", "prior_incident_hours"):
+        value = _take(ad, key, float, "advice", getattr(out, key))
+        if value <= 0:
+            raise ConfigError(f"advice.{key}: must be positive")
+        setattr(out, key, value)
+    out.quantile = _take(ad, "quantile", float, "advice", out.quantile)
+    if not 0.5 <= out.quantile < 1.0:
+        raise ConfigError("advice.quantile: from 0.5 (the rate's median) up to, not including, 1")
+    if out.max_interval_s < out.min_interval_s:
+        raise ConfigError("advice.max_interval_s: must be at least advice.min_interval_s")
+    _no_more(ad, "advice")
 
 
 def _http(cfg: Config, ht: dict[str, Any]) -> None:
