@@ -128,6 +128,18 @@ REPAIR_TIME = Gauge("raswarden_repair_time_median_seconds", "Median time from a 
                     "back in service after validation, over the last 30 days.", registry=REGISTRY)
 REPAIR_ORDERS = Gauge("raswarden_repair_orders", "Repair orders by state (daemon/repairs.py).", ["state"],
                       registry=REGISTRY)
+CHECKPOINT_ADVICE = Gauge("raswarden_checkpoint_advice_seconds", "The periodic checkpoint interval advised to each "
+                          "running opted-in job (daemon/advice.py; label task: the job's id).", ["task"],
+                          registry=REGISTRY)
+CHECKPOINT_ADVICE_SAFE = Gauge("raswarden_checkpoint_advice_safe", "1 while the safe interval is advised to every job "
+                               "(detection degraded: a collector failing, the playbooks' breaker open).",
+                               registry=REGISTRY)
+FORESIGHT = Gauge("raswarden_hard_failures", "Hard failures over the advice window (daemon/foresight.py): acted on "
+                  "ahead (averted ones included), warned of by an open incident but not acted on, unwarned.",
+                  ["before"], registry=REGISTRY)
+UNWARNED_RATE = Gauge("raswarden_unwarned_failures_per_node_year", "Rate of hard failures no open incident warned "
+                      "of, a node-year: the posterior mean and the upper bound advice is built on.", ["bound"],
+                      registry=REGISTRY)
 RELOADS = Counter("raswarden_config_reloads_total", "Config reloads (SIGHUP), applied or refused.", ["result"],
                   registry=REGISTRY)
 JOB_FAILURES = Counter("raswarden_job_failures_total", "Scheduled jobs that raised, by job (label task: not job, "

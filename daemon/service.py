@@ -39,11 +39,13 @@ from pathlib import Path
 
 import numpy as np
 from daemon import metrics
+from daemon.advice import Advisor, JobAdvice, detection_state, write_files
 from daemon.alerting.runner import Alerting
 from daemon.batch import Batch
 from daemon.collectors import Collector, Outcome, build, merge_batches
 from daemon.config import Config, ConfigError, load
 from daemon.cooling import CoolingLoops
+from daemon.foresight import YEAR_H
 from daemon.formats.reader import ReadContext
 from daemon.jobs import Job, JobRunner
 from daemon.lease import Lease, claim_lease, shard_lease
@@ -145,6 +147,7 @@ class Service:
         old_pool = getattr(self, "_pool", None)
         self.ctx, self.collectors, self.pipeline, self.ownership = ctx, collectors, pipeline, ownership
         self.remediation, self.alerting = remediation, alerting
+        self.advisor = Advisor(cfg.advice)
         pipeline.incidents.groups_rack = lambda rack: rack not in ownership.split_racks
         self.cooling = CoolingLoops(topology)
         self.split_racks = SplitRacks(split_racks(cfg.shards, topology), topology)
@@ -396,6 +399,34 @@ class Service:
         self._reliability_metrics(orders)
         return counts
 
+    def advise(self) -> dict[str, JobAdvice] | None:
+        """Checkpoint-interval advice for every running opted-in job (daemon/advice.py): on /metrics, in the API and,
+        with ``[advice] directory``, a file per job. The safe interval for all while a collector fails or the
+        playbooks' breaker is open, for a job on a node without telemetry."""
+        with self.playbook_lock:
+            if not self.cfg.advice.enabled or not self.lease.held():
+                return None
+            now = self.clock()
+            state = self.remediation.engine.scheduler.snapshot()
+            degraded, stale = detection_state(self.store, self.remediation.journal.breaker(),
+                                              [name for name, o in self.last.outcomes.items() if not o.ok],
+                                              self.remediation.scheduler_names)
+            advice = self.advisor.run(self.store, state, now, degraded, stale, self.remediation.scheduler_names)
+        if self.cfg.advice.directory:
+            write_files(self.cfg.advice.directory, advice)
+        metrics.CHECKPOINT_ADVICE.clear()
+        for job, a in advice.items():
+            metrics.CHECKPOINT_ADVICE.labels(job).set(a.interval_s)
+        metrics.CHECKPOINT_ADVICE_SAFE.set(1 if degraded else 0)
+        fs = self.advisor.foresight
+        metrics.FORESIGHT.labels("acted").set(fs.foreseen)
+        metrics.FORESIGHT.labels("warned").set(fs.unforeseen - fs.unwarned)
+        metrics.FORESIGHT.labels("unwarned").set(fs.unwarned)
+        metrics.UNWARNED_RATE.labels("mean").set(fs.rate("unwarned") * YEAR_H)
+        metrics.UNWARNED_RATE.labels(f"q{self.cfg.advice.quantile:g}").set(
+            fs.rate("unwarned", self.cfg.advice.quantile) * YEAR_H)
+        return advice
+
     def _reliability_metrics(self, orders: dict[str, int]) -> None:
         """The last 30 days' repair figures on /metrics: read again when the orders' counts by state change, else
         every 10 minutes (the 30 days slide), not at every playbook pass."""
@@ -560,6 +591,8 @@ class Service:
         jobs = [self._cycle_job(), Job("playbooks", self.playbooks, sv.playbook_interval_s),
                 Job("alerts", self.alerts, sv.alert_interval_s),
                 Job("housekeeping", self.housekeeping, sv.housekeeping_interval_s, first_now=False)]
+        if self.cfg.advice.enabled:
+            jobs.append(Job("advice", self.advise, self.cfg.advice.every_s, first_now=False))
         if sv.retrain_interval_s:
             jobs.append(Job("retrain", self.retrain, sv.retrain_interval_s, first_now=False))
         if self.notifier.watchdog_s:

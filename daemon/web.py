@@ -12,6 +12,7 @@
 | POST | ``/api/v1/nodes/{node}/resume`` ``{"reason", "by", "force", "repaired"}`` (``/drain``) | by hand |
 | GET | ``/api/v1/repairs[?state=all]`` | repair orders: the queue (open to validating), or all |
 | GET | ``/api/v1/idle-checks`` | the active checks of idle nodes: each node's running or last one |
+| GET | ``/api/v1/advice``, ``/api/v1/advice/{job}`` | checkpoint advice: the foresight and every job's, or one |
 | POST | ``/api/v1/repairs/{id}/start`` ``{"by", "note"}`` (``/done`` + ``"part_serial"``, ``/give-back``) | by hand |
 
 Writes need ``Authorization: Bearer <token>`` (``[http] token_file``/``token_credential``); without a
@@ -100,6 +101,17 @@ def repairs_json(service, everything: bool = False) -> list[dict]:
     from daemon.repairs import ACTIVE
 
     return [r.model_dump() for r in service.remediation.repairs.orders(None if everything else ACTIVE)]
+
+
+def advice_json(service, job: str | None = None) -> dict | None:
+    """The checkpoint advice as last made (daemon/advice.py): the foresight it stands on and every job's, or one
+    job's (None: no advice for it)."""
+    advice = service.advisor.last
+    if job is not None:
+        return advice[job].as_dict() if job in advice else None
+    fs = service.advisor.foresight
+    return {"foresight": fs.summary(service.cfg.advice.quantile) if fs is not None else None,
+            "jobs": {j: a.as_dict() for j, a in sorted(advice.items())}}
 
 
 def idle_checks_json(service) -> list[dict]:
@@ -464,6 +476,13 @@ def _handler(service, token: str | None, timeout_s: float = 10.0):
                     self._json(200, repairs_json(service, parse_qs(url.query).get("state", [""])[0] == "all"))
                 elif path == "/api/v1/idle-checks":
                     self._json(200, idle_checks_json(service))
+                elif path == "/api/v1/advice":
+                    self._json(200, advice_json(service))
+                elif path.startswith("/api/v1/advice/") and path.count("/") == 4:
+                    one = advice_json(service, path.rsplit("/", 1)[1])
+                    self._json(200 if one is not None else 404,
+                               one if one is not None else {"error": "no advice for that job (not running, not "
+                                                                     "opted in, or not advised yet)"})
                 else:
                     self._json(404, {"error": f"no such path {url.path}"})
             except Exception as exc:

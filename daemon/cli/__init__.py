@@ -9,10 +9,10 @@ import signal
 import sys
 
 from daemon import __version__
-from daemon.cli import alerts, operate, repair, scoring, simulation, traces
+from daemon.cli import advise, alerts, operate, repair, scoring, simulation, traces
 from daemon.cli.common import CommandError
 
-COMMAND_GROUPS = (traces, scoring, simulation, operate, alerts, repair)
+COMMAND_GROUPS = (traces, scoring, simulation, operate, alerts, repair, advise)
 """The modules whose commands ``raswarden`` has, in the order ``--help`` lists them."""
 
 

@@ -26,6 +26,10 @@ def test_minimal_and_defaults(tmp_path):
     ({"alertng": {}}, "top level: unknown key(s) alertng"),
     ({"alerting": {"runbooks": {"gpu_memroy": "see wiki"}}}, "alerting.runbooks.gpu_memroy: not a category"),
     ({"http": {"max_connections": 0}}, "http.max_connections and http.request_timeout_s: must be positive"),
+    ({"advice": {"quantile": 1.0}}, "advice.quantile: from 0.5"),
+    ({"advice": {"cost_s": -1}}, "advice.cost_s: must be positive"),
+    ({"advice": {"min_interval_s": 7200, "max_interval_s": 3600}}, "advice.max_interval_s: must be at least"),
+    ({"advice": {"directroy": "/x"}}, "advice: unknown key(s) directroy"),
 ])
 def test_errors_name_the_key(raw, message):
     with pytest.raises(ConfigError) as exc:

@@ -269,3 +269,27 @@ def test_the_shipped_minimal_config_is_the_one_init_writes():
     from tests.conftest import ROOT
 
     assert (ROOT / "systemd" / "raswarden.toml").read_text() == minimal_config()
+
+
+def test_advise_gives_the_foresight_and_says_when_a_job_has_no_advice(tmp_path, capsys):
+    """``raswarden advise`` on a journal of hand-made failures without a scheduler: the foresight by class and rack
+    (tests/playbooks/test_slurm_advice.py has it with a real Slurm's jobs)."""
+    from tests.daemon.test_foresight import T0, incident, journal, step
+
+    store, _ = journal(tmp_path / "db", nodes=4, days=1)
+    inc = incident(store, "n01/gpu3", "gpu_memory", T0 + 3600, failed=T0 + 7200)
+    step(store, inc, "drain", T0 + 4000)
+    incident(store, "n02/mlx5_0:1", "fabric_link", T0 + 3600, failed=T0 + 4 * 3600)
+    store.close()
+    cfg = tmp_path / "r.toml"
+    cfg.write_text(f'[store]\nurl = "sqlite:///{tmp_path / "db" / "state.db"}"\n[advice]\nwindow_days = 100000\n')
+    assert main(["advise", "--config", str(cfg)]) == 0
+    out = capsys.readouterr().out
+    assert "2 hard failures" in out and "1 acted on ahead, 1 warned of only, 0 unwarned" in out
+    assert "fabric_link\t0\t1\t0" in out and "no running job has opted in" in out
+    assert main(["advise", "--config", str(cfg), "--json"]) == 0
+    data = json.loads(capsys.readouterr().out)
+    assert data["jobs"] == {} and data["foresight"]["by_class"]["gpu_memory"] == {"foreseen": 1, "warned": 0,
+                                                                                  "unwarned": 0}
+    assert main(["advise", "77", "--config", str(cfg)]) == 1
+    assert "no advice for job 77" in capsys.readouterr().err

@@ -264,3 +264,46 @@ def test_the_repair_queue_in_the_api_and_on_the_status_page(tmp_path):
         assert [o["state"] for o in json.loads(get(f"{base}/api/v1/repairs?state=all")[1])] == ["closed"]
     finally:
         svc.stop()
+
+
+def test_checkpoint_advice_in_the_api_on_metrics_and_in_files(tmp_path):
+    """The service's advice job (daemon/advice.py): every running opted-in job advised, on /api/v1/advice, its own
+    path, /metrics and a file per job; a collector failing turns every job's advice to the safe interval at once.
+    The scheduler is the project's simulated Slurm (tests/playbooks/test_slurm_advice.py has the real one)."""
+    from daemon.collectors import Outcome
+    from lab.sim.cluster import SimJob, SimScheduler
+
+    port = free_port()
+    advice_dir = tmp_path / "advice"
+    (tmp_path / "a.toml").write_text(f'[store]\nurl = "sqlite:///{tmp_path / "a.db"}"\n'
+                                     f'[http]\nlisten = "127.0.0.1:{port}"\n'
+                                     f'[advice]\ndirectory = "{advice_dir}"\nevery_s = 3600.0\n')
+    svc = Service(load(tmp_path / "a.toml"))
+    sched = SimScheduler([f"node{i}" for i in range(1, 5)])
+    sched.submit(SimJob("j1", 2, 1e6, opt_in=True, comment="raswarden:checkpoint cost=90"))
+    sched.submit(SimJob("j2", 1, 1e6, opt_in=False))
+    sched.step(0.0)
+    svc.remediation.engine.scheduler = sched
+    svc.start()
+    base = f"http://127.0.0.1:{port}"
+    try:
+        until(lambda: svc.active)
+        advice = svc.advise()
+        assert set(advice) == {"j1"} and advice["j1"].checkpoint_cost_s == 90.0 and not advice["j1"].safe
+        code, body = get(f"{base}/api/v1/advice")
+        data = json.loads(body)
+        assert code == 200 and data["jobs"]["j1"]["interval_s"] == round(advice["j1"].interval_s, 1)
+        assert data["foresight"]["hard_failures"] == 0 and data["foresight"]["per_node_year"]["all"] == 1.4
+        assert json.loads(get(f"{base}/api/v1/advice/j1")[1])["cost_from"] == "declared"
+        assert get(f"{base}/api/v1/advice/j2")[0] == 404  # not opted in
+        metrics = get(f"{base}/metrics")[1].decode()
+        assert re.search(r'raswarden_checkpoint_advice_seconds\{task="j1"\} \d', metrics)
+        assert "raswarden_checkpoint_advice_safe 0.0" in metrics
+        assert json.loads((advice_dir / "j1.json").read_text())["job"] == "j1"
+        svc.last.outcomes["dcgm"] = Outcome(errors=["dcgm: connection refused"])
+        safe = svc.advise()["j1"]
+        assert safe.safe and "collector dcgm failing" in safe.why
+        assert safe.interval_s == advice["j1"].safe_interval_s <= advice["j1"].interval_s
+        assert "raswarden_checkpoint_advice_safe 1.0" in get(f"{base}/metrics")[1].decode()
+    finally:
+        svc.stop()
