@@ -73,6 +73,10 @@ def main() -> None:
     ap.add_argument("--repair-hours", type=float, default=24.0, help="repair time of a node taken out (hours)")
     ap.add_argument("--bad-repairs", type=float, default=0.0, metavar="SHARE",
                     help="the share of repairs that leave the fault in place")
+    ap.add_argument("--checkpoint-policy", default="fixed", choices=("fixed", "daly", "advised"),
+                    help="how jobs choose their periodic checkpoint interval: every hour (fixed), the best fixed "
+                         "interval for their size at the scenario's failure rate (daly), or raswarden's advice "
+                         "(advised; docs/playbooks.md)")
     ap.add_argument("--jobs", type=int, default=2)
     ap.add_argument("--out", type=Path, default=ROOT / "bench" / "results" / "closedloop.json")
     ap.add_argument("--report", action="store_true", help="only print the table of --out")
@@ -101,7 +105,8 @@ def main() -> None:
 
     tick = None if args.tick in (None, args.interval) else args.tick
     loop = {k: v for k, v in (("repair_orders", args.repair_orders), ("repair_s", args.repair_hours * 3600.0),
-                              ("bad_repair_share", args.bad_repairs), ("tick_s", tick))
+                              ("bad_repair_share", args.bad_repairs), ("tick_s", tick),
+                              ("checkpoint_policy", args.checkpoint_policy))
             if v != getattr(LoopOptions(), k)}
     try:
         LoopOptions(interval_s=args.interval, tick_s=tick).ticks_every()

@@ -2,12 +2,14 @@
 
 from __future__ import annotations
 
+import math
 import tempfile
 from pathlib import Path
 
 import numpy as np
 
-from daemon.config import Config
+from daemon.advice import Advisor
+from daemon.config import AdviceConfig, Config
 from daemon.naming import SeriesMapper
 from daemon.pipeline import Pipeline, PipelineConfig
 from daemon.rejects import RejectLog
@@ -17,7 +19,8 @@ from daemon.timeorder import tick_index
 from daemon.topology import Topology
 from lab.closedloop.options import POLICIES, LoopOptions
 from lab.closedloop.outcome import Actions, LoopResult, repair_figures, score
-from lab.closedloop.world import Faults, Technician, follow_the_scheduler, plan_jobs, return_repaired
+from lab.closedloop.world import (Faults, Technician, follow_advice, follow_the_scheduler, plan_jobs,
+                                  return_repaired)
 from lab.sim.cluster import SimScheduler
 from lab.sim.simulator import SimChunk, Simulator, chunk_to_batch
 
@@ -64,7 +67,14 @@ def run(sim: Simulator, policy: str, opts: LoopOptions | None = None, model=None
     faults = [lb for lb in sim.labels() if not lb["fault"].startswith("benign_")]
     world = Faults(sim, opts)
     sched = SimScheduler(list(sim.topo.nodes), sim.topo.gpus_per_node)
-    for job in plan_jobs(sim, opts):
+    jobs = plan_jobs(sim, opts)
+    advisor = None
+    if opts.checkpoint_policy == "advised":
+        if policy == "none":
+            raise ValueError("checkpoint policy 'advised' needs raswarden (policy reactive or full)")
+        advisor = Advisor(AdviceConfig(cost_s=opts.checkpoint_cost_s, restart_s=opts.restart_cost_s))
+        follow_advice(jobs, advisor)
+    for job in jobs:
         sched.submit(job)
     sched.step(sc.start)
     follow_the_scheduler(sim, sched)
@@ -83,6 +93,7 @@ def run(sim: Simulator, policy: str, opts: LoopOptions | None = None, model=None
     every = opts.ticks_every()
     tick_s = opts.interval_s * every
     clock = [sc.start]
+    advised_at = -math.inf
     try:
         speeds = np.ones(len(sim.topo.nodes))
         # One chunk a raswarden tick: the world moves through it a step at a time, then raswarden reads it all.
@@ -112,6 +123,13 @@ def run(sim: Simulator, policy: str, opts: LoopOptions | None = None, model=None
                         remediation = Remediation(cfg, store, sched, clock=lambda: clock[0],
                                                   act_on=("failed",) if policy == "reactive" else
                                                   ("subhealthy", "failed", "unknown"), repair_orders=orders)
+                # The jobs' advice is made again at each tick that changed an incident, else every advice.every_s.
+                if advisor is not None and end == len(chunk.ts) and (
+                        news or now >= advised_at + advisor.settings.every_s):
+                    advisor.run(store, sched.snapshot(), now)
+                    advised_at = now
+                    for job_id in advisor.last:  # they poll their advice: the next step checkpoints if it is due
+                        sched.jobs[job_id].read_interval()
                 # The playbooks step with the world (a checkpoint, its wait, the drain), each step that can move
                 # them: an incident changed, the technician changed an order, or the last pass left work under way
                 # (the first pass looks at everything).

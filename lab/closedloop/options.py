@@ -7,6 +7,15 @@ from dataclasses import dataclass, field
 from playbooks.guards import Guards
 
 POLICIES = ("none", "reactive", "full")
+# How the jobs choose their periodic checkpoint interval (LoopOptions.checkpoint_policy):
+# fixed: every job checkpoints every checkpoint_interval_s (an hour, as the first build's jobs did);
+# daly: the best fixed interval a job could pick without raswarden, Daly's optimum for its size at the scenario's
+#   own hard-failure rate (the seed's count of hard faults over its node-hours: more than a job could know);
+# advised: jobs that opted in to raswarden's signals follow its advice (daemon/advice.py), polled whenever it is made
+#   (each tick that changed an incident, else every 5 minutes), the daly interval until they have any; a job whose
+#   advised interval falls below its time since its last checkpoint checkpoints at once. The others checkpoint as
+#   under daly.
+CHECKPOINT_POLICIES = ("fixed", "daly", "advised")
 
 
 # What the figures mean; results of another version do not mix (2: a slow GPU holds back its job; 3: actions are
@@ -37,6 +46,7 @@ class LoopOptions:
     technician_s: float = 3600.0
     bad_repair_share: float = 0.0
     checkpoint_interval_s: float = 3600.0
+    checkpoint_policy: str = "fixed"  # one of CHECKPOINT_POLICIES
     checkpoint_cost_s: float = 120.0
     restart_cost_s: float = 600.0  # requeue, reschedule, load the checkpoint, warm up
     opt_in_share: float = 0.9  # jobs that checkpoint on raswarden's signal
@@ -44,6 +54,11 @@ class LoopOptions:
     # nodes are not repaired within a 14 h scenario, and every unavailable node counts against the budget.
     guards: Guards = field(default_factory=lambda: Guards(max_drained_nodes=16, max_cluster_fraction=0.2,
                                                           max_rack_fraction=0.25, breaker_incidents=40))
+
+    def __post_init__(self) -> None:
+        if self.checkpoint_policy not in CHECKPOINT_POLICIES:
+            raise ValueError(f"unknown checkpoint policy {self.checkpoint_policy!r} (one of "
+                             f"{', '.join(CHECKPOINT_POLICIES)})")
 
     def ticks_every(self) -> int:
         """How many world steps make one raswarden tick."""

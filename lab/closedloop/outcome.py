@@ -42,6 +42,8 @@ class LoopResult:
     repairs: dict = field(default_factory=dict)
     # node-hours beside the GPU-hours: capacity out of service (drained, down, validating), broken hardware in service
     node_hours: dict = field(default_factory=dict)
+    # the periodic checkpoints: how the jobs chose their interval, how many, and the intervals they came after
+    checkpoints: dict = field(default_factory=dict)
 
     @classmethod
     def from_dict(cls, d: dict) -> LoopResult:
@@ -50,7 +52,7 @@ class LoopResult:
                    d["drains_false"], d["faults"], d["hard_faults"], d["acted_before_failure"],
                    d.get("symptom_to_action_s", []), d["wall_s"], d["ticks"], d.get("acted_by_class", {}),
                    d.get("failed", 0), d.get("fault_outcomes", []), d.get("false_drains", []),
-                   d.get("repairs", {}), d.get("node_hours", {}))
+                   d.get("repairs", {}), d.get("node_hours", {}), d.get("checkpoints", {}))
 
     @property
     def false_drains_per_1000_node_days(self) -> float:
@@ -68,7 +70,8 @@ class LoopResult:
                 "symptom_to_action_s": [round(x, 1) for x in s2a],
                 "acted_by_class": self.acted_by_class, "failed": self.failed, "fault_outcomes": self.fault_outcomes,
                 "false_drains": self.false_drains, "repairs": self.repairs,
-                "node_hours": {k: round(v, 2) for k, v in self.node_hours.items()}, "wall_s": round(self.wall_s, 1),
+                "node_hours": {k: round(v, 2) for k, v in self.node_hours.items()}, "checkpoints": self.checkpoints,
+                "wall_s": round(self.wall_s, 1),
                 "ticks": self.ticks}
 
 
@@ -170,6 +173,16 @@ def repair_figures(orders: list, technician, sched: SimScheduler, end: float) ->
             "validations": len(sched.validation_jobs)}
 
 
+def checkpoint_figures(intervals: list[float]) -> dict:
+    """The periodic checkpoints: how many, and the intervals (hours) they came after: median, 10th and 90th
+    percentiles."""
+    if not intervals:
+        return {"periodic": 0}
+    q = statistics.quantiles(intervals, n=10) if len(intervals) > 1 else [intervals[0]] * 9
+    return {"periodic": len(intervals), "median_interval_h": round(statistics.median(intervals) / 3600.0, 3),
+            "p10_interval_h": round(q[0] / 3600.0, 3), "p90_interval_h": round(q[-1] / 3600.0, 3)}
+
+
 class Actions:
     """What raswarden did to each node, read from the scheduler's log: checkpoint signals to a job on it and drains
     of it (node -> times)."""
@@ -218,4 +231,5 @@ def score(sim: Simulator, policy: str, sched: SimScheduler, world: Faults, did: 
     return LoopResult(sc.name, sc.seed, policy, sim.topo.n_nodes * sc.duration / 86400.0, gpu_hours,
                       true_drains, len(false), len(faults),
                       len(world.failures), before, s2a, wall_s, ticks, by_class, world.failed, outcomes,
-                      false_drain_details(false, world.open, incidents, sc.start), node_hours=node_hours)
+                      false_drain_details(false, world.open, incidents, sc.start), node_hours=node_hours,
+                      checkpoints=checkpoint_figures(sched.periodic_intervals))

@@ -4,8 +4,11 @@ follows the scheduler."""
 
 from __future__ import annotations
 
+import math
 
 import numpy as np
+
+from daemon.advice import daly_interval
 
 from daemon.pipeline import Pipeline
 from detectors.schema import node_of
@@ -23,14 +26,40 @@ def plan_jobs(sim: Simulator, opts: LoopOptions) -> list[SimJob]:
     sc, mix = sim.scenario, sim.scenario.jobs
     rng = np.random.default_rng(sc.seed + 7)
     jobs, node_s, want = [], 0.0, 1.5 * sim.topo.n_nodes * sc.duration
+    per_node_s = hard_failure_rate(sim)
     while node_s < want:
         n = int(rng.integers(mix.nodes_per_job[0], min(mix.nodes_per_job[1], sim.topo.n_nodes) + 1))
         work = float(rng.uniform(*mix.duration))
-        jobs.append(SimJob(f"{len(jobs) + 1:05d}", n, work, opt_in=bool(rng.random() < opts.opt_in_share),
-                           checkpoint_interval_s=opts.checkpoint_interval_s, checkpoint_cost_s=opts.checkpoint_cost_s,
-                           restart_cost_s=opts.restart_cost_s))
+        opt_in = bool(rng.random() < opts.opt_in_share)
+        interval = opts.checkpoint_interval_s
+        if opts.checkpoint_policy != "fixed":  # the best fixed interval for its size, knowing the fleet's rate
+            interval = daly_interval(opts.checkpoint_cost_s, 1.0 / (n * per_node_s) if per_node_s else math.inf)
+            interval = min(interval, sc.duration)
+        jobs.append(SimJob(f"{len(jobs) + 1:05d}", n, work, opt_in=opt_in, checkpoint_interval_s=interval,
+                           checkpoint_cost_s=opts.checkpoint_cost_s, restart_cost_s=opts.restart_cost_s,
+                           # what a job declares beside its opt-in (daemon/advice.py reads it)
+                           comment=f"raswarden:checkpoint cost={opts.checkpoint_cost_s:g} "
+                                   f"restart={opts.restart_cost_s:g}" if opt_in else ""))
         node_s += n * work
     return jobs
+
+
+def hard_failure_rate(sim: Simulator) -> float:
+    """The scenario's hard faults a node-second (its seed's own count: what the best fixed interval is built on)."""
+    hard = sum(1 for p in sim.placed if p.inst.template.fails and not p.inst.template.benign)
+    return hard / (sim.topo.n_nodes * sim.scenario.duration)
+
+
+def follow_advice(jobs: list[SimJob], advisor) -> None:
+    """The opted-in jobs read raswarden's advice (``advisor.last``: job -> advice) at each checkpoint and start, and
+    whenever it is made again (as a training loop polls its advice file: the loop calls ``read_interval``)."""
+    def read(job: SimJob) -> float | None:
+        advice = advisor.last.get(job.id)
+        return advice.interval_s if advice is not None else None
+
+    for job in jobs:
+        if job.opt_in:
+            job.follow = read
 
 
 def return_repaired(sched: SimScheduler, under_repair: set[str], now: float,
@@ -172,7 +201,9 @@ class Faults:
             self.at_failure[which] = {"drained": n.drained, "under_repair": max(n.broken_until, n.down_until) > t,
                                       "job": job.id if job else None,
                                       "job_gpus": job.n_nodes * self.per_node if job else 0,
-                                      "job_opted_in": job.opt_in if job else None}
+                                      "job_opted_in": job.opt_in if job else None,
+                                      "job_interval_h": job.checkpoint_interval_s / 3600.0 if job else None,
+                                      "job_since_checkpoint_h": job.since_ckpt_s / 3600.0 if job else None}
             if port:
                 sched.interrupt(node)
             else:

@@ -84,6 +84,10 @@ class Fleet(Protocol):
         ...
 
 
+#: how long before its failure a fault without warning shows its first symptom (``SampleSpec.sudden_share``)
+SUDDEN_S = 60.0
+
+
 def sample_instances(sim: Fleet, spec: SampleSpec) -> list[FaultInstance]:
     """Faults and confounders for a scenario's ``sample`` section."""
     sc, topo = sim.scenario, sim.topo
@@ -107,6 +111,11 @@ def sample_instances(sim: Fleet, spec: SampleSpec) -> list[FaultInstance]:
         else:
             entity = name
         out.append(FaultInstance.place(template, entity, float(t), None, rng))
+    if spec.sudden_share > 0:  # its own draws: the faults stay those of the scenario without
+        sudden = np.random.default_rng(sc.seed + 13)
+        for inst in out:
+            if inst.template.fails and sudden.random() < spec.sudden_share:
+                inst.onset = inst.failure - SUDDEN_S
     standing: set[str] = set()  # nodes with a standing confounder: one slot is not warm twice over
     for fault, per_day in sorted(spec.confounders_per_day.items()):
         n = int(rng.poisson(per_day * sc.duration / 86400.0))

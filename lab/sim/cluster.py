@@ -19,6 +19,7 @@ its hardware works: a broken node is lost capacity whatever anyone does.
 from __future__ import annotations
 
 import re
+from collections.abc import Callable
 from dataclasses import dataclass
 
 from playbooks.scheduler import (ALLOC, DOWN, DRAIN, IDLE, MAINT, ClusterState, JobInfo, JobOutcome, NodeInfo,
@@ -47,6 +48,15 @@ class SimJob:
     restarts: int = 0
     comment: str = ""  # set to raswarden:checkpointed when a requested checkpoint is saved
     requested: bool = False
+    # Where the job reads its checkpoint interval at each checkpoint and when it starts (raswarden's advice: the
+    # closed loop's ``checkpoint_policy: advised``); None, or a None answer, keeps the interval it has.
+    follow: Callable[[SimJob], float | None] | None = None
+
+    def read_interval(self) -> None:
+        """Take the interval ``follow`` gives now, if any."""
+        interval = self.follow(self) if self.follow is not None else None
+        if interval is not None and interval > 0:
+            self.checkpoint_interval_s = interval
 
 
 @dataclass
@@ -118,6 +128,7 @@ class SimScheduler:
         self.validation_jobs: dict[str, tuple[str, float, str]] = {}
         self.validation_fails: dict[str, int] = {}
         self.validation_s = 600.0
+        self.periodic_intervals: list[float] = []  # the interval each periodic checkpoint came after (seconds)
 
     # -- the Scheduler protocol ------------------------------------------------------------------
     def snapshot(self) -> ClusterState:
@@ -277,6 +288,7 @@ class SimScheduler:
                 acct.productive += gpu_h * (work / dt)
                 acct.slowed += gpu_h * (work / speed - work) / dt
                 if job.since_ckpt_s >= job.checkpoint_interval_s:
+                    self.periodic_intervals.append(job.checkpoint_interval_s)
                     self._checkpoint(job)
                 if job.done_s >= job.work_s:
                     self._finish(job)
@@ -315,6 +327,7 @@ class SimScheduler:
         job.since_ckpt_s = 0.0
         job.busy_s += job.checkpoint_cost_s
         job.busy_kind = "checkpoint"
+        job.read_interval()
 
     def _stop(self, job: SimJob, lost: bool) -> None:
         if lost:
@@ -345,6 +358,7 @@ class SimScheduler:
             for n in job.nodes:
                 self.nodes[n].job = job.id
             job.state = "running"
+            job.read_interval()
             if job.restarts:
                 job.busy_s = job.restart_cost_s
                 job.busy_kind = "restart"

@@ -66,6 +66,9 @@ class SampleSpec:
     repeat_share: float = 0.836
     mix: dict[str, float] = field(default_factory=dict)
     confounders_per_day: dict[str, float] = field(default_factory=dict)
+    # The share of hard faults that give no warning: each fails a minute after its first symptom (the same faults,
+    # times and entities as without; a scenario where detection is deliberately worse)
+    sudden_share: float = 0.0
 
 
 @dataclass
@@ -151,5 +154,7 @@ class Scenario:
             s = d["sample"]
             sc.sample = SampleSpec(float(s.get("faults_per_node_year", 0.78)), float(s.get("weibull_shape", 0.62)),
                                    float(s.get("repeat_share", 0.836)), dict(s.get("mix") or {}),
-                                   dict(s.get("confounders_per_day") or {}))
+                                   dict(s.get("confounders_per_day") or {}), float(s.get("sudden_share", 0.0)))
+            if not 0.0 <= sc.sample.sudden_share <= 1.0:
+                raise TemplateError(f"{source}: sample.sudden_share: a share from 0 to 1")
         return sc

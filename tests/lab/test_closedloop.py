@@ -325,3 +325,38 @@ def test_the_technician_works_from_repair_orders_and_validation_catches_a_botche
     assert hours["bad"]["out_of_service"] > 4 * hours["good"]["out_of_service"] > 0, hours
     assert hours["direct"]["broken_in_service"] >= 1.0 and hours["bad"]["broken_in_service"] == 0.0, hours
     assert good.node_hours["broken_in_service"] == 0.0, hours
+
+
+def test_jobs_follow_raswardens_advice_and_checkpoint_often_only_while_at_risk():
+    """Checkpoint policies (LoopOptions.checkpoint_policy): under ``daly`` every job checkpoints at Daly's optimum
+    for its size at the scenario's failure rate; under ``advised`` the opted-in jobs poll raswarden's advice, so
+    they checkpoint far more rarely on healthy-looking nodes, and the job over the degrading port (which the built-in
+    playbook only notifies about) was checkpointing more often than that when its port failed."""
+    daly = run(simulator(), "full", LoopOptions(tick_s=TICK, checkpoint_policy="daly"))
+    advised = run(simulator(), "full", LoopOptions(tick_s=TICK, checkpoint_policy="advised"))
+    link = next(o for o in daly.fault_outcomes if o["fault"] == "link_degradation")
+    at_risk = next(o for o in advised.fault_outcomes if o["fault"] == "link_degradation")
+    assert link["failed"] and at_risk["failed"] and at_risk["job_opted_in"]
+    assert at_risk["job_interval_h"] < link["job_interval_h"]  # shortened while its port was sub-healthy
+    assert advised.checkpoints["periodic"] < daly.checkpoints["periodic"] / 2
+    assert daly.checkpoints["median_interval_h"] != 1.0  # not the fixed hour
+    with pytest.raises(ValueError, match="checkpoint policy"):
+        LoopOptions(checkpoint_policy="often")
+    with pytest.raises(ValueError, match="needs raswarden"):
+        run(simulator(), "none", LoopOptions(checkpoint_policy="advised"))
+
+
+def test_a_scenario_without_warning_keeps_its_faults_and_their_failure_times():
+    """``sample.sudden_share``: the same faults, entities and failure times; about that share of the hard ones show
+    their first symptom a minute before they fail."""
+    library = ROOT / "lab" / "library"
+    plain = Simulator(Scenario.load(library / "scenarios" / "scalex640-30d.yaml"), library / "faults").labels()
+    sudden = Simulator(Scenario.load(library / "scenarios" / "scalex640-30d-sudden.yaml"), library / "faults").labels()
+    key = lambda lb: (lb["entity"], lb["fault"], lb["failure"])  # noqa: E731
+    assert sorted(map(key, plain), key=str) == sorted(map(key, sudden), key=str)
+    onset = {key(lb): lb["onset"] for lb in sudden}
+    hard = [lb for lb in plain if lb["failure"] is not None and not lb["fault"].startswith("benign")
+            and lb["failure"] - lb["onset"] > 120]
+    moved = [lb for lb in hard if onset[key(lb)] != lb["onset"]]
+    assert all(lb["failure"] - onset[key(lb)] == pytest.approx(60.0, abs=0.01) for lb in moved)
+    assert 0.3 < len(moved) / len(hard) < 0.7
