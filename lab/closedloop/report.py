@@ -161,3 +161,56 @@ def comparison_table(first: list[LoopResult], second: list[LoopResult], names: t
         lines.append(f"| {name} | {_spread(x, '.1f')} | {_spread(y, '.1f')} | "
                      f"{format(statistics.fmean(diffs), '+.1f') if diffs else '-'} |")
     return "\n".join(lines)
+
+
+def _failures_with_a_job(r: LoopResult) -> list[dict]:
+    return [o for o in r.fault_outcomes if o.get("failed") and o.get("job") and o.get("job_interval_h") is not None]
+
+
+CHECKPOINT_ROWS = (
+    ("effective training time ratio", ".4f", lambda r: r.gpu["productive"] / r.gpu["allocated"]),
+    ("GPU-h lost to failures", ".0f", lambda r: r.gpu["lost_to_failures"]),
+    ("GPU-h of periodic checkpoints", ".0f", lambda r: r.gpu["periodic_checkpoints"]),
+    ("GPU-h of checkpoints raswarden asked for", ".0f", lambda r: r.gpu["checkpoints_requested"]),
+    ("GPU-h of restarts", ".0f", lambda r: r.gpu["restarts"]),
+    ("GPU-h idle on drained nodes, held back by slow GPUs", ".0f", lambda r: r.gpu["idle_drained"] + r.gpu["slowed"]),
+    ("periodic checkpoints", ".0f", lambda r: r.checkpoints.get("periodic")),
+    ("interval they came after, median (h)", ".2f", lambda r: r.checkpoints.get("median_interval_h")),
+    ("failures that struck a job", ".1f", lambda r: len(_failures_with_a_job(r))),
+)
+
+
+class _Run:  # a result with its GPU-hours under a short name, for the rows above
+    def __init__(self, r: LoopResult):
+        self.gpu, self.checkpoints, self.fault_outcomes = r.gpu_hours, r.checkpoints, r.fault_outcomes
+
+
+def checkpoint_table(by_policy: dict[str, list[LoopResult]]) -> str:
+    """Checkpoint policies side by side (LoopOptions.checkpoint_policy; the same seeds under each): the effective
+    training time ratio, the GPU-hours by cause and the intervals chosen, means with their spread across seeds; then
+    the seeds' differences of the ratio between each pair of policies; then, over every failure that struck a
+    running job, the work it lost (hours since the job's last checkpoint) against half the interval the job was
+    using then (what that interval implies on average)."""
+    names = list(by_policy)
+    seeds = sorted(set.intersection(*({(r.scenario, r.seed) for r in rs} for rs in by_policy.values())))
+    runs = {p: {(r.scenario, r.seed): _Run(r) for r in rs} for p, rs in by_policy.items()}
+    lines = [f"| {len(seeds)} seed(s) | " + " | ".join(names) + " |", "|---|" + "---|" * len(names)]
+    for name, fmt, get in CHECKPOINT_ROWS:
+        lines.append(f"| {name} | " + " | ".join(_spread([get(runs[p][k]) for k in seeds], fmt) for p in names)
+                     + " |")
+    ratio = CHECKPOINT_ROWS[0][2]
+    for i, p in enumerate(names):
+        for base in names[:i]:
+            diffs = [ratio(runs[p][k]) - ratio(runs[base][k]) for k in seeds]
+            spread = f" ± {statistics.stdev(diffs):.4f}" if len(diffs) > 1 else ""
+            lines.append(f"| ratio, {p} - {base} (higher in) | {statistics.fmean(diffs):+.4f}{spread} "
+                         f"({sum(d > 0 for d in diffs)} of {len(diffs)}) |" + " |" * (len(names) - 1))
+    for name, get in (("work lost per failure that struck a job (h since its checkpoint)",
+                       lambda o: o.get("job_since_checkpoint_h")),
+                      ("half the interval the job used then (h)", lambda o: o["job_interval_h"] / 2)):
+        cells = []
+        for p in names:
+            values = [get(o) for k in seeds for o in _failures_with_a_job(runs[p][k]) if get(o) is not None]
+            cells.append(f"{statistics.fmean(values):.2f} ({len(values)})" if values else "-")
+        lines.append(f"| {name} | " + " | ".join(cells) + " |")
+    return "\n".join(lines)

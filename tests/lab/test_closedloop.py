@@ -13,7 +13,7 @@ import pytest
 
 from lab.closedloop import LoopOptions, LoopResult, run
 from lab.closedloop.outcome import carries_fault, false_drain_details, fault_outcomes, score_actions
-from lab.closedloop.report import fault_table, per_seed_table, table
+from lab.closedloop.report import checkpoint_table, fault_table, per_seed_table, table
 from lab.sim.simulator import Simulator
 from lab.sim.scenario import Scenario
 
@@ -340,6 +340,12 @@ def test_jobs_follow_raswardens_advice_and_checkpoint_often_only_while_at_risk()
     assert at_risk["job_interval_h"] < link["job_interval_h"]  # shortened while its port was sub-healthy
     assert advised.checkpoints["periodic"] < daly.checkpoints["periodic"] / 2
     assert daly.checkpoints["median_interval_h"] != 1.0  # not the fixed hour
+    report = checkpoint_table({"daly": [daly], "advised": [advised]})
+    assert report.startswith("| 1 seed(s) | daly | advised |")
+    ratio = lambda r: r.gpu_hours["productive"] / r.gpu_hours["allocated"]  # noqa: E731
+    assert f"| effective training time ratio | {ratio(daly):.4f} | {ratio(advised):.4f} |" in report
+    assert f"| ratio, advised - daly (higher in) | {ratio(advised) - ratio(daly):+.4f} (" in report
+    assert f"| half the interval the job used then (h) | {link['job_interval_h'] / 2:.2f} (1) |" in report
     with pytest.raises(ValueError, match="checkpoint policy"):
         LoopOptions(checkpoint_policy="often")
     with pytest.raises(ValueError, match="needs raswarden"):
