@@ -229,9 +229,14 @@ def detection_state(store: Store, breaker: str | None, failing: list[str],
     return degraded, stale
 
 
-def write_files(directory: str | Path, advice: dict[str, JobAdvice]) -> None:
-    """Each job's advice as ``<directory>/<job>.json``, replaced atomically (a job never reads half a file);
-    files of jobs no longer advised are removed."""
+def write_files(directory: str | Path, advice: dict[str, JobAdvice], gone: set[str] | frozenset = frozenset(),
+                forget_after_s: float = 86400.0) -> None:
+    """Each job's advice as ``<directory>/<job>.json``, replaced atomically (a job never reads half a file). The
+    files of ``gone`` (jobs this writer advised before and no longer does) are removed, and any file not rewritten
+    for ``forget_after_s`` (long expired: a job that ended while no raswarden wrote, another shard's job); the other
+    files are left to their writers (the shards of a cluster share the directory)."""
+    import time
+
     root = Path(directory)
     root.mkdir(parents=True, exist_ok=True)
     for job, a in advice.items():
@@ -240,6 +245,12 @@ def write_files(directory: str | Path, advice: dict[str, JobAdvice]) -> None:
             json.dump(a.as_dict(), f, indent=1)
         os.chmod(tmp, 0o644)
         os.replace(tmp, root / f"{job}.json")
-    for old in root.glob("*.json"):
-        if old.stem not in advice:
-            old.unlink(missing_ok=True)
+    for job in gone - set(advice):
+        (root / f"{job}.json").unlink(missing_ok=True)
+    old = time.time() - forget_after_s
+    for path in root.glob("*.json"):
+        try:
+            if path.stem not in advice and path.stat().st_mtime < old:
+                path.unlink(missing_ok=True)
+        except OSError:
+            continue

@@ -402,18 +402,24 @@ class Service:
     def advise(self) -> dict[str, JobAdvice] | None:
         """Checkpoint-interval advice for every running opted-in job (daemon/advice.py): on /metrics, in the API and,
         with ``[advice] directory``, a file per job. The safe interval for all while a collector fails or the
-        playbooks' breaker is open, for a job on a node without telemetry."""
+        playbooks' breaker is open, for a job on a node without telemetry. In a sharded cluster each shard advises
+        the jobs whose first node it owns, from the whole cluster's journal."""
         with self.playbook_lock:
             if not self.cfg.advice.enabled or not self.lease.held():
                 return None
             now = self.clock()
             state = self.remediation.engine.scheduler.snapshot()
+            if self.ownership.sharded:  # a job is advised by the shard of its first node (one writer per file)
+                node_of = {sched: node for node, sched in self.remediation.scheduler_names.items()}
+                state = dataclasses.replace(state, jobs={j: job for j, job in state.jobs.items() if job.nodes and
+                                                         self.ownership.owns(node_of.get(job.nodes[0], job.nodes[0]))})
             degraded, stale = detection_state(self.store, self.remediation.journal.breaker(),
                                               [name for name, o in self.last.outcomes.items() if not o.ok],
                                               self.remediation.scheduler_names)
+            before = set(self.advisor.last)
             advice = self.advisor.run(self.store, state, now, degraded, stale, self.remediation.scheduler_names)
         if self.cfg.advice.directory:
-            write_files(self.cfg.advice.directory, advice)
+            write_files(self.cfg.advice.directory, advice, gone=before)
         metrics.CHECKPOINT_ADVICE.clear()
         for job, a in advice.items():
             metrics.CHECKPOINT_ADVICE.labels(job).set(a.interval_s)

@@ -95,11 +95,13 @@ def register(sub) -> None:
     """Add this module's command to the ``raswarden`` parser's subcommands."""
     p = sub.add_parser("advise", help="the checkpoint interval advised to running jobs, from measured foresight",
                        description="Each running job that opted in to checkpoint signals: the periodic checkpoint "
-                                   "interval raswarden advises (Daly's optimum at the rate of failures it did not "
-                                   "act on ahead, an upper bound), its checkpoint and restart costs, and why "
+                                   "interval raswarden advises (Daly's optimum at an upper bound of the rate of "
+                                   "failures its nodes see: those no incident warned of, and the hazard of the open "
+                                   "incidents under it nobody acted on), its checkpoint and restart costs, and why "
                                    "(docs/playbooks.md, 'Checkpoint advice').")
     p.add_argument("job", nargs="?", help="one job's advice (default: every job's, and the foresight)")
-    p.add_argument("--foresight", action="store_true", help="also the hard failures by class and rack")
+    p.add_argument("--foresight", action="store_true",
+                   help="also the hard failures by class and rack, and the hazard of open incidents (with JOB)")
     p.add_argument("--json", action="store_true", help="as JSON")
     config_args(p)
     p.set_defaults(func=cmd_advise)

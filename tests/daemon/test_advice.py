@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import json
 import math
+import os
 
 import pytest
 
@@ -152,11 +153,16 @@ def test_each_jobs_advice_is_a_file_replaced_whole_and_removed_when_the_job_is_g
     store, now = journal(tmp_path)
     advisor = Advisor()
     out = tmp_path / "advice"
-    write_files(out, advisor.run(store, state(job("1"), job("2")), now))
+    first = advisor.run(store, state(job("1"), job("2")), now)
+    write_files(out, first)
     one = json.loads((out / "1.json").read_text())
     assert one["job"] == "1" and one["interval_s"] > 0 and one["expires_at"] > one["updated_at"]
-    write_files(out, advisor.run(store, state(job("2")), now))
-    assert sorted(p.name for p in out.iterdir()) == ["2.json"]
+    (out / "9.json").write_text("{}")  # another shard's job
+    old = out / "8.json"  # a job that ended long ago while nobody wrote
+    old.write_text("{}")
+    os.utime(old, (now - 2 * 86400, now - 2 * 86400))
+    write_files(out, advisor.run(store, state(job("2")), now), gone=set(first))
+    assert sorted(p.name for p in out.iterdir()) == ["2.json", "9.json"]
 
 
 def test_the_rate_the_advice_reads_is_measured_over_the_window(tmp_path):
