@@ -62,6 +62,19 @@ def test_two_shards_split_the_nodes_and_the_alerts_run_once(live):
         assert a.store.incident_cursor("playbooks:a") is None  # a had none to read (b's are not a's)
         assert a.store.incident_cursor("playbooks") is None
         assert not [x for x in a.remediation.journal.actions() if x.incident.entity.startswith("sn01-b01")]
+        # checkpoint advice: each shard advises the jobs whose first node it owns, from the cluster's journal
+        from lab.sim.cluster import SimJob, SimScheduler
+
+        sched = SimScheduler(["sn01-b01", "sn01-b02"])
+        sched.submit(SimJob("ja", 1, 1e6))
+        sched.submit(SimJob("jb", 1, 1e6))
+        sched.step(0.0)
+        assert {sched.jobs["ja"].nodes, sched.jobs["jb"].nodes} == {("sn01-b01",), ("sn01-b02",)}
+        for svc in (a, b):
+            svc.remediation.engine.scheduler = sched
+        mine = {"a": set(a.advise()), "b": set(b.advise())}
+        assert mine == {"a": {j for j in ("ja", "jb") if sched.jobs[j].nodes == ("sn01-b01",)},
+                        "b": {j for j in ("ja", "jb") if sched.jobs[j].nodes == ("sn01-b02",)}}
     finally:
         a.stop()
     again = Service(load(live.config("a2.toml", extra=SHARDS, service_extra='shard = "a"')))
