@@ -1,17 +1,18 @@
 """Checkpoint-interval advice per job from raswarden's measured foresight (docs/playbooks.md, "Checkpoint advice").
 
 A job that checkpoints every ``T`` seconds of work at a cost ``C`` loses ``C / T`` of its time to checkpoints and,
-at each failure nobody foresaw, the work since its last checkpoint (``T / 2`` on average). The failures raswarden
-foresees cost only the checkpoint it asks for and the restart, whatever ``T`` is. So the best ``T`` depends on the
-rate of *unforeseen* failures the job's nodes see: Young's ``sqrt(2 C M)`` with ``M`` the mean time between them,
-here with Daly's higher-order correction (J. T. Daly, "A higher order estimate of the optimum checkpoint interval
-for restart dumps", Future Generation Computer Systems 22, 2006).
+at each failure that finds it unprepared, the work since its last checkpoint (``T / 2`` on average). The failures
+raswarden acts on ahead cost only the checkpoint it asks for and the restart, whatever ``T`` is. So the best ``T``
+depends on the rate of the other failures the job's nodes see: those no incident warned of (daemon/foresight.py),
+and, while an incident nobody acted on is open under the job (a degrading port the built-in playbook only notifies
+about), that incident's hazard. The interval is Young's ``sqrt(2 C M)`` with ``M`` the mean time between them, with
+Daly's higher-order correction (J. T. Daly, "A higher order estimate of the optimum checkpoint interval for restart
+dumps", Future Generation Computer Systems 22, 2006).
 
-Conservative by construction: ``M`` comes from the upper ``quantile`` of the unforeseen rate (daemon/foresight.py),
-so a fleet with few failures on record gets a shorter interval; the interval is never longer than the job's own
-maximum or ``max_interval_s``; and while detection cannot be trusted (a collector failing, the playbooks' breaker
-open, a node of the job without telemetry) the *safe* interval is advised at once: the same formula with every
-failure taken as unforeseen.
+Conservative by construction: ``M`` comes from the upper ``quantile`` of the rates, so a fleet with few failures on
+record gets a shorter interval; the interval is never longer than the job's own maximum or ``max_interval_s``; and
+while detection cannot be trusted (a collector failing, the playbooks' breaker open, a node of the job without
+telemetry) the *safe* interval is advised at once: the same formula with every failure taken as unwarned.
 """
 
 from __future__ import annotations
@@ -70,8 +71,8 @@ class JobAdvice:
     cost_from: str  # measured | declared | default
     restart_cost_s: float
     max_interval_s: float
-    unforeseen_mtbf_h: float  # the job's mean time between unforeseen failures (the upper rate's)
-    expected_overhead: float  # checkpoints + unforeseen failures at the advised interval, a share of its time
+    mtbf_h: float  # the mean time between the failures the job must expect unprepared (at the upper rates)
+    expected_overhead: float  # checkpoints + those failures at the advised interval, a share of its time
     updated_at: float
     expires_at: float  # after this, the file is stale: checkpoint at the safe interval
     measured_costs: list[float] = field(default_factory=list)
@@ -81,7 +82,7 @@ class JobAdvice:
         d = asdict(self)
         for k in ("interval_s", "safe_interval_s", "checkpoint_cost_s", "restart_cost_s", "max_interval_s"):
             d[k] = round(d[k], 1)
-        d["unforeseen_mtbf_h"] = round(d["unforeseen_mtbf_h"], 1) if math.isfinite(d["unforeseen_mtbf_h"]) else None
+        d["mtbf_h"] = round(d["mtbf_h"], 1) if math.isfinite(d["mtbf_h"]) else None
         d["expected_overhead"] = round(d["expected_overhead"], 5)
         d["measured_costs"] = [round(c, 1) for c in d["measured_costs"][-5:]]
         return d
