@@ -140,6 +140,24 @@ def _idle_checks_section(service, esc) -> str:
 {rows}</table>"""
 
 
+def _advice_section(service, esc) -> str:
+    """The checkpoint advice on the status page (when any job has some): each job's interval, whether it is the safe
+    one, and why; the foresight it stands on in one line."""
+    advice, fs = service.advisor.last, service.advisor.foresight
+    if not advice or fs is None:
+        return ""
+    rows = "".join(
+        f'<tr class="{"failed" if a.safe else ""}"><td>{esc(job)}</td><td>{a.nodes}</td>'
+        f'<td>{a.interval_s / 3600:.2f} h</td><td>{a.checkpoint_cost_s:.0f} s ({esc(a.cost_from)})</td>'
+        f'<td>{esc(("safe: " if a.safe else "") + a.why)}</td></tr>'
+        for job, a in sorted(advice.items(), key=lambda ja: ja[1].interval_s)[:40])
+    return f"""<h2>Checkpoint advice ({len(advice)} jobs)</h2>
+<p class="muted">{len(fs.failures)} hard failures in {fs.node_hours:,.0f} node-hours: {fs.foreseen} acted on ahead,
+{fs.unforeseen - fs.unwarned} warned of only, {fs.unwarned} unwarned (docs/playbooks.md, "Checkpoint advice")</p>
+<table><tr><th>job</th><th>nodes</th><th>checkpoint every</th><th>checkpoint cost</th><th>why</th></tr>
+{rows}</table>"""
+
+
 def _worst(states) -> str:
     return max(states, key=lambda st: RANK.get(st, 0), default="healthy")
 
@@ -329,6 +347,7 @@ def status_page(service) -> str:
 <th>incident</th></tr>
 {rep_rows or '<tr><td colspan="8" class="muted">none</td></tr>'}</table>
 {_idle_checks_section(service, esc)}
+{_advice_section(service, esc)}
 <h2>Recent actions</h2>
 <table><tr><th>when (UTC)</th><th>incident</th><th>playbook</th><th>step</th><th>status</th></tr>
 {act_rows or '<tr><td colspan="5" class="muted">none</td></tr>'}</table>

@@ -300,6 +300,8 @@ def test_checkpoint_advice_in_the_api_on_metrics_and_in_files(tmp_path):
         assert re.search(r'raswarden_checkpoint_advice_seconds\{task="j1"\} \d', metrics)
         assert "raswarden_checkpoint_advice_safe 0.0" in metrics
         assert json.loads((advice_dir / "j1.json").read_text())["job"] == "j1"
+        page = get(f"{base}/")[1].decode()
+        assert "Checkpoint advice (1 jobs)" in page and "<td>j1</td><td>2</td>" in page and "90 s (declared)" in page
         svc.last.outcomes["dcgm"] = Outcome(errors=["dcgm: connection refused"])
         safe = svc.advise()["j1"]
         assert safe.safe and "collector dcgm failing" in safe.why
