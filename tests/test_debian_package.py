@@ -58,7 +58,7 @@ def test_installed_as_install_md_says(installed, tmp_path):
     assert run("raswarden", "--version").stdout.strip() == "raswarden 0.1.0"  # on PATH, from /opt/raswarden
     # every dependency imports from the venv the package carries (their own test suites were left out)
     imports = run("/opt/raswarden/bin/python", "-c", "import numpy, pandas, pyarrow.parquet, scipy.stats, "
-                  "sklearn.ensemble, sqlmodel, alembic, psycopg, ijson, yaml, rich, jinja2, apscheduler, "
+                  "sklearn.ensemble, sqlmodel, alembic, psycopg, ijson, yaml, rich, jinja2, apscheduler, zstandard, "
                   "prometheus_client; import detectors.learned, lab.sim.simulator")
     assert imports.returncode == 0, imports.stderr[-2000:]
     assert "systemd-journal" in run("id", "raswarden").stdout

@@ -16,6 +16,7 @@ from typing import IO, Protocol
 from collections.abc import Callable, Iterator
 
 from daemon.batch import Batch
+from daemon.formats.zstdfile import open_zstd
 from daemon.naming import SeriesMapper
 from daemon.rejects import RejectLog
 from daemon.timetext import zone_name
@@ -92,8 +93,9 @@ class Reader(Protocol):
     def read(self, path: Path, ctx: ReadContext) -> Iterator[Batch]: ...
 
 
-#: what logrotate and the exporters' archives compress with (``compresscmd xz``, ``bzip2``), read transparently
-COMPRESSED = {".gz": gzip.open, ".xz": lzma.open, ".bz2": bz2.open}
+#: what logrotate and the exporters' archives compress with (``compresscmd xz``, ``bzip2``, ``zstd``), read
+#: transparently
+COMPRESSED = {".gz": gzip.open, ".xz": lzma.open, ".bz2": bz2.open, ".zst": open_zstd}
 _BROKEN = (EOFError, OSError, zlib.error, lzma.LZMAError)
 _PIECE = 1 << 16
 
@@ -151,8 +153,8 @@ class _Decompressing:
 
 
 def open_binary(path: Path, rejects: RejectLog | None = None, fmt: str = "input") -> IO[bytes]:
-    """Open a file for reading, transparently decompressing ``.gz``, ``.xz`` and ``.bz2`` (compressed data that ends
-    early ends the file there, rejected in ``rejects`` under ``fmt`` with its place)."""
+    """Open a file for reading, transparently decompressing ``.gz``, ``.xz``, ``.bz2`` and ``.zst`` (compressed data
+    that ends early ends the file there, rejected in ``rejects`` under ``fmt`` with its place)."""
     if path.suffix in COMPRESSED:
         return _Decompressing(path, rejects, fmt)  # type: ignore[return-value]
     return open(path, "rb")

@@ -164,22 +164,37 @@ def test_compressed_logs_and_one_cut_short(tmp_path):
     ctx = ReadContext()
     whole = read_all(TextLogReader(), tmp_path / "plain" / "kern.log", ctx).events
     assert len(whole) == 600
-    for ext, module in ((".gz", gzip), (".xz", lzma), (".bz2", bz2)):
+    import zstandard
+
+    zstd = zstandard.ZstdCompressor()
+    # zstd: as `zstd` writes it, and two frames one after the other (`zstd -c a b`, or a file appended to)
+    for ext, pack in ((".gz", gzip.compress), (".xz", lzma.compress), (".bz2", bz2.compress), (".zst", zstd.compress),
+                      (".zst", lambda b: zstd.compress(b[:1000]) + zstd.compress(b[1000:]))):
         packed = tmp_path / f"kern.log{ext}"
-        packed.write_bytes(module.compress(plain))
+        packed.write_bytes(pack(plain))
         assert isinstance(sniff(packed), TextLogReader)
         got = read_all(TextLogReader(), packed, ReadContext()).events
         assert got["ts"].tolist() == whole["ts"].tolist()
-    data = gzip.compress(plain)
-    cut = tmp_path / "cut" / "kern.log.gz"
-    cut.parent.mkdir()
-    cut.write_bytes(data[: len(data) * 2 // 3])
+    # zstd decodes a block (up to 128 KiB of data) whole or not at all: its file is ten times the size, for a cut
+    # at two thirds to leave whole blocks before it
+    for ext, pack, times in ((".gz", gzip.compress, 1), (".zst", zstd.compress, 10)):
+        data = pack(plain * times)
+        cut = tmp_path / f"cut{ext}" / f"kern.log{ext}"
+        cut.parent.mkdir()
+        cut.write_bytes(data[: len(data) * 2 // 3])
+        ctx = ReadContext()
+        got = read_all(TextLogReader(), cut, ctx).events
+        assert 0 < len(got) < 600 * times and got["ts"].tolist() == (whole["ts"].tolist() * times)[: len(got)]
+        reasons = [m.split(": ", 1)[1] for m in ctx.rejects.messages]
+        assert "compressed data ends or breaks (a file cut short?): read up to there" in reasons[0], ext
+        assert any(r.startswith("a line cut short with its compressed file") for r in reasons), ext
+    broken = bytearray(zstd.compress(plain))
+    broken[len(broken) // 2] ^= 0xFF  # a bad block: zstd's checksum or its decoder says so
+    (tmp_path / "bad").mkdir()
+    (tmp_path / "bad" / "kern.log.zst").write_bytes(bytes(broken))
     ctx = ReadContext()
-    got = read_all(TextLogReader(), cut, ctx).events
-    assert 0 < len(got) < 600 and got["ts"].tolist() == whole["ts"].tolist()[: len(got)]
-    reasons = [m.split(": ", 1)[1] for m in ctx.rejects.messages]
-    assert "compressed data ends or breaks (a file cut short?): read up to there" in reasons[0]
-    assert any(r.startswith("a line cut short with its compressed file") for r in reasons)
+    got = read_all(TextLogReader(), tmp_path / "bad" / "kern.log.zst", ctx).events
+    assert len(got) < 600 and "compressed data ends or breaks" in " ".join(ctx.rejects.messages)
     early = tmp_path / "early.kern.log.xz"
     early.write_bytes(lzma.compress(plain)[:200])
     assert sniff(early) is None and describe_unread(early).startswith("a compressed file cut short before any of its")
