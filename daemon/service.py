@@ -148,6 +148,7 @@ class Service:
         self.ctx, self.collectors, self.pipeline, self.ownership = ctx, collectors, pipeline, ownership
         self.remediation, self.alerting = remediation, alerting
         self.advisor = Advisor(cfg.advice)
+        self._advised_under: tuple | None = None  # the collectors failing and the breaker at the last advice
         pipeline.incidents.groups_rack = lambda rack: rack not in ownership.split_racks
         self.cooling = CoolingLoops(topology)
         self.split_racks = SplitRacks(split_racks(cfg.shards, topology), topology)
@@ -313,6 +314,7 @@ class Service:
             report = CycleReport(now, self.clock(), len(batch.samples), len(batch.events), late,
                                  len(result.findings), time.perf_counter() - started, tick_s, outcomes)
             self.last = report
+            self._advise_on_change()
             self._tick_metrics(report)
             self.notifier.status(self.status_line())
             return report
@@ -391,6 +393,7 @@ class Service:
                 key = (action.playbook, action.status)
                 by[key] = by.get(key, 0) + 1
             orders = self.remediation.repairs.counts()
+            self._advise_on_change()
         metrics.ACTIONS.clear()
         for (playbook, status), n in by.items():
             metrics.ACTIONS.labels(playbook, status).set(n)
@@ -398,6 +401,19 @@ class Service:
             metrics.REPAIR_ORDERS.labels(state).set(n)
         self._reliability_metrics(orders)
         return counts
+
+    def _detection_trust(self) -> tuple:
+        """What the advice's trust in detection depends on: the collectors failing and the playbooks' breaker."""
+        return tuple(sorted(n for n, o in self.last.outcomes.items() if not o.ok)), self.remediation.journal.breaker()
+
+    def _advise_on_change(self) -> None:
+        """Advise again at once when a collector started or stopped failing or the breaker tripped or was reset
+        since the last advice (the jobs must not wait for the next ``[advice] every_s`` to checkpoint safely)."""
+        if self.cfg.advice.enabled and self._advised_under is not None and \
+                self._detection_trust() != self._advised_under:
+            log.warning("detection %s: checkpoint advice made again", "degraded" if any(self._detection_trust())
+                        else "trusted again")
+            self.advise()
 
     def advise(self) -> dict[str, JobAdvice] | None:
         """Checkpoint-interval advice for every running opted-in job (daemon/advice.py): on /metrics, in the API and,
@@ -413,9 +429,8 @@ class Service:
                 node_of = {sched: node for node, sched in self.remediation.scheduler_names.items()}
                 state = dataclasses.replace(state, jobs={j: job for j, job in state.jobs.items() if job.nodes and
                                                          self.ownership.owns(node_of.get(job.nodes[0], job.nodes[0]))})
-            degraded, stale = detection_state(self.store, self.remediation.journal.breaker(),
-                                              [name for name, o in self.last.outcomes.items() if not o.ok],
-                                              self.remediation.scheduler_names)
+            self._advised_under = trust = self._detection_trust()
+            degraded, stale = detection_state(self.store, trust[1], list(trust[0]), self.remediation.scheduler_names)
             before = set(self.advisor.last)
             advice = self.advisor.run(self.store, state, now, degraded, stale, self.remediation.scheduler_names)
         if self.cfg.advice.directory:
@@ -598,7 +613,7 @@ class Service:
                 Job("alerts", self.alerts, sv.alert_interval_s),
                 Job("housekeeping", self.housekeeping, sv.housekeeping_interval_s, first_now=False)]
         if self.cfg.advice.enabled:
-            jobs.append(Job("advice", self.advise, self.cfg.advice.every_s, first_now=False))
+            jobs.append(Job("advice", self.advise, self.cfg.advice.every_s))
         if sv.retrain_interval_s:
             jobs.append(Job("retrain", self.retrain, sv.retrain_interval_s, first_now=False))
         if self.notifier.watchdog_s:

@@ -268,16 +268,41 @@ def test_the_repair_queue_in_the_api_and_on_the_status_page(tmp_path):
 
 def test_checkpoint_advice_in_the_api_on_metrics_and_in_files(tmp_path):
     """The service's advice job (daemon/advice.py): every running opted-in job advised, on /api/v1/advice, its own
-    path, /metrics and a file per job; a collector failing turns every job's advice to the safe interval at once.
+    path, /metrics, the status page and a file per job; when its exporter stops answering, the next cycle turns
+    every job's advice to the safe interval at once (not at the next hourly advice), and back when it answers again.
     The scheduler is the project's simulated Slurm (tests/playbooks/test_slurm_advice.py has the real one)."""
-    from daemon.collectors import Outcome
+    import threading
+    from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
+
     from lab.sim.cluster import SimJob, SimScheduler
 
+    class Exporter(BaseHTTPRequestHandler):
+        def do_GET(self):  # noqa: N802
+            body = b"# TYPE node_boot_time_seconds gauge\nnode_boot_time_seconds 1.7e9\n"
+            self.send_response(200)
+            self.send_header("Content-Type", "text/plain; version=0.0.4")
+            self.send_header("Content-Length", str(len(body)))
+            self.end_headers()
+            self.wfile.write(body)
+
+        def log_message(self, *args):
+            pass
+
+    exporter_port = free_port()
+
+    def serve() -> ThreadingHTTPServer:
+        server = ThreadingHTTPServer(("127.0.0.1", exporter_port), Exporter)
+        threading.Thread(target=server.serve_forever, daemon=True).start()
+        return server
+
+    exporter = serve()
     port = free_port()
     advice_dir = tmp_path / "advice"
     (tmp_path / "a.toml").write_text(f'[store]\nurl = "sqlite:///{tmp_path / "a.db"}"\n'
-                                     f'[http]\nlisten = "127.0.0.1:{port}"\n'
-                                     f'[advice]\ndirectory = "{advice_dir}"\nevery_s = 3600.0\n')
+                                     f'[service]\ninterval_s = 0.5\n[http]\nlisten = "127.0.0.1:{port}"\n'
+                                     f'[advice]\ndirectory = "{advice_dir}"\nevery_s = 3600.0\n'
+                                     f'[[collectors]]\ntype = "exposition"\nname = "exporters"\n'
+                                     f'targets = ["127.0.0.1:{exporter_port}"]\ntimeout_s = 1\n')
     svc = Service(load(tmp_path / "a.toml"))
     sched = SimScheduler([f"node{i}" for i in range(1, 5)])
     sched.submit(SimJob("j1", 2, 1e6, opt_in=True, comment="raswarden:checkpoint cost=90"))
@@ -286,15 +311,21 @@ def test_checkpoint_advice_in_the_api_on_metrics_and_in_files(tmp_path):
     svc.remediation.engine.scheduler = sched
     svc.start()
     base = f"http://127.0.0.1:{port}"
+
+    def advised() -> dict:
+        code, body = get(f"{base}/api/v1/advice/j1")
+        return json.loads(body) if code == 200 else {}
+
     try:
-        until(lambda: svc.active)
+        until(lambda: svc.active and svc.last.outcomes.get("exporters") and svc.last.outcomes["exporters"].ok)
+        until(lambda: advised().get("interval_s"))
         advice = svc.advise()
         assert set(advice) == {"j1"} and advice["j1"].checkpoint_cost_s == 90.0 and not advice["j1"].safe
         code, body = get(f"{base}/api/v1/advice")
         data = json.loads(body)
         assert code == 200 and data["jobs"]["j1"]["interval_s"] == round(advice["j1"].interval_s, 1)
         assert data["foresight"]["hard_failures"] == 0 and data["foresight"]["per_node_year"]["all"] == 1.4
-        assert json.loads(get(f"{base}/api/v1/advice/j1")[1])["cost_from"] == "declared"
+        assert advised()["cost_from"] == "declared"
         assert get(f"{base}/api/v1/advice/j2")[0] == 404  # not opted in
         metrics = get(f"{base}/metrics")[1].decode()
         assert re.search(r'raswarden_checkpoint_advice_seconds\{task="j1"\} \d', metrics)
@@ -302,10 +333,17 @@ def test_checkpoint_advice_in_the_api_on_metrics_and_in_files(tmp_path):
         assert json.loads((advice_dir / "j1.json").read_text())["job"] == "j1"
         page = get(f"{base}/")[1].decode()
         assert "Checkpoint advice (1 jobs)" in page and "<td>j1</td><td>2</td>" in page and "90 s (declared)" in page
-        svc.last.outcomes["dcgm"] = Outcome(errors=["dcgm: connection refused"])
-        safe = svc.advise()["j1"]
-        assert safe.safe and "collector dcgm failing" in safe.why
-        assert safe.interval_s == advice["j1"].safe_interval_s <= advice["j1"].interval_s
+        exporter.shutdown()
+        exporter.server_close()
+        exporter = None
+        safe = until(lambda: advised().get("safe") and advised(), timeout=20)
+        assert "collector exporters failing" in safe["why"]
+        assert safe["interval_s"] == round(advice["j1"].safe_interval_s, 1) <= round(advice["j1"].interval_s, 1)
+        assert json.loads((advice_dir / "j1.json").read_text())["safe"] is True
         assert "raswarden_checkpoint_advice_safe 1.0" in get(f"{base}/metrics")[1].decode()
+        exporter = serve()
+        until(lambda: advised().get("safe") is False, timeout=20)
     finally:
+        if exporter is not None:
+            exporter.shutdown()
         svc.stop()
