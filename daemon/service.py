@@ -408,12 +408,20 @@ class Service:
 
     def _advise_on_change(self) -> None:
         """Advise again at once when a collector started or stopped failing or the breaker tripped or was reset
-        since the last advice (the jobs must not wait for the next ``[advice] every_s`` to checkpoint safely)."""
-        if self.cfg.advice.enabled and self._advised_under is not None and \
-                self._detection_trust() != self._advised_under:
-            log.warning("detection %s: checkpoint advice made again", "degraded" if any(self._detection_trust())
-                        else "trusted again")
-            self.advise()
+        since the last advice (the jobs must not wait for the next ``[advice] every_s`` to checkpoint safely), and
+        first as soon as the daemon is active (the advice job's first run may have found it standing by)."""
+        if not self.cfg.advice.enabled:
+            return
+        trust = self._detection_trust()
+        if trust != self._advised_under:
+            if self._advised_under is not None:
+                log.warning("detection %s: checkpoint advice made again", "degraded" if any(trust) else "trusted")
+            try:
+                self.advise()
+            except Exception as exc:  # (the scheduler unreachable): the cycle goes on; the advice job tries again
+                log.error("checkpoint advice failed: %s: %s", type(exc).__name__, exc)
+                metrics.JOB_FAILURES.labels("advice").inc()
+                self._advised_under = trust
 
     def advise(self) -> dict[str, JobAdvice] | None:
         """Checkpoint-interval advice for every running opted-in job (daemon/advice.py): on /metrics, in the API and,

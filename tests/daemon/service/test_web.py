@@ -302,7 +302,7 @@ def test_checkpoint_advice_in_the_api_on_metrics_and_in_files(tmp_path):
                                      f'[service]\ninterval_s = 0.5\n[http]\nlisten = "127.0.0.1:{port}"\n'
                                      f'[advice]\ndirectory = "{advice_dir}"\nevery_s = 3600.0\n'
                                      f'[[collectors]]\ntype = "exposition"\nname = "exporters"\n'
-                                     f'targets = ["127.0.0.1:{exporter_port}"]\ntimeout_s = 1\n')
+                                     f'targets = ["127.0.0.1:{exporter_port}"]\ntimeout_s = 5\n')
     svc = Service(load(tmp_path / "a.toml"))
     sched = SimScheduler([f"node{i}" for i in range(1, 5)])
     sched.submit(SimJob("j1", 2, 1e6, opt_in=True, comment="raswarden:checkpoint cost=90"))
