@@ -474,6 +474,15 @@ class Store:
         with self.session() as s:
             return {e.id: e.attrs for e in s.exec(select(EntityRow).where(EntityRow.id.in_(set(ids)))).all()}
 
+    def data_until(self) -> float | None:
+        """The newest time the store holds data for: its last finding, incident change or collector state (a replayed
+        trace's end; a live daemon's last cycle). None when it holds none."""
+        with self.session() as s:
+            times = [s.exec(select(func.max(col))).one() for col in (FindingRow.ts, IncidentRow.updated_at,
+                                                                      CollectorStateRow.updated_at)]
+        times = [t for t in times if t is not None]
+        return max(times) if times else None
+
     def node_racks(self) -> dict[str, str | None]:
         """Every known node's rack."""
         with self.session() as s:

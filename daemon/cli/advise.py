@@ -8,7 +8,7 @@ import json
 import sys
 import time
 
-from daemon.cli.common import config_and_store, config_args, fmt_duration, print_table
+from daemon.cli.common import config_and_store, config_args, fmt_duration, fmt_ts, print_table
 
 
 def cmd_advise(args: argparse.Namespace) -> int:
@@ -25,7 +25,11 @@ def cmd_advise(args: argparse.Namespace) -> int:
 
     with config_and_store(args, read_only=True) as (cfg, store):
         advisor = Advisor(cfg.advice)
-        now = time.time()
+        # as of the store's last data: a replayed trace's end, not today (which would add months of nodes watched
+        # without a failure); a live daemon's store is minutes old
+        now = min(time.time(), store.data_until() or time.time())
+        if time.time() - now > 3600:
+            print(f"as of {fmt_ts(now)}, the store's last data", file=sys.stderr)
         scheduler = scheduler_from_config(cfg)
         try:
             state = scheduler.snapshot() if scheduler is not None else ClusterState(now, {}, {})

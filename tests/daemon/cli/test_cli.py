@@ -284,8 +284,11 @@ def test_advise_gives_the_foresight_and_says_when_a_job_has_no_advice(tmp_path, 
     cfg = tmp_path / "r.toml"
     cfg.write_text(f'[store]\nurl = "sqlite:///{tmp_path / "db" / "state.db"}"\n[advice]\nwindow_days = 100000\n')
     assert main(["advise", "--config", str(cfg)]) == 0
-    out = capsys.readouterr().out
-    assert "2 hard failures" in out and "1 acted on ahead, 1 warned of only, 0 unwarned" in out
+    captured = capsys.readouterr()
+    out = captured.out
+    # as of the journal's last change (4 h after the nodes were first seen), not today: 4 nodes x 4 h
+    assert "2 hard failures in 16 node-hours" in out and "1 acted on ahead, 1 warned of only, 0 unwarned" in out
+    assert "the store's last data" in captured.err
     assert "fabric_link\t0\t1\t0" in out and "no running job has opted in" in out
     assert main(["advise", "--config", str(cfg), "--json"]) == 0
     data = json.loads(capsys.readouterr().out)
