@@ -134,6 +134,9 @@ CHECKPOINT_ADVICE = Gauge("raswarden_checkpoint_advice_seconds", "The periodic c
 CHECKPOINT_ADVICE_SAFE = Gauge("raswarden_checkpoint_advice_safe", "1 while the safe interval is advised to every job "
                                "(detection degraded: a collector failing, the playbooks' breaker open).",
                                registry=REGISTRY)
+ADVICE_FILE_ERRORS = Counter("raswarden_checkpoint_advice_file_errors_total", "Times the advice files could not be "
+                             "written to [advice] directory (the API and /metrics still give the advice).",
+                             registry=REGISTRY)
 FORESIGHT = Gauge("raswarden_hard_failures", "Hard failures over the advice window (daemon/foresight.py): acted on "
                   "ahead (averted ones included), warned of by an open incident but not acted on, unwarned.",
                   ["before"], registry=REGISTRY)

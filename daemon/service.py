@@ -441,8 +441,6 @@ class Service:
             degraded, stale = detection_state(self.store, trust[1], list(trust[0]), self.remediation.scheduler_names)
             before = set(self.advisor.last)
             advice = self.advisor.run(self.store, state, now, degraded, stale, self.remediation.scheduler_names)
-        if self.cfg.advice.directory:
-            write_files(self.cfg.advice.directory, advice, gone=before)
         metrics.CHECKPOINT_ADVICE.clear()
         for job, a in advice.items():
             metrics.CHECKPOINT_ADVICE.labels(job).set(a.interval_s)
@@ -454,6 +452,12 @@ class Service:
         metrics.UNWARNED_RATE.labels("mean").set(fs.rate("unwarned") * YEAR_H)
         metrics.UNWARNED_RATE.labels(f"q{self.cfg.advice.quantile:g}").set(
             fs.rate("unwarned", self.cfg.advice.quantile) * YEAR_H)
+        if self.cfg.advice.directory:
+            try:
+                write_files(self.cfg.advice.directory, advice, gone=before)
+            except OSError as exc:  # (a shared filesystem gone, no permission): the API and /metrics still have it
+                log.error("checkpoint advice not written to %s: %s", self.cfg.advice.directory, exc)
+                metrics.ADVICE_FILE_ERRORS.inc()
         return advice
 
     def _reliability_metrics(self, orders: dict[str, int]) -> None:

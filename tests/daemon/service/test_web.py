@@ -343,6 +343,10 @@ def test_checkpoint_advice_in_the_api_on_metrics_and_in_files(tmp_path):
         assert "raswarden_checkpoint_advice_safe 1.0" in get(f"{base}/metrics")[1].decode()
         exporter = serve()
         until(lambda: advised().get("safe") is False, timeout=20)
+        # a directory that cannot be written (here: a file in its place): said and counted, the advice goes on
+        svc.cfg.advice.directory = str(tmp_path / "a.toml")
+        assert svc.advise()["j1"].interval_s > 0
+        assert re.search(r"raswarden_checkpoint_advice_file_errors_total [1-9]", get(f"{base}/metrics")[1].decode())
     finally:
         if exporter is not None:
             exporter.shutdown()
