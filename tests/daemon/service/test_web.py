@@ -266,43 +266,22 @@ def test_the_repair_queue_in_the_api_and_on_the_status_page(tmp_path):
         svc.stop()
 
 
-def test_checkpoint_advice_in_the_api_on_metrics_and_in_files(tmp_path):
+def test_checkpoint_advice_in_the_api_on_metrics_and_in_files(tmp_path, http_server):
     """The service's advice job (daemon/advice.py): every running opted-in job advised, on /api/v1/advice, its own
     path, /metrics, the status page and a file per job; when its exporter stops answering, the next cycle turns
     every job's advice to the safe interval at once (not at the next hourly advice), and back when it answers again.
     The scheduler is the project's simulated Slurm (tests/playbooks/test_slurm_advice.py has the real one)."""
-    import threading
-    from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
-
     from lab.sim.cluster import SimJob, SimScheduler
 
-    class Exporter(BaseHTTPRequestHandler):
-        def do_GET(self):  # noqa: N802
-            body = b"# TYPE node_boot_time_seconds gauge\nnode_boot_time_seconds 1.7e9\n"
-            self.send_response(200)
-            self.send_header("Content-Type", "text/plain; version=0.0.4")
-            self.send_header("Content-Length", str(len(body)))
-            self.end_headers()
-            self.wfile.write(body)
-
-        def log_message(self, *args):
-            pass
-
-    exporter_port = free_port()
-
-    def serve() -> ThreadingHTTPServer:
-        server = ThreadingHTTPServer(("127.0.0.1", exporter_port), Exporter)
-        threading.Thread(target=server.serve_forever, daemon=True).start()
-        return server
-
-    exporter = serve()
+    target, pages = http_server()
+    pages.set("/metrics", "# TYPE node_boot_time_seconds gauge\nnode_boot_time_seconds 1.7e9\n")
     port = free_port()
     advice_dir = tmp_path / "advice"
     (tmp_path / "a.toml").write_text(f'[store]\nurl = "sqlite:///{tmp_path / "a.db"}"\n'
                                      f'[service]\ninterval_s = 0.5\n[http]\nlisten = "127.0.0.1:{port}"\n'
                                      f'[advice]\ndirectory = "{advice_dir}"\nevery_s = 3600.0\n'
                                      f'[[collectors]]\ntype = "exposition"\nname = "exporters"\n'
-                                     f'targets = ["127.0.0.1:{exporter_port}"]\ntimeout_s = 5\n')
+                                     f'targets = ["{target}"]\ntimeout_s = 5\n')
     svc = Service(load(tmp_path / "a.toml"))
     sched = SimScheduler([f"node{i}" for i in range(1, 5)])
     sched.submit(SimJob("j1", 2, 1e6, opt_in=True, comment="raswarden:checkpoint cost=90"))
@@ -333,21 +312,17 @@ def test_checkpoint_advice_in_the_api_on_metrics_and_in_files(tmp_path):
         assert json.loads((advice_dir / "j1.json").read_text())["job"] == "j1"
         page = get(f"{base}/")[1].decode()
         assert "Checkpoint advice (1 jobs)" in page and "<td>j1</td><td>2</td>" in page and "90 s (declared)" in page
-        exporter.shutdown()
-        exporter.server_close()
-        exporter = None
+        pages.set("/metrics", "exporter broken", status=500)
         safe = until(lambda: advised().get("safe") and advised(), timeout=20)
         assert "collector exporters failing" in safe["why"]
         assert safe["interval_s"] == round(advice["j1"].safe_interval_s, 1) <= round(advice["j1"].interval_s, 1)
         assert json.loads((advice_dir / "j1.json").read_text())["safe"] is True
         assert "raswarden_checkpoint_advice_safe 1.0" in get(f"{base}/metrics")[1].decode()
-        exporter = serve()
+        pages.set("/metrics", "# TYPE node_boot_time_seconds gauge\nnode_boot_time_seconds 1.7e9\n")
         until(lambda: advised().get("safe") is False, timeout=20)
         # a directory that cannot be written (here: a file in its place): said and counted, the advice goes on
         svc.cfg.advice.directory = str(tmp_path / "a.toml")
         assert svc.advise()["j1"].interval_s > 0
         assert re.search(r"raswarden_checkpoint_advice_file_errors_total [1-9]", get(f"{base}/metrics")[1].decode())
     finally:
-        if exporter is not None:
-            exporter.shutdown()
         svc.stop()
