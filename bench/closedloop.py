@@ -73,10 +73,10 @@ def main() -> None:
     ap.add_argument("--repair-hours", type=float, default=24.0, help="repair time of a node taken out (hours)")
     ap.add_argument("--bad-repairs", type=float, default=0.0, metavar="SHARE",
                     help="the share of repairs that leave the fault in place")
-    ap.add_argument("--checkpoint-policy", default="fixed", choices=("fixed", "daly", "advised"),
+    ap.add_argument("--checkpoint-policy", default="fixed", choices=("fixed", "daly", "oracle", "advised"),
                     help="how jobs choose their periodic checkpoint interval: every hour (fixed), the best fixed "
-                         "interval for their size at the scenario's failure rate (daly), or raswarden's advice "
-                         "(advised; docs/playbooks.md)")
+                         "interval for their size at the fleet's long-run failure rate (daly) or at the seed's own "
+                         "(oracle), or raswarden's advice (advised; docs/playbooks.md)")
     ap.add_argument("--jobs", type=int, default=2)
     ap.add_argument("--out", type=Path, default=ROOT / "bench" / "results" / "closedloop.json")
     ap.add_argument("--report", action="store_true", help="only print the table of --out")

@@ -9,13 +9,16 @@ from playbooks.guards import Guards
 POLICIES = ("none", "reactive", "full")
 # How the jobs choose their periodic checkpoint interval (LoopOptions.checkpoint_policy):
 # fixed: every job checkpoints every checkpoint_interval_s (an hour, as the first build's jobs did);
-# daly: the best fixed interval a job could pick without raswarden, Daly's optimum for its size at the scenario's
-#   own hard-failure rate (the seed's count of hard faults over its node-hours: more than a job could know);
+# daly: the best fixed interval a job could pick without raswarden, Daly's optimum for its size at the fleet's
+#   long-run hard-failure rate (the scenario's expected rate: what an operator's fleet statistics give);
+# oracle: Daly's optimum at the seed's own count of hard failures over its node-hours, which no job could know
+#   beforehand (a month with more failures than usual gets shorter intervals from the start): the best any fixed
+#   interval per job size could do;
 # advised: jobs that opted in to raswarden's signals follow its advice (daemon/advice.py), polled whenever it is made
 #   (each tick that changed an incident, else every 5 minutes), the daly interval until they have any; a job whose
 #   advised interval falls below its time since its last checkpoint checkpoints at once. The others checkpoint as
 #   under daly.
-CHECKPOINT_POLICIES = ("fixed", "daly", "advised")
+CHECKPOINT_POLICIES = ("fixed", "daly", "oracle", "advised")
 
 
 # What the figures mean; results of another version do not mix (2: a slow GPU holds back its job; 3: actions are

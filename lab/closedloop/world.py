@@ -9,6 +9,7 @@ import math
 import numpy as np
 
 from daemon.advice import daly_interval
+from lab.sim.arrivals import DEFAULT_MIX
 
 from daemon.pipeline import Pipeline
 from detectors.schema import node_of
@@ -26,7 +27,7 @@ def plan_jobs(sim: Simulator, opts: LoopOptions) -> list[SimJob]:
     sc, mix = sim.scenario, sim.scenario.jobs
     rng = np.random.default_rng(sc.seed + 7)
     jobs, node_s, want = [], 0.0, 1.5 * sim.topo.n_nodes * sc.duration
-    per_node_s = hard_failure_rate(sim)
+    per_node_s = realized_failure_rate(sim) if opts.checkpoint_policy == "oracle" else expected_failure_rate(sim)
     while node_s < want:
         n = int(rng.integers(mix.nodes_per_job[0], min(mix.nodes_per_job[1], sim.topo.n_nodes) + 1))
         work = float(rng.uniform(*mix.duration))
@@ -44,10 +45,32 @@ def plan_jobs(sim: Simulator, opts: LoopOptions) -> list[SimJob]:
     return jobs
 
 
-def hard_failure_rate(sim: Simulator) -> float:
-    """The scenario's hard faults a node-second (its seed's own count: what the best fixed interval is built on)."""
+def realized_failure_rate(sim: Simulator) -> float:
+    """The seed's own hard faults a node-second (checkpoint policy ``oracle``)."""
     hard = sum(1 for p in sim.placed if p.inst.template.fails and not p.inst.template.benign)
     return hard / (sim.topo.n_nodes * sim.scenario.duration)
+
+
+def expected_failure_rate(sim: Simulator) -> float:
+    """The scenario's long-run hard faults a node-second (checkpoint policy ``daly``): its listed ones, and what its
+    ``sample`` section draws on average (its faults a node-year, times the share of its class mix whose templates
+    fail)."""
+    sc = sim.scenario
+    listed = sum(_failing_share(sim, f.fault, f.template) for f in sc.faults if not f.fault.startswith("benign_"))
+    rate = listed / (sim.topo.n_nodes * sc.duration)
+    if sc.sample is not None:
+        mix = sc.sample.mix or DEFAULT_MIX
+        share = sum(w * _failing_share(sim, c) for c, w in mix.items()) / sum(mix.values())
+        rate += sc.sample.faults_per_node_year / (365.0 * 86400.0) * share
+    return rate
+
+
+def _failing_share(sim: Simulator, fault: str, template: str | None = None) -> float:
+    """Whether a fault class's ``template`` fails, or (None) the share of its templates that fail (one is drawn at
+    random for each sampled fault)."""
+    fails = [t.fails for k, t in sim.library.items() if k.split("/")[0] == fault and k.split("/")[1] in (
+        template or k.split("/")[1],)]
+    return sum(fails) / len(fails) if fails else 0.0
 
 
 def follow_advice(jobs: list[SimJob], advisor) -> None:

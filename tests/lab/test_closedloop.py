@@ -366,3 +366,25 @@ def test_a_scenario_without_warning_keeps_its_faults_and_their_failure_times():
     moved = [lb for lb in hard if onset[key(lb)] != lb["onset"]]
     assert all(lb["failure"] - onset[key(lb)] == pytest.approx(60.0, abs=0.01) for lb in moved)
     assert 0.3 < len(moved) / len(hard) < 0.7
+
+
+def test_daly_knows_the_fleets_long_run_rate_and_oracle_the_seeds_own():
+    """The two fixed baselines: ``daly`` at the scenario's expected hard-failure rate (its faults a node-year times
+    the failing share of its class mix: what fleet statistics give a job), ``oracle`` at the seed's own count."""
+    from lab.closedloop.world import expected_failure_rate, realized_failure_rate
+
+    library = ROOT / "lab" / "library"
+    sc = Scenario.load(library / "scenarios" / "scalex640-30d.yaml")
+    month = 80 * 30 * 86400.0  # node-seconds
+    expected = []
+    for seed in (2001, 2002):
+        sc.seed = seed
+        sim = Simulator(sc, library / "faults")
+        hard = sum(1 for p in sim.placed if p.inst.template.fails and not p.inst.template.benign)
+        assert realized_failure_rate(sim) * month == pytest.approx(hard)
+        expected.append(expected_failure_rate(sim) * month)
+    # 1.4 faults a node-year, all classes but fail-slow's 9 of 215 failing: 8.8 hard failures a month of 80 nodes
+    assert expected[0] == expected[1] == pytest.approx(1.4 * 80 * 30 / 365 * 206 / 215)
+    listed = simulator()  # listed faults: their own templates (fail-slow's does not fail)
+    assert expected_failure_rate(listed) == realized_failure_rate(listed) == pytest.approx(
+        3 / (listed.topo.n_nodes * listed.scenario.duration))
