@@ -1,7 +1,9 @@
 #!/usr/bin/env python3
 """Checkpoint intervals over many seeds (issue 29's targets; not a test): the closed loop's ``full`` policy with the
-jobs checkpointing every hour (``fixed``), at the best fixed interval for their size without raswarden (``daly``)
-and on raswarden's advice (``advised``), on the same seeds (docs/playbooks.md, "Checkpoint advice").
+jobs checkpointing every hour (``fixed``), at the best fixed interval for their size a job could pick without
+raswarden (``daly``: the fleet's long-run failure rate), at the best for the seed's own failures, which no job could
+know beforehand (``oracle``), and on raswarden's advice (``advised``), on the same seeds (docs/playbooks.md,
+"Checkpoint advice").
 
 Each (seed, checkpoint policy) runs in a process of its own (``bench/closedloop.py``'s ``one_run``), ``--jobs`` at a
 time, and is written to ``--out`` as it finishes (an interrupted run resumes; ``--with`` joins other writers' files,
@@ -31,7 +33,7 @@ def main() -> None:
     ap = argparse.ArgumentParser(description=__doc__.split("\n")[0])
     ap.add_argument("--scenario", default="scalex640-30d")
     ap.add_argument("--seeds", default="2001..2020", help="e.g. 2001..2020 or 2001,2002")
-    ap.add_argument("--policies", default="fixed,daly,advised", help="checkpoint policies, the first the baseline")
+    ap.add_argument("--policies", default="fixed,daly,oracle,advised", help="checkpoint policies to compare")
     ap.add_argument("--tick", type=float, default=300.0, help="raswarden's detection tick (s; the world steps 30 s)")
     ap.add_argument("--jobs", type=int, default=2)
     ap.add_argument("--out", type=Path, default=ROOT / "bench" / "results" / "checkpoints.json")
