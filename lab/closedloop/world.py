@@ -9,11 +9,10 @@ import math
 import numpy as np
 
 from daemon.advice import daly_interval
-from lab.sim.arrivals import DEFAULT_MIX
-
 from daemon.pipeline import Pipeline
 from detectors.schema import node_of
 from lab.closedloop.options import LoopOptions
+from lab.sim.arrivals import DEFAULT_MIX
 from lab.sim.cluster import SimJob, SimScheduler
 from lab.sim.simulator import Simulator
 
@@ -68,8 +67,8 @@ def expected_failure_rate(sim: Simulator) -> float:
 def _failing_share(sim: Simulator, fault: str, template: str | None = None) -> float:
     """Whether a fault class's ``template`` fails, or (None) the share of its templates that fail (one is drawn at
     random for each sampled fault)."""
-    fails = [t.fails for k, t in sim.library.items() if k.split("/")[0] == fault and k.split("/")[1] in (
-        template or k.split("/")[1],)]
+    fails = [t.fails for key, t in sim.library.items()
+             if key.split("/")[0] == fault and (template is None or key.split("/")[1] == template)]
     return sum(fails) / len(fails) if fails else 0.0
 
 
