@@ -60,6 +60,7 @@ from daemon.shards import ALERTS_LEASE, POOL, Ownership, UnwatchedShards, cycle_
 from daemon.splitracks import SplitRacks, parents
 from daemon.store import Store
 from daemon.topology import Topology
+from playbooks.scheduler import SchedulerError
 from daemon import warmstate
 
 log = logging.getLogger("raswarden.service")
@@ -149,6 +150,7 @@ class Service:
         self.remediation, self.alerting = remediation, alerting
         self.advisor = Advisor(cfg.advice)
         self._advised_under: tuple | None = None  # the collectors failing and the breaker at the last advice
+        self._advice_refused = ""  # the scheduler's last refusal of the advice's snapshot (said once)
         pipeline.incidents.groups_rack = lambda rack: rack not in ownership.split_racks
         self.cooling = CoolingLoops(topology)
         self.split_racks = SplitRacks(split_racks(cfg.shards, topology), topology)
@@ -432,7 +434,15 @@ class Service:
             if not self.cfg.advice.enabled or not self.lease.held():
                 return None
             now = self.clock()
-            state = self.remediation.engine.scheduler.snapshot()
+            try:
+                state = self.remediation.engine.scheduler.snapshot()
+            except SchedulerError as exc:  # the playbooks say so too; the files expire and the jobs fall back
+                if str(exc) != self._advice_refused:
+                    log.warning("checkpoint advice: the scheduler did not answer: %s", exc)
+                self._advice_refused = str(exc)
+                self._advised_under = self._detection_trust()  # tried: the advice job tries again in every_s
+                return None
+            self._advice_refused = ""
             if self.ownership.sharded:  # a job is advised by the shard of its first node (one writer per file)
                 node_of = {sched: node for node, sched in self.remediation.scheduler_names.items()}
                 state = dataclasses.replace(state, jobs={j: job for j, job in state.jobs.items() if job.nodes and

@@ -5,7 +5,6 @@ from __future__ import annotations
 from daemon.inventory import discover
 from daemon.topology import Topology
 from tests.conftest import REAL, ROOT
-from tests.daemon.collectors.conftest import http_server  # noqa: F401  (fixture: real HTTP servers)
 
 EXPORTERS = ROOT / "fixtures" / "exporters"
 K8S_POD_LINE = (REAL / "quoted" / "dcgm-exporter-k8s-hostname.prom").read_text().splitlines()[1] + "\n"

@@ -326,3 +326,30 @@ def test_checkpoint_advice_in_the_api_on_metrics_and_in_files(tmp_path, http_ser
         assert re.search(r"raswarden_checkpoint_advice_file_errors_total [1-9]", get(f"{base}/metrics")[1].decode())
     finally:
         svc.stop()
+
+
+def test_advice_waits_quietly_for_a_scheduler_that_does_not_answer(tmp_path, caplog):
+    """A Slurm that cannot be reached: no advice, one warning naming why, nothing raised out of the cycle (under
+    systemd the advice job's traceback came every 5 minutes). The scheduler raises as the Slurm adapter does when
+    its controller is gone (tests/playbooks/test_slurm.py test_unreachable_controller_is_retryable)."""
+    import logging
+
+    from playbooks.scheduler import SchedulerError
+
+    class Unreachable:
+        def snapshot(self):
+            raise SchedulerError("squeue: slurm_load_jobs error: Unable to contact slurm controller", retryable=True)
+
+    (tmp_path / "s.toml").write_text(f'[store]\nurl = "sqlite:///{tmp_path / "s.db"}"\n'
+                                     f'[http]\nlisten = "127.0.0.1:{free_port()}"\n')
+    svc = Service(load(tmp_path / "s.toml"))
+    svc.remediation.engine.scheduler = Unreachable()
+    try:
+        with caplog.at_level(logging.WARNING, logger="raswarden.service"):
+            assert svc.cycle() is not None and svc.active  # the cycle's first advice meets the refusal
+            assert svc.advise() is None and svc.advise() is None
+        said = [r.getMessage() for r in caplog.records if "checkpoint advice" in r.getMessage()]
+        assert len(said) == 1 and "the scheduler did not answer: squeue" in said[0], said
+        assert svc.advisor.last == {}
+    finally:
+        svc.stop()
