@@ -10,14 +10,16 @@ from pathlib import Path
 
 import zstandard
 
-_IN = 1 << 16
+# Compressed bytes fed to the decoder at a time: what one feed decodes is held whole, and zstd's run-length blocks
+# decode a few bytes into 128 KiB (a file of zeros: 1 KiB in, tens of MB out at most; gzip and xz stream theirs).
+_IN = 1 << 10
 
 
 class _ZstdRaw(io.RawIOBase):
     def __init__(self, path: Path):
         self._fh = open(path, "rb")
         self._frame = zstandard.ZstdDecompressor().decompressobj()
-        self._pending = b""  # decoded, not yet read
+        self._pending = memoryview(b"")  # decoded, not yet read
         self._in_frame = False  # input was given to the current frame and it has not ended
 
     def readable(self) -> bool:
@@ -33,20 +35,22 @@ class _ZstdRaw(io.RawIOBase):
             self._feed(data)
         n = min(len(buffer), len(self._pending))
         buffer[:n] = self._pending[:n]
-        self._pending = self._pending[n:]
+        self._pending = self._pending[n:]  # a view: what is left is not copied
         return n
 
     def _feed(self, data: bytes) -> None:
+        decoded = []
         while data:
             try:
-                self._pending += self._frame.decompress(data)
+                decoded.append(self._frame.decompress(data))
             except zstandard.ZstdError as exc:
                 raise OSError(f"zstd: {exc}") from None
             self._in_frame = not self._frame.eof
             if not self._frame.eof:
-                return
+                break
             data = self._frame.unused_data  # the next frame (logrotate appends none; zstd -c a b makes two)
             self._frame = zstandard.ZstdDecompressor().decompressobj()
+        self._pending = memoryview(b"".join(decoded))
 
     def close(self) -> None:
         self._fh.close()
