@@ -168,21 +168,17 @@ def _failures_with_a_job(r: LoopResult) -> list[dict]:
 
 
 CHECKPOINT_ROWS = (
-    ("effective training time ratio", ".4f", lambda r: r.gpu["productive"] / r.gpu["allocated"]),
-    ("GPU-h lost to failures", ".0f", lambda r: r.gpu["lost_to_failures"]),
-    ("GPU-h of periodic checkpoints", ".0f", lambda r: r.gpu["periodic_checkpoints"]),
-    ("GPU-h of checkpoints raswarden asked for", ".0f", lambda r: r.gpu["checkpoints_requested"]),
-    ("GPU-h of restarts", ".0f", lambda r: r.gpu["restarts"]),
-    ("GPU-h idle on drained nodes, held back by slow GPUs", ".0f", lambda r: r.gpu["idle_drained"] + r.gpu["slowed"]),
+    ("effective training time ratio", ".4f", lambda r: r.gpu_hours["productive"] / r.gpu_hours["allocated"]),
+    ("GPU-h lost to failures", ".0f", lambda r: r.gpu_hours["lost_to_failures"]),
+    ("GPU-h of periodic checkpoints", ".0f", lambda r: r.gpu_hours["periodic_checkpoints"]),
+    ("GPU-h of checkpoints raswarden asked for", ".0f", lambda r: r.gpu_hours["checkpoints_requested"]),
+    ("GPU-h of restarts", ".0f", lambda r: r.gpu_hours["restarts"]),
+    ("GPU-h idle on drained nodes, held back by slow GPUs", ".0f",
+     lambda r: r.gpu_hours["idle_drained"] + r.gpu_hours["slowed"]),
     ("periodic checkpoints", ".0f", lambda r: r.checkpoints.get("periodic")),
     ("interval they came after, median (h)", ".2f", lambda r: r.checkpoints.get("median_interval_h")),
     ("failures that struck a job", ".1f", lambda r: len(_failures_with_a_job(r))),
 )
-
-
-class _Run:  # a result with its GPU-hours under a short name, for the rows above
-    def __init__(self, r: LoopResult):
-        self.gpu, self.checkpoints, self.fault_outcomes = r.gpu_hours, r.checkpoints, r.fault_outcomes
 
 
 def checkpoint_table(by_policy: dict[str, list[LoopResult]]) -> str:
@@ -193,7 +189,7 @@ def checkpoint_table(by_policy: dict[str, list[LoopResult]]) -> str:
     using then (what that interval implies on average)."""
     names = list(by_policy)
     seeds = sorted(set.intersection(*({(r.scenario, r.seed) for r in rs} for rs in by_policy.values())))
-    runs = {p: {(r.scenario, r.seed): _Run(r) for r in rs} for p, rs in by_policy.items()}
+    runs = {p: {(r.scenario, r.seed): r for r in rs} for p, rs in by_policy.items()}
     lines = [f"| {len(seeds)} seed(s) | " + " | ".join(names) + " |", "|---|" + "---|" * len(names)]
     for name, fmt, get in CHECKPOINT_ROWS:
         lines.append(f"| {name} | " + " | ".join(_spread([get(runs[p][k]) for k in seeds], fmt) for p in names)
