@@ -140,14 +140,14 @@ class Advisor:
         return self.foresight
 
     def run(self, store: Store, state: ClusterState, now: float, degraded: str | None = None,
-            degraded_nodes: dict[str, str] | None = None,
             scheduler_names: dict[str, str] | None = None) -> dict[str, JobAdvice]:
-        """Measure foresight and the jobs' checkpoint costs from the store, and advise every job of ``state``
-        (``scheduler_names``: node -> the scheduler's name, where the topology gives another)."""
+        """Measure foresight, the jobs' checkpoint costs and the open incidents from the store, and advise every job
+        of ``state`` (``degraded``: :func:`degraded_reason`; ``scheduler_names``: node -> the scheduler's name, where
+        the topology gives another)."""
         foresight = self.measure(store, now)
         costs = measured_costs(store, now - self.settings.window_days * 86400.0)
-        return self.advise(state, foresight, now, costs, degraded, degraded_nodes,
-                           open_risks(store, scheduler_names))
+        stale, risks = open_by_node(store, scheduler_names or {})
+        return self.advise(state, foresight, now, costs, degraded, stale, risks)
 
     def job_advice(self, job: JobInfo, foresight: Foresight, now: float, costs: list[float] | None = None,
                    degraded: str | None = None, at_risk: list[tuple[str, str]] = ()) -> JobAdvice:
@@ -206,28 +206,29 @@ class Advisor:
         return out
 
 
-def open_risks(store: Store, scheduler_names: dict[str, str] | None = None) -> dict[str, list[tuple[str, str]]]:
-    """The open sub-healthy hardware incidents by node (as the scheduler names it): (entity, category) each. A node
-    raswarden drains has no job left to advise; one whose incident only notifies (a degrading fabric port) or whose
-    job did not move keeps its jobs at risk until the incident closes."""
-    names = scheduler_names or {}
-    out: dict[str, list[tuple[str, str]]] = {}
+def open_by_node(store: Store, scheduler_names: dict[str, str]) -> tuple[dict[str, str], dict[str, list]]:
+    """From the open incidents, by node as the scheduler names it: the nodes without telemetry (an open telemetry
+    incident: their jobs get the safe interval), and the open sub-healthy hardware incidents, (entity, category) each.
+    A node raswarden drains has no job left to advise; one whose incident only notifies (a degrading fabric port) or
+    whose job did not move keeps its jobs at risk until the incident closes."""
+    stale: dict[str, str] = {}
+    risks: dict[str, list[tuple[str, str]]] = {}
     for r in store.incidents("open"):
-        if r.kind in HARD_KINDS and r.category != "telemetry" and r.severity == "subhealthy":
-            node = r.entity.split("/", 1)[0]
-            out.setdefault(names.get(node, node), []).append((r.entity, r.category))
-    return out
+        node = r.entity.split("/", 1)[0]
+        if r.category == "telemetry" and r.kind == "node":
+            stale[scheduler_names.get(node, node)] = "no telemetry"
+        elif r.kind in HARD_KINDS and r.category != "telemetry" and r.severity == "subhealthy":
+            risks.setdefault(scheduler_names.get(node, node), []).append((r.entity, r.category))
+    return stale, risks
 
 
-def detection_state(store: Store, breaker: str | None, failing: list[str],
-                    scheduler_names: dict[str, str]) -> tuple[str | None, dict[str, str]]:
-    """Why detection cannot be trusted for every job (the playbooks' breaker open, collectors failing), or None; and
-    the nodes (as the scheduler names them) without telemetry (an open telemetry incident), with why."""
-    degraded = (f"the playbooks' breaker is open ({breaker})" if breaker else
-                f"collector {', '.join(sorted(failing))} failing: failures may come unforeseen" if failing else None)
-    stale = {scheduler_names.get(r.entity, r.entity): "no telemetry" for r in store.incidents("open")
-             if r.category == "telemetry" and r.kind == "node"}
-    return degraded, stale
+def degraded_reason(breaker: str | None, failing: list[str]) -> str | None:
+    """Why detection cannot be trusted for any job (the playbooks' breaker open, collectors failing), or None."""
+    if breaker:
+        return f"the playbooks' breaker is open ({breaker})"
+    if failing:
+        return f"collector {', '.join(sorted(failing))} failing: failures may come unforeseen"
+    return None
 
 
 def write_files(directory: str | Path, advice: dict[str, JobAdvice], gone: set[str] | frozenset = frozenset(),

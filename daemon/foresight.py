@@ -122,6 +122,11 @@ class Foresight:
         return sum(not f.foreseen for f in self.failures)
 
     @property
+    def warned(self) -> int:
+        """Warned of by an open incident, not acted on."""
+        return sum(f.how == WARNED for f in self.failures)
+
+    @property
     def unwarned(self) -> int:
         return sum(f.how == UNWARNED for f in self.failures)
 
@@ -164,7 +169,7 @@ class Foresight:
                    for c, h in sorted(self.open_hours.items())}
         return {"since": self.since, "until": self.until, "node_hours": round(self.node_hours, 1),
                 "hard_failures": len(self.failures), "foreseen": self.foreseen,
-                "warned": self.unforeseen - self.unwarned, "unwarned": self.unwarned,
+                "warned": self.warned, "unwarned": self.unwarned,
                 "coverage": None if share is None else round(share, 4),
                 "coverage_interval": None if share is None else [round(lo, 4), round(hi, 4)],
                 "per_node_year": per_year, "open_incident_hazard": hazards,
@@ -220,6 +225,7 @@ def measure(store: Store, now: float, window_s: float = 180 * 86400.0, prior: Pr
     for r in incidents:
         on_node[node_of[r.id]].append(r)
     out: list[Failure] = []
+    seen: dict[str, list[float]] = defaultdict(list)  # node -> the times of its failures counted so far
     open_hours: dict[str, float] = defaultdict(float)
     for r in sorted(incidents, key=lambda r: (r.failed_at or r.opened_at, r.id)):
         node = node_of[r.id]
@@ -242,7 +248,8 @@ def measure(store: Store, now: float, window_s: float = 180 * 86400.0, prior: Pr
             continue
         # One failure of a node is seen as several incidents (a GPU's and, escalated, its node's; several parts
         # drained together): within ``same_s`` of each other they are one.
-        if not any(f.node == node and abs(f.at - found.at) <= same_s for f in out):
+        if not any(abs(t - found.at) <= same_s for t in seen[node]):
+            seen[node].append(found.at)
             out.append(found)
     out.sort(key=lambda f: f.at)
     return Foresight(since, now, node_hours, out, prior or Prior(), dict(open_hours))

@@ -39,7 +39,7 @@ from pathlib import Path
 
 import numpy as np
 from daemon import metrics
-from daemon.advice import Advisor, JobAdvice, detection_state, write_files
+from daemon.advice import Advisor, JobAdvice, degraded_reason, write_files
 from daemon.alerting.runner import Alerting
 from daemon.batch import Batch
 from daemon.collectors import Collector, Outcome, build, merge_batches
@@ -419,17 +419,18 @@ class Service:
             if self._advised_under is not None:
                 log.warning("detection %s: checkpoint advice made again", "degraded" if any(trust) else "trusted")
             try:
-                self.advise()
+                self.advise(trust)
             except Exception as exc:  # (the scheduler unreachable): the cycle goes on; the advice job tries again
                 log.error("checkpoint advice failed: %s: %s", type(exc).__name__, exc)
                 metrics.JOB_FAILURES.labels("advice").inc()
                 self._advised_under = trust
 
-    def advise(self) -> dict[str, JobAdvice] | None:
+    def advise(self, trust: tuple | None = None) -> dict[str, JobAdvice] | None:
         """Checkpoint-interval advice for every running opted-in job (daemon/advice.py): on /metrics, in the API and,
         with ``[advice] directory``, a file per job. The safe interval for all while a collector fails or the
         playbooks' breaker is open, for a job on a node without telemetry. In a sharded cluster each shard advises
-        the jobs whose first node it owns, from the whole cluster's journal."""
+        the jobs whose first node it owns, from the whole cluster's journal. ``trust``: :meth:`_detection_trust`,
+        when the caller has it."""
         with self.playbook_lock:
             if not self.cfg.advice.enabled or not self.lease.held():
                 return None
@@ -440,24 +441,24 @@ class Service:
                 if str(exc) != self._advice_refused:
                     log.warning("checkpoint advice: the scheduler did not answer: %s", exc)
                 self._advice_refused = str(exc)
-                self._advised_under = self._detection_trust()  # tried: the advice job tries again in every_s
+                self._advised_under = trust or self._detection_trust()  # tried: the advice job tries again
                 return None
             self._advice_refused = ""
             if self.ownership.sharded:  # a job is advised by the shard of its first node (one writer per file)
                 node_of = {sched: node for node, sched in self.remediation.scheduler_names.items()}
                 state = dataclasses.replace(state, jobs={j: job for j, job in state.jobs.items() if job.nodes and
                                                          self.ownership.owns(node_of.get(job.nodes[0], job.nodes[0]))})
-            self._advised_under = trust = self._detection_trust()
-            degraded, stale = detection_state(self.store, trust[1], list(trust[0]), self.remediation.scheduler_names)
+            self._advised_under = trust = trust or self._detection_trust()
+            degraded = degraded_reason(trust[1], list(trust[0]))
             before = set(self.advisor.last)
-            advice = self.advisor.run(self.store, state, now, degraded, stale, self.remediation.scheduler_names)
+            advice = self.advisor.run(self.store, state, now, degraded, self.remediation.scheduler_names)
         metrics.CHECKPOINT_ADVICE.clear()
         for job, a in advice.items():
             metrics.CHECKPOINT_ADVICE.labels(job).set(a.interval_s)
         metrics.CHECKPOINT_ADVICE_SAFE.set(1 if degraded else 0)
         fs = self.advisor.foresight
         metrics.FORESIGHT.labels("acted").set(fs.foreseen)
-        metrics.FORESIGHT.labels("warned").set(fs.unforeseen - fs.unwarned)
+        metrics.FORESIGHT.labels("warned").set(fs.warned)
         metrics.FORESIGHT.labels("unwarned").set(fs.unwarned)
         metrics.UNWARNED_RATE.labels("mean").set(fs.rate("unwarned") * YEAR_H)
         metrics.UNWARNED_RATE.labels(f"q{self.cfg.advice.quantile:g}").set(

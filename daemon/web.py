@@ -153,7 +153,7 @@ def _advice_section(service, esc) -> str:
         for job, a in sorted(advice.items(), key=lambda ja: ja[1].interval_s)[:40])
     return f"""<h2>Checkpoint advice ({len(advice)} jobs)</h2>
 <p class="muted">{len(fs.failures)} hard failures in {fs.node_hours:,.0f} node-hours: {fs.foreseen} acted on ahead,
-{fs.unforeseen - fs.unwarned} warned of only, {fs.unwarned} unwarned (docs/playbooks.md, "Checkpoint advice")</p>
+{fs.warned} warned of only, {fs.unwarned} unwarned (docs/playbooks.md, "Checkpoint advice")</p>
 <table><tr><th>job</th><th>nodes</th><th>checkpoint every</th><th>checkpoint cost</th><th>why</th></tr>
 {rows}</table>"""
 

@@ -18,7 +18,7 @@ def cmd_advise(args: argparse.Namespace) -> int:
     from rich.table import Table
 
     from daemon.actions import StoreJournal
-    from daemon.advice import Advisor, detection_state
+    from daemon.advice import Advisor, degraded_reason
     from daemon.remediation import scheduler_from_config
     from daemon.topology import Topology
     from playbooks.scheduler import ClusterState, SchedulerError
@@ -37,8 +37,7 @@ def cmd_advise(args: argparse.Namespace) -> int:
             print(f"raswarden: the scheduler did not answer: {exc}", file=sys.stderr)
             return 1
         names = dict(Topology.configured(cfg.service.topology).scheduler_name)
-        degraded, stale = detection_state(store, StoreJournal(store).breaker(), [], names)
-        advice = advisor.run(store, state, now, degraded, stale, names)
+        advice = advisor.run(store, state, now, degraded_reason(StoreJournal(store).breaker(), []), names)
         foresight = advisor.foresight.summary(cfg.advice.quantile)
     if args.job is not None:
         if args.job not in advice:

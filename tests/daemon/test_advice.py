@@ -85,8 +85,8 @@ def test_the_safe_interval_at_once_when_detection_is_degraded(tmp_path):
         assert degraded[j].safe and degraded[j].interval_s == normal[j].safe_interval_s < normal[j].interval_s
         assert degraded[j].why == "collector dcgm failing"
     # one node without telemetry: only the jobs on it
-    one = advisor.run(store, state(job("1"), JobInfo("3", ("x9",), "running", True, "t", "")), now,
-                      degraded_nodes={"n03": "no telemetry"})
+    incident(store, "n03", "telemetry", now - 1800)  # no telemetry from n03 for half an hour: open
+    one = advisor.run(store, state(job("1"), JobInfo("3", ("x9",), "running", True, "t", "")), now)
     assert one["1"].safe and one["1"].why == "n03: no telemetry" and not one["3"].safe
 
 
