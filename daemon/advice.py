@@ -105,8 +105,8 @@ def measured_costs(store: Store, since: float) -> dict[str, list[float]]:
     """Each job's measured checkpoint costs: from raswarden's signal (the checkpoint step) to the job's confirmation
     (the wait step), per playbook action, oldest first."""
     with store.session() as s:
-        rows = s.exec(select(ActionRow).where(ActionRow.step.in_(("checkpoint", "wait_checkpoint")),
-                                              ActionRow.ts >= since).order_by(ActionRow.id)).all()
+        rows = s.exec(select(ActionRow.idempotency_key, ActionRow.step, ActionRow.detail).where(
+            ActionRow.step.in_(("checkpoint", "wait_checkpoint")), ActionRow.ts >= since).order_by(ActionRow.id)).all()
     signalled: dict[tuple[str, str], float] = {}  # (action key, job) -> when
     out: dict[str, list[float]] = {}
     for row in rows:

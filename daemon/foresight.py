@@ -23,15 +23,19 @@ failures give wide intervals, and advice reads the upper bound.
 
 from __future__ import annotations
 
-from collections import defaultdict
+from collections import Counter, defaultdict
 from dataclasses import dataclass, field
+from functools import cached_property, lru_cache
 
 from scipy import stats
+from sqlalchemy import Row
 from sqlmodel import select
 
 from daemon.store import ActionRow, EntityRow, IncidentRow, Store
 
 YEAR_H = 8766.0
+_INCIDENT_COLUMNS = (IncidentRow.id, IncidentRow.entity, IncidentRow.kind, IncidentRow.category, IncidentRow.rack,
+                     IncidentRow.opened_at, IncidentRow.closed_at, IncidentRow.failed_at)
 #: incident kinds whose ``failed`` is a hard failure a job on the node suffers
 HARD_KINDS = ("node", "accelerator", "port")
 #: what happened before a failure: acted on ahead (the first three), warned but not acted on, neither
@@ -96,6 +100,7 @@ class Prior:
         return self.failures / (self.per_node_year / YEAR_H)
 
 
+@lru_cache(maxsize=4096)
 def _gamma(shape: float, exposure: float, quantile: float | None) -> float:
     return shape / exposure if quantile is None else float(stats.gamma.ppf(quantile, shape) / exposure)
 
@@ -112,23 +117,30 @@ class Foresight:
     prior: Prior = field(default_factory=Prior)
     open_hours: dict[str, float] = field(default_factory=dict)  # category -> incident-hours open, not drained
 
+    @cached_property
+    def _tally(self) -> Counter:
+        """The failures by how they came, and the warned ones by the category that warned (counted once: every
+        job's advice reads them; ``failures`` is not changed after)."""
+        return Counter([f.how for f in self.failures] + [(WARNED, f.warned_by) for f in self.failures
+                                                           if f.how == WARNED])
+
     @property
     def foreseen(self) -> int:
-        return sum(f.foreseen for f in self.failures)
+        return sum(self._tally[how] for how in ACTED)
 
     @property
     def unforeseen(self) -> int:
         """Not acted on ahead (warned of or not)."""
-        return sum(not f.foreseen for f in self.failures)
+        return len(self.failures) - self.foreseen
 
     @property
     def warned(self) -> int:
         """Warned of by an open incident, not acted on."""
-        return sum(f.how == WARNED for f in self.failures)
+        return self._tally[WARNED]
 
     @property
     def unwarned(self) -> int:
-        return sum(f.how == UNWARNED for f in self.failures)
+        return self._tally[UNWARNED]
 
     def by(self, key: str) -> dict[str, Counts]:
         """Counts per ``category`` (fault class), ``rack`` or ``kind``."""
@@ -146,7 +158,7 @@ class Foresight:
 
     def hazard(self, category: str, quantile: float | None = None) -> float:
         """Hard failures an hour of an open incident of ``category`` nobody acted on (its node's jobs still there)."""
-        k = sum(f.how == WARNED and f.warned_by == category for f in self.failures)
+        k = self._tally[WARNED, category]
         return _gamma(1.0 + k, self.prior.incident_hours + self.open_hours.get(category, 0.0), quantile)
 
     def coverage(self, level: float = 0.8) -> tuple[float | None, float | None, float | None]:
@@ -191,11 +203,13 @@ def measure(store: Store, now: float, window_s: float = 180 * 86400.0, prior: Pr
     since = now - window_s
     with store.session() as s:
         nodes = s.exec(select(EntityRow.id, EntityRow.first_seen).where(EntityRow.kind == "node")).all()
-        incidents = s.exec(select(IncidentRow).where(IncidentRow.kind.in_(HARD_KINDS),
-                                                     IncidentRow.category != "telemetry",
-                                                     IncidentRow.updated_at >= since - lookback_s)).all()
-        steps = s.exec(select(ActionRow).where(ActionRow.step.in_(("drain", "wait_checkpoint")),
-                                               ActionRow.ts >= since - lookback_s)).all()
+        # the columns read, not whole rows: a large fleet's window holds a hundred thousand incidents
+        incidents = s.exec(select(*_INCIDENT_COLUMNS).where(IncidentRow.kind.in_(HARD_KINDS),
+                                                            IncidentRow.category != "telemetry",
+                                                            IncidentRow.updated_at >= since - lookback_s)).all()
+        steps = s.exec(select(ActionRow.incident_id, ActionRow.step, ActionRow.status, ActionRow.ts,
+                              ActionRow.detail).where(ActionRow.step.in_(("drain", "wait_checkpoint")),
+                                                      ActionRow.ts >= since - lookback_s)).all()
     node_hours = sum(max(0.0, now - max(first, since)) for _, first in nodes) / 3600.0
     by_id = {r.id: r for r in incidents}
     node_of = {r.id: r.entity.split("/", 1)[0] for r in incidents}
@@ -215,13 +229,13 @@ def measure(store: Store, now: float, window_s: float = 180 * 86400.0, prior: Pr
         elif row.step == "wait_checkpoint":
             confirmations[node].extend(float(t) for t in (d.get("confirmed_at") or {}).values())
 
-    def open_at(r: IncidentRow, at: float) -> bool:  # open (and not drained) at ``at``
+    def open_at(r: Row, at: float) -> bool:  # open (and not drained) at ``at``
         return r.opened_at <= at and (r.closed_at is None or r.closed_at >= at) and r.id not in drained_at
 
-    def ended(r: IncidentRow) -> float:  # when its node stopped being at risk with jobs on it
+    def ended(r: Row) -> float:  # when its node stopped being at risk with jobs on it
         return min(x for x in (r.failed_at, r.closed_at, drained_at.get(r.id), now) if x is not None)
 
-    on_node: dict[str, list[IncidentRow]] = defaultdict(list)
+    on_node: dict[str, list[Row]] = defaultdict(list)
     for r in incidents:
         on_node[node_of[r.id]].append(r)
     out: list[Failure] = []

@@ -72,7 +72,7 @@ class IncidentRow(SQLModel, table=True):
     severity: str
     status: str = Field(index=True)  # open | closed
     opened_at: float
-    updated_at: float
+    updated_at: float = Field(index=True)
     closed_at: float | None = None
     rack: str | None = None
     close_reason: str = ""
@@ -92,7 +92,7 @@ class ActionRow(SQLModel, table=True):
     playbook: str
     step: str
     status: str = Field(index=True)
-    ts: float
+    ts: float = Field(index=True)
     detail: dict = Field(default_factory=dict, sa_column=Column(JSON, nullable=False))
 
 

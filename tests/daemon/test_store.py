@@ -14,7 +14,7 @@ from daemon.store import Store
 
 TABLES = {"entity", "health", "finding", "incident", "action", "alert_outbox", "alert", "alert_group", "silence",
           "alert_cursor", "lease", "warm_state", "alembic_version"}
-HEAD = "0010"  # the newest migration
+HEAD = "0011"  # the newest migration
 ROOT = Path(__file__).resolve().parents[2]
 
 
