@@ -6,6 +6,8 @@ from __future__ import annotations
 
 import statistics
 
+from scipy import stats
+
 from lab.closedloop.options import POLICIES
 from lab.closedloop.outcome import LoopResult
 
@@ -209,4 +211,22 @@ def checkpoint_table(by_policy: dict[str, list[LoopResult]]) -> str:
             values = [get(o) for k in seeds for o in _failures_with_a_job(runs[p][k]) if get(o) is not None]
             cells.append(f"{statistics.fmean(values):.2f} ({len(values)})" if values else "-")
         lines.append(f"| {name} | " + " | ".join(cells) + " |")
+    cells = []
+    for p in names:
+        gaps = [o["job_since_checkpoint_h"] - o["job_interval_h"] / 2 for k in seeds
+                for o in _failures_with_a_job(runs[p][k]) if o.get("job_since_checkpoint_h") is not None]
+        cells.append(_mean_with_interval(gaps))
+    lines.append("| work lost less half the interval, per failure (h; 95 % interval of the mean) | "
+                 + " | ".join(cells) + " |")
     return "\n".join(lines)
+
+
+def _mean_with_interval(values: list[float], level: float = 0.95) -> str:
+    """The mean of ``values`` with its Student-t interval at ``level`` and how many there were; ``-`` for none."""
+    if not values:
+        return "-"
+    mean = statistics.fmean(values)
+    if len(values) < 2:
+        return f"{mean:+.2f} (1)"
+    half = float(stats.t.ppf((1 + level) / 2, len(values) - 1)) * statistics.stdev(values) / len(values) ** 0.5
+    return f"{mean:+.2f} ({mean - half:+.2f} to {mean + half:+.2f}; {len(values)})"

@@ -346,10 +346,21 @@ def test_jobs_follow_raswardens_advice_and_checkpoint_often_only_while_at_risk()
     assert f"| effective training time ratio | {ratio(daly):.4f} | {ratio(advised):.4f} |" in report
     assert f"| ratio, advised - daly (higher in) | {ratio(advised) - ratio(daly):+.4f} (" in report
     assert f"| half the interval the job used then (h) | {link['job_interval_h'] / 2:.2f} (1) |" in report
+    assert "| work lost less half the interval, per failure (h; 95 % interval of the mean) | " in report
     with pytest.raises(ValueError, match="checkpoint policy"):
         LoopOptions(checkpoint_policy="often")
     with pytest.raises(ValueError, match="needs raswarden"):
         run(simulator(), "none", LoopOptions(checkpoint_policy="advised"))
+
+
+def test_work_lost_against_the_interval_is_a_mean_with_its_t_interval():
+    """Three failures that lost 1, 2 and 3 hours more than half their intervals: mean 2, standard deviation 1,
+    Student's t at 97.5 % with two degrees of freedom 4.303, so 2 +/- 4.303 / sqrt(3)."""
+    from lab.closedloop.report import _mean_with_interval
+
+    assert _mean_with_interval([1.0, 2.0, 3.0]) == "+2.00 (-0.48 to +4.48; 3)"
+    assert _mean_with_interval([-0.5]) == "-0.50 (1)"
+    assert _mean_with_interval([]) == "-"
 
 
 def test_a_scenario_without_warning_keeps_its_faults_and_their_failure_times():
