@@ -90,7 +90,8 @@ def _closed_loop(args: argparse.Namespace, scenario, library: Path) -> int:
     import copy
 
     from lab.closedloop import POLICIES, LoopOptions, run
-    from lab.closedloop.report import table
+    from lab.closedloop.options import CHECKPOINT_POLICIES
+    from lab.closedloop.report import checkpoint_table, table
     from lab.sim.simulator import Simulator
     from detectors.bundle import IncompatibleModel, ModelBundle
 
@@ -98,6 +99,15 @@ def _closed_loop(args: argparse.Namespace, scenario, library: Path) -> int:
     unknown = [p for p in policies if p not in POLICIES]
     if unknown or not policies:
         print(f"raswarden: error: --policy takes {', '.join(POLICIES)} (comma-separated), not {args.policy!r}",
+              file=sys.stderr)
+        return 2
+    intervals = [p.strip() for p in args.checkpoint_policy.split(",") if p.strip()]
+    if not intervals or set(intervals) - set(CHECKPOINT_POLICIES):
+        print(f"raswarden: error: --checkpoint-policy takes {', '.join(CHECKPOINT_POLICIES)} (comma-separated), "
+              f"not {args.checkpoint_policy!r}", file=sys.stderr)
+        return 2
+    if "advised" in intervals and "none" in policies:
+        print("raswarden: error: --checkpoint-policy advised needs raswarden: not with --policy none",
               file=sys.stderr)
         return 2
     try:
@@ -108,30 +118,41 @@ def _closed_loop(args: argparse.Namespace, scenario, library: Path) -> int:
     if not 0.0 <= args.bad_repairs <= 1.0 or args.repair_hours <= 0:
         print("raswarden: error: --bad-repairs is a share (0 to 1), --repair-hours positive", file=sys.stderr)
         return 2
-    opts = LoopOptions(interval_s=args.interval, tick_s=args.tick, repair_s=args.repair_hours * 3600.0,
-                       repair_orders=args.repair_orders, bad_repair_share=args.bad_repairs)
+    opts = {cp: LoopOptions(interval_s=args.interval, tick_s=args.tick, repair_s=args.repair_hours * 3600.0,
+                            repair_orders=args.repair_orders, bad_repair_share=args.bad_repairs,
+                            checkpoint_policy=cp) for cp in intervals}
     try:
-        opts.ticks_every()
+        opts[intervals[0]].ticks_every()
     except ValueError as exc:
         print(f"raswarden: error: --tick: {exc}", file=sys.stderr)
         return 2
-    results = []
-    for policy in policies:
-        result = run(Simulator(copy.deepcopy(scenario), library), policy, opts, model=model,
+    results, by_interval, pairs = [], {}, [(p, cp) for p in policies for cp in intervals]
+    for policy, cp in pairs:
+        result = run(Simulator(copy.deepcopy(scenario), library), policy, opts[cp], model=model,
                      playbook_dirs=args.playbooks)
         results.append(result)
-        print(f"{policy}: net loss {result.gpu_hours['net_loss']:,.1f} GPU-h, effective training time ratio "
+        by_interval.setdefault(policy, {})[cp] = [result]
+        label = policy if len(intervals) == 1 else f"{policy}, {cp} checkpoints"
+        print(f"{label}: net loss {result.gpu_hours['net_loss']:,.1f} GPU-h, effective training time ratio "
               f"{result.gpu_hours['effective_training_ratio']:.3f}, drains {result.drains_true} true / "
               f"{result.drains_false} false ({result.ticks} ticks, {result.wall_s:.0f} s)", flush=True)
         if result.repairs:
             rp = result.repairs
-            print(f"{policy}: repairs: {rp['orders']} orders, {rp['closed']} closed (median time to repair "
+            print(f"{label}: repairs: {rp['orders']} orders, {rp['closed']} closed (median time to repair "
                   f"{rp['mttr_h'] if rp['mttr_h'] is not None else '-'} h), {rp['validation_catches']} botched "
                   f"repairs caught by validation, {rp['returned_broken']} returned to service broken", flush=True)
-    print(table(results))
+    if len(intervals) == 1:
+        print(table(results))
+    if intervals != ["fixed"]:  # the checkpoint policies side by side (their intervals), per detection policy
+        for policy, runs in by_interval.items():
+            print(f"\n{policy}:\n{checkpoint_table(runs)}")
     if args.json:
-        Path(args.json).write_text(json.dumps({"options": opts.__dict__ | {"guards": opts.guards.__dict__},
-                                               "results": [r.as_dict() for r in results]}, indent=1) + "\n")
+        first = opts[intervals[0]]
+        Path(args.json).write_text(json.dumps({"options": first.__dict__ | {"guards": first.guards.__dict__,
+                                                                             "checkpoint_policy": intervals},
+                                               "results": [r.as_dict() | {"checkpoint_policy": cp}
+                                                           for r, (_, cp) in zip(results, pairs)]},
+                                              indent=1) + "\n")
     return 0
 
 
@@ -177,6 +198,11 @@ def register(sub) -> None:
                    help="with --closed-loop: raswarden's detection tick, a multiple of --interval (its playbooks "
                         "still step with the world; docs/playbooks.md)")
     p.add_argument("--json", metavar="FILE", help="with --closed-loop: also write the figures as JSON")
+    p.add_argument("--checkpoint-policy", default="fixed", metavar="POLICIES",
+                   help="with --closed-loop: how the jobs choose their periodic checkpoint interval: fixed (every "
+                        "hour), daly (the best fixed interval for their size at the fleet's long-run failure rate), "
+                        "oracle (at the scenario's own failures, unknowable beforehand), advised (raswarden's "
+                        "advice, polled); comma-separated to compare them (docs/playbooks.md, Checkpoint advice)")
     p.add_argument("--repair-orders", action="store_true",
                    help="with --closed-loop: the technician works from raswarden's repair orders and validation "
                         "returns the nodes (default: the technician returns repaired nodes directly)")

@@ -282,6 +282,29 @@ def test_cli_closed_loop(tmp_path):
     bad = subprocess.run([sys.executable, "-m", "daemon", "simulate", str(sc), "--closed-loop", "--policy", "eager"],
                          capture_output=True, text=True, timeout=60, cwd=ROOT)
     assert bad.returncode == 2 and "--policy takes" in bad.stderr
+    for wrong, says in ((["--checkpoint-policy", "often"], "--checkpoint-policy takes"),
+                        (["--policy", "none", "--checkpoint-policy", "advised"], "needs raswarden")):
+        bad = subprocess.run([sys.executable, "-m", "daemon", "simulate", str(sc), "--closed-loop", *wrong],
+                             capture_output=True, text=True, timeout=60, cwd=ROOT)
+        assert bad.returncode == 2 and says in bad.stderr, bad.stderr
+
+
+def test_cli_closed_loop_compares_checkpoint_policies(tmp_path):
+    """``--checkpoint-policy daly,advised``: each on the same scenario, and the checkpoint table beside them."""
+    import yaml
+
+    sc = tmp_path / "loop.yaml"
+    sc.write_text(yaml.safe_dump(copy.deepcopy(SCENARIO) | {"duration": "4h"}))
+    out = tmp_path / "loop.json"
+    p = subprocess.run([sys.executable, "-m", "daemon", "simulate", str(sc), "--closed-loop", "--policy", "full",
+                        "--checkpoint-policy", "daly,advised", "--tick", "120", "--json", str(out)],
+                       capture_output=True, text=True, timeout=300, cwd=ROOT)
+    assert p.returncode == 0, p.stderr
+    assert "full, daly checkpoints: net loss" in p.stdout and "full, advised checkpoints: net loss" in p.stdout
+    assert "| 1 seed(s) | daly | advised |" in p.stdout
+    data = json.loads(out.read_text())
+    assert [r["checkpoint_policy"] for r in data["results"]] == ["daly", "advised"]
+    assert data["results"][0]["checkpoints"]["periodic"] > data["results"][1]["checkpoints"]["periodic"]
 
 
 def test_a_repaired_node_comes_back_and_is_judged_on_its_new_parts():
