@@ -170,8 +170,9 @@ class Foresight:
         lo, hi = stats.beta.ppf([(1 - level) / 2, (1 + level) / 2], k + 0.5, n - k + 0.5)
         return k / n, float(lo) if k else 0.0, float(hi) if k < n else 1.0
 
-    def summary(self, quantile: float = 0.9) -> dict:
-        """The figures as the API and ``raswarden advise --foresight`` give them."""
+    def summary(self, quantile: float = 0.9, latest: int = 50) -> dict:
+        """The figures as the API and ``raswarden advise --foresight`` give them, with the ``latest`` failures, newest
+        first (a large fleet's window holds thousands)."""
         share, lo, hi = self.coverage()
         q = f"q{int(quantile * 100)}"
         per_year = {f"{which}{suffix}": round(self.rate(which, qq) * YEAR_H, 4)
@@ -189,7 +190,7 @@ class Foresight:
                           "incident_hours": self.prior.incident_hours},
                 "by_class": {k: v.as_dict() for k, v in self.by("category").items()},
                 "by_rack": {k: v.as_dict() for k, v in self.by("rack").items()},
-                "failures": [f.__dict__ for f in self.failures]}
+                "latest_failures": [f.__dict__ for f in reversed(self.failures[-latest:])] if latest > 0 else []}
 
 
 def measure(store: Store, now: float, window_s: float = 180 * 86400.0, prior: Prior | None = None,

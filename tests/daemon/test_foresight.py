@@ -87,6 +87,11 @@ def test_rates_are_the_gamma_posterior_from_the_prior(tmp_path):
     assert fs.rate("all") == fs.rate("unforeseen")  # nothing was foreseen
     share, lo, hi = fs.coverage()
     assert share == 0.0 and lo == 0.0 and 0 < hi < 0.5
+    # the summary lists the latest failures, newest first, not the window's thousands
+    summary = fs.summary(latest=2)
+    assert summary["hard_failures"] == 4 and summary["unwarned"] == 4
+    assert [f["entity"] for f in summary["latest_failures"]] == ["n03/gpu0", "n02/gpu0"]
+    assert len(fs.summary()["latest_failures"]) == 4
 
 
 def test_few_failures_give_a_wide_interval(tmp_path):
