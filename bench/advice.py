@@ -30,6 +30,8 @@ import tempfile
 import time
 from pathlib import Path
 
+import numpy as np
+
 ROOT = Path(__file__).resolve().parent.parent
 sys.path.insert(0, str(ROOT))
 sys.path.insert(0, str(ROOT / "bench"))
@@ -50,6 +52,7 @@ def build(url: str, cards: int, days: float, now: float, rng: random.Random) -> 
     from daemon.store import ActionRow, EntityRow, IncidentRow, Store
     from playbooks.scheduler import ClusterState, JobInfo
 
+    np_rng = np.random.default_rng(rng.randrange(2**32))
     store = Store(url)
     with store.engine.begin() as conn:
         for table in (ActionRow, IncidentRow, EntityRow):
@@ -87,7 +90,7 @@ def build(url: str, cards: int, days: float, now: float, rng: random.Random) -> 
 
     for node in nodes:
         for rate, what in ((HARD, "hard"), (SUBHEALTHY, "sub"), (TELEMETRY, "telemetry")):
-            for _ in range(_poisson(rng, rate * years)):
+            for _ in range(int(np_rng.poisson(rate * years))):
                 at = rng.uniform(start, now - 3600)
                 if what == "telemetry":
                     incident(node, "node", "telemetry", "subhealthy", at, None, at + rng.uniform(300, 3600))
@@ -117,14 +120,6 @@ def build(url: str, cards: int, days: float, now: float, rng: random.Random) -> 
         free = free[size:]
     return store, {"state": ClusterState(now, {}, jobs), "nodes": len(nodes), "incidents": len(incidents),
                    "actions": len(actions), "jobs": len(jobs)}
-
-
-def _poisson(rng: random.Random, lam: float) -> int:
-    """A Poisson draw (Knuth's; ``lam`` is small here)."""
-    k, p, limit = 0, rng.random(), math.exp(-lam)
-    while p > limit:
-        k, p = k + 1, p * rng.random()
-    return k
 
 
 def one_size(url: str, cards: int, days: float, repeats: int) -> dict:

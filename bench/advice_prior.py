@@ -30,8 +30,7 @@ sys.path.insert(0, str(ROOT))
 sys.path.insert(0, str(ROOT / "bench"))
 
 from common import write_results  # noqa: E402
-
-YEAR_H = 8766.0
+from daemon.foresight import YEAR_H  # noqa: E402
 
 
 def one(nodes: int, rate: float, days: float, job_nodes: int, cost_s: float, restart_s: float, draws: int,

@@ -88,6 +88,7 @@ def _sampled(scenario) -> str:
 
 def _closed_loop(args: argparse.Namespace, scenario, library: Path) -> int:
     import copy
+    from dataclasses import replace
 
     from lab.closedloop import POLICIES, LoopOptions, run
     from lab.closedloop.options import CHECKPOINT_POLICIES
@@ -118,18 +119,17 @@ def _closed_loop(args: argparse.Namespace, scenario, library: Path) -> int:
     if not 0.0 <= args.bad_repairs <= 1.0 or args.repair_hours <= 0:
         print("raswarden: error: --bad-repairs is a share (0 to 1), --repair-hours positive", file=sys.stderr)
         return 2
-    opts = {cp: LoopOptions(interval_s=args.interval, tick_s=args.tick, repair_s=args.repair_hours * 3600.0,
-                            repair_orders=args.repair_orders, bad_repair_share=args.bad_repairs,
-                            checkpoint_policy=cp) for cp in intervals}
+    opts = LoopOptions(interval_s=args.interval, tick_s=args.tick, repair_s=args.repair_hours * 3600.0,
+                       repair_orders=args.repair_orders, bad_repair_share=args.bad_repairs)
     try:
-        opts[intervals[0]].ticks_every()
+        opts.ticks_every()
     except ValueError as exc:
         print(f"raswarden: error: --tick: {exc}", file=sys.stderr)
         return 2
     results, by_interval, pairs = [], {}, [(p, cp) for p in policies for cp in intervals]
     for policy, cp in pairs:
-        result = run(Simulator(copy.deepcopy(scenario), library), policy, opts[cp], model=model,
-                     playbook_dirs=args.playbooks)
+        result = run(Simulator(copy.deepcopy(scenario), library), policy, replace(opts, checkpoint_policy=cp),
+                     model=model, playbook_dirs=args.playbooks)
         results.append(result)
         by_interval.setdefault(policy, {})[cp] = [result]
         label = policy if len(intervals) == 1 else f"{policy}, {cp} checkpoints"
@@ -147,9 +147,8 @@ def _closed_loop(args: argparse.Namespace, scenario, library: Path) -> int:
         for policy, runs in by_interval.items():
             print(f"\n{policy}:\n{checkpoint_table(runs)}")
     if args.json:
-        first = opts[intervals[0]]
-        Path(args.json).write_text(json.dumps({"options": first.__dict__ | {"guards": first.guards.__dict__,
-                                                                             "checkpoint_policy": intervals},
+        Path(args.json).write_text(json.dumps({"options": opts.__dict__ | {"guards": opts.guards.__dict__,
+                                                                            "checkpoint_policy": intervals},
                                                "results": [r.as_dict() | {"checkpoint_policy": cp}
                                                            for r, (_, cp) in zip(results, pairs)]},
                                               indent=1) + "\n")
