@@ -1,7 +1,8 @@
 """Health per entity: the state machine with hysteresis, staleness, and the node roll-up (docs/architecture.md §4).
 
 * A hard fault enters ``failed`` at once. Otherwise an entity enters a worse state when its evidence
-  reached that level in ``enter_k`` of the last ``enter_n`` ticks.
+  reached that level in ``enter_k`` of the last ``enter_n`` ticks, or at once when that evidence is latched (a
+  discrete event or an alarm over a window, held by its detector: the second tick would only add a tick's delay).
 * It leaves for a better state after ``clear_ticks`` consecutive fresh ticks whose evidence is below
   its state; ``failed`` is left only after ``failed_clear_ticks`` fresh ticks with no evidence at all.
 * ``unknown``: no telemetry for its staleness window (``stale_after``, learned from the entity's own sampling
@@ -26,6 +27,8 @@ class HealthConfig:
 
     enter_k: int = 2
     enter_n: int = 3
+    # latched evidence (held by its detector once raised) enters its level at once; False waits enter_k ticks of it too
+    latched_at_once: bool = True
     clear_ticks: int = 10
     failed_clear_ticks: int = 20
     stale_after_s: float = 150.0
@@ -101,6 +104,8 @@ class HealthTracker:
         for ev in evidence:
             by_entity.setdefault(ev.entity, []).append(ev)
         combined = {e: _combine(evs) for e, evs in by_entity.items()}
+        latched = {e: max(x.level for x in evs if x.latched) for e, evs in by_entity.items()
+                   if cfg.latched_at_once and any(x.latched for x in evs)}
         transitions: list[Transition] = []
         candidates = set(combined) | {e for e, h in self.entities.items() if h.state != State.HEALTHY or any(h.window)}
         window, default = self.stale_after.get, cfg.stale_after_s
@@ -116,7 +121,7 @@ class HealthTracker:
             if h.restored and h.hold_until is None:
                 h.hold_until = now + cfg.restore_hold_s
             held = h.hold_until is not None and now < h.hold_until
-            new = self._next(h, ev, level, fresh, held)
+            new = self._next(h, ev, level, fresh, held, latched.get(entity, State.HEALTHY))
             if ev is not None and ev.level >= State.SUSPECT:
                 h.top = ev
             if new != h.state:
@@ -140,7 +145,8 @@ class HealthTracker:
                 del self.entities[entity]
         return transitions
 
-    def _next(self, h: EntityHealth, ev: Evidence | None, level: State, fresh: bool, held: bool = False) -> State:
+    def _next(self, h: EntityHealth, ev: Evidence | None, level: State, fresh: bool, held: bool = False,
+              latched: State = State.HEALTHY) -> State:
         cfg = self.config
         state = h.state
         if ev is not None and ev.hard and level == State.FAILED:
@@ -156,6 +162,7 @@ class HealthTracker:
             if sum(1 for x in h.window if x >= lvl) >= cfg.enter_k:
                 candidate = lvl
                 break
+        candidate = max(candidate, latched)  # latched evidence (a held event or alarm) needs no second tick
         if candidate > state:
             h.below = 0
             return candidate

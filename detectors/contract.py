@@ -35,6 +35,9 @@ class Evidence:
     detector: str = "rules"
     hard: bool = False
     score: float = field(default=0.0)
+    latched: bool = False
+    """Held by its detector for a while once raised (a discrete event, an alarm over a window): it cannot flicker from
+    tick to tick, so health enters its level at once instead of waiting for a second tick of it."""
 
     def __post_init__(self) -> None:
         if not self.score:

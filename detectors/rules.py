@@ -171,6 +171,7 @@ class RuleDetector:
         return self
 
     def _latch(self, ev: Evidence, until: float, tag: str = "") -> None:
+        ev.latched = True
         self._latches[ev.entity].append((until, ev, tag))
 
     def forget(self, scope: str) -> None:

@@ -212,7 +212,7 @@ class TrendDetector:
                 self._size_baseline.pop(key, None)
                 continue
             _, category, _ = COUNTERS[key[1]]
-            out.append(Evidence(key[0], level, category, [reason], detector=self.name, score=score))
+            out.append(Evidence(key[0], level, category, [reason], detector=self.name, score=score, latched=True))
         return out
 
     def _logged_aer(self, events: pd.DataFrame, inc: pd.DataFrame) -> tuple | None:

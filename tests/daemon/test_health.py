@@ -9,8 +9,8 @@ from detectors.schema import State
 CFG = HealthConfig(enter_k=2, enter_n=3, clear_ticks=3, failed_clear_ticks=5, stale_after_s=90)
 
 
-def ev(entity, level, hard=False):
-    return Evidence(entity, level, "gpu_memory", [f"{level.label} reason"], hard=hard)
+def ev(entity, level, hard=False, latched=False):
+    return Evidence(entity, level, "gpu_memory", [f"{level.label} reason"], hard=hard, latched=latched)
 
 
 def step(tr, t, evidence=(), seen=("n/gpu0",)):
@@ -32,6 +32,24 @@ def test_single_blip_never_enters():
     tr = HealthTracker(CFG)
     for t in range(30, 600, 30):
         assert step(tr, t, [ev("n/gpu0", State.SUBHEALTHY)] if t == 90 else []) == []
+
+
+def test_latched_evidence_enters_at_once_and_leaves_as_any_other():
+    """A discrete event or a window's alarm, held by its detector, cannot flicker: the hysteresis would only delay
+    it by a tick. Level evidence beside it still needs its second tick."""
+    tr = HealthTracker(CFG)
+    out = step(tr, 30, [ev("n/gpu0", State.SUBHEALTHY, latched=True)], seen=("n/gpu0", "n/gpu1"))
+    assert [(t.entity, t.new) for t in out] == [("n/gpu0", State.SUBHEALTHY)]
+    assert step(tr, 30 + 1, [ev("n/gpu1", State.SUBHEALTHY)], seen=("n/gpu0", "n/gpu1")) == []  # a level: 1 of 3
+    # a latched watch beside a worse level of the same entity: the watch at once, the level after its second tick
+    seen = ("n/gpu0", "n/gpu1", "n/gpu2")
+    out = step(tr, 60, [ev("n/gpu2", State.SUSPECT, latched=True), ev("n/gpu2", State.FAILED)], seen=seen)
+    assert [(t.entity, t.new) for t in out] == [("n/gpu2", State.SUSPECT)]
+    left = [(t, x.entity) for t in (90, 120, 150) for x in step(tr, t, seen=seen) if x.new == State.HEALTHY]
+    assert (90, "n/gpu0") in left  # without its evidence (the latch ran out) it leaves after clear_ticks clean ticks
+    off = HealthTracker(HealthConfig(enter_k=2, enter_n=3, latched_at_once=False))
+    assert step(off, 30, [ev("n/gpu0", State.SUBHEALTHY, latched=True)]) == []
+    assert [t.new for t in step(off, 60, [ev("n/gpu0", State.SUBHEALTHY, latched=True)])] == [State.SUBHEALTHY]
 
 
 def test_hard_fault_is_immediate_and_failed_survives_stale_telemetry():
@@ -76,14 +94,16 @@ class HealthMachine(RuleBasedStateMachine):
         self.last_hard = False
 
     @rule(level=st.sampled_from([State.HEALTHY, State.SUSPECT, State.SUBHEALTHY, State.FAILED]),
-          hard=st.booleans(), fresh=st.booleans())
-    def tick(self, level, hard, fresh):
+          hard=st.booleans(), fresh=st.booleans(), latched=st.booleans())
+    def tick(self, level, hard, fresh, latched):
         self.t += 30
-        evidence = [] if level == State.HEALTHY else [ev("n/gpu0", level, hard=hard and level == State.FAILED)]
+        evidence = [] if level == State.HEALTHY else [ev("n/gpu0", level, hard=hard and level == State.FAILED,
+                                                         latched=latched)]
         self.before = self.tr.state_of("n/gpu0")
         step(self.tr, self.t, evidence, seen=("n/gpu0",) if fresh else ())
         self.history.append(int(level))
         self.last_hard = bool(evidence) and evidence[0].hard
+        self.last_latched = bool(evidence) and latched
 
     @invariant()
     def hard_fault_means_failed(self):
@@ -91,11 +111,12 @@ class HealthMachine(RuleBasedStateMachine):
             assert self.tr.state_of("n/gpu0") == State.FAILED
 
     @invariant()
-    def worse_state_needs_k_of_n_evidence(self):
+    def worse_state_needs_k_of_n_or_latched_evidence(self):
         state = self.tr.state_of("n/gpu0")
         if self.history and state in (State.SUSPECT, State.SUBHEALTHY) and state > getattr(self, "before", state):
             recent = self.history[-CFG.enter_n:]
-            assert sum(1 for x in recent if x >= state) >= CFG.enter_k
+            at_once = self.last_latched and self.history[-1] == state
+            assert at_once or sum(1 for x in recent if x >= state) >= CFG.enter_k
 
 
 TestHealthMachine = HealthMachine.TestCase
