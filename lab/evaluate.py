@@ -79,6 +79,8 @@ def evaluate_simulation(sim, baseline: bool, interval_s: float = 30.0, model=Non
     """Run a simulation straight through the pipeline, tick by tick without writing a trace, and score it against
     its own labels (for the evaluation matrix, where traces would be hundreds of gigabytes). The batches are the
     ones its trace would replay: rows stamped past a tick's end (jitter) go to the next tick."""
+    import copy
+
     import numpy as np
     import pandas as pd
 
@@ -100,17 +102,24 @@ def evaluate_simulation(sim, baseline: bool, interval_s: float = 30.0, model=Non
     last = None
     for chunk in sim.chunks(chunk_steps=steps):
         batch = chunk_to_batch(sim, chunk)
-        now = float(tick_index(np.array([chunk.ts[-1]]), interval_s)[0] * interval_s)
+        end = float(tick_index(np.array([chunk.ts[-1]]), interval_s)[0] * interval_s)
         samples, events = batch.samples, batch.events
         if carry is not None:
             samples = pd.concat([carry[0], samples], ignore_index=True)
             events = pd.concat([carry[1], events], ignore_index=True) if len(carry[1]) else events
-        later = samples["ts"].to_numpy() > now
-        carry = (samples[later], events[events["ts"].to_numpy() > now])
-        batch.samples = samples[~later].reset_index(drop=True)
-        batch.events = events[events["ts"].to_numpy() <= now].reset_index(drop=True)
-        pipeline.tick(now, batch)
-        last = now
+        # every tick replay would make up to the chunk's end: a simulator step longer than the tick (a 5-minute
+        # cell's 60 s) is more than one tick of the daemon, and its kernel lines fall in the tick of their stamp
+        for now in (np.arange(last + interval_s, end + interval_s / 2, interval_s) if last is not None else [end]):
+            now = float(now)
+            later = samples["ts"].to_numpy() > now
+            late_events = events["ts"].to_numpy() > now
+            tick = copy.copy(batch)
+            tick.samples = samples[~later].reset_index(drop=True)
+            tick.events = events[~late_events].reset_index(drop=True)
+            samples, events = samples[later], events[late_events]
+            pipeline.tick(now, tick)
+            last = now
+        carry = (samples, events)
     labels = [Fault.from_dict(x) for x in sim.labels()]
     sampling = max((s.interval for s in sim.scenario.sampling.values()), default=sim.scenario.resolution)
     days = sim.scenario.duration / 86400.0

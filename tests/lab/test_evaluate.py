@@ -27,3 +27,32 @@ def test_each_vendors_faults_flags_and_node_days_are_scored_apart(tmp_path, caps
     assert ev["amd"].all_faults.recall == 1.0
     assert main(["evaluate", str(out)]) == 0
     assert "per vendor (raswarden / baseline)" in capsys.readouterr().out
+
+
+def test_a_simulation_is_ticked_as_replay_ticks_it_when_its_step_is_longer_than_the_tick(monkeypatch):
+    """A 5-minute cell's simulator steps 60 s: the daemon (and a replay of the trace) still ticks every 30 s, and a
+    kernel line is read at the tick of its stamp, not at the end of the step it fell in."""
+    import yaml
+
+    from daemon.pipeline import Pipeline
+    from lab.bundled import SCENARIOS
+    from lab.evaluate import evaluate_simulation
+
+    d = yaml.safe_load((SCENARIOS / "mini.yaml").read_text())
+    d.update(duration="2h", resolution="60s", sampling={"dcgm": {"interval": "5m", "aligned": True},
+                                                       "node": {"interval": "5m", "aligned": True}})
+    ticks: list[tuple[float, list[float], list[float]]] = []
+    real_tick = Pipeline.tick
+
+    def tick(self, now, batch):
+        ticks.append((now, batch.events["ts"].tolist(), batch.samples["ts"].tolist()))
+        return real_tick(self, now, batch)
+
+    monkeypatch.setattr(Pipeline, "tick", tick)
+    ev = evaluate_simulation(Simulator(Scenario.from_dict(d, "mini-60s"), load_library(LIBRARY)), baseline=False)
+    nows = [t[0] for t in ticks]
+    assert all(b - a == 30.0 for a, b in zip(nows, nows[1:])) and len(nows) >= 2 * 60 * 2 - 1
+    events = [(now, ts) for now, stamps, _ in ticks for ts in stamps]
+    assert events and all(now - 30.0 < ts <= now for now, ts in events)
+    assert all(ts <= now for now, _, stamps in ticks for ts in stamps)
+    assert ev.all_faults.faults > 0
