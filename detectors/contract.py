@@ -36,8 +36,10 @@ class Evidence:
     hard: bool = False
     score: float = field(default=0.0)
     latched: bool = False
-    """Held by its detector for a while once raised (a discrete event, an alarm over a window): it cannot flicker from
-    tick to tick, so health enters its level at once instead of waiting for a second tick of it."""
+    """Held by its detector once raised: a discrete event or an alarm over a window held for a while, or a state the
+    detector leaves only well under where it entered it (the peer detector's hot GPU, a Schmitt trigger on a smoothed
+    residual). It cannot flicker from tick to tick, so health enters its level at once instead of waiting for a
+    second tick of it; a plain level (a temperature over a limit) waits."""
 
     def __post_init__(self) -> None:
         if not self.score:

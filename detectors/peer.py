@@ -295,8 +295,9 @@ class PeerDeviation:
             reason = (f"{entity.split('/', 1)[1]} {chip} {smooth[j]:+.1f} °C against its node's peers at equal "
                       f"power (z {z[j]:.1f}, fleet spread {spread:.1f} °C), {rise[j]:+.1f} °C over its own "
                       f"baseline (z {rise_z[j]:.1f}, fleet spread {rise_spread:.1f} °C)")
+            # hot is left only clear_margin_c under where it was entered: a state of its own, not a level that flickers
             out.append(Evidence(entity, State.SUBHEALTHY if hot[j] else State.SUSPECT, "gpu_thermal", [reason],
-                                detector=self.name, score=min(1.0, 0.5 + z[j] / 40)))
+                                detector=self.name, score=min(1.0, 0.5 + z[j] / 40), latched=bool(hot[j])))
         return out
 
     def _slow(self, now, ids, rows, codes, clock, util) -> list[Evidence]:
@@ -318,5 +319,5 @@ class PeerDeviation:
             reason = (f"{ids[i].split('/', 1)[1]} {clock} at {smooth[j]:.0%} of its busy peers' "
                       f"({median[codes[i]]:.0f} MHz)")
             out.append(Evidence(ids[i], State.SUBHEALTHY, "gpu_compute", [reason], detector=self.name,
-                                score=min(1.0, 0.5 + (1 - smooth[j]))))
+                                score=min(1.0, 0.5 + (1 - smooth[j])), latched=True))
         return out

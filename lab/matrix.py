@@ -180,7 +180,7 @@ def report(results: dict) -> str:
             lines.append(
                 f"{name:16} {who:10} {f(dense['recall'], '.3f'):>7} "
                 f"{f(dense['recall_per_seed_min'], '.2f'):>5} {f(dense['median_lead_h'], '.2f'):>7} "
-                f"{f(dense['lead_share_of_window'], '.2f'):>8} "
+                f"{f(dense['lead_share_of_window'], '.3f'):>8} "
                 f"{dense['hard_failed_in_time']:>4}/{dense['hard_faults']:<4} {allp['node_days']:>9} "
                 f"{allp['false_flags']:>6} {f(allp['false_per_1000_node_days'], '.2f'):>6} "
                 f"{allp['confounder_flags']:>5}   ({dense['runs']} dense, {quiet['runs']} quiet)")
