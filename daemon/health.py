@@ -1,8 +1,8 @@
 """Health per entity: the state machine with hysteresis, staleness, and the node roll-up (docs/architecture.md §4).
 
 * A hard fault enters ``failed`` at once. Otherwise an entity enters a worse state when its evidence
-  reached that level in ``enter_k`` of the last ``enter_n`` ticks, or at once when that evidence is latched (a
-  discrete event or an alarm over a window, held by its detector: the second tick would only add a tick's delay).
+  reached that level in ``enter_k`` of the last ``enter_n`` ticks, or at once when that evidence is latched (held
+  by its detector once raised, :attr:`detectors.contract.Evidence.latched`: a second tick would only delay it).
 * It leaves for a better state after ``clear_ticks`` consecutive fresh ticks whose evidence is below
   its state; ``failed`` is left only after ``failed_clear_ticks`` fresh ticks with no evidence at all.
 * ``unknown``: no telemetry for its staleness window (``stale_after``, learned from the entity's own sampling
@@ -162,7 +162,7 @@ class HealthTracker:
             if sum(1 for x in h.window if x >= lvl) >= cfg.enter_k:
                 candidate = lvl
                 break
-        candidate = max(candidate, latched)  # latched evidence (a held event or alarm) needs no second tick
+        candidate = max(candidate, latched)  # latched evidence cannot flicker: no second tick
         if candidate > state:
             h.below = 0
             return candidate
