@@ -17,16 +17,15 @@ from __future__ import annotations
 import argparse
 import json
 import sys
-import time
 from collections import Counter, defaultdict
-from concurrent.futures import ProcessPoolExecutor, as_completed
 from dataclasses import fields, replace
+from functools import partial
 from pathlib import Path
 
 ROOT = Path(__file__).resolve().parent.parent
 sys.path.insert(0, str(ROOT))
 
-from lab.matrix import CELLS, NOISE, SAMPLING, key, parse_seeds, report, write_results  # noqa: E402
+from lab.matrix import CELLS, NOISE, SAMPLING, parse_seeds, report, run_matrix, run_one  # noqa: E402
 from lab.sim.faults import parse_duration  # noqa: E402
 
 
@@ -46,17 +45,13 @@ def parse_shadow(text: str) -> dict:
     return out
 
 
-def run_shadowed(kind: str, sampling: str, noise: str, seed: int, warmup_s: float, shadow: dict) -> dict:
-    """One matrix run with the shadow tracker: the run's record with a ``shadow`` field."""
+def run_shadowed(kind: str, sampling: str, noise: str, seed: int, model: str | None, warmup_s: float,
+                 baseline: bool, shadow: dict) -> dict:
+    """:func:`lab.matrix.run_one` with the shadow tracker beside the run's (raswarden's only: the baseline's pipeline
+    would feed it too): the run's record with a ``shadow`` field."""
     import daemon.pipeline as pipeline
     from daemon.health import HealthTracker
     from detectors.evaluation import FLAG_STATES
-    from lab.bundled import FAULTS
-    from lab.evaluate import evaluate_simulation
-    from lab.matrix import raw, scenario_for
-    from lab.sim.faults import load_library
-    from lab.sim.scenario import Scenario
-    from lab.sim.simulator import Simulator
 
     entries: dict[str, list] = {"run": [], "shadow": []}
 
@@ -77,10 +72,11 @@ def run_shadowed(kind: str, sampling: str, noise: str, seed: int, warmup_s: floa
                 entries[who] += [(t.ts, t.entity, t.new.label) for t in moves if t.new.label in FLAG_STATES]
             return out
 
-    pipeline.HealthTracker = Shadowed
-    d = scenario_for(kind, sampling, noise, seed, warmup_s if kind == "dense" else 0.0)
-    started = time.perf_counter()
-    ev = evaluate_simulation(Simulator(Scenario.from_dict(d, d["name"]), load_library(FAULTS)), baseline=False)
+    original, pipeline.HealthTracker = pipeline.HealthTracker, Shadowed
+    try:
+        record = run_one(kind, sampling, noise, seed, None, warmup_s, baseline=False)
+    finally:
+        pipeline.HealthTracker = original
     a, b = defaultdict(list), defaultdict(list)
     for ts, entity, state in sorted(entries["run"]):
         a[(entity, state)].append(ts)
@@ -88,13 +84,17 @@ def run_shadowed(kind: str, sampling: str, noise: str, seed: int, warmup_s: floa
         b[(entity, state)].append(ts)
     both = set(a) | set(b)
     moved = Counter(o - n for k in both if len(a[k]) == len(b[k]) for n, o in zip(a[k], b[k]))
-    return {"kind": kind, "sampling": sampling, "noise": noise, "seed": seed, "profile": d.get("profile", "full"),
-            "model": None, "warmup_s": warmup_s if kind == "dense" else 0.0, "raswarden": raw(ev), "baseline": None,
-            "wall_s": round(time.perf_counter() - started, 1),
-            "shadow": {"config": shadow, "entries_run": len(entries["run"]), "entries_shadow": len(entries["shadow"]),
-                       "only_run": {f"{k[0]} {k[1]}": a[k] for k in both if len(a[k]) > len(b[k])},
-                       "only_shadow": {f"{k[0]} {k[1]}": b[k] for k in both if len(b[k]) > len(a[k])},
-                       "earlier_s": {f"{x:g}": n for x, n in sorted(moved.items())}}}
+    record["shadow"] = {"config": shadow, "entries_run": len(entries["run"]), "entries_shadow": len(entries["shadow"]),
+                        "only_run": {f"{k[0]} {k[1]}": a[k] for k in both if len(a[k]) > len(b[k])},
+                        "only_shadow": {f"{k[0]} {k[1]}": b[k] for k in both if len(b[k]) > len(a[k])},
+                        "earlier_s": {f"{x:g}": n for x, n in sorted(moved.items())}}
+    return record
+
+
+def progress(r: dict) -> None:
+    sh = r["shadow"]
+    print(f"{r['kind']:5} {r['sampling']:5} {r['noise']:9} seed {r['seed']:3}: only in the run {len(sh['only_run'])}, "
+          f"only in the shadow {len(sh['only_shadow'])}, earlier {sh['earlier_s']} ({r['wall_s']:.0f} s)", flush=True)
 
 
 def shadow_totals(runs: list[dict]) -> str:
@@ -125,28 +125,16 @@ def main() -> int:
     ap.add_argument("--out", type=Path, default=ROOT / "bench" / "results" / "health-shadow.json")
     ap.add_argument("--report", action="store_true", help="only print the tables of the results file")
     args = ap.parse_args()
-    results = json.loads(args.out.read_text()) if args.out.exists() else {"runs": []}
-    if not args.report:
+    if args.report:
+        results = json.loads(args.out.read_text())
+    else:
         try:
-            shadow = parse_shadow(args.shadow)
-            warmup = parse_duration(args.warmup, "--warmup")
+            runner = partial(run_shadowed, shadow=parse_shadow(args.shadow))
+            results = run_matrix(args.sampling.split(","), args.noise.split(","), parse_seeds(args.seeds),
+                                 parse_seeds(args.quiet_seeds), args.out, args.jobs, None, progress,
+                                 parse_duration(args.warmup, "--warmup"), baseline=False, runner=runner)
         except ValueError as exc:
             ap.error(str(exc))
-        done = {key(r) for r in results["runs"]}
-        todo = [(kind, s, n, seed) for s in args.sampling.split(",") for n in args.noise.split(",")
-                for kind, seeds in (("dense", parse_seeds(args.seeds)), ("quiet", parse_seeds(args.quiet_seeds)))
-                for seed in seeds
-                if (kind, s, n, seed, None, warmup if kind == "dense" else 0.0) not in done]
-        with ProcessPoolExecutor(max_workers=max(1, args.jobs)) as pool:
-            futures = [pool.submit(run_shadowed, *job, warmup, shadow) for job in todo]
-            for fut in as_completed(futures):
-                r = fut.result()
-                results["runs"].append(r)
-                write_results(args.out, results)
-                sh = r["shadow"]
-                print(f"{r['kind']:5} {r['sampling']:5} {r['noise']:9} seed {r['seed']:3}: only in the run "
-                      f"{len(sh['only_run'])}, only in the shadow {len(sh['only_shadow'])}, earlier "
-                      f"{sh['earlier_s']} ({r['wall_s']:.0f} s)", flush=True)
     print(report(results))
     print(shadow_totals(results["runs"]))
     return 0

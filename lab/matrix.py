@@ -198,10 +198,12 @@ def write_results(path: Path, results: dict) -> None:
 def run_matrix(sampling: list[str], noise: list[str], dense_seeds: list[int], quiet_seeds: list[int],
                out: Path, jobs: int = 1, model: str | None = None,
                progress: Callable[[dict], None] | None = None, warmup_s: float = 0.0,
-               baseline: bool = True) -> dict:
+               baseline: bool = True, runner: Callable[..., dict] | None = None) -> dict:
     """Run the cells' runs not yet in ``out`` (seed-major: a matrix stopped part-way holds as many seeds in every
     cell), appending each to ``out`` as it finishes; returns the results. Without ``baseline`` the static-threshold
-    baseline is not run (its code is unchanged between runs of raswarden; half the time)."""
+    baseline is not run (its code is unchanged between runs of raswarden; half the time). ``runner`` makes one run
+    in place of :func:`run_one` (same arguments and record; a bench's variant, picklable for ``jobs`` > 1)."""
+    runner = runner or run_one
     for name in sampling:
         if name not in SAMPLING:
             raise ValueError(f"unknown sampling cell {name!r} (one of {', '.join(SAMPLING)})")
@@ -216,10 +218,10 @@ def run_matrix(sampling: list[str], noise: list[str], dense_seeds: list[int], qu
     todo.sort(key=lambda t: (t[0] != "dense", t[3]))
     if jobs <= 1:
         for t in todo:
-            _done(run_one(*t, model, warmup_s, baseline), results, out, progress)
+            _done(runner(*t, model, warmup_s, baseline), results, out, progress)
         return results
     with ProcessPoolExecutor(max_workers=jobs) as pool:
-        for fut in as_completed([pool.submit(run_one, *t, model, warmup_s, baseline) for t in todo]):
+        for fut in as_completed([pool.submit(runner, *t, model, warmup_s, baseline) for t in todo]):
             _done(fut.result(), results, out, progress)
     return results
 
