@@ -42,6 +42,14 @@ larger than nine in ten of the record's (the binomial tail of that many at the r
 and heavy tails do not fool: a burst is one episode), when the window's episodes are also ``size_ratio`` times the
 record's mean size (a part whose traffic doubles has larger episodes too; a failing one's grow by more).
 
+A part's counters of one kind of trouble (``category``: a GPU's PCIe replays, AER counters and the kernel log's
+corrected AER lines; a port's symbol errors, link error recoveries and receive errors) are also judged **together**:
+a link going bad raises each a little, in a noisy fleet each too little to be told from a noisy healthy part for
+hours, while on a healthy part they move independently. When no counter alone raises an alarm, the chances of the
+part's counters of that kind (each its best window, as judged alone) are combined by Fisher's method over every
+counter of the kind the part has counted, and a combined chance of at most ``alpha`` with at least two counters
+judged is an alarm (``together``; docs/detectors.md, "Run 11").
+
 Magnitude is otherwise the rules' to judge (symbol errors at 120/h, the PCIe replay budget, 50 correctable ECC errors
 an hour); a single burst of any size is one episode here.
 """
@@ -50,9 +58,11 @@ from __future__ import annotations
 
 import math
 from collections import deque
+from typing import NamedTuple
 
 import numpy as np
 import pandas as pd
+from scipy.special import gammaincc
 from scipy.stats import binom
 
 from detectors.contract import Evidence, TickInput
@@ -103,6 +113,43 @@ SIZE_RECORD = 288
 """Episode sizes a part keeps from before its longest window (a day of an episode every 5 minutes)."""
 
 
+_CATEGORY_COUNTERS: dict[str, tuple[str, ...]] = {}
+for _metric, (_, _category, _) in COUNTERS.items():
+    _CATEGORY_COUNTERS[_category] = _CATEGORY_COUNTERS.get(_category, ()) + (_metric,)
+
+
+class _Windows(NamedTuple):
+    """One series judged now: per window the chance of its episodes (times the number of windows, 1 where not
+    judged), the count, exposure and record before it (hours), and the log mass over rates it was judged against."""
+
+    p: np.ndarray
+    best: int
+    k: np.ndarray
+    exposure: np.ndarray
+    k_before: np.ndarray
+    t_before: np.ndarray
+    log_w: np.ndarray
+    own: np.ndarray
+    errors: float  # in the best window
+
+    def expected(self) -> float:
+        """The episodes an hour expected of the part, judged as in the best window."""
+        w = np.exp(self.log_w[self.best] - self.log_w[self.best].max())
+        return float((w * GRID_PER_H).sum() / w.sum())
+
+
+def _score(p: float) -> float:
+    """An alarm's score from its chance: 0.6 at 1, 1.0 at 1e-20 and below."""
+    return min(1.0, 0.6 + 0.02 * -math.log10(max(p, 1e-300)))
+
+
+def _fisher(p: list[float], n: int) -> float:
+    """Fisher's combination of ``n`` independent chances of which ``p`` are those under 1 (the rest are 1): the
+    chance of a product at most theirs, the chi-square tail at 2n degrees of freedom."""
+    x = -sum(math.log(max(q, 1e-300)) for q in p)
+    return float(gammaincc(n, x))
+
+
 class _Series:
     """One counter of one entity: its episodes of the last 12 h and its forgotten long-run history."""
 
@@ -130,7 +177,7 @@ class TrendDetector:
                  prior_spread: float = 1.5, history_halflife_s: float = 7 * 86400.0,
                  hold_s: float = 3600.0, min_fleet_rate_per_h: float = 1e-4, trim: float = 0.001,
                  learn_every_s: float = 600.0, conflict_alpha: float = 1e-4, min_size_record: int = 36,
-                 size_ratio: float = 3.0):
+                 size_ratio: float = 3.0, together: bool = True):
         self.alpha = alpha
         self.min_episodes = min_episodes
         self.episode_gap_s = episode_gap_s
@@ -143,11 +190,13 @@ class TrendDetector:
         self.conflict_alpha = conflict_alpha
         self.min_size_record = min_size_record
         self.size_ratio = size_ratio
+        self.together = together
 
     def fit(self, X=None, y=None) -> TrendDetector:
         self.threshold_ = -math.log10(self.alpha)
         self._series: dict[tuple[str, str], _Series] = {}
-        self._alarm: dict[tuple[str, str], tuple[float, str, float, State]] = {}  # until, reason, score, level
+        # (entity, counter or, judged together, category) -> until, reason, score, level, category
+        self._alarm: dict[tuple[str, str], tuple[float, str, float, State, str]] = {}
         # (counter, part model) -> [decayed hours of exposure of all its parts, time of the last update]
         self._exposure: dict[tuple[str, str], list[float]] = {}
         # (counter, part model) -> (mu, sigma): the log-normal spread of healthy parts' episodes per hour
@@ -205,13 +254,12 @@ class TrendDetector:
             self._count(rows, names, np.zeros(len(rows), dtype=np.int64), _LOGGED_AER_NAMES, increase, dt, now,
                         models)
         out = []
-        for key, (until, reason, score, level) in list(self._alarm.items()):
+        for key, (until, reason, score, level, category) in list(self._alarm.items()):
             if until < now:
                 del self._alarm[key]
                 self._baseline.pop(key, None)
                 self._size_baseline.pop(key, None)
                 continue
-            _, category, _ = COUNTERS[key[1]]
             out.append(Evidence(key[0], level, category, [reason], detector=self.name, score=score, latched=True))
         return out
 
@@ -355,7 +403,9 @@ class TrendDetector:
                                                            PRIOR_FLOOR)
         return lp
 
-    def _judge(self, key: tuple[str, str], now: float) -> None:
+    def _windows(self, key: tuple[str, str], now: float) -> _Windows:
+        """The chance of each window's episodes of series ``key`` on a healthy part (times the number of windows;
+        1 where the window is not judged), and what it was judged against."""
         s = self._series[key]
         self._fold(s, now)
         times = np.array([e[0] for e in s.episodes])
@@ -365,7 +415,6 @@ class TrendDetector:
         # the part's own record before each window narrows the fleet's spread to it
         k_before = s.k_hist + len(s.episodes) - k
         t_before = np.maximum(s.t_hist + min(seen_h, WINDOWS_S[-1] / 3600.0) - exposure, 0.0)
-        record = t_before  # the part's own record before each window, now
         frozen = self._baseline.get(key) if key in self._alarm else None
         if frozen is not None:
             # in alarm: judged against the part's rate before the alarm, not a baseline its own fault has raised
@@ -387,34 +436,75 @@ class TrendDetector:
         # long (or the rate frozen at the alarm): without one, a part that was always this noisy looks risen
         judged = (k >= self.min_episodes) & ((np.arange(len(WINDOWS_S)) == 0) | (t_before >= exposure)
                                              | (frozen is not None))
-        p = np.where(judged, p, 1.0)
+        p = np.where(judged, np.minimum(p, 1.0), 1.0)
         best = int(np.argmin(p))
-        if p[best] > self.alpha:
-            self._judge_sizes(key, s, now)
-            return
         errors = sum(e[1] for e in s.episodes if e[0] > now - WINDOWS_S[best])
-        _, _, words = COUNTERS[key[1]]
-        span = f"{WINDOWS_S[best] / 3600:.0f} h"
-        whose = "this part itself showed" if own[best] else "a healthy part of this fleet shows"
-        w = np.exp(log_w[best] - log_w[best].max())
-        expected = float((w * GRID_PER_H).sum() / w.sum())
-        reason = (f"{words} in {int(k[best])} separate episodes over the last {span} ({errors:.0f} errors); "
-                  f"{whose} {expected:.2g} episodes an hour (chance {p[best]:.1g})")
-        score = min(1.0, 0.6 + 0.02 * -math.log10(max(p[best], 1e-300)))
+        return _Windows(p, best, k, exposure, k_before, t_before, log_w, own, errors)
+
+    def _watched_only(self, entity: str, w: _Windows) -> bool:
+        """No quiet record of the part's own before the window (raswarden has just started watching it): the part
+        may always be like this, so an alarm is a watch until its record says it rose."""
+        return w.t_before[w.best] < w.exposure[w.best] and entity not in self._flagged_before
+
+    def _judge(self, key: tuple[str, str], now: float) -> None:
+        w = self._windows(key, now)
+        if w.p[w.best] > self.alpha:
+            self._judge_sizes(key, self._series[key], now)
+            if self.together and key not in self._alarm:
+                self._judge_together(key[0], COUNTERS[key[1]][1], now)
+            return
+        _, category, words = COUNTERS[key[1]]
+        span = f"{WINDOWS_S[w.best] / 3600:.0f} h"
+        whose = "this part itself showed" if w.own[w.best] else "a healthy part of this fleet shows"
+        reason = (f"{words} in {int(w.k[w.best])} separate episodes over the last {span} ({w.errors:.0f} errors); "
+                  f"{whose} {w.expected():.2g} episodes an hour (chance {w.p[w.best]:.1g})")
         level = State.SUBHEALTHY
-        if record[best] < exposure[best] and key[0] not in self._flagged_before:
-            # no quiet record of the part's own before the window (raswarden has just started watching it): the
-            # part may always be like this, so a watch until its record says it rose
+        if self._watched_only(key[0], w):
             level = State.SUSPECT
             reason += "; no record of this part before it yet: watched, not flagged"
         # The rate to judge the alarm against while it lasts, frozen when the part rose over a record of its own,
         # however short, without errors. A part erring from its first minutes has none: freezing the fleet's rate
         # then would hold every later window of a part that always counts more against the fleet (a healthy port at
         # 7 receive errors an hour, watched from the start, was flagged a day later when its 12-hour window came).
-        quiet_record = t_before[0] * 3600.0 >= 2 * self.episode_gap_s and k_before[0] < 1.0
+        quiet_record = w.t_before[0] * 3600.0 >= 2 * self.episode_gap_s and w.k_before[0] < 1.0
         if (level == State.SUBHEALTHY or quiet_record) and (key not in self._alarm or key not in self._baseline):
-            self._baseline[key] = np.array(log_w[0], dtype=float)
-        self._alarm[key] = (now + self.hold_s, reason, score, level)
+            self._baseline[key] = np.array(w.log_w[0], dtype=float)
+        self._alarm[key] = (now + self.hold_s, reason, _score(w.p[w.best]), level, category)
+
+    def _judge_together(self, entity: str, category: str, now: float) -> None:
+        """A part's counters of one kind of trouble judged together (a GPU's PCIe replays with the corrected AER
+        lines of its kernel log; a port's symbol errors with its link error recoveries): two signals each a little
+        above the part's record rise together when its link goes bad, and independently on a healthy part. The
+        chances of the part's counters of ``category`` (the best window of each, as judged alone) are combined by
+        Fisher's method over every counter of that kind the part has counted, and an alarm is raised when the
+        combined chance is at most ``alpha`` with at least two counters judged (each with ``min_episodes``)."""
+        if (entity, category) in self._alarm:
+            return
+        judged: list[tuple[str, _Windows]] = []
+        n = 0
+        for metric in _CATEGORY_COUNTERS[category]:
+            key = (entity, metric)
+            if key not in self._series:
+                continue
+            if key in self._alarm:
+                return  # the part is in alarm on one of them already
+            n += 1
+            w = self._windows(key, now)
+            if w.p[w.best] < 1.0:
+                judged.append((metric, w))
+        if len(judged) < 2:
+            return
+        p = _fisher([w.p[w.best] for _, w in judged], n)
+        if p > self.alpha:
+            return
+        parts = "; ".join(f"{COUNTERS[m][2]} in {int(w.k[w.best])} separate episodes over the last "
+                          f"{WINDOWS_S[w.best] / 3600:.0f} h (chance {w.p[w.best]:.1g})" for m, w in judged)
+        reason = f"together on one part: {parts}; all of them on a healthy part: chance {p:.1g}"
+        level = State.SUBHEALTHY
+        if any(self._watched_only(entity, w) for _, w in judged):
+            level = State.SUSPECT
+            reason += "; no record of this part before it yet: watched, not flagged"
+        self._alarm[(entity, category)] = (now + self.hold_s, reason, _score(p), level, category)
 
     def _judge_sizes(self, key: tuple[str, str], s: _Series, now: float) -> None:
         """A part with a record of ``min_size_record`` episodes: its windows' episodes against the record's sizes (or
@@ -455,7 +545,6 @@ class TrendDetector:
         reason = (f"{words} larger in each episode: {large} of the last {n} episodes over {WINDOWS_S[i] / 3600:.0f} h "
                   f"had more than {threshold:.0f} errors, which 9 in 10 of this part's own before did not; "
                   f"{size:.1f} errors an episode against its {mean:.1f} (chance {p:.1g})")
-        score = min(1.0, 0.6 + 0.02 * -math.log10(max(p, 1e-300)))
         if key not in self._size_baseline:
             self._size_baseline[key] = (threshold, share, mean)
-        self._alarm[key] = (now + self.hold_s, reason, score, State.SUBHEALTHY)
+        self._alarm[key] = (now + self.hold_s, reason, _score(p), State.SUBHEALTHY, COUNTERS[key[1]][1])

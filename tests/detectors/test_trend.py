@@ -246,3 +246,60 @@ def test_forgetting_one_replaced_part_keeps_its_neighbours_records():
     assert {k for k in det._series if k[0].startswith("n1/")} == {("n1/gpu0", "pcie_replay_total")}
     det.forget("n1")
     assert not {k for k in det._series if k[0].startswith("n1/")}
+
+
+def _fleet_with_one_rising_gpu(det, aer_every_s, replay_every_s, n=200, seed=3, step=300.0):
+    """A noisy fleet of ``n`` GPUs (healthy PCIe replays and corrected AER lines at log-normal rates per part, the
+    simulator's ``noisy`` preset: medians 0.25 and 0.01 an hour, sigma 2.5) for 28 hours; after 24 of them the quiet
+    GPU n0 logs an AER line every ``aer_every_s`` and 2 replays every ``replay_every_s`` (None: not that signal).
+    Its evidence as (seconds after the rise, entity, level, first reason)."""
+    rng = np.random.default_rng(seed)
+    gpus = [f"n{k}/gpu0" for k in range(n)]
+    replay = np.minimum(0.25 * np.exp(rng.normal(0, 2.5, n)), 92.0)
+    aer = np.minimum(0.01 * np.exp(rng.normal(0, 2.5, n)), 5.0)
+    replay[0], aer[0] = 0.05, 0.002
+    out = []
+    for i in range(1, int(28 * 3600 / step) + 1):
+        now = i * step
+        x = rng.poisson(replay * step / 3600).astype(float)
+        a = rng.poisson(aer * step / 3600)
+        t = now - 24 * 3600
+        if t > 0 and replay_every_s and t % replay_every_s < step:
+            x[0] += 2
+        if t > 0 and aer_every_s and t % aer_every_s < step:
+            a[0] += 1
+        inc = pd.DataFrame({"entity": gpus, "metric": ["pcie_replay_total"] * n, "increase": x, "resets": [0] * n,
+                            "dt": [step] * n})
+        lines = [(now - 10.0, g, "aer", None, "corrected", "Corrected, type=Data Link Layer", "kernel", None, None)
+                 for g, c in zip(gpus, a) for _ in range(int(c))]
+        out += [(t, e.entity, e.level.label, e.reasons[0])
+                for e in det.update(TickInput(now, events_frame(lines), inc, EMPTY_G))]
+    return out
+
+
+def test_two_signals_of_one_part_are_judged_together():
+    """A GPU whose link goes bad logs corrected AER lines and counts PCIe replays, each only a little above a
+    noisy fleet's healthy parts: three lines and four replay episodes an hour. Each alone is flagged after two hours
+    and more (its 3-hour window); judged together, within the hour. One signal alone is judged as before, and no
+    healthy GPU of the noisy fleet is flagged either way."""
+    first = {}
+    for together in (True, False):
+        for signals in ((1200, 900), (1200, None)):
+            out = _fleet_with_one_rising_gpu(TrendDetector(together=together).fit(), *signals)
+            assert not [o for o in out if o[1] != "n0/gpu0" and o[2] == "subhealthy"], (together, signals)
+            first[together, signals] = next((o for o in out if o[1] == "n0/gpu0" and o[2] == "subhealthy"), None)
+    both, alone = first[True, (1200, 900)], first[False, (1200, 900)]
+    assert both[0] <= 3600 and both[3].startswith("together on one part: PCIe replays in"), both
+    assert "PCIe AER corrected errors in the kernel log in" in both[3]
+    assert alone[0] >= 2 * 3600 and "together" not in alone[3], alone
+    assert first[True, (1200, None)] == first[False, (1200, None)] and first[True, (1200, None)][0] >= 2 * 3600
+
+
+def test_fishers_combination_of_chances():
+    """Two chances: the closed form p1 p2 (1 - ln(p1 p2)); a counter the part has but that is not judged (chance 1)
+    adds degrees of freedom and makes the combination weaker, never stronger; one chance is itself."""
+    from detectors.trend import _fisher
+
+    assert abs(_fisher([1e-6, 1e-2], 2) - 1e-8 * (1 - np.log(1e-8))) < 1e-15
+    assert _fisher([1e-6, 1e-2], 3) > _fisher([1e-6, 1e-2], 2)
+    assert abs(_fisher([0.03], 1) - 0.03) < 1e-12
