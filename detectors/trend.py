@@ -450,8 +450,8 @@ class TrendDetector:
         w = self._windows(key, now)
         if w.p[w.best] > self.alpha:
             self._judge_sizes(key, self._series[key], now)
-            if self.together and key not in self._alarm:
-                self._judge_together(key[0], COUNTERS[key[1]][1], now)
+            if self.together and key not in self._alarm and w.p[w.best] < 1.0:
+                self._judge_together(key, w, now)
             return
         _, category, words = COUNTERS[key[1]]
         span = f"{WINDOWS_S[w.best] / 3600:.0f} h"
@@ -471,25 +471,29 @@ class TrendDetector:
             self._baseline[key] = np.array(w.log_w[0], dtype=float)
         self._alarm[key] = (now + self.hold_s, reason, _score(w.p[w.best]), level, category)
 
-    def _judge_together(self, entity: str, category: str, now: float) -> None:
+    def _judge_together(self, key: tuple[str, str], judged_alone: _Windows, now: float) -> None:
         """A part's counters of one kind of trouble judged together (a GPU's PCIe replays with the corrected AER
         lines of its kernel log; a port's symbol errors with its link error recoveries): two signals each a little
         above the part's record rise together when its link goes bad, and independently on a healthy part. The
         chances of the part's counters of ``category`` (the best window of each, as judged alone) are combined by
         Fisher's method over every counter of that kind the part has counted, and an alarm is raised when the
-        combined chance is at most ``alpha`` with at least two counters judged (each with ``min_episodes``)."""
+        combined chance is at most ``alpha`` with at least two counters judged (each with ``min_episodes``).
+
+        Made when a new episode of series ``key`` was judged alone (``judged_alone``) and its window counted: the
+        others' chances have not moved since their own last episodes but for their records' slow growth."""
+        entity, category = key[0], COUNTERS[key[1]][1]
         if (entity, category) in self._alarm:
             return
         judged: list[tuple[str, _Windows]] = []
         n = 0
         for metric in _CATEGORY_COUNTERS[category]:
-            key = (entity, metric)
-            if key not in self._series:
+            sibling = (entity, metric)
+            if sibling not in self._series:
                 continue
-            if key in self._alarm:
+            if sibling in self._alarm:
                 return  # the part is in alarm on one of them already
             n += 1
-            w = self._windows(key, now)
+            w = judged_alone if sibling == key else self._windows(sibling, now)
             if w.p[w.best] < 1.0:
                 judged.append((metric, w))
         if len(judged) < 2:
