@@ -113,9 +113,9 @@ SIZE_RECORD = 288
 """Episode sizes a part keeps from before its longest window (a day of an episode every 5 minutes)."""
 
 
-_CATEGORY_COUNTERS: dict[str, tuple[str, ...]] = {}
-for _metric, (_, _category, _) in COUNTERS.items():
-    _CATEGORY_COUNTERS[_category] = _CATEGORY_COUNTERS.get(_category, ()) + (_metric,)
+_CATEGORY_COUNTERS: dict[str, tuple[str, ...]] = {
+    category: tuple(m for m, (_, c, _) in COUNTERS.items() if c == category) for _, category, _ in COUNTERS.values()}
+"""The counters of each category, judged together on one part."""
 
 
 class _Windows(NamedTuple):
@@ -130,7 +130,6 @@ class _Windows(NamedTuple):
     t_before: np.ndarray
     log_w: np.ndarray
     own: np.ndarray
-    errors: float  # in the best window
 
     def expected(self) -> float:
         """The episodes an hour expected of the part, judged as in the best window."""
@@ -195,7 +194,8 @@ class TrendDetector:
     def fit(self, X=None, y=None) -> TrendDetector:
         self.threshold_ = -math.log10(self.alpha)
         self._series: dict[tuple[str, str], _Series] = {}
-        # (entity, counter or, judged together, category) -> until, reason, score, level, category
+        # (entity, counter) or, for counters judged together, (entity, category) -> until, reason, score, level,
+        # category
         self._alarm: dict[tuple[str, str], tuple[float, str, float, State, str]] = {}
         # (counter, part model) -> [decayed hours of exposure of all its parts, time of the last update]
         self._exposure: dict[tuple[str, str], list[float]] = {}
@@ -437,9 +437,7 @@ class TrendDetector:
         judged = (k >= self.min_episodes) & ((np.arange(len(WINDOWS_S)) == 0) | (t_before >= exposure)
                                              | (frozen is not None))
         p = np.where(judged, np.minimum(p, 1.0), 1.0)
-        best = int(np.argmin(p))
-        errors = sum(e[1] for e in s.episodes if e[0] > now - WINDOWS_S[best])
-        return _Windows(p, best, k, exposure, k_before, t_before, log_w, own, errors)
+        return _Windows(p, int(np.argmin(p)), k, exposure, k_before, t_before, log_w, own)
 
     def _watched_only(self, entity: str, w: _Windows) -> bool:
         """No quiet record of the part's own before the window (raswarden has just started watching it): the part
@@ -455,8 +453,9 @@ class TrendDetector:
             return
         _, category, words = COUNTERS[key[1]]
         span = f"{WINDOWS_S[w.best] / 3600:.0f} h"
+        errors = sum(e[1] for e in self._series[key].episodes if e[0] > now - WINDOWS_S[w.best])
         whose = "this part itself showed" if w.own[w.best] else "a healthy part of this fleet shows"
-        reason = (f"{words} in {int(w.k[w.best])} separate episodes over the last {span} ({w.errors:.0f} errors); "
+        reason = (f"{words} in {int(w.k[w.best])} separate episodes over the last {span} ({errors:.0f} errors); "
                   f"{whose} {w.expected():.2g} episodes an hour (chance {w.p[w.best]:.1g})")
         level = State.SUBHEALTHY
         if self._watched_only(key[0], w):
