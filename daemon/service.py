@@ -54,6 +54,7 @@ from daemon.operator import repaired_nodes
 from daemon.pipeline import Pipeline, PipelineConfig
 from daemon.rejects import RejectLog
 from daemon.reloadanswer import AnswerWriter
+from daemon.repeats import RepeatLog
 from daemon.remediation import Remediation, scheduler_from_config
 from daemon.sdnotify import Notifier
 from daemon.shards import ALERTS_LEASE, POOL, Ownership, UnwatchedShards, cycle_phase, plan_warnings, split_racks
@@ -108,6 +109,7 @@ class Service:
         self._reliability_seen: tuple[dict | None, float] = (None, float("-inf"))  # order counts, when read
         self.last = CycleReport()
         self.previous_tick: float | None = None
+        self.collector_errors: dict[str, RepeatLog] = {}  # per collector: its errors logged when they change
         self.warm_saved_at = float("-inf")  # when the pipeline's warm state was last saved (or taken up)
         self.repairs_seen = 0  # the journal row up to which operators' "repaired" resumes were taken in
         self.jobs = JobRunner(workers=4)
@@ -333,10 +335,8 @@ class Service:
         metrics.COLLECTOR_SUCCESS.labels(collector.name).set(1 if outcome.ok else 0)
         if outcome.ok:
             metrics.COLLECTOR_LAST_SUCCESS.labels(collector.name).set(now)
-        for error in outcome.errors[:3]:
-            log.warning("collector %s: %s", collector.name, error)
-        if len(outcome.errors) > 3:
-            log.warning("collector %s: %d more errors", collector.name, len(outcome.errors) - 3)
+        repeats = self.collector_errors.setdefault(collector.name, RepeatLog(f"collector {collector.name}", log))
+        repeats.report(outcome.errors, now)
         return batch, outcome
 
     def _drop_late(self, batch: Batch) -> tuple[Batch, int]:

@@ -29,17 +29,20 @@ from tests.playbooks.conftest import LAB_DIR, slurm, slurm_lab  # noqa: F401  (f
 CTLD_LOG = LAB_DIR / "log" / "slurmctld.log"
 
 
-def wait(cond, timeout: float, what: str, proc=None, log=None):
+def wait(cond, timeout: float, what: str, proc=None, log=None, live: Live | None = None):
+    """Wait for ``cond``; failing, say what raswarden (``proc``, its ``log``) and the simulator were doing."""
+    def said() -> str:
+        return (f"\n{log.read_text()[-3000:]}" if log else "") + (f"\n{live.said()}" if live else "")
+
     deadline = time.monotonic() + timeout
     while time.monotonic() < deadline:
         if proc is not None and proc.poll() is not None:
-            raise AssertionError(f"raswarden exited ({proc.returncode}) while waiting for {what}: "
-                                 f"{log.read_text()[-3000:] if log else ''}")
+            raise AssertionError(f"raswarden exited ({proc.returncode}) while waiting for {what}: {said()}")
         value = cond()
         if value:
             return value
         time.sleep(0.5)
-    raise AssertionError(f"timed out waiting for {what}" + (f"\n{log.read_text()[-3000:]}" if log else ""))
+    raise AssertionError(f"timed out waiting for {what}{said()}")
 
 
 def metric(port: int, name: str, labels: str) -> float:
@@ -99,7 +102,7 @@ slurm_conf = "{slurm.conf}"
 
         proc = start()
         # the job checkpoints on raswarden's signal, its blade is drained, the job restarts from its checkpoint
-        wait(lambda: slurm.log(job, "ckpt"), 240, "the job's checkpoint", proc, log)
+        wait(lambda: slurm.log(job, "ckpt"), 240, "the job's checkpoint", proc, log, live)
         wait(lambda: "drain" in slurm.node_state("node1"), 60, "node1 drained", proc, log)
         reason = slurm.run("sinfo", "-h", "-n", "node1", "-o", "%E").strip()
         assert reason.startswith("raswarden: inc-"), reason

@@ -55,10 +55,13 @@ def cmd_simulate(args: argparse.Namespace) -> int:
               f"{loopback(sim.topo.n_nodes - 1)}: {exporters}; kernel log, topology.yaml and "
               f"prometheus-targets.json in {args.out}", flush=True)
         try:
-            serve(sim, Path(args.out), args.speed, args.port_offset)
+            server = serve(sim, Path(args.out), args.speed, args.port_offset)
         except ValueError as exc:
             print(f"raswarden: error: {exc}", file=sys.stderr)
             return 2
+        how = "played to its end" if server.ended else "stopped"
+        print(f"{sim.scenario.name}: {how}; the simulated clock fell behind the wall clock by up to "
+              f"{max(server.max_lag_s, 0.0):.1f} s", flush=True)
         return 0
     started = time.perf_counter()
     try:

@@ -148,6 +148,10 @@ class SimServer:
         self.servers: list[ThreadingHTTPServer] = []
         self.stop = threading.Event()
         self.epoch0 = time.time()
+        self.max_lag_s = 0.0
+        """The most a simulated step was played after its wall-clock time (a loaded machine falls behind)."""
+        self.ended = False
+        """True once the scenario was played to its end (not stopped)."""
 
     def wall_of(self, t: float) -> float:
         """The wall-clock time at which simulated time ``t`` is played."""
@@ -208,6 +212,7 @@ class SimServer:
                 lines = list(chunk.lines)
                 for j, ts in enumerate(chunk.ts):
                     due = wall0 + (ts - sc.start) / self.speed
+                    self.max_lag_s = max(self.max_lag_s, time.monotonic() - due)
                     while not self.stop.is_set() and time.monotonic() < due:
                         time.sleep(min(0.05, due - time.monotonic()))
                     if self.stop.is_set():
@@ -219,6 +224,7 @@ class SimServer:
                                                   "_TRANSPORT": "kernel", "SYSLOG_IDENTIFIER": "kernel",
                                                   "MESSAGE": line}) + "\n")
                     self.state.set(chunk, j)
+        self.ended = True
 
     def shutdown(self) -> None:
         self.stop.set()
@@ -227,8 +233,8 @@ class SimServer:
             srv.server_close()
 
 
-def serve(sim: Simulator, out: Path, speed: float, port_offset: int = 0) -> None:
-    """Serve until the scenario ends or the process is interrupted."""
+def serve(sim: Simulator, out: Path, speed: float, port_offset: int = 0) -> SimServer:
+    """Serve until the scenario ends or the process is interrupted; the server, stopped."""
     server = SimServer(sim, out, speed, port_offset)
     server.start()
     try:
@@ -237,3 +243,4 @@ def serve(sim: Simulator, out: Path, speed: float, port_offset: int = 0) -> None
         pass
     finally:
         server.shutdown()
+    return server

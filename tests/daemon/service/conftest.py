@@ -3,6 +3,7 @@ that falls off the bus a few wall-clock seconds in, and a config file that point
 
 from __future__ import annotations
 
+import json
 import socket
 import subprocess
 import sys
@@ -13,7 +14,7 @@ from pathlib import Path
 
 import pytest
 
-from tests.conftest import ports
+from tests.conftest import ports, spawn
 
 SCENARIO = """name: live
 seed: 3
@@ -51,15 +52,32 @@ class Live:
         self.root = root
         self.sim_dir = root / "sim"
         (root / "scenario.yaml").write_text(SCENARIO % {"failure": failure, "duration": duration, "onset": onset})
-        self.proc = subprocess.Popen([sys.executable, "-m", "daemon", "simulate", str(root / "scenario.yaml"),
-                                      "--serve", "--out", str(self.sim_dir), "--speed", str(speed),
-                                      "--port-offset", str(ports())],
-                                     stdout=subprocess.PIPE, stderr=subprocess.STDOUT)
+        self.log = root / "sim.log"
+        self.proc = spawn([sys.executable, "-m", "daemon", "simulate", str(root / "scenario.yaml"), "--serve",
+                           "--out", str(self.sim_dir), "--speed", str(speed), "--port-offset", str(ports())], self.log)
+        # serving once the targets are written and an exporter answers (a port another process holds stops it)
         deadline = time.monotonic() + 30
-        while not (self.sim_dir / "prometheus-targets.json").exists():
+        while not self._answers():
             if self.proc.poll() is not None or time.monotonic() > deadline:
-                raise RuntimeError(f"the simulator did not start: {self.proc.stdout.read().decode()[-2000:]}")
+                self.stop()
+                raise RuntimeError(f"the simulator did not start: {self.said()}")
             time.sleep(0.1)
+
+    def _answers(self) -> bool:
+        targets = self.sim_dir / "prometheus-targets.json"
+        if not targets.exists():
+            return False
+        try:
+            first = json.loads(targets.read_text())[0]["targets"][0]
+            urllib.request.urlopen(f"http://{first}/metrics", timeout=2).close()
+            return True
+        except (OSError, ValueError, LookupError):
+            return False
+
+    def said(self) -> str:
+        """Whether the simulator still runs, and the end of what it printed."""
+        state = "running" if self.proc.poll() is None else f"exited {self.proc.returncode}"
+        return f"simulator {state}: {self.log.read_text()[-2000:] if self.log.exists() else ''}"
 
     def config(self, name: str = "raswarden.toml", extra: str = "", interval: float = 1.0, port: int | None = None,
                db: Path | None = None, service_extra: str = "") -> Path:

@@ -1,6 +1,7 @@
 """A real Prometheus scrapes the simulator's live exporters; series and labels look like the real exporters'."""
 
 import json
+import re
 import shutil
 import socket
 import subprocess
@@ -175,6 +176,9 @@ def test_a_taken_port_is_a_clear_error_and_the_ports_can_move(tmp_path, capsys):
         assert "Traceback" not in err
         assert main(["simulate", str(scenario), "--serve", "--out", str(tmp_path / "b"), "--speed", "600",
                      "--port-offset", str(ports(27))]) == 0
+    # the end is said, and how far a loaded machine left the simulated clock behind (a live test's evidence)
+    assert re.search(r"one: played to its end; the simulated clock fell behind the wall clock by up to \d+\.\d s",
+                     capsys.readouterr().out)
     targets = json.loads((tmp_path / "b" / "prometheus-targets.json").read_text())
     assert {t.rsplit(":", 1)[1] for group in targets for t in group["targets"]} == {str(9400 + ports(27)),
                                                                                      str(9100 + ports(27))}
