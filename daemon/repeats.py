@@ -14,8 +14,8 @@ from dataclasses import dataclass, field
 
 REMIND_S = 600.0
 """A persisting error is logged again every ten minutes."""
-MAX_NEW_PER_TICK = 3
-"""New errors logged one by one in one tick; more are summed up in one line."""
+MAX_PER_TICK = 3
+"""Errors that start (go on, clear) in one tick logged one by one; more are summed up in one line."""
 
 
 @dataclass
@@ -38,23 +38,29 @@ class RepeatLog:
         """The errors of this tick (an empty list: none), at ``now`` (seconds)."""
         current = dict.fromkeys(errors)  # in order, once each
         new = [e for e in current if e not in self.active]
-        for error in new[:MAX_NEW_PER_TICK]:
-            self.logger.warning("%s: %s", self.source, error)
-        if len(new) > MAX_NEW_PER_TICK:
-            self.logger.warning("%s: %d more errors, e.g. %s", self.source, len(new) - MAX_NEW_PER_TICK,
-                                new[MAX_NEW_PER_TICK])
         for error in new:
             self.active[error] = _Seen(since=now, logged_at=now)
+        due = []
         for error in current:
             seen = self.active[error]
             if error in new:
                 continue
             seen.ticks += 1
             if now - seen.logged_at >= self.remind_s:
-                self.logger.warning("%s: still %s (%d ticks over %.0f min)", self.source, error, seen.ticks,
-                                    (now - seen.since) / 60)
+                due.append(f"still {error} ({seen.ticks} ticks over {(now - seen.since) / 60:.0f} min)")
                 seen.logged_at = now
+        cleared = []
         for error in [e for e in self.active if e not in current]:
             seen = self.active.pop(error)
-            self.logger.info("%s: cleared after %d ticks over %.0f s: %s", self.source, seen.ticks,
-                             now - seen.since, error)
+            cleared.append(f"cleared after {seen.ticks} ticks over {now - seen.since:.0f} s: {error}")
+        self._log(logging.WARNING, new, "more errors")
+        self._log(logging.WARNING, due, "more errors go on")
+        self._log(logging.INFO, cleared, "more errors cleared")
+
+    def _log(self, level: int, messages: list[str], more: str) -> None:
+        """The first few messages one by one, the rest summed up in one line (a rack's exporters at once)."""
+        for message in messages[:MAX_PER_TICK]:
+            self.logger.log(level, "%s: %s", self.source, message)
+        if len(messages) > MAX_PER_TICK:
+            self.logger.log(level, "%s: %d %s, e.g. %s", self.source, len(messages) - MAX_PER_TICK, more,
+                            messages[MAX_PER_TICK])
