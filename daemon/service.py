@@ -324,18 +324,20 @@ class Service:
             return report
 
     def _collect_one(self, collector: Collector, now: float) -> tuple[Batch, Outcome]:
+        repeats = self.collector_errors.setdefault(collector.name, RepeatLog(f"collector {collector.name}", log))
         started = time.perf_counter()
         try:
             batch, outcome = collector.collect(now)
         except Exception as exc:  # a collector bug must not stop the others or the daemon
-            log.exception("collector %s failed", collector.name)
-            batch, outcome = Batch(), Outcome(errors=[f"{type(exc).__name__}: {exc}"], targets_total=1)
+            error = f"{type(exc).__name__}: {exc}"
+            if error not in repeats.active:  # the traceback once, not every tick
+                log.exception("collector %s failed", collector.name)
+            batch, outcome = Batch(), Outcome(errors=[error], targets_total=1)
         took = time.perf_counter() - started
         metrics.COLLECTOR_DURATION.labels(collector.name).set(took)
         metrics.COLLECTOR_SUCCESS.labels(collector.name).set(1 if outcome.ok else 0)
         if outcome.ok:
             metrics.COLLECTOR_LAST_SUCCESS.labels(collector.name).set(now)
-        repeats = self.collector_errors.setdefault(collector.name, RepeatLog(f"collector {collector.name}", log))
         repeats.report(outcome.errors, now)
         return batch, outcome
 

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import logging
 import time
 
 from sqlmodel import select
@@ -9,6 +10,7 @@ from sqlmodel import select
 from daemon.config import load
 from daemon.service import Service
 from daemon.store import CollectorStateRow, IncidentRow
+from tests.daemon.service.conftest import free_port
 
 
 def until(check, timeout=60.0, every=0.5):
@@ -172,3 +174,43 @@ def test_a_restarted_or_reloaded_daemon_keeps_what_its_detectors_learned(live):
         assert not again.pipeline.known_entities and not again.pipeline.events_by_kind
     finally:
         again.stop()
+
+
+def test_a_target_that_does_not_answer_and_a_collector_that_raises_are_logged_once_not_every_cycle(tmp_path, caplog):
+    port = free_port()  # nothing listens there: every scrape is refused
+    (tmp_path / "targets.json").write_text(f'[{{"targets": ["127.0.0.1:{port}"]}}]')
+    config = tmp_path / "raswarden.toml"
+    config.write_text(f"""[store]
+url = "sqlite:///{tmp_path / 'state.db'}"
+[service]
+interval_s = 1
+[http]
+listen = "127.0.0.1:{free_port()}"
+[[collectors]]
+type = "exposition"
+name = "exporters"
+file_sd = ["{tmp_path / 'targets.json'}"]
+timeout_s = 2
+""")
+    svc = Service(load(config))
+    caplog.set_level(logging.INFO, logger="raswarden.service")
+    try:
+        for _ in range(3):
+            report = svc.cycle()
+            assert report is not None and not report.outcomes["exporters"].ok
+        refused = [r for r in caplog.records if f"127.0.0.1:{port}" in r.getMessage()]
+        assert len(refused) == 1 and refused[0].levelname == "WARNING", [r.getMessage() for r in refused]
+        collector = svc.collectors[0]
+
+        def broken(now):
+            raise RuntimeError("a bug")
+        collector.collect = broken  # a collector's own bug: the traceback once, the daemon goes on
+        caplog.clear()
+        for _ in range(3):
+            assert svc.cycle() is not None
+        assert [r.getMessage() for r in caplog.records if r.levelname == "ERROR"] == ["collector exporters failed"]
+        assert sum("RuntimeError: a bug" in r.getMessage() for r in caplog.records) == 1
+        assert any(r.levelname == "INFO" and r.getMessage().startswith("collector exporters: cleared after 3 ticks")
+                   for r in caplog.records)
+    finally:
+        svc.stop()
