@@ -44,6 +44,25 @@ def free_port() -> int:
         return s.getsockname()[1]
 
 
+def dead_target_config(tmp_path: Path, http_port: int | None = None) -> tuple[Path, str]:
+    """A config with one exposition collector whose target nothing listens on: (its path, the target)."""
+    target = f"127.0.0.1:{free_port()}"
+    config = tmp_path / "raswarden.toml"
+    config.write_text(f"""[store]
+url = "sqlite:///{tmp_path / 'state.db'}"
+[service]
+interval_s = 1
+[http]
+listen = "127.0.0.1:{http_port or free_port()}"
+[[collectors]]
+type = "exposition"
+name = "exporters"
+targets = ["{target}"]
+timeout_s = 1
+""")
+    return config, target
+
+
 class Live:
     """The simulator process and the files it serves."""
 

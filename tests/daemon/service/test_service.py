@@ -10,7 +10,7 @@ from sqlmodel import select
 from daemon.config import load
 from daemon.service import Service
 from daemon.store import CollectorStateRow, IncidentRow
-from tests.daemon.service.conftest import free_port
+from tests.daemon.service.conftest import dead_target_config
 
 
 def until(check, timeout=60.0, every=0.5):
@@ -177,28 +177,14 @@ def test_a_restarted_or_reloaded_daemon_keeps_what_its_detectors_learned(live):
 
 
 def test_a_target_that_does_not_answer_and_a_collector_that_raises_are_logged_once_not_every_cycle(tmp_path, caplog):
-    port = free_port()  # nothing listens there: every scrape is refused
-    (tmp_path / "targets.json").write_text(f'[{{"targets": ["127.0.0.1:{port}"]}}]')
-    config = tmp_path / "raswarden.toml"
-    config.write_text(f"""[store]
-url = "sqlite:///{tmp_path / 'state.db'}"
-[service]
-interval_s = 1
-[http]
-listen = "127.0.0.1:{free_port()}"
-[[collectors]]
-type = "exposition"
-name = "exporters"
-file_sd = ["{tmp_path / 'targets.json'}"]
-timeout_s = 2
-""")
+    config, target = dead_target_config(tmp_path)  # nothing listens there: every scrape is refused
     svc = Service(load(config))
     caplog.set_level(logging.INFO, logger="raswarden.service")
     try:
         for _ in range(3):
             report = svc.cycle()
             assert report is not None and not report.outcomes["exporters"].ok
-        refused = [r for r in caplog.records if f"127.0.0.1:{port}" in r.getMessage()]
+        refused = [r for r in caplog.records if target in r.getMessage()]
         assert len(refused) == 1 and refused[0].levelname == "WARNING", [r.getMessage() for r in refused]
         collector = svc.collectors[0]
 

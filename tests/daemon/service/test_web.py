@@ -15,7 +15,7 @@ from daemon.config import load
 from daemon.service import Service
 from daemon.web import heatmap_svg
 from tests.conftest import require
-from tests.daemon.service.conftest import free_port, get
+from tests.daemon.service.conftest import dead_target_config, free_port, get
 from tests.daemon.service.test_service import until
 
 
@@ -157,19 +157,7 @@ def test_the_status_page_at_one_and_at_sixteen_supernodes_in_chromium(tmp_path, 
     nodes silent; the exporters' endpoint is dead. The page shows the failed port on its blade, the lost telemetry
     in a banner, and stays one screen wide."""
     port = free_port()
-    config = tmp_path / "raswarden.toml"
-    config.write_text(f"""[store]
-url = "sqlite:///{tmp_path / 'state.db'}"
-[service]
-interval_s = 1
-[http]
-listen = "127.0.0.1:{port}"
-[[collectors]]
-type = "exposition"
-name = "exporters"
-targets = ["127.0.0.1:{free_port()}"]
-timeout_s = 1
-""")
+    config, _ = dead_target_config(tmp_path, port)
     svc = Service(load(config))
     rows, health = [], []
     for n in range(80 * supernodes):
