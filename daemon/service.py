@@ -54,8 +54,8 @@ from daemon.operator import repaired_nodes
 from daemon.pipeline import Pipeline, PipelineConfig
 from daemon.rejects import RejectLog
 from daemon.reloadanswer import AnswerWriter
-from daemon.repeats import RepeatLog
 from daemon.remediation import Remediation, scheduler_from_config
+from daemon.repeats import RepeatLog
 from daemon.sdnotify import Notifier
 from daemon.shards import ALERTS_LEASE, POOL, Ownership, UnwatchedShards, cycle_phase, plan_warnings, split_racks
 from daemon.splitracks import SplitRacks, parents
