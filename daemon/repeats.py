@@ -34,6 +34,10 @@ class RepeatLog:
     remind_s: float = REMIND_S
     active: dict[str, _Seen] = field(default_factory=dict)
 
+    def ongoing(self, error: str) -> bool:
+        """True while ``error`` was in the last tick's errors (it has been logged already)."""
+        return error in self.active
+
     def report(self, errors: list[str], now: float) -> None:
         """The errors of this tick (an empty list: none), at ``now`` (seconds)."""
         current = dict.fromkeys(errors)  # in order, once each

@@ -109,7 +109,7 @@ class Service:
         self._reliability_seen: tuple[dict | None, float] = (None, float("-inf"))  # order counts, when read
         self.last = CycleReport()
         self.previous_tick: float | None = None
-        self.collector_errors: dict[str, RepeatLog] = {}  # per collector: its errors logged when they change
+        self.collector_errors: dict[str, RepeatLog] = {}  # per collector (set with the collectors, in _build)
         self.warm_saved_at = float("-inf")  # when the pipeline's warm state was last saved (or taken up)
         self.repairs_seen = 0  # the journal row up to which operators' "repaired" resumes were taken in
         self.jobs = JobRunner(workers=4)
@@ -149,6 +149,9 @@ class Service:
             raise
         old_pool = getattr(self, "_pool", None)
         self.ctx, self.collectors, self.pipeline, self.ownership = ctx, collectors, pipeline, ownership
+        # each collector's errors logged when they change; a collector kept by a reload keeps what it has logged
+        self.collector_errors = {c.name: self.collector_errors.get(c.name) or RepeatLog(f"collector {c.name}", log)
+                                 for c in collectors}
         self.remediation, self.alerting = remediation, alerting
         self.advisor = Advisor(cfg.advice)
         self._advised_under: tuple | None = None  # the collectors failing and the breaker at the last advice
@@ -324,13 +327,13 @@ class Service:
             return report
 
     def _collect_one(self, collector: Collector, now: float) -> tuple[Batch, Outcome]:
-        repeats = self.collector_errors.setdefault(collector.name, RepeatLog(f"collector {collector.name}", log))
+        repeats = self.collector_errors[collector.name]
         started = time.perf_counter()
         try:
             batch, outcome = collector.collect(now)
         except Exception as exc:  # a collector bug must not stop the others or the daemon
             error = f"{type(exc).__name__}: {exc}"
-            if error not in repeats.active:  # the traceback once, not every tick
+            if not repeats.ongoing(error):  # the traceback once, not every tick
                 log.exception("collector %s failed", collector.name)
             batch, outcome = Batch(), Outcome(errors=[error], targets_total=1)
         took = time.perf_counter() - started
