@@ -212,10 +212,11 @@ class SimServer:
                 lines = list(chunk.lines)
                 for j, ts in enumerate(chunk.ts):
                     due = wall0 + (ts - sc.start) / self.speed
-                    self.max_lag_s = max(self.max_lag_s, time.monotonic() - due)
-                    while not self.stop.is_set() and time.monotonic() < due:
-                        time.sleep(min(0.05, due - time.monotonic()))
-                    if self.stop.is_set():
+                    # the clock is read once per wait: read twice, it can pass `due` between the reads and
+                    # leave a negative sleep (which ended a live simulator, and a CI run, on a loaded machine)
+                    ahead = due - time.monotonic()
+                    self.max_lag_s = max(self.max_lag_s, -ahead)
+                    if ahead > 0 and self.stop.wait(ahead) or self.stop.is_set():
                         return
                     while lines and lines[0][0] <= ts:
                         t, node, line = lines.pop(0)

@@ -182,3 +182,22 @@ def test_a_taken_port_is_a_clear_error_and_the_ports_can_move(tmp_path, capsys):
     targets = json.loads((tmp_path / "b" / "prometheus-targets.json").read_text())
     assert {t.rsplit(":", 1)[1] for group in targets for t in group["targets"]} == {str(9400 + ports(27)),
                                                                                      str(9100 + ports(27))}
+
+
+def test_the_clock_passing_a_step_between_two_reads_does_not_end_the_simulator(tmp_path, monkeypatch):
+    """The player read the clock twice per wait; a loaded machine passed the step's time between the two reads and
+    the simulator ended on a negative sleep (CI, stop 51). A clock that moves on every read plays to the end."""
+    from lab.sim.faults import load_library
+    from lab.sim.scenario import Scenario
+    from lab.sim.serve import SimServer
+    from lab.sim.simulator import Simulator
+    from tests.detectors.sim_helpers import LIBRARY
+
+    sc = Scenario.from_dict({"name": "c", "seed": 2, "topology": {"accelerators": 8}, "duration": "5m",
+                             "resolution": "30s"})
+    server = SimServer(Simulator(sc, load_library(LIBRARY)), tmp_path / "live", speed=600.0)
+    server.write_files()
+    reads = iter(range(10**6))
+    monkeypatch.setattr("lab.sim.serve.time.monotonic", lambda: next(reads) * 0.013)  # each read 13 ms on
+    server.run()
+    assert server.ended and server.max_lag_s >= 0.0
