@@ -106,12 +106,12 @@ slurm_conf = "{slurm.conf}"
         proc = start()
         # the job checkpoints on raswarden's signal, its blade is drained, the job restarts from its checkpoint
         wait(lambda: slurm.log(job, "ckpt"), 240, "the job's checkpoint", proc, log, live)
-        wait(lambda: "drain" in slurm.node_state("node1"), 60, "node1 drained", proc, log)
+        wait(lambda: "drain" in slurm.node_state("node1"), 60, "node1 drained", proc, log, live)
         reason = slurm.run("sinfo", "-h", "-n", "node1", "-o", "%E").strip()
         assert reason.startswith("raswarden: inc-"), reason
-        wait(lambda: "resumed from" in slurm.log(job), 90, "the job restarted from its checkpoint", proc, log)
+        wait(lambda: "resumed from" in slurm.log(job), 90, "the job restarted from its checkpoint", proc, log, live)
         assert slurm.job_node(job) in ("node2", "node3", "node4")
-        wait(lambda: any(b"sn01-b02" in r.body for r in chat.received), 60, "a chat message", proc, log)
+        wait(lambda: any(b"sn01-b02" in r.body for r in chat.received), 60, "a chat message", proc, log, live)
         message = next(r.json() for r in chat.received if b"sn01-b02" in r.body)
         assert message["status"] == "firing" and message["alerts"][0]["labels"]["node"] == "sn01-b02"
 
@@ -125,7 +125,7 @@ slurm_conf = "{slurm.conf}"
         sent_before = len(chat.received)
         proc = start()
         wait(lambda: metric(port, "raswarden_active", "") if _answers(port) else 0, 60, "the restart to take over",
-             proc, log)
+             proc, log, live)
         time.sleep(4)
         live.stop()  # the kernel log stops growing; wait until the daemon has read it to its last whole line
         journal = (live.sim_dir / "kernel.journal.json").read_bytes()
