@@ -38,6 +38,8 @@ def wait(cond, timeout: float, what: str, proc=None, log=None, live: Live | None
     while time.monotonic() < deadline:
         if proc is not None and proc.poll() is not None:
             raise AssertionError(f"raswarden exited ({proc.returncode}) while waiting for {what}: {said()}")
+        if live is not None and live.proc.poll() not in (None, 0):
+            raise AssertionError(f"the simulator failed while waiting for {what}: {said()}")
         value = cond()
         if value:
             return value
