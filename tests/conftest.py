@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import os
 import shutil
+import signal
 import subprocess
 import sys
 import threading
@@ -70,6 +71,19 @@ def spawn(args: list[str], log: Path, **kwargs) -> subprocess.Popen:
     process's lock wait then times out, its stop takes as long)."""
     with open(log, "ab") as out:
         return subprocess.Popen(args, stdout=out, stderr=subprocess.STDOUT, **kwargs)
+
+
+def wait_stopped(proc: subprocess.Popen, log: Path, timeout: float, what: str) -> None:
+    """Wait ``timeout`` seconds for ``proc``, sent SIGTERM, to exit. If it does not, the test fails with the end of
+    its ``log``, there with every thread's stack (SIGQUIT: the command line's faulthandler), and it is killed."""
+    try:
+        proc.wait(timeout=timeout)
+    except subprocess.TimeoutExpired:
+        proc.send_signal(signal.SIGQUIT)
+        time.sleep(1.0)
+        proc.kill()
+        proc.wait(10)
+        pytest.fail(f"{what} still running {timeout:.0f} s after SIGTERM: {log.read_text()[-6000:]}")
 
 
 def require(condition: bool, reason: str) -> None:

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import argparse
+import faulthandler
 import logging
 import os
 import signal
@@ -37,6 +38,10 @@ def main(argv: list[str] | None = None) -> int:
     logging.basicConfig(level=level, format="%(levelname)s %(name)s: %(message)s")
     if args.verbose == 0:
         logging.getLogger("raswarden.input").setLevel(logging.ERROR)
+    try:  # `kill -QUIT`: every thread's stack on stderr (the journal), and the process goes on (a stop that hangs)
+        faulthandler.register(signal.SIGQUIT, all_threads=True)
+    except (OSError, ValueError, RuntimeError):  # stderr with no file descriptor (a caller's capture)
+        pass
     from daemon.alerting.secrets import SecretError, install_log_redaction
     from daemon.config import ConfigError
 

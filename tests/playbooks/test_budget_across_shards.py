@@ -153,12 +153,11 @@ def test_four_shard_processes_on_postgresql_and_a_real_slurm_drain_no_more_than_
     GPU on its node at the same moment, under a cluster budget of one node: slurmctld drains exactly one node once;
     the other three actions are held by the budget, each saying so."""
     import signal
-    import subprocess
     import sys
 
     from daemon.incidents import Incident
     from detectors.schema import State
-    from tests.conftest import spawn
+    from tests.conftest import spawn, wait_stopped
     from tests.playbooks.conftest import LAB_DIR, ROOT
 
     url = fresh_database("raswarden_budget")
@@ -192,12 +191,7 @@ def test_four_shard_processes_on_postgresql_and_a_real_slurm_drain_no_more_than_
     for proc in procs:
         proc.send_signal(signal.SIGTERM)
     for i, proc in enumerate(procs, 1):
-        try:
-            proc.wait(timeout=30)
-        except subprocess.TimeoutExpired:
-            proc.kill()
-            proc.wait(10)
-            pytest.fail(f"shard s{i} still running 30 s after SIGTERM: {(tmp_path / f's{i}.log').read_text()[-3000:]}")
+        wait_stopped(proc, tmp_path / f"s{i}.log", 30, f"shard s{i}")
     # what each said beside its passes' counts (warnings, errors, the stop)
     errors = ["\n".join(line for line in (tmp_path / f"s{i}.log").read_text().splitlines()
                         if not line.startswith("{") and "apscheduler" not in line)[-1500:] for i in range(1, 5)]

@@ -16,7 +16,7 @@ from daemon.incidents import Incident
 from daemon.lease import Lease, shard_lease
 from daemon.store import Store
 from detectors.schema import State
-from tests.conftest import spawn
+from tests.conftest import spawn, wait_stopped
 from tests.playbooks.conftest import LAB_DIR, ROOT
 
 FAULTS = ["notify:done", "checkpoint:started", "checkpoint:executed", "checkpoint:done", "wait_checkpoint:started",
@@ -128,12 +128,7 @@ def test_a_stop_while_slurmctld_does_not_answer_is_prompt_and_loses_nothing(slur
         time.sleep(1.0)
         proc.send_signal(signal.SIGTERM)
         sent = time.monotonic()
-        try:
-            proc.wait(timeout=25)
-        except subprocess.TimeoutExpired:
-            proc.kill()
-            proc.wait(10)
-            raise AssertionError(f"still running 25 s after SIGTERM: {out.read_text()[-2000:]}") from None
+        wait_stopped(proc, out, 25, "raswarden playbook run")
         took = time.monotonic() - sent
     finally:
         os.kill(ctld, signal.SIGCONT)

@@ -296,3 +296,32 @@ def test_advise_gives_the_foresight_and_says_when_a_job_has_no_advice(tmp_path, 
                                                                                   "unwarned": 0}
     assert main(["advise", "77", "--config", str(cfg)]) == 1
     assert "no advice for job 77" in capsys.readouterr().err
+
+
+def test_sigquit_prints_every_threads_stack_and_the_command_goes_on(tmp_path):
+    """An operator (or a test) asks a process that does not stop what it waits on: ``kill -QUIT`` prints every
+    thread's stack to its log, and it runs on until SIGTERM."""
+    import signal
+    import time
+
+    from tests.conftest import ROOT, spawn, wait_stopped
+
+    config = tmp_path / "c.toml"
+    config.write_text(f'[store]\nurl = "sqlite:///{tmp_path / "s.db"}"\n')
+    log = tmp_path / "follow.log"
+    proc = spawn([sys.executable, "-m", "daemon", "-v", "alerts", "flush", "--follow", "--interval", "0.2",
+                  "--config", str(config)], log, cwd=ROOT)
+    try:
+        deadline = time.monotonic() + 30
+        while "'queued'" not in log.read_text():  # its first pass done: running
+            assert proc.poll() is None and time.monotonic() < deadline, log.read_text()
+            time.sleep(0.1)
+        proc.send_signal(signal.SIGQUIT)
+        time.sleep(1.0)
+        assert proc.poll() is None, log.read_text()
+        dump = log.read_text()
+        assert "Current thread" in dump and "in run_until_stopped" in dump and "in _worker" in dump, dump
+    finally:
+        proc.send_signal(signal.SIGTERM)
+        wait_stopped(proc, log, 30, "raswarden alerts flush --follow")
+    assert proc.returncode == 0
