@@ -14,6 +14,8 @@
 # LAB_SLURMD_TIMEOUT (10 s to mark a dead node DOWN), LAB_CRED_EXPIRE (10 s before a requeued job restarts),
 # LAB_ACCOUNTING (0; 1 adds mariadbd on 127.0.0.1:LAB_DB_PORT (LAB_CTLD_PORT+2000) and slurmdbd on
 # LAB_DBD_PORT (LAB_CTLD_PORT+1) with the cluster registered, so `sacctmgr` works with SLURM_CONF).
+# Keep every port under the kernel's ephemeral range (/proc/sys/net/ipv4/ip_local_port_range, 32768-60999 by
+# default): a port in it can be any connection's local port when a daemon binds it; `up` warns of one.
 # Settings verified on Debian 12 with Slurm 22.05: cred_expire and a 2 s scheduler
 # interval make a requeued job restart in about 11 s instead of two minutes.
 set -euo pipefail
@@ -33,7 +35,8 @@ MSOCK=$LAB_DIR/munge-run/munge.socket.2
 export SLURM_CONF=$CONF
 
 log() { printf '[slurm-lab] %s\n' "$*" >&2; }
-die() { log "FATAL: $*"; exit 1; }
+# a failed `up` stops what it started (its logs stay in LAB_DIR), so no daemon of it holds a port or socket after
+die() { log "FATAL: $*"; if [ "${UP_STARTED:-0}" = 1 ]; then cmd_down >/dev/null 2>&1 || true; fi; exit 1; }
 wait_for() { local end=$(( $(date +%s) + $1 )); shift
   until "$@" >/dev/null 2>&1; do [ "$(date +%s)" -ge "$end" ] && return 1; sleep 0.25; done; }
 alive() { [ -e "/proc/$1" ] && [ "$(awk '{print $3}' "/proc/$1/stat" 2>/dev/null)" != Z ]; }
@@ -150,11 +153,35 @@ EOF
 
 all_idle() { [ "$(sinfo -h -N -t idle -o '%N' 2>/dev/null | sort -u | wc -l)" -eq "$1" ]; }
 
+# The kernel hands out ports of ip_local_port_range to every outgoing connection and every server bound to port 0;
+# a lab port in it can be taken by any test's client at the moment a daemon binds it ("Address already in use").
+check_ports() { # PORT...: warn about ports in the ephemeral range
+  local range lo hi p; range=$(cat /proc/sys/net/ipv4/ip_local_port_range 2>/dev/null) || return 0
+  read -r lo hi <<< "$range"
+  for p in "$@"; do
+    if [ "$p" -ge "$lo" ] && [ "$p" -le "$hi" ]; then
+      log "warning: port $p is in the ephemeral range $lo-$hi; another program's connection may hold it"
+    fi
+  done; }
+
+not_idle_logs() { # N: the last lines of the slurmd log of each node not idle
+  local i idle; idle=" $(sinfo -h -N -t idle -o '%N' 2>/dev/null | sort -u | tr '\n' ' ') "
+  for i in $(seq 1 "$1"); do
+    case "$idle" in *" node$i "*) continue;; esac
+    log "node$i not idle; the end of $LAB_DIR/log/slurmd-node$i.log:"
+    tail -n 5 "$LAB_DIR/log/slurmd-node$i.log" >&2 2>/dev/null || true
+  done; }
+
 cmd_up() {
   local n=${1:-4}
   command -v slurmctld >/dev/null || die "Slurm is not installed: run '$0 install' as root"
   cmd_down >/dev/null 2>&1 || true
+  local ports=("$CTLD_PORT") i
+  for i in $(seq 1 "$n"); do ports+=("$((NODE_PORT_BASE + i))"); done
+  if [ "$ACCOUNTING" = 1 ]; then ports+=("$DBD_PORT" "$DB_PORT"); fi
+  check_ports "${ports[@]}"
   rm -rf "$LAB_DIR"
+  UP_STARTED=1
   mkdir -p "$LAB_DIR"/{etc,state,spool,run,log,jobs,munge,munge-run}
   chmod 700 "$LAB_DIR/munge"; chmod 755 "$LAB_DIR/munge-run" "$LAB_DIR" "$LAB_DIR/jobs"
   head -c 1024 /dev/urandom > "$LAB_DIR/munge/munge.key"; chmod 400 "$LAB_DIR/munge/munge.key"
@@ -166,7 +193,8 @@ cmd_up() {
   slurmctld || die "slurmctld failed; see $LAB_DIR/log/slurmctld.log"
   wait_for 15 scontrol ping || die "slurmctld not answering"
   for i in $(seq 1 "$n"); do mkdir -p "$LAB_DIR/spool/node$i"; slurmd -N "node$i" || die "slurmd node$i failed"; done
-  wait_for 30 all_idle "$n" || { sinfo >&2; die "nodes not idle after 30 s"; }
+  wait_for 30 all_idle "$n" || { sinfo >&2; not_idle_logs "$n"; die "nodes not idle after 30 s"; }
+  UP_STARTED=0
   log "up: $n nodes idle"
   echo "$CONF"
 }
@@ -197,5 +225,5 @@ case "${1:-}" in
   up) shift; cmd_up "${1:-4}" ;;
   down) cmd_down ;;
   status) cmd_status ;;
-  *) sed -n '2,15p' "$0"; exit 2 ;;
+  *) sed -n '2,20p' "$0"; exit 2 ;;
 esac

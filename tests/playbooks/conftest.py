@@ -117,7 +117,7 @@ def slurm_accounting():
     """A lab of two nodes with accounting (slurmdbd, MariaDB), on ports of its own beside the main lab."""
     require(os.geteuid() == 0 and all(shutil.which(c) for c in ("slurmctld", "slurmdbd", "mariadbd", "runuser")),
             "no Slurm with slurmdbd and MariaDB: scripts/test.sh installs them (as root)")
-    env = {**os.environ, "LAB_DIR": str(ACCOUNTING_DIR), "LAB_CTLD_PORT": "36817", "LAB_NODE_PORT_BASE": "37000",
+    env = {**os.environ, "LAB_DIR": str(ACCOUNTING_DIR), "LAB_CTLD_PORT": "23817", "LAB_NODE_PORT_BASE": "24000",
            "LAB_ACCOUNTING": "1"}
     out = subprocess.run([str(LAB), "up", "2"], env=env, capture_output=True, text=True, timeout=180)
     assert out.returncode == 0, out.stderr
