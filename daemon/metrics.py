@@ -44,6 +44,14 @@ INPUT_REJECTED = Counter(
     ["source", "reason"],
     registry=REGISTRY,
 )
+FAULT_CODES_UNJUDGED = Counter(
+    "raswarden_fault_codes_unjudged_total",
+    "Fault codes read that no catalog judges (an Xid or SXid not in NVIDIA's lists, an NVLink 5 line no row of the "
+    "decode sheet matches, an Ascend code not in MindCluster's table), by catalog and code: judged by their line "
+    "alone.",
+    ["catalog", "code"],
+    registry=REGISTRY,
+)
 SAMPLES_NOT_READ = Counter(
     "raswarden_samples_not_read_total",
     "Samples whose value is the exporter's own failure value (e.g. npu-exporter's -1 for a read that failed), "

@@ -257,6 +257,10 @@ class Pipeline:
         evidence = []
         for detector in self.detectors:
             evidence += detector.update(tick_input)
+            take_unjudged = getattr(detector, "take_unjudged", None)
+            if take_unjudged is not None:
+                for (catalog, code), n in take_unjudged().items():
+                    metrics.FAULT_CODES_UNJUDGED.labels(catalog, str(code)).inc(n)
         if self.switch_ends:
             evidence = self._both_ends(evidence)
         self.health.observe(seen, now)

@@ -2,10 +2,12 @@
 
 Rules (docs/architecture.md §5):
 
-* Xid events by NVIDIA's resolution buckets (``catalogs/xid.csv``): ``failed`` (48, 64, 79, 95,
-  119/120, ...), ``subhealthy`` (63, 74, 92, 94, ...), ``application`` (13, 31, 43: the job's fault,
-  flagged ``suspect`` only when they repeat on one GPU across processes while its peers see none),
-  and 154 by the recovery action the driver names. An Xid not in the catalog is ``suspect`` and counted.
+* Xid events by NVIDIA's own catalog (:mod:`detectors.xid_catalog`: all 172 codes, the vendor's resolution
+  bucket deciding, raswarden's departures said per row): RESET_GPU and RESTART_BM ``failed`` (46, 48, 79, 95, 119,
+  ...), CONTACT_SUPPORT and CHECK_MECHANICALS ``subhealthy``, IGNORE a ``suspect`` watch, RESTART_APP and the Xid
+  13/31/45 workflows the job's (``suspect`` only when they repeat on one GPU across processes while its peers see
+  none), 144-150 by the catalog's decode sheet for the line, 154 by the recovery action the driver names. NVSwitch
+  SXids by the Fabric Manager guide's class. A code no catalog knows is ``suspect`` and counted (:meth:`take_unjudged`).
 * ECC: any double-bit increase is ``failed``; correctable errors above ``sbe_per_hour``; a row-remap
   failure flag is ``failed``; an uncorrectable row remap or DBE page retirement is ``subhealthy``.
 * PCIe: AER fatal ``failed``, uncorrected ``subhealthy``, corrected in ``aer_corrected_per_hour`` separate minutes
@@ -35,12 +37,9 @@ faults) so that the health hysteresis sees them; level rules hold only while the
 
 from __future__ import annotations
 
-import csv
 import math
 import re
 from collections import defaultdict, deque
-from dataclasses import dataclass
-from importlib import resources
 
 import numpy as np
 import pandas as pd
@@ -50,6 +49,14 @@ from detectors.counters import DecayingCount
 from detectors.shared_heat import SharedHeat
 from detectors.schema import State, entity_kind, name_codes, names_in, node_of, within
 from detectors.vendor_events import Verdict, amdgpu_verdict, ascend_verdict, load_ascend_catalog
+from detectors.xid_catalog import (
+    XidRule,
+    decode_nvlink5,
+    load_decode_sheet,
+    load_sxid_catalog,
+    load_xid_catalog,
+    state_of,
+)
 
 _PID = re.compile(r"pid=('?[^,]*'?)")
 PORT_ACTIVE = 4.0
@@ -91,26 +98,6 @@ RULE_INPUTS: dict[str, str] = {
     "pcs_symbol_error_total": "Ethernet fabric symbol errors after FEC (ethtool rx_pcs_symbol_err_phy)",
     "port_state": "fabric port state",
 }
-
-
-@dataclass(frozen=True)
-class XidRule:
-    """One row of the Xid catalog."""
-
-    code: int
-    mnemonic: str
-    state: str
-    category: str
-    meaning: str
-
-
-def load_xid_catalog() -> dict[int, XidRule]:
-    """The packaged Xid catalog keyed by code."""
-    text = resources.files("detectors.catalogs").joinpath("xid.csv").read_text()
-    return {
-        int(r["code"]): XidRule(int(r["code"]), r["mnemonic"], r["state"], r["category"], r["meaning"])
-        for r in csv.DictReader(text.splitlines())
-    }
 
 
 class RuleDetector:
@@ -156,8 +143,13 @@ class RuleDetector:
     def fit(self, X=None, y=None) -> RuleDetector:
         """Rules learn nothing: load the catalog and reset the streaming state."""
         self.catalog_ = load_xid_catalog()
+        self.decode_sheet_ = load_decode_sheet()
+        self.sxid_catalog_ = load_sxid_catalog()
+        self.unknown_sxids_: dict[int, int] = defaultdict(int)
+        self.undecoded_xids_: dict[int, int] = defaultdict(int)  # NVLink 5 lines no row of the decode sheet matched
         self.threshold_ = float(State.SUBHEALTHY)
         self.unknown_xids_: dict[int, int] = defaultdict(int)
+        self._unjudged: dict[tuple[str, int], int] = defaultdict(int)  # since take_unjudged: (catalog, code) -> count
         self.ascend_catalog_ = load_ascend_catalog()
         self.unknown_codes_: dict[int, int] = defaultdict(int)  # vendor fault codes not in their catalogs
         self._latches: dict[str, list[tuple[float, Evidence, str]]] = defaultdict(list)
@@ -169,6 +161,18 @@ class RuleDetector:
         self._pruned_at = -math.inf
         self._heat = None if self.baseline else SharedHeat(limit_c=self.gpu_temp_slowdown_c)
         return self
+
+    def _count_unjudged(self, counts: dict[int, int], catalog: str, code: int | None) -> None:
+        key = code if code is not None else -1
+        counts[key] += 1
+        self._unjudged[(catalog, key)] += 1
+
+    def take_unjudged(self) -> dict[tuple[str, int], int]:
+        """Codes no catalog judged since the last call, as ``(catalog, code) -> count`` (catalog ``xid``, ``sxid``,
+        ``xid_decode`` for NVLink 5 lines no decode row matched, ``vendor`` for Ascend codes): the service counts them
+        on /metrics, so a fleet printing codes raswarden does not know shows it."""
+        taken, self._unjudged = dict(self._unjudged), defaultdict(int)
+        return taken
 
     def _latch(self, ev: Evidence, until: float, tag: str = "") -> None:
         ev.latched = True
@@ -236,10 +240,7 @@ class RuleDetector:
             if kind == "xid":
                 self._xid(entity, code, row.message or "", row.ts, now, row.source, row.severity)
             elif kind == "sxid":
-                hard = row.severity == "fatal"
-                ev = Evidence(entity, State.FAILED if hard else State.SUSPECT, "scaleup_link",
-                              [f"NVSwitch SXid {code} ({row.severity}): {row.message}"], hard=hard)
-                self._latch(ev, now + (self.failed_hold_s if hard else self.event_hold_s))
+                self._sxid(entity, code, row.severity, row.message or "", now)
             elif kind == "aer":
                 self._aer(entity, row.severity, row.message, row.ts, now)
             elif kind in ("edac", "mce"):
@@ -287,23 +288,32 @@ class RuleDetector:
 
     def _xid(self, entity: str, code: int | None, message: str, ts: float, now: float,
              source: str = "kernel", severity: str = "error") -> None:
+        """One Xid by the catalog (``detectors/xid_catalog.py``): the vendor's bucket, raswarden's departures from it,
+        the decode sheet for 144-150, the recovery action a 154 names."""
         rule = self.catalog_.get(code) if code is not None else None
         text = f"Xid {code}" + (f" {rule.mnemonic}" if rule else "") + (f": {message}" if message else "")
         if rule is None:
-            self.unknown_xids_[code if code is not None else -1] += 1
+            self._count_unjudged(self.unknown_xids_, "xid", code)
             if self.baseline:
                 return
             ev = Evidence(entity, State.SUSPECT, "gpu_compute", [f"{text} (Xid {code} is not in the catalog)"])
             self._latch(ev, now + self.event_hold_s)
             return
-        if rule.state == "application":
+        for ended in rule.ends:  # 162 (power smoothing back) ends an open 163 (power smoothing off)
+            self.clear_latch(entity, f"xid-{ended}")
+        state, advice = rule.state, rule.vendor.immediate or "no action in the catalog"
+        if state == "decode":
+            state, advice = self._nvlink5(rule, message, source, severity)
+        if state == "application":
             if not self.baseline:
                 self._app_xid(entity, code, message, ts, now)
             return
-        if self.baseline:  # shipped tools: any Xid of the hardware set is fatal
+        if state == "ignore" or (self.baseline and state == "suspect"):
+            return
+        if self.baseline:  # shipped tools: any Xid the vendor acts on is fatal
             self._latch(Evidence(entity, State.FAILED, rule.category, [text], hard=True), now + self.failed_hold_s)
             return
-        if rule.state == "recovery_action":
+        if state == "recovery_action":
             lowered = message.lower()
             if source != "kernel":
                 # The dcgm-exporter gauge reports the code only: the action is unknown, so sub-healthy.
@@ -317,21 +327,56 @@ class RuleDetector:
             self._latch(Evidence(entity, level, rule.category, [text], hard=hard),
                         now + (self.failed_hold_s if hard else self.event_hold_s))
             return
-        level = State.parse(rule.state)
-        if severity == "fatal":  # the NVLink 5 Xids rate themselves: "149, NETIR_LINK_EVT Fatal ..."
-            level = State.FAILED
-        elif severity == "nonfatal":  # "... Nonfatal": the catalog's advice is to watch the link, not act
-            level = State.SUSPECT
+        level = state_of(state)
         hard = level == State.FAILED
-        self._latch(Evidence(entity, level, rule.category, [text], hard=hard),
-                    now + (self.failed_hold_s if hard else self.event_hold_s))
+        reason = f"{text} (NVIDIA: {advice}" + (f"; repair: {rule.repair}" if rule.repair != "none" else "") + ")"
+        self._latch(Evidence(entity, level, rule.category, [reason], hard=hard),
+                    now + (self.failed_hold_s if hard else self.event_hold_s), f"xid-{rule.code}")
+
+    def _sxid(self, entity: str, code: int | None, severity: str, message: str, now: float) -> None:
+        """An NVSwitch SXid by the Fabric Manager guide's class (``catalogs/sxid.csv``); a line that says Fatal is
+        failed whatever its row, and a code the guide does not list is judged by its line alone (and counted)."""
+        rule = self.sxid_catalog_.get(code) if code is not None else None
+        text = f"NVSwitch SXid {code}" + (f" {rule.name}" if rule else "") + f" ({severity}): {message}"
+        if rule is None:
+            self._count_unjudged(self.unknown_sxids_, "sxid", code)
+            state, category, repair = ("failed" if severity == "fatal" else "suspect"), "scaleup_link", "none"
+            text += " (not in the Fabric Manager guide's list)"
+        else:
+            for ended in rule.ends:
+                self.clear_latch(entity, f"sxid-{ended}")
+            state, category, repair = rule.state, rule.category, rule.repair
+            if severity == "fatal" and state != "failed":
+                state, repair = "failed", "reset"
+            if rule.recovery:
+                text += f" (guide: {rule.recovery})"
+        if state == "ignore" or (self.baseline and state != "failed"):
+            return
+        level = state_of(state)
+        hard = level == State.FAILED
+        self._latch(Evidence(entity, level, category, [text + (f"; repair: {repair}" if repair != "none" else "")],
+                             hard=hard), now + (self.failed_hold_s if hard else self.event_hold_s), f"sxid-{code}")
+
+    def _nvlink5(self, rule: XidRule, message: str, source: str, severity: str) -> tuple[str, str]:
+        """An NVLink 5 Xid (144-150) by the decode sheet's row for its line; where no row matches, by the line's own
+        Fatal/Nonfatal word (and counted); the gauge's code alone says nothing of the row: sub-healthy."""
+        decoded = decode_nvlink5(rule.code, message, self.decode_sheet_) if source == "kernel" else None
+        if decoded is not None:
+            return decoded.state, decoded.reason()
+        if source == "kernel":
+            self._count_unjudged(self.undecoded_xids_, "xid_decode", rule.code)
+        if severity == "fatal":
+            return "failed", "the line says Fatal; no row of the decode sheet matched"
+        if severity == "nonfatal":
+            return "suspect", "the line says Nonfatal; no row of the decode sheet matched"
+        return "subhealthy", "WORKFLOW_NVLINK5_ERR, not decoded"
 
     def _vendor(self, entity: str, verdict: Verdict | None, ts: float, now: float, code: int | None) -> None:
         """Latch, rate or count one amdgpu/Ascend event's verdict (``vendor_events``)."""
         if verdict is None:
             return
         if verdict.unknown:
-            self.unknown_codes_[code if code is not None else -1] += 1
+            self._count_unjudged(self.unknown_codes_, "vendor", code)
         if verdict.application:
             self._app_fault(entity, verdict.reason, f"{ts:.0f}", ts, now)
             return

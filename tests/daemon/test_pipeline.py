@@ -87,3 +87,16 @@ def test_an_xid_counted_by_the_exporter_fails_its_gpu():
         failed += [f.entity for f in p.tick(30.0 * (k + 1), batch(30.0 * (k + 1), rows)).findings
                    if f.state == "failed"]
     assert failed[:1] == ["n1/gpu1"] and "n1/gpu0" not in failed
+
+
+def test_a_code_no_catalog_knows_is_counted_on_metrics():
+    from daemon import metrics
+    from detectors.schema import events_frame
+
+    p = Pipeline(SeriesMapper(topology=Topology.from_dict(TOPOLOGY)), PipelineConfig(rules_only=True))
+    counter = metrics.FAULT_CODES_UNJUDGED.labels("xid", "999")
+    before = counter._value.get()
+    events = events_frame([(25.0, "n1/gpu0", "xid", 999, "error", "pid=1, a code of a newer driver", "kernel", None,
+                            None)])
+    p.tick(30.0, Batch(samples=batch(30.0, [("n1/gpu0", "gpu_temp_c", 40.0)]).samples, events=events))
+    assert counter._value.get() == before + 1

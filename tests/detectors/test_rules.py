@@ -1,8 +1,9 @@
 import pandas as pd
 
 from detectors.contract import TickInput
-from detectors.rules import RuleDetector, load_xid_catalog
+from detectors.rules import RuleDetector
 from detectors.schema import State, events_frame
+from detectors.xid_catalog import load_xid_catalog
 
 EMPTY_INC = pd.DataFrame({"entity": [], "metric": [], "increase": [], "resets": []})
 EMPTY_G = pd.DataFrame({"entity": [], "metric": [], "last": [], "max": []})
@@ -25,7 +26,8 @@ def test_catalog_buckets():
     cat = load_xid_catalog()
     assert {c for c in (48, 64, 79, 95, 119, 120) if cat[c].state == "failed"} == {48, 64, 79, 95, 119, 120}
     assert {cat[c].state for c in (13, 31, 43)} == {"application"}
-    assert {cat[c].state for c in (63, 92, 94)} == {"subhealthy"}
+    assert {cat[c].state for c in (63, 94)} == {"subhealthy"}
+    assert cat[92].state == "suspect"  # NVIDIA: IGNORE; the correctable-ECC rate rule judges the rate itself
 
 
 def test_hard_xid_latches_and_expires():

@@ -39,6 +39,21 @@ def test_dmesg_decode_is_a_kernel_log_not_openmetrics(ctx):
     assert ev["ts"].iloc[0] == pytest.approx(1737434504.283302)  # 2025-01-21T04:41:44,283302+00:00
 
 
+def test_nvlink5_kmsg_lines_are_decoded_by_the_sheet():
+    """gpud PR 1174's kmsg lines: 149 NETIR (V1 IntrInfo 0x000fe406) is NETIR/NETIR_INT, RESET_GPU at Link Fatal;
+    149 NETIR_LINK_EVT link-down reason 37; 145 RLW_RXPIPE status 0x8 an IGNORE (investigate) row."""
+    from detectors.xid_catalog import decode_nvlink5, load_decode_sheet
+
+    sheet = load_decode_sheet()
+    decoded = [decode_nvlink5(e.code, e.message, sheet) for e in
+               (parse_kernel_message(ln) for ln in (QUOTED / "gpud-1174-nvlink5-kmsg.txt").read_text().splitlines())]
+    assert [(d.row.unit, d.action, d.state) for d in decoded] == [
+        ("NETIR/NETIR_INT", "RESET_GPU", "subhealthy"),
+        ("NETIR_LINK_EVT/NETIR_LINK_DOWN", "RESET_GPU", "subhealthy"),
+        ("RLW_RXPIPE", "IGNORE", "suspect")]
+    assert "INVESTIGATE_PEER_DEVICE" in decoded[1].reason()
+
+
 def test_dmesg_T_with_the_gsp_dump_after_xid_119(ctx):
     path = GPUD / "gpu-node-02.dmesg-T-xid119.log"
     ev = read_all(TextLogReader(), path, ctx).events
@@ -144,7 +159,7 @@ def test_fallen_off_the_bus_without_an_xid_over_several_records(tmp_path, ctx):
 
 
 def test_nvlink5_xids_rate_themselves():
-    """gpud's Xid 144/145/149 lines: `Fatal` makes the GPU failed, `Nonfatal` a watch, whatever the catalog says."""
+    """gpud's Xid 144/145/149 lines, judged by the decode sheet's row for each (detectors/xid_catalog.py)."""
     lines = (QUOTED / "gpud-nvlink5-xids.txt").read_text().splitlines()
     events = [parse_kernel_message(ln) for ln in lines]
     assert [e.severity for e in events] == ["fatal", "nonfatal", "nonfatal"]
@@ -152,8 +167,12 @@ def test_nvlink5_xids_rate_themselves():
     frame = events_frame([(1.0, f"n1/gpu{k}", "xid", e.code, e.severity, e.message, "kernel", None, None)
                           for k, e in enumerate(events)])
     out = {ev.entity: ev for ev in rules.update(TickInput(30.0, frame, pd.DataFrame(), pd.DataFrame()))}
-    assert out["n1/gpu0"].level == State.FAILED and out["n1/gpu0"].hard
-    assert out["n1/gpu1"].level == out["n1/gpu2"].level == State.SUSPECT
+    # 149 NETIR_LINK_EVT, link-down reason 100101 (V1 IntrInfo): RESET_GPU at "Link Fatal", which NVIDIA says puts the
+    # GPU in a "drain and reset recommended" state: sub-healthy (checkpoint, drain, reset), not failed at once
+    assert out["n1/gpu0"].level == State.SUBHEALTHY and not out["n1/gpu0"].hard
+    assert "NETIR_LINK_EVT/NETIR_LINK_DOWN" in out["n1/gpu0"].reasons[0]
+    assert "n1/gpu1" not in out  # 145 RLW_REMAP status 0x1: XID_154_EVAL, the job's unless a 154 comes with it
+    assert out["n1/gpu2"].level == State.SUSPECT  # 144 SAW_MVB status 0x8: IGNORE, investigate: a watch
 
 
 def test_dcgm_blanks_and_impossible_temperatures_are_no_readings(ctx):
