@@ -8,9 +8,10 @@ the context's zone (:attr:`ReadContext.zone`: UTC unless the operator names the 
 (``[ seconds]`` since boot, with no boot time) cannot be placed in time and is refused.
 
 Shapes read besides the plain ones: ``dmesg --decode`` (``kern  :warn  : 2025-01-21T04:41:44,283302+00:00 ...``;
-records of other facilities are not the kernel's and are passed over), dmesg's indented continuation lines
-(the later lines of a multi-line message, printed without a time), rsyslog's ``#012`` escapes of the newlines
-inside one message, the caller id of ``CONFIG_PRINTK_CALLER`` kernels (``[  24.235980][  T511]``), and a
+records of other facilities are passed over unless they carry a driver's RAS line, as a tool relaying the
+driver's messages writes them: ``syslog:err   : ... NVRM: Xid (PCI:0000:04:00): 79, ...``), dmesg's indented
+continuation lines (the later lines of a multi-line message, printed without a time), rsyslog's ``#012`` escapes
+of the newlines inside one message, the caller id of ``CONFIG_PRINTK_CALLER`` kernels (``[  24.235980][  T511]``), and a
 journal whose ``_BOOT_ID`` changes (a reboot: a ``boot`` event). RFC 3164 stamps carry no year: it is the year
 that puts the file's first line nearest the rest of the trace (files with full stamps are read first), or,
 for a trace of such files alone, the file's modification year, said in the summary; each later line takes the
@@ -255,8 +256,10 @@ class TextLogReader:
                     # dmesg prints the later lines of a multi-line message indented and without a time
                     rows.add(previous[0], previous[1], line.strip(), position)
                     continue
-                if facility is not None and facility != "kern":
-                    continue  # dmesg --decode shows what programs wrote to /dev/kmsg too: not the kernel's
+                # dmesg --decode shows what programs wrote to /dev/kmsg too (facility user, daemon, syslog): only a RAS
+                # fact the drivers print is kept from those (NVRM lines show up as "syslog:err" where a tool relays the
+                # driver's messages, as leptonai/gpud PR 870 quotes), the rest is not the kernel's
+                other_facility = facility is not None and facility != "kern"
                 parsed = self._parse(style, line, year or 1970, ctx.zone)
                 if parsed is None:
                     ctx.rejects.reject(self.format, position, f"line does not match the file's {style} format", line)
@@ -278,6 +281,8 @@ class TextLogReader:
                 message = _MONOTONIC_PREFIX.sub("", message)
                 if "#012" in message:  # rsyslog's escape of a newline inside one message
                     message = message.replace("#012", "\n")
+                if other_facility and parse_kernel_message(message) is None:
+                    continue
                 rows.add(ts, host, message, position)
             if len(rows.rows) >= ctx.chunk_rows:
                 yield rows.take()

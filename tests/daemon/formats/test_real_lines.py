@@ -39,6 +39,16 @@ def test_dmesg_decode_is_a_kernel_log_not_openmetrics(ctx):
     assert ev["ts"].iloc[0] == pytest.approx(1737434504.283302)  # 2025-01-21T04:41:44,283302+00:00
 
 
+def test_dmesg_decode_keeps_a_drivers_line_under_another_facility(ctx, tmp_path):
+    """gpud PR 870's `dmesg --decode`: an Xid 79 relayed to /dev/kmsg shows as `syslog:err`; it is the driver's fact
+    and becomes the event, the program's own `syslog:emerg` line none."""
+    path = tmp_path / "gpu-node-04.dmesg"
+    path.write_text((QUOTED / "gpud-870-syslog-facility.dmesg.txt").read_text())
+    ev = read_all(TextLogReader(), path, ctx).events
+    assert list(ev["code"]) == [79] and list(ev["pci"]) == ["0000:04:00"] and ctx.rejects.total == 0
+    assert ev["ts"].iloc[0] == pytest.approx(1748319536.089671)  # 2025-05-27T04:18:56,089671+00:00
+
+
 def test_nvlink5_kmsg_lines_are_decoded_by_the_sheet():
     """gpud PR 1174's kmsg lines: 149 NETIR (V1 IntrInfo 0x000fe406) is NETIR/NETIR_INT, RESET_GPU at Link Fatal;
     149 NETIR_LINK_EVT link-down reason 37; 145 RLW_RXPIPE status 0x8 an IGNORE (investigate) row."""
