@@ -92,6 +92,11 @@ def _names_no_zone(style: str, line: str) -> bool:
     return bool(m) and re.search(r"(?:Z|[+-]\d{2}:?\d{2})$", m.group(1)) is None
 
 
+_INT64 = (-(2**63), 2**63)
+# an Xid or SXid is a 32-bit number in the driver; other kinds' codes (Ascend's, amdgpu's error counts) fit an int64
+_CODE_RANGE = {"xid": (0, 2**32), "sxid": (0, 2**32)}
+
+
 class EventRows:
     """Accumulates event rows for one file and resolves the record's host to a node."""
 
@@ -122,6 +127,13 @@ class EventRows:
 
     def append_event(self, ts: float, host: str, event: KernelEvent, position: str) -> None:
         """Add one event of ``host`` at ``ts`` (the host mapped through the topology's aliases)."""
+        lo, hi = _CODE_RANGE.get(event.kind, _INT64)
+        if event.code is not None and not lo <= event.code < hi:
+            # a corrupt line ("Xid (PCI:0000:2a:00): 99999999999999999999, ..."): rejected alone, the records around
+            # it are kept (it raised OverflowError in the events frame and cost the whole read before, issue 54)
+            self.ctx.rejects.reject(self.fmt, position, f"{event.kind} code {event.code} is out of range",
+                                    event.message)
+            return
         node = self.ctx.mapper.topology.resolve_host(host)
         if node is None:
             self.ctx.rejects.reject(self.fmt, position, f"host {host!r} is an address with no alias in the topology")

@@ -48,6 +48,22 @@ def test_follows_a_growing_file_resumes_and_starts_over_when_replaced(tmp_path):
     assert list(batch.events["ts"]) == [200.0]
 
 
+def test_a_poison_xid_between_two_real_ones_costs_only_itself(tmp_path):
+    """Issue 54's probe: two real Xid 79 lines written in one append with a 20-digit Xid between them. The poison line
+    is rejected with its place; both GPUs' events are kept and the cursor moves past the three once."""
+    path = tmp_path / "kernel.journal.json"
+    c = JournaldCollector("kernel", ReadContext(), file=str(path))
+    with open(path, "w") as fh:
+        fh.write(record(100.0, XID) + record(100.5, "NVRM: Xid (PCI:0000:2a:00): 99999999999999999999, pid=0, x")
+                 + record(101.0, XID.replace("3b:00", "5d:00")))
+    batch, outcome = c.collect(1.0)
+    assert outcome.ok and list(batch.events["pci"]) == ["0000:3b:00", "0000:5d:00"]
+    assert any(f"{path}:2: xid code 99999999999999999999 is out of range" in m for m in c.ctx.rejects.messages)
+    assert c.state["line"] == 3
+    batch, _ = c.collect(2.0)
+    assert len(batch.events) == 0
+
+
 def test_real_journalctl_with_a_persisted_cursor(journal_file):
     out, write = journal_file
     now = time.time()
