@@ -5,6 +5,7 @@ from __future__ import annotations
 import datetime as dt
 from abc import ABC, abstractmethod
 from dataclasses import dataclass, field
+from urllib.parse import urlsplit
 from collections.abc import Callable
 from typing import Any, ClassVar
 
@@ -49,8 +50,21 @@ class ReceiverConfig:
                                  required=False)
         except SecretError as exc:
             unavailable = str(exc)
+        if url:
+            check_url(f"{where}.url", url)
         known = {k: raw.pop(k) for k in ("send_resolved", "rate_per_minute", "timeout_s", "max_alerts") if k in raw}
         return cls(name=name, type=kind, url=url or "", secret=secret, options=raw, unavailable=unavailable, **known)
+
+
+def check_url(where: str, url: str) -> None:
+    """A receiver's URL is http or https with a host; anything else (file://, ftp://, javascript:, http:///hook) is
+    refused when the config is read, with the key and the scheme, never the rest of the URL (its path holds the
+    webhook's token). Raises ValueError."""
+    parts = urlsplit(url.strip())
+    if parts.scheme.lower() not in ("http", "https"):
+        raise ValueError(f"{where}: the scheme must be http or https, not {parts.scheme or 'none'!r}")
+    if not parts.hostname:
+        raise ValueError(f"{where}: no host in {redact_url(url)}")
 
 
 def iso(ts: float | None) -> str:
