@@ -8,6 +8,8 @@ systemd/raswarden.toml.example.
 
 from __future__ import annotations
 
+import math
+
 import tomllib
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -130,6 +132,10 @@ class Config:
     shards: dict[str, ShardSpec] = field(default_factory=dict)  # [shards.NAME]: empty, one shard owns everything
 
 
+#: what a periodic job's interval may be: the daemon's cycle, the playbooks', the alerts', housekeeping
+INTERVAL_RANGE_S = (0.1, 86400.0)
+
+
 def _take(table: dict[str, Any], key: str, kind: type | tuple, where: str, default: Any = None) -> Any:
     if key not in table:
         return default
@@ -139,6 +145,8 @@ def _take(table: dict[str, Any], key: str, kind: type | tuple, where: str, defau
     if not isinstance(value, kind):
         names = kind.__name__ if isinstance(kind, type) else " or ".join(k.__name__ for k in kind)
         raise ConfigError(f"{where}.{key}: expected {names}, got {type(value).__name__}")
+    if isinstance(value, float) and not math.isfinite(value):  # TOML has nan and inf: no setting means either
+        raise ConfigError(f"{where}.{key}: must be a finite number, got {value}")
     return value
 
 
@@ -232,8 +240,9 @@ def _service(cfg: Config, sv: dict[str, Any]) -> None:
     out = cfg.service
     for key in ("interval_s", "playbook_interval_s", "alert_interval_s", "housekeeping_interval_s"):
         value = _take(sv, key, float, "service", getattr(out, key))
-        if value <= 0:
-            raise ConfigError(f"service.{key}: must be positive")
+        low, high = INTERVAL_RANGE_S
+        if not low <= value <= high:  # shorter only spins a core; longer, and nothing is watched for a day
+            raise ConfigError(f"service.{key}: must be from {low:g} s to {high:g} s (a day), got {value:g}")
         setattr(out, key, value)
     for key in ("lateness_s", "lease_ttl_s"):
         value = _take(sv, key, float, "service")

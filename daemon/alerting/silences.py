@@ -72,6 +72,10 @@ class Silence:
         return self.active(now) and all(m.matches(labels) for m in self.matchers)
 
 
+#: the longest silence: a year
+MAX_SILENCE_S = 366 * 86400.0
+
+
 class SilenceBook:
     """Silences in the store."""
 
@@ -86,6 +90,10 @@ class SilenceBook:
             raise ValueError("a silence needs at least one matcher")
         if ends_at <= starts_at:
             raise ValueError("a silence must end after it starts")
+        if ends_at - starts_at > MAX_SILENCE_S:  # longer is a removal of the alert, not a silence (and its end
+            # time would overflow what a date can print)
+            raise ValueError(f"a silence lasts at most a year ({MAX_SILENCE_S / 86400:.0f} days); remove the route "
+                             "or the receiver for longer")
         silence = Silence(f"sil-{_random.token_hex(4)}", parsed, starts_at, ends_at, created_by, comment)
         with self.store.session() as s:
             s.add(SilenceRow(id=silence.id, matchers=[str(m) for m in parsed], starts_at=starts_at, ends_at=ends_at,

@@ -133,6 +133,9 @@ def test_silence_cli_add_list_expire(tmp_path):
     assert "expired" in run("silence", "list", "--all").stdout
     bad = run("silence", "add", "rack~r07")
     assert bad.returncode == 2 and "expected label=value" in bad.stderr
+    forever = run("silence", "add", "rack=r07", "--duration", "99999999999h")  # issue 54: then 'list' crashed
+    assert forever.returncode == 2 and "at most a year" in forever.stderr and "Traceback" not in forever.stderr
+    assert run("silence", "list").returncode == 0
     ok = run("check-config")
     assert ok.returncode == 0 and "0 receivers" in ok.stdout
 
