@@ -22,6 +22,8 @@ def cmd_check_config(args: argparse.Namespace) -> int:
 
     store = Store("sqlite://")
     warnings: list[str] = []
+    quiet = logging.getLogger("raswarden")  # what it would log (a receiver off) is said once below, as a warning
+    level, quiet.level = quiet.level, logging.CRITICAL
     try:
         alerting = Alerting.from_config(cfg, store)
         warnings += [f"receiver {name} is off: {why}" for name, why in alerting.unavailable.items()]
@@ -42,11 +44,16 @@ def cmd_check_config(args: argparse.Namespace) -> int:
         print(f"raswarden: {cfg.path}: {exc}", file=sys.stderr)
         return 2
     finally:
+        quiet.setLevel(level)
         store.close()
     for w in warnings:
         print(f"raswarden: {cfg.path}: WARNING: {w}", file=sys.stderr)
-    print(f"{cfg.path}: OK ({len(cfg.collectors)} collectors, {len(cfg.receivers)} receivers, "
-          f"{len(cfg.alerting.routes)} routes)" + (f", {len(warnings)} warning(s)" if warnings else ""))
+    summary = (f"({len(cfg.collectors)} collectors, {len(cfg.receivers)} receivers, {len(cfg.alerting.routes)} "
+               "routes)" + (f", {len(warnings)} warning(s)" if warnings else ""))
+    if warnings and args.strict:
+        print(f"{cfg.path}: valid, but not all of it can work {summary}")
+        return 1
+    print(f"{cfg.path}: OK {summary}")
     return 0
 
 
@@ -208,7 +215,11 @@ def cmd_init(args: argparse.Namespace) -> int:
 
 def register(sub) -> None:
     """Add this module's commands to the ``raswarden`` parser's subcommands."""
-    p = sub.add_parser("check-config", help="validate the config file (names the bad key)")
+    p = sub.add_parser("check-config", help="validate the config file (names the bad key)",
+                       description="Exit 2 when the config is invalid (the key and why), 0 when it is valid; a part "
+                                   "that is valid but cannot work here (a receiver whose secret is not there, a "
+                                   "collector's missing file) is a WARNING line, and with --strict exit 1.")
+    p.add_argument("--strict", action="store_true", help="exit 1 when there is any warning")
     config_args(p, db=False)
     p.set_defaults(func=cmd_check_config)
 

@@ -325,3 +325,15 @@ def test_sigquit_prints_every_threads_stack_and_the_command_goes_on(tmp_path):
         proc.send_signal(signal.SIGTERM)
         wait_stopped(proc, log, 30, "raswarden alerts flush --follow")
     assert proc.returncode == 0
+
+
+def test_check_config_says_a_receiver_off_once_as_a_warning_and_strict_fails_on_it(tmp_path, capsys):
+    """Issue 54: a receiver whose secret file is missing printed an ERROR line and then "OK" with exit 0."""
+    cfg = tmp_path / "raswarden.toml"
+    cfg.write_text(f'[store]\nurl = "sqlite:///{tmp_path / "s.db"}"\n[[alerting.receivers]]\nname = "ops"\n'
+                   f'type = "slack"\nurl_file = "{tmp_path / "missing"}"\n')
+    assert main(["check-config", "--config", str(cfg)]) == 0
+    out = capsys.readouterr()
+    assert "OK" in out.out and out.err.count("receiver ops is off") == 1 and "ERROR" not in out.err
+    assert main(["check-config", "--strict", "--config", str(cfg)]) == 1
+    assert "valid, but not all of it can work" in capsys.readouterr().out
