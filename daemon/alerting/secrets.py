@@ -24,16 +24,29 @@ class SecretError(ValueError):
     """A secret could not be read (the message names the key and the file, never the value)."""
 
 
+def token_like(piece: str) -> bool:
+    """A URL's path segment or query value that can be a token: 16 characters or more, or 8 or more mixing letters
+    and digits (Slack's T00000000 and its 24-letter key, Feishu's UUID, WeCom's key). A plain word of a path
+    (``/raswarden``, ``/api/v2/alerts``) is not: registered, it turned every ``/var/lib/raswarden`` in the log into
+    ``/var/lib<secret>``."""
+    if len(piece) >= 16:
+        return True
+    return len(piece) >= 8 and any(c.isdigit() for c in piece) and any(c.isalpha() for c in piece)
+
+
 def register(value: str) -> str:
-    """Remember ``value`` (and its URL query/path pieces) so that log records never show it."""
+    """Remember ``value`` (and the pieces of a URL that can be tokens: :func:`token_like` path segments, the query and
+    its values) so that log records never show it."""
     if value and len(value) >= 6:
         with _lock:
             _known.add(value)
             parts = urlsplit(value)
             if parts.scheme and parts.netloc:
-                for piece in (parts.path, parts.query):
-                    if len(piece) >= 6:
-                        _known.add(piece)
+                pieces = [seg for seg in parts.path.split("/") if token_like(seg)]
+                if parts.query:
+                    pieces.append(parts.query)
+                    pieces += [kv.partition("=")[2] for kv in parts.query.split("&")]
+                _known.update(p for p in pieces if len(p) >= 6)
     return value
 
 

@@ -159,3 +159,17 @@ url_credential = "slack_url"
     assert "WARNING: receiver oncall is off: alerting.receivers[1].url_credential 'slack_url'" in err
     assert "WARNING: the API's write calls are off" in err
 
+
+
+def test_only_a_urls_token_like_pieces_are_secrets():
+    """Issue 54: a plain receiver path (/raswarden) was registered, and every log line with /var/lib/raswarden read
+    /var/lib<secret><secret>.db."""
+    from daemon.alerting.secrets import register, scrub
+
+    register("http://127.0.0.1:9095/raswarden")
+    assert scrub("opened /var/lib/raswarden/raswarden.db") == "opened /var/lib/raswarden/raswarden.db"
+    register("https://hooks.slack.com/services/T0AB1CD2E/B0FG3HI4J/XxYyZz0123456789AbCdEfGh")
+    said = scrub("POST /services/T0AB1CD2E/B0FG3HI4J/XxYyZz0123456789AbCdEfGh failed")
+    assert "T0AB1CD2E" not in said and "XxYyZz0123456789AbCdEfGh" not in said and "/services/" in said
+    register("https://oapi.dingtalk.com/robot/send?access_token=0123abcd4567ef")
+    assert "0123abcd4567ef" not in scrub("token 0123abcd4567ef refused")
