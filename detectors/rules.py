@@ -15,7 +15,8 @@ Rules (docs/architecture.md §5):
 * Fabric: ``link_downed`` increase (an Ethernet port's ``link_down_events_phy``), a port not ACTIVE, or an mlx5
   "Link down" is ``failed`` (not during a node's reboot grace); symbol errors above 120/h (the IBTA 1e-12 BER limit
   NVSentinel uses; an Ethernet port's left by FEC, ``rx_pcs_symbol_err_phy``) and link error recoveries above
-  ``link_recovery_per_hour`` are ``subhealthy``.
+  ``link_recovery_per_hour`` are ``subhealthy`` when the hour's errors came in several samples; one burst over a
+  limit is a watch (:meth:`RuleDetector._rates`).
 * Thermal: GPU temperature at the slowdown limit or thermal throttling ``subhealthy`` (a ``suspect`` watch when
   the GPU's rack warmed with it: :mod:`detectors.shared_heat`), at the shutdown limit ``failed``; HBM at its limit
   (95 °C) ``suspect`` (a watch: a warm slot gets there in a rack-wide coolant swing; a degrading GPU is flagged by
@@ -120,6 +121,8 @@ class RuleDetector:
         gpu_temp_slowdown_c: float = 87.0,
         gpu_temp_shutdown_c: float = 92.0,
         hbm_temp_limit_c: float = 95.0,
+        limit_min_increases: int = 3,
+        limit_burst_share: float = 0.5,
         app_xid_repeats: int = 3,
         app_xid_window_s: float = 86400.0,
         baseline: bool = False,
@@ -135,6 +138,8 @@ class RuleDetector:
         self.gpu_temp_slowdown_c = gpu_temp_slowdown_c
         self.gpu_temp_shutdown_c = gpu_temp_shutdown_c
         self.hbm_temp_limit_c = hbm_temp_limit_c
+        self.limit_min_increases = limit_min_increases
+        self.limit_burst_share = limit_burst_share
         self.app_xid_repeats = app_xid_repeats
         self.app_xid_window_s = app_xid_window_s
         self.baseline = baseline
@@ -156,6 +161,7 @@ class RuleDetector:
         self._hourly = DecayingCount(3600.0)
         self._daily = DecayingCount(86400.0)
         self._hot: dict[str, tuple[str, str]] = {}  # counter rate keys at or over their limit: key -> (metric, entity)
+        self._exposure: dict[str, deque] = {}  # rate keys near a limit: the (time, increase) of their last hour
         self._app_xids: dict[str, deque] = defaultdict(deque)
         self._aer_minute: dict[str, float] = {}  # entity -> stamp of its last corrected AER line counted
         self._pruned_at = -math.inf
@@ -188,6 +194,8 @@ class RuleDetector:
             self._aer_minute.pop(entity, None)
         for key in [k for k, (_, e) in self._hot.items() if within(e, scope)]:
             del self._hot[key]
+        for key in [k for k in self._exposure if within(k.rsplit("|", 1)[-1], scope)]:
+            del self._exposure[key]
         for counts in (self._hourly, self._daily):  # keys are "what|entity"
             counts.drop(lambda key: within(key.rsplit("|", 1)[-1], scope))
         if self._heat is not None:
@@ -226,6 +234,7 @@ class RuleDetector:
             self._hourly.prune(now)
             self._daily.prune(now)
             self._aer_minute = {e: t for e, t in self._aer_minute.items() if t >= now - 3600.0}
+            self._exposure = {k: q for k, q in self._exposure.items() if q and q[-1][0] > now - 3600.0}
             self._pruned_at = now
         return out
 
@@ -453,9 +462,10 @@ class RuleDetector:
 
     def _counters(self, tick: TickInput, out: list[Evidence]) -> None:
         inc = tick.increases
-        if inc.empty:
-            return
         now = tick.now
+        if inc.empty:
+            self._rates(now, out)  # the rate rules speak every tick while the last hour is over the limit
+            return
         ecodes, enames = name_codes(inc["entity"])
         mcodes, mnames = name_codes(inc["metric"])
         increases = inc["increase"].to_numpy()
@@ -482,33 +492,63 @@ class RuleDetector:
                 self._latch(ev, now + self.failed_hold_s)
         if not self.baseline and "last" in inc:
             self._saturated(inc, now)
-        rates = {
-            "ecc_sbe_total": (self.sbe_per_hour, "gpu_memory", "correctable ECC errors"),
-            "pcie_replay_total": (self.pcie_replay_per_hour, "gpu_bus", "PCIe replays"),
-            "symbol_error_total": (self.symbol_errors_per_hour, "fabric_link", "symbol errors"),
-            "pcs_symbol_error_total": (self.symbol_errors_per_hour, "fabric_link", "symbol errors after FEC"),
-            "link_error_recovery_total": (self.link_recovery_per_hour, "fabric_link", "link error recoveries"),
-        }
+        rates = self._rate_limits()
         for metric, (limit, _, _) in rates.items():
             if self.baseline and metric not in ("symbol_error_total", "pcs_symbol_error_total"):
                 continue
             part = np.flatnonzero(np.isin(mcodes, np.flatnonzero(mnames == metric)))
             for entity, increase in zip(enames[ecodes[part]], increases[part]):
                 key = f"{metric}|{entity}"
-                if self._hourly.add(key, now, float(increase)) >= limit:
+                rate = self._hourly.add(key, now, float(increase))
+                if rate >= limit / 4 or key in self._exposure:  # the increases of the hour, for a part near a limit
+                    seen = self._exposure.setdefault(key, deque())
+                    seen.append((now, float(increase)))
+                if rate >= limit:
                     self._hot[key] = (metric, entity)
-        self._rates(now, rates, out)
+        self._rates(now, out)
 
-    def _rates(self, now: float, rates: dict, out: list[Evidence]) -> None:
+    def _rate_limits(self) -> dict[str, tuple[float, str, str]]:
+        """The rate rules' counters: limit per hour, category, words."""
+        return {
+            "ecc_sbe_total": (self.sbe_per_hour, "gpu_memory", "correctable ECC errors"),
+            "pcie_replay_total": (self.pcie_replay_per_hour, "gpu_bus", "PCIe replays"),
+            "symbol_error_total": (self.symbol_errors_per_hour, "fabric_link", "symbol errors"),
+            "pcs_symbol_error_total": (self.symbol_errors_per_hour, "fabric_link", "symbol errors after FEC"),
+            "link_error_recovery_total": (self.link_recovery_per_hour, "fabric_link", "link error recoveries"),
+        }
+
+    def _rates(self, now: float, out: list[Evidence]) -> None:
         """Rate rules, every tick while the count of the last hour is at or over the limit, sampled this tick or
-        not (sampled every 5 minutes, a counter's increase comes one tick in ten)."""
+        not (sampled every 5 minutes, a counter's increase comes one tick in ten). A published limit is a rate that
+        lasts (the IBTA BER budget, DCGM's replay budget), so it flags a part whose hour's errors came in at least
+        ``limit_min_increases`` separate samples with none holding ``limit_burst_share`` of them, whether or not
+        raswarden has a record of the part (one installed bad is flagged from its first hour); one burst over the
+        limit is a watch."""
+        rates = self._rate_limits()
         for key, (metric, entity) in list(self._hot.items()):
             limit, category, words = rates[metric]
             rate = self._hourly.value(key, now)
+            seen = self._exposure.get(key)
+            while seen and seen[0][0] <= now - 3600.0:
+                seen.popleft()
             if rate < limit:
                 del self._hot[key]
                 continue
-            out.append(Evidence(entity, State.SUBHEALTHY, category, [f"{words} {rate:.0f}/h (limit {limit:.0f}/h)"]))
+            reason = f"{words} {rate:.0f}/h (limit {limit:.0f}/h)"
+            if self.baseline:
+                out.append(Evidence(entity, State.SUBHEALTHY, category, [reason]))
+                continue
+            moved = [inc for _, inc in seen or () if inc > 0]
+            total = sum(moved)
+            largest = max(moved, default=0.0)
+            if len(moved) >= self.limit_min_increases and largest < self.limit_burst_share * total:
+                out.append(Evidence(entity, State.SUBHEALTHY, category,
+                                    [f"{reason}, in {len(moved)} samples of the last hour"]))
+            else:
+                out.append(Evidence(entity, State.SUSPECT, category, [
+                    f"{reason}, {largest:.0f} of the hour's {total:.0f} in one sample: a burst, watched (the limit is "
+                    f"a rate that lasts: {self.limit_min_increases} samples or more, none with "
+                    f"{self.limit_burst_share:.0%} of the errors)"]))
 
     def _saturated(self, inc: pd.DataFrame, now: float) -> None:
         """A counter stuck at its maximum is blind: say so on the port (a watch, with the way to clear it)."""
