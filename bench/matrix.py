@@ -16,7 +16,7 @@ from pathlib import Path
 ROOT = Path(__file__).resolve().parent.parent
 sys.path.insert(0, str(ROOT))
 
-from lab.matrix import CELLS, NOISE, SAMPLING, parse_seeds, report, run_matrix  # noqa: E402
+from lab.matrix import CELLS, DEFAULT_NOISE, NOISE, SAMPLING, parse_seeds, report, run_matrix  # noqa: E402
 from lab.sim.faults import parse_duration  # noqa: E402
 
 
@@ -32,7 +32,8 @@ def main() -> int:
     ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     ap.add_argument("--sampling", default=",".join(CELLS),
                     help=f"cells' sampling: {', '.join(SAMPLING)} (default {','.join(CELLS)})")
-    ap.add_argument("--noise", default=",".join(NOISE), help="cells' noise: " + ", ".join(NOISE))
+    ap.add_argument("--noise", default=",".join(DEFAULT_NOISE),
+                    help=f"cells' noise: {', '.join(NOISE)} (default {','.join(DEFAULT_NOISE)})")
     ap.add_argument("--seeds", default="1..20", help="dense seeds, e.g. 1..20")
     ap.add_argument("--quiet-seeds", default="1..4", help="quiet-week seeds")
     ap.add_argument("--model", help="a model directory (adds the learned detectors)")

@@ -3,10 +3,12 @@
 Cells: sampling ``15s``, ``60s``, ``300s`` (5-minute downsampled storage: on the clock's grid) and ``mixed``
 (accelerators every 15 s, ports every 5 minutes), each with jitter and 1 % of scrapes lost where a live scrape
 would have them; noise ``quiet`` (this project's simulator before issue 24), ``realistic`` and ``noisy``
-(lab/sim/noise.py). In each cell: dense traces (every fault class twice, ``dense-template-a`` and ``-b``
-alternating by seed, the full and stock exporter profiles alternating by pairs of seeds) and quiet weeks
-(``quiet-7d``: no faults, everyday confounders) for the false-flag rate. Every run is scored for raswarden
-(the rules and statistical detectors, plus a model's learned ones) and for the static-threshold baseline,
+(lab/sim/noise.py), and on request ``bursty`` (``realistic`` with a touched cable now and then: issue 53's
+bursts over a limit's hourly count on healthy parts). In each cell: dense traces (every fault class twice,
+``dense-template-a`` and ``-b`` alternating by seed, the full and stock exporter profiles alternating by pairs of
+seeds) and quiet weeks (``quiet-7d``: no faults, everyday confounders) for the false-flag rate. Every run is
+scored for raswarden (the rules and statistical detectors, plus a model's learned ones) and for the static-threshold
+baseline,
 straight from the simulator through the pipeline (:func:`lab.evaluate.evaluate_simulation`: the batches a
 replay of the trace would make, without writing hundreds of gigabytes of traces).
 
@@ -40,7 +42,9 @@ SAMPLING = {
     "mixed": (15.0, {"dcgm": {"interval": "15s", **LIVE}, "node": {"interval": "5m", **LIVE}}),
 }
 CELLS = ("15s", "60s", "300s", "mixed")
-NOISE = ("quiet", "realistic", "noisy")
+NOISE = ("quiet", "realistic", "noisy", "bursty")
+#: the cells of issue 24's matrix; ``bursty`` (rare bursts over a limit's hourly count, issue 53) is run when named
+DEFAULT_NOISE = NOISE[:3]
 
 
 def parse_seeds(text: str) -> list[int]:
