@@ -176,7 +176,7 @@ def register(sub) -> None:
     p.add_argument("--sampling", metavar="SPEC",
                    help="override the scenario's sampling, e.g. 'dcgm=15s,node=5m', 'all=5m:aligned' (downsampled "
                         "storage), 'all=60s:jitter=2s:missed=0.01'; intervals are multiples of the resolution")
-    p.add_argument("--noise", choices=("quiet", "realistic", "noisy"),
+    p.add_argument("--noise", choices=("quiet", "realistic", "noisy", "bursty"),
                    help="override the healthy parts' background errors (default: the scenario's, else quiet)")
     p.add_argument("--serve", action="store_true",
                    help="instead of writing files, serve live exporters on loopback (one 127.x address per node)")
