@@ -21,7 +21,8 @@ from typing import Any
 
 from alembic import command
 from alembic.config import Config
-from sqlalchemy import JSON, Column, LargeBinary, UniqueConstraint, bindparam, event, text
+from sqlalchemy import JSON, Column, Index, LargeBinary, UniqueConstraint, bindparam, event, text
+from sqlalchemy.dialects import postgresql, sqlite
 from sqlalchemy.engine import Engine
 from sqlalchemy.pool import StaticPool
 from sqlmodel import Field, Session, SQLModel, create_engine, delete, func, select
@@ -52,6 +53,7 @@ class HealthRow(SQLModel, table=True):
 
 class FindingRow(SQLModel, table=True):
     __tablename__ = "finding"
+    __table_args__ = (Index("ux_finding_entity_ts", "entity", "ts", unique=True),)  # written once (migration 0012)
     id: int | None = Field(default=None, primary_key=True)
     ts: float = Field(index=True)
     entity: str = Field(index=True)
@@ -60,6 +62,9 @@ class FindingRow(SQLModel, table=True):
     score: float
     detector: str
     reasons: list = Field(default_factory=list, sa_column=Column(JSON, nullable=False))
+
+
+_FINDING_COLUMNS = ("ts", "entity", "kind", "state", "score", "detector", "reasons")
 
 
 class IncidentRow(SQLModel, table=True):
@@ -350,8 +355,11 @@ class Store:
         with self.session() as s:
             for name, value in (collector_state or {}).items():
                 s.merge(CollectorStateRow(name=name, value=value, updated_at=now))
-            for f in findings:
-                s.add(FindingRow(**f))
+            if findings:  # one finding an entity a tick: one there already (a replay again) is written as nothing
+                dialect = postgresql if self.engine.dialect.name == "postgresql" else sqlite
+                insert = dialect.insert(FindingRow.__table__)
+                s.execute(insert.values([{k: f[k] for k in _FINDING_COLUMNS} for f in findings])
+                          .on_conflict_do_nothing(index_elements=["entity", "ts"]))
             for inc in incidents:
                 s.merge(IncidentRow(
                     id=inc.id, fingerprint=inc.fingerprint, entity=inc.entity, kind=inc.kind,

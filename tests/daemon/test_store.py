@@ -14,7 +14,7 @@ from daemon.store import Store
 
 TABLES = {"entity", "health", "finding", "incident", "action", "alert_outbox", "alert", "alert_group", "silence",
           "alert_cursor", "lease", "warm_state", "alembic_version"}
-HEAD = "0011"  # the newest migration
+HEAD = "0012"  # the newest migration
 ROOT = Path(__file__).resolve().parents[2]
 
 
@@ -33,6 +33,55 @@ def check_replay_into(url: str, trace_dir) -> None:
         with store.session() as s:
             assert s.exec(text("SELECT version_num FROM alembic_version")).one()[0] == HEAD
             assert s.exec(text("SELECT count(*) FROM entity")).one()[0] == 4 * (1 + 8 + 4)
+    finally:
+        store.close()
+
+
+def check_replay_twice(url: str, trace_dir) -> None:
+    """Issue 54: a trace replayed twice into one database doubled every finding row; now each is written once."""
+    replay([trace_dir], findings_out=io.StringIO(), db_url=url)
+    store = Store(url)
+    try:
+        once = [(f.entity, f.ts, f.state) for f in store.findings()]
+    finally:
+        store.close()
+    replay([trace_dir], findings_out=io.StringIO(), db_url=url)
+    store = Store(url)
+    try:
+        assert [(f.entity, f.ts, f.state) for f in store.findings()] == once and once
+    finally:
+        store.close()
+
+
+def test_a_trace_replayed_twice_into_sqlite_writes_each_finding_once(tmp_path, trace_dir):
+    check_replay_twice(f"sqlite:///{tmp_path}/twice.db", trace_dir)
+
+
+@pytest.mark.postgres
+def test_a_trace_replayed_twice_into_postgresql_writes_each_finding_once(pg_url, trace_dir):
+    check_replay_twice(pg_url, trace_dir)
+
+
+def test_findings_written_twice_before_are_folded_by_the_migration(tmp_path):
+    """A database a doubled replay left behind (before migration 0012) keeps the first of each finding."""
+    from alembic import command
+
+    from daemon.store import alembic_config
+
+    url = f"sqlite:///{tmp_path}/old.db"
+    store = Store(url)
+    with store.engine.begin() as conn:
+        cfg = alembic_config(store.engine)
+        cfg.attributes["connection"] = conn
+        command.downgrade(cfg, "0011")
+        for score in (1.0, 0.5):
+            conn.execute(text("INSERT INTO finding (ts, entity, kind, state, score, detector, reasons) "
+                              f"VALUES (30.0, 'n1/gpu0', 'accelerator', 'failed', {score}, 'rules', '[]')"))
+    store.close()
+    store = Store(url)  # migrates to the head
+    try:
+        rows = store.findings()
+        assert [(f.entity, f.score) for f in rows] == [("n1/gpu0", 1.0)]
     finally:
         store.close()
 
