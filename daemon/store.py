@@ -20,10 +20,12 @@ from pathlib import Path
 from typing import Any
 
 from alembic import command
+from alembic.util import CommandError
 from alembic.config import Config
 from sqlalchemy import JSON, Column, Index, LargeBinary, UniqueConstraint, bindparam, event, text
 from sqlalchemy.dialects import postgresql, sqlite
 from sqlalchemy.engine import Engine
+from sqlalchemy.exc import SQLAlchemyError
 from sqlalchemy.pool import StaticPool
 from sqlmodel import Field, Session, SQLModel, create_engine, delete, func, select
 
@@ -253,6 +255,53 @@ def _sqlite_pragmas(dbapi_conn, _record) -> None:
     cur.close()
 
 
+class StoreError(Exception):
+    """The state database cannot be opened or migrated: one line naming the store, the cause and what to do."""
+
+
+# (what the driver's message holds, what it means and what to do); the first that matches names the cause
+_CAUSES = (
+    ("can't load plugin", "no such kind of store: use sqlite:////PATH or postgresql+psycopg://USER@HOST/DB"),
+    ("could not parse sqlalchemy url", "not a store URL: use sqlite:////PATH or postgresql+psycopg://USER@HOST/DB"),
+    ("file is not a database", "the file is not a SQLite database (damaged or truncated?): move it aside and start "
+                               "again, or restore a backup"),
+    ("database disk image is malformed", "the database is damaged: move it aside and start again, or restore a "
+                                         "backup"),
+    ("database is locked", "another process holds the database locked: wait for it, or stop the raswarden that "
+                           "holds it"),
+    ("readonly database", "the database is read-only here: give the raswarden user write access to it and its "
+                          "directory"),
+    ("read-only file system", "the file system is read-only: put the store on a writable one (store.url)"),
+    ("unable to open database file", "cannot open the database file: does its directory exist, and may raswarden "
+                                     "write there?"),
+    ("permission denied", "permission denied: give the raswarden user access to the store"),
+    ("no space left", "the disk is full: free space where the store is"),
+    ("database or disk is full", "the disk is full: free space where the store is"),
+    ("can't locate revision", "written by a newer raswarden (its schema revision is unknown to this one): run the "
+                              "newer raswarden, or use another store"),
+    ("connection refused", "nothing answers at the server's address: is PostgreSQL running, and is the URL's host "
+                           "and port right?"),
+    ("could not translate host name", "the server's host name does not resolve: check the URL"),
+    ("password authentication failed", "the server refused the credentials: check the URL's user and password"),
+    ("timeout", "the server did not answer in time"),
+)
+
+
+def store_error(url: str, exc: BaseException) -> StoreError:
+    """The one-line :class:`StoreError` for an exception raised opening or migrating the store at ``url``."""
+    from sqlalchemy.engine import make_url
+
+    try:
+        where = make_url(url).render_as_string(hide_password=True)
+    except Exception:  # noqa: BLE001 - a URL that does not parse is named as given, without what could be a secret
+        where = url.split("@")[-1]
+    text = " ".join(str(getattr(exc, "orig", None) or exc).split())
+    lowered = f"{type(exc).__name__} {text}".lower()
+    cause = next((what for key, what in _CAUSES if key in lowered), None)
+    first = text.split(" [SQL:")[0][:200]
+    return StoreError(f"store {where}: {cause} ({first})" if cause else f"store {where}: {first}")
+
+
 def make_engine(url: str) -> Engine:
     """An engine for ``url``; SQLite gets WAL and a busy timeout, in-memory SQLite one shared connection."""
     if url.startswith("sqlite"):
@@ -281,10 +330,20 @@ class Store:
     """Typed access to the state database."""
 
     def __init__(self, url: str = DEFAULT_URL, migrate: bool = True):
+        """Open (and migrate) the store; a store that cannot be is a :class:`StoreError`, one line."""
         self.url = url
-        self.engine = make_engine(url)
-        if migrate:
-            self.migrate()
+        try:
+            self.engine = make_engine(url)
+            if migrate:
+                self.migrate()
+            else:
+                with self.engine.connect() as conn:  # what a migration would have found out
+                    conn.execute(text("SELECT 1"))
+        except (SQLAlchemyError, OSError, CommandError, TimeoutError, ValueError) as exc:
+            engine = getattr(self, "engine", None)
+            if engine is not None:
+                engine.dispose()
+            raise store_error(url, exc) from exc
 
     def migrate(self) -> None:
         """Bring the schema to the newest migration, one raswarden at a time: the shards of a cluster started together

@@ -44,13 +44,14 @@ def main(argv: list[str] | None = None) -> int:
         pass
     from daemon.alerting.secrets import SecretError, install_log_redaction
     from daemon.config import ConfigError
+    from daemon.store import StoreError
 
     install_log_redaction()
     try:
         code = int(args.func(args) or 0)
         sys.stdout.flush()  # a closed pipe shows here, not at the interpreter's exit
         return code
-    except (ConfigError, SecretError, CommandError) as exc:
+    except (ConfigError, SecretError, CommandError, StoreError) as exc:
         print(f"raswarden: {exc}", file=sys.stderr)
         return 2
     except BrokenPipeError:

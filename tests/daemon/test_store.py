@@ -1,6 +1,7 @@
 """The store on embedded SQLite (WAL) and on a real PostgreSQL server, migrated by alembic."""
 
 import io
+import socket
 import subprocess
 import sys
 import time
@@ -129,3 +130,40 @@ def test_shards_started_together_migrate_a_new_postgresql_once(pg_url, tmp_path)
 
 def test_instances_started_together_migrate_a_new_sqlite_file_once(tmp_path):
     assert migrate_at_once(f"sqlite:///{tmp_path}/raswarden.db", tmp_path / "go") == []
+
+
+def broken_stores(tmp_path) -> dict[str, tuple[str, str]]:
+    """Stores raswarden cannot open: URL and what the one line must say (issue 54, probe 7)."""
+    garbage = tmp_path / "garbage.db"
+    garbage.write_bytes(bytes(range(256)) * 20)
+    good = tmp_path / "good.db"
+    Store(f"sqlite:///{good}").close()
+    truncated = tmp_path / "truncated.db"
+    truncated.write_bytes(good.read_bytes()[:1000])
+    newer = tmp_path / "newer.db"
+    Store(f"sqlite:///{newer}").close()
+    eng = __import__("sqlalchemy").create_engine(f"sqlite:///{newer}")
+    with eng.begin() as conn:
+        conn.execute(text("UPDATE alembic_version SET version_num = '9999'"))
+    eng.dispose()
+    with socket.socket() as s:  # a port nothing listens on
+        s.bind(("127.0.0.1", 0))
+        port = s.getsockname()[1]
+    return {"garbage": (f"sqlite:///{garbage}", "not a SQLite database"),
+            "truncated": (f"sqlite:///{truncated}", "damaged"),
+            "newer": (f"sqlite:///{newer}", "written by a newer raswarden"),
+            "scheme": ("foo://bar", "no such kind of store"),
+            "unreachable": (f"postgresql+psycopg://raswarden:s3cret@127.0.0.1:{port}/raswarden",
+                            "nothing answers at the server's address")}
+
+
+@pytest.mark.parametrize("case", ["garbage", "truncated", "newer", "scheme", "unreachable"])
+def test_a_store_that_cannot_be_opened_is_one_line_and_exit_2(tmp_path, case):
+    url, said = broken_stores(tmp_path)[case]
+    trace = str(ROOT / "fixtures" / "traces" / "sn01-mini")
+    for command in (["incidents", "--db", url], ["replay", trace, "--db", url]):
+        done = subprocess.run([sys.executable, "-m", "daemon", *command], cwd=ROOT, capture_output=True, text=True,
+                              timeout=120)
+        lines = done.stderr.strip().splitlines()
+        assert done.returncode == 2 and len(lines) == 1 and said in lines[0], done.stderr
+        assert "Traceback" not in done.stderr and "s3cret" not in done.stderr
