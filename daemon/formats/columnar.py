@@ -66,7 +66,7 @@ class ColumnarReader:
     def _read_csv(self, path: Path, ctx: ReadContext) -> Iterator[Batch]:
         bad_lines: list[list[str]] = []
         try:
-            header = pd.read_csv(path, nrows=0).columns
+            header = pd.read_csv(path, nrows=0, encoding_errors="replace").columns
         except (pd.errors.ParserError, pd.errors.EmptyDataError, UnicodeDecodeError) as exc:
             ctx.rejects.refuse(FORMAT, str(path), f"not a CSV with a header: {exc}")
             return
@@ -78,7 +78,7 @@ class ColumnarReader:
             return
         row = 0
         reader = pd.read_csv(
-            path, chunksize=ctx.chunk_rows, dtype=str, keep_default_na=False,
+            path, chunksize=ctx.chunk_rows, dtype=str, keep_default_na=False, encoding_errors="replace",
             on_bad_lines=lambda fields: bad_lines.append(fields), engine="python",
         )
         try:
@@ -93,13 +93,26 @@ class ColumnarReader:
 
     @staticmethod
     def _batch(frame: pd.DataFrame, is_events: bool, where: str, first_row: int, ctx: ReadContext) -> Batch:
+        # a byte that is not UTF-8 (read as U+FFFD) costs its row, not the file: rejected with its line
+        names = [c for c in ("ts", "entity", "metric", "value", "kind", "code")
+                 if c in frame and pd.api.types.is_string_dtype(frame[c])]  # a CSV's text, not Parquet's numbers
+        lines = first_row + np.arange(len(frame))  # each row's line in the file
+        garbled = np.zeros(len(frame), dtype=bool)
+        for c in names:
+            garbled |= frame[c].str.contains("\ufffd", regex=False, na=False).to_numpy(dtype=bool)
+        if garbled.any():
+            for i in np.flatnonzero(garbled)[:50]:
+                ctx.rejects.reject(FORMAT, f"{where} {lines[i]}", "a byte that is not UTF-8")
+            frame, lines = frame[~garbled], lines[~garbled]
         ts = pd.to_numeric(frame["ts"], errors="coerce").to_numpy(dtype=np.float64)
         if is_events:
             good = np.isfinite(ts)
             for i in np.flatnonzero(~good)[:50]:
-                ctx.rejects.reject(FORMAT, f"{where} {first_row + i}", "ts is not a number")
+                ctx.rejects.reject(FORMAT, f"{where} {lines[i]}", "ts is not a number")
             f = frame[good]
             code = pd.to_numeric(f["code"], errors="coerce") if "code" in f else None
+            if code is not None:  # a code no int64 holds is a corrupt row: no code (counted as unjudged downstream)
+                code = code.where(code.abs() < 2**62)
             rows = [
                 (float(t), str(e), str(k), None if code is None or pd.isna(c) else int(c), str(s), str(m), str(src),
                  (p or None) if isinstance(p, str) else None, (d or None) if isinstance(d, str) else None)
@@ -117,7 +130,7 @@ class ColumnarReader:
         good = np.isfinite(ts) & np.isfinite(value) & ent_ok & met_ok
         if not good.all():
             for i in np.flatnonzero(~good):
-                ctx.rejects.reject(FORMAT, f"{where} {first_row + i}",
+                ctx.rejects.reject(FORMAT, f"{where} {lines[i]}",
                                    "ts or value is not a finite number, or a name is empty")
         out = samples_from_codes(ts[good], ent_codes[good], met_codes[good], value[good],
                                  mapper.entities, mapper.metrics)

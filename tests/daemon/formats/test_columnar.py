@@ -33,6 +33,18 @@ def test_bad_csv_rows_are_rejected_by_line(tmp_path, ctx):
     assert ctx.rejects.total == 3 and ctx.rejects.messages[0].startswith(f"{p}:line 3")
 
 
+def test_one_bad_byte_costs_its_row_not_the_file(tmp_path, ctx):
+    """Issue 54, probe 6: a byte that is not UTF-8 on line 211 dropped the file's rest, the reject naming line 2."""
+    rows = [f"{1772409630 + 30 * k},sn01-b01/gpu0,gpu_temp_c,{40 + k % 5}".encode() for k in range(300)]
+    rows[209] = rows[209].replace(b"gpu_temp_c", b"gpu_te\xffmp_c")  # line 211 (the header is line 1)
+    p = tmp_path / "s.csv"
+    p.write_bytes(b"ts,entity,metric,value\n" + b"\n".join(rows) + b"\n")
+    ctx.chunk_rows = 100  # the byte in the third chunk
+    s = read_all(ColumnarReader(), p, ctx).samples
+    assert len(s) == 299 and ctx.rejects.total == 1
+    assert ctx.rejects.messages[0].startswith(f"{p}:line 211") and "not UTF-8" in ctx.rejects.messages[0]
+
+
 def test_truncated_parquet_is_refused(tmp_path, ctx):
     p = tmp_path / "s.parquet"
     p.write_bytes(b"PAR1" + b"\x00" * 20)
