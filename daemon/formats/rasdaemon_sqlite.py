@@ -110,9 +110,13 @@ class RasdaemonReader:
 
     def _read_table(self, conn, table, path, node, ctx, cursors) -> Iterator[Batch]:
         while True:
-            since = cursors.get(table, 0)
+            since = cursors.get(table)
+            # from the first row whatever its id: rows with ids of 0 or below (a database edited or merged by hand)
+            # were never read when the cursor started at 0 (issue 54)
+            where = "WHERE id >= ?" if since is None else "WHERE id > ?"
             try:
-                rows = conn.execute(f"{_QUERIES[table]} WHERE id > ? ORDER BY id LIMIT ?", (since, PAGE)).fetchall()
+                rows = conn.execute(f"{_QUERIES[table]} {where} ORDER BY id LIMIT ?",
+                                    (-(2**63) if since is None else since, PAGE)).fetchall()
             except sqlite3.Error as exc:
                 ctx.rejects.refuse(FORMAT, f"{path}#{table}", f"cannot read table: {exc}")
                 return

@@ -61,3 +61,19 @@ def test_not_a_database_is_refused(tmp_path, ctx):
 def test_host_from_path(tmp_path):
     assert host_of_database(tmp_path / "sn01-b07.db") == "sn01-b07"
     assert host_of_database(tmp_path / "sn01-b07" / "ras-mc_event.db") == "sn01-b07"
+
+
+def test_rows_with_ids_of_zero_or_below_are_read(tmp_path, ctx):
+    """Issue 54: the cursor started at 0, so rows a hand-merged database holds at ids 0 and -5 vanished unsaid."""
+    db = tmp_path / "sn01-b01.db"
+    conn = make_db(db)
+    for rid in (-5, 0):
+        conn.execute("INSERT INTO mc_event (id, timestamp, err_count, err_type, err_msg, label) VALUES "
+                     f"({rid}, '2026-03-02 00:00:0{rid % 7} +0000', 1, 'Uncorrected', 'memory read error', 'DIMM_A2')")
+    conn.commit()
+    conn.close()
+    cursors: dict[str, int] = {}
+    ev = read_all(RasdaemonReader(), db, ctx).events
+    assert list(ev[ev["kind"] == "edac"]["severity"]) == ["uncorrected", "uncorrected", "corrected"]
+    list(RasdaemonReader().read(db, ctx, cursors))
+    assert cursors["mc_event"] == 1 and list(RasdaemonReader().read(db, ctx, cursors)) == []
