@@ -38,7 +38,7 @@ class ReplayStats:
     ticks: int = 0
     findings: int = 0
     duplicates: int = 0
-    implausible: int = 0  # rows whose time is before 2000-01-01 (a corrupted stamp), rejected
+    implausible: int = 0  # rows stamped before 2000-01-01 or after now plus the margin (corrupted stamps), rejected
     jumps: list[tuple[float, float]] = field(default_factory=list)  # stretches without data jumped over
     skipped: list[tuple[str, str]] = field(default_factory=list)  # files not read, and what they are
     wall_s: float = 0.0
@@ -57,26 +57,38 @@ class ReplayResult:
 
 
 EARLIEST_TS = 946684800.0  # 2000-01-01: telemetry stamped before it is a corrupted stamp, not history
+LAST_PRINTABLE_TS = 253402300799.0  # 9999-12-31T23:59:59Z: past it no date can be printed, whatever is allowed
+#: how far after now a replay takes a stamp by default (clocks a little ahead); ``future_s`` says otherwise
+FUTURE_MARGIN_S = 86400.0
 # How long replay walks a stretch without data before it jumps to the next data: longer than anything the pipeline
 # does without data (a hard fault's evidence is held six hours; staleness and the telemetry incident come sooner).
 IDLE_WALK_S = 6 * 3600.0
 
 
-def _plausible(batch, source: str, ctx: ReadContext, stats: ReplayStats):
-    """The batch without rows stamped before 2000 (rejected and counted: one flipped digit must not make replay
-    walk fifty years of ticks); widens the span that dates syslog lines (daemon.formats.kernellog)."""
+def _plausible(batch, source: str, ctx: ReadContext, stats: ReplayStats, latest: float = LAST_PRINTABLE_TS):
+    """The batch without rows stamped before 2000 or after ``latest`` (rejected and counted: one flipped digit must
+    not make replay walk fifty years of ticks, nor a stamp past year 9999 crash the summary after the whole run);
+    widens the span that dates syslog lines (daemon.formats.kernellog)."""
     parts = {}
     for name, frame in (("samples", batch.samples), ("events", batch.events)):
         if not len(frame):
             parts[name] = frame
             continue
         ts = frame["ts"].to_numpy(dtype=float)
-        bad = ~(ts >= EARLIEST_TS) | ~np.isfinite(ts)
+        early = ~(ts >= EARLIEST_TS)
+        late = ts > latest
+        bad = early | late | ~np.isfinite(ts)
         if bad.any():
             n = int(bad.sum())
             stats.implausible += n
-            ctx.rejects.reject("replay", source, f"{n} {name} stamped before 2000-01-01 (first: {ts[bad][0]!r} s); "
-                                                 "a corrupted stamp", "")
+            if early.any():
+                ctx.rejects.reject("replay", source, f"{int(early.sum())} {name} stamped before 2000-01-01 (first: "
+                                                     f"{ts[early][0]!r} s); a corrupted stamp", "")
+            if late.any():
+                when = "after year 9999" if latest >= LAST_PRINTABLE_TS else "more than a day after now"
+                ctx.rejects.reject("replay", source, f"{int(late.sum())} {name} stamped {when} (first: "
+                                                     f"{ts[late][0]!r} s); a corrupted stamp (replay --future takes "
+                                                     "a trace stamped ahead)", "")
             frame = frame[~bad]
             ts = ts[~bad]
         if len(ts):
@@ -110,12 +122,14 @@ def replay(
     window: tuple[float, float] | None = None,
     on_start: Callable[[Pipeline], None] | None = None,
     timezone: str | None = None,
+    future_s: float | None = FUTURE_MARGIN_S,
 ) -> ReplayResult:
     """Replay trace paths; findings go to ``findings_out`` as JSON lines (docs/architecture.md §8). With ``window``
     ``(since, until)``, only the rows stamped in ``(since, until]``, the ticks' own bounds (a part of a long
     trace, for training). ``on_start`` is given the pipeline before its first tick (e.g. to take up the warm
     state of a replay of the part before). ``timezone`` is the zone of the stamps that name none (syslog, dmesg -T,
-    nvidia-smi's CSV): the topology's ``timezone`` when not given, else UTC."""
+    nvidia-smi's CSV): the topology's ``timezone`` when not given, else UTC. Rows stamped more than ``future_s``
+    after now are rejected as corrupt (None: any stamp up to year 9999, for a trace made for a date ahead)."""
     config = config or PipelineConfig()
     started = time.perf_counter()
     trace = Trace.discover(paths)
@@ -125,6 +139,7 @@ def replay(
     if chunk_rows:
         ctx.chunk_rows = chunk_rows
     stats = ReplayStats(files=len(trace.files))
+    latest = LAST_PRINTABLE_TS if future_s is None else min(time.time() + future_s, LAST_PRINTABLE_TS)
     store = Store(db_url) if db_url else None
 
     def write(f: Finding) -> None:
@@ -140,7 +155,7 @@ def replay(
         done_bytes = 0
         for path, reader in trace.files:
             for batch in reader.read(path, ctx):
-                batch = _plausible(batch, str(path), ctx, stats)
+                batch = _plausible(batch, str(path), ctx, stats, latest)
                 if window is not None:
                     batch = _within(batch, window)
                 stats.samples += len(batch.samples)

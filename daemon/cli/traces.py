@@ -13,7 +13,7 @@ def cmd_replay(args: argparse.Namespace) -> int:
     from rich.console import Console
 
     from daemon.pipeline import PipelineConfig
-    from daemon.replay import replay
+    from daemon.replay import FUTURE_MARGIN_S, replay
 
     err = Console(stderr=True)
     out = console_out()
@@ -30,8 +30,8 @@ def cmd_replay(args: argparse.Namespace) -> int:
                     tasks[phase] = bar.add_task("reading trace" if phase == "read" else "replaying ticks", total=total)
                 bar.update(tasks[phase], completed=done)
 
-            result = replay(args.trace, findings_out=findings_fh, db_url=args.db, config=config,
-                            progress=progress, timezone=args.timezone)
+            result = replay(args.trace, findings_out=findings_fh, db_url=args.db, config=config, progress=progress,
+                            timezone=args.timezone, future_s=None if args.future else FUTURE_MARGIN_S)
     except FileNotFoundError as exc:
         print(f"raswarden: error: {exc}", file=sys.stderr)
         return 2
@@ -165,6 +165,9 @@ def register(sub) -> None:
     p.add_argument("--db", metavar="URL", help="also record findings and incidents in this database "
                                                "(e.g. sqlite:///replay.db or postgresql+psycopg://...)")
     p.add_argument("--interval", type=float, default=30.0, help="tick interval in seconds (default 30)")
+    p.add_argument("--future", action="store_true",
+                   help="take rows stamped more than a day after now (a trace made for a date ahead); by default "
+                        "they are rejected as corrupt stamps")
     timezone_arg(p)
     p.set_defaults(func=cmd_replay)
 

@@ -288,3 +288,22 @@ def test_each_sampling_interval_flags_the_faults_and_nothing_else(tmp_path, name
         failed = [f for f in mine if f["state"] == "failed"]
         assert early, (entity, mine[:3])
         assert failed and failed[0]["ts"] <= start + 5 * 3600 + step + 30.0, (entity, failed[:1])
+
+
+def test_stamps_past_year_9999_or_ahead_of_now_are_rejected_and_the_summary_prints(tmp_path, capsys):
+    """Issue 54: a sample after year 9999 crashed the replay's summary after the whole run; one in 2100 was taken."""
+    from daemon.cli import main
+
+    trace = tmp_path / "t"
+    trace.mkdir()
+    (trace / "samples.csv").write_text("ts,entity,metric,value\n1772409600,sn01-b01/gpu0,gpu_temp_c,41\n"
+                                       "1772409630,sn01-b01/gpu0,gpu_temp_c,42\n"
+                                       "4102444800,sn01-b01/gpu0,gpu_temp_c,43\n"  # 2100-01-01
+                                       "253402300800,sn01-b01/gpu0,gpu_temp_c,44\n")  # 10000-01-01
+    assert main(["replay", str(trace)]) == 0
+    err = capsys.readouterr()
+    assert "stamped more than a day after now" in err.err + err.out
+    result = replay([trace])
+    assert result.stats.implausible == 2
+    ahead = replay([trace], future_s=None)  # a trace made for a date ahead: 2100 taken, year 10000 never
+    assert ahead.stats.implausible == 1 and any("after year 9999" in m for m in ahead.rejects.messages)
