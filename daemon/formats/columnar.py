@@ -6,6 +6,7 @@ Events travel beside the samples in the same form with the event columns
 
 from __future__ import annotations
 
+import csv
 from pathlib import Path
 from collections.abc import Iterator
 
@@ -20,6 +21,12 @@ from daemon.formats.reader import ReadContext
 from detectors.schema import EVENT_COLUMNS, SAMPLE_COLUMNS, events_frame
 
 FORMAT = "columnar"
+
+
+#: the longest field the CSV reader reads (a row with a longer one breaks the file there); NAME_MAX the longest
+#: name, time, value or code it takes in a row (a longer one is a corrupt row, rejected alone)
+FIELD_MAX = 16 * 1024 * 1024
+NAME_MAX = 1024
 
 
 class ColumnarReader:
@@ -77,6 +84,9 @@ class ColumnarReader:
             ctx.rejects.refuse(FORMAT, str(path), f"missing columns {missing}")
             return
         row = 0
+        # a field of any size is read, so that the row holding it is rejected alone (over 128 KiB, Python's csv
+        # module raised and the rest of the file was lost, issue 54); names over NAME_MAX are refused per row below
+        csv.field_size_limit(max(csv.field_size_limit(), FIELD_MAX))
         reader = pd.read_csv(
             path, chunksize=ctx.chunk_rows, dtype=str, keep_default_na=False, encoding_errors="replace",
             on_bad_lines=lambda fields: bad_lines.append(fields), engine="python",
@@ -88,7 +98,7 @@ class ColumnarReader:
                 bad_lines.clear()
                 yield self._batch(frame, is_events, f"{path}:line", row + 2, ctx)
                 row += len(frame)
-        except (pd.errors.ParserError, UnicodeDecodeError) as exc:
+        except (pd.errors.ParserError, UnicodeDecodeError, csv.Error) as exc:
             ctx.rejects.reject(FORMAT, f"{path}:line {row + 2}", f"file ends or breaks early: {exc}")
 
     @staticmethod
@@ -100,9 +110,11 @@ class ColumnarReader:
         garbled = np.zeros(len(frame), dtype=bool)
         for c in names:
             garbled |= frame[c].str.contains("\ufffd", regex=False, na=False).to_numpy(dtype=bool)
+            garbled |= (frame[c].str.len() > NAME_MAX).to_numpy(dtype=bool, na_value=False)
         if garbled.any():
             for i in np.flatnonzero(garbled)[:50]:
-                ctx.rejects.reject(FORMAT, f"{where} {lines[i]}", "a byte that is not UTF-8")
+                ctx.rejects.reject(FORMAT, f"{where} {lines[i]}",
+                                   f"a byte that is not UTF-8, or a name or number over {NAME_MAX} characters")
             frame, lines = frame[~garbled], lines[~garbled]
         ts = pd.to_numeric(frame["ts"], errors="coerce").to_numpy(dtype=np.float64)
         if is_events:

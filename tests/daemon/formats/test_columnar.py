@@ -45,6 +45,16 @@ def test_one_bad_byte_costs_its_row_not_the_file(tmp_path, ctx):
     assert ctx.rejects.messages[0].startswith(f"{p}:line 211") and "not UTF-8" in ctx.rejects.messages[0]
 
 
+def test_a_field_over_128_kib_costs_its_row(tmp_path, ctx):
+    """Issue 54, probe 5: Python's csv module refused a field over 128 KiB and the replay aborted."""
+    rows = [f"{1772409630 + 30 * k},sn01-b01/gpu0,gpu_temp_c,41" for k in range(10)]
+    rows[4] = f"1772409750,sn01-b01/gpu0,{'x' * 200_000},41"
+    p = tmp_path / "s.csv"
+    p.write_text("ts,entity,metric,value\n" + "\n".join(rows) + "\n")
+    s = read_all(ColumnarReader(), p, ctx).samples
+    assert len(s) == 9 and ctx.rejects.total == 1 and ctx.rejects.messages[0].startswith(f"{p}:line 6")
+
+
 def test_truncated_parquet_is_refused(tmp_path, ctx):
     p = tmp_path / "s.parquet"
     p.write_bytes(b"PAR1" + b"\x00" * 20)
