@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import email.utils
+import http.client
 import json
 import time
 import urllib.error
@@ -65,13 +66,22 @@ def post(request: Request, timeout: float = 10.0) -> Response:
     req = urllib.request.Request(request.url, data=request.encoded(), headers=headers, method=request.method)
     try:
         with urllib.request.urlopen(req, timeout=timeout) as resp:  # noqa: S310 (URL from the operator's config)
-            return Response(resp.status, dict(resp.headers.items()), resp.read(65536))
+            body = resp.read(65536)
+            while resp.length:  # what the Content-Length promised beyond the first 64 KiB: read and let go
+                if not resp.read(min(resp.length, 65536)):
+                    break
+            if resp.length:  # the server closed before the body it announced: not an answer to count on
+                raise http.client.IncompleteRead(body, resp.length)
+            return Response(resp.status, dict(resp.headers.items()), body)
     except urllib.error.HTTPError as exc:
         body = exc.read(65536) if exc.fp else b""
         return Response(exc.code, dict(exc.headers.items()) if exc.headers else {}, body)
-    except (urllib.error.URLError, OSError, ValueError) as exc:
+    except http.client.IncompleteRead as exc:  # a 200 whose body broke off is not a delivery: retried
+        return Response(0, {}, b"", f"{redact_url(request.url)}: the answer broke off after {len(exc.partial)} bytes "
+                                    f"of its body ({exc.expected} more announced)")
+    except (urllib.error.URLError, OSError, ValueError, http.client.HTTPException) as exc:
         reason = getattr(exc, "reason", exc)
-        return Response(0, {}, b"", f"{redact_url(request.url)}: {scrub(str(reason))}")
+        return Response(0, {}, b"", f"{redact_url(request.url)}: {scrub(str(reason)) or type(exc).__name__}")
 
 
 def retry_after(headers: dict[str, str], now: float | None = None) -> float | None:
