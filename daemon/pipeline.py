@@ -116,6 +116,7 @@ class Pipeline:
         self._told_window = np.empty(0)  # the window health was last given, per cadence row
         self.hold = GaugeHold()
         self.grace_until: dict[str, float] = {}
+        self.unplaced_hosts: dict[str, tuple[float, str]] = {}  # host -> (watched until, its last kernel line)
         self.boot_time: dict[str, float] = {}
         self.node_seen: dict[str, float] = {}
         self.node_window: dict[str, float] = {}  # the longest staleness window of a node's entities
@@ -236,6 +237,7 @@ class Pipeline:
             extra = events_frame(gauge_xids)
             events = extra if events.empty else pd.concat([events, extra], ignore_index=True)
         events = self.resolver.merge_xids(events, now)
+        events = self._set_apart_unplaced(now, events)
         for kind in events["kind"]:
             self.events_by_kind[kind] = self.events_by_kind.get(kind, 0) + 1
 
@@ -261,6 +263,7 @@ class Pipeline:
             if take_unjudged is not None:
                 for (catalog, code), n in take_unjudged().items():
                     metrics.FAULT_CODES_UNJUDGED.labels(catalog, str(code)).inc(n)
+        evidence += self._unplaced_watches(now)
         if self.switch_ends:
             evidence = self._both_ends(evidence)
         self.health.observe(seen, now)
@@ -300,6 +303,32 @@ class Pipeline:
             self.forget(entity)  # that part alone: its neighbours keep their records
 
     # ------------------------------------------------------------------------------------------
+    def _set_apart_unplaced(self, now: float, events: pd.DataFrame) -> pd.DataFrame:
+        """Kernel events of a host a topology is given for and does not place are a configuration matter, not a
+        failed part (issue 54: a journal's unknown host name became a failed incident): set apart from the detectors
+        and held an hour as a watch on the host (:meth:`_unplaced_watches`)."""
+        placed = self.mapper.topology.node_rack
+        if not placed or not len(events):
+            return events
+        hosts = events["entity"].astype(str).str.split("/", n=1).str[0]
+        stray = ~hosts.isin(placed).to_numpy(dtype=bool)
+        if not stray.any():
+            return events
+        for host, message in zip(hosts[stray], events["message"][stray]):
+            self.unplaced_hosts[host] = (now + 3600.0, str(message or "")[:160])
+        return events[~stray].reset_index(drop=True)
+
+    def _unplaced_watches(self, now: float) -> list[Evidence]:
+        out = []
+        for host, (until, message) in list(self.unplaced_hosts.items()):
+            if until < now:
+                del self.unplaced_hosts[host]
+                continue
+            out.append(Evidence(host, State.SUSPECT, "telemetry", [
+                f"kernel events from host {host!r}, which the topology does not place: add it to topology.yaml "
+                f"(watched, not acted on; the last: {message})"], detector="topology", latched=True))
+        return out
+
     def _split(self, samples: pd.DataFrame) -> tuple[pd.DataFrame, pd.DataFrame, pd.DataFrame]:
         """Counter samples, per-(entity, metric) gauge last/max/mean over the tick, and the rows of the gauges that
         hold fault codes (``xid_last``, ``npu_error_code_*``; see :meth:`EventResolver.code_gauge_events`)."""

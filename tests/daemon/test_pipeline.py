@@ -100,3 +100,19 @@ def test_a_code_no_catalog_knows_is_counted_on_metrics():
                             None)])
     p.tick(30.0, Batch(samples=batch(30.0, [("n1/gpu0", "gpu_temp_c", 40.0)]).samples, events=events))
     assert counter._value.get() == before + 1
+
+
+def test_a_host_the_topology_does_not_place_is_a_watch_not_a_failure():
+    """Issue 54: an Xid 79 from a journal host name not in topology.yaml opened a failed incident on that host."""
+    from detectors.schema import events_frame
+
+    p = Pipeline(SeriesMapper(topology=Topology.from_dict(TOPOLOGY)), PipelineConfig(rules_only=True))
+    line = "pid=0, GPU has fallen off the bus."
+    events = events_frame([(25.0, "sn99-b01", "xid", 79, "error", line, "kernel", "0000:18:00", None),
+                           (25.0, "n1", "xid", 79, "error", line, "kernel", "0000:18:00", None)])
+    found = p.tick(30.0, Batch(samples=batch(30.0, [("n1/gpu0", "gpu_temp_c", 40.0)]).samples, events=events))
+    states = {f.entity: f.state for f in found.findings}
+    assert states["sn99-b01"] == "suspect" and "does not place" in next(
+        f for f in found.findings if f.entity == "sn99-b01").reasons[0]
+    assert states["n1"] == "failed"  # a placed host's Xid 79 fails as ever
+    assert not [i for i in p.incidents.open.values() if i.entity == "sn99-b01"]
