@@ -24,6 +24,7 @@ from sqlmodel import func, select
 from daemon.incidents import NOT_A_NODE
 from daemon.store import EntityRow, IncidentRow, RepairOrderRow, Store
 from daemon.topology import Topology
+from detectors.xid_catalog import vendor_repair
 from playbooks.engine import Action
 
 STATES = ("open", "in_progress", "repaired", "validating", "closed")
@@ -119,6 +120,9 @@ class RepairBook:
                     [f"incident {i.id} ({i.category}, {i.severity})" for i in earlier_incidents
                      if i.opened_at < inc.opened_at]
                 first, again, why = EXPECTED.get(category, EXPECTED["host"])
+                vendor = vendor_repair(evidence)
+                if vendor is not None:  # the vendor's catalog names the repair (an Xid's or SXid's bucket)
+                    first, why = vendor, f"the vendor's catalog asks for a {vendor} ({why})"
                 expected = again if earlier_orders else first
                 if earlier_orders:
                     why += f"; a repeat offender: {len(earlier_orders)} earlier repair order(s), so {again}"

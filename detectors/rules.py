@@ -56,6 +56,7 @@ from detectors.xid_catalog import (
     load_decode_sheet,
     load_sxid_catalog,
     load_xid_catalog,
+    repair_reason,
     state_of,
 )
 
@@ -338,7 +339,7 @@ class RuleDetector:
             return
         level = state_of(state)
         hard = level == State.FAILED
-        reason = f"{text} (NVIDIA: {advice}" + (f"; repair: {rule.repair}" if rule.repair != "none" else "") + ")"
+        reason = repair_reason(text, f"NVIDIA: {advice}", rule.repair)
         self._latch(Evidence(entity, level, rule.category, [reason], hard=hard),
                     now + (self.failed_hold_s if hard else self.event_hold_s), f"xid-{rule.code}")
 
@@ -357,14 +358,13 @@ class RuleDetector:
             state, category, repair = rule.state, rule.category, rule.repair
             if severity == "fatal" and state != "failed":
                 state, repair = "failed", "reset"
-            if rule.recovery:
-                text += f" (guide: {rule.recovery})"
         if state == "ignore" or (self.baseline and state != "failed"):
             return
         level = state_of(state)
         hard = level == State.FAILED
-        self._latch(Evidence(entity, level, category, [text + (f"; repair: {repair}" if repair != "none" else "")],
-                             hard=hard), now + (self.failed_hold_s if hard else self.event_hold_s), f"sxid-{code}")
+        guide = f"guide: {rule.recovery.rstrip('.')}" if rule is not None and rule.recovery else "Fabric Manager guide"
+        self._latch(Evidence(entity, level, category, [repair_reason(text, guide, repair)], hard=hard),
+                    now + (self.failed_hold_s if hard else self.event_hold_s), f"sxid-{code}")
 
     def _nvlink5(self, rule: XidRule, message: str, source: str, severity: str) -> tuple[str, str]:
         """An NVLink 5 Xid (144-150) by the decode sheet's row for its line; where no row matches, by the line's own

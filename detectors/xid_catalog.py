@@ -266,6 +266,24 @@ def load_sxid_catalog() -> dict[int, SxidRule]:
     return out
 
 
+def repair_reason(text: str, vendor: str, repair: str) -> str:
+    """An Xid's or SXid's reason with the vendor's advice and the repair it calls for, as :func:`vendor_repair`
+    reads it back (the repair order's first action, daemon/repairs.py)."""
+    return f"{text} ({vendor}" + (f"; repair: {repair}" if repair != "none" else "") + ")"
+
+
+_REPAIR = re.compile(r"; repair: (reset|reboot|reseat|replace|inspect)\)$")
+
+
+def vendor_repair(reasons: list[str]) -> str | None:
+    """The repair the first reason that names one calls for (:func:`repair_reason`), or None."""
+    for reason in reasons:
+        m = _REPAIR.search(reason)
+        if m:
+            return m.group(1)
+    return None
+
+
 def state_of(name: str) -> State | None:
     """A catalog state as a health state (None for the ones that are not a level: ignore, application, ...)."""
     return State.parse(name) if name in ("failed", "subhealthy", "suspect") else None

@@ -65,6 +65,15 @@ def test_a_node_drained_for_hardware_gets_one_order_per_part_and_telemetry_loss_
     assert again.step()["repair_orders"] == 0 and len(again.repairs.orders(None)) == 1
 
 
+def test_the_vendors_repair_is_the_orders_first_action(store):
+    """An Xid whose catalog bucket names the repair (RESET_GPU: reset; CHECK_MECHANICALS: reseat) asks for it."""
+    inc = incident("inc-x", "n1/gpu0", "gpu_compute")
+    inc.evidence = ["Xid 46 ROBUST_CHANNEL_GPU_TIMEOUT_ERROR: pid=7, ... (NVIDIA: RESET_GPU; repair: reset)"]
+    rem = drained(store, inc)
+    (order,) = rem.repairs.orders()
+    assert order.expected == "reset" and "the vendor's catalog asks for a reset" in order.expected_why
+
+
 def test_a_nodes_incident_orders_each_of_its_failing_parts(store):
     """A node's incident (its rollup) asks for its parts with open hardware incidents, not for the blade."""
     rem = drained(store, incident("inc-n", "n3", "fabric_link", kind="node"),

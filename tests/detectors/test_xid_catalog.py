@@ -200,3 +200,14 @@ def test_docs_list_every_departure_from_the_vendor():
     for code, rule in [*CATALOG.items(), *load_sxid_catalog().items()]:
         if rule.departure:
             assert f"\n| {code} | " in rules_md, f"docs/rules.md does not list the departure of {code}"
+
+
+def test_the_repair_a_code_calls_for_is_read_back_from_its_reason():
+    from detectors.xid_catalog import vendor_repair
+
+    for code, repair in ((46, "reset"), (54, "reseat"), (79, "reboot"), (64, "reset")):
+        det = RuleDetector().fit()
+        ev = det.update(TickInput(30.0, events_frame([(20.0, "n/gpu0", "xid", code, "error", "x", "kernel", None,
+                                                       None)]), EMPTY_INC, EMPTY_G))
+        assert vendor_repair(ev[0].reasons) == repair, ev[0].reasons
+    assert vendor_repair(["symbol errors 300/h (limit 120/h)"]) is None
