@@ -283,6 +283,7 @@ _CAUSES = (
                            "and port right?"),
     ("could not translate host name", "the server's host name does not resolve: check the URL"),
     ("password authentication failed", "the server refused the credentials: check the URL's user and password"),
+    ("holds the migrations lock", "another raswarden is migrating this store: wait for it, or stop it"),
     ("timeout", "the server did not answer in time"),
 )
 

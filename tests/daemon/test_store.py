@@ -167,3 +167,16 @@ def test_a_store_that_cannot_be_opened_is_one_line_and_exit_2(tmp_path, case):
         lines = done.stderr.strip().splitlines()
         assert done.returncode == 2 and len(lines) == 1 and said in lines[0], done.stderr
         assert "Traceback" not in done.stderr and "s3cret" not in done.stderr
+
+
+@pytest.mark.parametrize("error, said", [
+    (TimeoutError("another raswarden holds the migrations lock"), "another raswarden is migrating this store"),
+    (OSError(28, "No space left on device"), "the disk is full"),
+    (Exception("attempt to write a readonly database"), "read-only here"),
+    (Exception("database is locked"), "holds the database locked"),
+])
+def test_store_errors_name_their_cause_and_hide_the_password(error, said):
+    from daemon.store import store_error
+
+    text = str(store_error("postgresql+psycopg://raswarden:s3cret@db1/raswarden", error))
+    assert said in text and "s3cret" not in text and text.startswith("store postgresql+psycopg://raswarden:***@db1")
