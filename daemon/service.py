@@ -40,7 +40,7 @@ from pathlib import Path
 import numpy as np
 from daemon import metrics
 from daemon.advice import Advisor, JobAdvice, degraded_reason, write_files
-from daemon.alerting.runner import Alerting
+from daemon.alerting.runner import ALERT_PASS_WAIT_S, Alerting
 from daemon.batch import Batch
 from daemon.collectors import Collector, Outcome, build, merge_batches
 from daemon.config import Config, ConfigError, load
@@ -515,7 +515,7 @@ class Service:
                 except Exception as exc:  # a store hiccup: the next pass judges again, the alerts go on
                     log.error("%s not judged: %s", what, exc)
             metrics.SHARDS_UNWATCHED.set(len(self.unwatched.unwatched))
-            return self.alerting.step(self.clock())
+            return self.alerting.step(self.clock(), wait_s=ALERT_PASS_WAIT_S)
 
     def housekeeping(self) -> dict[str, int]:
         """Trim what is older than the retention: findings, delivered/failed notifications, told alerts."""

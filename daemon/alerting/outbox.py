@@ -15,6 +15,8 @@ import logging
 import random
 import time
 from collections.abc import Callable, Iterable
+from concurrent.futures import Future, ThreadPoolExecutor
+from concurrent.futures import wait as wait_for
 from dataclasses import dataclass
 
 from sqlmodel import Session, select
@@ -91,6 +93,8 @@ class Outbox:
         self.backoff = backoff or Backoff()
         self.limiter = limiter or RateLimiter()
         self.send = send
+        self._workers: ThreadPoolExecutor | None = None
+        self._inflight: dict[str, Future] = {}  # receiver -> its pass, until a deliver() finds it done
 
     def pending(self) -> list[OutboxRow]:
         with self.store.session() as s:
@@ -117,30 +121,79 @@ class Outbox:
                 due.append(row)
         return due
 
-    def deliver(self, now: float | None = None) -> dict[str, int]:
-        """One pass: attempt every due head once. Returns counts by outcome."""
+    def deliver(self, now: float | None = None, wait_s: float | None = None) -> dict[str, int]:
+        """One pass: attempt every due head once. Returns counts by outcome.
+
+        Each receiver's heads are sent in a worker of its own, all receivers at once, so a receiver that hangs
+        delays only its own notifications (issue 54: one stuck receiver held every healthy one back by its timeout
+        for each stuck group). The pass waits for them all (``wait_s`` None), or at most ``wait_s``: a receiver
+        still sending then goes on in the background, is left alone by later passes until it is done (``busy``),
+        and its counts come with the pass that finds it done."""
         counts = {"delivered": 0, "retry": 0, "failed": 0, "gave_up": 0, "limited": 0}
+        self._harvest(counts)
+        by_receiver: dict[str, list[OutboxRow]] = {}
         for row in self.heads(time.time() if now is None else now):
-            when = time.time() if now is None else now
             receiver = self.receivers.get(row.receiver)
             if receiver is None and row.receiver in self.waiting_for:
                 counts["waiting"] = counts.get("waiting", 0) + 1  # kept pending until its secret is there
                 continue
             if receiver is None:
+                when = time.time() if now is None else now
                 self._finish(row.id, when, Outcome(False, error=f"receiver {row.receiver!r} is not configured"))
                 counts["failed"] += 1
                 continue
-            if not self.limiter.take(receiver.name, receiver.per_minute):
-                counts["limited"] += 1
+            by_receiver.setdefault(row.receiver, []).append(row)
+        started = []
+        for name, rows in by_receiver.items():
+            if name in self._inflight:  # its earlier pass is still sending
+                counts["busy"] = counts.get("busy", 0) + len(rows)
                 continue
-            n = Notification.from_dict(row.payload)
-            if n.status == "resolved" and not receiver.config.send_resolved:
-                self._finish(row.id, when, Outcome(True), skipped=True)
-                continue
-            outcome = self._send_all(receiver, n, row.idempotency_key, when)
-            counts[self._finish(row.id, when, outcome)] += 1
+            if self._workers is None:
+                self._workers = ThreadPoolExecutor(max_workers=max(1, len(self.receivers)),
+                                                   thread_name_prefix="raswarden-deliver")
+            self._inflight[name] = self._workers.submit(self._deliver_rows, self.receivers[name], rows, now)
+            started.append(self._inflight[name])
+        if started:
+            wait_for(started, timeout=wait_s)
+        self._harvest(counts)
         self._gauge()
         return counts
+
+    def _harvest(self, counts: dict[str, int]) -> None:
+        """Add the counts of the receivers' passes that are done, and forget them."""
+        for name, future in list(self._inflight.items()):
+            if not future.done():
+                continue
+            del self._inflight[name]
+            try:
+                result = future.result()
+            except Exception:  # noqa: BLE001 - a receiver's bug is logged and counted, the others go on
+                log.exception("alert delivery to %s raised", name)
+                result = {"failed": 1}
+            for k, v in result.items():
+                counts[k] = counts.get(k, 0) + v
+
+    def _deliver_rows(self, receiver: Receiver, rows: list[OutboxRow], now: float | None) -> dict[str, int]:
+        """One receiver's due heads, in order (its worker)."""
+        counts: dict[str, int] = {}
+        for row in rows:
+            when = time.time() if now is None else now
+            if not self.limiter.take(receiver.name, receiver.per_minute):
+                result = "limited"
+            else:
+                n = Notification.from_dict(row.payload)
+                if n.status == "resolved" and not receiver.config.send_resolved:
+                    self._finish(row.id, when, Outcome(True), skipped=True)
+                    continue
+                result = self._finish(row.id, when, self._send_all(receiver, n, row.idempotency_key, when))
+            counts[result] = counts.get(result, 0) + 1
+        return counts
+
+    def close(self) -> None:
+        """Let the workers finish what they are sending (each within its receiver's timeout)."""
+        if self._workers is not None:
+            self._workers.shutdown(wait=True)
+            self._workers = None
 
     def _send_all(self, receiver: Receiver, n: Notification, key: str, now: float) -> Outcome:
         """Every request delivering ``n`` (one message; a tracker's one per alert, a create where it has no ticket

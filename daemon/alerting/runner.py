@@ -22,6 +22,11 @@ from playbooks.scheduler import Scheduler
 log = logging.getLogger("raswarden.alerting")
 
 
+#: how long a running daemon's alerts pass waits for its receivers: a healthy one answers in far less; one that hangs
+#: goes on in the background and the next passes leave it alone until it is done (Outbox.deliver)
+ALERT_PASS_WAIT_S = 2.0
+
+
 @dataclass
 class Alerting:
     pipeline: AlertPipeline
@@ -47,11 +52,12 @@ class Alerting:
         outbox = Outbox(store, receivers, cfg.backoff, waiting_for=set(unavailable))
         return cls(pipeline, outbox, receivers, unavailable)
 
-    def step(self, now: float | None = None) -> dict[str, int]:
-        """Read incidents, queue what is due, deliver what can go now."""
+    def step(self, now: float | None = None, wait_s: float | None = None) -> dict[str, int]:
+        """Read incidents, queue what is due, deliver what can go now (each receiver in a worker of its own; with
+        ``wait_s`` the step waits at most that long for them: one that hangs goes on in the background)."""
         now = time.time() if now is None else now
         queued = self.pipeline.step(now)
-        counts = self.outbox.deliver(now)
+        counts = self.outbox.deliver(now, wait_s)
         return {"queued": len(queued), **counts}
 
     def test(self, name: str, now: float | None = None) -> Outcome:

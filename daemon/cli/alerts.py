@@ -21,6 +21,8 @@ def _alerting(args: argparse.Namespace):
 def cmd_alerts(args: argparse.Namespace) -> int:
     import time
 
+    from daemon.alerting.runner import ALERT_PASS_WAIT_S
+
     alerting, store = _alerting(args)
     try:
         if args.alerts_command == "test":
@@ -41,8 +43,8 @@ def cmd_alerts(args: argparse.Namespace) -> int:
             return 0
         # flush --follow: as the daemon's alerts job, under the shard's lease, until SIGTERM
         if args.follow:
-            return follow(store, shard_of(args), "alerts", alerting.step, args.interval, args.lease_ttl,
-                          args.verbose > 0)
+            return follow(store, shard_of(args), "alerts", lambda: alerting.step(wait_s=ALERT_PASS_WAIT_S),
+                          args.interval, args.lease_ttl, args.verbose > 0)
         # flush: read incidents, queue, deliver until the outbox is empty (or the timeout)
         deadline = time.time() + args.timeout
         while True:

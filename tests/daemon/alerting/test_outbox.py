@@ -199,3 +199,37 @@ def test_a_receiver_waiting_for_its_secret_keeps_its_notifications_and_gets_them
     for t in (200.0, 201.0):
         both.deliver(now=t)
     assert keys(chat) == ["g1#1", "g1#2", "g1#1", "g1#2"] and not rows(store, pending_only=True)
+
+
+def test_a_hanging_receiver_leaves_the_others_on_time(store, chat):
+    """Issue 54, probe 2: a receiver that accepts and never answers held every healthy receiver back by its timeout
+    for each of its stuck groups. Each receiver sends in a worker of its own; a pass waits a bounded while."""
+    import socket
+    import threading
+
+    hang = socket.socket()
+    hang.bind(("127.0.0.1", 0))
+    hang.listen(16)  # accepts (the kernel's backlog) and never answers
+    stop = threading.Event()
+    receivers = {
+        "stuck": build(ReceiverConfig(name="stuck", type="webhook", url=f"http://127.0.0.1:{hang.getsockname()[1]}/h",
+                                      timeout_s=20.0)),
+        "hook": build(ReceiverConfig(name="hook", type="webhook", url=chat.url())),
+    }
+    box = Outbox(store, receivers, Backoff(base_s=1, max_s=8), RateLimiter())
+    try:
+        for g in range(3):  # three stuck groups: 60 s of timeouts in a row before
+            queue(store, f"g{g}", [1], receivers=("stuck", "hook"), now=0.0)
+        for k in range(4):
+            queue(store, f"new{k}", [1], receivers=("hook",), now=0.0)
+            deadline = time.monotonic() + 30
+            while f"new{k}#1" not in keys(chat) and time.monotonic() < deadline:
+                box.deliver(now=1.0 + k, wait_s=0.5)
+        assert {"g0#1", "g1#1", "g2#1", "new0#1", "new1#1", "new2#1", "new3#1"} <= set(keys(chat))
+        # all of it while the stuck receiver still waits on its first group's answer (20 s), in the background:
+        # before, the first pass alone held the healthy receiver behind three of those timeouts
+        assert not box._inflight["stuck"].done()
+    finally:
+        stop.set()
+        hang.close()
+        box.close()
