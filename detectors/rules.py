@@ -163,6 +163,7 @@ class RuleDetector:
         self._daily = DecayingCount(86400.0)
         self._hot: dict[str, tuple[str, str]] = {}  # counter rate keys at or over their limit: key -> (metric, entity)
         self._exposure: dict[str, deque] = {}  # rate keys near a limit: the (time, increase) of their last hour
+        self.rate_limits_ = self._rate_limits()  # read every tick: built once
         self._app_xids: dict[str, deque] = defaultdict(deque)
         self._aer_minute: dict[str, float] = {}  # entity -> stamp of its last corrected AER line counted
         self._pruned_at = -math.inf
@@ -492,7 +493,7 @@ class RuleDetector:
                 self._latch(ev, now + self.failed_hold_s)
         if not self.baseline and "last" in inc:
             self._saturated(inc, now)
-        rates = self._rate_limits()
+        rates = self.rate_limits_
         for metric, (limit, _, _) in rates.items():
             if self.baseline and metric not in ("symbol_error_total", "pcs_symbol_error_total"):
                 continue
@@ -524,7 +525,7 @@ class RuleDetector:
         ``limit_min_increases`` separate samples with none holding ``limit_burst_share`` of them, whether or not
         raswarden has a record of the part (one installed bad is flagged from its first hour); one burst over the
         limit is a watch."""
-        rates = self._rate_limits()
+        rates = self.rate_limits_
         for key, (metric, entity) in list(self._hot.items()):
             limit, category, words = rates[metric]
             rate = self._hourly.value(key, now)
