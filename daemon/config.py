@@ -70,8 +70,9 @@ class HttpConfig:
 
     listen: str = "127.0.0.1:9470"
     token: str | None = None  # bearer token for the API's write calls; None: they are refused
-    max_connections: int = 32  # open at once; more are answered 503 at once (a stuck client cannot starve it)
-    request_timeout_s: float = 10.0  # a connection that sends nothing (or too slowly) for this long is closed
+    max_connections: int = 256  # open at once; at the cap the slowest sender is closed to make room (httpserver.py)
+    max_connections_per_peer: int = 64  # the same, per client address
+    request_timeout_s: float = 10.0  # the whole request (head and body) must arrive within this, else 408
     token_error: str | None = None  # why a configured token could not be read (the API's writes are off)
 
 
@@ -348,9 +349,12 @@ def _http(cfg: Config, ht: dict[str, Any]) -> None:
         raise ConfigError(f"http.listen: expected HOST:PORT, got {listen!r}")
     cfg.http.listen = listen
     cfg.http.max_connections = _take(ht, "max_connections", int, "http", cfg.http.max_connections)
+    cfg.http.max_connections_per_peer = _take(ht, "max_connections_per_peer", int, "http",
+                                              cfg.http.max_connections_per_peer)
     cfg.http.request_timeout_s = _take(ht, "request_timeout_s", float, "http", cfg.http.request_timeout_s)
-    if cfg.http.max_connections < 1 or cfg.http.request_timeout_s <= 0:
-        raise ConfigError("http.max_connections and http.request_timeout_s: must be positive")
+    if min(cfg.http.max_connections, cfg.http.max_connections_per_peer) < 1 or cfg.http.request_timeout_s <= 0:
+        raise ConfigError("http.max_connections, http.max_connections_per_peer and http.request_timeout_s: "
+                          "must be positive")
     try:  # a token that is not there (yet) turns the API's writes off, never the daemon
         cfg.http.token = read_secret("http.token", _take(ht, "token", str, "http"),
                                      _take(ht, "token_file", str, "http"), _take(ht, "token_credential", str, "http"),

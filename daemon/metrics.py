@@ -156,8 +156,12 @@ RELOADS = Counter("raswarden_config_reloads_total", "Config reloads (SIGHUP), ap
 JOB_FAILURES = Counter("raswarden_job_failures_total", "Scheduled jobs that raised, by job (label task: not job, "
                        "which Prometheus gives every series).", ["task"], registry=REGISTRY)
 HTTP_REFUSED = Counter("raswarden_http_connections_refused_total",
-                       "HTTP connections answered 503 at once because http.max_connections were open.",
-                       registry=REGISTRY)
+                       "HTTP connections answered 503 at once: at a connection cap, every open one was being "
+                       "answered.", registry=REGISTRY)
+HTTP_DROPPED = Counter("raswarden_http_requests_dropped_total",
+                       "HTTP requests answered by the server itself, by why: deadline (408: not whole within "
+                       "http.request_timeout_s), evicted (503: the slowest sender, closed to make room at a cap), "
+                       "malformed (400/411), too_large (413/431).", ["why"], registry=REGISTRY)
 WARM_STATE = Counter("raswarden_warm_state_total", "The pipeline's warm state (daemon/warmstate.py): saves (saved, "
                      "failed) and take-ups at start, failover or reload (taken; refused: other code or config, too "
                      "old, unreadable).", ["op", "outcome"], registry=REGISTRY)

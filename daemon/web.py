@@ -18,21 +18,20 @@
 Writes need ``Authorization: Bearer <token>`` (``[http] token_file``/``token_credential``); without a
 configured token they are refused. The page is plain HTML and inline SVG: no script, no external asset.
 
-A long-running service cannot let one client hold it: a connection that sends nothing for ``request_timeout_s``
-(10 s) is closed, and past ``max_connections`` (32) open at once a new one is answered ``503`` with
-``Retry-After`` at once (counted in ``raswarden_http_connections_refused_total``), so a scraper or a stuck
-browser tab never starves Prometheus' scrape or the API.
+A long-running service cannot let one client hold it: requests are read whole by ``daemon/httpserver.py`` under a
+deadline (``request_timeout_s``) before a thread sees them, with caps on connections in all and per peer, and threads
+of their own for ``/healthz`` and ``/metrics``, so a slow or stuck client never starves Prometheus' scrape or the API.
 """
 
 from __future__ import annotations
 
 import hmac
 import html
+import io
 import json
 import logging
-import threading
 import time
-from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
+from http.server import BaseHTTPRequestHandler
 from urllib.parse import parse_qs, urlsplit
 
 from prometheus_client import CONTENT_TYPE_LATEST, generate_latest
@@ -40,6 +39,7 @@ from sqlmodel import select
 
 from daemon import metrics
 from daemon.alerting.silences import DEFAULT_SILENCE, SilenceBook
+from daemon.httpserver import MAX_BODY, BoundedHTTPServer
 from daemon.operator import OperatorError, add_silence, approve, node_action
 from daemon.store import ActionRow, EntityRow
 
@@ -47,7 +47,6 @@ log = logging.getLogger("raswarden.web")
 
 COLOURS = {"healthy": "#2e7d32", "suspect": "#f9a825", "subhealthy": "#ef6c00", "failed": "#c62828",
            "unknown": "#757575"}
-MAX_BODY = 64 * 1024
 
 
 def _states(service) -> dict[str, str]:
@@ -447,10 +446,21 @@ PAGES = {"incidents": (incident_page, "incident"), "repairs": (repair_page, "rep
 """``/<what>/<id>`` pages: the renderer (None: no such one) and what a 404 says is missing."""
 
 
-def _handler(service, token: str | None, timeout_s: float = 10.0):
+def _handler(service, token: str | None):
     class Handler(BaseHTTPRequestHandler):
+        """One whole request (read by the server) in ``raw``; the response collects in ``wfile``."""
+
         server_version = "raswarden"
-        timeout = timeout_s  # the socket's: an idle or slow client is closed (http.server logs "timed out")
+
+        def __init__(self, raw: bytes, client_address: tuple):
+            self.raw = raw
+            super().__init__(None, client_address, None)  # runs setup, handle and finish
+
+        def setup(self) -> None:
+            self.rfile, self.wfile = io.BytesIO(self.raw), io.BytesIO()
+
+        def finish(self) -> None:
+            pass  # the response stays in wfile for the server to send
 
         def _send(self, status: int, body: bytes | str, ctype: str = "application/json") -> None:
             data = body.encode() if isinstance(body, str) else body
@@ -519,12 +529,8 @@ def _handler(service, token: str | None, timeout_s: float = 10.0):
             if not hmac.compare_digest(given.encode(), f"Bearer {token}".encode()):
                 self._json(401, {"error": "missing or wrong bearer token"})
                 return
-            length = int(self.headers.get("Content-Length") or 0)
-            if length > MAX_BODY:
-                self._json(413, {"error": "body too large"})
-                return
-            try:
-                body = json.loads(self.rfile.read(length) or b"{}")
+            try:  # the server read the body whole, its length checked: the rest of rfile is the body
+                body = json.loads(self.rfile.read(MAX_BODY) or b"{}")
                 if not isinstance(body, dict):
                     raise ValueError("expected a JSON object")
             except ValueError as exc:
@@ -579,61 +585,33 @@ def _handler(service, token: str | None, timeout_s: float = 10.0):
     return Handler
 
 
-BUSY = b"HTTP/1.0 503 Service Unavailable\r\nRetry-After: 1\r\nContent-Length: 0\r\nConnection: close\r\n\r\n"
+def answer_with(handler) -> callable:
+    """The server's application: one whole request's bytes in, the handler's whole response out."""
 
+    def answer(raw: bytes, peer: tuple) -> bytes:
+        return handler(raw, peer).wfile.getvalue()
 
-class BoundedHTTPServer(ThreadingHTTPServer):
-    """A thread per connection, at most ``max_connections`` at once: one more is answered 503 and closed."""
-
-    daemon_threads = True
-
-    def __init__(self, address, handler, max_connections: int = 32):
-        self.slots = threading.BoundedSemaphore(max_connections)
-        super().__init__(address, handler)
-
-    def process_request(self, request, client_address) -> None:
-        if not self.slots.acquire(blocking=False):
-            metrics.HTTP_REFUSED.inc()
-            try:
-                request.settimeout(1.0)
-                request.sendall(BUSY)
-            except OSError:
-                pass
-            self.shutdown_request(request)
-            return
-        try:
-            super().process_request(request, client_address)
-        except BaseException:
-            self.slots.release()
-            raise
-
-    def process_request_thread(self, request, client_address) -> None:
-        try:
-            super().process_request_thread(request, client_address)
-        finally:
-            self.slots.release()
+    return answer
 
 
 class WebServer:
-    """The HTTP endpoint in a thread of its own."""
+    """The HTTP endpoint: :class:`BoundedHTTPServer` answering with raswarden's pages and API."""
 
     def __init__(self, service, http_cfg):
         host, _, port = http_cfg.listen.rpartition(":")
         address = (host.strip("[]") or "127.0.0.1", int(port))
-        self.server = BoundedHTTPServer(address, _handler(service, http_cfg.token, http_cfg.request_timeout_s),
-                                        http_cfg.max_connections)
-        self.thread = threading.Thread(target=self.server.serve_forever, name="http", daemon=True)
+        self.server = BoundedHTTPServer(address, answer_with(_handler(service, http_cfg.token)),
+                                        max_connections=http_cfg.max_connections,
+                                        max_per_peer=http_cfg.max_connections_per_peer,
+                                        deadline_s=http_cfg.request_timeout_s)
 
     @property
     def address(self) -> str:
         host, port = self.server.server_address[:2]
-        return f"{host}:{port}"
+        return f"[{host}]:{port}" if ":" in host else f"{host}:{port}"
 
     def start(self) -> None:
-        self.thread.start()
+        self.server.start()
 
     def stop(self) -> None:
-        self.server.shutdown()
-        self.server.server_close()
-
-
+        self.server.stop()

@@ -33,7 +33,10 @@ def test_minimal_and_defaults(tmp_path):
      "alerting.receivers[0].url: no host in http:///"),
     ({"alertng": {}}, "top level: unknown key(s) alertng"),
     ({"alerting": {"runbooks": {"gpu_memroy": "see wiki"}}}, "alerting.runbooks.gpu_memroy: not a category"),
-    ({"http": {"max_connections": 0}}, "http.max_connections and http.request_timeout_s: must be positive"),
+    ({"http": {"max_connections": 0}}, "http.max_connections, http.max_connections_per_peer and "
+                                      "http.request_timeout_s: must be positive"),
+    ({"http": {"max_connections_per_peer": 0}}, "http.max_connections, http.max_connections_per_peer and "
+                                               "http.request_timeout_s: must be positive"),
     ({"service": {"interval_s": float("nan")}}, "service.interval_s: must be a finite number, got nan"),
     ({"service": {"interval_s": float("inf")}}, "service.interval_s: must be a finite number, got inf"),
     ({"service": {"interval_s": 1e308}}, "service.interval_s: must be from 0.1 s to 86400 s (a day), got 1e+308"),
