@@ -303,18 +303,48 @@ def store_error(url: str, exc: BaseException) -> StoreError:
     return StoreError(f"store {where}: {cause} ({first})" if cause else f"store {where}: {first}")
 
 
-def make_engine(url: str) -> Engine:
-    """An engine for ``url``; SQLite gets WAL and a busy timeout, in-memory SQLite one shared connection."""
+def _sqlite_read_only(path: str):
+    """A read-only connection to the SQLite file at ``path``, for a user who may not write it or its directory.
+
+    ``mode=ro`` reads a WAL database with its -wal and -shm files; where they are not there and cannot be made (a
+    directory the user may not write, a read-only mount), no raswarden is writing (a writer keeps its -wal), and the
+    file is read as it is (``immutable``)."""
+    import sqlite3
+
+    def connect() -> sqlite3.Connection:
+        try:
+            conn = sqlite3.connect(f"file:{path}?mode=ro", uri=True, check_same_thread=False)
+            conn.execute("SELECT count(*) FROM sqlite_master").fetchone()
+        except sqlite3.OperationalError:
+            if not Path(path).exists() or Path(f"{path}-wal").exists():
+                raise
+            conn = sqlite3.connect(f"file:{path}?mode=ro&immutable=1", uri=True, check_same_thread=False)
+        conn.execute("PRAGMA busy_timeout=5000")
+        conn.execute("PRAGMA query_only=ON")
+        return conn
+
+    return connect
+
+
+def make_engine(url: str, read_only: bool = False) -> Engine:
+    """An engine for ``url``; SQLite gets WAL and a busy timeout, in-memory SQLite one shared connection.
+    ``read_only``: the engine never writes (SQLite opened read-only, PostgreSQL transactions read-only), so a user
+    who may only read the store can use it."""
     if url.startswith("sqlite"):
         if url in ("sqlite://", "sqlite:///:memory:"):
             engine = create_engine(url, connect_args={"check_same_thread": False}, poolclass=StaticPool)
         else:
             path = url.split(":///", 1)[1] if ":///" in url else ""
+            if read_only and path:
+                return create_engine("sqlite://", creator=_sqlite_read_only(path))
             if path:
                 Path(path).parent.mkdir(parents=True, exist_ok=True)
             engine = create_engine(url, connect_args={"check_same_thread": False})
         event.listen(engine, "connect", _sqlite_pragmas)
         return engine
+    if read_only and url.startswith("postgresql"):
+        return create_engine(url, pool_pre_ping=True,
+                             connect_args={"options": "-c default_transaction_read_only=on"})
     return create_engine(url, pool_pre_ping=True)
 
 
@@ -330,12 +360,16 @@ def alembic_config(engine: Engine) -> Config:
 class Store:
     """Typed access to the state database."""
 
-    def __init__(self, url: str = DEFAULT_URL, migrate: bool = True):
-        """Open (and migrate) the store; a store that cannot be is a :class:`StoreError`, one line."""
+    def __init__(self, url: str = DEFAULT_URL, migrate: bool = True, read_only: bool = False):
+        """Open (and migrate) the store; a store that cannot be is a :class:`StoreError`, one line. ``read_only``:
+        for commands that only read: nothing is written (no migration, no lock file), and the store must already be
+        at this raswarden's schema."""
         self.url = url
         try:
-            self.engine = make_engine(url)
-            if migrate:
+            self.engine = make_engine(url, read_only)
+            if read_only:
+                self._check_schema()
+            elif migrate:
                 self.migrate()
             else:
                 with self.engine.connect() as conn:  # what a migration would have found out
@@ -354,6 +388,26 @@ class Store:
             cfg = alembic_config(self.engine)
             cfg.attributes["connection"] = conn
             command.upgrade(cfg, "head")
+
+    def _check_schema(self) -> None:
+        """Raise ValueError (said as one line by the caller) unless the store is at this raswarden's schema."""
+        from alembic.runtime.migration import MigrationContext
+        from alembic.script import ScriptDirectory
+
+        script = ScriptDirectory.from_config(alembic_config(self.engine))
+        with self.engine.connect() as conn:
+            current = MigrationContext.configure(conn).get_current_revision()
+        head = script.get_current_head()
+        if current == head:
+            return
+        if current is None:
+            raise ValueError("no raswarden schema in it: has the daemon (or raswarden init) run with this store?")
+        try:
+            script.get_revision(current)
+        except Exception:  # noqa: BLE001 - alembic's error for a revision it does not know
+            raise ValueError(f"can't locate revision {current}") from None
+        raise ValueError(f"its schema is at revision {current}, this raswarden's at {head}: a command that writes "
+                         "(or the daemon) brings it up to date; one that only reads does not")
 
     def session(self) -> Session:
         return Session(self.engine)

@@ -59,3 +59,8 @@ def main(argv: list[str] | None = None) -> int:
         devnull = os.open(os.devnull, os.O_WRONLY)
         os.dup2(devnull, sys.stdout.fileno())
         return 128 + signal.SIGPIPE
+    except OSError as exc:
+        if exc.filename is None:  # not a file the operator named or can fix: the traceback says more
+            raise
+        print(f"raswarden: {exc.filename}: {exc.strerror or exc}", file=sys.stderr)
+        return 2

@@ -83,7 +83,7 @@ def open_store(args: argparse.Namespace, cfg, read_only: bool = False):
         if not path.exists():
             given = "--db" if getattr(args, "db", None) else f"store.url of {cfg.path}"
             raise CommandError(f"no state database at {path} ({given}): has the daemon run with this store?")
-    return Store(url)
+    return Store(url, read_only=read_only)
 
 
 @contextlib.contextmanager

@@ -9,6 +9,7 @@ from pathlib import Path
 
 import pytest
 from sqlalchemy import inspect, text
+from sqlmodel import select
 
 from daemon.replay import replay
 from daemon.store import Store
@@ -100,6 +101,36 @@ def test_sqlite_file_in_wal_mode(tmp_path, trace_dir):
 def test_postgresql(pg_url, trace_dir):
     check_replay_into(pg_url, trace_dir)
 
+
+
+def check_read_only(url: str) -> None:
+    """A read-only store reads what a writer wrote, and refuses to write itself."""
+    from daemon.store import SilenceRow
+
+    writer = Store(url)
+    with writer.session() as s:
+        s.add(SilenceRow(id="sil-ro", matchers=["rack=r07"], starts_at=1.0, ends_at=2.0, created_by="t",
+                         comment=""))
+        s.commit()
+    writer.close()
+    reader = Store(url, read_only=True)
+    try:
+        with reader.session() as s:
+            assert [r.id for r in s.exec(select(SilenceRow)).all()] == ["sil-ro"]
+            s.add(SilenceRow(id="sil-2", matchers=[], starts_at=1.0, ends_at=2.0, created_by="t", comment=""))
+            with pytest.raises(Exception, match="(?i)read.?only|readonly"):
+                s.commit()
+    finally:
+        reader.close()
+
+
+def test_a_read_only_sqlite_store_never_writes(tmp_path):
+    check_read_only(f"sqlite:///{tmp_path}/state.db")
+
+
+@pytest.mark.postgres
+def test_a_read_only_postgresql_store_never_writes(pg_url):
+    check_read_only(pg_url)
 
 
 def migrate_at_once(url: str, gate: Path, n: int = 4) -> list[str]:

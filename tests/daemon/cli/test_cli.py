@@ -159,6 +159,73 @@ def test_read_only_commands_never_create_a_state_database(tmp_path, capsys, monk
     assert "no open incidents" in capsys.readouterr().out
 
 
+def test_read_only_commands_need_only_read_access(request):
+    """An operator who may read the daemon's store and nothing else (user nobody; the store, its directory and the
+    working directory root's) lists incidents, repairs and silences and writes a report where it may; nothing is
+    created beside the store (no migrations lock), and what it may not write is one line, exit 2."""
+    import os
+    import shutil
+    import tempfile
+    from pathlib import Path
+
+    from daemon.store import Store
+    from tests.conftest import ROOT, require
+
+    require(os.geteuid() == 0 and shutil.which("setpriv") is not None,
+            "needs root and setpriv (util-linux) to run a command as nobody")
+    nobody = ["setpriv", "--reuid=nobody", "--regid=nogroup", "--clear-groups"]
+    if subprocess.run([*nobody, sys.executable, "-c", f"import sys; sys.path.insert(0, {str(ROOT)!r}); import daemon"],
+                      capture_output=True, cwd="/").returncode != 0:
+        pytest.skip(f"user nobody cannot run this checkout's Python ({ROOT} or {sys.executable} not readable by all)")
+    tmp_path = Path(tempfile.mkdtemp(prefix="raswarden-read-only-"))  # pytest's own is root's alone
+    request.addfinalizer(lambda: shutil.rmtree(tmp_path, ignore_errors=True))
+    store_dir = tmp_path / "store"
+    store_dir.mkdir()
+    db = f"sqlite:///{store_dir / 'state.db'}"
+    assert main(["silence", "add", "rack=r07", "--comment", "cooling", "--db", db]) == 0
+    Store(db).close()  # the daemon stopped: its -wal and -shm are gone, and nobody may not make them
+    for path in (tmp_path, store_dir):
+        path.chmod(0o755)
+    before = sorted(p.name for p in store_dir.iterdir())
+    outside = tmp_path / "out"
+    outside.mkdir(mode=0o777)
+    outside.chmod(0o777)
+
+    def as_nobody(*argv: str) -> subprocess.CompletedProcess:
+        return subprocess.run([*nobody, sys.executable, "-m", "daemon", *argv, "--db", db], capture_output=True,
+                              text=True, cwd=store_dir,
+                              env={**os.environ, "PYTHONPATH": str(ROOT)}, timeout=120)
+
+    for argv, said in ((["incidents"], "no open incidents"), (["repairs", "list"], "no open repair orders"),
+                       (["silence", "list"], "rack=r07"),
+                       (["report", "--out", str(outside / "r.html")], "Wrote")):
+        run = as_nobody(*argv)
+        assert run.returncode == 0 and said in run.stdout, (argv, run.stdout, run.stderr)
+    run = as_nobody("report", "--out", str(store_dir / "r.html"))
+    assert run.returncode == 2 and run.stderr == f"raswarden: {store_dir / 'r.html'}: Permission denied\n", run.stderr
+    run = as_nobody("silence", "add", "rack=r08")  # a command that writes says why it cannot
+    assert run.returncode == 2 and "permission denied" in run.stderr.lower() and "Traceback" not in run.stderr
+    assert sorted(p.name for p in store_dir.iterdir()) == before
+
+
+def test_a_read_only_command_on_a_store_of_another_schema_says_so(tmp_path, capsys):
+    import sqlite3
+
+    db = tmp_path / "state.db"
+    assert main(["silence", "add", "rack=r07", "--db", f"sqlite:///{db}"]) == 0
+    with sqlite3.connect(db) as conn:
+        conn.execute("UPDATE alembic_version SET version_num = '0011'")
+    assert main(["incidents", "--db", f"sqlite:///{db}"]) == 2
+    err = capsys.readouterr().err
+    assert "its schema is at revision 0011, this raswarden's at " in err and "one that only reads does not" in err
+    with sqlite3.connect(db) as conn:
+        conn.execute("UPDATE alembic_version SET version_num = 'ffff99'")
+    assert main(["incidents", "--db", f"sqlite:///{db}"]) == 2
+    assert "written by a newer raswarden" in capsys.readouterr().err
+    assert main(["silence", "add", "rack=r08", "--db", f"sqlite:///{db}"]) == 2  # and a writer refuses it too
+    assert "written by a newer raswarden" in capsys.readouterr().err
+
+
 def test_a_silence_lasts_as_long_everywhere_by_default(tmp_path, capsys):
     import time
 
