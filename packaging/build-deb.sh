@@ -25,6 +25,9 @@ PY=/usr/bin/python3   # the interpreter the installed venv runs on: Debian's own
 "$PY" -c 'import sys; sys.exit(0 if sys.version_info >= (3, 11) else 1)' || {
   echo "build-deb: needs Debian's python3 3.11 or newer" >&2; exit 1; }
 pyver=$("$PY" -c 'import sys; print(f"{sys.version_info[0]}.{sys.version_info[1]}")')
+# The venv links the interpreter it was made with: /usr/bin/python3.11 is the python3.11 package's, which the
+# package depends on; /usr/bin/python3 is python3-minimal's, which a minimal Debian may lack (issue 54)
+PY=/usr/bin/python$pyver
 version=$(sed -n 's/^version = "\(.*\)"/\1/p' pyproject.toml | head -1)
 arch=$(dpkg --print-architecture)
 work=$(mktemp -d)

@@ -38,7 +38,14 @@ def installed(debian_package):
                  "./usr/lib/tmpfiles.d/raswarden.conf", "./etc/raswarden/raswarden.toml",
                  "./usr/share/doc/raswarden/copyright", "./usr/bin/raswarden -> /opt/raswarden/bin/raswarden"):
         assert path in listing, path
-    assert run("dpkg-deb", "-f", deb, "Depends").stdout.startswith("python3.")
+    depends = run("dpkg-deb", "-f", deb, "Depends").stdout
+    assert depends.startswith("python3.")
+    # the venv's interpreter is a file of the package it depends on (python3.11's /usr/bin/python3.11), not
+    # python3-minimal's /usr/bin/python3, which a minimal Debian may lack (test_boot.py installs it without one)
+    python_package = depends.split(",")[0].split()[0]
+    owner = run("dpkg", "-S", f"/usr/bin/{python_package}").stdout.split(":")[0]  # python3.11-minimal
+    needs = run("dpkg-query", "-W", "-f", "${Depends}", python_package).stdout
+    assert owner == python_package or owner in needs, (owner, needs)
     got = run("apt-get", "install", "-y", "-q", deb, env={**os.environ, "DEBIAN_FRONTEND": "noninteractive"})
     assert got.returncode == 0, got.stdout[-2000:] + got.stderr[-2000:]
     yield deb
@@ -56,6 +63,8 @@ def test_installed_as_install_md_says(installed, tmp_path):
     from tests.daemon.service.conftest import free_port, get
 
     assert run("raswarden", "--version").stdout.strip() == "raswarden 0.1.0"  # on PATH, from /opt/raswarden
+    python_package = run("dpkg-query", "-W", "-f", "${Depends}", DEB).stdout.split(",")[0].split()[0]
+    assert os.path.realpath("/opt/raswarden/bin/python3") == os.path.realpath(f"/usr/bin/{python_package}")
     # every dependency imports from the venv the package carries (their own test suites were left out)
     imports = run("/opt/raswarden/bin/python", "-c", "import numpy, pandas, pyarrow.parquet, scipy.stats, "
                   "sklearn.ensemble, sqlmodel, alembic, psycopg, ijson, yaml, rich, jinja2, apscheduler, zstandard, "

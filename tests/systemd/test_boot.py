@@ -147,8 +147,11 @@ def test_the_unit_starts_under_systemd_and_stops_cleanly(container, debian_packa
         shutil.copy(tmp_path / "live" / "prometheus-targets.json", targets / "gpu-nodes.json")
         port = free_port()
         # docs/install.md: install, init against the exporters, enable; the credentials directory left empty
+        # a minimal Debian may have python3.11 (the package's Depends) without python3-minimal's /usr/bin/python3
         prepared = container.chroot(f"""
+            rm -f /usr/bin/python3
             dpkg -i /var/tmp/{debian_package.name}
+            raswarden --version
             rm -f /etc/raswarden/topology.yaml   # an older run's, in the machine's root under the overlay
             raswarden init --file-sd /etc/prometheus/targets/gpu-nodes.json --out /etc/raswarden
             printf '\\n[http]\\nlisten = "127.0.0.1:{port}"\\n' >> /etc/raswarden/raswarden.toml
