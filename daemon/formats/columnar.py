@@ -7,6 +7,7 @@ Events travel beside the samples in the same form with the event columns
 from __future__ import annotations
 
 import csv
+import io
 from pathlib import Path
 from collections.abc import Iterator
 
@@ -27,6 +28,35 @@ FORMAT = "columnar"
 #: name, time, value or code it takes in a row (a longer one is a corrupt row, rejected alone)
 FIELD_MAX = 16 * 1024 * 1024
 NAME_MAX = 1024
+
+
+class _OneRowPerLine(io.TextIOBase):
+    """A CSV file's lines with each one a row: a line the csv module would run on past its end (an odd number of
+    quotes opens a field that swallows the lines after it) or stop at (a carriage return or NUL inside it) is
+    handed on as a row of ``width`` fields marked unreadable (U+FFFD), which costs that row alone, at its own line.
+    raswarden's writer puts no line break inside a field."""
+
+    def __init__(self, fh, width: int):
+        self.fh, self.width = fh, width
+
+    def readable(self) -> bool:
+        return True
+
+    def __iter__(self):
+        return self
+
+    def __next__(self) -> str:
+        line = next(self.fh)
+        body = line.rstrip("\r\n")
+        if body.count('"') % 2 or "\r" in body or "\x00" in body:
+            return "\ufffd" + "," * (self.width - 1) + "\n"
+        return line
+
+    def readline(self, size: int = -1) -> str:
+        return next(self, "")
+
+    def read(self, size: int = -1) -> str:
+        return "".join(self)
 
 
 class ColumnarReader:
@@ -50,7 +80,7 @@ class ColumnarReader:
             pf = pq.ParquetFile(path, pre_buffer=False,
                                 read_dictionary=["entity", "metric"] if not is_events and {"entity", "metric"} <= names
                                 else None)  # names arrive dictionary-encoded
-        except (pa.ArrowException, OSError) as exc:
+        except (pa.ArrowException, OSError, ValueError) as exc:  # ValueError: a damaged string (not UTF-8) in it
             ctx.rejects.refuse(FORMAT, str(path), f"not a readable Parquet file: {exc}")
             return
         wanted = list(EVENT_COLUMNS if is_events else SAMPLE_COLUMNS)
@@ -67,7 +97,7 @@ class ColumnarReader:
                     frame = rb.to_pandas()
                     yield self._batch(frame, is_events, f"{path}:row", row, ctx)
                     row += len(frame)
-        except (pa.ArrowException, OSError) as exc:
+        except (pa.ArrowException, OSError, ValueError) as exc:
             ctx.rejects.reject(FORMAT, f"{path}:row {row}", f"file ends or breaks early: {exc}")
 
     def _read_csv(self, path: Path, ctx: ReadContext) -> Iterator[Batch]:
@@ -87,8 +117,9 @@ class ColumnarReader:
         # a field of any size is read, so that the row holding it is rejected alone (over 128 KiB, Python's csv
         # module raised and the rest of the file was lost, issue 54); names over NAME_MAX are refused per row below
         csv.field_size_limit(max(csv.field_size_limit(), FIELD_MAX))
+        fh = open(path, encoding="utf-8", errors="replace", newline="\n")
         reader = pd.read_csv(
-            path, chunksize=ctx.chunk_rows, dtype=str, keep_default_na=False, encoding_errors="replace",
+            _OneRowPerLine(fh, len(header)), chunksize=ctx.chunk_rows, dtype=str, keep_default_na=False,
             on_bad_lines=lambda fields: bad_lines.append(fields), engine="python",
         )
         try:
@@ -100,6 +131,8 @@ class ColumnarReader:
                 row += len(frame)
         except (pd.errors.ParserError, UnicodeDecodeError, csv.Error) as exc:
             ctx.rejects.reject(FORMAT, f"{path}:line {row + 2}", f"file ends or breaks early: {exc}")
+        finally:
+            fh.close()
 
     @staticmethod
     def _batch(frame: pd.DataFrame, is_events: bool, where: str, first_row: int, ctx: ReadContext) -> Batch:
@@ -114,7 +147,8 @@ class ColumnarReader:
         if garbled.any():
             for i in np.flatnonzero(garbled)[:50]:
                 ctx.rejects.reject(FORMAT, f"{where} {lines[i]}",
-                                   f"a byte that is not UTF-8, or a name or number over {NAME_MAX} characters")
+                                   f"a byte that is not UTF-8, a stray quote, carriage return or NUL, or a name or "
+                                   f"number over {NAME_MAX} characters")
             frame, lines = frame[~garbled], lines[~garbled]
         ts = pd.to_numeric(frame["ts"], errors="coerce").to_numpy(dtype=np.float64)
         if is_events:
@@ -212,6 +246,9 @@ class ColumnarWriter:
         self.rows[name] += len(frame)
         if self.fmt == "csv":
             target = self.directory / f"{name}.csv"
+            text = [c for c in frame.columns if frame[c].dtype == object]
+            if text:  # one row a line (the reader's rule): a line break inside a value becomes a space
+                frame = frame.assign(**{c: frame[c].str.replace(r"[\r\n]", " ", regex=True) for c in text})
             frame.to_csv(target, mode="a", header=name not in self._csv_started, index=False)
             self._csv_started.add(name)
             return

@@ -22,10 +22,12 @@ hosts whose clocks differ across New Year).
 from __future__ import annotations
 
 import datetime as dt
+import itertools
 import json
 import math
 import os
 import re
+from collections import Counter
 from pathlib import Path
 from collections.abc import Iterator
 
@@ -229,7 +231,10 @@ class TextLogReader:
         previous: tuple[float, str] | None = None  # the last record's time and host, for continuation lines
         zoneless = False  # the file's stamps name no zone: read in ctx.zone, said in the summary
         latest = -math.inf
-        for first, lines in iter_lines(path, ctx.read_bytes, ctx.rejects, self.format):
+        chunks = iter_lines(path, ctx.read_bytes, ctx.rejects, self.format)
+        head = next(chunks, None)
+        expected = self._file_style(head[1], ctx) if head else None
+        for first, lines in itertools.chain([head] if head else [], chunks):
             for offset, line in enumerate(lines):
                 if not line.strip():
                     continue
@@ -237,6 +242,10 @@ class TextLogReader:
                 line, facility = _strip_decode(line)
                 if style is None:
                     style = self._detect(line)
+                    if expected is not None and style != expected:  # a damaged line cannot fix the file's style
+                        style = None
+                        ctx.rejects.reject(self.format, position, "not a syslog or dmesg line", line)
+                        continue
                     if style == "raw":
                         ctx.rejects.refuse(
                             self.format, position,
@@ -255,6 +264,10 @@ class TextLogReader:
                             "record with 'journalctl -o short-iso' (or TZ=UTC), or as journalctl -o json",
                         )
                         return
+                    if self._parse(style, line, 1970, ctx.zone) is None:  # damaged: it only begins like one
+                        style = None
+                        ctx.rejects.reject(self.format, position, "not a syslog or dmesg line", line)
+                        continue
                     zoneless = _names_no_zone(style, line)
                     if style.startswith("dmesg") and file_host is None:
                         ctx.rejects.refuse(
@@ -331,6 +344,18 @@ class TextLogReader:
     @staticmethod
     def _host_from_name(path: Path) -> str | None:
         return host_in_name(path, ".dmesg")
+
+    def _file_style(self, lines: list[str], ctx: ReadContext) -> str | None:
+        """The style most of a file's first lines have and parse in (None: none does), so that one damaged line at
+        its head (a cut, a bad byte that makes a dmesg -T line read as syslog) cannot decide it."""
+        votes: Counter[str] = Counter()
+        for line in lines[:64]:
+            if line.strip():
+                style = self._detect(line)
+                if style == "raw" or (style is not None and self._parse(style, _strip_decode(line)[0], 1970,
+                                                                        ctx.zone) is not None):
+                    votes[style] += 1
+        return votes.most_common(1)[0][0] if votes else None
 
     @staticmethod
     def _detect(line: str) -> str | None:

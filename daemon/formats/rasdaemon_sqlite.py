@@ -122,17 +122,26 @@ class RasdaemonReader:
                 return
             if not rows:
                 return
-            out = []
+            out, last = [], since
             for row in rows:
                 position = f"{path}#{table}:{row[0]}"
+                if not isinstance(row[0], int) or (last is not None and row[0] <= last):
+                    # ids come in order or the table's b-tree is damaged: a query that returns an id again would
+                    # be asked again for ever
+                    ctx.rejects.refuse(FORMAT, position, "table damaged: its ids do not increase (the rest of the "
+                                                         "table is not read; sqlite3 .recover can save it)")
+                    if out:
+                        yield Batch(events=events_frame(out))
+                    return
+                last = row[0]
                 try:
                     ts = _parse_ts(str(row[1]))
                     kind, code, severity, message, pci = _event(table, row)
                 except (ValueError, TypeError) as exc:
-                    ctx.rejects.reject(FORMAT, position, f"bad row: {exc}")
+                    ctx.rejects.reject(FORMAT, position, "bad row", str(exc))
                     continue
                 out.append((ts, node, kind, code, severity, message, f"rasdaemon:{table}", pci, None))
                 metrics.EVENTS_INGESTED.labels(FORMAT, kind).inc()
-            cursors[table] = int(rows[-1][0])
+            cursors[table] = last
             if out:
                 yield Batch(events=events_frame(out))

@@ -117,8 +117,8 @@ def test_journalctl_export_format_replays_like_the_json_export(tmp_path, bundled
 
 
 def test_export_format_binary_fields_and_damage(tmp_path, ctx):
-    """A message in the binary form is read; a line that is no field is rejected; a binary field cut short ends the
-    file with a reason, what came before kept."""
+    """A message in the binary form is read; a line that is no field is rejected; a binary field cut short costs its
+    entry, with a reason, what came before kept; a line that lost its '=' costs its entry, and the next is read."""
     xid = "NVRM: Xid (PCI:0000:18:00): 79, pid=0, GPU has fallen off the bus."
     dbe = "NVRM: Xid (PCI:0000:18:00): 48, pid=0, An uncorrectable double bit error (DBE) has been detected."
 
@@ -129,12 +129,16 @@ def test_export_format_binary_fields_and_damage(tmp_path, ctx):
     binary = dbe.encode()  # any value may take the binary form (journalctl uses it for ones with control bytes)
     text = (head(0) + b"MESSAGE=" + xid.encode() + b"\n\n"
             + head(1) + b"not a field line\nMESSAGE\n" + struct.pack("<Q", len(binary)) + binary + b"\n\n"
-            + head(2) + b"MESSAGE\n" + struct.pack("<Q", 500) + b"cut")
+            + head(2) + b"MESSAGE\n" + struct.pack("<Q", 500) + b"cut\n\n"
+            # a line that lost its '=' reads as a binary field's name, the next line's bytes as its length
+            + head(3).replace(b"_HOSTNAME=sn01-b01", b"_HOSTNAMESN01B01") + b"MESSAGE=" + xid.encode() + b"\n\n"
+            + head(4) + b"MESSAGE=" + xid.encode() + b"\n\n")
     path = tmp_path / "node.export"
     path.write_bytes(text)
     assert isinstance(sniff(path), JournalExportReader)
     ev = read_all(JournalExportReader(), path, ctx).events
-    assert ev["code"].tolist() == [79, 48] and ev["ts"].tolist() == [1772409600, 1772409601]
+    assert ev["code"].tolist() == [79, 48, 79] and ev["ts"].tolist() == [1772409600, 1772409601, 1772409604]
     reasons = sorted(m.split(": ", 1)[1] for m in ctx.rejects.messages)
-    assert len(reasons) == 2 and reasons[0].startswith("binary field MESSAGE cut short") and \
-        reasons[1].startswith("not a FIELD=value line"), reasons
+    assert len(reasons) == 3 and all(r.startswith("binary field cut short or damaged") for r in reasons[:2]) and \
+        {r.rsplit(": ", 1)[1] for r in reasons[:2]} == {"'MESSAGE'", "'_HOSTNAMESN01B01'"} and \
+        reasons[2].startswith("not a FIELD=value line"), reasons
