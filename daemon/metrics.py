@@ -40,7 +40,7 @@ EVENTS_INGESTED = Counter(
 )
 INPUT_REJECTED = Counter(
     "raswarden_input_rejected_total",
-    "Input lines or records rejected, by source format and reason.",
+    "Input lines or records rejected, by source format and kind of reason (its particulars are in the log).",
     ["source", "reason"],
     registry=REGISTRY,
 )
