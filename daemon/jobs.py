@@ -21,6 +21,8 @@ from dataclasses import dataclass
 
 from apscheduler.executors.pool import ThreadPoolExecutor as JobExecutor
 from apscheduler.schedulers.background import BackgroundScheduler
+from sqlalchemy.exc import DisconnectionError, InterfaceError, OperationalError
+from sqlalchemy.exc import TimeoutError as PoolTimeout
 
 from daemon import metrics
 from daemon.lease import Lease
@@ -48,6 +50,24 @@ def next_on_phase(now: float, every_s: float, phase_s: float) -> float:
     return phase_s + every_s * math.ceil((now - phase_s) / every_s)
 
 
+STORE_TROUBLE = (OperationalError, InterfaceError, DisconnectionError, PoolTimeout)
+"""What the store's server, file or disk raise (not a constraint violated: that is a bug, and logs its traceback)."""
+STORE_REMIND_S = 600.0
+"""A job's store failure is logged when it first comes, then again every ten minutes while it lasts."""
+_store_said: dict[tuple[str, str], tuple[float, int]] = {}  # (job, cause) -> (last logged, runs since)
+
+
+def _store_failure(name: str, cause: str) -> None:
+    now = time.monotonic()
+    said, since = _store_said.get((name, cause), (-math.inf, 0))
+    if now - said < STORE_REMIND_S:
+        _store_said[(name, cause)] = (said, since + 1)
+        return
+    again = f" ({since} failed runs since it was last said)" if since else ""
+    log.error("job %s failed: the store: %s%s", name, cause, again)
+    _store_said[(name, cause)] = (now, 0)
+
+
 def guarded(name: str, func: Callable[[], object], stopping: threading.Event | None = None,
             in_flight: dict[str, float] | None = None) -> Callable[[], None]:
     """``func`` as a job: an exception is logged and counted, never raised into the scheduler. Its long waits give
@@ -60,6 +80,11 @@ def guarded(name: str, func: Callable[[], object], stopping: threading.Event | N
                 func()
         except Stopped as exc:  # a wait given up for the stop: what it left is taken up at the next start
             log.info("job %s stopped: %s", name, exc)
+        except STORE_TROUBLE as exc:  # the store (a full disk, a server gone): one line, not every run's traceback
+            metrics.JOB_FAILURES.labels(name).inc()
+            from daemon.store import store_cause
+
+            _store_failure(name, store_cause(exc))
         except Exception:  # a job's failure is logged and counted; the daemon goes on
             metrics.JOB_FAILURES.labels(name).inc()
             log.exception("job %s failed", name)

@@ -288,6 +288,15 @@ _CAUSES = (
 )
 
 
+def store_cause(exc: BaseException) -> str:
+    """What a database exception means and what to do, in one line (the driver's own words in brackets)."""
+    text = " ".join(str(getattr(exc, "orig", None) or exc).split())
+    lowered = f"{type(exc).__name__} {text}".lower()
+    cause = next((what for key, what in _CAUSES if key in lowered), None)
+    first = text.split(" [SQL:")[0][:200]
+    return f"{cause} ({first})" if cause else first
+
+
 def store_error(url: str, exc: BaseException) -> StoreError:
     """The one-line :class:`StoreError` for an exception raised opening or migrating the store at ``url``."""
     from sqlalchemy.engine import make_url
@@ -296,11 +305,7 @@ def store_error(url: str, exc: BaseException) -> StoreError:
         where = make_url(url).render_as_string(hide_password=True)
     except Exception:  # noqa: BLE001 - a URL that does not parse is named as given, without what could be a secret
         where = url.split("@")[-1]
-    text = " ".join(str(getattr(exc, "orig", None) or exc).split())
-    lowered = f"{type(exc).__name__} {text}".lower()
-    cause = next((what for key, what in _CAUSES if key in lowered), None)
-    first = text.split(" [SQL:")[0][:200]
-    return StoreError(f"store {where}: {cause} ({first})" if cause else f"store {where}: {first}")
+    return StoreError(f"store {where}: {store_cause(exc)}")
 
 
 def _sqlite_read_only(path: str):

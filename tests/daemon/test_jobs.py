@@ -144,3 +144,53 @@ def test_a_stop_ends_a_job_waiting_on_another_raswardens_lock(tmp_path):
     finally:
         holder.close()
         waiter.close()
+
+
+def test_a_full_disk_under_the_store_is_one_line_not_a_traceback_each_run(tmp_path, caplog):
+    """The store's file system fills while the daemon runs (a real SQLite on a real 2 MiB tmpfs): each failing run
+    is counted, the first says in one line what it is and what to do, the next ones within ten minutes are not
+    logged again; once there is room the job writes again."""
+    import logging
+    import os
+    import subprocess
+
+    from tests.conftest import require
+
+    disk = tmp_path / "disk"
+    disk.mkdir()
+    mounted = os.geteuid() == 0 and subprocess.run(["mount", "-t", "tmpfs", "-o", "size=2m", "tmpfs", str(disk)],
+                                                   capture_output=True).returncode == 0
+    require(mounted, "needs root to mount a small tmpfs (a disk that fills)")
+    try:
+        store = Store(f"sqlite:///{disk}/state.db")
+        filler = disk / "filler"
+        fd = os.open(filler, os.O_WRONLY | os.O_CREAT)
+        try:  # the rest of the disk, to the last block
+            while os.write(fd, b"\0" * 4096):
+                pass
+        except OSError:
+            pass
+        finally:
+            os.close(fd)
+        n = iter(range(10**6))
+
+        def write() -> None:
+            store.upsert_entities([{"id": (node := f"sn01-b{next(n):05d}"), "kind": "node", "node": node,
+                                    "first_seen": 0.0, "attrs": {"pad": "x" * 4000}} for _ in range(50)])
+
+        failures = metrics.JOB_FAILURES.labels("cycle")
+        before = failures._value.get()
+        with caplog.at_level(logging.ERROR, logger="raswarden.jobs"):
+            for _ in range(3):
+                guarded("cycle", write)()
+        said = [r for r in caplog.records if r.name == "raswarden.jobs"]
+        assert failures._value.get() == before + 3
+        assert len(said) == 1 and said[0].exc_info is None, [r.getMessage() for r in said]
+        assert said[0].getMessage().startswith("job cycle failed: the store: the disk is full: free space where the "
+                                               "store is (database or disk is full"), said[0].getMessage()
+        filler.unlink()
+        guarded("cycle", write)()
+        assert failures._value.get() == before + 3
+        store.close()
+    finally:
+        subprocess.run(["umount", "-l", str(disk)], capture_output=True)
