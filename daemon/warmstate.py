@@ -4,7 +4,8 @@ What the detectors learn takes hours to build: the trend detector's record of ep
 spread of healthy rates, the peer detector's baselines per load state, each series' sampling interval, the
 counters' last values. The store keeps incidents and reported states (:meth:`Pipeline.restore`); without the rest a
 restarted daemon, a reloaded config or a standby taking over a shard starts a new warm-up, with its first hours'
-false flags and late findings (docs/detectors.md, Run 6: the only false flags were in a warm-up's first hours).
+false flags and late findings (bench/records/detectors-history.md, Run 6: the only false flags were in a warm-up's
+first hours).
 
 A warm state is the pipeline's :meth:`~daemon.pipeline.Pipeline.warm_state`, pickled and compressed, written to the
 store (table ``warm_state``, one row per shard, so a standby on the same PostgreSQL takes it up) every

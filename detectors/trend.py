@@ -15,13 +15,14 @@ rate, maximum a posteriori, from a prior per counter while the fleet says little
 own record before the window (an exponentially forgotten count and exposure, half-life ``history_halflife_s``).
 Healthy parts' rates spread like that: most parts alike, a few a hundred times noisier. A Gamma fitted to the same
 counts has too thin a tail for the noisy few and, made vaguer to spare them, too wide a one for a quiet fleet
-(docs/detectors.md, "Run 2"); the log-normal fitted to them puts both within a factor of a few of the fleet.
+(bench/records/detectors-history.md, "Run 2"); the log-normal fitted to them puts both within a factor of a few of
+the fleet.
 The fit leaves out the top ``trim`` share of parts (at least one), those that may be failing at once, so that a
 failing part does not teach the fleet that its errors are normal: one in a thousand, above what fleets show (Llama 3's
 16,384 GPUs had about six hardware interruptions a day, docs/fleet-stats.md: a few parts in ten thousand a day in
 their precursor). Leaving out more leaves out the fleet's noisiest healthy parts, and the fit, blind to its own tail,
 finds the fleet under half as spread as it is in its first hours: its noisiest healthy parts then look risen
-(docs/detectors.md, "Run 4").
+(bench/records/detectors-history.md, "Run 4").
 A record the fleet could hardly have given (chance at most ``conflict_alpha``: a part beyond the fleet's fitted
 spread) is a part unlike the fleet, judged against its own record alone (Jeffreys' prior).
 The chance of ``k`` or more episodes is then the Poisson tail averaged over that rate. A window whose chance is at most
@@ -48,7 +49,7 @@ a link going bad raises each a little, in a noisy fleet each too little to be to
 hours, while on a healthy part they move independently. When no counter alone raises an alarm, the chances of the
 part's counters of that kind (each its best window, as judged alone) are combined by Fisher's method over every
 counter of the kind the part has counted, and a combined chance of at most ``alpha`` with at least two counters
-judged is an alarm (``together``; docs/detectors.md, "Run 11").
+judged is an alarm (``together``; bench/records/detectors-history.md, "Run 11").
 
 Magnitude is otherwise the rules' to judge (symbol errors at 120/h, the PCIe replay budget, 50 correctable ECC errors
 an hour); a single burst of any size is one episode here.
