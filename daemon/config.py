@@ -24,6 +24,7 @@ from daemon.shards import POOL, ShardSpec
 from daemon.alerting.runbooks import RUNBOOKS
 from daemon.alerting.secrets import SecretError, read_secret
 from daemon.store import DEFAULT_URL
+from detectors.contract import TICK_S
 from playbooks.guards import Guards
 from playbooks.model import MODES
 
@@ -38,7 +39,7 @@ class ConfigError(ValueError):
 class ServiceConfig:
     """``[service]``: the live daemon's clock, shard and housekeeping."""
 
-    interval_s: float = 30.0
+    interval_s: float = TICK_S
     lateness_s: float | None = None  # default: one interval
     shard: str = "default"
     lease_ttl_s: float | None = None  # default: three intervals

@@ -28,7 +28,7 @@ from detectors.grouping import group_keys, group_mean, last_and_max
 from detectors.features import FeatureState
 from detectors.hold import GaugeHold
 from detectors import registry
-from detectors.contract import Detector, Evidence, TickInput
+from detectors.contract import TICK_S, Detector, Evidence, TickInput
 from detectors.rules import RuleDetector
 from detectors.schema import (State, entity_kind, events_frame, frame, is_counter, name_codes, name_column, names_in,
                               names_mask, node_of)
@@ -47,7 +47,7 @@ _WARM_HEALTH = ("entities", "last_seen", "stale_after")  # not its config: the r
 class PipelineConfig:
     """Tick and detection parameters."""
 
-    interval_s: float = 30.0
+    interval_s: float = TICK_S
     reboot_grace_s: float = 600.0  # after reboot evidence: a boot, a new boot time, a node's counters reset at once
     telemetry_incident_after_s: float = 900.0  # at least; a node sampled every 5 min gets four intervals
     baseline: bool = False  # run only the static-threshold baseline rules (for evaluation)

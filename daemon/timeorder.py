@@ -28,6 +28,7 @@ import pyarrow as pa
 import pyarrow.feather as feather
 
 from daemon.batch import Batch, events_table
+from detectors.contract import TICK_S
 from detectors.schema import EVENT_COLUMNS, empty_events, empty_samples, events_frame
 
 
@@ -40,7 +41,7 @@ def tick_index(ts: np.ndarray, interval: float) -> np.ndarray:
 class TimeSpill:
     """An on-disk, time-partitioned buffer; ``add`` chunks in any order, then iterate ``ticks``."""
 
-    interval: float = 30.0
+    interval: float = TICK_S
     bucket_ticks: int = 120
     directory: Path | None = None
     duplicates: int = 0

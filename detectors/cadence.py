@@ -15,6 +15,7 @@ from __future__ import annotations
 
 import numpy as np
 
+from detectors.contract import TICK_S
 from detectors.grouping import RowIndex
 
 GAPS = 5
@@ -23,7 +24,7 @@ GAPS = 5
 class Cadence:
     """Learned sampling interval and staleness window per entity (rows of a :class:`RowIndex`)."""
 
-    def __init__(self, tick_s: float = 30.0, factor: float = 2.5, floor_s: float = 150.0):
+    def __init__(self, tick_s: float = TICK_S, factor: float = 2.5, floor_s: float = 150.0):
         self.tick_s = tick_s
         self.factor = factor
         self.floor_s = floor_s

@@ -21,6 +21,10 @@ import pandas as pd
 
 from detectors.schema import State
 
+TICK_S = 30.0
+"""The default tick, in seconds: the daemon's ``[service] interval_s``, replay's, evaluation's and training's
+``--interval``, the closed loop's step. The one place it is written (the starter config names it for operators)."""
+
 _SCORE = {State.FAILED: 1.0, State.SUBHEALTHY: 0.75, State.SUSPECT: 0.4}
 
 

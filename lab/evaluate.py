@@ -10,6 +10,7 @@ from pathlib import Path
 from daemon.pipeline import PipelineConfig
 from daemon.replay import replay
 from daemon.trace import Trace
+from detectors.contract import TICK_S
 from detectors.evaluation import ClassScore, Evaluation, Fault, evaluate, flags_from_findings
 
 
@@ -31,14 +32,14 @@ def read_labels(path: Path, purpose: str = "evaluate against") -> list[Fault]:
     return [Fault.from_dict(json.loads(x)) for x in trace.labels_path.read_text().splitlines() if x.strip()]
 
 
-def evaluate_trace(path: Path, baseline: bool, interval_s: float = 30.0, model=None,
+def evaluate_trace(path: Path, baseline: bool, interval_s: float = TICK_S, model=None,
                    timezone: str | None = None) -> Evaluation:
     """Replay one labelled trace and score its findings (with the learned detectors of ``model``; ``timezone``: of
     its stamps that name none, as :func:`daemon.replay.replay` takes it)."""
     return evaluate_trace_by_vendor(path, baseline, interval_s, model, timezone)["all"]
 
 
-def evaluate_trace_by_vendor(path: Path, baseline: bool, interval_s: float = 30.0, model=None,
+def evaluate_trace_by_vendor(path: Path, baseline: bool, interval_s: float = TICK_S, model=None,
                              timezone: str | None = None) -> dict[str, Evaluation]:
     """One replay, scored over the whole trace (``all``) and over each vendor's nodes when the topology names
     more than one vendor: that vendor's faults and flags, node-days of its nodes; labels on racks and cooling
@@ -75,7 +76,7 @@ def evaluate_trace_by_vendor(path: Path, baseline: bool, interval_s: float = 30.
     return out
 
 
-def evaluate_simulation(sim, baseline: bool, interval_s: float = 30.0, model=None) -> Evaluation:
+def evaluate_simulation(sim, baseline: bool, interval_s: float = TICK_S, model=None) -> Evaluation:
     """Run a simulation straight through the pipeline, tick by tick without writing a trace, and score it against
     its own labels (for the evaluation matrix, where traces would be hundreds of gigabytes). The batches are the
     ones its trace would replay: rows stamped past a tick's end (jitter) go to the next tick."""
@@ -159,7 +160,7 @@ class Comparison:
         return out
 
 
-def compare(paths: list[Path], interval_s: float = 30.0, model=None, progress=None,
+def compare(paths: list[Path], interval_s: float = TICK_S, model=None, progress=None,
             timezone: str | None = None) -> Comparison:
     """raswarden (with ``model``'s learned detectors when given) and the static baseline on every trace, pooled,
     and per vendor where a trace's topology names several."""

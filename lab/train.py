@@ -35,6 +35,7 @@ from daemon.replay import replay
 from daemon.trace import Trace
 from detectors.evaluation import Fault
 from detectors.features import FEATURES
+from detectors.contract import TICK_S
 from detectors.learned import TrainingSet, label_rows
 from detectors.bundle import ModelBundle
 from detectors.multivariate import MultivariateDetector
@@ -79,7 +80,7 @@ WARMUP_S = 24 * 3600.0
 
 
 def segments(path: Path, parts: int, warmup_s: float = WARMUP_S,
-             interval_s: float = 30.0) -> list[tuple[tuple[float, float] | None, float, float]]:
+             interval_s: float = TICK_S) -> list[tuple[tuple[float, float] | None, float, float]]:
     """``(replay window, keep ticks after, keep ticks up to)`` of each part of a trace cut into ``parts`` stretches
     of time at tick boundaries (one part, the whole trace, when its span is unknown or too short to be worth the
     warm-up). A tick ``now`` holds the samples of ``(now - interval_s, now]``, and so does the window."""
@@ -125,7 +126,7 @@ def _collect_part(path: str, t: int, window: tuple[float, float] | None, keep_af
     return sets, result.stats
 
 
-def collect(paths: list[Path], interval_s: float = 30.0, stride: int = 10, progress=None,
+def collect(paths: list[Path], interval_s: float = TICK_S, stride: int = 10, progress=None,
             horizon_s: float = 12 * 3600.0, sample_cap: int = 400_000, jobs: int = 1,
             warmup_s: float = WARMUP_S) -> Collected:
     """Feature rows of every trace (see the module docstring), ``jobs`` processes at once: the traces side by side,
@@ -197,7 +198,7 @@ def fit(collected: Collected, horizon_s: float = 12 * 3600.0, max_negatives: int
     return detectors, summary
 
 
-def train(paths: list[Path], out: Path, interval_s: float = 30.0, stride: int = 10,
+def train(paths: list[Path], out: Path, interval_s: float = TICK_S, stride: int = 10,
           horizon_s: float = 12 * 3600.0, progress=None, jobs: int = 1) -> ModelBundle:
     """Collect (``jobs`` processes at once), fit and save; returns the bundle (its ``meta`` holds the figures)."""
     started = time.perf_counter()

@@ -8,6 +8,7 @@ import sys
 from pathlib import Path
 
 from daemon.cli.common import console_out, hours, print_table, timezone_arg
+from detectors.contract import TICK_S
 
 def _vendor_table(by_vendor: dict):
     """Each vendor's figures side by side (raswarden / baseline)."""
@@ -151,7 +152,8 @@ def register(sub) -> None:
     p.add_argument("trace", nargs="*", help="trace directories, each with labels.jsonl")
     p.add_argument("--json", metavar="FILE", help="also write the figures as JSON (with --matrix: the results file, "
                                                   "resumed when it exists)")
-    p.add_argument("--interval", type=float, default=30.0, help="tick interval in seconds (default 30)")
+    p.add_argument("--interval", type=float, default=TICK_S,
+                   help=f"tick interval in seconds (default {TICK_S:g})")
     p.add_argument("--model", metavar="DIR", help="add the learned detectors of a model from 'raswarden train'")
     timezone_arg(p)
     m = p.add_argument_group("matrix")
@@ -173,7 +175,8 @@ def register(sub) -> None:
                                    "The daemon runs without a model on rules and statistical detectors.")
     p.add_argument("trace", nargs="+", help="trace directories, each with labels.jsonl")
     p.add_argument("--out", required=True, metavar="DIR", help="model directory to write")
-    p.add_argument("--interval", type=float, default=30.0, help="tick interval in seconds (default 30)")
+    p.add_argument("--interval", type=float, default=TICK_S,
+                   help=f"tick interval in seconds (default {TICK_S:g})")
     p.add_argument("--stride", type=int, default=10,
                    help="keep unlabelled entities' rows every N ticks (default 10); labelled ones every tick")
     p.add_argument("--horizon", type=float, default=12.0, help="failure horizon of the predictor in hours")

@@ -7,7 +7,7 @@ import json
 import sys
 from pathlib import Path
 
-
+from detectors.contract import TICK_S
 
 
 def cmd_simulate(args: argparse.Namespace) -> int:
@@ -194,7 +194,7 @@ def register(sub) -> None:
     p.add_argument("--model", metavar="DIR", help="with --closed-loop: learned detectors for the full policy")
     p.add_argument("--playbooks", action="append", default=[], metavar="DIR",
                    help="with --closed-loop: operators' playbook directory (repeatable)")
-    p.add_argument("--interval", type=float, default=30.0,
+    p.add_argument("--interval", type=float, default=TICK_S,
                    help="with --closed-loop: the world's step, and raswarden's tick unless --tick (default 30 s)")
     p.add_argument("--tick", type=float, metavar="SECONDS",
                    help="with --closed-loop: raswarden's detection tick, a multiple of --interval (its playbooks "

@@ -8,6 +8,7 @@ from collections import Counter
 from pathlib import Path
 
 from daemon.cli.common import console_out, fmt_duration, fmt_ts, print_table, progress_bar, timezone_arg
+from detectors.contract import TICK_S
 
 def cmd_replay(args: argparse.Namespace) -> int:
     from rich.console import Console
@@ -164,7 +165,8 @@ def register(sub) -> None:
     p.add_argument("--findings", metavar="FILE.jsonl", help="write every state transition as JSON lines")
     p.add_argument("--db", metavar="URL", help="also record findings and incidents in this database "
                                                "(e.g. sqlite:///replay.db or postgresql+psycopg://...)")
-    p.add_argument("--interval", type=float, default=30.0, help="tick interval in seconds (default 30)")
+    p.add_argument("--interval", type=float, default=TICK_S,
+                   help=f"tick interval in seconds (default {TICK_S:g})")
     p.add_argument("--future", action="store_true",
                    help="take rows stamped more than a day after now (a trace made for a date ahead); by default "
                         "they are rejected as corrupt stamps")

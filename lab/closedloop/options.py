@@ -4,6 +4,7 @@ from __future__ import annotations
 
 from dataclasses import dataclass, field
 
+from detectors.contract import TICK_S
 from playbooks.guards import Guards
 
 POLICIES = ("none", "reactive", "full")
@@ -32,7 +33,7 @@ ACCOUNTING_VERSION = 5
 class LoopOptions:
     """What the loop assumes about the site (stated in every report)."""
 
-    interval_s: float = 30.0  # the world's step: the scheduler, the faults and the technician move this often
+    interval_s: float = TICK_S  # the world's step: the scheduler, the faults and the technician move this often
     # raswarden's detection tick (a multiple of interval_s; None: interval_s): its pipeline runs this often and reads
     # every sample since its last tick, as a daemon with a longer tick than its exporters' scrape does; its playbooks
     # (checkpoint, the wait for it, the drain; validation) still step with the world
