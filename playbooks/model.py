@@ -66,7 +66,10 @@ class Match:
 
 
 @dataclass(frozen=True)
-class Guards:
+class PlaybookGuards:
+    """A playbook's own guards (its YAML ``guards:``): its mode, approval and rate limit; the global ones are
+    :class:`playbooks.guards.Guards`."""
+
     mode: str = "act"
     approval: bool = False
     rate_max: int = 20
@@ -78,7 +81,7 @@ class Playbook:
     name: str
     steps: tuple[Step, ...]
     match: Match = Match()
-    guards: Guards = Guards()
+    guards: PlaybookGuards = PlaybookGuards()
     priority: int = 100
     description: str = ""
     source: str = ""
@@ -177,7 +180,8 @@ def parse(raw: Any, source: str = "<playbook>") -> Playbook:
         raise PlaybookError(f"{where}.priority: an integer")
     description = str(raw.pop("description", ""))
     _no_more(raw, where)
-    return Playbook(name, steps, match, Guards(mode, approval, rate_max, rate_per), priority, description, source)
+    return Playbook(name, steps, match, PlaybookGuards(mode, approval, rate_max, rate_per), priority, description,
+                    source)
 
 
 BUILTIN_DIR = Path(__file__).with_name("builtin")
