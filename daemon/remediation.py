@@ -9,6 +9,7 @@ clean period). Incidents are read from a persisted cursor, like the alert pipeli
 
 from __future__ import annotations
 
+import dataclasses
 import time
 
 
@@ -62,10 +63,12 @@ class Remediation:
         ``repair_orders``: open repair orders and validate repaired nodes (off: drained nodes return through the
         recovery playbook alone, as the closed loop's world still has them do). ``ownership``: the shard's part of
         the cluster (daemon/shards.py; default: the config's shard); incidents of other shards are theirs."""
-        if scheduler is None:
+        guards = cfg.guards
+        if scheduler is None:  # nothing to act on: decide and record (the caller's config is left as it is)
             scheduler = NoScheduler()
-            if cfg.guards.mode == "act":
-                cfg.guards.mode = "dry-run"
+            if guards.mode == "act":
+                guards = dataclasses.replace(guards, mode="dry-run")
+        self.guards = guards
         self.store = store
         self.journal = StoreJournal(store)
         # Nodes the scheduler knows by another name than the telemetry's (topology.yaml scheduler_name).
@@ -75,7 +78,7 @@ class Remediation:
         self.scheduler_names: dict[str, str] = dict(topology.scheduler_name)
         self.repairs = RepairBook(store, topology, clock=clock)
         self.validator = Validator(self.repairs, scheduler, cfg.repairs, clock=clock,
-                                   scheduler_names=self.scheduler_names, guards=cfg.guards,
+                                   scheduler_names=self.scheduler_names, guards=guards,
                                    breaker=self.journal.breaker, owns=self.ownership.owns)
         self.clock = clock
         self.act_on = act_on
@@ -86,7 +89,7 @@ class Remediation:
         # action at a time per incident): planned once that action has ended.
         self._deferred: dict[str, IncidentRef] = {}
         racks = self._racks()
-        self.engine = Engine(scheduler, self.journal, load(cfg.playbook_dirs), cfg.guards, clock=clock,
+        self.engine = Engine(scheduler, self.journal, load(cfg.playbook_dirs), guards, clock=clock,
                              rack_of=racks.get, owns=self.ownership.owns_entity)
         self.validator.rack_of = racks.get
         self._defer_unplanned()

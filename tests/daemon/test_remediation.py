@@ -68,3 +68,11 @@ def test_a_pass_is_settled_only_when_nothing_is_under_way(tmp_path):
             break
     assert rem.settled and states(rem) == ["subhealthy", "failed"]
     store.close()
+
+
+def test_without_a_scheduler_it_decides_and_records_and_leaves_the_config_as_it_was(tmp_path):
+    cfg = Config()
+    assert cfg.guards.mode == "act"
+    rem = Remediation(cfg, Store(f"sqlite:///{tmp_path}/s.db"), None, clock=lambda: 100.0)
+    assert rem.engine.guards.mode == "dry-run" and rem.validator.guards.mode == "dry-run"
+    assert cfg.guards.mode == "act"  # the caller's config (a reload compares it) is not written into
