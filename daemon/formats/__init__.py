@@ -4,6 +4,8 @@ file no reader takes is (:func:`describe_unread`), so a replay can say why it sk
 from __future__ import annotations
 
 import re
+from collections.abc import Callable
+from dataclasses import dataclass
 from pathlib import Path
 
 from daemon.formats.reader import ReadContext, Reader, open_binary
@@ -25,7 +27,7 @@ __all__ = [
     "ColumnarReader", "ColumnarWriter", "FabricManagerReader", "JournalExportReader", "JournalFileReader",
     "JournalJsonReader", "NvidiaSmiCsvReader", "OpenMetricsReader",
     "QueryRangeReader", "RasdaemonReader", "ReadContext", "Reader", "SmiReader", "TextLogReader", "VmExportReader",
-    "describe_unread", "sniff",
+    "SHAPES", "Shape", "describe_unread", "sniff",
 ]
 
 # A sample line: a metric name, its labels, a number (and a timestamp). "Tue 2025-01-21 04:41:44 UTC host kernel: ..."
@@ -41,45 +43,54 @@ _PSTORE_HEADER = re.compile(r"^(Panic|Oops|Emergency|Shutdown|Halt|Poweroff|Rest
 _LEVEL_RAW = re.compile(r"^<\d+>\[\s*\d+\.\d+\]")  # dmesg -r / pstore: "<6>[  201.650687] ..."
 
 
+def _text(line: bytes) -> str:
+    return line.decode("utf-8", "replace")
+
+
+@dataclass(frozen=True)
+class Shape:
+    """A kind of file :func:`sniff` tells: its name, the test on the file's first 4 KiB and first non-blank line,
+    and the reader that takes it."""
+
+    name: str
+    matches: Callable[[bytes, bytes], bool]
+    reader: Callable[[], Reader]
+
+
+SHAPES: tuple[Shape, ...] = (
+    Shape("rasdaemon SQLite", lambda head, first: head.startswith(b"SQLite format 3\x00"), RasdaemonReader),
+    Shape("Parquet", lambda head, first: head.startswith(b"PAR1"), ColumnarReader),
+    Shape("journal file", lambda head, first: journalfile.looks_like(head), JournalFileReader),
+    # promtool tsdb dump: '{__name__="up", job="x"} 1 1700000000000'
+    Shape("promtool dump", lambda head, first: _LABELS_FIRST.match(first) is not None, OpenMetricsReader),
+    Shape("VictoriaMetrics export", lambda head, first: vmexport.looks_like(first), VmExportReader),
+    Shape("journal export", lambda head, first: journalexport.looks_like(first), JournalExportReader),
+    Shape("journal JSON", lambda head, first: first.startswith(b"{") and (
+        b"__REALTIME_TIMESTAMP" in first or b"_TRANSPORT" in first), JournalJsonReader),
+    Shape("smi snapshots", lambda head, first: first.startswith(b"{") and b'"tool"' in first and b'"output"' in first,
+          SmiReader),
+    Shape("Prometheus query_range", lambda head, first: first.startswith(b"{"), QueryRangeReader),
+    Shape("columnar CSV", lambda head, first: first.startswith(b"ts,"), ColumnarReader),
+    Shape("nvidia-smi CSV", lambda head, first: nvsmicsv.looks_like(_text(first)), NvidiaSmiCsvReader),
+    # log shapes before exposition: "kern  :warn  : 2025-..." (dmesg --decode) also looks like a sample's name
+    Shape("kernel log", lambda head, first: TextLogReader._detect(_text(first)) is not None, TextLogReader),
+    Shape("Fabric Manager log", lambda head, first: FABRIC_MANAGER_STAMP.match(_text(first)) is not None,
+          FabricManagerReader),
+    Shape("exposition", lambda head, first: first.startswith(b"#") or _EXPOSITION.match(first) is not None,
+          OpenMetricsReader),
+)
+"""Every kind of file replay reads, in the order :func:`sniff` tries them (the first that matches takes it)."""
+
+
 def sniff(path: Path) -> Reader | None:
-    """Pick the reader for a file from its first bytes; None when no reader fits."""
+    """Pick the reader for a file from its first bytes (:data:`SHAPES`, in order); None when no reader fits."""
     try:
         with open_binary(path) as fh:
             head = fh.read(4096)
     except OSError:
         return None
-    if head.startswith(b"SQLite format 3\x00"):
-        return RasdaemonReader()
-    if head.startswith(b"PAR1"):
-        return ColumnarReader()
-    if journalfile.looks_like(head):
-        return JournalFileReader()
     first = next((ln.strip() for ln in head.splitlines() if ln.strip()), b"")
-    if _LABELS_FIRST.match(first):  # promtool tsdb dump: '{__name__="up", job="x"} 1 1700000000000'
-        return OpenMetricsReader()
-    if vmexport.looks_like(first):
-        return VmExportReader()
-    if journalexport.looks_like(first):
-        return JournalExportReader()
-    if first.startswith(b"{"):
-        if b"__REALTIME_TIMESTAMP" in first or b"_TRANSPORT" in first:
-            return JournalJsonReader()
-        if b'"tool"' in first and b'"output"' in first:
-            return SmiReader()
-        return QueryRangeReader()
-    if first.startswith(b"ts,"):
-        return ColumnarReader()
-    text = first.decode("utf-8", "replace")
-    if nvsmicsv.looks_like(text):
-        return NvidiaSmiCsvReader()
-    # Log shapes first: "kern  :warn  : 2025-..." (dmesg --decode) also looks like an exposition line's name.
-    if TextLogReader._detect(text) is not None:
-        return TextLogReader()
-    if FABRIC_MANAGER_STAMP.match(text):
-        return FabricManagerReader()
-    if first.startswith(b"#") or _EXPOSITION.match(first):
-        return OpenMetricsReader()
-    return None
+    return next((shape.reader() for shape in SHAPES if shape.matches(head, first)), None)
 
 
 def describe_unread(path: Path) -> str:
