@@ -71,7 +71,7 @@ class HttpConfig:
 
     listen: str = "127.0.0.1:9470"
     token: str | None = None  # bearer token for the API's write calls; None: they are refused
-    max_connections: int = 256  # open at once; at the cap the slowest sender is closed to make room (httpserver.py)
+    max_connections: int = 256  # open at once; at the cap the slowest sender is closed to make room (web/server.py)
     max_connections_per_peer: int = 64  # the same, per client address
     request_timeout_s: float = 10.0  # the whole request (head and body) must arrive within this, else 408
     token_error: str | None = None  # why a configured token could not be read (the API's writes are off)

@@ -13,7 +13,7 @@ import pytest
 
 from daemon.config import load
 from daemon.service import Service
-from daemon.web import heatmap_svg
+from daemon.web.pages import heatmap_svg
 from tests.conftest import require
 from tests.daemon.service.conftest import dead_target_config, free_port, get
 from tests.daemon.service.test_service import until

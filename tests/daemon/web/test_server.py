@@ -1,4 +1,4 @@
-"""The bounded HTTP server (daemon/httpserver.py) on loopback: trickling, idle and stuck clients never hold it, and
+"""The bounded HTTP server (daemon/web/server.py) on loopback: trickling, idle and stuck clients never hold it, and
 what it cannot read is answered with its status in one line, never a traceback (issue 54, probe 3)."""
 
 from __future__ import annotations
@@ -11,7 +11,7 @@ import time
 import pytest
 
 from daemon import metrics
-from daemon.httpserver import MAX_BODY, MAX_HEAD, BoundedHTTPServer
+from daemon.web.server import MAX_BODY, MAX_HEAD, BoundedHTTPServer
 from lab.slowclients import Tricklers
 from tests.daemon.service.conftest import get
 
@@ -167,7 +167,7 @@ def test_when_every_open_connection_is_being_answered_a_new_one_is_refused_at_on
 
 def test_health_and_metrics_have_threads_of_their_own(served):
     """Every page thread is held by a slow answer: /healthz and /metrics are still answered."""
-    from daemon.httpserver import WORKERS
+    from daemon.web.server import WORKERS
 
     server, app = served(deadline_s=30.0)
     holders = [threading.Thread(target=get, args=(_url(server, "/hold"),)) for _ in range(WORKERS)]
