@@ -1,0 +1,192 @@
+"""The rule detector's levels: counters judged per increase or as rates against published limits (with the
+exposure a limit asks for), and gauges (temperatures, port state, throttling, a vendor's health bit) (docs/rules.md).
+A part of :class:`detectors.rules.RuleDetector`, whose streaming state it shares."""
+
+from __future__ import annotations
+
+from collections import deque
+
+import numpy as np
+import pandas as pd
+
+from detectors.contract import Evidence, TickInput
+from detectors.schema import State, name_codes, names_in, node_of
+
+PORT_ACTIVE = 4.0
+_PORT_STATES = {0: "NOP", 1: "DOWN", 2: "INIT", 3: "ARMED", 4: "ACTIVE", 5: "ACTIVE_DEFER"}
+# Counters whose every increase is judged on its own (the rate rules below read the others).
+_HARD_COUNTERS = frozenset({"ecc_dbe_total", "ecc_dbe_agg_total", "row_remap_uncorrectable_total",
+                            "retired_pages_dbe_total", "link_downed_total", "link_down_events_total",
+                            "edac_ue_total"})
+# An Ethernet (RoCE) port's link counters, mlx5's ethtool ``*_phy`` counters as node_exporter's ethtool collector
+# serves them (Linux, Documentation/networking/device_drivers/ethernet/mellanox/mlx5/counters.rst): named apart from
+# the InfiniBand PortCounters, which the same port's RDMA device may show too (zeros on Ethernet), so the two never
+# mix in one counter; judged as them. 32 and 64 bits: they wrap, never saturate.
+LINK_DOWN_COUNTERS = {"link_downed_total": "link_downed", "link_down_events_total": "link_down_events_phy"}
+# InfiniBand PortCounters that stop at their maximum instead of wrapping (IBA 16.1.3.5: LinkDownedCounter and
+# LinkErrorRecoveryCounter are 8 bits, SymbolErrorCounter and PortRcvErrors 16), as sysfs and node_exporter show
+# them: a counter at its maximum counts nothing more.
+SATURATES = {"link_downed_total": 255.0, "link_error_recovery_total": 255.0, "symbol_error_total": 65535.0,
+             "rcv_errors_total": 65535.0}
+
+
+class LevelRules:
+    """Counter and gauge rules, evidence held only while the level lasts."""
+
+    def _counters(self, tick: TickInput, out: list[Evidence]) -> None:
+        inc = tick.increases
+        now = tick.now
+        if inc.empty:
+            self._rates(now, out)  # the rate rules speak every tick while the last hour is over the limit
+            return
+        ecodes, enames = name_codes(inc["entity"])
+        mcodes, mnames = name_codes(inc["metric"])
+        increases = inc["increase"].to_numpy()
+        moved = np.flatnonzero(increases > 0)
+        ecodes, mcodes, increases = ecodes[moved], mcodes[moved], increases[moved]
+        hard = np.flatnonzero(np.isin(mcodes, [i for i, m in enumerate(mnames) if m in _HARD_COUNTERS]))
+        for entity, metric, increase in zip(enames[ecodes[hard]], mnames[mcodes[hard]], increases[hard]):
+            if metric in ("ecc_dbe_total", "ecc_dbe_agg_total"):
+                ev = Evidence(entity, State.FAILED, "gpu_memory",
+                              [f"uncorrectable (double-bit) ECC errors +{increase:.0f}"], hard=True)
+                self._latch(ev, now + self.failed_hold_s)
+            elif metric in ("row_remap_uncorrectable_total", "retired_pages_dbe_total") and not self.baseline:
+                what = "row remapped for an uncorrectable error" if metric.startswith("row") else "page retired (DBE)"
+                self._latch(Evidence(entity, State.SUBHEALTHY, "gpu_memory", [f"{what} +{increase:.0f}"]),
+                            now + self.event_hold_s)
+            elif metric in LINK_DOWN_COUNTERS:
+                if node_of(entity) in tick.grace_nodes:
+                    continue
+                ev = Evidence(entity, State.FAILED, "fabric_link", [f"{LINK_DOWN_COUNTERS[metric]} +{increase:.0f}"],
+                              hard=True)
+                self._latch(ev, now + self.event_hold_s, "link-down")
+            elif metric in ("edac_ue_total",):
+                ev = Evidence(entity, State.FAILED, "host", [f"EDAC uncorrectable errors +{increase:.0f}"], hard=True)
+                self._latch(ev, now + self.failed_hold_s)
+        if not self.baseline and "last" in inc:
+            self._saturated(inc, now)
+        rates = self.rate_limits_
+        for metric, (limit, _, _) in rates.items():
+            if self.baseline and metric not in ("symbol_error_total", "pcs_symbol_error_total"):
+                continue
+            part = np.flatnonzero(np.isin(mcodes, np.flatnonzero(mnames == metric)))
+            for entity, increase in zip(enames[ecodes[part]], increases[part]):
+                key = f"{metric}|{entity}"
+                rate = self._hourly.add(key, now, float(increase))
+                if rate >= limit / 4 or key in self._exposure:  # the increases of the hour, for a part near a limit
+                    seen = self._exposure.setdefault(key, deque())
+                    seen.append((now, float(increase)))
+                if rate >= limit:
+                    self._hot[key] = (metric, entity)
+        self._rates(now, out)
+
+    def _rate_limits(self) -> dict[str, tuple[float, str, str]]:
+        """The rate rules' counters: limit per hour, category, words."""
+        return {
+            "ecc_sbe_total": (self.sbe_per_hour, "gpu_memory", "correctable ECC errors"),
+            "pcie_replay_total": (self.pcie_replay_per_hour, "gpu_bus", "PCIe replays"),
+            "symbol_error_total": (self.symbol_errors_per_hour, "fabric_link", "symbol errors"),
+            "pcs_symbol_error_total": (self.symbol_errors_per_hour, "fabric_link", "symbol errors after FEC"),
+            "link_error_recovery_total": (self.link_recovery_per_hour, "fabric_link", "link error recoveries"),
+        }
+
+    def _rates(self, now: float, out: list[Evidence]) -> None:
+        """Rate rules, every tick while the count of the last hour is at or over the limit, sampled this tick or
+        not (sampled every 5 minutes, a counter's increase comes one tick in ten). A published limit is a rate that
+        lasts (the IBTA BER budget, DCGM's replay budget), so it flags a part whose hour's errors came in at least
+        ``limit_min_increases`` separate samples with none holding ``limit_burst_share`` of them, whether or not
+        raswarden has a record of the part (one installed bad is flagged from its first hour); one burst over the
+        limit is a watch."""
+        rates = self.rate_limits_
+        for key, (metric, entity) in list(self._hot.items()):
+            limit, category, words = rates[metric]
+            rate = self._hourly.value(key, now)
+            seen = self._exposure.get(key)
+            while seen and seen[0][0] <= now - 3600.0:
+                seen.popleft()
+            if rate < limit:
+                del self._hot[key]
+                continue
+            reason = f"{words} {rate:.0f}/h (limit {limit:.0f}/h)"
+            if self.baseline:
+                out.append(Evidence(entity, State.SUBHEALTHY, category, [reason]))
+                continue
+            moved = [inc for _, inc in seen or () if inc > 0]
+            total = sum(moved)
+            largest = max(moved, default=0.0)
+            if len(moved) >= self.limit_min_increases and largest < self.limit_burst_share * total:
+                out.append(Evidence(entity, State.SUBHEALTHY, category,
+                                    [f"{reason}, in {len(moved)} samples of the last hour"]))
+            else:
+                out.append(Evidence(entity, State.SUSPECT, category, [
+                    f"{reason}, {largest:.0f} of the hour's {total:.0f} in one sample: a burst, watched (the limit is "
+                    f"a rate that lasts: {self.limit_min_increases} samples or more, none with "
+                    f"{self.limit_burst_share:.0%} of the errors)"]))
+
+    def _saturated(self, inc: pd.DataFrame, now: float) -> None:
+        """A counter stuck at its maximum is blind: say so on the port (a watch, with the way to clear it)."""
+        codes, names = name_codes(inc["metric"])
+        at_max = np.array([SATURATES.get(m, np.inf) for m in names], dtype=float)[codes]  # per name, not per row
+        stuck = np.flatnonzero(inc["last"].to_numpy() >= at_max)
+        for i in stuck:
+            entity, name = str(inc["entity"].iat[i]), names[codes[i]]
+            reason = (f"{name.removesuffix('_total')} stuck at {at_max[i]:.0f}, the counter's maximum: it counts no "
+                      "more (clear the port's counters, e.g. perfquery -R)")
+            self.clear_latch(entity, f"saturated-{name}")
+            self._latch(Evidence(entity, State.SUSPECT, "telemetry", [reason]), now + self.event_hold_s,
+                        f"saturated-{name}")
+
+    def _gauges(self, tick: TickInput, out: list[Evidence]) -> None:
+        g = tick.gauges
+        if g.empty:
+            return
+        metric = g["metric"]
+        last = g["last"].to_numpy()
+        peak = g["max"].to_numpy()
+        hit = (
+            (names_in(metric, ("gpu_temp_c",)) & (peak >= self.gpu_temp_slowdown_c))
+            | (names_in(metric, ("row_remap_failure",)) & (last >= 1))
+            | (names_in(metric, ("port_state",)) & (last != PORT_ACTIVE) & ~np.isnan(last))
+        )
+        if not self.baseline:
+            hit |= (names_in(metric, ("hbm_temp_c",)) & (peak >= self.hbm_temp_limit_c)) | (
+                names_in(metric, ("throttle_thermal",)) & (last >= 1)) | (
+                names_in(metric, ("accelerator_health",)) & (last == 0))
+        if not hit.any():
+            return
+        g = g[hit]
+        for entity, metric, last, peak in zip(g["entity"], g["metric"], g["last"], g["max"]):
+            if metric == "gpu_temp_c":
+                if peak >= self.gpu_temp_shutdown_c:
+                    limit = f"at the shutdown limit ({self.gpu_temp_shutdown_c:.0f} °C)"
+                    out.append(Evidence(entity, State.FAILED, "gpu_thermal", [f"GPU {peak:.0f} °C {limit}"], hard=True))
+                elif peak >= self.gpu_temp_slowdown_c:
+                    limit = f"at the slowdown limit ({self.gpu_temp_slowdown_c:.0f} °C)"
+                    out.append(self._thermal(entity, f"GPU {peak:.0f} °C {limit}"))
+            elif metric == "hbm_temp_c" and peak >= self.hbm_temp_limit_c:
+                # A watch, not a flag: a GPU in a warm slot reaches its memory limit during a rack-wide coolant
+                # swing and is healthy; a degrading one is flagged by the peer detector (hotter than its peers).
+                out.append(Evidence(entity, State.SUSPECT, "gpu_thermal",
+                                    [f"HBM {peak:.0f} °C at or over its {self.hbm_temp_limit_c:.0f} °C limit"]))
+            elif metric == "throttle_thermal" and last >= 1:
+                out.append(self._thermal(entity, "clocks throttled for temperature"))
+            elif metric == "accelerator_health" and last == 0:
+                # The vendor's own health bit (npu-exporter, npu-smi): its fault codes say how bad; this alone
+                # is a sub-healthy NPU, never a drain by itself.
+                out.append(Evidence(entity, State.SUBHEALTHY, "gpu_compute", ["vendor health status unhealthy"]))
+            elif metric == "row_remap_failure" and last >= 1:
+                out.append(Evidence(entity, State.FAILED, "gpu_memory", ["row remapping failed"], hard=True))
+            elif metric == "port_state" and not np.isnan(last) and last != PORT_ACTIVE:
+                if node_of(entity) in tick.grace_nodes:
+                    continue
+                name = _PORT_STATES.get(int(last), str(int(last)))
+                reason = f"port state {name} ({int(last)})"
+                out.append(Evidence(entity, State.FAILED, "fabric_link", [reason], hard=True))
+
+    def _thermal(self, entity: str, what: str) -> Evidence:
+        """A GPU at its slowdown limit or throttled for heat: ``subhealthy``, or a ``suspect`` watch when its rack
+        warmed with it (:mod:`detectors.shared_heat`: a warm slot in a coolant swing is the rack's cooling)."""
+        heat = self._heat.shared(entity) if self._heat is not None else None
+        if heat is None:
+            return Evidence(entity, State.SUBHEALTHY, "gpu_thermal", [what])
+        return Evidence(entity, State.SUSPECT, "gpu_thermal", [f"{what}; {heat.reason()}"])
