@@ -18,7 +18,7 @@ import pyarrow.parquet as pq
 
 from daemon import metrics
 from daemon.batch import Batch, events_table, samples_from_codes
-from daemon.formats.reader import ReadContext
+from daemon.formats.reader import ReadContext, open_binary
 from detectors.schema import EVENT_COLUMNS, SAMPLE_COLUMNS, events_frame
 
 FORMAT = "columnar"
@@ -28,6 +28,11 @@ FORMAT = "columnar"
 #: name, time, value or code it takes in a row (a longer one is a corrupt row, rejected alone)
 FIELD_MAX = 16 * 1024 * 1024
 NAME_MAX = 1024
+
+
+def _text_lines(path: Path, ctx: ReadContext) -> io.TextIOWrapper:
+    """The file as UTF-8 text (a bad byte read as U+FFFD), decompressed as its name says, split at newlines only."""
+    return io.TextIOWrapper(open_binary(path, ctx.rejects, FORMAT), encoding="utf-8", errors="replace", newline="\n")
 
 
 class _OneRowPerLine(io.TextIOBase):
@@ -102,9 +107,10 @@ class ColumnarReader:
 
     def _read_csv(self, path: Path, ctx: ReadContext) -> Iterator[Batch]:
         bad_lines: list[list[str]] = []
-        try:
-            header = pd.read_csv(path, nrows=0, encoding_errors="replace").columns
-        except (pd.errors.ParserError, pd.errors.EmptyDataError, UnicodeDecodeError) as exc:
+        try:  # the first line alone (a stray quote on the line after it must not run the header on)
+            with _text_lines(path, ctx) as fh:
+                header = next(csv.reader([fh.readline()]), [])
+        except (OSError, EOFError, csv.Error) as exc:
             ctx.rejects.refuse(FORMAT, str(path), f"not a CSV with a header: {exc}")
             return
         is_events = "kind" in header
@@ -117,7 +123,7 @@ class ColumnarReader:
         # a field of any size is read, so that the row holding it is rejected alone (over 128 KiB, Python's csv
         # module raised and the rest of the file was lost, issue 54); names over NAME_MAX are refused per row below
         csv.field_size_limit(max(csv.field_size_limit(), FIELD_MAX))
-        fh = open(path, encoding="utf-8", errors="replace", newline="\n")
+        fh = _text_lines(path, ctx)
         reader = pd.read_csv(
             _OneRowPerLine(fh, len(header)), chunksize=ctx.chunk_rows, dtype=str, keep_default_na=False,
             on_bad_lines=lambda fields: bad_lines.append(fields), engine="python",

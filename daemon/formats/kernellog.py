@@ -181,7 +181,7 @@ def journal_entry(record: dict, position: str, rows: EventRows, text: str = "") 
     host = record.get("_HOSTNAME")
     try:
         ts = int(record["__REALTIME_TIMESTAMP"]) / 1e6
-    except (KeyError, TypeError, ValueError):
+    except (KeyError, TypeError, ValueError, OverflowError):  # OverflowError: more digits than a float holds
         ctx.rejects.reject(fmt, position, "missing or bad __REALTIME_TIMESTAMP", text)
         return None
     if not isinstance(message, str) or not isinstance(host, str) or not host:

@@ -71,10 +71,10 @@ class OpenMetricsReader:
             if len(block[0]):
                 parts.append(block)
                 pending += len(block[0])
-                if not scale_checked:
-                    first_ts = float(block[1][0])
-                    scale = (0.001 if first_ts > 1e11 else 1.0) if scale is None else self._check_scale(
-                        scale, first_ts, src)
+                if not scale_checked:  # the unit by the block's typical stamp: one damaged line cannot decide it
+                    typical = float(np.median(block[1]))
+                    scale = (0.001 if typical > 1e11 else 1.0) if scale is None else self._check_scale(
+                        scale, typical, src)
                     scale_checked = True
             if pending >= ctx.chunk_rows:
                 yield flush()
@@ -259,13 +259,13 @@ class OpenMetricsReader:
         return ctx.mapper.series_id(name, labels, position, FORMAT)
 
     @staticmethod
-    def _check_scale(scale: float, first_ts: float, src: str) -> float:
+    def _check_scale(scale: float, typical_ts: float, src: str) -> float:
         """Guard against a file whose timestamps are in the other unit than its format implies."""
         lo, hi = _PLAUSIBLE_SECONDS
-        if lo <= first_ts * scale <= hi:
+        if lo <= typical_ts * scale <= hi:
             return scale
         other = 0.001 if scale == 1.0 else 1.0
-        if lo <= first_ts * other <= hi:
+        if lo <= typical_ts * other <= hi:
             log.warning(
                 "%s: timestamps look like %s although the file %s '# EOF'; reading them as %s",
                 src, "milliseconds" if other == 0.001 else "seconds",

@@ -142,6 +142,25 @@ class _Decompressing:
     def readline(self, size: int = -1) -> bytes:
         return self._guard(self._fh.readline, size)
 
+    def read1(self, size: int = -1) -> bytes:  # what io.TextIOWrapper reads with
+        return self.read(size if size > 0 else 1 << 16)
+
+    def readable(self) -> bool:
+        return True
+
+    def writable(self) -> bool:
+        return False
+
+    def seekable(self) -> bool:
+        return False
+
+    @property
+    def closed(self) -> bool:
+        return self._fh.closed
+
+    def flush(self) -> None:
+        pass
+
     def close(self) -> None:
         self._fh.close()
 

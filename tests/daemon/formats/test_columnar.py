@@ -81,3 +81,24 @@ def test_parquet_window_skips_row_groups_outside_it_and_keeps_row_numbers(tmp_pa
     assert ctx.rejects.total == 1 and ctx.rejects.messages[0].startswith(f"{p}:row 23")
     ctx.window = (5.0, 1005.0)  # groups 0 and 1
     assert len(read_all(ColumnarReader(), p, ctx).samples) == 20
+
+
+def test_a_compressed_csv_is_read_and_a_stray_quote_costs_its_row(tmp_path, ctx):
+    """logrotate's gzip and zstd as the plain file; a quote that opens a field on one line (a bad byte: '1' ^ 19 is
+    '"') costs that row alone, at its line, not the rows after it nor the header."""
+    import gzip
+
+    import zstandard
+
+    rows = [f"{1772409600 + i},sn01-b01/gpu0,gpu_temp_c,{40 + i}" for i in range(6)]
+    rows[0] = '"' + rows[0][1:]
+    text = ("ts,entity,metric,value\n" + "\n".join(rows) + "\n").encode()
+    for name, pack in (("s.csv.gz", gzip.compress), ("s.csv.zst", zstandard.ZstdCompressor().compress),
+                       ("s.csv", lambda b: b)):
+        path = tmp_path / name
+        path.write_bytes(pack(text))
+        assert isinstance(sniff(path), ColumnarReader)
+        got = read_all(ColumnarReader(), path, ctx).samples
+        assert sorted(got["ts"]) == [1772409601.0 + i for i in range(5)], name
+    assert any(m.startswith(f"{tmp_path / 's.csv'}:line 2: a byte that is not UTF-8, a stray quote")
+               for m in ctx.rejects.messages), ctx.rejects.messages
