@@ -21,11 +21,10 @@ from dataclasses import dataclass
 
 from apscheduler.executors.pool import ThreadPoolExecutor as JobExecutor
 from apscheduler.schedulers.background import BackgroundScheduler
-from sqlalchemy.exc import DisconnectionError, InterfaceError, OperationalError
-from sqlalchemy.exc import TimeoutError as PoolTimeout
 
 from daemon import metrics
 from daemon.lease import Lease
+from daemon.store import STORE_TROUBLE, store_cause
 from playbooks.stopping import Stopped
 from playbooks.stopping import watching as stopping_watch
 
@@ -50,8 +49,6 @@ def next_on_phase(now: float, every_s: float, phase_s: float) -> float:
     return phase_s + every_s * math.ceil((now - phase_s) / every_s)
 
 
-STORE_TROUBLE = (OperationalError, InterfaceError, DisconnectionError, PoolTimeout)
-"""What the store's server, file or disk raise (not a constraint violated: that is a bug, and logs its traceback)."""
 STORE_REMIND_S = 600.0
 """A job's store failure is logged when it first comes, then again every ten minutes while it lasts."""
 _store_said: dict[tuple[str, str], tuple[float, int]] = {}  # (job, cause) -> (last logged, runs since)
@@ -82,8 +79,6 @@ def guarded(name: str, func: Callable[[], object], stopping: threading.Event | N
             log.info("job %s stopped: %s", name, exc)
         except STORE_TROUBLE as exc:  # the store (a full disk, a server gone): one line, not every run's traceback
             metrics.JOB_FAILURES.labels(name).inc()
-            from daemon.store import store_cause
-
             _store_failure(name, store_cause(exc))
         except Exception:  # a job's failure is logged and counted; the daemon goes on
             metrics.JOB_FAILURES.labels(name).inc()

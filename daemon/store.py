@@ -25,7 +25,8 @@ from alembic.config import Config
 from sqlalchemy import JSON, Column, Index, LargeBinary, UniqueConstraint, bindparam, event, text
 from sqlalchemy.dialects import postgresql, sqlite
 from sqlalchemy.engine import Engine
-from sqlalchemy.exc import SQLAlchemyError
+from sqlalchemy.exc import DisconnectionError, InterfaceError, OperationalError, SQLAlchemyError
+from sqlalchemy.exc import TimeoutError as PoolTimeout
 from sqlalchemy.pool import StaticPool
 from sqlmodel import Field, Session, SQLModel, create_engine, delete, func, select
 
@@ -286,6 +287,10 @@ _CAUSES = (
     ("holds the migrations lock", "another raswarden is migrating this store: wait for it, or stop it"),
     ("timeout", "the server did not answer in time"),
 )
+
+
+STORE_TROUBLE = (OperationalError, InterfaceError, DisconnectionError, PoolTimeout)
+"""What the store's server, file or disk raise while the daemon runs (not a constraint violated: that is a bug)."""
 
 
 def store_cause(exc: BaseException) -> str:
