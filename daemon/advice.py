@@ -26,11 +26,10 @@ import tempfile
 from dataclasses import asdict, dataclass, field
 from pathlib import Path
 
-from sqlmodel import select
-
 from daemon.config import AdviceConfig
 from daemon.foresight import HARD_KINDS, Foresight, Prior, measure
-from daemon.store import ActionRow, Store
+from daemon.store import Store
+from daemon.store.journal import StoreJournal
 from playbooks.duration import parse_duration
 from playbooks.scheduler import ClusterState, JobInfo
 
@@ -104,9 +103,7 @@ def declared(comment: str) -> dict[str, float]:
 def measured_costs(store: Store, since: float) -> dict[str, list[float]]:
     """Each job's measured checkpoint costs: from raswarden's signal (the checkpoint step) to the job's confirmation
     (the wait step), per playbook action, oldest first."""
-    with store.session() as s:
-        rows = s.exec(select(ActionRow.idempotency_key, ActionRow.step, ActionRow.detail).where(
-            ActionRow.step.in_(("checkpoint", "wait_checkpoint")), ActionRow.ts >= since).order_by(ActionRow.id)).all()
+    rows = StoreJournal(store).step_rows(("checkpoint", "wait_checkpoint"), since)
     signalled: dict[tuple[str, str], float] = {}  # (action key, job) -> when
     out: dict[str, list[float]] = {}
     for row in rows:

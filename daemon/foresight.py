@@ -26,16 +26,14 @@ from __future__ import annotations
 from collections import Counter, defaultdict
 from dataclasses import dataclass, field
 from functools import cached_property, lru_cache
+from typing import Any
 
 from scipy import stats
-from sqlalchemy import Row
-from sqlmodel import select
 
-from daemon.store import ActionRow, EntityRow, IncidentRow, Store
+from daemon.store import Store
+from daemon.store.journal import StoreJournal
 
 YEAR_H = 8766.0
-_INCIDENT_COLUMNS = (IncidentRow.id, IncidentRow.entity, IncidentRow.kind, IncidentRow.category, IncidentRow.rack,
-                     IncidentRow.opened_at, IncidentRow.closed_at, IncidentRow.failed_at)
 #: incident kinds whose ``failed`` is a hard failure a job on the node suffers
 HARD_KINDS = ("node", "accelerator", "port")
 #: what happened before a failure: acted on ahead (the first three), warned but not acted on, neither
@@ -202,16 +200,10 @@ def measure(store: Store, now: float, window_s: float = 180 * 86400.0, prior: Pr
     for it; ``same_s``: incidents of one node this close are one failure; ``warned_s``: how long an incident must
     have been open before a failure to have warned of it (time for a job to checkpoint)."""
     since = now - window_s
-    with store.session() as s:
-        nodes = s.exec(select(EntityRow.id, EntityRow.first_seen).where(EntityRow.kind == "node")).all()
-        # the columns read, not whole rows: a large fleet's window holds a hundred thousand incidents
-        incidents = s.exec(select(*_INCIDENT_COLUMNS).where(IncidentRow.kind.in_(HARD_KINDS),
-                                                            IncidentRow.category != "telemetry",
-                                                            IncidentRow.updated_at >= since - lookback_s)).all()
-        steps = s.exec(select(ActionRow.incident_id, ActionRow.step, ActionRow.status, ActionRow.ts,
-                              ActionRow.detail).where(ActionRow.step.in_(("drain", "wait_checkpoint")),
-                                                      ActionRow.ts >= since - lookback_s)).all()
-    node_hours = sum(max(0.0, now - max(first, since)) for _, first in nodes) / 3600.0
+    nodes = store.entities("node")
+    incidents = store.incident_outlines(HARD_KINDS, since - lookback_s)
+    steps = StoreJournal(store).step_rows(("drain", "wait_checkpoint"), since - lookback_s)
+    node_hours = sum(max(0.0, now - max(n.first_seen, since)) for n in nodes) / 3600.0
     by_id = {r.id: r for r in incidents}
     node_of = {r.id: r.entity.split("/", 1)[0] for r in incidents}
     # what raswarden did on each node for a hardware incident: drains done (act mode), checkpoint confirmations
@@ -230,13 +222,13 @@ def measure(store: Store, now: float, window_s: float = 180 * 86400.0, prior: Pr
         elif row.step == "wait_checkpoint":
             confirmations[node].extend(float(t) for t in (d.get("confirmed_at") or {}).values())
 
-    def open_at(r: Row, at: float) -> bool:  # open (and not drained) at ``at``
+    def open_at(r: Any, at: float) -> bool:  # open (and not drained) at ``at``
         return r.opened_at <= at and (r.closed_at is None or r.closed_at >= at) and r.id not in drained_at
 
-    def ended(r: Row) -> float:  # when its node stopped being at risk with jobs on it
+    def ended(r: Any) -> float:  # when its node stopped being at risk with jobs on it
         return min(x for x in (r.failed_at, r.closed_at, drained_at.get(r.id), now) if x is not None)
 
-    on_node: dict[str, list[Row]] = defaultdict(list)
+    on_node: dict[str, list[Any]] = defaultdict(list)
     for r in incidents:
         on_node[node_of[r.id]].append(r)
     out: list[Failure] = []

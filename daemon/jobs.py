@@ -23,7 +23,7 @@ from apscheduler.executors.pool import ThreadPoolExecutor as JobExecutor
 from apscheduler.schedulers.background import BackgroundScheduler
 
 from daemon import metrics
-from daemon.lease import Lease
+from daemon.store.leases import Lease
 from daemon.store import STORE_TROUBLE, store_cause
 from playbooks.stopping import Stopped
 from playbooks.stopping import watching as stopping_watch

@@ -7,10 +7,9 @@ from __future__ import annotations
 
 import time
 
-from sqlmodel import select
-
 from daemon.alerting.silences import Silence, SilenceBook
-from daemon.store import ActionRow, Store
+from daemon.store import Store
+from daemon.store.journal import StoreJournal
 from playbooks.duration import parse_duration
 from playbooks.guards import REASON_PREFIX
 from playbooks.scheduler import DRAIN, Scheduler, SchedulerError
@@ -50,19 +49,14 @@ def node_action(scheduler: Scheduler | None, store: Store, command: str, node: s
     except SchedulerError as exc:
         raise OperatorError(f"{exc}" + (" (temporary: try again)" if exc.retryable else ""), 503) from None
     now = time.time()
-    with store.session() as s:
-        detail = {"node": node, "by": who, "reason": reason} | ({"repaired": True} if repaired else {})
-        s.add(ActionRow(idempotency_key=f"manual:{command}:{node}:{now:.6f}", incident_id="-", playbook="manual",
-                        step=command, status="done", ts=now, detail=detail))
-        s.commit()
+    detail = {"node": node, "by": who, "reason": reason} | ({"repaired": True} if repaired else {})
+    StoreJournal(store).record_manual(command, node, detail, now)
     return f"{node}: {command} ({reason}) by {who}" + (", parts replaced" if repaired else "")
 
 
 def repaired_nodes(store: Store, after_id: int) -> tuple[list[str], int]:
     """Nodes an operator resumed as repaired since journal row ``after_id``, and the last row id read."""
-    with store.session() as s:
-        rows = s.exec(select(ActionRow).where(ActionRow.playbook == "manual", ActionRow.step == "resume",
-                                              ActionRow.id > after_id).order_by(ActionRow.id)).all()
+    rows = StoreJournal(store).manual_rows_after("resume", after_id)
     nodes = [r.detail["node"] for r in rows if r.detail.get("repaired")]
     return nodes, max([after_id] + [r.id for r in rows])
 

@@ -16,9 +16,9 @@ import time
 from collections import Counter, defaultdict
 from dataclasses import dataclass, field
 
-from sqlmodel import func, select
-
-from daemon.store import EntityRow, RepairOrderRow, Store
+from daemon.repairs import ACTIVE
+from daemon.store import RepairOrderRow, Store
+from daemon.store.repairs import RepairRecords
 from daemon.topology import vendor_of
 
 
@@ -79,11 +79,10 @@ class Reliability:
 def figures(store: Store, since: float, until: float | None = None) -> Reliability:
     """The figures of the orders opened in ``[since, until]`` (the queue: every order under way now)."""
     until = time.time() if until is None else until
-    with store.session() as s:
-        rows = s.exec(select(RepairOrderRow).where(RepairOrderRow.opened_at >= since,
-                                                   RepairOrderRow.opened_at <= until)).all()
-        active = s.exec(select(RepairOrderRow).where(RepairOrderRow.state != "closed")).all()
-        parts = {kind: int(n) for kind, n in s.exec(select(EntityRow.kind, func.count()).group_by(EntityRow.kind))}
+    records = RepairRecords(store)
+    rows = records.orders_opened(since, until)
+    active = records.orders(ACTIVE)
+    parts = store.entity_counts()
     total = Group("all")
     groups: dict[str, dict[str, Group]] = {"class": {}, "model": {}, "slot": {}, "rack": {}}
     per_part: Counter = Counter()

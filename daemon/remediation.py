@@ -13,7 +13,7 @@ import dataclasses
 import time
 
 
-from daemon.actions import StoreJournal
+from daemon.store.journal import StoreJournal
 from daemon.config import Config
 from daemon.repairs import RepairBook
 from daemon.shards import Ownership

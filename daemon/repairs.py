@@ -18,11 +18,9 @@ from __future__ import annotations
 import time
 from collections.abc import Iterable
 
-from sqlalchemy import bindparam
-from sqlmodel import func, select
-
 from daemon.incidents import NOT_A_NODE
-from daemon.store import EntityRow, IncidentRow, RepairOrderRow, Store
+from daemon.store import IncidentRow, RepairOrderRow, Store
+from daemon.store.repairs import RepairRecords, RepairTransaction
 from daemon.topology import Topology
 from detectors.xid_catalog import vendor_repair
 from playbooks.engine import Action
@@ -35,9 +33,6 @@ TRANSITIONS = {
     "repaired": ("validating",),
     "validating": ("closed", "open"),
 }
-# built once: the validator and the closed loop's technician read the queue every pass (daemon/store.py says why)
-_ORDERS = select(RepairOrderRow)
-_ORDERS_IN = _ORDERS.where(RepairOrderRow.state.in_(bindparam("states", expanding=True)))
 # Categories a technician can repair; a node drained for telemetry loss or a cooling loop's trouble gets no order.
 # category -> (what is expected first, what when the part is a repeat offender, why)
 EXPECTED = {
@@ -69,6 +64,7 @@ class RepairBook:
 
     def __init__(self, store: Store, topology: Topology | None = None, clock=time.time):
         self.store = store
+        self.records = RepairRecords(store)
         self.topology = topology or Topology()
         self.clock = clock
         self._handled: set[str] = set()  # incidents whose orders exist (a cache: the table's unique key decides)
@@ -91,31 +87,26 @@ class RepairBook:
         """Open the orders of one incident whose node was drained; returns those opened now."""
         now = self.clock()
         opened = []
-        with self.store.session() as s:
-            inc = s.get(IncidentRow, incident_id)
+        with self.records.transaction() as tx:
+            inc = tx.incident(incident_id)
             if inc is None:
                 raise RepairError(f"no incident {incident_id}")
             node = inc.entity.split("/", 1)[0]
-            parts = self._parts(s, inc, node)
+            parts = self._parts(tx, inc, node)
             for part, category, severity, evidence in parts:
-                if s.exec(select(RepairOrderRow).where(RepairOrderRow.incident_id == inc.id,
-                                                       RepairOrderRow.part == part)).first() is not None:
+                if tx.order_of(inc.id, part) is not None:
                     continue
-                active = s.exec(select(RepairOrderRow).where(RepairOrderRow.part == part,
-                                                             RepairOrderRow.state.in_(ACTIVE))).first()
+                active = tx.order_in(part, ACTIVE)
                 if active is not None:  # the part already has an order under way: the incident joins it
                     active.evidence = [*active.evidence, f"also incident {inc.id}: {'; '.join(evidence[:2])}"]
                     active.updated_at = now
-                    s.add(active)
+                    tx.save(active)
                     continue
                 # a part replaced in its slot starts afresh: the old part's orders and incidents are its own
                 # history (kept for the RMA), not the new part's
-                since = self._installed_at(s, part)
-                earlier_orders = s.exec(select(RepairOrderRow).where(RepairOrderRow.part == part,
-                                                                     RepairOrderRow.opened_at >= since)).all()
-                earlier_incidents = s.exec(select(IncidentRow).where(IncidentRow.entity == part,
-                                                                     IncidentRow.id != inc.id,
-                                                                     IncidentRow.opened_at >= since)).all()
+                since = tx.installed_at(part)
+                earlier_orders = tx.orders_of_part(part, since)
+                earlier_incidents = tx.incidents_of_part(part, since, but=inc.id)
                 repeat = [f"repair order {o.id} ({o.expected}, {o.state})" for o in earlier_orders] + \
                     [f"incident {i.id} ({i.category}, {i.severity})" for i in earlier_incidents
                      if i.opened_at < inc.opened_at]
@@ -135,20 +126,16 @@ class RepairBook:
                     evidence=list(evidence) + ([f"earlier: {', '.join(repeat)}"] if repeat else []),
                     history=[{"ts": now, "from": None, "to": "open", "by": "raswarden",
                               "note": f"node {node} drained for incident {inc.id}"}])
-                s.add(order)
+                tx.save(order)
                 opened.append(order)
-            s.commit()
-            for order in opened:
-                s.refresh(order)
         return opened
 
     def open_for_check(self, node: str, rack: str | None, check: str, why: str) -> RepairOrderRow:
         """An order for a node whose active check failed (no incident: the telemetry saw nothing); idempotent per
         check (``check``: its job's name)."""
         now = self.clock()
-        with self.store.session() as s:
-            known = s.exec(select(RepairOrderRow).where(RepairOrderRow.incident_id == check,
-                                                        RepairOrderRow.part == node)).first()
+        with self.records.transaction() as tx:
+            known = tx.order_of(check, node)
             if known is not None:
                 return known
             order = RepairOrderRow(
@@ -158,26 +145,16 @@ class RepairBook:
                 state="open", priority=SEVERITY_PRIORITY["subhealthy"], opened_at=now, updated_at=now,
                 where=[list(p) for p in self.topology.place(node)], evidence=[why],
                 history=[{"ts": now, "from": None, "to": "open", "by": "raswarden", "note": f"idle check {check}"}])
-            s.add(order)
-            s.commit()
-            s.refresh(order)
-            return order
+            tx.save(order)
+        return order
 
     @staticmethod
-    def _installed_at(s, part: str) -> float:
-        """When the part now in the slot was first seen (its entity's last replacement), or -inf."""
-        row = s.get(EntityRow, part)
-        replaced = (row.attrs or {}).get("replaced") if row is not None else None
-        return float(replaced[-1]["until"]) if replaced else float("-inf")
-
-    @staticmethod
-    def _parts(s, inc: IncidentRow, node: str) -> list[tuple[str, str, str, list[str]]]:
+    def _parts(tx: RepairTransaction, inc: IncidentRow, node: str) -> list[tuple[str, str, str, list[str]]]:
         """(part, category, severity, evidence) to repair for an incident: its own part, or for a node's
         incident each part of the node with an open hardware incident (the blade itself when none)."""
         if "/" in inc.entity:
             return [(inc.entity, inc.category, inc.severity, list(inc.evidence or []))]
-        children = s.exec(select(IncidentRow).where(IncidentRow.entity.startswith(f"{node}/"),
-                                                    IncidentRow.status == "open")).all()
+        children = tx.open_incidents_under(node)
         parts = [(c.entity, c.category, c.severity, list(c.evidence or [])) for c in children
                  if is_hardware(c.category, c.kind)]
         return parts or [(inc.entity, inc.category, inc.severity, list(inc.evidence or []))]
@@ -185,26 +162,18 @@ class RepairBook:
     # -- reading -------------------------------------------------------------------------------------------
     def orders(self, states: Iterable[str] | None = ACTIVE) -> list[RepairOrderRow]:
         """Orders in ``states`` (all with None), the queue's order: priority, then age."""
-        with self.store.session() as s:
-            rows = s.exec(_ORDERS) if states is None else s.exec(_ORDERS_IN, params={"states": list(states)})
-            rows = rows.all()
-        return sorted(rows, key=lambda r: (r.state == "closed", r.priority, r.opened_at, r.id))
+        return sorted(self.records.orders(states), key=lambda r: (r.state == "closed", r.priority, r.opened_at, r.id))
 
     def active_on(self, node: str) -> bool:
         """Whether the node has repair orders under way (it returns through validation, not on a timer)."""
-        with self.store.session() as s:
-            return s.exec(select(RepairOrderRow.id).where(RepairOrderRow.node == node,
-                                                          RepairOrderRow.state.in_(ACTIVE))).first() is not None
+        return self.records.any_on(node, ACTIVE)
 
     def counts(self) -> dict[str, int]:
         """How many orders are in each state (every state, 0 included)."""
-        with self.store.session() as s:
-            rows = s.exec(select(RepairOrderRow.state, func.count()).group_by(RepairOrderRow.state)).all()
-        return {state: 0 for state in STATES} | {state: int(n) for state, n in rows}
+        return {state: 0 for state in STATES} | self.records.counts()
 
     def order(self, order_id: int) -> RepairOrderRow:
-        with self.store.session() as s:
-            row = s.get(RepairOrderRow, order_id)
+        row = self.records.order(order_id)
         if row is None:
             raise RepairError(f"no repair order {order_id}")
         return row
@@ -230,8 +199,8 @@ class RepairBook:
         """One change of state, checked against where the order is (``expect``: only from there); ``extra`` goes
         into the history entry (a validation's job), ``evidence`` onto the order's evidence."""
         now = self.clock()
-        with self.store.session() as s:
-            row = s.get(RepairOrderRow, order_id, with_for_update=True)
+        with self.records.transaction() as tx:
+            row = tx.order_to_change(order_id)
             if row is None:
                 raise RepairError(f"no repair order {order_id}")
             if to not in TRANSITIONS.get(row.state, ()) or (expect is not None and row.state != expect):
@@ -247,7 +216,5 @@ class RepairBook:
             row.state, row.updated_at = to, now
             if to == "closed":
                 row.closed_at = now
-            s.add(row)
-            s.commit()
-            s.refresh(row)
-            return row
+            tx.save(row)
+        return row

@@ -48,7 +48,7 @@ from daemon.cooling import CoolingLoops
 from daemon.foresight import YEAR_H
 from daemon.formats.reader import ReadContext
 from daemon.jobs import Job, JobRunner
-from daemon.lease import Lease, claim_lease, shard_lease
+from daemon.store.leases import Lease, claim_lease, shard_lease
 from daemon.naming import SeriesMapper
 from daemon.operator import repaired_nodes
 from daemon.pipeline import Pipeline, PipelineConfig

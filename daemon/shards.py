@@ -21,11 +21,10 @@ from dataclasses import dataclass, field
 
 import numpy as np
 import pandas as pd
-from sqlmodel import select
 
 from daemon.incidents import Incident, new_incident
-from daemon.lease import shard_lease
-from daemon.store import IncidentRow, LeaseRow, Store
+from daemon.store import Store
+from daemon.store.leases import leases_named, shard_lease
 from daemon.topology import Topology
 from detectors.schema import State
 
@@ -166,11 +165,8 @@ class UnwatchedShards:
         """One pass; returns the incidents opened or closed (written to the store)."""
         if not self.nodes:
             return []
-        with store.session() as s:
-            leases = {r.name: r for r in s.exec(select(LeaseRow).where(
-                LeaseRow.name.in_([shard_lease(n) for n in self.nodes]))).all()}
-            open_rows = {r.entity: r for r in s.exec(select(IncidentRow).where(
-                IncidentRow.kind == "shard", IncidentRow.status == "open")).all()}
+        leases = leases_named(store, [shard_lease(n) for n in self.nodes])
+        open_rows = {r.entity: r for r in store.incidents("open", kind="shard")}
         changed = []
         self.unwatched = []
         for name in sorted(self.nodes):

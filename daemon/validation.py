@@ -23,8 +23,6 @@ import logging
 import os
 import time
 
-from sqlmodel import select
-
 from daemon.config import RepairsConfig
 from daemon.repairs import RepairBook
 from daemon.store import IdleCheckRow, RepairOrderRow
@@ -89,16 +87,14 @@ class Validator:
     # -- active checks of idle nodes -------------------------------------------------------------------------------
     def checks(self) -> list[IdleCheckRow]:
         """Every node's idle check, the one running or its last: running first, then the latest ended first."""
-        with self.book.store.session() as s:
-            rows = list(s.exec(select(IdleCheckRow)).all())
-        return sorted(rows, key=lambda r: (r.status != "running", -(r.checked_at or r.started_at)))
+        return sorted(self.book.records.idle_checks(),
+                      key=lambda r: (r.status != "running", -(r.checked_at or r.started_at)))
 
     def _idle_checks(self) -> dict[str, int]:
         now = self.clock()
         out = {"checks_started": 0, "checks_passed": 0, "checks_failed": 0}
         store = self.book.store
-        with store.session() as s:
-            running = list(s.exec(select(IdleCheckRow).where(IdleCheckRow.status == "running")).all())
+        running = self.book.records.idle_checks("running")
         for row in running:
             outcome = self.scheduler.job_outcome(row.job)
             if not outcome.finished:
@@ -126,8 +122,7 @@ class Validator:
             log.info("no idle check while the circuit breaker is tripped (%s)", tripped)
             return out
         self._looked_for_idle = now
-        with store.session() as s:
-            known = {r.node: r for r in s.exec(select(IdleCheckRow)).all()}
+        known = {r.node: r for r in self.book.records.idle_checks()}
         try:
             with store.cluster_lock("blast-radius"):  # the drains' budget: no shard drains while this takes a node
                 self._start_one(self.scheduler.snapshot(), known, now, out)
@@ -179,12 +174,7 @@ class Validator:
         return self._telemetry_names.get(scheduler_node, scheduler_node)
 
     def _save(self, row: IdleCheckRow, **changes) -> None:
-        with self.book.store.session() as s:
-            current = s.get(IdleCheckRow, row.node) or IdleCheckRow(node=row.node)
-            for k, v in changes.items():
-                setattr(current, k, v)
-            s.add(current)
-            s.commit()
+        self.book.records.save_idle_check(row.node, **changes)
 
     # -- one node --------------------------------------------------------------------------------------------
     def _start(self, node: str, orders: list[RepairOrderRow]) -> bool:

@@ -93,3 +93,36 @@ def test_the_daemon_runs_without_the_lab():
                 [node.module or ""] if isinstance(node, ast.ImportFrom) and not node.level else []
             wrong += [f"{path.relative_to(ROOT)}:{node.lineno} imports {n}" for n in names if n.split(".")[0] == "lab"]
     assert not wrong, wrong
+
+
+DATABASE_LIBRARIES = ("sqlmodel", "sqlalchemy", "alembic")
+
+
+def _every_import(path: Path) -> set[str]:
+    """Every module a file imports anywhere (in functions too): the persistence boundary is about who talks SQL."""
+    out: set[str] = set()
+    for node in ast.walk(ast.parse(path.read_text(), str(path))):
+        if isinstance(node, ast.Import):
+            out.update(a.name for a in node.names)
+        elif isinstance(node, ast.ImportFrom) and node.module and not node.level:
+            out.add(node.module)
+    return out
+
+
+def test_only_the_store_talks_to_the_database():
+    """daemon/store/ is the persistence boundary (architecture.md §4): the rest of the code calls its records and
+    gets rows back; a schema change stays in that package."""
+    store = ROOT / "daemon" / "store"
+    wrong = sorted(f"{path.relative_to(ROOT)} imports {m}" for pkg in PACKAGES for path in (ROOT / pkg).rglob("*.py")
+                   if store not in path.parents for m in _every_import(path)
+                   if m.split(".")[0] in DATABASE_LIBRARIES)
+    assert not wrong, wrong
+
+
+def test_the_store_imports_nothing_of_raswardens_but_the_playbook_model():
+    """The store knows tables, not the daemon's logic (its __init__ says so): it may import playbooks (the action
+    model it journals, the stop flag) and itself."""
+    wrong = sorted(f"{path.relative_to(ROOT)} imports {m}" for path in (ROOT / "daemon" / "store").rglob("*.py")
+                   for m in _every_import(path) if m.split(".")[0] in PACKAGES
+                   and not (m.startswith("daemon.store") or m.split(".")[0] == "playbooks"))
+    assert not wrong, wrong

@@ -15,8 +15,6 @@ from __future__ import annotations
 import logging
 from dataclasses import dataclass, field
 
-from sqlmodel import Session, select
-
 from daemon.alerting.alert import (REPAIR_PREFIX, Alert, Notification, alert_from_incident, alert_from_repair,
                                    group_key)
 from daemon.alerting.outbox import enqueue
@@ -24,8 +22,8 @@ from daemon.alerting.routing import Route, route
 from daemon.alerting.runbooks import runbook_for
 from daemon.alerting.silences import Silence, SilenceBook
 from daemon.incidents import NOT_A_NODE
-from daemon.store import (ActionRow, AlertGroupRow, AlertRow, IncidentCursorRow, IncidentRow, RepairOrderRow,
-                          Store)
+from daemon.store import ActionRow, AlertGroupRow, AlertRow, IncidentRow, Store
+from daemon.store.alerting import AlertRecords, AlertTransaction
 from daemon.topology import Topology
 from playbooks.scheduler import ClusterState, Scheduler, SchedulerError
 
@@ -56,7 +54,7 @@ class ActionState:
 
 
 def describe_action(rows: list[ActionRow]) -> ActionState:
-    """What raswarden did or will do for an incident, from its action journal (daemon/actions.py): the steps done
+    """What raswarden did or will do for an incident, from its action journal (daemon/store/journal.py): the steps done
     (``done: checkpoint, drain``), the one in progress or failed, or what a dry-run would have done
     (``nothing done``)."""
     parts = []
@@ -111,6 +109,7 @@ class AlertPipeline:
         self.config = config
         self.topology = topology or Topology()  # where a part is, for the message
         self.scheduler = scheduler  # whose jobs run on the node, for the message (one snapshot per sync)
+        self.records = AlertRecords(store)
         self.silences = SilenceBook(store)
         self.known_receivers = receivers  # None: do not check route targets
 
@@ -118,57 +117,48 @@ class AlertPipeline:
     def sync(self, now: float) -> int:
         """Read incidents changed since the cursor and update their alerts; returns alerts changed."""
         changed = 0
-        with self.store.session() as s:
-            cursor = s.get(IncidentCursorRow, self.cursor_name)
-            since = cursor.value if cursor else float("-inf")
-            rows = s.exec(select(IncidentRow).where(IncidentRow.updated_at >= since)
-                          .order_by(IncidentRow.updated_at)).all()
+        with self.records.transaction() as tx:
+            since = tx.cursor(self.cursor_name)
+            rows = tx.incidents_updated_since(since)
             newest = since
             jobs: list[ClusterState | None] = []  # the scheduler asked once, and only for an alert that changed
             for inc in rows:
                 newest = max(newest, inc.updated_at)
-                actions = list(s.exec(select(ActionRow).where(ActionRow.incident_id == inc.id)
-                                      .order_by(ActionRow.id)).all())
+                actions = tx.journal_of(inc.id)
                 shard = inc.kind == "shard"  # a shard nobody holds: no place in the topology, its own runbook line
                 alert = alert_from_incident(inc, describe_action(actions),
                                             [] if shard else self.topology.place(inc.entity),
                                             runbook_for("shard" if shard else inc.category, self.config.runbooks))
-                known = s.get(AlertRow, alert.incident_id)
+                known = tx.alert(alert.incident_id)
                 if known is not None and known.digest == alert.digest():
                     continue  # the cursor is inclusive: the newest incident comes back every sync
                 if inc.closed_at is None and not jobs:
                     jobs.append(self._jobs())
                 alert.where += self._jobs_of(jobs[0] if jobs else None, inc)
-                changed += self._upsert(s, alert, now, inc.updated_at)
+                changed += self._upsert(tx, alert, now, inc.updated_at)
             if rows:
-                s.merge(IncidentCursorRow(name=self.cursor_name, value=newest))
-            changed += self._sync_repairs(s, now)
+                tx.set_cursor(self.cursor_name, newest)
+            changed += self._sync_repairs(tx, now)
             # A firing alert also changes when a playbook step moves (the incident itself does not).
             seen = {inc.id for inc in rows}
-            for row in s.exec(select(AlertRow).where(AlertRow.status == "firing")).all():
+            for row in tx.firing_alerts():
                 if row.incident_id in seen or row.incident_id.startswith(REPAIR_PREFIX):  # orders: _sync_repairs
                     continue
-                actions = list(s.exec(select(ActionRow).where(ActionRow.incident_id == row.incident_id)
-                                      .order_by(ActionRow.id)).all())
-                state = describe_action(actions)
+                state = describe_action(tx.journal_of(row.incident_id))
                 if state.text != row.content.get("action", ""):
                     alert = Alert.from_dict({**row.content, "action": state.text,
                                              "awaiting_approval": state.awaiting_approval, "drained": state.drained})
-                    changed += self._upsert(s, alert, now, now)
-            s.commit()
+                    changed += self._upsert(tx, alert, now, now)
         return changed
 
-    def _sync_repairs(self, s: Session, now: float) -> int:
+    def _sync_repairs(self, tx: AlertTransaction, now: float) -> int:
         """Repair orders changed since their cursor as alerts (category ``repair``, one order per message, so that a
         ticket tracker makes one ticket of each): a technicians' channel routes on ``category=repair``; every change
         of state tells again, closing resolves."""
-        cursor = s.get(IncidentCursorRow, self.repairs_cursor)
-        since = cursor.value if cursor else float("-inf")
-        rows = s.exec(select(RepairOrderRow).where(RepairOrderRow.updated_at >= since)
-                      .order_by(RepairOrderRow.updated_at)).all()
-        changed = sum(self._upsert(s, alert_from_repair(r), now, r.updated_at) for r in rows)
+        rows = tx.repairs_updated_since(tx.cursor(self.repairs_cursor))
+        changed = sum(self._upsert(tx, alert_from_repair(r), now, r.updated_at) for r in rows)
         if rows:
-            s.merge(IncidentCursorRow(name=self.repairs_cursor, value=max(r.updated_at for r in rows)))
+            tx.set_cursor(self.repairs_cursor, max(r.updated_at for r in rows))
         return changed
 
     def _jobs(self) -> ClusterState | None:
@@ -193,8 +183,8 @@ class AlertPipeline:
         return [["jobs", ", ".join(" ".join(x for x in (j.id, j.user, j.name) if x) for j in running[:10])
                  + (f" and {len(running) - 10} more" if len(running) > 10 else "")]]
 
-    def _upsert(self, s: Session, alert: Alert, now: float, changed_at: float) -> int:
-        row = s.get(AlertRow, alert.incident_id)
+    def _upsert(self, tx: AlertTransaction, alert: Alert, now: float, changed_at: float) -> int:
+        row = tx.alert(alert.incident_id)
         digest = alert.digest()
         if row is not None and row.digest == digest:
             return 0
@@ -208,12 +198,11 @@ class AlertPipeline:
         else:
             row.status, row.digest, row.updated_at, row.labels, row.content = (alert.status, digest, now,
                                                                                 alert.labels, content)
-        s.add(row)
-        if s.get(AlertGroupRow, key) is None:
+        tx.save(row)
+        if tx.group(key) is None:
             # The group's wait runs from when the incident changed (one tick ago at most in the daemon; long
             # ago after a restart, and then nobody should wait any longer).
-            s.add(AlertGroupRow(group_key=key, first_at=min(now, changed_at)))
-            s.flush()  # the next alert of this group, in this transaction, must find it
+            tx.add_group(AlertGroupRow(group_key=key, first_at=min(now, changed_at)))
         return 1
 
     # -- groups -> notifications ------------------------------------------------------------------------
@@ -221,16 +210,15 @@ class AlertPipeline:
         """Send what is due: returns the notifications queued, with their receivers."""
         queued = []
         silences = self.silences.active(now)
-        with self.store.session() as s:
+        with self.records.transaction() as tx:
             alerts_by_group: dict[str, list[AlertRow]] = {}
-            for row in s.exec(select(AlertRow).where(AlertRow.status != "done")
-                              .order_by(AlertRow.updated_at, AlertRow.incident_id)).all():
+            for row in tx.unfinished_alerts():
                 alerts_by_group.setdefault(row.group_key, []).append(row)
             firing = {r.incident_id for rows in alerts_by_group.values() for r in rows if r.status == "firing"}
-            for g in s.exec(select(AlertGroupRow)).all():
+            for g in tx.groups():
                 rows = alerts_by_group.get(g.group_key, [])
                 if not rows:
-                    s.delete(g)
+                    tx.drop_group(g)
                     continue
                 wait = self.config.group_wait_s if g.flushed_at is None else self.config.group_interval_s
                 start = g.first_at if g.flushed_at is None else g.flushed_at
@@ -245,7 +233,7 @@ class AlertPipeline:
                 repeat = g.sent_at is not None and now - g.sent_at >= self.config.repeat_interval_s and n.firing
                 if visible and (digest != g.sent_digest or repeat):
                     receivers = route(n, self.config.routes, self.config.default_receivers)
-                    enqueue(s, n, receivers, now)
+                    enqueue(tx, n, receivers, now)
                     g.seq, g.sent_digest, g.sent_at = n.seq, digest, now
                     queued.append((n, receivers))
                 # Resolved alerts are told once (or never, while silenced or inhibited), then done: the row
@@ -253,9 +241,8 @@ class AlertPipeline:
                 for r in rows:
                     if r.status == "resolved":
                         r.status = "done"
-                        s.add(r)
-                s.add(g)
-            s.commit()
+                        tx.save(r)
+                tx.save(g)
         return queued
 
     @staticmethod

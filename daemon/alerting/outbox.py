@@ -19,14 +19,13 @@ from concurrent.futures import Future, ThreadPoolExecutor
 from concurrent.futures import wait as wait_for
 from dataclasses import dataclass
 
-from sqlmodel import Session, select
-
 from daemon.alerting.alert import Notification
 from daemon.alerting.http import Outcome, Response, post
 from daemon.alerting.receivers.receiver import Receiver
 from daemon.alerting.secrets import scrub
 from daemon.metrics import ALERT_DELIVERIES, ALERT_NOTIFICATIONS, ALERT_OUTBOX_PENDING
-from daemon.store import OutboxRow, Store, TicketRow
+from daemon.store import OutboxRow, Store
+from daemon.store.alerting import AlertRecords, AlertTransaction
 
 log = logging.getLogger("raswarden.alerting")
 
@@ -66,16 +65,14 @@ class RateLimiter:
         return True
 
 
-def enqueue(session: Session, n: Notification, receivers: Iterable[str], now: float) -> int:
+def enqueue(tx: AlertTransaction, n: Notification, receivers: Iterable[str], now: float) -> int:
     """Add ``n`` for each receiver inside the caller's transaction; an existing key is not added twice."""
     added = 0
     for name in receivers:
-        exists = session.exec(select(OutboxRow.id).where(OutboxRow.idempotency_key == n.key,
-                                                         OutboxRow.receiver == name)).first()
-        if exists is not None:
+        if tx.has_notification(n.key, name):
             continue
-        session.add(OutboxRow(idempotency_key=n.key, receiver=name, group_key=n.group_key, status="pending",
-                              attempts=0, next_attempt_at=now, created_at=now, payload=n.as_dict()))
+        tx.save(OutboxRow(idempotency_key=n.key, receiver=name, group_key=n.group_key, status="pending",
+                          attempts=0, next_attempt_at=now, created_at=now, payload=n.as_dict()))
         ALERT_NOTIFICATIONS.labels(name).inc()
         added += 1
     return added
@@ -88,6 +85,7 @@ class Outbox:
                  limiter: RateLimiter | None = None, send: Callable[..., Response] = post,
                  waiting_for: set[str] | None = None):
         self.store = store
+        self.records = AlertRecords(store)
         self.receivers = receivers
         self.waiting_for = waiting_for or set()  # configured receivers without their secret: their rows wait
         self.backoff = backoff or Backoff()
@@ -97,16 +95,11 @@ class Outbox:
         self._inflight: dict[str, Future] = {}  # receiver -> its pass, until a deliver() finds it done
 
     def pending(self) -> list[OutboxRow]:
-        with self.store.session() as s:
-            return list(s.exec(select(OutboxRow).where(OutboxRow.status == "pending").order_by(OutboxRow.id)).all())
+        return self.records.pending()
 
     def listing(self, delivered: bool = False) -> list[OutboxRow]:
         """Every notification not yet delivered (with ``delivered``, those too), oldest first."""
-        with self.store.session() as s:
-            q = select(OutboxRow).order_by(OutboxRow.id)
-            if not delivered:
-                q = q.where(OutboxRow.status != "delivered")
-            return list(s.exec(q).all())
+        return self.records.notifications(delivered)
 
     def heads(self, now: float) -> list[OutboxRow]:
         """The oldest pending notification of each (receiver, group) whose next attempt is due."""
@@ -202,8 +195,7 @@ class Outbox:
         known: dict[str, str | None] = {}
 
         def ticket_of(ref: str) -> str | None:
-            with self.store.session() as s:
-                row = s.get(TicketRow, (receiver.name, ref))
+            row = self.records.ticket(receiver.name, ref)
             known[ref] = row.key if row is not None else None
             return known[ref]
 
@@ -215,9 +207,7 @@ class Outbox:
                 return outcome
             made = receiver.key_of(response) if ref is not None and known.get(ref) is None else None
             if made:
-                with self.store.session() as s:
-                    s.merge(TicketRow(receiver=receiver.name, ref=ref, key=made, created_at=now))
-                    s.commit()
+                self.records.save_ticket(receiver.name, ref, made, now)
         return Outcome(True)
 
     def drain(self, until: float, poll_s: float = 0.5, clock: Callable[[], float] = time.time) -> dict[str, int]:
@@ -232,8 +222,7 @@ class Outbox:
         return total
 
     def _finish(self, row_id: int, now: float, outcome: Outcome, skipped: bool = False) -> str:
-        with self.store.session() as s:
-            row = s.get(OutboxRow, row_id)
+        with self.records.changing_notification(row_id) as row:
             row.attempts += 0 if skipped else 1
             error = scrub(outcome.error)
             if outcome.ok:
@@ -252,8 +241,6 @@ class Outbox:
                 row.status, row.last_error, result = "failed", error, "failed"
                 log.error("alert %s to %s failed: %s", row.idempotency_key, row.receiver, error)
             receiver = row.receiver
-            s.add(row)
-            s.commit()
         ALERT_DELIVERIES.labels(receiver, result).inc()
         return result
 

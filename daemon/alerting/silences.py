@@ -11,9 +11,8 @@ import re
 import secrets as _random
 from dataclasses import dataclass
 
-from sqlmodel import select
-
 from daemon.store import SilenceRow, Store
+from daemon.store.alerting import AlertRecords
 
 DEFAULT_SILENCE = "4h"
 """How long a silence lasts when none is given (CLI, API and the command an alert suggests): an alert's repeat
@@ -81,6 +80,7 @@ class SilenceBook:
 
     def __init__(self, store: Store):
         self.store = store
+        self.records = AlertRecords(store)
 
     def add(self, matchers: list[str], starts_at: float, ends_at: float, created_by: str = "",
             comment: str = "") -> Silence:
@@ -95,31 +95,19 @@ class SilenceBook:
             raise ValueError(f"a silence lasts at most a year ({MAX_SILENCE_S / 86400:.0f} days); remove the route "
                              "or the receiver for longer")
         silence = Silence(f"sil-{_random.token_hex(4)}", parsed, starts_at, ends_at, created_by, comment)
-        with self.store.session() as s:
-            s.add(SilenceRow(id=silence.id, matchers=[str(m) for m in parsed], starts_at=starts_at, ends_at=ends_at,
-                             created_by=created_by, comment=comment))
-            s.commit()
+        self.records.add_silence(SilenceRow(id=silence.id, matchers=[str(m) for m in parsed], starts_at=starts_at,
+                                            ends_at=ends_at, created_by=created_by, comment=comment))
         return silence
 
     def expire(self, silence_id: str, now: float) -> bool:
         """End a silence now; False when there is no such silence still running."""
-        with self.store.session() as s:
-            row = s.get(SilenceRow, silence_id)
-            if row is None or row.ends_at <= now:
-                return False
-            row.ends_at = max(now, row.starts_at)
-            s.add(row)
-            s.commit()
-        return True
+        return self.records.end_silence(silence_id, now)
 
     def all(self) -> list[Silence]:
-        with self.store.session() as s:
-            rows = s.exec(select(SilenceRow).order_by(SilenceRow.starts_at)).all()
         return [Silence(r.id, [Matcher.parse(m) for m in r.matchers], r.starts_at, r.ends_at, r.created_by,
-                        r.comment) for r in rows]
+                        r.comment) for r in self.records.silences()]
 
     def active(self, now: float) -> list[Silence]:
-        with self.store.session() as s:
-            rows = s.exec(select(SilenceRow).where(SilenceRow.ends_at > now)).all()
         return [Silence(r.id, [Matcher.parse(m) for m in r.matchers], r.starts_at, r.ends_at, r.created_by,
-                        r.comment) for r in rows if r.starts_at <= now]
+                        r.comment) for r in self.records.silences(ending_after=now)
+                if r.starts_at <= now]

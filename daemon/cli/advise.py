@@ -17,7 +17,7 @@ def cmd_advise(args: argparse.Namespace) -> int:
     from rich.console import Console
     from rich.table import Table
 
-    from daemon.actions import StoreJournal
+    from daemon.store.journal import StoreJournal
     from daemon.advice import Advisor, degraded_reason
     from daemon.remediation import scheduler_from_config
     from daemon.topology import Topology

@@ -142,7 +142,7 @@ def follow(store, shard: str, name: str, step, interval_s: float, lease_ttl_s: f
     import sys
 
     from daemon.jobs import Job, JobRunner, leased
-    from daemon.lease import Lease, shard_lease
+    from daemon.store.leases import Lease, shard_lease
 
     lease = Lease(store, shard_lease(shard), ttl_s=lease_ttl_s or max(10.0, 3 * interval_s))
     said: list[str] = []

@@ -95,7 +95,7 @@ def cmd_status(args: argparse.Namespace) -> int:
     import urllib.error
     import urllib.request
 
-    from daemon.lease import Lease, claim_lease, shard_lease
+    from daemon.store.leases import Lease, claim_lease, shard_lease
     from daemon.shards import cycle_phase
 
     with config_and_store(args, read_only=True) as (cfg, store):

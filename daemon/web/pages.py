@@ -7,6 +7,7 @@ import html
 import logging
 import time
 
+from daemon.store.journal import StoreJournal
 from daemon.web.state import (actions_json, entities_json, idle_checks_json, incidents_json, repairs_json,
                               silences_json)
 
@@ -305,7 +306,7 @@ def incident_page(service, incident_id: str) -> str | None:
     if row is None:
         return None
     esc = html.escape
-    actions = service.store.actions_of(row.id)
+    actions = StoreJournal(service.store).rows_of(row.id)
     alert = alert_from_incident(row, describe_action(actions), service.pipeline.mapper.topology.place(row.entity),
                                 runbook_for(row.category, service.cfg.alerting.runbooks))
     node = row.entity.split("/", 1)[0]

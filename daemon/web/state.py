@@ -5,10 +5,8 @@ from __future__ import annotations
 
 import time
 
-from sqlmodel import select
-
 from daemon.alerting.silences import SilenceBook
-from daemon.store import ActionRow, EntityRow
+from daemon.store.journal import StoreJournal
 
 
 def _states(service) -> dict[str, str]:
@@ -25,8 +23,7 @@ def _states(service) -> dict[str, str]:
 
 def entities_json(service) -> list[dict]:
     states = _states(service)
-    with service.store.session() as s:
-        rows = s.exec(select(EntityRow).order_by(EntityRow.id)).all()
+    rows = service.store.entities()
     return [{"id": r.id, "kind": r.kind, "node": r.node, "rack": r.rack,
              "state": states.get(r.id, "healthy")} for r in rows]
 
@@ -39,8 +36,7 @@ def incidents_json(service, status: str | None) -> list[dict]:
 
 
 def actions_json(service, limit: int = 200) -> list[dict]:
-    with service.store.session() as s:
-        rows = s.exec(select(ActionRow).order_by(ActionRow.ts.desc()).limit(limit)).all()
+    rows = StoreJournal(service.store).recent_rows(limit)
     return [{"key": r.idempotency_key, "incident": r.incident_id, "playbook": r.playbook, "step": r.step,
              "status": r.status, "ts": r.ts, "detail": r.detail} for r in rows]
 

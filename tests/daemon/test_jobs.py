@@ -8,7 +8,7 @@ import time
 
 from daemon import metrics
 from daemon.jobs import Job, JobRunner, guarded, leased, next_on_phase
-from daemon.lease import Lease
+from daemon.store.leases import Lease
 from daemon.store import Store
 from playbooks import stopping
 

@@ -12,7 +12,7 @@ from types import SimpleNamespace
 
 import pytest
 
-from daemon.actions import StoreJournal
+from daemon.store.journal import StoreJournal
 from daemon.store import Store
 from lab.sim.cluster import SimScheduler
 from playbooks.engine import Action, IncidentRef, StepState

@@ -11,9 +11,9 @@ import sys
 import time
 from pathlib import Path
 
-from daemon.actions import StoreJournal
+from daemon.store.journal import StoreJournal
 from daemon.incidents import Incident
-from daemon.lease import Lease, shard_lease
+from daemon.store.leases import Lease, shard_lease
 from daemon.store import Store
 from detectors.schema import State
 from tests.conftest import spawn, wait_stopped

@@ -5,7 +5,7 @@ from __future__ import annotations
 
 import pytest
 
-from daemon.actions import StoreJournal
+from daemon.store.journal import StoreJournal
 from lab.sim.cluster import SimJob, SimScheduler
 from daemon.store import Store
 from playbooks.engine import Engine, IncidentRef

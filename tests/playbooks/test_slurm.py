@@ -118,7 +118,7 @@ def test_failed_node_is_drained_and_its_job_requeued_and_guards_hold_on_slurm(sl
     import os
     import signal
 
-    from daemon.actions import StoreJournal
+    from daemon.store.journal import StoreJournal
     from daemon.store import Store
     from playbooks.engine import Engine, IncidentRef
     from playbooks.guards import Guards
@@ -171,7 +171,7 @@ def test_resume_after_recovery_breaker_modes_and_rate_limit_on_slurm(slurm, tmp_
     """On a real Slurm: a node raswarden drained is resumed after its clean period only once the health check
     passes; a tripped breaker holds a drain until reset; dry-run (global) and shadow (one playbook) decide and
     leave Slurm untouched; a playbook's rate limit holds its second drain."""
-    from daemon.actions import StoreJournal
+    from daemon.store.journal import StoreJournal
     from daemon.store import Store
     from playbooks.engine import Engine, IncidentRef
     from playbooks.guards import Guards
@@ -250,7 +250,7 @@ def test_resume_after_recovery_breaker_modes_and_rate_limit_on_slurm(slurm, tmp_
 def test_an_operators_drain_is_left_alone_on_slurm(slurm, tmp_path):
     """A node an operator drained on a real Slurm (``scontrol``, their own reason) keeps its drain, its reason and
     its running job whatever raswarden's incidents say: no signal, no drain over it, no requeue, no resume."""
-    from daemon.actions import StoreJournal
+    from daemon.store.journal import StoreJournal
     from daemon.store import Store
     from playbooks.engine import Engine, IncidentRef
     from playbooks.guards import Guards

@@ -9,7 +9,7 @@ import time
 
 import pytest
 
-from daemon.actions import StoreJournal
+from daemon.store.journal import StoreJournal
 from daemon.advice import Advisor, write_files
 from daemon.cli import main
 from daemon.config import AdviceConfig

@@ -141,7 +141,7 @@ def test_silence_cli_add_list_expire(tmp_path):
 
 
 def test_messages_say_what_raswarden_did_and_a_new_step_is_news(store):
-    from daemon.actions import StoreJournal
+    from daemon.store.journal import StoreJournal
     from playbooks.engine import Action, IncidentRef, StepState
 
     p = pipeline(store)

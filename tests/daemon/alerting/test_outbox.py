@@ -11,6 +11,7 @@ from pathlib import Path
 
 from daemon.alerting.alert import Notification
 from daemon.alerting.outbox import Backoff, Outbox, RateLimiter, enqueue
+from daemon.store.alerting import AlertRecords
 from daemon.alerting.receivers import build
 from daemon.alerting.receivers.receiver import ReceiverConfig
 from daemon.store import OutboxRow
@@ -23,10 +24,9 @@ ROOT = Path(__file__).resolve().parents[3]
 
 
 def queue(store, group: str, seqs, receivers=("hook",), now: float = 0.0) -> None:
-    with store.session() as s:
+    with AlertRecords(store).transaction() as tx:
         for seq in seqs:
-            enqueue(s, Notification(group, seq, now, []), receivers, now)
-        s.commit()
+            enqueue(tx, Notification(group, seq, now, []), receivers, now)
 
 
 def outbox(store, url: str, **backoff) -> Outbox:

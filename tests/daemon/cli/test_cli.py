@@ -129,7 +129,7 @@ def test_evaluate_over_the_matrix_of_fleets(tmp_path, capsys):
 def test_a_command_that_follows_acts_for_the_daemons_shard(tmp_path):
     """Without --shard, 'playbook run' takes the lease of the config's service.shard, the one the daemon holds, so
     an operator's run beside the daemon stands by instead of acting at the same time."""
-    from daemon.lease import Lease
+    from daemon.store.leases import Lease
     from daemon.store import Store
 
     db = tmp_path / "s.db"

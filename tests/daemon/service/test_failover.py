@@ -127,7 +127,7 @@ def test_a_holder_killed_in_the_middle_of_a_drain_leaves_it_to_the_standby_once(
     node once (its log), the job is requeued once, the incident is opened once."""
     import yaml
 
-    from daemon.actions import StoreJournal
+    from daemon.store.journal import StoreJournal
 
     topo = yaml.safe_load((live.sim_dir / "topology.yaml").read_text())
     for rack in topo["racks"]:

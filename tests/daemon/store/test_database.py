@@ -17,7 +17,7 @@ from daemon.store import Store
 TABLES = {"entity", "health", "finding", "incident", "action", "alert_outbox", "alert", "alert_group", "silence",
           "alert_cursor", "lease", "warm_state", "alembic_version"}
 HEAD = "0012"  # the newest migration
-ROOT = Path(__file__).resolve().parents[2]
+ROOT = Path(__file__).resolve().parents[3]
 
 
 def check_replay_into(url: str, trace_dir) -> None:
@@ -137,10 +137,15 @@ def migrate_at_once(url: str, gate: Path, n: int = 4) -> list[str]:
     """``n`` raswarden processes opening one new store at the same moment (the shards of a cluster started together,
     held at a gate until all are up): the errors of those that failed."""
     code = ("import sys, time\nfrom pathlib import Path\nfrom daemon.store import Store\n"
+            "Path(sys.argv[3]).touch()\n"
             "while not Path(sys.argv[2]).exists():\n    time.sleep(0.005)\nStore(sys.argv[1]).close()\n")
-    procs = [subprocess.Popen([sys.executable, "-c", code, url, str(gate)], cwd=ROOT, stderr=subprocess.PIPE,
-                              text=True) for _ in range(n)]
-    time.sleep(3)  # every one imported and waiting at the gate
+    ready = [gate.with_name(f"{gate.name}.ready{i}") for i in range(n)]
+    procs = [subprocess.Popen([sys.executable, "-c", code, url, str(gate), str(r)], cwd=ROOT, stderr=subprocess.PIPE,
+                              text=True) for r in ready]
+    deadline = time.monotonic() + 120
+    while not all(r.exists() for r in ready):  # every one imported and waiting at the gate
+        assert time.monotonic() < deadline and all(p.poll() is None for p in procs), "a process did not get ready"
+        time.sleep(0.02)
     gate.touch()
     errors = []
     for proc in procs:

@@ -1,20 +1,24 @@
-"""The action journal in the store: playbook actions and each step's state (``action`` table).
+"""The action journal in the store: playbook actions and each step's state, and operators' manual commands
+(``action`` table).
 
 Each action is one row (``step = "action"``) holding its whole state, and one row per step (``key#i``)
 showing that step's status for queries and the status page; :meth:`StoreJournal.save` writes them in one
 transaction, so what the engine persisted before a step started is what a restarted process finds.
-The circuit breaker's state is a row of its own.
+The circuit breaker's state is a row of its own; a manual drain or resume (``raswarden drain``) one row
+of playbook ``manual``.
 """
 
 from __future__ import annotations
 
+import time
+
 from sqlalchemy import bindparam
 from sqlmodel import select
 
-from daemon.store import ActionRow, Store
+from daemon.store.tables import ActionRow
 from playbooks.engine import OPEN, Action
 
-# built once: the playbook pass reads the open actions every few seconds (daemon/store.py says why)
+# built once: the playbook pass reads the open actions every few seconds (daemon/store/incidents.py says why)
 _ALL = select(ActionRow.detail).where(ActionRow.step == "action").order_by(ActionRow.id)
 _IN_STATUS = _ALL.where(ActionRow.status.in_(bindparam("status", expanding=True)))
 
@@ -24,7 +28,7 @@ BREAKER_KEY = "circuit-breaker"
 class StoreJournal:
     """:class:`playbooks.engine.Journal` on the state database."""
 
-    def __init__(self, store: Store):
+    def __init__(self, store):
         self.store = store
 
     def save(self, action: Action) -> None:
@@ -93,9 +97,37 @@ class StoreJournal:
         return row.detail.get("reason") if row is not None and row.status == "tripped" else None
 
     def set_breaker(self, reason: str | None) -> None:
-        import time
-
         with self.store.session() as s:
             self._put(s, BREAKER_KEY, "-", "-", "breaker", "tripped" if reason else "reset", time.time(),
                       {"reason": reason or ""})
             s.commit()
+
+    def rows_of(self, incident_id: str) -> list[ActionRow]:
+        """An incident's journal rows (playbook heads and their steps), in the order written."""
+        with self.store.session() as s:
+            return list(s.exec(select(ActionRow).where(ActionRow.incident_id == incident_id)
+                               .order_by(ActionRow.id)).all())
+
+    def recent_rows(self, limit: int = 200) -> list[ActionRow]:
+        """The newest ``limit`` rows of the journal, newest first."""
+        with self.store.session() as s:
+            return list(s.exec(select(ActionRow).order_by(ActionRow.ts.desc()).limit(limit)).all())
+
+    def step_rows(self, steps: tuple[str, ...], since: float) -> list[ActionRow]:
+        """The rows of steps of these types written at or after ``since``, in the order written."""
+        with self.store.session() as s:
+            return list(s.exec(select(ActionRow).where(ActionRow.step.in_(steps), ActionRow.ts >= since)
+                               .order_by(ActionRow.id)).all())
+
+    def record_manual(self, command: str, node: str, detail: dict, now: float) -> None:
+        """Journal an operator's ``drain`` or ``resume`` of ``node`` (playbook ``manual``)."""
+        with self.store.session() as s:
+            s.add(ActionRow(idempotency_key=f"manual:{command}:{node}:{now:.6f}", incident_id="-", playbook="manual",
+                            step=command, status="done", ts=now, detail=detail))
+            s.commit()
+
+    def manual_rows_after(self, command: str, after_id: int) -> list[ActionRow]:
+        """The operators' ``command`` rows written after row ``after_id``, in the order written."""
+        with self.store.session() as s:
+            return list(s.exec(select(ActionRow).where(ActionRow.playbook == "manual", ActionRow.step == command,
+                                                       ActionRow.id > after_id).order_by(ActionRow.id)).all())

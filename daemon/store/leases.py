@@ -16,7 +16,9 @@ import time
 from sqlalchemy import update
 from sqlalchemy.exc import IntegrityError
 
-from daemon.store import LeaseRow, Store
+from sqlmodel import select
+
+from daemon.store.tables import LeaseRow
 
 
 def shard_lease(shard: str) -> str:
@@ -35,7 +37,7 @@ def claim_lease(shard: str) -> str:
 class Lease:
     """The lease ``name`` (e.g. ``playbooks:default``) for this process."""
 
-    def __init__(self, store: Store, name: str, ttl_s: float = 30.0, holder: str | None = None,
+    def __init__(self, store, name: str, ttl_s: float = 30.0, holder: str | None = None,
                  clock=time.time):
         self.store = store
         self.name = name
@@ -83,3 +85,9 @@ class Lease:
     def current(self) -> LeaseRow | None:
         with self.store.session() as s:
             return s.get(LeaseRow, self.name)
+
+
+def leases_named(store, names: list[str]) -> dict[str, LeaseRow]:
+    """The leases of these names that exist, by name (read only)."""
+    with store.session() as s:
+        return {r.name: r for r in s.exec(select(LeaseRow).where(LeaseRow.name.in_(names))).all()}

@@ -3,7 +3,7 @@
 from alembic import context
 from sqlmodel import SQLModel
 
-import daemon.store  # noqa: F401  (registers the tables on SQLModel.metadata)
+import daemon.store.tables  # noqa: F401  (registers the tables on SQLModel.metadata)
 
 config = context.config
 target_metadata = SQLModel.metadata

@@ -10,11 +10,11 @@ from pathlib import Path
 
 import pytest
 
-from daemon.lease import Lease
+from daemon.store.leases import Lease
 from daemon.store import Store
 from tests.conftest import Clock
 
-ROOT = Path(__file__).resolve().parents[2]
+ROOT = Path(__file__).resolve().parents[3]
 
 
 def check(store: Store) -> None:
