@@ -3,7 +3,7 @@
 
 Every ``[advice] every_s`` (5 minutes) the service reads the foresight window of the journal (incidents of the last
 180 days, the drain and checkpoint steps), the jobs' measured checkpoint costs and the open incidents, and advises
-every running opted-in job (daemon/advice.py). This builds a store with ``--days`` of a fleet's journal at
+every running opted-in job (daemon/operations/advice.py). This builds a store with ``--days`` of a fleet's journal at
 ``--cards`` accelerators (8 a node) and times ``Advisor.run`` and each of its reads (the median of ``--repeats``
 after one untimed), each size in a process of its own for its peak memory.
 
@@ -124,8 +124,8 @@ def build(url: str, cards: int, days: float, now: float, rng: random.Random) -> 
 
 def one_size(url: str, cards: int, days: float, repeats: int) -> dict:
     """Build the journal for ``cards`` and time the advisor on it."""
-    from daemon.advice import Advisor, measured_costs, open_by_node
-    from daemon.foresight import measure
+    from daemon.operations.advice import Advisor, measured_costs, open_by_node
+    from daemon.operations.foresight import measure
 
     now = 1_790_000_000.0
     t0 = time.perf_counter()

@@ -3,12 +3,14 @@
 far from the prior's, how much a job loses in its first days and months to advice built on too few failures.
 
 The advice's node rate is a Gamma posterior from a prior worth one failure at the published 1.4 a node-year
-(daemon/foresight.py), read at its 90 % upper bound. A fleet whose raswarden forewarns most failures, or whose
+(daemon/operations/foresight.py), read at its 90 % upper bound. A fleet whose raswarden forewarns most failures, or
+whose
 hardware fails more often than Llama 3's, starts from the wrong rate and learns its own as its failures come. For
 each fleet size, true unwarned rate and time since raswarden was installed, this draws the failures seen so far
 (Poisson, ``--draws`` times), asks the real advisor (``Advisor.job_advice``) for a job's interval, and prints the
 median interval with its 10-90 % range, Daly's optimum at the true rate, and what the advised interval costs the job
-over that optimum (the expected overhead of ``daemon.advice.overhead`` at the true rate: checkpoints, work lost,
+over that optimum (the expected overhead of ``daemon.operations.advice.overhead`` at the true rate: checkpoints, work
+lost,
 restarts), as a share of its time and in GPU-hours a month of the job (8 accelerators a node) if it kept that
 advice. A model of the advice, not a run of the loop: the failures are the only thing drawn.
 
@@ -30,15 +32,15 @@ sys.path.insert(0, str(ROOT))
 sys.path.insert(0, str(ROOT / "bench"))
 
 from common import write_results  # noqa: E402
-from daemon.foresight import YEAR_H  # noqa: E402
+from daemon.operations.foresight import YEAR_H  # noqa: E402
 
 
 def one(nodes: int, rate: float, days: float, job_nodes: int, cost_s: float, restart_s: float, draws: int,
         rng: np.random.Generator) -> dict:
     """The advice a ``job_nodes``-node job gets ``days`` after install on a fleet of ``nodes`` nodes whose true
     unwarned rate is ``rate`` a node-year, over ``draws`` draws of the failures seen."""
-    from daemon.advice import Advisor, daly_interval, overhead
-    from daemon.foresight import UNWARNED, Failure, Foresight
+    from daemon.operations.advice import Advisor, daly_interval, overhead
+    from daemon.operations.foresight import UNWARNED, Failure, Foresight
     from playbooks.scheduler import JobInfo
 
     advisor = Advisor()

@@ -25,11 +25,11 @@ from common import peak_rss_mb, run_phase, write_results  # noqa: E402
 def phase(accelerators: int, ticks: int, model: str = "") -> dict:
     import numpy as np
 
-    from daemon.naming import SeriesMapper
-    from daemon.pipeline import Pipeline, PipelineConfig
+    from daemon.ingest.naming import SeriesMapper
+    from daemon.judgement.pipeline import Pipeline, PipelineConfig
     from lab.sim.simulator import Simulator, chunk_to_batch
     from lab.sim.scenario import Scenario
-    from daemon.timeorder import tick_index
+    from daemon.ingest.timeorder import tick_index
 
     sc = Scenario.from_dict({"name": "bench", "seed": 1, "topology": {"accelerators": accelerators},
                              "duration": f"{(ticks + 1) * 30}s", "resolution": "30s", "profile": "full",
@@ -48,8 +48,8 @@ def phase(accelerators: int, ticks: int, model: str = "") -> dict:
         pipeline.tick(now, batch)
         times.append(time.perf_counter() - t)
     warm = sorted(times[2:]) or sorted(times)
-    # the warm state a restart or a standby takes up (daemon/warmstate.py): its size and cost, each way
-    from daemon import warmstate
+    # the warm state a restart or a standby takes up (daemon/judgement/warmstate.py): its size and cost, each way
+    from daemon.judgement import warmstate
 
     t = time.perf_counter()
     state = warmstate.capture(pipeline, now)

@@ -31,7 +31,7 @@ from lab.sim.faults import parse_duration  # noqa: E402
 
 def parse_shadow(text: str) -> dict:
     """``name=value,...`` of HealthConfig fields (booleans as true/false) to a dict of typed values."""
-    from daemon.health import HealthConfig
+    from daemon.judgement.health import HealthConfig
 
     types = {f.name: f.type for f in fields(HealthConfig)}
     out = {}
@@ -49,8 +49,8 @@ def run_shadowed(kind: str, sampling: str, noise: str, seed: int, model: str | N
                  baseline: bool, shadow: dict) -> dict:
     """:func:`lab.matrix.run_one` with the shadow tracker beside the run's (raswarden's only: the baseline's pipeline
     would feed it too): the run's record with a ``shadow`` field."""
-    import daemon.pipeline as pipeline
-    from daemon.health import HealthTracker
+    import daemon.judgement.pipeline as pipeline
+    from daemon.judgement.health import HealthTracker
     from detectors.evaluation import FLAG_STATES
 
     entries: dict[str, list] = {"run": [], "shadow": []}

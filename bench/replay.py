@@ -91,7 +91,7 @@ def generate(path: Path, hours: float, step: int = 15, nodes: int = 80) -> int:
 
 def phase(name: str, path: str, extra: str) -> dict:
     """Run one measurement in this process; returns its figures."""
-    from daemon.formats import ColumnarReader, ColumnarWriter, OpenMetricsReader, ReadContext
+    from daemon.ingest.formats import ColumnarReader, ColumnarWriter, OpenMetricsReader, ReadContext
     from daemon.replay import replay
 
     p = Path(path)

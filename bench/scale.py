@@ -198,9 +198,9 @@ def promql_alone(work: Path, prom: str, supernodes: list[str], rounds: int = 3) 
     import io
     import statistics
 
-    from daemon.collectors.prometheus import PrometheusCollector
-    from daemon.formats.reader import ReadContext
-    from daemon.naming import SeriesMapper
+    from daemon.ingest.collectors.prometheus import PrometheusCollector
+    from daemon.ingest.formats.reader import ReadContext
+    from daemon.ingest.naming import SeriesMapper
     from daemon.topology import Topology
 
     mapper = SeriesMapper(topology=Topology.load(work / "sim" / "topology.yaml"))

@@ -127,9 +127,9 @@ def scrape_ceiling(sim_dir: Path, rounds: int = 3) -> tuple[int, float]:
     to only fetch every endpoint's body (8 threads, no parsing): the simulator's share of a collection."""
     from concurrent.futures import ThreadPoolExecutor
 
-    from daemon.collectors.exposition import ExpositionCollector
-    from daemon.formats.reader import ReadContext
-    from daemon.naming import SeriesMapper
+    from daemon.ingest.collectors.exposition import ExpositionCollector
+    from daemon.ingest.formats.reader import ReadContext
+    from daemon.ingest.naming import SeriesMapper
     from daemon.topology import Topology
 
     mapper = SeriesMapper(topology=Topology.load(sim_dir / "topology.yaml"))

@@ -51,7 +51,8 @@ class ServiceConfig:
     housekeeping_interval_s: float = 3600.0
     retrain_interval_s: float = 0.0  # 0: never
     retrain_traces: list[str] = field(default_factory=list)
-    # the pipeline's warm state (daemon/warmstate.py): saved this often (0: never) and taken up at start, failover
+    # the pipeline's warm state (daemon/judgement/warmstate.py): saved this often (0: never) and taken up at start,
+    # failover
     # or reload when no older than warm_state_max_age_s
     warm_state_interval_s: float = 300.0
     warm_state_max_age_s: float = 86400.0
@@ -79,7 +80,7 @@ class HttpConfig:
 
 @dataclass
 class RepairsConfig:
-    """``[repairs]``: how a repaired node is validated before it returns (daemon/validation.py)."""
+    """``[repairs]``: how a repaired node is validated before it returns (daemon/operations/validation.py)."""
 
     # A shell line run as a batch job on exactly the repaired node, inside raswarden's maintenance reservation;
     # exit status 0 passes. "" returns repaired nodes without a validation job (the order closes at once).
@@ -97,7 +98,8 @@ class RepairsConfig:
 
 @dataclass
 class AdviceConfig:
-    """``[advice]``: checkpoint-interval advice per job from raswarden's measured foresight (daemon/advice.py)."""
+    """``[advice]``: checkpoint-interval advice per job from raswarden's measured foresight
+    (daemon/operations/advice.py)."""
 
     enabled: bool = True
     # where each running opted-in job's advice is written as <job id>.json: a filesystem the jobs' nodes see
@@ -366,7 +368,7 @@ def _http(cfg: Config, ht: dict[str, Any]) -> None:
 
 
 def _collectors(cfg: Config, entries: Any) -> None:
-    from daemon.collectors import REGISTRY
+    from daemon.ingest.collectors import REGISTRY
 
     if not isinstance(entries, list):
         raise ConfigError("collectors: expected an array of tables ([[collectors]])")

@@ -131,13 +131,14 @@ ACTIONS = Gauge("raswarden_actions", "Playbook actions in the journal, by playbo
 PARTS_REPLACED = Counter("raswarden_parts_replaced_total", "Accelerators seen with a new identity (UUID, serial) "
                          "in their slot: replaced parts, whose history starts afresh.", registry=REGISTRY)
 REPAIRS_BEFORE_FAILURE = Gauge("raswarden_repairs_before_failure_ratio", "Share of the last 30 days' repair orders "
-                               "opened for a part before it failed (daemon/reliability.py).", registry=REGISTRY)
+                               "opened for a part before it failed (daemon/operations/reliability.py).",
+                               registry=REGISTRY)
 REPAIR_TIME = Gauge("raswarden_repair_time_median_seconds", "Median time from a repair order (the drain) to its node "
                     "back in service after validation, over the last 30 days.", registry=REGISTRY)
-REPAIR_ORDERS = Gauge("raswarden_repair_orders", "Repair orders by state (daemon/repairs.py).", ["state"],
+REPAIR_ORDERS = Gauge("raswarden_repair_orders", "Repair orders by state (daemon/operations/repairs.py).", ["state"],
                       registry=REGISTRY)
 CHECKPOINT_ADVICE = Gauge("raswarden_checkpoint_advice_seconds", "The periodic checkpoint interval advised to each "
-                          "running opted-in job (daemon/advice.py; label task: the job's id).", ["task"],
+                          "running opted-in job (daemon/operations/advice.py; label task: the job's id).", ["task"],
                           registry=REGISTRY)
 CHECKPOINT_ADVICE_SAFE = Gauge("raswarden_checkpoint_advice_safe", "1 while the safe interval is advised to every job "
                                "(detection degraded: a collector failing, the playbooks' breaker open).",
@@ -145,8 +146,9 @@ CHECKPOINT_ADVICE_SAFE = Gauge("raswarden_checkpoint_advice_safe", "1 while the 
 ADVICE_FILE_ERRORS = Counter("raswarden_checkpoint_advice_file_errors_total", "Times the advice files could not be "
                              "written to [advice] directory (the API and /metrics still give the advice).",
                              registry=REGISTRY)
-FORESIGHT = Gauge("raswarden_hard_failures", "Hard failures over the advice window (daemon/foresight.py): acted on "
-                  "ahead (averted ones included), warned of by an open incident but not acted on, unwarned.",
+FORESIGHT = Gauge("raswarden_hard_failures", "Hard failures over the advice window "
+                  "(daemon/operations/foresight.py): acted on ahead (averted ones included), warned of by an open "
+                  "incident but not acted on, unwarned.",
                   ["before"], registry=REGISTRY)
 UNWARNED_RATE = Gauge("raswarden_unwarned_failures_per_node_year", "Rate of hard failures no open incident warned "
                       "of, a node-year: the posterior mean and the upper bound advice is built on.", ["bound"],
@@ -162,9 +164,10 @@ HTTP_DROPPED = Counter("raswarden_http_requests_dropped_total",
                        "HTTP requests answered by the server itself, by why: deadline (408: not whole within "
                        "http.request_timeout_s), evicted (503: the slowest sender, closed to make room at a cap), "
                        "malformed (400/411), too_large (413/431).", ["why"], registry=REGISTRY)
-WARM_STATE = Counter("raswarden_warm_state_total", "The pipeline's warm state (daemon/warmstate.py): saves (saved, "
-                     "failed) and take-ups at start, failover or reload (taken; refused: other code or config, too "
-                     "old, unreadable).", ["op", "outcome"], registry=REGISTRY)
+WARM_STATE = Counter("raswarden_warm_state_total", "The pipeline's warm state "
+                     "(daemon/judgement/warmstate.py): saves (saved, failed) and take-ups at start, failover or "
+                     "reload (taken; refused: other code or config, too old, unreadable).", ["op", "outcome"],
+                     registry=REGISTRY)
 WARM_STATE_BYTES = Gauge("raswarden_warm_state_bytes", "Size of the last warm state saved (compressed).",
                          registry=REGISTRY)
 WARM_STATE_SAVE_SECONDS = Gauge("raswarden_warm_state_save_seconds", "Time the last warm state took to save.",

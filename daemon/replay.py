@@ -1,6 +1,6 @@
 """Replay: recorded telemetry through the whole pipeline, with the trace's own clock.
 
-Readers stream every file into a :class:`~daemon.timeorder.TimeSpill`; the spill hands back one
+Readers stream every file into a :class:`~daemon.ingest.timeorder.TimeSpill`; the spill hands back one
 batch per tick in time order, and each goes through the same :meth:`Pipeline.tick` the daemon runs.
 Actions are never sent to a scheduler here.
 """
@@ -17,15 +17,15 @@ from collections.abc import Callable
 
 import numpy as np
 
-from daemon.batch import Batch
-from daemon.formats import ReadContext
-from daemon.naming import SeriesMapper
-from daemon.pipeline import Finding, Pipeline, PipelineConfig
-from daemon.rejects import RejectLog
+from daemon.ingest.batch import Batch
+from daemon.ingest.formats import ReadContext
+from daemon.ingest.naming import SeriesMapper
+from daemon.judgement.pipeline import Finding, Pipeline, PipelineConfig
+from daemon.ingest.rejects import RejectLog
 from daemon.store import Store
-from daemon.timeorder import TimeSpill
+from daemon.ingest.timeorder import TimeSpill
 from daemon.timetext import parse_zone
-from daemon.trace import Trace
+from daemon.ingest.trace import Trace
 
 
 @dataclass
@@ -68,7 +68,7 @@ IDLE_WALK_S = 6 * 3600.0
 def _plausible(batch, source: str, ctx: ReadContext, stats: ReplayStats, latest: float = LAST_PRINTABLE_TS):
     """The batch without rows stamped before 2000 or after ``latest`` (rejected and counted: one flipped digit must
     not make replay walk fifty years of ticks, nor a stamp past year 9999 crash the summary after the whole run);
-    widens the span that dates syslog lines (daemon.formats.kernellog)."""
+    widens the span that dates syslog lines (daemon.ingest.formats.kernellog)."""
     parts = {}
     for name, frame in (("samples", batch.samples), ("events", batch.events)):
         if not len(frame):

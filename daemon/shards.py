@@ -4,13 +4,13 @@ A cluster too big for one management node is split by its topology: each ``[shar
 racks or nodes it owns, and ``service.shard`` says which one an instance serves (any management node can run any
 shard; the shard's lease says which does, and a standby takes over a shard whose holder stops renewing it; an
 instance with ``service.shard = "*"`` is a pool member: it serves the first shard no live instance holds, and hands
-it back when the shard's own instance returns and asks for it, daemon/service.py). A
+it back when the shard's own instance returns and asks for it, daemon/service/service.py). A
 shard's collectors keep only its nodes' telemetry, its pipeline restores only its incidents and states, its
 playbooks act only on its incidents, each from a cursor of its own. What is the cluster's stays one: the
 blast-radius budget (``Store.cluster_lock``), the circuit breaker and the journal (the store's), and the alerts (one
 alert pipeline for the whole cluster, run by the instance that holds the lease ``alerts``: grouping, inhibition and
 silences as the cluster sees them, nothing told twice), judged with the incidents that span shards: racks split
-between shards (daemon/splitracks.py) and cooling loops (daemon/cooling.py), each recognised once.
+between shards (daemon/judgement/splitracks.py) and cooling loops (daemon/judgement/cooling.py), each recognised once.
 
 Without ``[shards]`` one shard owns everything, as before.
 """
@@ -22,7 +22,7 @@ from dataclasses import dataclass, field
 import numpy as np
 import pandas as pd
 
-from daemon.incidents import Incident, new_incident
+from daemon.judgement.incidents import Incident, new_incident
 from daemon.store import Store
 from daemon.store.leases import leases_named, shard_lease
 from daemon.topology import Topology
@@ -59,7 +59,7 @@ def cycle_phase(shards: dict[str, ShardSpec], shard: str, interval_s: float) -> 
 def plan_warnings(shards: dict[str, ShardSpec], topology: Topology) -> list[str]:
     """What in a shard plan the topology shows to be unwise (``check-config`` and the start say them): a node in no
     shard (no instance watches it). A rack or a cooling loop split between shards is fine: its incidents are judged
-    for the cluster (daemon/splitracks.py, daemon/cooling.py)."""
+    for the cluster (daemon/judgement/splitracks.py, daemon/judgement/cooling.py)."""
     if not shards:
         return []
     owned = {n for spec in shards.values() for n in Ownership.of(spec, topology).nodes or ()}
@@ -119,14 +119,14 @@ class Ownership:
 
     def owns_entity(self, entity: str) -> bool:
         """An incident's or a state's entity: a node and its parts by the node, a rack when the shard holds all of
-        it (a rack split between shards, by node lists, is the cluster's: daemon/splitracks.py)."""
+        it (a rack split between shards, by node lists, is the cluster's: daemon/judgement/splitracks.py)."""
         return self.nodes is None or entity.split("/", 1)[0] in self.nodes or entity in self.racks
 
     def keep(self, batch):
         """The part of a batch that is this shard's: samples and events of its nodes (and their parts)."""
         if self.nodes is None:
             return batch
-        from daemon.batch import Batch
+        from daemon.ingest.batch import Batch
 
         out = Batch()
         if len(batch.samples):

@@ -1,6 +1,6 @@
 """RAS events of the other accelerator vendors, judged beside NVIDIA's Xids (see ``rules.py``).
 
-* **amdgpu** kernel lines (``daemon/formats/kernel_events.py``) by ``catalogs/amdgpu.csv``: uncorrectable
+* **amdgpu** kernel lines (``daemon/ingest/formats/kernel_events.py``) by ``catalogs/amdgpu.csv``: uncorrectable
   errors in any block, the fatal-error interrupt and a failed GPU reset are ``failed`` (the driver resets the
   GPU; the job on it is gone); deferred (poisoned, contained) errors are ``subhealthy``; correctable errors
   count towards an hourly rate by block (the UMC, the HBM's memory controller, against the rule detector's

@@ -268,7 +268,7 @@ def load_sxid_catalog() -> dict[int, SxidRule]:
 
 def repair_reason(text: str, vendor: str, repair: str) -> str:
     """An Xid's or SXid's reason with the vendor's advice and the repair it calls for, as :func:`vendor_repair`
-    reads it back (the repair order's first action, daemon/repairs.py)."""
+    reads it back (the repair order's first action, daemon/operations/repairs.py)."""
     return f"{text} ({vendor}" + (f"; repair: {repair}" if repair != "none" else "") + ")"
 
 

@@ -7,9 +7,9 @@ import json
 from dataclasses import dataclass, field
 from pathlib import Path
 
-from daemon.pipeline import PipelineConfig
+from daemon.judgement.pipeline import PipelineConfig
 from daemon.replay import replay
-from daemon.trace import Trace
+from daemon.ingest.trace import Trace
 from detectors.contract import TICK_S
 from detectors.evaluation import ClassScore, Evaluation, Fault, evaluate, flags_from_findings
 
@@ -85,11 +85,11 @@ def evaluate_simulation(sim, baseline: bool, interval_s: float = TICK_S, model=N
     import numpy as np
     import pandas as pd
 
-    from daemon.naming import SeriesMapper
-    from daemon.pipeline import Pipeline
-    from daemon.rejects import RejectLog
+    from daemon.ingest.naming import SeriesMapper
+    from daemon.judgement.pipeline import Pipeline
+    from daemon.ingest.rejects import RejectLog
     from lab.sim.simulator import chunk_to_batch
-    from daemon.timeorder import tick_index
+    from daemon.ingest.timeorder import tick_index
     from daemon.topology import Topology
 
     per_node = sim.topo.gpus_per_node

@@ -30,9 +30,9 @@ import numpy as np
 
 from daemon import __version__
 from lab.evaluate import read_labels
-from daemon.pipeline import Pipeline, PipelineConfig
+from daemon.judgement.pipeline import Pipeline, PipelineConfig
 from daemon.replay import replay
-from daemon.trace import Trace
+from daemon.ingest.trace import Trace
 from detectors.evaluation import Fault
 from detectors.features import FEATURES
 from detectors.contract import TICK_S

@@ -1,6 +1,6 @@
 """Whether the job this thread runs has been asked to stop, for the waits that could outlast a prompt stop.
 
-The daemon's jobs (daemon/jobs.py) run in worker threads, and SIGTERM lets the job in flight finish. Most passes
+The daemon's jobs (daemon/service/jobs.py) run in worker threads, and SIGTERM lets the job in flight finish. Most passes
 end in milliseconds; what can hold one for a long time is a wait on something outside: a Slurm command while
 slurmctld does not answer (up to its timeout, per command), the blast-radius lock while another raswarden holds
 it. Such waits ask :func:`requested` and give up early once the stop has come; the playbook engine starts no

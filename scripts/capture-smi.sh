@@ -1,6 +1,6 @@
 #!/bin/sh
 # Append one snapshot of a vendor tool to a JSON Lines file that `raswarden replay` reads
-# (daemon/formats/smi.py): {"ts": <epoch s>, "host": <hostname>, "tool": ..., "output": ...}.
+# (daemon/ingest/formats/smi.py): {"ts": <epoch s>, "host": <hostname>, "tool": ..., "output": ...}.
 # Run it on a node from cron or a fleet tool, e.g. every minute:
 #   * * * * * /opt/raswarden/scripts/capture-smi.sh amd-smi /var/log/raswarden/smi.jsonl
 # amd-smi: the JSON of `amd-smi metric --json`; rocm-smi (older ROCm): its --json of temperatures, power, use,

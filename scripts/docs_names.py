@@ -1,5 +1,5 @@
 #!/usr/bin/env python3
-"""Regenerate docs/names.md from the name tables in daemon/names/ (run after editing a table)."""
+"""Regenerate docs/names.md from the name tables in daemon/ingest/names/ (run after editing a table)."""
 
 import csv
 import re
@@ -19,7 +19,7 @@ TITLES = {"dcgm_exporter.csv": "dcgm-exporter", "dcgm_exporter_1x.csv": "dcgm-ex
 for table, title in TITLES.items():
     parts += [f"## {title}", "", "| source metric | canonical | type | entity | match | transform |",
               "|---|---|---|---|---|---|"]
-    with open(ROOT / "daemon" / "names" / table) as fh:
+    with open(ROOT / "daemon" / "ingest" / "names" / table) as fh:
         for r in csv.DictReader(line for line in fh if not line.startswith("#")):
             parts.append(f"| `{r['source_metric']}` | `{r['canonical']}` | {r['type']} | `{r['entity']}` | "
                          f"{r['match']} | {r['transform']} |")

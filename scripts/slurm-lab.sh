@@ -88,7 +88,7 @@ SchedulerParameters=sched_interval=2,bf_interval=2
 MpiDefault=none
 MailProg=/bin/true
 # scontrol reboot: the nodes are this host's slurmd, so rebooting one does nothing and it stays REBOOT_ISSUED until
-# ResumeTimeout (tests/daemon/collectors/test_slurm_nodes.py reads that state)
+# ResumeTimeout (tests/daemon/ingest/collectors/test_slurm_nodes.py reads that state)
 RebootProgram=/bin/true
 ResumeTimeout=30
 ReturnToService=2

@@ -20,7 +20,7 @@ import urllib.request
 
 import yaml
 
-from daemon.formats.kernel_events import parse_kernel_message
+from daemon.ingest.formats.kernel_events import parse_kernel_message
 from daemon.store import ActionRow, CollectorStateRow, Store
 from tests.daemon.alerting.receiver_server import ChatServer
 from tests.daemon.service.conftest import Live, free_port

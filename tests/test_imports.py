@@ -126,3 +126,46 @@ def test_the_store_imports_nothing_of_raswardens_but_the_playbook_model():
                    for m in _every_import(path) if m.split(".")[0] in PACKAGES
                    and not (m.startswith("daemon.store") or m.split(".")[0] == "playbooks"))
     assert not wrong, wrong
+
+
+# The daemon's wings (docs/architecture.md §2, each __init__ says it): what each may import beyond itself. The
+# floor is the top-level modules every wing stands on; a wing not listed (the CLI, the service) may import any.
+FLOOR = {"daemon.metrics", "daemon.timetext", "daemon.topology"}
+WING_MAY_IMPORT = {
+    "daemon.store": {"playbooks"},
+    "daemon.ingest": FLOOR | {"daemon.store", "detectors", "playbooks", "daemon.alerting.secrets"},
+    "daemon.judgement": FLOOR | {"daemon.ingest", "daemon.store", "detectors"},
+    "daemon.alerting": FLOOR | {"daemon.judgement", "daemon.store", "daemon.config", "playbooks"},
+    "daemon.operations": FLOOR | {"daemon.judgement", "daemon.alerting", "daemon.config", "daemon.shards",
+                                  "daemon.store", "detectors", "playbooks"},
+    "daemon.web": FLOOR | {"daemon.alerting", "daemon.operations", "daemon.store"},
+}
+TOP_LEVEL_AT_MOST = 12
+
+
+def _wing(module: str) -> str:
+    parts = module.split(".")
+    return ".".join(parts[:2]) if parts[0] == "daemon" and len(parts) > 1 and (ROOT / "daemon" / parts[1]).is_dir() \
+        else module
+
+
+def test_each_wing_imports_only_what_its_docstring_allows():
+    wrong = []
+    for wing, allowed in WING_MAY_IMPORT.items():
+        for path in (ROOT / wing.replace(".", "/")).rglob("*.py"):
+            for m in _every_import(path):
+                if m.split(".")[0] not in PACKAGES or _wing(m) == wing:
+                    continue
+                if m == "daemon" or any(m == a or m.startswith(f"{a}.") for a in allowed):
+                    continue  # ``from daemon import metrics`` is the floor
+                wrong.append(f"{path.relative_to(ROOT)} imports {m}")
+    assert not wrong, sorted(wrong)
+
+
+def test_daemons_top_floor_stays_small():
+    """Beside its wings (sub-packages), daemon/ keeps a few modules every wing stands on (issue 57: at most 12)."""
+    top = sorted(p.name for p in (ROOT / "daemon").glob("*.py"))
+    assert len(top) <= TOP_LEVEL_AT_MOST, top
+    for wing in (p for p in (ROOT / "daemon").iterdir() if (p / "__init__.py").exists()):
+        doc = ast.get_docstring(ast.parse((wing / "__init__.py").read_text()))
+        assert doc and "May import" in doc, f"{wing.name}/__init__.py does not say what the wing may import"

@@ -39,7 +39,7 @@ def test_python_m_daemon_runs_the_cli():
 
 
 def test_names_doc_lists_every_mapped_metric():
-    from daemon.naming import load_rules
+    from daemon.ingest.naming import load_rules
 
     doc = (ROOT / "docs" / "names.md").read_text()
     for rules in load_rules().values():

@@ -30,7 +30,7 @@ def test_the_wheel_carries_the_licence_and_the_data_the_service_reads(dist):
     names = set(zipfile.ZipFile(wheel).namelist())
     assert any(n.endswith(".dist-info/licenses/LICENSE") for n in names)
     for needed in ("daemon/alerting/templates/body.j2", "daemon/store/migrations/env.py", "playbooks/builtin/",
-                   "detectors/catalogs/", "daemon/names/", "lab/library/faults/gpu_off_bus-a.yaml",
+                   "detectors/catalogs/", "daemon/ingest/names/", "lab/library/faults/gpu_off_bus-a.yaml",
                    "lab/library/scenarios/mini.yaml"):
         assert any(n.startswith(needed) for n in names), needed
 

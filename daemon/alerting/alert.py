@@ -84,7 +84,8 @@ def group_key(rack: str | None, category: str) -> str:
 
 
 def alert_from_incident(row: Any, action: Any = "", where: list | None = None, runbook: str = "") -> Alert:
-    """The alert of an incident row (``daemon.store.IncidentRow`` or ``daemon.incidents.Incident``), with what was
+    """The alert of an incident row (``daemon.store.IncidentRow`` or ``daemon.judgement.incidents.Incident``), with what
+    was
     done (``action``: text, or an ``alert_pipeline.ActionState``), where its part is (``where``: [what, value] pairs,
     e.g. from ``Topology.place``) and what to do next (``runbook``)."""
     text = action if isinstance(action, str) else action.text

@@ -21,7 +21,7 @@ from daemon.alerting.outbox import enqueue
 from daemon.alerting.routing import Route, route
 from daemon.alerting.runbooks import runbook_for
 from daemon.alerting.silences import Silence, SilenceBook
-from daemon.incidents import NOT_A_NODE
+from daemon.judgement.incidents import NOT_A_NODE
 from daemon.store import ActionRow, AlertGroupRow, AlertRow, IncidentRow, Store
 from daemon.store.alerting import AlertRecords, AlertTransaction
 from daemon.topology import Topology

@@ -1,4 +1,8 @@
-"""The ``raswarden`` command line: one module per command group, each adding its commands with ``register``."""
+"""The ``raswarden`` command line: one module per command group, each adding its commands with ``register``.
+
+May import: every wing of the daemon (it stands on all of them), and ``lab`` inside the commands that run the
+simulator, the closed loop or training; nothing imports it but ``daemon.__main__``.
+"""
 
 from __future__ import annotations
 

@@ -1,5 +1,5 @@
 """``raswarden advise [JOB]``: the checkpoint interval advised to each running opted-in job, and the foresight it
-stands on (daemon/advice.py, daemon/foresight.py)."""
+stands on (daemon/operations/advice.py, daemon/operations/foresight.py)."""
 
 from __future__ import annotations
 
@@ -18,8 +18,8 @@ def cmd_advise(args: argparse.Namespace) -> int:
     from rich.table import Table
 
     from daemon.store.journal import StoreJournal
-    from daemon.advice import Advisor, degraded_reason
-    from daemon.remediation import scheduler_from_config
+    from daemon.operations.advice import Advisor, degraded_reason
+    from daemon.operations.remediation import scheduler_from_config
     from daemon.topology import Topology
     from playbooks.scheduler import ClusterState, SchedulerError
 

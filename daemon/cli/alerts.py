@@ -13,7 +13,7 @@ def _alerting(args: argparse.Namespace):
 
     cfg = load_config(args)
     store = open_store(args, cfg)
-    from daemon.remediation import scheduler_from_config
+    from daemon.operations.remediation import scheduler_from_config
 
     return Alerting.from_config(cfg, store, scheduler_from_config(cfg)), store
 
@@ -66,7 +66,7 @@ def cmd_silence(args: argparse.Namespace) -> int:
     import time
 
     from daemon.alerting.silences import SilenceBook
-    from daemon.operator import OperatorError, add_silence
+    from daemon.operations.operator import OperatorError, add_silence
 
     with store_of(args, read_only=args.silence_command == "list") as store:
         book = SilenceBook(store)

@@ -136,12 +136,12 @@ def shard_of(args: argparse.Namespace) -> str:
 
 def follow(store, shard: str, name: str, step, interval_s: float, lease_ttl_s: float | None = None,
            verbose: bool = False, once: bool = False) -> int:
-    """Run ``step`` every ``interval_s`` seconds as the daemon runs its jobs (daemon/jobs.py), only while this
+    """Run ``step`` every ``interval_s`` seconds as the daemon runs its jobs (daemon/service/jobs.py), only while this
     process holds the shard's lease, until SIGTERM or SIGINT (``once``: one pass, or none while another instance
     holds the shard); then let go of the lease."""
     import sys
 
-    from daemon.jobs import Job, JobRunner, leased
+    from daemon.service.jobs import Job, JobRunner, leased
     from daemon.store.leases import Lease, shard_lease
 
     lease = Lease(store, shard_lease(shard), ttl_s=lease_ttl_s or max(10.0, 3 * interval_s))

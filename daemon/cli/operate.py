@@ -15,9 +15,9 @@ def cmd_check_config(args: argparse.Namespace) -> int:
     from daemon.alerting.runner import Alerting  # builds every receiver: catches what parsing cannot
     from daemon.store import Store
 
-    from daemon.collectors import build
-    from daemon.formats.reader import ReadContext
-    from daemon.naming import SeriesMapper
+    from daemon.ingest.collectors import build
+    from daemon.ingest.formats.reader import ReadContext
+    from daemon.ingest.naming import SeriesMapper
     from daemon.topology import Topology
 
     store = Store("sqlite://")
@@ -61,7 +61,7 @@ def cmd_run(args: argparse.Namespace) -> int:
     """raswarden run: the daemon (systemd runs it as raswarden.service)."""
     import os
 
-    from daemon.service import Service
+    from daemon.service.service import Service
 
     cfg = load_config(args)
     if args.db:
@@ -82,7 +82,7 @@ def cmd_run(args: argparse.Namespace) -> int:
 
 def cmd_reload(args: argparse.Namespace) -> int:
     """raswarden reload: SIGHUP and wait for the daemon's answer (the unit's ExecReload=)."""
-    from daemon.reloadanswer import reload_and_wait
+    from daemon.service.reloadanswer import reload_and_wait
 
     code, message = reload_and_wait(args.pid, args.timeout)
     print(f"raswarden: {message}", file=sys.stderr if code else sys.stdout)
@@ -169,8 +169,8 @@ def cmd_init(args: argparse.Namespace) -> int:
 
     import yaml
 
-    from daemon.collectors.exposition import read_file_sd
-    from daemon.inventory import discover
+    from daemon.ingest.collectors.exposition import read_file_sd
+    from daemon.ingest.inventory import discover
     from daemon.starter_config import minimal_config
 
     targets = list(args.targets)

@@ -7,10 +7,10 @@ import argparse
 import sys
 
 from daemon.cli.common import (config_and_store, config_args, fmt_duration, fmt_ts, follow, follow_args,
-                                load_config, open_store, print_table, shard_of, store_of)
+                               load_config, open_store, print_table, shard_of, store_of)
 
 def _remediation(args: argparse.Namespace):
-    from daemon.remediation import Remediation, scheduler_from_config
+    from daemon.operations.remediation import Remediation, scheduler_from_config
 
     cfg = load_config(args)
     store = open_store(args, cfg)
@@ -35,7 +35,7 @@ def cmd_playbook(args: argparse.Namespace) -> int:
     rem, store = _remediation(args)
     try:
         if args.playbook_command == "plan":
-            from daemon.remediation import incident_ref
+            from daemon.operations.remediation import incident_ref
 
             row = store.incident(args.incident)
             if row is None:
@@ -71,8 +71,8 @@ def cmd_node(args: argparse.Namespace) -> int:
     """raswarden drain|resume NODE: an operator's own action through raswarden, journaled."""
     import getpass
 
-    from daemon.operator import OperatorError, node_action
-    from daemon.remediation import scheduler_from_config
+    from daemon.operations.operator import OperatorError, node_action
+    from daemon.operations.remediation import scheduler_from_config
 
     with config_and_store(args) as (cfg, store):
         try:
@@ -88,7 +88,7 @@ def cmd_node(args: argparse.Namespace) -> int:
 def cmd_approve(args: argparse.Namespace) -> int:
     import getpass
 
-    from daemon.operator import OperatorError, approve
+    from daemon.operations.operator import OperatorError, approve
 
     rem, store = _remediation(args)
     try:
@@ -103,12 +103,12 @@ def cmd_approve(args: argparse.Namespace) -> int:
 
 
 def cmd_repairs(args: argparse.Namespace) -> int:
-    """raswarden repairs: the repair queue (daemon/repairs.py) and a technician's changes to its orders."""
+    """raswarden repairs: the repair queue (daemon/operations/repairs.py) and a technician's changes to its orders."""
     import getpass
     import json
     import time
 
-    from daemon.repairs import ACTIVE, RepairBook, RepairError
+    from daemon.operations.repairs import ACTIVE, RepairBook, RepairError
 
     with store_of(args, read_only=args.repairs_command in ("list", "show")) as store:
         book = RepairBook(store)
@@ -169,7 +169,7 @@ def cmd_report(args: argparse.Namespace) -> int:
     import time
     from pathlib import Path
 
-    from daemon.reliability import figures, report_html
+    from daemon.operations.reliability import figures, report_html
     from playbooks.duration import parse_duration
 
     try:
@@ -246,9 +246,10 @@ def register(sub) -> None:
     p.set_defaults(func=cmd_repairs)
 
     p = sub.add_parser("report", help="fleet reliability over a period: an HTML report with charts",
-                       description="Repair orders over a period (daemon/reliability.py): how many parts were replaced "
-                                   "before they failed, time to repair, what validation caught, MTBF per part class, "
-                                   "worst slots and racks, repeat offenders, the queue; written as one HTML file.")
+                       description="Repair orders over a period (daemon/operations/reliability.py): how many parts "
+                                   "were replaced before they failed, time to repair, what validation caught, MTBF per "
+                                   "part class, worst slots and racks, repeat offenders, the queue; written as one "
+                                   "HTML file.")
     p.add_argument("--since", default="30d", help="the period, back from now (default 30d)")
     p.add_argument("--out", default="raswarden-report.html", help="the HTML file (default raswarden-report.html)")
     config_args(p)

@@ -13,7 +13,7 @@ from detectors.contract import TICK_S
 def cmd_replay(args: argparse.Namespace) -> int:
     from rich.console import Console
 
-    from daemon.pipeline import PipelineConfig
+    from daemon.judgement.pipeline import PipelineConfig
     from daemon.replay import FUTURE_MARGIN_S, replay
 
     err = Console(stderr=True)
@@ -130,10 +130,10 @@ def print_summary(console, result) -> None:
 def cmd_convert(args: argparse.Namespace) -> int:
     import shutil
 
-    from daemon.formats import ColumnarWriter, ReadContext
-    from daemon.naming import SeriesMapper
+    from daemon.ingest.formats import ColumnarWriter, ReadContext
+    from daemon.ingest.naming import SeriesMapper
     from daemon.timetext import parse_zone
-    from daemon.trace import Trace
+    from daemon.ingest.trace import Trace
 
     trace = Trace.discover(args.trace)
     topology = trace.topology()

@@ -9,7 +9,7 @@ sqlmodel or sqlalchemy; the rest of the code calls the methods of the records he
   ``leases`` (shard leases), ``alerting`` (alerts, groups, the outbox, tickets, silences), ``repairs`` (repair
   orders and idle checks).
 
-It may import :mod:`playbooks` (for the stop flag and the action model) and nothing else of raswarden's.
+May import: :mod:`playbooks` (for the stop flag and the action model) and nothing else of raswarden's.
 """
 
 from daemon.store.database import Store

@@ -128,7 +128,7 @@ class IncidentRecords:
                           but_category: str = "telemetry") -> list[Any]:
         """The incidents of these kinds updated at or after ``updated_since`` (none of ``but_category``), as rows of
         id, entity, kind, category, rack, opened_at, closed_at and failed_at only: a large fleet's window holds a
-        hundred thousand incidents, and their evidence is not read (daemon/foresight.py)."""
+        hundred thousand incidents, and their evidence is not read (daemon/operations/foresight.py)."""
         with self.session() as s:
             return list(s.exec(select(*_OUTLINE).where(IncidentRow.kind.in_(list(kinds)),
                                                        IncidentRow.category != but_category,

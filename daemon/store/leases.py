@@ -29,7 +29,7 @@ def shard_lease(shard: str) -> str:
 
 def claim_lease(shard: str) -> str:
     """The lease by which an instance configured for ``shard`` (not a pool member) asks for it back: a pool member
-    serving the shard hands it over at its next cycle (daemon/service.py), so the spare is free again once the
+    serving the shard hands it over at its next cycle (daemon/service/service.py), so the spare is free again once the
     shard's own management node has come back."""
     return f"claim:{shard}"
 

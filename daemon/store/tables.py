@@ -56,7 +56,7 @@ class IncidentRow(SQLModel, table=True):
     close_reason: str = ""
     parent: str | None = Field(default=None, index=True)
     evidence: list = Field(default_factory=list, sa_column=Column(JSON, nullable=False))
-    failed_at: float | None = None  # when it first became failed (a hard failure; daemon/foresight.py)
+    failed_at: float | None = None  # when it first became failed (a hard failure; daemon/operations/foresight.py)
 
 
 class ActionRow(SQLModel, table=True):
@@ -138,7 +138,7 @@ class LeaseRow(SQLModel, table=True):
 
 
 class CollectorStateRow(SQLModel, table=True):
-    """Where a live collector stopped reading (daemon/collectors): saved with the tick that used the data."""
+    """Where a live collector stopped reading (daemon/ingest/collectors): saved with the tick that used the data."""
 
     __tablename__ = "collector_state"
     name: str = Field(primary_key=True)
@@ -147,7 +147,7 @@ class CollectorStateRow(SQLModel, table=True):
 
 
 class RepairOrderRow(SQLModel, table=True):
-    """A part to replace or inspect on a node raswarden drained for hardware (daemon/repairs.py): its state,
+    """A part to replace or inspect on a node raswarden drained for hardware (daemon/operations/repairs.py): its state,
     what is expected of the technician, the evidence, and every change of state (``history``)."""
 
     __tablename__ = "repair_order"
@@ -174,7 +174,7 @@ class RepairOrderRow(SQLModel, table=True):
 
 
 class IdleCheckRow(SQLModel, table=True):
-    """Active checks of idle nodes (daemon/validation.py): the one running or the last one, per node."""
+    """Active checks of idle nodes (daemon/operations/validation.py): the one running or the last one, per node."""
 
     __tablename__ = "idle_check"
     node: str = Field(primary_key=True)
@@ -198,7 +198,7 @@ class TicketRow(SQLModel, table=True):
 
 
 class WarmStateRow(SQLModel, table=True):
-    """A shard's pipeline warm state (daemon/warmstate.py): the last one saved."""
+    """A shard's pipeline warm state (daemon/judgement/warmstate.py): the last one saved."""
 
     __tablename__ = "warm_state"
     shard: str = Field(primary_key=True)

@@ -23,8 +23,11 @@ A long-running service cannot let one client hold it: requests are read whole by
 own for ``/healthz`` and ``/metrics``, so a slow or stuck client never starves Prometheus' scrape or the API.
 
 The wing: ``server`` (the bounded HTTP server, knows nothing of raswarden), ``routes`` (the table of paths and their
-handlers), ``pages`` (the HTML), ``state`` (what pages and API read of the service). It imports the service's parts
-(store, operator actions, metrics); nothing outside the service imports it.
+handlers), ``pages`` (the HTML), ``state`` (what pages and API read of the service); the service hands itself over,
+and nothing outside the service imports the wing.
+
+May import: itself, ``daemon.alerting``, ``daemon.operations``, the floor (``daemon.metrics``, ``daemon.timetext``,
+``daemon.topology``), ``daemon.store``; never the service it serves.
 """
 from __future__ import annotations
 

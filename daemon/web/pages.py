@@ -184,8 +184,8 @@ h1.failed{color:#c62828} h1.subhealthy{color:#ef6c00} table.kv{width:auto} table
 
 
 def _reliability_line(service) -> str:
-    """The last 30 days of repair orders in one line (daemon/reliability.py)."""
-    from daemon.reliability import figures
+    """The last 30 days of repair orders in one line (daemon/operations/reliability.py)."""
+    from daemon.operations.reliability import figures
 
     t = figures(service.store, time.time() - 30 * 86400.0).total
     return (f"last 30 days: {t.orders} repair orders, {t.before_text} before failure, median time to repair "
@@ -264,7 +264,7 @@ def status_page(service) -> str:
 
 def repair_page(service, order_id: str) -> str | None:
     """A repair order's page, the link in its chat message: where the part is, why, the evidence, its history."""
-    from daemon.repairs import RepairError
+    from daemon.operations.repairs import RepairError
 
     try:
         r = service.remediation.repairs.order(int(order_id))

@@ -3,7 +3,8 @@
 A handler takes a :class:`Request` (the service, the path's named parts, the query, the JSON body and who sent it)
 and returns a :data:`Reply`: a status, a body (``str`` or ``bytes`` sent as is, anything else as JSON) and its
 content type. :func:`answer` finds the route, checks a write's bearer token and reads its body, and turns what a
-handler raises into a status: :class:`~daemon.operator.OperatorError` its own, anything else 500 with one log line.
+handler raises into a status: :class:`~daemon.operations.operator.OperatorError` its own, anything else 500 with one log
+line.
 """
 
 from __future__ import annotations
@@ -24,7 +25,7 @@ from prometheus_client import CONTENT_TYPE_LATEST, generate_latest
 
 from daemon import metrics
 from daemon.alerting.silences import DEFAULT_SILENCE
-from daemon.operator import OperatorError, add_silence, approve, node_action
+from daemon.operations.operator import OperatorError, add_silence, approve, node_action
 from daemon.web.pages import incident_page, repair_page, status_page
 from daemon.web.server import MAX_BODY
 from daemon.web.state import (actions_json, advice_json, entities_json, idle_checks_json, incidents_json,
@@ -93,7 +94,7 @@ def _add_silence(r: Request) -> Reply:
 
 
 def _repair(r: Request) -> Reply:
-    from daemon.repairs import RepairError
+    from daemon.operations.repairs import RepairError
 
     book, note, what = r.service.remediation.repairs, str(r.body.get("note", "")), r.params["what"]
     try:
@@ -108,7 +109,7 @@ def _repair(r: Request) -> Reply:
 
 
 def _node(r: Request) -> Reply:
-    from daemon.remediation import scheduler_from_config
+    from daemon.operations.remediation import scheduler_from_config
 
     what = r.params["what"]
     text = node_action(scheduler_from_config(r.service.cfg), r.service.store, what, r.params["node"],

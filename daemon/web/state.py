@@ -48,14 +48,15 @@ def silences_json(service) -> list[dict]:
 
 
 def repairs_json(service, everything: bool = False) -> list[dict]:
-    """Repair orders, the queue's order (daemon/repairs.py): open to validating, or all."""
-    from daemon.repairs import ACTIVE
+    """Repair orders, the queue's order (daemon/operations/repairs.py): open to validating, or all."""
+    from daemon.operations.repairs import ACTIVE
 
     return [r.model_dump() for r in service.remediation.repairs.orders(None if everything else ACTIVE)]
 
 
 def advice_json(service, job: str | None = None) -> dict | None:
-    """The checkpoint advice as last made (daemon/advice.py): the foresight it stands on and every job's, or one
+    """The checkpoint advice as last made (daemon/operations/advice.py): the foresight it stands on and every job's, or
+    one
     job's (None: no advice for it)."""
     advice = service.advisor.last
     if job is not None:
@@ -66,5 +67,5 @@ def advice_json(service, job: str | None = None) -> dict | None:
 
 
 def idle_checks_json(service) -> list[dict]:
-    """The active checks of idle nodes (daemon/validation.py): each node's running or last one."""
+    """The active checks of idle nodes (daemon/operations/validation.py): each node's running or last one."""
     return [r.model_dump() for r in service.remediation.validator.checks()]

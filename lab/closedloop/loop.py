@@ -8,14 +8,14 @@ from pathlib import Path
 
 import numpy as np
 
-from daemon.advice import Advisor
+from daemon.operations.advice import Advisor
 from daemon.config import AdviceConfig, Config
-from daemon.naming import SeriesMapper
-from daemon.pipeline import Pipeline, PipelineConfig
-from daemon.rejects import RejectLog
-from daemon.remediation import Remediation
+from daemon.ingest.naming import SeriesMapper
+from daemon.judgement.pipeline import Pipeline, PipelineConfig
+from daemon.ingest.rejects import RejectLog
+from daemon.operations.remediation import Remediation
 from daemon.store import Store
-from daemon.timeorder import tick_index
+from daemon.ingest.timeorder import tick_index
 from daemon.topology import Topology
 from lab.closedloop.options import POLICIES, LoopOptions
 from lab.closedloop.outcome import Actions, LoopResult, repair_figures, score

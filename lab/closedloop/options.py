@@ -15,7 +15,8 @@ POLICIES = ("none", "reactive", "full")
 # oracle: Daly's optimum at the seed's own count of hard failures over its node-hours, which no job could know
 #   beforehand (a month with more failures than usual gets shorter intervals from the start): the best any fixed
 #   interval per job size could do;
-# advised: jobs that opted in to raswarden's signals follow its advice (daemon/advice.py), polled whenever it is made
+# advised: jobs that opted in to raswarden's signals follow its advice (daemon/operations/advice.py), polled whenever it
+# is made
 #   (each tick that changed an incident, else every 5 minutes), the daly interval until they have any; a job whose
 #   advised interval falls below its time since its last checkpoint checkpoints at once. The others checkpoint as
 #   under daly.

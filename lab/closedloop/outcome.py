@@ -12,7 +12,7 @@ from lab.sim.cluster import SimScheduler
 from lab.sim.simulator import Simulator
 from playbooks.guards import incident_in_reason
 
-VALIDATION_DRAIN = "raswarden: validation failed"  # daemon/validation.py's reason
+VALIDATION_DRAIN = "raswarden: validation failed"  # daemon/operations/validation.py's reason
 
 @dataclass
 class LoopResult:

@@ -8,8 +8,8 @@ import math
 
 import numpy as np
 
-from daemon.advice import daly_interval
-from daemon.pipeline import Pipeline
+from daemon.operations.advice import daly_interval
+from daemon.judgement.pipeline import Pipeline
 from detectors.schema import node_of
 from lab.closedloop.options import LoopOptions
 from lab.sim.arrivals import DEFAULT_MIX
@@ -37,7 +37,7 @@ def plan_jobs(sim: Simulator, opts: LoopOptions) -> list[SimJob]:
             interval = min(interval, sc.duration)
         jobs.append(SimJob(f"{len(jobs) + 1:05d}", n, work, opt_in=opt_in, checkpoint_interval_s=interval,
                            checkpoint_cost_s=opts.checkpoint_cost_s, restart_cost_s=opts.restart_cost_s,
-                           # what a job declares beside its opt-in (daemon/advice.py reads it)
+                           # what a job declares beside its opt-in (daemon/operations/advice.py reads it)
                            comment=f"raswarden:checkpoint cost={opts.checkpoint_cost_s:g} "
                                    f"restart={opts.restart_cost_s:g}" if opt_in else ""))
         node_s += n * work
@@ -154,7 +154,8 @@ class Technician:
 
     def work(self, book, sched: SimScheduler, now: float, pipeline: Pipeline | None,
              scheduler_name=lambda node: node) -> bool:
-        """One pass over raswarden's repair queue (daemon/repairs.py ``RepairBook``); whether it changed an order.
+        """One pass over raswarden's repair queue (daemon/operations/repairs.py ``RepairBook``); whether it changed an
+        order.
         Between raswarden's passes only the technician changes the orders: the queue is read again after a pass
         that changed something (``queue_changed``) or a change of its own."""
         if self._queue is None:

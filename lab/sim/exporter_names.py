@@ -14,7 +14,7 @@ from importlib import resources
 
 import numpy as np
 
-from daemon.naming import Transform
+from daemon.ingest.naming import Transform
 from lab.sim.layout import MODEL
 
 DRIVER = "550.90.07"
@@ -53,7 +53,7 @@ class SourceName:
 
 def source_names(table: str) -> dict[str, SourceName]:
     """canonical metric -> how it is published, from a name table (the first row of a canonical wins)."""
-    text = resources.files("daemon.names").joinpath(table).read_text()
+    text = resources.files("daemon.ingest.names").joinpath(table).read_text()
     out: dict[str, SourceName] = {}
     for row in csv.DictReader(line for line in text.splitlines() if not line.startswith("#")):
         extra = "".join(f',{k}="{v}"' for k, v in (p.split("=", 1) for p in (row.get("match") or "").split(";") if p))

@@ -25,8 +25,8 @@ from collections.abc import Callable, Iterator
 import numpy as np
 import pandas as pd
 
-from daemon.batch import Batch
-from daemon.formats.kernel_events import parse_kernel_message
+from daemon.ingest.batch import Batch
+from daemon.ingest.formats.kernel_events import parse_kernel_message
 from lab.sim.arrivals import sample_instances
 from lab.sim.faults import FaultInstance, FaultTemplate, TemplateError, load_library
 from lab.sim.noise import AER_LINE, AER_LOGGED, HEALTHY_MAX_PER_H, PartNoise

@@ -1,7 +1,7 @@
 """Accelerator vendors in the simulator: ids, physics, what each exporter publishes, and each fault's signature.
 
 The fault templates describe a fault in canonical metrics (which every vendor's exporter maps to, see
-``daemon/names``) and in NVIDIA's kernel lines. A vendor profile re-expresses those lines the way its own
+``daemon/ingest/names``) and in NVIDIA's kernel lines. A vendor profile re-expresses those lines the way its own
 stack reports the same fact:
 
 * **AMD** (Instinct, and Hygon DCUs on the same ROCm stack): the amdgpu driver's RAS lines. Uncorrectable
@@ -61,7 +61,7 @@ class VendorProfile:
         return self.port_metrics is None or metric in self.port_metrics
 
     def canonical(self, metric: str) -> str:
-        """The canonical name this vendor's series of an engine metric maps to (``daemon/names``)."""
+        """The canonical name this vendor's series of an engine metric maps to (``daemon/ingest/names``)."""
         return dict(self.renames + self.port_renames).get(metric, metric)
 
 

@@ -4,7 +4,7 @@
   ``amd-device-metrics-exporter.om`` and ``npu-exporter.om``): OpenMetrics as ``promtool tsdb
   dump-openmetrics`` writes it (one family after another, one series after another, samples in time order,
   timestamps in seconds, no metadata, ``# EOF``), metric and label names as each exporter publishes them
-  (the name tables of ``daemon/names`` read backwards, values through the inverse of their transforms). A
+  (the name tables of ``daemon/ingest/names`` read backwards, values through the inverse of their transforms). A
   canonical metric an exporter has no name for (the kernel's AER counter of an NPU, which raswarden reads
   from sysfs) is left out of this form and listed in ``unpublished``. Chunks stream to one spill file per
   family, so memory stays at one chunk; the families are assembled at the end;
@@ -24,8 +24,8 @@ from pathlib import Path
 import numpy as np
 import yaml
 
-from daemon.batch import Batch
-from daemon.formats.columnar import ColumnarWriter
+from daemon.ingest.batch import Batch
+from daemon.ingest.formats.columnar import ColumnarWriter
 from lab.sim.simulator import STILL_REPORTED, SimChunk, Simulator, chunk_to_batch, emission
 from lab.sim.exporter_names import Family, published_families
 

@@ -1,6 +1,6 @@
 """``wait_checkpoint``: until each signalled job confirms its checkpoint (a marker file, its job comment, or a
 command), or the step's timeout. When each confirmation was first seen is kept (``confirmed_at``): with the
-checkpoint step's ``signalled_at`` it is the job's measured checkpoint cost (daemon/advice.py)."""
+checkpoint step's ``signalled_at`` it is the job's measured checkpoint cost (daemon/operations/advice.py)."""
 
 from __future__ import annotations
 

@@ -73,7 +73,7 @@ def test_example_config_is_valid(tmp_path, monkeypatch):
                  "teams_url", "mattermost_url", "api_token", "jira_token", "servicenow_token"):
         (tmp_path / name).write_text(f"http://127.0.0.1:1/{name}")
     cfg = load(tmp_path / "ex.toml")
-    from daemon.collectors import REGISTRY
+    from daemon.ingest.collectors import REGISTRY
 
     # every collector type is documented with every key it takes
     assert {c["type"] for c in cfg.collectors} == set(REGISTRY)

@@ -3,10 +3,10 @@
 import io
 import json
 
-from daemon.formats import ColumnarWriter, ReadContext
-from daemon.naming import SeriesMapper
+from daemon.ingest.formats import ColumnarWriter, ReadContext
+from daemon.ingest.naming import SeriesMapper
 from daemon.replay import replay
-from daemon.trace import Trace
+from daemon.ingest.trace import Trace
 from detectors.schema import node_of
 
 
@@ -88,8 +88,8 @@ def test_stock_dcgm_exporter_without_ecc_counters_still_works_and_says_so(trace_
 
 
 def test_kernel_xid_line_wins_over_the_gauge_at_the_same_time():
-    from daemon.naming import SeriesMapper
-    from daemon.resolve import EventResolver
+    from daemon.ingest.naming import SeriesMapper
+    from daemon.judgement.resolve import EventResolver
     from detectors.schema import events_frame
 
     r = EventResolver(SeriesMapper())
@@ -130,7 +130,7 @@ def test_a_features_only_replay_computes_the_same_frames_and_runs_no_detector(tr
     """``raswarden train`` replays with ``features_only``: the frames must be those the daemon's models see."""
     import numpy as np
 
-    from daemon.pipeline import PipelineConfig
+    from daemon.judgement.pipeline import PipelineConfig
 
     def frames_of(config):
         seen = []

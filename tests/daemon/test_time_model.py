@@ -13,8 +13,8 @@ import numpy as np
 import pandas as pd
 import pytest
 
-from daemon.batch import Batch
-from daemon.pipeline import Pipeline
+from daemon.ingest.batch import Batch
+from daemon.judgement.pipeline import Pipeline
 from daemon.replay import replay
 from lab.sim.simulator import Simulator
 from lab.sim.faults import load_library
@@ -203,7 +203,7 @@ def test_reboot_evidence_graces_the_node_and_one_cleared_port_graces_nothing():
 
 def test_a_saturated_link_downed_counter_is_said_from_a_real_h100():
     """leptonai/gpud's H100 sysfs (fixtures/real): mlx5_1's link_downed is 255, the 8-bit counter's maximum."""
-    from daemon.collectors.sysfs import SysfsCollector  # noqa: F401  (the live reader of the same files)
+    from daemon.ingest.collectors.sysfs import SysfsCollector  # noqa: F401  (the live reader of the same files)
 
     root = ROOT / "fixtures" / "real" / "gpud" / "sys-class-infiniband-h100"
     p = Pipeline()

@@ -6,9 +6,9 @@ import numpy as np
 import pandas as pd
 import pytest
 
-from daemon.batch import Batch
-from daemon.naming import SeriesMapper
-from daemon.pipeline import Pipeline, PipelineConfig
+from daemon.ingest.batch import Batch
+from daemon.ingest.naming import SeriesMapper
+from daemon.judgement.pipeline import Pipeline, PipelineConfig
 from daemon.topology import Topology
 from detectors.schema import empty_events
 

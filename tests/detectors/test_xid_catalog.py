@@ -4,22 +4,22 @@ by a kernel line of its own through the reader and the rule detector (the lines 
 import pandas as pd
 import pytest
 
-from daemon.formats.kernel_events import parse_kernel_message
+from daemon.ingest.formats.kernel_events import parse_kernel_message
 from detectors.contract import TickInput
 from detectors.rules import RuleDetector
 from detectors.schema import State, events_frame
 from detectors.xid_catalog import (
-    SXID_CLASSES,
-    VENDOR_ACTIONS,
-    decode_nvlink5,
-    decode_state,
-    load_decode_sheet,
-    load_sxid_catalog,
-    load_vendor_xids,
-    load_xid_catalog,
-    pattern_matches,
-    vendor_judgement,
-)
+                                   SXID_CLASSES,
+                                   VENDOR_ACTIONS,
+                                   decode_nvlink5,
+                                   decode_state,
+                                   load_decode_sheet,
+                                   load_sxid_catalog,
+                                   load_vendor_xids,
+                                   load_xid_catalog,
+                                   pattern_matches,
+                                   vendor_judgement,
+                                   )
 
 CATALOG = load_xid_catalog()
 VENDOR = load_vendor_xids()

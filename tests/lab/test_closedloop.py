@@ -322,7 +322,7 @@ def test_the_technician_works_from_repair_orders_and_validation_catches_a_botche
     validation fails and sends the node back: no order closes, no node returns to jobs, and those drains are not
     counted as false detections. Returned without validation, the botched nodes go back to service broken. Only the
     replaced parts are forgotten (their new records start afresh), never the rest of their nodes."""
-    from daemon.pipeline import Pipeline
+    from daemon.judgement.pipeline import Pipeline
 
     forgotten: list[str] = []
     forget = Pipeline.forget

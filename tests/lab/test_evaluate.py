@@ -34,7 +34,7 @@ def test_a_simulation_is_ticked_as_replay_ticks_it_when_its_step_is_longer_than_
     kernel line is read at the tick of its stamp, not at the end of the step it fell in."""
     import yaml
 
-    from daemon.pipeline import Pipeline
+    from daemon.judgement.pipeline import Pipeline
     from lab.bundled import SCENARIOS
     from lab.evaluate import evaluate_simulation
 

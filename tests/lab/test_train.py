@@ -7,7 +7,7 @@ import pytest
 
 from daemon.cli import main
 from lab.evaluate import _Collect
-from daemon.pipeline import PipelineConfig
+from daemon.judgement.pipeline import PipelineConfig
 from daemon.replay import replay
 from lab.sim.simulator import Simulator
 from lab.sim.faults import load_library
@@ -137,7 +137,7 @@ def test_a_trace_cut_into_parts_of_time_gives_the_same_rows(tmp_path):
     import numpy as np
 
     from lab.train import collect, segments
-    from daemon.trace import Trace
+    from daemon.ingest.trace import Trace
 
     trace = simulate(tmp_path / "t", 3, "parquet")
     lo, hi = Trace.discover([trace]).sample_span()

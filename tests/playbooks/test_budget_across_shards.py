@@ -155,7 +155,7 @@ def test_four_shard_processes_on_postgresql_and_a_real_slurm_drain_no_more_than_
     import signal
     import sys
 
-    from daemon.incidents import Incident
+    from daemon.judgement.incidents import Incident
     from detectors.schema import State
     from tests.conftest import spawn, wait_stopped
     from tests.playbooks.conftest import LAB_DIR, ROOT

@@ -7,7 +7,7 @@ import sys
 import time
 from pathlib import Path
 
-from daemon.incidents import Incident
+from daemon.judgement.incidents import Incident
 from daemon.store import Store
 from detectors.schema import State
 

@@ -12,7 +12,7 @@ import time
 from pathlib import Path
 
 from daemon.store.journal import StoreJournal
-from daemon.incidents import Incident
+from daemon.judgement.incidents import Incident
 from daemon.store.leases import Lease, shard_lease
 from daemon.store import Store
 from detectors.schema import State

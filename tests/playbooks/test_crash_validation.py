@@ -7,8 +7,8 @@ from __future__ import annotations
 import signal
 import time
 
-from daemon.incidents import Incident
-from daemon.repairs import RepairBook
+from daemon.judgement.incidents import Incident
+from daemon.operations.repairs import RepairBook
 from daemon.store import Store
 from detectors.schema import State
 from tests.playbooks.conftest import LAB_DIR, slurm, slurm_lab  # noqa: F401  (fixtures: a real Slurm)

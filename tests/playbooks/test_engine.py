@@ -292,7 +292,8 @@ def test_builtin_playbook_waits_for_the_jobs_comment(world):
     assert a.status == "done" and DRAIN in sched.snapshot().nodes[node].states
     assert sched.jobs["j0"].comment.startswith("raswarden:checkpointed ") and sched.jobs["j0"].restarts == 1
     steps = StoreJournal(store).get(action.key).steps
-    # the measured checkpoint cost (daemon/advice.py): signal to confirmation, as the playbook's passes saw them
+    # the measured checkpoint cost (daemon/operations/advice.py): signal to confirmation, as the playbook's passes saw
+    # them
     assert steps[2].detail["confirmed_at"]["j0"] - steps[1].detail["signalled_at"] == 61.0
 
 

@@ -99,7 +99,7 @@ def test_operator_drain_and_resume_through_the_cli(slurm, tmp_path):
     out = run("resume", "node3", "--reason", "fans replaced", "--repaired")
     assert out.returncode == 0 and "parts replaced" in out.stdout, out.stderr
     slurm.wait(lambda: slurm.node_state("node3") == "idle", 15)
-    from daemon.operator import repaired_nodes
+    from daemon.operations.operator import repaired_nodes
     from daemon.store import Store
 
     store = Store(f"sqlite:///{tmp_path / 's.db'}")

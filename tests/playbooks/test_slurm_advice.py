@@ -1,4 +1,5 @@
-"""Checkpoint advice with a real Slurm (daemon/advice.py; here for the Slurm lab of tests/playbooks/conftest.py): a
+"""Checkpoint advice with a real Slurm (daemon/operations/advice.py; here for the Slurm lab of
+tests/playbooks/conftest.py): a
 training job reads its advice file as docs/playbooks.md shows, raswarden's checkpoint signal and the job's
 confirmation give the job's measured checkpoint cost, and the advice the job reads next is built on it."""
 
@@ -10,7 +11,7 @@ import time
 import pytest
 
 from daemon.store.journal import StoreJournal
-from daemon.advice import Advisor, write_files
+from daemon.operations.advice import Advisor, write_files
 from daemon.cli import main
 from daemon.config import AdviceConfig
 from daemon.store import Store

@@ -8,8 +8,8 @@ from __future__ import annotations
 import time
 
 from daemon.config import Config
-from daemon.incidents import Incident
-from daemon.remediation import Remediation
+from daemon.judgement.incidents import Incident
+from daemon.operations.remediation import Remediation
 from daemon.store import Store
 from detectors.schema import State
 from playbooks.slurm import SlurmScheduler

@@ -108,7 +108,7 @@ def test_unit_has_what_the_issue_asks_for():
     # the whole credentials directory, which tmpfiles.d creates: no secret can be missing from the unit's view
     assert s["LoadCredential"] == ["raswarden:/etc/raswarden/credentials"]
     assert any(v.endswith("check-config --config /etc/raswarden/raswarden.toml") for v in s["ExecStartPre"])
-    # systemctl reload waits for the daemon's answer, in the runtime directory (daemon/reloadanswer.py)
+    # systemctl reload waits for the daemon's answer, in the runtime directory (daemon/service/reloadanswer.py)
     assert s["ExecReload"] == ["/opt/raswarden/bin/raswarden reload --pid $MAINPID"]
     assert s["RuntimeDirectory"] == ["raswarden"]
 

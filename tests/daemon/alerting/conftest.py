@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import pytest
 
-from daemon.incidents import Incident, incident_id
+from daemon.judgement.incidents import Incident, incident_id
 from daemon.store import Store
 from detectors.schema import State
 from tests.daemon.alerting.receiver_server import ChatServer

@@ -178,7 +178,7 @@ def test_repair_orders_reach_chat_through_the_same_pipeline(store):
     when opened, again at each change of state (a failed validation is critical), resolved when it closes; its link
     is the order's page and its commands the technician's next step."""
     from daemon.alerting.render import Renderer, commands
-    from daemon.repairs import RepairBook
+    from daemon.operations.repairs import RepairBook
 
     p = pipeline(store, status_url="http://rw.example:9470", routes=[
         Route(receivers=["technicians"], categories=["repair"])])

@@ -15,7 +15,7 @@ from daemon.alerting.receivers import build
 from daemon.alerting.receivers.receiver import ReceiverConfig
 from daemon.alerting.render import Renderer
 from daemon.alerting.routing import Route
-from daemon.repairs import RepairBook
+from daemon.operations.repairs import RepairBook
 from detectors.schema import State
 from tests.daemon.alerting.conftest import make_incident
 from tests.daemon.alerting.receiver_server import ChatServer

@@ -8,7 +8,7 @@ import time
 from sqlmodel import select
 
 from daemon.config import load
-from daemon.service import Service
+from daemon.service.service import Service
 from daemon.store import CollectorStateRow, IncidentRow
 from tests.daemon.service.conftest import dead_target_config
 
@@ -51,7 +51,7 @@ def test_cycles_collect_tick_and_open_an_incident_for_a_gpu_off_the_bus(live):
 def test_an_operator_resume_as_repaired_makes_the_running_daemon_forget_the_node(live):
     """`raswarden resume NODE --repaired` (or the API) writes the journal; the daemon's next cycle takes it in
     and its detectors drop what they remember of the node (here the latched Xid 79), no other node's."""
-    from daemon.operator import node_action
+    from daemon.operations.operator import node_action
     from lab.sim.cluster import SimScheduler
 
     svc = Service(load(live.config()))

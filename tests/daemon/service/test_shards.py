@@ -11,7 +11,7 @@ import pytest
 from daemon import metrics
 from daemon.cli import main
 from daemon.config import ConfigError, load
-from daemon.service import Service
+from daemon.service.service import Service
 from daemon.shards import ShardSpec, cycle_phase
 from tests.daemon.alerting.receiver_server import ChatServer
 from tests.daemon.service.test_service import until
@@ -39,7 +39,7 @@ def test_two_shards_split_the_nodes_and_the_alerts_run_once(live):
     b = Service(load(live.config("b.toml", extra=SHARDS, service_extra='shard = "b"')))
     try:
         assert a.cycle() is not None and b.cycle() is not None and a.active and b.active  # a lease each
-        # both nodes are in one rack, split between the shards: the cluster's to group (daemon/splitracks.py)
+        # both nodes are in one rack, split between the shards: the cluster's to group (daemon/judgement/splitracks.py)
         rack = a.pipeline.mapper.topology.rack_of("sn01-b01")
         assert a.ownership.split_racks == b.ownership.split_racks == {rack}
         assert a.split_racks.racks == {rack: ["a", "b"]} and not a.pipeline.incidents.groups_rack(rack)
@@ -249,7 +249,7 @@ def test_a_shard_plan_that_leaves_a_node_out_is_told():
 def test_a_shard_keeps_only_its_nodes_rows_of_a_batch():
     import pandas as pd
 
-    from daemon.batch import Batch
+    from daemon.ingest.batch import Batch
     from daemon.shards import Ownership
     from detectors.schema import events_frame
 

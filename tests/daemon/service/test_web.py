@@ -12,7 +12,7 @@ import time
 import pytest
 
 from daemon.config import load
-from daemon.service import Service
+from daemon.service.service import Service
 from daemon.web.pages import heatmap_svg
 from tests.conftest import require
 from tests.daemon.service.conftest import dead_target_config, free_port, get
@@ -158,7 +158,7 @@ def test_the_status_page_at_one_and_at_sixteen_supernodes_in_chromium(tmp_path, 
 def test_the_repair_queue_in_the_api_and_on_the_status_page(tmp_path):
     """Orders listed (the queue, or all), a technician's start and done through the API (the token asked for, a
     refused change a 409, an unknown order a 404), and the queue on the status page with its age and identity."""
-    from daemon.incidents import Incident
+    from daemon.judgement.incidents import Incident
     from detectors.schema import State
     from tests.daemon.service.test_run_process import post
 
@@ -220,7 +220,8 @@ def test_the_repair_queue_in_the_api_and_on_the_status_page(tmp_path):
 
 
 def test_checkpoint_advice_in_the_api_on_metrics_and_in_files(tmp_path, http_server):
-    """The service's advice job (daemon/advice.py): every running opted-in job advised, on /api/v1/advice, its own
+    """The service's advice job (daemon/operations/advice.py): every running opted-in job advised, on /api/v1/advice,
+    its own
     path, /metrics, the status page and a file per job; when its exporter stops answering, the next cycle turns
     every job's advice to the safe interval at once (not at the next hourly advice), and back when it answers again.
     The scheduler is the project's simulated Slurm (tests/playbooks/test_slurm_advice.py has the real one)."""

@@ -71,7 +71,7 @@ def test_two_hundred_trickling_clients_leave_healthz_answered_by_the_service(tmp
     """200 connections each sending a header byte every 0.2 s (each byte on time for a socket timeout) to a
     running service: /healthz and /metrics are answered by the service itself throughout, not 503."""
     from daemon.config import load
-    from daemon.service import Service
+    from daemon.service.service import Service
     from tests.daemon.service.conftest import dead_target_config, free_port
 
     port = free_port()

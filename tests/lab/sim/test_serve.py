@@ -11,7 +11,7 @@ import urllib.request
 
 import pytest
 
-from daemon.naming import host_of_instance
+from daemon.ingest.naming import host_of_instance
 from daemon.topology import Topology
 from tests.conftest import ports, require
 from tests.lab.sim.conftest import SCENARIOS
@@ -119,9 +119,9 @@ def test_a_mixed_vendor_rack_serves_each_vendors_own_exporter(tmp_path):
     blades npu-exporter alone; the live scrape reader names every series through the name tables."""
     import numpy as np
 
-    from daemon.formats import ReadContext
-    from daemon.formats.openmetrics import parse_scrape_arrays
-    from daemon.naming import SeriesMapper
+    from daemon.ingest.formats import ReadContext
+    from daemon.ingest.formats.openmetrics import parse_scrape_arrays
+    from daemon.ingest.naming import SeriesMapper
     from lab.sim.simulator import Simulator
     from lab.sim.faults import load_library
     from lab.sim.scenario import Scenario

@@ -234,7 +234,7 @@ def test_a_repaired_gpu_comes_back_reset(library):
 def test_healthy_gpus_log_corrected_aer_lines_in_realistic_noise_only(library):
     """Healthy GPUs' kernel logs show corrected PCIe errors now and then (lab/sim/noise.py): lines the kernel
     reader reads as corrected AER events of the GPU's PCI address; the quiet preset logs none."""
-    from daemon.formats.kernel_events import parse_kernel_message
+    from daemon.ingest.formats.kernel_events import parse_kernel_message
     from lab.sim.simulator import Simulator
     from lab.sim.scenario import Scenario
 

@@ -1,4 +1,4 @@
-"""Repair orders: a part to replace or inspect on a node drained for hardware (daemon/repairs.py).
+"""Repair orders: a part to replace or inspect on a node drained for hardware (daemon/operations/repairs.py).
 
 Revision ID: 0006
 Revises: 0005

@@ -1,4 +1,4 @@
-"""Idle checks: the validation job run on an idle node on a schedule, per node (daemon/validation.py).
+"""Idle checks: the validation job run on an idle node on a schedule, per node (daemon/operations/validation.py).
 
 Revision ID: 0008
 Revises: 0007

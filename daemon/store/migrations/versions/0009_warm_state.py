@@ -1,5 +1,5 @@
 """Warm state: the pipeline's streaming memory per shard, so a restart or a standby does not warm up afresh
-(daemon/warmstate.py).
+(daemon/judgement/warmstate.py).
 
 Revision ID: 0009
 Revises: 0008

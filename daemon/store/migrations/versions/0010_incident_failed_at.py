@@ -1,4 +1,5 @@
-"""When an incident first became ``failed``: incident.failed_at (daemon/foresight.py counts hard failures by it).
+"""When an incident first became ``failed``: incident.failed_at (daemon/operations/foresight.py counts hard failures by
+it).
 
 Revision ID: 0010
 Revises: 0009

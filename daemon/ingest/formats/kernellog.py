@@ -1,0 +1,404 @@
+"""Kernel logs: journald JSON export, syslog/kern.log text, and ``dmesg -T`` / ``dmesg --time-format iso``.
+
+Each record's message goes through :func:`daemon.ingest.formats.kernel_events.parse_kernel_message`;
+only hardware RAS becomes an event. The node is the record's host (``_HOSTNAME``, the syslog host
+field, or for dmesg, which has none, the file name ``<host>.dmesg[...]``), mapped through the
+topology's aliases. Times without a zone (dmesg -T, classic syslog, dmesg's ISO times without an offset) are read in
+the context's zone (:attr:`ReadContext.zone`: UTC unless the operator names the hosts' local zone). A raw dmesg
+(``[ seconds]`` since boot, with no boot time) cannot be placed in time and is refused.
+
+Shapes read besides the plain ones: ``dmesg --decode`` (``kern  :warn  : 2025-01-21T04:41:44,283302+00:00 ...``;
+records of other facilities are passed over unless they carry a driver's RAS line, as a tool relaying the
+driver's messages writes them: ``syslog:err   : ... NVRM: Xid (PCI:0000:04:00): 79, ...``), dmesg's indented
+continuation lines (the later lines of a multi-line message, printed without a time), rsyslog's ``#012`` escapes
+of the newlines inside one message, the caller id of ``CONFIG_PRINTK_CALLER`` kernels (``[  24.235980][  T511]``), and a
+journal whose ``_BOOT_ID`` changes (a reboot: a ``boot`` event). RFC 3164 stamps carry no year: it is the year
+that puts the file's first line nearest the rest of the trace (files with full stamps are read first), or,
+for a trace of such files alone, the file's modification year, said in the summary; each later line takes the
+year that puts it nearest its host's previous line (December to January, and a central syslog interleaving
+hosts whose clocks differ across New Year).
+"""
+
+from __future__ import annotations
+
+import datetime as dt
+import itertools
+import json
+import math
+import os
+import re
+from collections import Counter
+from pathlib import Path
+from collections.abc import Iterator
+
+from daemon import metrics
+from daemon.ingest.batch import Batch
+from daemon.ingest.formats.reader import ReadContext, host_in_name, iter_lines, note_zoneless
+from daemon.ingest.formats.kernel_events import CperRecords, KernelEvent, MessageJoiner, parse_kernel_message
+from daemon.timetext import zoneless_epoch
+from detectors.schema import events_frame
+
+UTC = dt.UTC
+_MONOTONIC_PREFIX = re.compile(r"^\s*\[\s*\d+\.\d+\](?:\[\s*[TC]\d+\])?\s?")
+# dmesg --decode: "kern  :warn  : " (facility and level, padded) before the time
+_DECODE = re.compile(r"^([a-z]+)\s*:([a-z]+)\s*: ")
+# RFC 3164 as rsyslog's templates print it: also with fractions of a second and a severity word before the tag
+# (SONiC's "Apr  9 21:05:38.106121 host INFO kernel: ...", sonic-net/sonic-buildimage#7310)
+# A syslog line as received or stored raw keeps its "<PRI>" in front.
+_RFC3164 = re.compile(r"^(?:<\d{1,3}>)?([A-Z][a-z]{2}) +(\d{1,2}) (\d{2}):(\d{2}):(\d{2})(?:\.(?P<frac>\d{1,9}))? "
+                      r"(?P<host>\S+) (?:(?:EMERG|ALERT|CRIT|ERR|ERROR|WARNING|WARN|NOTICE|INFO|DEBUG) )?"
+                      r"(?P<ident>[^:\[]+)(?:\[\d+\])?: (?P<msg>.*)$")
+_RFC3339 = re.compile(
+    r"^(?:<\d{1,3}>)?(\d{4}-\d{2}-\d{2}T\d{2}:\d{2}:\d{2}(?:[.,]\d+)?(?:Z|[+-]\d{2}:?\d{2})?) (\S+) ([^:\[]+)"
+    r"(?:\[\d+\])?: (.*)$"
+)
+# RFC 5424 (rsyslog's RSYSLOG_SyslogProtocol23Format, syslog-ng, network collectors), with or without its
+# "<PRI>VERSION": TIMESTAMP HOST APP-NAME PROCID MSGID STRUCTURED-DATA MSG, "-" for what is not given
+# ("2022-12-26T07:44:45.000000+01:00 server02 kernel - - - BTRFS critical ...", quoted on linux-kernel)
+_RFC5424 = re.compile(r"^(?:<\d{1,3}>\d{1,2} )?(\d{4}-\d{2}-\d{2}T\d{2}:\d{2}:\d{2}(?:[.,]\d+)?(?:Z|[+-]\d{2}:?\d{2})?)"
+                      r" (\S+) ([^\s:\[]+) (\S+) (\S+) (-|(?:\[(?:[^\]\\]|\\.)*\])+)(?: (.*))?$")
+# journalctl -o short-full ("Tue 2025-01-21 04:41:44 UTC host kernel: ...", the zone's abbreviation: only UTC and
+# GMT say their offset) and -o short-unix ("1737434504.283302 host kernel: ...")
+_SHORT_FULL = re.compile(r"^(?:Mon|Tue|Wed|Thu|Fri|Sat|Sun) (\d{4}-\d{2}-\d{2} \d{2}:\d{2}:\d{2}(?:\.\d+)?) (\S+) "
+                         r"(\S+) ([^:\[]+)(?:\[\d+\])?: (.*)$")
+_SHORT_UNIX = re.compile(r"^(\d{9,11}\.\d+) (\S+) ([^:\[]+)(?:\[\d+\])?: (.*)$")
+_DMESG_T = re.compile(r"^\[([A-Z][a-z]{2} [A-Z][a-z]{2} +\d{1,2} \d{2}:\d{2}:\d{2} \d{4})\] ?(.*)$")
+_DMESG_ISO = re.compile(r"^(\d{4}-\d{2}-\d{2}T\d{2}:\d{2}:\d{2}(?:[.,]\d+)?(?:[+-]\d{2}:?\d{2}|Z)?) (.*)$")
+_DMESG_RAW = re.compile(r"^\[\s*\d+\.\d+\] ")
+# The line shapes a file is tried for, in order: RFC 5424 before RFC 3339 (an RFC 5424 line would pass for one, with
+# "kernel - - - ..." as its tag), journalctl's short-full before RFC 3164.
+_STYLES = (("raw", _DMESG_RAW), ("rfc5424", _RFC5424), ("short-full", _SHORT_FULL), ("short-unix", _SHORT_UNIX),
+           ("rfc3339", _RFC3339), ("rfc3164", _RFC3164), ("dmesg-T", _DMESG_T), ("dmesg-iso", _DMESG_ISO))
+_MONTHS = {m: i for i, m in enumerate(
+    ["Jan", "Feb", "Mar", "Apr", "May", "Jun", "Jul", "Aug", "Sep", "Oct", "Nov", "Dec"], start=1)}
+
+
+def _strip_decode(line: str) -> tuple[str, str | None]:
+    """A line without ``dmesg --decode``'s facility and level, and the facility (None when absent)."""
+    m = _DECODE.match(line)
+    if m is None:
+        return line, None
+    return line[m.end():], m.group(1)
+
+
+def _iso_to_epoch(text: str, zone: dt.tzinfo = UTC) -> float:
+    return zoneless_epoch(dt.datetime.fromisoformat(text.replace(",", ".").replace("Z", "+00:00")), zone)
+
+
+def _names_no_zone(style: str, line: str) -> bool:
+    """Whether a file of this style, whose first line this is, stamps its lines without a zone."""
+    if style in ("rfc3164", "dmesg-T"):
+        return True
+    pattern = {"rfc5424": _RFC5424, "rfc3339": _RFC3339, "dmesg-iso": _DMESG_ISO}.get(style)
+    m = pattern.match(_strip_decode(line)[0]) if pattern else None
+    return bool(m) and re.search(r"(?:Z|[+-]\d{2}:?\d{2})$", m.group(1)) is None
+
+
+_INT64 = (-(2**63), 2**63)
+# an Xid or SXid is a 32-bit number in the driver; other kinds' codes (Ascend's, amdgpu's error counts) fit an int64
+_CODE_RANGE = {"xid": (0, 2**32), "sxid": (0, 2**32)}
+
+
+class EventRows:
+    """Accumulates event rows for one file and resolves the record's host to a node."""
+
+    def __init__(self, ctx: ReadContext, fmt: str, source: str):
+        self.ctx = ctx
+        self.fmt = fmt
+        self.source = source
+        self.rows: list[tuple] = []
+        self.joiner = MessageJoiner()
+        self.cper = CperRecords()
+        self.boot_ids: dict[str, str] = {}
+
+    def add(self, ts: float, host: str, message: str, position: str) -> None:
+        if CperRecords.matches(message):
+            event = self.cper.feed(host, message)
+        else:
+            event = parse_kernel_message(self.joiner.feed(host, ts, message))
+        if event is None:
+            return
+        self.append_event(ts, host, event, position)
+
+    def boot_id(self, ts: float, host: str, boot_id: str, position: str) -> None:
+        """A journal record's ``_BOOT_ID``: a host whose boot id changes has rebooted (a ``boot`` event)."""
+        before = self.boot_ids.get(host)
+        self.boot_ids[host] = boot_id
+        if before is not None and before != boot_id:
+            self.append_event(ts, host, KernelEvent("boot", None, "info", f"new boot id {boot_id[:8]}"), position)
+
+    def append_event(self, ts: float, host: str, event: KernelEvent, position: str) -> None:
+        """Add one event of ``host`` at ``ts`` (the host mapped through the topology's aliases)."""
+        lo, hi = _CODE_RANGE.get(event.kind, _INT64)
+        if event.code is not None and not lo <= event.code < hi:
+            # a corrupt line ("Xid (PCI:0000:2a:00): 99999999999999999999, ..."): rejected alone, the records around
+            # it are kept (it raised OverflowError in the events frame and cost the whole read before, issue 54)
+            self.ctx.rejects.reject(self.fmt, position, f"{event.kind} code {event.code} is out of range",
+                                    event.message)
+            return
+        node = self.ctx.mapper.topology.resolve_host(host)
+        if node is None:
+            self.ctx.rejects.reject(self.fmt, position, f"host {host!r} is an address with no alias in the topology")
+            return
+        self.rows.append(
+            (ts, node, event.kind, event.code, event.severity, event.message, self.source, event.pci, event.device)
+        )
+        metrics.EVENTS_INGESTED.labels(self.fmt, event.kind).inc()
+
+    def take(self) -> Batch:
+        batch = Batch(events=events_frame(self.rows))
+        self.rows = []
+        return batch
+
+
+def journal_record(line: str, position: str, rows: EventRows) -> dict | None:
+    """Read one ``journalctl -o json`` line into ``rows`` (kernel records only); the record, or None when bad.
+
+    Bad lines are rejected with their position; records of other transports are returned and ignored.
+    """
+    try:
+        record = json.loads(line)
+        if not isinstance(record, dict):
+            raise ValueError("not an object")
+    except ValueError:
+        rows.ctx.rejects.reject(rows.fmt, position, "not a JSON object", line)
+        return None
+    return journal_entry(record, position, rows, line)
+
+
+def journal_entry(record: dict, position: str, rows: EventRows, text: str = "") -> dict | None:
+    """Read one journal entry (its fields as a dict, from any of journalctl's outputs) into ``rows``, kernel records
+    only; the entry, or None when bad (rejected with its position and ``text``, what it was read from)."""
+    ctx, fmt = rows.ctx, rows.fmt
+    if record.get("_TRANSPORT") != "kernel" and record.get("SYSLOG_IDENTIFIER") != "kernel":
+        return record
+    message = record.get("MESSAGE")
+    if isinstance(message, (list, bytes)):  # journald exports non-UTF-8 messages as byte arrays
+        try:
+            message = bytes(message).decode("utf-8", errors="replace")
+        except (TypeError, ValueError):
+            message = None
+    host = record.get("_HOSTNAME")
+    try:
+        ts = int(record["__REALTIME_TIMESTAMP"]) / 1e6
+    except (KeyError, TypeError, ValueError, OverflowError):  # OverflowError: more digits than a float holds
+        ctx.rejects.reject(fmt, position, "missing or bad __REALTIME_TIMESTAMP", text)
+        return None
+    if not isinstance(message, str) or not isinstance(host, str) or not host:
+        ctx.rejects.reject(fmt, position, "kernel record without MESSAGE or _HOSTNAME", text)
+        return None
+    boot = record.get("_BOOT_ID")
+    if isinstance(boot, str) and boot:
+        rows.boot_id(ts, host, boot, position)
+    rows.add(ts, host, message, position)
+    return record
+
+
+class JournalJsonReader:
+    """``journalctl -o json`` export: one JSON object per line; kernel records only."""
+
+    format = "journald"
+
+    def read(self, path: Path, ctx: ReadContext) -> Iterator[Batch]:
+        rows = EventRows(ctx, self.format, "kernel")
+        src = str(path)
+        for first, lines in iter_lines(path, ctx.read_bytes, ctx.rejects, self.format):
+            for offset, line in enumerate(lines):
+                if line.strip():
+                    journal_record(line, f"{src}:{first + offset}", rows)
+            if len(rows.rows) >= ctx.chunk_rows:
+                yield rows.take()
+        if rows.rows:
+            yield rows.take()
+
+
+class TextLogReader:
+    """syslog / kern.log (RFC 3164, RFC 3339 or RFC 5424), journalctl's short output modes, and dmesg -T /
+    --time-format iso text (:data:`_STYLES`)."""
+
+    format = "kernlog"
+
+    def read(self, path: Path, ctx: ReadContext) -> Iterator[Batch]:
+        rows = EventRows(ctx, self.format, "kernel")
+        src = str(path)
+        style: str | None = None
+        file_host = self._host_from_name(path)
+        year: int | None = None
+        # RFC 3164: each line takes the year that puts it nearest its host's previous line (a central syslog
+        # interleaves hosts whose clocks differ), or the file's previous line for a host's first
+        last_ts: dict[str, float] = {}
+        file_last: float | None = None
+        previous: tuple[float, str] | None = None  # the last record's time and host, for continuation lines
+        zoneless = False  # the file's stamps name no zone: read in ctx.zone, said in the summary
+        latest = -math.inf
+        chunks = iter_lines(path, ctx.read_bytes, ctx.rejects, self.format)
+        head = next(chunks, None)
+        expected = self._file_style(head[1], ctx) if head else None
+        for first, lines in itertools.chain([head] if head else [], chunks):
+            for offset, line in enumerate(lines):
+                if not line.strip():
+                    continue
+                position = f"{src}:{first + offset}"
+                line, facility = _strip_decode(line)
+                if style is None:
+                    style = self._detect(line)
+                    if expected is not None and style != expected:  # a damaged line cannot fix the file's style
+                        style = None
+                        ctx.rejects.reject(self.format, position, "not a syslog or dmesg line", line)
+                        continue
+                    if style == "raw":
+                        ctx.rejects.refuse(
+                            self.format, position,
+                            "raw dmesg timestamps count seconds since boot and the file gives no boot time; "
+                            "record it with 'dmesg -T' or 'dmesg --time-format iso', or use journald",
+                        )
+                        return
+                    if style is None:
+                        ctx.rejects.reject(self.format, position, "not a syslog or dmesg line", line)
+                        continue
+                    zone = _SHORT_FULL.match(line) if style == "short-full" else None
+                    if zone and zone.group(2) not in ("UTC", "GMT"):
+                        ctx.rejects.refuse(
+                            self.format, position,
+                            f"journalctl -o short-full stamps name their zone ({zone.group(2)}) but not its offset: "
+                            "record with 'journalctl -o short-iso' (or TZ=UTC), or as journalctl -o json",
+                        )
+                        return
+                    if self._parse(style, line, 1970, ctx.zone) is None:  # damaged: it only begins like one
+                        style = None
+                        ctx.rejects.reject(self.format, position, "not a syslog or dmesg line", line)
+                        continue
+                    zoneless = _names_no_zone(style, line)
+                    if style.startswith("dmesg") and file_host is None:
+                        ctx.rejects.refuse(
+                            self.format, position,
+                            "dmesg output names no host: name the file '<host>.dmesg' (or '<host>.dmesg.log')",
+                        )
+                        return
+                if style == "rfc3164" and year is None:
+                    year = self._year(path, line, ctx, position)
+                if line[:1].isspace() and style.startswith("dmesg") and previous is not None:
+                    # dmesg prints the later lines of a multi-line message indented and without a time
+                    rows.add(previous[0], previous[1], line.strip(), position)
+                    continue
+                # dmesg --decode shows what programs wrote to /dev/kmsg too (facility user, daemon, syslog): only a RAS
+                # fact the drivers print is kept from those (NVRM lines show up as "syslog:err" where a tool relays the
+                # driver's messages, as leptonai/gpud PR 870 quotes), the rest is not the kernel's
+                other_facility = facility is not None and facility != "kern"
+                parsed = self._parse(style, line, year or 1970, ctx.zone)
+                if parsed is None:
+                    ctx.rejects.reject(self.format, position, f"line does not match the file's {style} format", line)
+                    continue
+                ts, host, ident, message, month = parsed
+                host = host or file_host or ""
+                if month:
+                    ref = last_ts.get(host, file_last)
+                    if ref is not None:  # December -> January (and a host a little behind across New Year)
+                        ref_year = dt.datetime.fromtimestamp(ref, UTC).year
+                        options = [p[0] for p in (self._parse(style, line, y, ctx.zone)
+                                                  for y in (ref_year - 1, ref_year, ref_year + 1)) if p]
+                        ts = min(options, key=lambda t: abs(t - ref))
+                    last_ts[host] = file_last = ts
+                if ident is not None and ident.strip() != "kernel":
+                    continue
+                previous = (ts, host)
+                latest = max(latest, ts)
+                message = _MONOTONIC_PREFIX.sub("", message)
+                if "#012" in message:  # rsyslog's escape of a newline inside one message
+                    message = message.replace("#012", "\n")
+                if other_facility and parse_kernel_message(message) is None:
+                    continue
+                rows.add(ts, host, message, position)
+            if len(rows.rows) >= ctx.chunk_rows:
+                yield rows.take()
+        if rows.rows:
+            yield rows.take()
+        if zoneless and latest > -math.inf:
+            note_zoneless(ctx, self.format, src, path, latest)
+
+    @staticmethod
+    def _year(path: Path, line: str, ctx: ReadContext, position: str) -> int:
+        """The year of an RFC 3164 file: nearest the span of the trace's stamped data, else its modification year."""
+        m = _RFC3164.match(line)
+        span = ctx.span
+        if m and m.group(1) in _MONTHS and span is not None:
+            lo, hi = span
+            best, best_gap = None, math.inf
+            for y in range(dt.datetime.fromtimestamp(hi, UTC).year + 1,
+                           dt.datetime.fromtimestamp(lo, UTC).year - 2, -1):
+                try:
+                    t = dt.datetime(y, _MONTHS[m.group(1)], int(m.group(2)), tzinfo=UTC).timestamp()
+                except ValueError:  # Feb 29 of a common year
+                    continue
+                gap = 0.0 if lo - 86400 <= t <= hi + 86400 else min(abs(t - lo), abs(t - hi))
+                if gap < best_gap:
+                    best, best_gap = y, gap
+            if best is not None:
+                return best
+        year = dt.datetime.fromtimestamp(os.stat(path).st_mtime, UTC).year
+        ctx.rejects.note("kernlog", position,
+                         f"RFC 3164 stamps carry no year and nothing else in the trace dates them: took {year}, "
+                         "the file's modification year")
+        return year
+
+    @staticmethod
+    def _host_from_name(path: Path) -> str | None:
+        return host_in_name(path, ".dmesg")
+
+    def _file_style(self, lines: list[str], ctx: ReadContext) -> str | None:
+        """The style most of a file's first lines have and parse in (None: none does), so that one damaged line at
+        its head (a cut, a bad byte that makes a dmesg -T line read as syslog) cannot decide it."""
+        votes: Counter[str] = Counter()
+        for line in lines[:64]:
+            if line.strip():
+                style = self._detect(line)
+                if style == "raw" or (style is not None and self._parse(style, _strip_decode(line)[0], 1970,
+                                                                        ctx.zone) is not None):
+                    votes[style] += 1
+        return votes.most_common(1)[0][0] if votes else None
+
+    @staticmethod
+    def _detect(line: str) -> str | None:
+        """The style of a file's first line (:data:`_STYLES`, first match), None for no log line."""
+        line = _strip_decode(line)[0]
+        return next((style for style, pattern in _STYLES if pattern.match(line)), None)
+
+    @staticmethod
+    def _parse(style: str, line: str, year: int, zone: dt.tzinfo = UTC):
+        """(ts, host, ident, message, month) or None; a stamp without a zone is read in ``zone``."""
+        try:
+            if style == "short-full":
+                m = _SHORT_FULL.match(line)
+                if not m or m.group(2) not in ("UTC", "GMT"):
+                    return None
+                return _iso_to_epoch(m.group(1)), m.group(3), m.group(4), m.group(5), 0
+            if style == "short-unix":
+                m = _SHORT_UNIX.match(line)
+                return (float(m.group(1)), m.group(2), m.group(3), m.group(4), 0) if m else None
+            if style == "rfc5424":
+                m = _RFC5424.match(line)
+                return (_iso_to_epoch(m.group(1), zone), m.group(2), m.group(3), (m.group(7) or "").lstrip("\ufeff"),
+                        0) if m else None
+            if style == "rfc3339":
+                m = _RFC3339.match(line)
+                return (_iso_to_epoch(m.group(1), zone), m.group(2), m.group(3), m.group(4), 0) if m else None
+            if style == "rfc3164":
+                m = _RFC3164.match(line)
+                if not m or m.group(1) not in _MONTHS:
+                    return None
+                month = _MONTHS[m.group(1)]
+                stamp = dt.datetime(year, month, int(m.group(2)), int(m.group(3)), int(m.group(4)), int(m.group(5)))
+                frac = float(f"0.{m['frac']}") if m["frac"] else 0.0
+                return zoneless_epoch(stamp, zone) + frac, m["host"], m["ident"], m["msg"], month
+            if style == "dmesg-T":
+                m = _DMESG_T.match(line)
+                if not m:
+                    return None
+                stamp = dt.datetime.strptime(" ".join(m.group(1).split()), "%a %b %d %H:%M:%S %Y")
+                return zoneless_epoch(stamp, zone), None, None, m.group(2), 0
+            if style == "dmesg-iso":
+                m = _DMESG_ISO.match(line)
+                return (_iso_to_epoch(m.group(1), zone), None, None, m.group(2), 0) if m else None
+        except ValueError:
+            return None
+        return None

@@ -1,0 +1,163 @@
+"""``nvidia-smi --query-gpu=timestamp,index,... --format=csv -l N`` logs: the GPU log a node keeps without an
+exporter, ``<host>.nvidia-smi.csv`` (nvidia-smi names no host: the file's name does, as for dmesg).
+
+The header names the query fields and their units (``timestamp, index, uuid, temperature.gpu, power.draw [W],
+memory.used [MiB], ...``); with ``--format=csv`` the values carry their units too (``631.95 W``), with
+``csv,nounits`` they do not; ``[N/A]`` and ``[Not Supported]`` are no reading. ``timestamp`` is the node's local
+time without a zone (``2026/03/02 00:00:30.123``): read in the context's zone (UTC unless the operator names the
+hosts' local zone), as dmesg's. Each field becomes the metric
+utkuozdemir/nvidia_gpu_exporter would export for it (its name with dots as underscores and the unit's suffix and
+factor, its value words as numbers: internal/exporter/exporter.go, internal/nvidiasmi/transform.go), so the one
+name table (``daemon/ingest/names/nvidia_gpu_exporter.csv``) reads both. A header without ``timestamp`` or without
+``index`` is refused saying what to add; a bad line is rejected with its number.
+"""
+
+from __future__ import annotations
+
+import datetime as dt
+import math
+import re
+from collections.abc import Iterator
+from pathlib import Path
+
+from daemon.ingest.batch import Batch
+from daemon.ingest.formats.openmetrics import points_batch
+from daemon.ingest.formats.reader import ReadContext, host_in_name, iter_lines, note_zoneless
+from daemon.timetext import zoneless_epoch
+
+FORMAT = "nvidia_smi_csv"
+# nvidia-smi's unit suffixes in the header -> the exporter's metric suffix and factor (knownUnitSuffixes)
+UNITS = {"W": ("_watts", 1.0), "MHz": ("_clock_hz", 1e6), "MiB": ("_bytes", 1048576.0), "%": ("_ratio", 0.01),
+         "us": ("_seconds", 1e-6), "ms": ("_seconds", 1e-3), "seconds": ("_seconds", 1.0)}
+# short names nvidia-smi takes for a field (nvidia-smi --help-query-gpu: "clocks.current.sm" or "clocks.sm")
+ALIASES = {"clocks.sm": "clocks.current.sm", "clocks.mem": "clocks.current.memory",
+           "clocks.gr": "clocks.current.graphics", "retired_pages.sbe": "retired_pages.single_bit_ecc.count",
+           "retired_pages.dbe": "retired_pages.double_bit.count"}
+WORDS = {"enabled": 1.0, "yes": 1.0, "active": 1.0, "disabled": 0.0, "no": 0.0, "not active": 0.0}
+LABEL_FIELDS = {"uuid": "uuid", "pci.bus_id": "pci_bus_id", "name": "modelName"}
+_HEADER = re.compile(r"\s*timestamp\s*,.*\bindex\b|\s*index\s*,.*\btimestamp\b")
+_FIELD = re.compile(r"([a-z0-9_.]+)(?:\s*\[([^\]]+)\])?$")
+_NUMBER = re.compile(r"[-+]?(?:\d+\.?\d*|\.\d+)(?:[eE][-+]?\d+)?")
+
+
+class NvidiaSmiCsvReader:
+    """Reads ``nvidia-smi --query-gpu ... --format=csv`` logs; see the module docstring."""
+
+    format = FORMAT
+
+    def read(self, path: Path, ctx: ReadContext) -> Iterator[Batch]:
+        src = str(path)
+        host = host_in_name(path, ".nvidia-smi")
+        if not host:
+            ctx.rejects.refuse(FORMAT, src, "nvidia-smi names no host: name the file <host>.nvidia-smi.csv")
+            return
+        columns: list[tuple[str, str, float]] | None = None  # per column: field, exporter metric, factor
+        cache: dict[tuple[str, str, str], int] = {}
+        sids: list[int] = []
+        tss: list[float] = []
+        vals: list[float] = []
+        latest = -math.inf
+        for first, lines in iter_lines(path, ctx.read_bytes, ctx.rejects, FORMAT):
+            for offset, line in enumerate(lines):
+                if not line.strip():
+                    continue
+                position = f"{src}:{first + offset}"
+                cells = [c.strip() for c in line.split(",")]
+                if columns is None or cells[0] in ("timestamp", "index"):
+                    columns = self._columns(cells, position, ctx)
+                    known = [metric in ctx.mapper.rules for _, metric, _ in columns or []]
+                    if columns is None:
+                        return
+                    continue
+                self._row(cells, columns, known, host, position, ctx, cache, sids, tss, vals)
+            if len(sids) >= ctx.chunk_rows:
+                latest = max(latest, max(tss))
+                yield self._flush(ctx, sids, tss, vals)
+        if sids:
+            latest = max(latest, max(tss))
+            yield self._flush(ctx, sids, tss, vals)
+        if latest > -math.inf:
+            note_zoneless(ctx, FORMAT, src, path, latest)
+
+    @staticmethod
+    def _flush(ctx: ReadContext, sids: list[int], tss: list[float], vals: list[float]) -> Batch:
+        batch = points_batch(ctx.mapper, sids, tss, vals, FORMAT)
+        sids.clear()
+        tss.clear()
+        vals.clear()
+        return batch
+
+    @staticmethod
+    def _columns(cells: list[str], position: str, ctx: ReadContext) -> list[tuple[str, str, float]] | None:
+        """The header's columns, or None (refused) when it is no header this reader can use."""
+        names = []
+        for cell in cells:
+            m = _FIELD.match(cell)
+            if not m:
+                ctx.rejects.refuse(FORMAT, position, f"header field {cell!r} is not a query field")
+                return None
+            field = ALIASES.get(m.group(1), m.group(1))
+            suffix, factor = UNITS.get(m.group(2) or "", ("", 1.0))
+            names.append((field, "nvidia_smi_" + field.replace(".", "_") + suffix, factor))
+        fields = {f for f, _, _ in names}
+        for field, metric, _ in names:
+            if field not in ("timestamp", "index", *LABEL_FIELDS) and metric not in ctx.mapper.rules:
+                ctx.mapper.unmapped_metrics[metric] += 1
+        if not {"timestamp", "index"} <= fields:
+            ctx.rejects.refuse(FORMAT, position, "no timestamp or index column: log with "
+                                                 "--query-gpu=timestamp,index,uuid,... --format=csv")
+            return None
+        return names
+
+    @staticmethod
+    def _row(cells: list[str], columns: list[tuple[str, str, float]], known: list[bool], host: str, position: str,
+             ctx: ReadContext, cache: dict[tuple[str, str, str], int], sids: list[int], tss: list[float],
+             vals: list[float]) -> None:
+        if len(cells) != len(columns):
+            ctx.rejects.reject(FORMAT, position, f"{len(cells)} fields against the header's {len(columns)}",
+                               ",".join(cells)[:120])
+            return
+        row = {field: cell for (field, _, _), cell in zip(columns, cells)}
+        try:
+            ts = zoneless_epoch(dt.datetime.strptime(row["timestamp"].split(".")[0], "%Y/%m/%d %H:%M:%S"), ctx.zone)
+            ts += float("0." + row["timestamp"].split(".")[1]) if "." in row["timestamp"] else 0.0
+            index = str(int(row["index"]))
+        except (ValueError, IndexError):
+            ctx.rejects.reject(FORMAT, position, "bad timestamp or index", ",".join(cells)[:120])
+            return
+        labels = {"Hostname": host, "index": index}
+        labels.update({label: row[f] for f, label in LABEL_FIELDS.items() if row.get(f, "[N/A]")[:1] not in ("[", "")})
+        for (field, metric, factor), cell, read in zip(columns, cells, known):
+            if not read or cell.startswith("["):
+                continue  # a field no table reads (counted at the header); [N/A], [Not Supported]: no reading
+            value = _value(cell, factor)
+            if value is None:
+                ctx.rejects.reject(FORMAT, position, f"{field}: {cell!r} is not a number")
+                continue
+            key = (metric, labels["index"], labels.get("uuid", ""))
+            sid = cache.get(key)
+            if sid is None:
+                sid = cache[key] = ctx.mapper.series_id(metric, labels, position, FORMAT)
+            if sid >= 0:
+                sids.append(sid)
+                tss.append(ts)
+                vals.append(value)
+
+
+def _value(cell: str, factor: float) -> float | None:
+    """A cell as the exporter reads it: hex, a word (Enabled, Yes, Active), else its one number times ``factor``."""
+    text = cell.strip().lower()
+    if text.startswith("0x"):
+        try:
+            return float(int(text, 16))
+        except ValueError:
+            return None
+    if text in WORDS:
+        return WORDS[text]
+    numbers = _NUMBER.findall(text)
+    return float(numbers[0]) * factor if len(numbers) == 1 else None
+
+
+def looks_like(first_line: str) -> bool:
+    """Whether a file's first line is a query-gpu CSV header with a timestamp and an index."""
+    return _HEADER.match(first_line) is not None

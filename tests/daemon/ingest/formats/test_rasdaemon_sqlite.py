@@ -1,0 +1,79 @@
+import sqlite3
+
+from daemon.ingest.formats import RasdaemonReader, sniff
+from daemon.ingest.formats.rasdaemon_sqlite import host_of_database
+from tests.daemon.ingest.formats.conftest import read_all
+
+SCHEMA = """
+CREATE TABLE mc_event (id INTEGER PRIMARY KEY, timestamp TEXT, err_count INTEGER, err_type TEXT, err_msg TEXT, label TEXT, mc INTEGER, top_layer INTEGER, middle_layer INTEGER, lower_layer INTEGER, address INTEGER, grain INTEGER, syndrome INTEGER, driver_detail TEXT);
+CREATE TABLE aer_event (id INTEGER PRIMARY KEY, timestamp TEXT, dev_name TEXT, err_type TEXT, err_msg TEXT);
+CREATE TABLE extlog_event (id INTEGER PRIMARY KEY, timestamp TEXT, etype INTEGER, error_count INTEGER, severity INTEGER, address INTEGER, fru_id BLOB, fru_text TEXT, cper_data BLOB);
+CREATE TABLE mce_record (id INTEGER PRIMARY KEY, timestamp TEXT, mcgcap INTEGER, mcgstatus INTEGER, status INTEGER, addr INTEGER, misc INTEGER, ip INTEGER, tsc INTEGER, walltime INTEGER, cpu INTEGER, cpuid INTEGER, apicid INTEGER, socketid INTEGER, cs INTEGER, bank INTEGER, cpuvendor INTEGER, bank_name TEXT, error_msg TEXT, mcgstatus_msg TEXT, mcistatus_msg TEXT, mcastatus_msg TEXT, user_action TEXT, mc_location TEXT);
+"""
+
+
+def make_db(path):
+    conn = sqlite3.connect(path)
+    conn.executescript(SCHEMA)
+    conn.execute("INSERT INTO mc_event (timestamp, err_count, err_type, err_msg, label) VALUES "
+                 "('2026-03-02 00:01:00 +0000', 3, 'Corrected', 'memory read error', 'DIMM_A1')")
+    conn.execute("INSERT INTO aer_event (timestamp, dev_name, err_type, err_msg) VALUES "
+                 "('2026-03-02 00:02:00 +0000', '0000:3a:00.0', 'Uncorrected (Fatal)', 'Surprise Down Error')")
+    conn.execute("INSERT INTO mce_record (timestamp, bank, error_msg, mcistatus_msg, mcgstatus_msg) VALUES "
+                 "('2026-03-02 00:03:00 +0000', 5, 'Memory scrubbing error', 'Corrected_error', '')")
+    conn.execute("INSERT INTO extlog_event (timestamp, etype, error_count, severity, fru_text) VALUES "
+                 "('not a time', 2, 1, 1, 'DIMM_B2')")
+    conn.commit()
+    return conn
+
+
+def test_reads_every_table_and_rejects_bad_rows(tmp_path, ctx):
+    db = tmp_path / "sn01-b01.db"
+    make_db(db).close()
+    assert isinstance(sniff(db), RasdaemonReader)
+    ev = read_all(RasdaemonReader(), db, ctx).events
+    assert list(ev["kind"]) == ["edac", "aer", "mce"]
+    assert list(ev["severity"]) == ["corrected", "fatal", "corrected"]
+    assert ev["pci"].iloc[1] == "0000:3a:00" and set(ev["entity"]) == {"sn01-b01"}
+    assert ctx.rejects.messages[0].startswith(f"{db}#extlog_event:1: bad row")
+
+
+def test_incremental_by_id(tmp_path, ctx):
+    db = tmp_path / "sn01-b01.db"
+    conn = make_db(db)
+    cursors: dict[str, int] = {}
+    first = list(RasdaemonReader().read(db, ctx, cursors))
+    assert sum(len(b.events) for b in first) == 3 and cursors["mc_event"] == 1
+    conn.execute("INSERT INTO mc_event (timestamp, err_count, err_type, err_msg, label) VALUES "
+                 "('2026-03-02 00:09:00 +0000', 1, 'Uncorrected', 'memory read error', 'DIMM_A1')")
+    conn.commit()
+    again = list(RasdaemonReader().read(db, ctx, cursors))
+    assert [len(b.events) for b in again] == [1] and again[0].events["severity"].iloc[0] == "uncorrected"
+
+
+def test_not_a_database_is_refused(tmp_path, ctx):
+    p = tmp_path / "sn01-b01.db"
+    p.write_bytes(b"SQLite format 3\x00" + b"\x00" * 50)
+    assert list(RasdaemonReader().read(p, ctx)) == []
+    assert "not a readable SQLite database" in ctx.rejects.messages[0] or "cannot read" in ctx.rejects.messages[0]
+
+
+def test_host_from_path(tmp_path):
+    assert host_of_database(tmp_path / "sn01-b07.db") == "sn01-b07"
+    assert host_of_database(tmp_path / "sn01-b07" / "ras-mc_event.db") == "sn01-b07"
+
+
+def test_rows_with_ids_of_zero_or_below_are_read(tmp_path, ctx):
+    """Issue 54: the cursor started at 0, so rows a hand-merged database holds at ids 0 and -5 vanished unsaid."""
+    db = tmp_path / "sn01-b01.db"
+    conn = make_db(db)
+    for rid in (-5, 0):
+        conn.execute("INSERT INTO mc_event (id, timestamp, err_count, err_type, err_msg, label) VALUES "
+                     f"({rid}, '2026-03-02 00:00:0{rid % 7} +0000', 1, 'Uncorrected', 'memory read error', 'DIMM_A2')")
+    conn.commit()
+    conn.close()
+    cursors: dict[str, int] = {}
+    ev = read_all(RasdaemonReader(), db, ctx).events
+    assert list(ev[ev["kind"] == "edac"]["severity"]) == ["uncorrected", "uncorrected", "corrected"]
+    list(RasdaemonReader().read(db, ctx, cursors))
+    assert cursors["mc_event"] == 1 and list(RasdaemonReader().read(db, ctx, cursors)) == []

@@ -1,0 +1,563 @@
+"""Kernel, Fabric Manager and exporter lines as real machines print them (fixtures/real, provenance in
+fixtures/README.md): each shape a fleet's logs come in is read, and what cannot be placed in time says what it is."""
+
+from __future__ import annotations
+
+import json
+import os
+from pathlib import Path
+
+import numpy as np
+import pandas as pd
+import pytest
+
+from daemon.ingest.formats import (FabricManagerReader, JournalJsonReader, OpenMetricsReader, TextLogReader,
+                                   describe_unread, sniff)
+from daemon.ingest.formats.kernel_events import MessageJoiner, parse_kernel_message
+from daemon.ingest.naming import SeriesMapper
+from daemon.judgement.resolve import EventResolver
+from daemon.topology import Topology
+from detectors.contract import TickInput
+from detectors.rules import RuleDetector
+from detectors.schema import State, events_frame
+from tests.daemon.ingest.formats.conftest import read_all
+
+REAL = Path(__file__).resolve().parents[4] / "fixtures" / "real"
+GPUD = REAL / "gpud"
+QUOTED = REAL / "quoted"
+
+
+def test_dmesg_decode_is_a_kernel_log_not_openmetrics(ctx):
+    """gpud's `dmesg --decode --time-format iso` sample: every Xid line becomes an event, the segfault and the VFS
+    line none (it was sniffed as OpenMetrics before, and every event lost without a word)."""
+    path = GPUD / "gpu-node-01.dmesg-decode-iso.log"
+    assert isinstance(sniff(path), TextLogReader)
+    ev = read_all(TextLogReader(), path, ctx).events
+    xid_lines = sum("NVRM: Xid" in ln for ln in path.read_text().splitlines())
+    assert xid_lines > 10 and len(ev) == xid_lines and ctx.rejects.total == 0
+    assert set(ev["code"]) == {13, 43} and set(ev["entity"]) == {"gpu-node-01"}
+    assert ev["ts"].iloc[0] == pytest.approx(1737434504.283302)  # 2025-01-21T04:41:44,283302+00:00
+
+
+def test_dmesg_decode_keeps_a_drivers_line_under_another_facility(ctx, tmp_path):
+    """gpud PR 870's `dmesg --decode`: an Xid 79 relayed to /dev/kmsg shows as `syslog:err`; it is the driver's fact
+    and becomes the event, the program's own `syslog:emerg` line none."""
+    path = tmp_path / "gpu-node-04.dmesg"
+    path.write_text((QUOTED / "gpud-870-syslog-facility.dmesg.txt").read_text())
+    ev = read_all(TextLogReader(), path, ctx).events
+    assert list(ev["code"]) == [79] and list(ev["pci"]) == ["0000:04:00"] and ctx.rejects.total == 0
+    assert ev["ts"].iloc[0] == pytest.approx(1748319536.089671)  # 2025-05-27T04:18:56,089671+00:00
+
+
+def test_nvlink5_kmsg_lines_are_decoded_by_the_sheet():
+    """gpud PR 1174's kmsg lines: 149 NETIR (V1 IntrInfo 0x000fe406) is NETIR/NETIR_INT, RESET_GPU at Link Fatal;
+    149 NETIR_LINK_EVT link-down reason 37; 145 RLW_RXPIPE status 0x8 an IGNORE (investigate) row."""
+    from detectors.xid_catalog import decode_nvlink5, load_decode_sheet
+
+    sheet = load_decode_sheet()
+    decoded = [decode_nvlink5(e.code, e.message, sheet) for e in
+               (parse_kernel_message(ln) for ln in (QUOTED / "gpud-1174-nvlink5-kmsg.txt").read_text().splitlines())]
+    assert [(d.row.unit, d.action, d.state) for d in decoded] == [
+        ("NETIR/NETIR_INT", "RESET_GPU", "subhealthy"),
+        ("NETIR_LINK_EVT/NETIR_LINK_DOWN", "RESET_GPU", "subhealthy"),
+        ("RLW_RXPIPE", "IGNORE", "suspect")]
+    assert "INVESTIGATE_PEER_DEVICE" in decoded[1].reason()
+
+
+def test_dmesg_T_with_the_gsp_dump_after_xid_119(ctx):
+    path = GPUD / "gpu-node-02.dmesg-T-xid119.log"
+    ev = read_all(TextLogReader(), path, ctx).events
+    assert set(ev["code"]) == {119} and len(ev) == 5 and set(ev["pci"]) == {"0000:9b:00"} and ctx.rejects.total == 0
+
+
+def test_fabric_manager_log_gives_the_nvswitch_errors(ctx, tmp_path):
+    path = GPUD / "gpu-node-03.fabricmanager.log"
+    assert isinstance(sniff(path), FabricManagerReader)
+    ev = read_all(FabricManagerReader(), path, ctx).events
+    assert list(ev["kind"]) == ["sxid"] and int(ev["code"].iloc[0]) == 12028 and ev["severity"].iloc[0] == "error"
+    assert ev["entity"].iloc[0] == "gpu-node-03" and "physical id 3 port 61" in ev["message"].iloc[0]
+    fatal = tmp_path / "sw1.fabricmanager.log"
+    fatal.write_text("[Jul 23 2024 07:53:55] [ERROR] [tid 841] detected NVSwitch fatal error 20034 on fid 0 on "
+                     "NVSwitch pci bus id 00000000:86:00.0 physical id 3 port 33\n")
+    ev = read_all(FabricManagerReader(), fatal, ctx).events
+    assert ev["severity"].iloc[0] == "fatal"
+    nameless = tmp_path / "fabricmanager.log"
+    nameless.write_text(fatal.read_text())
+    assert not len(read_all(FabricManagerReader(), nameless, ctx).events)
+    assert any("names no host" in m for m in ctx.rejects.messages)
+
+
+@pytest.mark.parametrize("name,words", [
+    ("kmsg.1.log", "/dev/kmsg dump"),
+    ("dmesg-erst-7530486857247752193", "pstore crash record"),
+])
+def test_files_that_cannot_be_placed_in_time_say_what_they_are(name, words):
+    path = GPUD / name
+    assert sniff(path) is None
+    why = describe_unread(path)
+    assert words in why and "since" in why and "boot" in why
+
+
+def test_pstore_record_lists_the_hardware_lines_it_holds(tmp_path):
+    record = tmp_path / "dmesg-erst-1"
+    record.write_text("Panic#1 Part1\n<4>[ 88.1] NVRM: Xid (PCI:0000:3b:00): 79, pid=0, GPU has fallen off the bus.\n")
+    assert "1 hardware RAS line(s) (xid 79 at 0000:3b:00)" in describe_unread(record)
+
+
+def test_aer_correctable_of_current_kernels(tmp_path, ctx):
+    """pop-os/pop#3363: `severity=Correctable` (kernels since 6.x; older ones print `Corrected`)."""
+    ev = read_all(TextLogReader(), QUOTED / "pop-os-pop-3363.kern.log", ctx).events
+    assert list(ev["kind"]) == ["aer", "aer"] and set(ev["severity"]) == {"corrected"}
+    assert set(ev["pci"]) == {"0000:00:03.1"} and set(ev["entity"]) == {"bubz"}
+    # the year: nothing else in this trace dates the RFC 3164 stamps, so the file's modification year, said
+    assert any("modification year" in n for n in ctx.rejects.notes)
+
+
+def test_printk_caller_id_prefix():
+    """qualcomm-linux/kernel#323: `[   24.235980][  T511] ath11k_pci ...` (CONFIG_PRINTK_CALLER)."""
+    from daemon.ingest.formats.kernellog import _MONOTONIC_PREFIX
+
+    lines = (QUOTED / "qualcomm-linux-kernel-323.dmesg.txt").read_text().splitlines()
+    events = [parse_kernel_message(_MONOTONIC_PREFIX.sub("", ln)) for ln in lines]
+    aer = [e for e in events if e is not None]
+    assert len(aer) == 1 and aer[0].severity == "corrected" and aer[0].pci == "0000:01:00.0"
+
+
+def test_ib_port_state_lines_name_the_port_themselves():
+    lines = (QUOTED / "kernel-ib-port-state.txt").read_text().splitlines()
+    ev = [parse_kernel_message(ln) for ln in lines]
+    assert [e.severity for e in ev] == ["error", "notice", "info", "notice", "info"]
+    assert ev[0].device == "mlx5_5:1" and ev[3].device == "ibp195s0:1" and ev[0].pci == "0000:ab:00.0"
+    resolver = EventResolver(SeriesMapper())
+    frame = events_frame([(1.0, "n1", e.kind, e.code, e.severity, e.message, "kernel", e.pci, e.device) for e in ev])
+    assert resolver.resolve(frame)["entity"].iloc[0] == "n1/mlx5_5:1"
+
+
+def _fallen_off_lines() -> list[str]:
+    from daemon.ingest.formats.kernellog import _MONOTONIC_PREFIX
+
+    return [_MONOTONIC_PREFIX.sub("", ln).strip() for ln in (QUOTED / "nvidia-nvsentinel-155.dmesg.txt")
+            .read_text().splitlines()]
+
+
+def test_fallen_off_the_bus_without_an_xid_journald_form():
+    """NVIDIA/NVSentinel#155: the driver's three-line message with no Xid line; journald keeps it as one message."""
+    message = "\n".join(_fallen_off_lines()[:3])
+    ev = parse_kernel_message(message)
+    assert (ev.kind, ev.code, ev.pci) == ("xid", 79, "0000:b3:00")
+
+
+def test_fallen_off_the_bus_without_an_xid_over_several_records(tmp_path, ctx):
+    lines = _fallen_off_lines()
+    joiner = MessageJoiner()
+    events = [parse_kernel_message(joiner.feed("h", 10.0, ln)) for ln in lines]
+    assert [e.code for e in events if e is not None] == [79]
+    # as dmesg -T prints it: the later lines indented and without a time
+    dmesg = tmp_path / "sn01-b01.dmesg"
+    dmesg.write_text("[Mon Mar  2 00:30:43 2026] NVRM: The NVIDIA GPU 0000:18:00.0\n"
+                     "                           NVRM: (PCI ID: 10de:26b5) installed in this system has\n"
+                     "                           NVRM: fallen off the bus and is not responding to commands.\n"
+                     "[Mon Mar  2 00:30:43 2026] NVRM: The NVIDIA probe routine failed for 1 device(s).\n")
+    ev = read_all(TextLogReader(), dmesg, ctx).events
+    assert list(ev["code"]) == [79] and ctx.rejects.total == 0
+    # as rsyslog writes one message with its newlines escaped
+    syslog = tmp_path / "kern.log"
+    syslog.write_text("2026-03-02T00:30:43+00:00 sn01-b01 kernel: NVRM: The NVIDIA GPU 0000:18:00.0#012NVRM: (PCI ID: "
+                      "10de:26b5) installed in this system has#012NVRM: fallen off the bus and is not responding to "
+                      "commands.\n")
+    assert list(read_all(TextLogReader(), syslog, ctx).events["code"]) == [79]
+
+
+def test_nvlink5_xids_rate_themselves():
+    """gpud's Xid 144/145/149 lines, judged by the decode sheet's row for each (detectors/xid_catalog.py)."""
+    lines = (QUOTED / "gpud-nvlink5-xids.txt").read_text().splitlines()
+    events = [parse_kernel_message(ln) for ln in lines]
+    assert [e.severity for e in events] == ["fatal", "nonfatal", "nonfatal"]
+    rules = RuleDetector().fit()
+    frame = events_frame([(1.0, f"n1/gpu{k}", "xid", e.code, e.severity, e.message, "kernel", None, None)
+                          for k, e in enumerate(events)])
+    out = {ev.entity: ev for ev in rules.update(TickInput(30.0, frame, pd.DataFrame(), pd.DataFrame()))}
+    # 149 NETIR_LINK_EVT, link-down reason 100101 (V1 IntrInfo): RESET_GPU at "Link Fatal", which NVIDIA says puts the
+    # GPU in a "drain and reset recommended" state: sub-healthy (checkpoint, drain, reset), not failed at once
+    assert out["n1/gpu0"].level == State.SUBHEALTHY and not out["n1/gpu0"].hard
+    assert "NETIR_LINK_EVT/NETIR_LINK_DOWN" in out["n1/gpu0"].reasons[0]
+    assert "n1/gpu1" not in out  # 145 RLW_REMAP status 0x1: XID_154_EVAL, the job's unless a 154 comes with it
+    assert out["n1/gpu2"].level == State.SUSPECT  # 144 SAW_MVB status 0x8: IGNORE, investigate: a watch
+
+
+def test_dcgm_blanks_and_impossible_temperatures_are_no_readings(ctx):
+    path = QUOTED / "dcgm-blank-and-garbage.prom"
+    samples = read_all(OpenMetricsReader(), path, ctx).samples
+    got = samples.groupby("metric")["value"].apply(list).to_dict()
+    assert got == {"gpu_temp_c": [44.0], "power_w": [70.5]}, got  # no HBM at 9.2e18, no GPU at 345 °C
+    not_read = ctx.mapper.values_not_read
+    assert not_read["the exporter's blank (field not supported or not read yet)"] == 4
+    assert not_read["outside -40..150"] == 4
+
+
+def test_dual_port_nic_ports_stay_apart():
+    topo = Topology.from_dict({"racks": [{"name": "r1", "nodes": [{"name": "n1", "ports": [
+        {"device": "mlx5_0", "port": 1, "pci": "0000:41:00.0", "netdev": "ibp65s0f0"},
+        {"device": "mlx5_1", "port": 1, "pci": "0000:41:00.1", "netdev": "ibp65s0f1"},
+        {"device": "mlx5_2", "port": 1, "pci": "0000:c1:00.0"}]}]}]})
+    resolver = EventResolver(SeriesMapper(topology=topo))
+    lines = ["mlx5_core 0000:41:00.0 ibp65s0f0: Link down", "pcieport 0000:41:00.1: PCIe Bus Error: "
+             "severity=Uncorrectable (Non-Fatal), type=Transaction Layer, (Requester ID)",
+             "mlx5_core 0000:c1:00.0 eth9: Link down"]
+    ev = [parse_kernel_message(ln) for ln in lines]
+    frame = events_frame([(1.0, "n1", e.kind, e.code, e.severity, e.message, "kernel", e.pci, e.device) for e in ev])
+    assert list(resolver.resolve(frame)["entity"]) == ["n1/mlx5_0:1", "n1/mlx5_1:1", "n1/mlx5_2:1"]
+
+
+def test_kernel_xid_repeats_are_events_and_only_the_gauge_merges():
+    """Application Xids repeating across processes within 120 s are each an event (the repeats-across-jobs rule
+    needs them); the dcgm-exporter gauge's report of the same Xid is the one merged."""
+    resolver = EventResolver(SeriesMapper(), window_s=120.0)
+    rows = [(10.0, "n1/gpu0", "xid", 13, "error", "pid=100, name=python3", "kernel", None, None),
+            (40.0, "n1/gpu0", "xid", 13, "error", "pid=200, name=python3", "kernel", None, None),
+            (45.0, "n1/gpu0", "xid", 13, "error", "reported by dcgm-exporter", "dcgm-exporter", None, None),
+            (70.0, "n1/gpu0", "xid", 13, "error", "pid=300, name=python3", "kernel", None, None)]
+    out = resolver.merge_xids(events_frame(rows), 90.0)
+    assert list(out["source"]) == ["kernel"] * 3 and resolver.merged == 1
+
+
+def test_journal_boot_id_change_is_a_boot_event(tmp_path, ctx):
+    def rec(ts, boot, msg="NVRM: GPU at PCI:0000:18:00: GPU-1"):
+        return json.dumps({"__REALTIME_TIMESTAMP": str(int(ts * 1e6)), "_HOSTNAME": "sn01-b01", "_BOOT_ID": boot,
+                           "_TRANSPORT": "kernel", "MESSAGE": msg})
+
+    path = tmp_path / "k.json"
+    path.write_text("\n".join([rec(100, "aaaa"), rec(200, "aaaa"), rec(400, "bbbb")]) + "\n")
+    ev = read_all(JournalJsonReader(), path, ctx).events
+    assert list(ev["kind"]) == ["boot"] and list(ev["ts"]) == [400.0]
+
+
+def test_rfc3164_year_comes_from_the_rest_of_the_trace(tmp_path, ctx):
+    path = tmp_path / "kern.log"
+    path.write_text("Dec 31 23:59:58 a kernel: NVRM: Xid (PCI:0000:18:00): 79, pid=0, GPU has fallen off the bus.\n"
+                    "Jan  1 00:00:01 b kernel: NVRM: Xid (PCI:0000:18:00): 79, pid=0, GPU has fallen off the bus.\n"
+                    "Dec 31 23:59:59 a kernel: NVRM: Xid (PCI:0000:18:00): 79, pid=0, GPU has fallen off the bus.\n")
+    os.utime(path, (0, 0))  # a copied file: its modification time says 1970
+    ctx.span = (1767139200.0, 1767225600.0)  # other files of the trace: 2025-12-31 .. 2026-01-01
+    ev = read_all(TextLogReader(), path, ctx).events
+    years = [pd.Timestamp(t, unit="s").year for t in ev["ts"]]
+    assert years == [2025, 2026, 2025], years  # host a's last line stays in December: rollover is per host
+    assert ctx.rejects.notes == [f"{path}: its times name no zone: read as UTC"]  # no year guessed from the file
+    assert np.all(np.isfinite(ev["ts"]))
+
+
+def test_firmware_first_memory_errors_in_syslog(ctx):
+    """APEI GHES records (the platform saw the error, not the kernel's EDAC driver): node_exporter#3511 (syslog) and
+    jsk-ros-pkg/jsk_robot#1776 (syslog with the monotonic prefix): one corrected memory error each, on its host;
+    the lines of the record after the section (address, DIMM) and the cron line are no events."""
+    ev = read_all(TextLogReader(), QUOTED / "node-exporter-3511.kern.log", ctx).events
+    assert list(ev["kind"]) == ["edac"] and list(ev["severity"]) == ["corrected"]
+    assert list(ev["entity"]) == ["proxmox"] and "(D2)" in ev["message"].iloc[0]
+    ev = read_all(TextLogReader(), QUOTED / "jsk-robot-1776.kern.log", ctx).events
+    assert list(ev["kind"]) == ["edac"] and list(ev["entity"]) == ["pr1012"] and list(ev["code"]) == [1]
+
+
+def test_a_firmware_first_pcie_error_names_its_device_across_other_drivers_lines(ctx):
+    """ovro-lwa/lwa-issues#117 (dmesg): a recoverable PCIe error record whose device_id line comes after the
+    section type, with the MCE driver's and EDAC's own lines printed between its lines: the native EDAC UE, the
+    record's PCIe error at 0000:5e:00.0 (uncorrected), the MCE notice, in that order."""
+    from daemon.ingest.formats.kernellog import _MONOTONIC_PREFIX, EventRows
+
+    rows = EventRows(ctx, "dmesg", "test")
+    for i, line in enumerate((QUOTED / "ovro-lwa-issues-117.dmesg.txt").read_text().splitlines()):
+        rows.add(float(i), "gpu09", _MONOTONIC_PREFIX.sub("", line), f"line {i + 1}")
+    got = [(r[2], r[4], r[7]) for r in rows.rows]
+    assert got == [("edac", "uncorrected", None), ("aer", "uncorrected", "0000:5e:00.0"), ("mce", "corrected", None)]
+
+
+def test_each_error_of_a_record_takes_its_own_severity():
+    """A record's errors each say their type: a Dell server's record of severity recoverable whose error is fatal
+    (quoted on the linux-kernel list, \"PM: ACPI: reboot: Use S5 for reboot\" revert), two records interleaved, a
+    processor error, and an informational record (no event)."""
+    from daemon.ingest.formats.kernel_events import CperRecords
+
+    cper = CperRecords()
+    lines = ["{1}[Hardware Error]: Hardware error from APEI Generic Hardware Error Source: 5",
+             "{1}[Hardware Error]: event severity: recoverable",
+             "{1}[Hardware Error]: Error 0, type: fatal",
+             "{2}[Hardware Error]: Hardware error from APEI Generic Hardware Error Source: 1",
+             "{2}[Hardware Error]: event severity: corrected",
+             "{1}[Hardware Error]: section_type: PCIe error",
+             "{2}[Hardware Error]:  Error 0, type: corrected",
+             "{2}[Hardware Error]:   section_type: general processor error",
+             "{1}[Hardware Error]: port_type: 0, PCIe end point",
+             "{1}[Hardware Error]: device_id: 0000:04:00.0",
+             "{1}[Hardware Error]: vendor_id: 0x14e4, device_id: 0x165f",
+             "{3}[Hardware Error]: Hardware error from APEI Generic Hardware Error Source: 2",
+             "{3}[Hardware Error]: event severity: info",
+             "{3}[Hardware Error]:   section_type: memory error"]
+    events = [e for e in (cper.feed("n1", ln) for ln in lines) if e is not None]
+    assert [(e.kind, e.severity, e.pci) for e in events] == [("mce", "corrected", None),
+                                                              ("aer", "fatal", "0000:04:00.0")]
+
+
+def test_an_mlx5_adapter_whose_firmware_stopped_fails_its_port():
+    """NVIDIA/NVSentinel's syslog tests: mlx5's health poller finding the adapter's firmware silent is one event, a
+    link down of the port on that PCI function (its ports are down until it recovers); the syndrome line after it
+    and a command timeout are not events of their own."""
+    from daemon.ingest.formats.kernellog import _MONOTONIC_PREFIX
+
+    lines = (QUOTED / "nvsentinel-mlx5-health.txt").read_text().splitlines()
+    ev = [e for e in (parse_kernel_message(_MONOTONIC_PREFIX.sub("", ln.removeprefix("kernel: ")).strip())
+                      for ln in lines) if e is not None]
+    assert [(e.kind, e.severity, e.pci) for e in ev] == [("link", "error", "0000:41:00.0")]
+    topo = Topology.from_dict({"racks": [{"name": "r1", "nodes": [
+        {"name": "n1", "ports": [{"device": "mlx5_0", "port": 1, "pci": "0000:41:00.0"}]}]}]})
+    frame = events_frame([(5.0, "n1", e.kind, e.code, e.severity, e.message, "kernel", e.pci, e.device) for e in ev])
+    resolved = EventResolver(SeriesMapper(topology=topo)).resolve(frame)
+    assert list(resolved["entity"]) == ["n1/mlx5_0:1"]
+    det = RuleDetector().fit()
+    out = det.update(TickInput(5.0, resolved, pd.DataFrame(), pd.DataFrame()))
+    assert [(e.entity, e.level, e.hard) for e in out] == [("n1/mlx5_0:1", State.FAILED, True)]
+
+
+def test_cpu_thermal_throttling_is_one_cooling_watch_on_the_node():
+    """erpalma/throttled#186: the x86 thermal throttling interrupt names every core and package of the CPU in one
+    burst ("mce: CPU2: Core temperature above threshold, cpu clock throttled (total events = 2675)"), then "normal":
+    thermal events of the node, and one cooling watch (suspect, no drain) on it, not one per CPU; the baseline, and
+    the lines of normal temperature, say nothing. (Raw dmesg without a boot time: its lines parsed one by one.)"""
+    from daemon.ingest.formats.kernellog import _MONOTONIC_PREFIX
+
+    lines = (QUOTED / "throttled-186.dmesg.txt").read_text().splitlines()
+    ev = [parse_kernel_message(_MONOTONIC_PREFIX.sub("", ln).strip()) for ln in lines]
+    assert all(e is not None and e.kind == "thermal" and e.pci is None for e in ev)
+    assert [e.severity for e in ev] == ["warning"] * 10 + ["info"] * 3
+    assert {e.code for e in ev} == set(range(8)) and "total events = 2675" in ev[0].message
+    frame = events_frame([(1000.0, "n1", e.kind, e.code, e.severity, e.message, "kernel", e.pci, e.device)
+                          for e in ev])
+    out = RuleDetector().fit().update(TickInput(1000.0, frame, pd.DataFrame(), pd.DataFrame()))
+    assert [(e.entity, e.level, e.category, e.hard) for e in out] == [("n1", State.SUSPECT, "cooling", False)]
+    assert "CPU7 package temperature" in out[0].reasons[0]  # the burst's last warning
+    assert RuleDetector(baseline=True).fit().update(TickInput(1000.0, frame, pd.DataFrame(), pd.DataFrame())) == []
+    normal = frame[frame["severity"] == "info"]
+    assert RuleDetector().fit().update(TickInput(1000.0, normal, pd.DataFrame(), pd.DataFrame())) == []
+
+
+def test_an_xid_line_of_an_older_driver_without_the_pci_prefix():
+    """leptonai/gpud's matcher test: "NVRM: Xid (0000:03:00): 14, Channel 00000001", the address without "PCI:" as
+    older drivers print it, was no event at all (a DBE, Xid 48, in that shape would have been lost); the same GPU
+    address as with the prefix."""
+    line = (QUOTED / "gpud-xid-without-pci-prefix.txt").read_text().strip()
+    ev = parse_kernel_message(line.removeprefix("[...] "))
+    assert (ev.kind, ev.code, ev.pci, ev.message) == ("xid", 14, "0000:03:00", "Channel 00000001")
+    dbe = parse_kernel_message("NVRM: Xid (0000:af:00): 48, An uncorrectable double bit error (DBE) has been detected")
+    assert (dbe.code, dbe.pci) == (48, parse_kernel_message("NVRM: Xid (PCI:0000:af:00): 48, x").pci)
+    assert parse_kernel_message("NVRM: Xid (invalid): some error") is None
+
+
+def test_a_thermal_zone_past_its_critical_trip_fails_the_node_for_its_cooling():
+    """The kernel powering a host off for heat: thermal_core's line before 5.12 (a patch's commit message, quoted by
+    Phoronix) and since (the zone's type, no degrees), and the old ACPI thermal driver's (a kern.log on
+    rigacci.org): a critical ``thermal`` event of the node, which fails it for its cooling at once (a hard fault,
+    the static baseline too), where a CPU's throttling is only a watch."""
+    from daemon.ingest.formats.kernellog import _MONOTONIC_PREFIX
+
+    lines = (QUOTED / "kernel-thermal-shutdown.txt").read_text().splitlines()
+    ev = [parse_kernel_message(_MONOTONIC_PREFIX.sub("", ln.split("kernel: ", 1)[1]).strip()) for ln in lines]
+    assert [(e.kind, e.code, e.severity) for e in ev] == [("thermal", 15, "critical"), ("thermal", None, "critical"),
+                                                          ("thermal", 0, "critical")]
+    assert "thermal zone 15 past its critical temperature at 101 °C" in ev[0].message
+    assert "the ACPI thermal zone" in ev[1].message and "(x86_pkg_temp)" in ev[2].message
+    assert parse_kernel_message("thermal thermal_zone2: failed to read out thermal zone (-61)") is None
+    for baseline in (False, True):
+        frame = events_frame([(1000.0, "n1", e.kind, e.code, e.severity, e.message, "kernel", e.pci, e.device)
+                              for e in ev[:1]])
+        out = RuleDetector(baseline=baseline).fit().update(TickInput(1000.0, frame, pd.DataFrame(), pd.DataFrame()))
+        assert [(e.entity, e.level, e.category, e.hard) for e in out] == [("n1", State.FAILED, "cooling", True)]
+
+
+def test_a_gpu_the_driver_could_not_initialize(ctx):
+    """NVIDIA/gpu-operator#1146: one GPU of a worker failing RmInitAdapter at every try: a gpu_init event each time
+    (the minor-number line after it is none), sub-healthy, not failed (a driver mismatch fails every GPU alike)."""
+    ev = read_all(TextLogReader(), QUOTED / "gpu-operator-1146.kern.log", ctx).events
+    assert list(ev["kind"]) == ["gpu_init", "gpu_init"] and set(ev["pci"]) == {"0000:0a:00"}
+    assert "0x24:0x72:1568" in ev["message"].iloc[0]
+    frame = ev.assign(entity="worker4/gpu5", pci=None)
+    out = RuleDetector().fit().update(TickInput(1000.0, frame, pd.DataFrame(), pd.DataFrame()))
+    assert {(e.entity, e.level, e.category, e.hard) for e in out} == {("worker4/gpu5", State.SUBHEALTHY, "gpu_bus",
+                                                                       False)}
+    assert RuleDetector(baseline=True).fit().update(TickInput(1000.0, frame, pd.DataFrame(), pd.DataFrame())) == []
+
+
+def test_an_mlx5_adapter_short_of_slot_power_makes_its_port_sub_healthy():
+    """leptonai/gpud#348: 'Detected insufficient power on the PCIe slot (27W)': the port still works but its adapter
+    throttles or stops; sub-healthy (inspect the slot), not failed, and nothing for the static baseline."""
+    line = (QUOTED / "gpud-348-mlx5-power.txt").read_text().strip()
+    ev = parse_kernel_message(line.split(" kernel: ", 1)[1])
+    assert (ev.kind, ev.severity, ev.pci) == ("link", "warning", "0000:5c:00.0") and "27 W" in ev.message
+    topo = Topology.from_dict({"racks": [{"name": "r1", "nodes": [
+        {"name": "n1", "ports": [{"device": "mlx5_3", "port": 1, "pci": "0000:5c:00.0"}]}]}]})
+    frame = EventResolver(SeriesMapper(topology=topo)).resolve(
+        events_frame([(5.0, "n1", ev.kind, ev.code, ev.severity, ev.message, "kernel", ev.pci, ev.device)]))
+    out = RuleDetector().fit().update(TickInput(5.0, frame, pd.DataFrame(), pd.DataFrame()))
+    assert [(e.entity, e.level, e.hard) for e in out] == [("n1/mlx5_3:1", State.SUBHEALTHY, False)]
+    assert RuleDetector(baseline=True).fit().update(TickInput(5.0, frame, pd.DataFrame(), pd.DataFrame())) == []
+
+
+def test_ethernet_nic_link_lines_are_link_events_of_their_port(ctx):
+    """Link down/up as the Ethernet/RoCE drivers print it, "<driver> <PCI> <netdev>: NIC Link is Down" (ixgbe in a
+    syslog, ntop/PF_RING#293; igb in SONiC's syslog with fractions of a second and a severity word,
+    sonic-net/sonic-buildimage#7310, which was sniffed as OpenMetrics and lost; bnxt_en and ice from their format
+    strings) and sfc's "link down" (coreos/bugs#412), each on the port its PCI function and netdev name."""
+    from daemon.ingest.formats.kernellog import _MONOTONIC_PREFIX
+
+    got = {}
+    for name in ("ntop-pf-ring-293.syslog", "sonic-buildimage-7310.syslog"):
+        path = QUOTED / name
+        assert isinstance(sniff(path), TextLogReader), name
+        ev = read_all(TextLogReader(), path, ctx).events
+        got[name] = [(m, s) for m, s in zip(ev["message"], ev["severity"])]
+    assert got == {"ntop-pf-ring-293.syslog": [("eth11 link up", "info"), ("eth11 link down", "error")],
+                   "sonic-buildimage-7310.syslog": [("eth0 link down", "error")]}
+    assert ctx.rejects.total == 0
+    sfc = [parse_kernel_message(_MONOTONIC_PREFIX.sub("", ln))  # raw dmesg: no clock to place it by
+           for ln in (QUOTED / "coreos-bugs-412.dmesg.txt").read_text().splitlines()]
+    assert [(e.message, e.pci) for e in sfc if e] == [("ens1f1 link down", "0000:06:00.1"),
+                                                       ("ens1f0 link down", "0000:06:00.0")]
+    sonic = read_all(TextLogReader(), QUOTED / "sonic-buildimage-7310.syslog", ctx).events
+    assert sonic["ts"].iloc[0] % 60 == pytest.approx(38.106121)  # 21:05:38.106121, the fraction kept
+
+    topo = Topology.from_dict({"racks": [{"name": "r1", "nodes": [{"name": "n1", "ports": [
+        {"device": "bnxt_re0", "port": 1, "pci": "0000:3b:00.0", "netdev": "ens1f0np0"},
+        {"device": "bnxt_re1", "port": 1, "pci": "0000:3b:00.1", "netdev": "ens1f1np1"},
+        {"device": "irdma0", "port": 1, "pci": "0000:ab:00.0", "netdev": "ens5f0"}]}]}]})
+    ev = [parse_kernel_message(ln) for ln in (QUOTED / "kernel-nic-link-formats.txt").read_text().splitlines()]
+    assert [(e.kind, e.severity) for e in ev] == [("link", "info"), ("link", "error"), ("link", "info"),
+                                                   ("link", "error")]
+    frame = events_frame([(1.0, "n1", e.kind, e.code, e.severity, e.message, "kernel", e.pci, e.device) for e in ev])
+    assert list(EventResolver(SeriesMapper(topology=topo)).resolve(frame)["entity"]) == [
+        "n1/bnxt_re0:1", "n1/bnxt_re1:1", "n1/irdma0:1", "n1/irdma0:1"]
+    for line in ("sfc 0000:06:00.1 ens1f1: renamed from eth1", "e1000e: eth1 NIC Link is Down",
+                 "bpmod: eth11 is in the Bypass mode now."):
+        assert parse_kernel_message(line) is None, line  # no port to put it on, or no link news
+
+
+def test_mlx5_port_module_events_and_the_adapters_temperature_warning():
+    """mlx5's port module events (NVIDIA/NVSentinel's syslog tests, and lines of the driver's format strings): a cable
+    unplugged fails the port of its PCI function (the second port of a dual-port NIC, not the first), a module error
+    or the adapter over its warning temperature makes it sub-healthy, a cable plugged is a port on its way up; the
+    health syndrome's text is no event of its own; during a reboot's grace an unplugged cable fails nothing."""
+    from daemon.ingest.formats.kernellog import _MONOTONIC_PREFIX
+
+    lines = (QUOTED / "mlx5-module-and-temperature.txt").read_text().splitlines()
+    ev = [parse_kernel_message(_MONOTONIC_PREFIX.sub("", ln.removeprefix("kernel: ")).strip()) for ln in lines]
+    assert [(e.kind, e.severity, e.pci) if e else None for e in ev] == [
+        ("link", "warning", "0000:5c:00.0"), ("link", "error", "0000:63:00.1"), ("link", "warning", "0000:41:00.1"),
+        None, ("link", "notice", "0000:0b:00.0")]
+    assert "High Temperature" in ev[0].message and "unplugged" in ev[1].message
+    ports = [("mlx5_0", "0000:5c:00.0"), ("mlx5_1", "0000:63:00.0"), ("mlx5_2", "0000:63:00.1"),
+             ("mlx5_3", "0000:41:00.1"), ("mlx5_4", "0000:0b:00.0")]
+    topo = Topology.from_dict({"racks": [{"name": "r1", "nodes": [
+        {"name": "n1", "ports": [{"device": d, "port": 1, "pci": pci} for d, pci in ports]}]}]})
+    frame = events_frame([(5.0, "n1", e.kind, e.code, e.severity, e.message, "kernel", e.pci, e.device)
+                          for e in ev if e is not None])
+    resolved = EventResolver(SeriesMapper(topology=topo)).resolve(frame)
+    assert list(resolved["entity"]) == ["n1/mlx5_0:1", "n1/mlx5_2:1", "n1/mlx5_3:1", "n1/mlx5_4:1"]
+    out = RuleDetector().fit().update(TickInput(5.0, resolved, pd.DataFrame(), pd.DataFrame()))
+    assert sorted((e.entity, e.level, e.category, e.hard) for e in out) == [
+        ("n1/mlx5_0:1", State.SUBHEALTHY, "fabric_link", False), ("n1/mlx5_2:1", State.FAILED, "fabric_link", True),
+        ("n1/mlx5_3:1", State.SUBHEALTHY, "fabric_link", False)]
+    in_grace = RuleDetector().fit().update(TickInput(5.0, resolved, pd.DataFrame(), pd.DataFrame(),
+                                                     frozenset({"n1"})))
+    assert all(e.level < State.FAILED for e in in_grace)
+
+
+def test_rfc5424_syslog_is_read_with_or_without_its_priority(ctx, tmp_path):
+    """RFC 5424 lines (rsyslog's protocol-23 format, syslog-ng, network collectors): the RFC's own examples (with
+    "<PRI>1", structured data or "-") and a kernel log stored without the priority (linux-kernel, Message-ID
+    462e7bd3-d1f2-3718-fde9-77b418e9fd91@gmx.com) are taken apart into time, host, tag and message; before, the
+    kernel's lines matched the RFC 3339 shape with "kernel - - - BTRFS critical (device sda2)" as their tag and were
+    dropped as another program's."""
+    from daemon.ingest.formats.kernellog import TextLogReader as R
+
+    lkml = (QUOTED / "lkml-462e7bd3-rfc5424.log").read_text().splitlines()
+    assert isinstance(sniff(QUOTED / "lkml-462e7bd3-rfc5424.log"), TextLogReader)
+    parsed = [R._parse(R._detect(ln), ln, 1970) for ln in lkml]
+    assert [(p[1], p[2]) for p in parsed] == [("server02", "kernel")] * 4
+    assert parsed[0][0] == pytest.approx(1672037085.0)  # 07:44:45+01:00
+    assert parsed[0][3].startswith("BTRFS critical (device sda2): corrupt leaf")
+    examples = [R._parse(R._detect(ln), ln, 1970) for ln in (QUOTED / "rfc5424-examples.log").read_text().splitlines()]
+    assert [(p[1], p[2], p[3][:24]) for p in examples] == [
+        ("mymachine.example.com", "su", "'su root' failed for lon"),
+        ("192.0.2.1", "myproc", "%% It's time to make the"),
+        ("mymachine.example.com", "evntslog", "An application event log"), ("mymachine.example.com", "evntslog", "")]
+    assert examples[1][0] == pytest.approx(1061727255.000003)  # 05:14:15.000003-07:00
+    # a fleet's kernel record in that shape is an event of its host
+    path = tmp_path / "kern.log"
+    path.write_text("<4>1 2025-01-21T04:41:44.283302+00:00 gpu-node-01 kernel - - - [849085.223282] NVRM: Xid "
+                    "(PCI:0000:38:00): 79, pid=0, GPU has fallen off the bus.\n" + "\n".join(lkml) + "\n")
+    ev = read_all(TextLogReader(), path, ctx).events
+    assert list(zip(ev["entity"], ev["code"])) == [("gpu-node-01", 79)] and ctx.rejects.total == 0
+
+
+@pytest.mark.parametrize("mode,tz", [("short", "UTC"), ("short-precise", "UTC"), ("short-iso", "Asia/Shanghai"),
+                                     ("short-iso-precise", "America/New_York"), ("short-full", "UTC"),
+                                     ("short-unix", "Europe/Berlin")])
+def test_every_short_journalctl_output_is_read_at_its_time(journal_file, tmp_path, ctx, mode, tz):
+    """What the real journalctl prints in each of its short output modes (journalctl(1)), saved to a file, is read
+    at the record's time; -o short-full was sniffed as OpenMetrics (its weekday looked like a metric name) and every
+    record lost without a word, -o short-unix was no format."""
+    import subprocess
+
+    out, write = journal_file
+    write((1737434504.283302, "NVRM: Xid (PCI:0000:38:00): 79, pid=0, GPU has fallen off the bus."))
+    text = subprocess.run(["journalctl", f"--file={out}", f"--output={mode}", "--no-pager", "-q"],
+                          env={**os.environ, "TZ": tz}, capture_output=True, text=True, check=True).stdout
+    path = tmp_path / "kern.log"
+    path.write_text(text)
+    os.utime(path, (1737434600, 1737434600))  # saved then: the year of stamps without one (short, short-precise)
+    assert isinstance(sniff(path), TextLogReader), text
+    ev = read_all(TextLogReader(), path, ctx).events
+    assert list(zip(ev["entity"], ev["code"])) == [("sn01-b01", 79)], text
+    precise = mode in ("short-precise", "short-iso-precise", "short-unix")
+    assert ev["ts"].iloc[0] == pytest.approx(1737434504.283302 if precise else 1737434504.0, abs=1e-6), text
+
+
+def test_short_full_in_a_named_zone_is_refused_with_what_to_do(journal_file, tmp_path, ctx):
+    import subprocess
+
+    out, write = journal_file
+    write((1737434504.283302, "NVRM: Xid (PCI:0000:38:00): 79, pid=0, GPU has fallen off the bus."))
+    path = tmp_path / "kern.log"
+    path.write_text(subprocess.run(["journalctl", f"--file={out}", "--output=short-full", "--no-pager", "-q"],
+                                   env={**os.environ, "TZ": "Europe/Berlin"}, capture_output=True, text=True,
+                                   check=True).stdout)
+    assert len(read_all(TextLogReader(), path, ctx).events) == 0 and ctx.rejects.total == 1
+    assert "name their zone (CET) but not its offset" in ctx.rejects.messages[-1]
+
+
+def test_a_log_kept_in_local_time_is_read_in_the_zone_named(tmp_path, ctx):
+    """Syslog and dmesg -T stamps name no zone; hosts often keep local time (a fleet in China at UTC+8). Read as UTC,
+    the real kern.log of NVIDIA/gpu-operator#1146 written at 11:50 Beijing time would put its events 8 hours after the
+    file was written: the summary says so and how to name the zone; named (an IANA zone, or an offset), its events
+    fall at their true time, and the note says the zone read."""
+    import datetime as dt
+    import shutil
+
+    from daemon.timetext import parse_zone
+
+    path = tmp_path / "kern.log"
+    shutil.copy(QUOTED / "gpu-operator-1146.kern.log", path)
+    written = dt.datetime(2025, 12, 2, 3, 51, tzinfo=dt.UTC).timestamp()  # 11:51 in Beijing, a minute after its end
+    os.utime(path, (written, written))
+    ctx.span = (written - 86400, written)  # dates the year, as other files of a trace do
+    ev = read_all(TextLogReader(), path, ctx).events
+    assert ev["ts"].max() == dt.datetime(2025, 12, 2, 11, 50, 34, tzinfo=dt.UTC).timestamp()
+    assert ctx.rejects.notes[0] == f"{path}: its times name no zone: read as UTC"
+    assert "its last line is stamped 8.0 h after the file was last written, read as UTC" in ctx.rejects.notes[1]
+    assert "--timezone ZONE (e.g. Asia/Shanghai)" in ctx.rejects.notes[1]
+    for zone in ("Asia/Shanghai", "+08:00", "UTC+8"):
+        ctx.rejects.notes.clear()
+        ctx.zone = parse_zone(zone)
+        ev = read_all(TextLogReader(), path, ctx).events
+        assert ev["ts"].max() == written - 26 and list(ev["kind"]) == ["gpu_init", "gpu_init"]
+        assert len(ctx.rejects.notes) == 1 and ctx.rejects.notes[0].endswith(f"read as {ctx.zone}")
+    with pytest.raises(ValueError, match="no time zone"):
+        parse_zone("Mars/Base")
+    with pytest.raises(ValueError, match="at most 14 hours"):
+        parse_zone("+15:00")

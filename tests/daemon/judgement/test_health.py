@@ -1,0 +1,140 @@
+from hypothesis import settings
+from hypothesis import strategies as st
+from hypothesis.stateful import RuleBasedStateMachine, invariant, rule
+
+from daemon.judgement.health import HealthConfig, HealthTracker, rollup_nodes
+from detectors.contract import Evidence
+from detectors.schema import State
+
+CFG = HealthConfig(enter_k=2, enter_n=3, clear_ticks=3, failed_clear_ticks=5, stale_after_s=90)
+
+
+def ev(entity, level, hard=False, latched=False):
+    return Evidence(entity, level, "gpu_memory", [f"{level.label} reason"], hard=hard, latched=latched)
+
+
+def step(tr, t, evidence=(), seen=("n/gpu0",)):
+    tr.observe(seen, t)
+    return tr.update(t, list(evidence))
+
+
+def test_hysteresis_enter_k_of_n_and_clear_after_clean_ticks():
+    tr = HealthTracker(CFG)
+    assert step(tr, 30, [ev("n/gpu0", State.SUBHEALTHY)]) == []  # 1 of 3: not yet
+    out = step(tr, 60, [ev("n/gpu0", State.SUBHEALTHY)])
+    assert [(t.entity, t.new) for t in out] == [("n/gpu0", State.SUBHEALTHY)]
+    assert step(tr, 90) == [] and step(tr, 120) == []
+    out = step(tr, 150)
+    assert [t.new for t in out] == [State.HEALTHY]
+
+
+def test_single_blip_never_enters():
+    tr = HealthTracker(CFG)
+    for t in range(30, 600, 30):
+        assert step(tr, t, [ev("n/gpu0", State.SUBHEALTHY)] if t == 90 else []) == []
+
+
+def test_latched_evidence_enters_at_once_and_leaves_as_any_other():
+    """A discrete event or a window's alarm, held by its detector, cannot flicker: the hysteresis would only delay
+    it by a tick. Level evidence beside it still needs its second tick."""
+    tr = HealthTracker(CFG)
+    out = step(tr, 30, [ev("n/gpu0", State.SUBHEALTHY, latched=True)], seen=("n/gpu0", "n/gpu1"))
+    assert [(t.entity, t.new) for t in out] == [("n/gpu0", State.SUBHEALTHY)]
+    assert step(tr, 30 + 1, [ev("n/gpu1", State.SUBHEALTHY)], seen=("n/gpu0", "n/gpu1")) == []  # a level: 1 of 3
+    # a latched watch beside a worse level of the same entity: the watch at once, the level after its second tick
+    seen = ("n/gpu0", "n/gpu1", "n/gpu2")
+    out = step(tr, 60, [ev("n/gpu2", State.SUSPECT, latched=True), ev("n/gpu2", State.FAILED)], seen=seen)
+    assert [(t.entity, t.new) for t in out] == [("n/gpu2", State.SUSPECT)]
+    left = [(t, x.entity) for t in (90, 120, 150) for x in step(tr, t, seen=seen) if x.new == State.HEALTHY]
+    assert (90, "n/gpu0") in left  # without its evidence (the latch ran out) it leaves after clear_ticks clean ticks
+    off = HealthTracker(HealthConfig(enter_k=2, enter_n=3, latched_at_once=False))
+    assert step(off, 30, [ev("n/gpu0", State.SUBHEALTHY, latched=True)]) == []
+    assert [t.new for t in step(off, 60, [ev("n/gpu0", State.SUBHEALTHY, latched=True)])] == [State.SUBHEALTHY]
+
+
+def test_hard_fault_is_immediate_and_failed_survives_stale_telemetry():
+    tr = HealthTracker(CFG)
+    out = step(tr, 30, [ev("n/gpu0", State.FAILED, hard=True)])
+    assert [t.new for t in out] == [State.FAILED]
+    for t in range(60, 900, 30):
+        assert step(tr, t, seen=()) == []  # the GPU vanished: it stays failed, not unknown
+    assert tr.state_of("n/gpu0") == State.FAILED
+
+
+def test_stale_healthy_entity_becomes_unknown_and_comes_back():
+    tr = HealthTracker(CFG)
+    step(tr, 30)
+    out = []
+    for t in range(60, 300, 30):
+        out += step(tr, t, seen=())
+    assert [t.new for t in out] == [State.UNKNOWN]
+    assert [t.new for t in step(tr, 300)] == [State.HEALTHY]
+
+
+def test_node_rollup_worst_child_and_fabric_paths():
+    tr = HealthTracker(CFG)
+    step(tr, 30, [ev("n/gpu3", State.FAILED, hard=True), ev("m/mlx5_0:1", State.FAILED, hard=True)],
+         seen=("n/gpu3", "m/mlx5_0:1", "m/mlx5_1:1"))
+    ports = {"m": {"m/mlx5_0:1", "m/mlx5_1:1"}}
+    r = rollup_nodes(tr, ["n", "m"], ports)
+    assert r["n"].state == State.FAILED and "gpu3 failed" in r["n"].reasons[0]
+    assert r["m"].state == State.HEALTHY  # one healthy path left
+    step(tr, 60, [ev("m/mlx5_1:1", State.FAILED, hard=True)], seen=("m/mlx5_0:1", "m/mlx5_1:1"))
+    assert rollup_nodes(tr, ["m"], ports)["m"].state == State.FAILED
+
+
+class HealthMachine(RuleBasedStateMachine):
+    """Invariants of the state machine under any evidence sequence."""
+
+    def __init__(self):
+        super().__init__()
+        self.tr = HealthTracker(CFG)
+        self.t = 0
+        self.history: list[int] = []
+        self.last_hard = False
+
+    @rule(level=st.sampled_from([State.HEALTHY, State.SUSPECT, State.SUBHEALTHY, State.FAILED]),
+          hard=st.booleans(), fresh=st.booleans(), latched=st.booleans())
+    def tick(self, level, hard, fresh, latched):
+        self.t += 30
+        evidence = [] if level == State.HEALTHY else [ev("n/gpu0", level, hard=hard and level == State.FAILED,
+                                                         latched=latched)]
+        self.before = self.tr.state_of("n/gpu0")
+        step(self.tr, self.t, evidence, seen=("n/gpu0",) if fresh else ())
+        self.history.append(int(level))
+        self.last_hard = bool(evidence) and evidence[0].hard
+        self.last_latched = bool(evidence) and latched
+
+    @invariant()
+    def hard_fault_means_failed(self):
+        if self.last_hard:
+            assert self.tr.state_of("n/gpu0") == State.FAILED
+
+    @invariant()
+    def worse_state_needs_k_of_n_or_latched_evidence(self):
+        state = self.tr.state_of("n/gpu0")
+        if self.history and state in (State.SUSPECT, State.SUBHEALTHY) and state > getattr(self, "before", state):
+            recent = self.history[-CFG.enter_n:]
+            at_once = self.last_latched and self.history[-1] == state
+            assert at_once or sum(1 for x in recent if x >= state) >= CFG.enter_k
+
+
+TestHealthMachine = HealthMachine.TestCase
+TestHealthMachine.settings = settings(max_examples=60, stateful_step_count=40, deadline=None)
+
+
+def test_a_restored_state_is_held_while_the_detectors_warm_up():
+    """A restarted daemon's streaming detectors start from nothing: the sub-healthy state it restored from its
+    store is not cleared by the first clean ticks (it would close the incident and reopen it, acting twice)."""
+    from collections import deque
+
+    from daemon.judgement.health import EntityHealth
+
+    cfg = HealthConfig(enter_k=2, enter_n=3, clear_ticks=3, failed_clear_ticks=5, stale_after_s=90,
+                       restore_hold_s=600)
+    tr = HealthTracker(cfg)
+    tr.entities["n/gpu0"] = EntityHealth(state=State.SUBHEALTHY, since=0.0, window=deque([2, 2, 2], maxlen=3),
+                                         restored=True)
+    changes = [(t, step(tr, t)) for t in range(1000, 2000, 30)]
+    cleared = [t for t, out in changes if any(x.new == State.HEALTHY for x in out)]
+    assert cleared and 1000 + 600 <= cleared[0] <= 1000 + 600 + 3 * 30

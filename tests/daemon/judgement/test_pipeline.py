@@ -1,0 +1,118 @@
+"""The tick's own logic: a link judged from both ends; the topology's racks handed to the detectors."""
+
+import pandas as pd
+
+from daemon.ingest.batch import Batch
+from daemon.ingest.naming import SeriesMapper
+from daemon.judgement.pipeline import Pipeline, PipelineConfig
+from daemon.topology import Topology
+from detectors.schema import empty_events
+
+TOPOLOGY = {"racks": [{"name": "r01", "nodes": [
+    {"name": f"n{i}", "ports": [{"device": "mlx5_0", "port": 1, "switchport": f"leaf01/{i}"}]} for i in range(1, 4)]}]}
+
+
+def batch(ts: float, rows: list[tuple[str, str, float]]) -> Batch:
+    cats_e = sorted({r[0] for r in rows})
+    cats_m = sorted({r[1] for r in rows})
+    return Batch(samples=pd.DataFrame({
+        "ts": [ts] * len(rows),
+        "entity": pd.Categorical([r[0] for r in rows], categories=cats_e),
+        "metric": pd.Categorical([r[1] for r in rows], categories=cats_m),
+        "value": [r[2] for r in rows]}), events=empty_events())
+
+
+def test_errors_seen_only_at_the_switch_end_flag_the_node_port():
+    p = Pipeline(SeriesMapper(topology=Topology.from_dict(TOPOLOGY)))
+    flagged = []
+    for k in range(60):  # 30 min; the switch end of n2's cable counts 600 symbol errors an hour
+        rows = []
+        for i in range(1, 4):
+            rows += [(f"n{i}/mlx5_0:1", "symbol_error_total", 0.0), (f"n{i}/mlx5_0:1", "port_state", 4.0),
+                     (f"leaf01/{i}", "symbol_error_total", 5.0 * k if i == 2 else 0.0)]
+        flagged += [f for f in p.tick(30.0 * (k + 1), batch(30.0 * (k + 1), rows)).findings
+                    if f.state in ("subhealthy", "failed")]
+    ports = [f for f in flagged if f.kind == "port"]
+    assert ports and {f.entity for f in ports} == {"n2/mlx5_0:1"}
+    assert ports[0].reasons[0].startswith("switch end leaf01/2: ")
+    assert "leaf01" not in p.node_seen and not any(f.entity.startswith("leaf01") for f in flagged)
+
+
+def test_rules_only_runs_the_rules_and_nothing_learned():
+    from detectors.rules import RuleDetector
+
+    p = Pipeline(SeriesMapper(topology=Topology.from_dict(TOPOLOGY)), PipelineConfig(rules_only=True))
+    assert [type(d) for d in p.detectors] == [RuleDetector] and p.features is None
+    assert not p.rules.baseline
+    p.use_model(None)
+    assert [type(d) for d in p.detectors] == [RuleDetector]
+    assert len(Pipeline(SeriesMapper(topology=Topology.from_dict(TOPOLOGY))).detectors) > 1
+
+
+def test_the_topologys_racks_reach_the_rules_a_warm_slot_in_its_racks_coolant_swing_is_a_watch():
+    """Four racks of two 4-GPU nodes; r02's coolant warms 7 °C and its warm-slot GPU reaches the slowdown limit.
+    With the racks from the topology it is r02's coolant (a watch); the same GPU heating on its own in a still rack
+    is sub-healthy. Without the racks the fleet's median would not have moved (one rack of four)."""
+    topology = {"racks": [{"name": f"r0{r}", "nodes": [{"name": f"n{r}{b}"} for b in range(2)]} for r in range(1, 5)]}
+    gpus = [f"n{r}{b}/gpu{g}" for r in range(1, 5) for b in range(2) for g in range(4)]
+    warm = "n20/gpu3"
+
+    def run(swing_rack: str, own_c: float) -> set[str]:
+        p = Pipeline(SeriesMapper(topology=Topology.from_dict(topology)), PipelineConfig(rules_only=True))
+        states: set[str] = set()
+        for k in range(1, 361):  # 2.5 h steady, then 20 min of warming and 10 min at the top (findings: changes)
+            t = 30.0 * k
+            rise = 7.0 * min(max(k - 300, 0), 40) / 40
+            rows = []
+            for i, g in enumerate(gpus):
+                temp = 68.0 + (i % 5) + (12.5 if g == warm else 0.0) + ((k + i) % 3) * 0.3
+                temp += rise if g.startswith(f"n{swing_rack[-1]}") else 0.0
+                temp += own_c * min(max(k - 300, 0), 40) / 40 if g == warm else 0.0
+                rows += [(g, "gpu_temp_c", temp), (g, "power_w", 600.0 + 5 * (i % 7)), (g, "gpu_util_pct", 95.0)]
+            states |= {f.state for f in p.tick(t, batch(t, rows)).findings if f.entity == warm}
+        return states
+
+    assert run("r02", 0.0) == {"suspect"}
+    assert run("r03", 7.0) == {"subhealthy"}
+
+
+def test_an_xid_counted_by_the_exporter_fails_its_gpu():
+    """An Xid 79 seen only in dcgm-exporter's per-Xid count (DCGM_EXP_XID_ERRORS_COUNT): the GPU fell off the bus."""
+    p = Pipeline(SeriesMapper())
+    failed = []
+    for k in range(4):
+        rows = [("n1/gpu0", "gpu_temp_c", 60.0), ("n1/gpu1", "gpu_temp_c", 61.0)]
+        if k >= 2:
+            rows.append(("n1/gpu1", "xid_count_79", 1.0))
+        failed += [f.entity for f in p.tick(30.0 * (k + 1), batch(30.0 * (k + 1), rows)).findings
+                   if f.state == "failed"]
+    assert failed[:1] == ["n1/gpu1"] and "n1/gpu0" not in failed
+
+
+def test_a_code_no_catalog_knows_is_counted_on_metrics():
+    from daemon import metrics
+    from detectors.schema import events_frame
+
+    p = Pipeline(SeriesMapper(topology=Topology.from_dict(TOPOLOGY)), PipelineConfig(rules_only=True))
+    counter = metrics.FAULT_CODES_UNJUDGED.labels("xid", "999")
+    before = counter._value.get()
+    events = events_frame([(25.0, "n1/gpu0", "xid", 999, "error", "pid=1, a code of a newer driver", "kernel", None,
+                            None)])
+    p.tick(30.0, Batch(samples=batch(30.0, [("n1/gpu0", "gpu_temp_c", 40.0)]).samples, events=events))
+    assert counter._value.get() == before + 1
+
+
+def test_a_host_the_topology_does_not_place_is_a_watch_not_a_failure():
+    """Issue 54: an Xid 79 from a journal host name not in topology.yaml opened a failed incident on that host."""
+    from detectors.schema import events_frame
+
+    p = Pipeline(SeriesMapper(topology=Topology.from_dict(TOPOLOGY)), PipelineConfig(rules_only=True))
+    line = "pid=0, GPU has fallen off the bus."
+    events = events_frame([(25.0, "sn99-b01", "xid", 79, "error", line, "kernel", "0000:18:00", None),
+                           (25.0, "n1", "xid", 79, "error", line, "kernel", "0000:18:00", None)])
+    found = p.tick(30.0, Batch(samples=batch(30.0, [("n1/gpu0", "gpu_temp_c", 40.0)]).samples, events=events))
+    states = {f.entity: f.state for f in found.findings}
+    assert states["sn99-b01"] == "suspect" and "does not place" in next(
+        f for f in found.findings if f.entity == "sn99-b01").reasons[0]
+    assert states["n1"] == "failed"  # a placed host's Xid 79 fails as ever
+    assert not [i for i in p.incidents.open.values() if i.entity == "sn99-b01"]
