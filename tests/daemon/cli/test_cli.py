@@ -341,7 +341,7 @@ def test_the_shipped_minimal_config_is_the_one_init_writes():
 def test_advise_gives_the_foresight_and_says_when_a_job_has_no_advice(tmp_path, capsys):
     """``raswarden advise`` on a journal of hand-made failures without a scheduler: the foresight by class and rack
     (tests/playbooks/test_slurm_advice.py has it with a real Slurm's jobs)."""
-    from tests.daemon.test_foresight import T0, incident, journal, step
+    from tests.daemon.operations.test_foresight import T0, incident, journal, step
 
     store, _ = journal(tmp_path / "db", nodes=4, days=1)
     inc = incident(store, "n01/gpu3", "gpu_memory", T0 + 3600, failed=T0 + 7200)

@@ -14,7 +14,8 @@ from pathlib import Path
 
 import pytest
 
-from daemon import metrics, warmstate
+from daemon import metrics
+from daemon.judgement import warmstate
 from daemon.judgement.pipeline import Pipeline, PipelineConfig
 from daemon.replay import replay
 from daemon.store import Store

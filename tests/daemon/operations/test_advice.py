@@ -14,7 +14,7 @@ from daemon.operations.advice import Advisor, daly_interval, declared, measured_
 from daemon.config import AdviceConfig
 from daemon.operations.foresight import YEAR_H, measure
 from playbooks.scheduler import ClusterState, JobInfo
-from tests.daemon.test_foresight import DAY, T0, incident, journal, step
+from tests.daemon.operations.test_foresight import DAY, T0, incident, journal, step
 
 
 def test_daly_is_youngs_square_root_with_its_correction():

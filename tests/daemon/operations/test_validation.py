@@ -13,7 +13,7 @@ from daemon.store import Store
 from detectors.schema import State
 from lab.sim.cluster import SimScheduler
 from playbooks.scheduler import DRAIN, MAINT
-from tests.daemon.test_repairs import TOPOLOGY, incident
+from tests.daemon.operations.test_repairs import TOPOLOGY, incident
 
 
 @pytest.fixture
