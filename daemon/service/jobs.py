@@ -23,8 +23,8 @@ from apscheduler.executors.pool import ThreadPoolExecutor as JobExecutor
 from apscheduler.schedulers.background import BackgroundScheduler
 
 from daemon import metrics
-from daemon.store.leases import Lease
 from daemon.store import STORE_TROUBLE, store_cause
+from daemon.store.leases import Lease
 from playbooks.stopping import Stopped
 from playbooks.stopping import watching as stopping_watch
 
