@@ -7,8 +7,7 @@ clock and the source of batches differ. Nothing in here reads a wall clock.
 from __future__ import annotations
 
 import logging
-import math
-from collections import Counter, deque
+from collections import Counter
 from dataclasses import dataclass, field
 from collections.abc import Callable
 
@@ -17,8 +16,8 @@ import pandas as pd
 
 from daemon import metrics
 from daemon.ingest.batch import Batch
-from daemon.judgement.health import EntityHealth, HealthConfig, HealthTracker, Transition, rollup_nodes
-from daemon.judgement.incidents import CLUSTER_KINDS, Incident, IncidentBook
+from daemon.judgement.health import HealthConfig, HealthTracker, Transition, rollup_nodes
+from daemon.judgement.incidents import Incident, IncidentBook
 from daemon.ingest.naming import SeriesMapper
 from daemon.judgement.resolve import EventResolver, is_code_gauge
 from daemon.store import Store
@@ -30,18 +29,11 @@ from detectors.hold import GaugeHold
 from detectors import registry
 from detectors.contract import TICK_S, Detector, Evidence, TickInput
 from detectors.rules import RuleDetector
-from detectors.schema import (State, entity_kind, events_frame, frame, is_counter, name_codes, name_column, names_in,
-                              names_mask, node_of)
+from detectors.schema import (State, entity_kind, events_frame, frame, is_counter, name_codes, name_column, node_of)
+from daemon.judgement.node_tracking import NodeTracking
+from daemon.judgement.pipeline_memory import PipelineMemory
 
 log = logging.getLogger("raswarden.pipeline")
-
-# The pipeline's own streaming memory in a warm state (Pipeline.warm_state): not the resolver's two-minute merge
-# window (it holds the mapper) nor the incidents (the store's).
-_WARM = ("counters", "cadence", "_told_window", "hold", "features", "grace_until", "boot_time", "node_seen",
-         "node_window", "node_stale_since", "ports_by_node", "events_by_kind", "known_entities", "node_of_entity",
-         "reported")
-_WARM_HEALTH = ("entities", "last_seen", "stale_after")  # not its config: the running daemon's
-
 
 @dataclass
 class PipelineConfig:
@@ -84,7 +76,7 @@ class TickResult:
     samples: int
 
 
-class Pipeline:
+class Pipeline(PipelineMemory, NodeTracking):
     """Streaming state of one raswarden: counters, rules, health, incidents."""
 
     def __init__(
@@ -138,91 +130,6 @@ class Pipeline:
             self.features = FeatureState()
 
     # ------------------------------------------------------------------------------------------
-    def warm_state(self) -> dict:
-        """What this pipeline has learned from the telemetry, which a new one would take hours to learn again:
-        counters' last values, sampling intervals, held gauges, features, the streaming detectors (the trend
-        detector's records, the peer detector's baselines; not the learned ones, which a model brings), reboot
-        graces and health's hysteresis. Saved and checked by :mod:`daemon.judgement.warmstate`; incidents are the
-        store's."""
-        state = {name: getattr(self, name) for name in _WARM}
-        state["health"] = {name: getattr(self.health, name) for name in _WARM_HEALTH}
-        state["detectors"] = {d.name: d for d in self.detectors if d.name not in registry.LEARNED}
-        return state
-
-    def take_warm_state(self, state: dict) -> list[str]:
-        """Take up another pipeline's :meth:`warm_state` (call :meth:`restore` after it: the store's states are
-        newer). A detector this pipeline does not run is left out; returns the names of the detectors taken up."""
-        for name in _WARM:
-            if name == "features" and (self.features is None or state[name] is None):
-                continue  # one of the two runs no detector that reads the features: they start afresh
-            setattr(self, name, state[name])
-        for name in _WARM_HEALTH:
-            setattr(self.health, name, state["health"][name])
-        taken = []
-        for i, detector in enumerate(self.detectors):
-            saved = state["detectors"].get(detector.name)
-            if saved is not None and type(saved) is type(detector):
-                self.detectors[i] = saved
-                taken.append(detector.name)
-        if self.rules is not None:
-            self.rules = next(d for d in self.detectors if isinstance(d, RuleDetector))
-        return taken
-
-    def restore(self, store: Store, owns: Callable[[str], bool] = lambda entity: True) -> tuple[int, int]:
-        """Take up where an earlier daemon on this store stopped: its open incidents and non-healthy states.
-
-        A restarted daemon then updates the incidents it had open (same ids, so no second alert or action)
-        and a failed GPU stays failed until it is clean for as long as it would have had to be. Streaming
-        feature and counter state comes from a warm state taken up before (:meth:`take_warm_state`), or warms up
-        again from the next samples. Where a warm state's health says what the store says, the warm record
-        stays (its detectors remember why); where they differ the store is newer and wins. ``owns``: whether an
-        entity is this shard's (daemon/shards.py; the store is the cluster's). Returns (incidents, entities)
-        restored.
-        """
-        rows = [r for r in store.incidents("open") if owns(r.entity) and r.kind not in CLUSTER_KINDS]
-        category_of: dict[str, str] = {}
-        for row in rows:
-            inc = Incident.from_row(row)
-            self.incidents.open[row.fingerprint] = inc
-            category_of.setdefault(row.entity, row.category)
-        restored = 0
-        n = self.config.health.enter_n
-        stored = {h.entity: h for h in store.health() if owns(h.entity)}
-        for entity, warm in list(self.health.entities.items()):  # flagged when the warm state was saved, no more
-            row = stored.get(entity)
-            if warm.state >= State.SUSPECT and (row is None or State.parse(row.state) == State.HEALTHY):
-                del self.health.entities[entity]
-                self.reported.pop(entity, None)
-        for h in stored.values():
-            state = State.parse(h.state)
-            if state in (State.HEALTHY, State.UNKNOWN):
-                continue
-            self.reported[h.entity] = state
-            warm = self.health.entities.get(h.entity)
-            if warm is not None and warm.state == state:
-                restored += 1
-                continue
-            top = Evidence(h.entity, state, category_of.get(h.entity, ""), list(h.reasons), "restored", False,
-                           h.score)
-            self.health.entities[h.entity] = EntityHealth(state=state, since=h.since,
-                                                          window=deque([int(state)] * n, maxlen=n), top=top,
-                                                          restored=True)
-            restored += 1
-        # what the store alone says (a warm state's detectors remember their own flags)
-        flagged = {e for e, h in self.health.entities.items() if h.state >= State.SUBHEALTHY and h.restored}
-        for detector in self.detectors:
-            detector.restore(flagged)
-        return len(rows), restored
-
-    def forget(self, scope: str) -> None:
-        """Parts were replaced: a node's (an operator says it was repaired) or one (a GPU with a new identity in its
-        slot). The features and every detector drop what they remember of the entities in ``scope``, so the new
-        parts are judged on their own telemetry and their neighbours keep their records. Health follows from the
-        next ticks' evidence, through the usual hysteresis."""
-        if self.features is not None:
-            self.features.forget(scope)
-        for detector in self.detectors:
-            detector.forget(scope)
 
     def tick(self, now: float, batch: Batch, collector_state: dict[str, dict] | None = None) -> TickResult:
         """Process the batch of tick ``(now - interval, now]``.
@@ -291,19 +198,6 @@ class Pipeline:
                 self.on_finding(f)
         return TickResult(findings, changed, len(events), len(samples))
 
-    def _replaced_parts(self, now: float) -> None:
-        """Accelerators whose identity (UUID, serial) changed in their slot were replaced: the detectors forget
-        their node's history (the new part is judged on its own telemetry, no inherited baseline), the old
-        identity stays in the entity's attributes (and its repair orders keep its history, for the RMA)."""
-        seen = self.mapper.take_identities(now)
-        if not seen:
-            return
-        for entity, old, new in self.store.note_identities(seen):
-            log.warning("%s was replaced: %s, now %s; its detectors start afresh", entity, old, new)
-            metrics.PARTS_REPLACED.inc()
-            self.forget(entity)  # that part alone: its neighbours keep their records
-
-    # ------------------------------------------------------------------------------------------
     def _set_apart_unplaced(self, now: float, events: pd.DataFrame) -> pd.DataFrame:
         """Kernel events of a host a topology is given for and does not place are a configuration matter, not a
         failed part (issue 54: a journal's unknown host name became a failed incident): set apart from the detectors
@@ -380,99 +274,6 @@ class Pipeline:
             reasons = [f"switch end {ev.entity}: {r}" for r in ev.reasons]
             out.append(Evidence(port, ev.level, ev.category, reasons, ev.detector, ev.hard, ev.score))
         return out
-
-    def _seen_entities(self, samples: pd.DataFrame, now: float) -> list[str]:
-        """The entities sampled this tick (switch ends left out); learns their sampling intervals."""
-        if samples.empty:
-            return []
-        codes, names = name_codes(samples["entity"])
-        ok = codes >= 0
-        last = np.full(len(names), -np.inf)
-        np.maximum.at(last, codes[ok], samples["ts"].to_numpy()[ok])
-        present = np.flatnonzero(last > -np.inf)
-        rows = self.cadence.observe(names[present], last[present])
-        self._learn_windows(names[present], rows)
-        if self.switch_ends:  # a switch port is the far end of a node's link, not an entity of a node
-            present = present[~names_mask(names, self.switch_ends)[present]]
-        seen = names[present].tolist()
-        for e in sorted(set(seen).difference(self.known_entities)):
-            self._register(e, now)
-        return seen
-
-    def _learn_windows(self, names: np.ndarray, rows: np.ndarray) -> None:
-        """Give health the staleness window each entity's sampling interval implies, where it changed."""
-        window = self.cadence.window_of(rows)
-        told = self._told_window
-        if len(told) < len(self.cadence.last):
-            told = self._told_window = np.concatenate((told, np.full(len(self.cadence.last) - len(told), np.nan)))
-        changed = np.flatnonzero(~np.isclose(told[rows], window))
-        if not len(changed):
-            return
-        told[rows[changed]] = window[changed]
-        stale_after = self.health.stale_after
-        for entity, w in zip(names[changed].tolist(), window[changed].tolist()):
-            stale_after[entity] = w
-            node = node_of(entity)
-            if w > self.node_window.get(node, 0.0):
-                self.node_window[node] = stale_after[node] = w
-
-    def _register(self, entity: str, now: float) -> None:
-        self.known_entities.add(entity)
-        kind = entity_kind(entity)
-        node = self.node_of_entity[entity] = node_of(entity)
-        if kind == "port":
-            self.ports_by_node.setdefault(node, set()).add(entity)
-        self.new_entities.append({"id": entity, "kind": kind, "node": node,
-                                  "rack": self.mapper.topology.rack_of(node), "first_seen": now, "attrs": {}})
-
-    def _track_nodes(self, now: float, seen: list[str], events: pd.DataFrame) -> None:
-        """Node freshness: a node is fresh while any of its entities is, stale after its longest window."""
-        node_of_entity = self.node_of_entity
-        nodes = set(map(node_of_entity.__getitem__, seen))
-        default = self.config.health.stale_after_s
-        for node in nodes:
-            self.node_seen[node] = now
-            self.node_stale_since.pop(node, None)
-            if node not in self.known_entities:
-                self._register(node, now)
-        for node, last in self.node_seen.items():
-            if now - last > self.node_window.get(node, default) and node not in self.node_stale_since:
-                self.node_stale_since[node] = last
-        # A node is fresh when any of its entities is: mark the node itself observed.
-        self.health.observe(nodes, now)
-
-    def _reboot_evidence(self, now: float, events: pd.DataFrame, increases: pd.DataFrame,
-                         gauges: pd.DataFrame) -> None:
-        """A reboot grace (port state and link-down rules quiet for ``reboot_grace_s``) from evidence that a node
-        restarted, never from a gap in its telemetry (a node sampled every 5 minutes has one between any two
-        samples): a ``boot`` event (the kernel's banner, a new journal boot id), a new ``node_boot_time_seconds``,
-        or the counters of several of its entities resetting together. One counter cleared by an operator
-        (``perfquery -R`` on one port) graces nothing."""
-        grace = self.config.reboot_grace_s
-        if len(events):
-            boots = events[events["kind"].to_numpy(object) == "boot"]
-            for entity, ts in zip(boots["entity"], boots["ts"]):
-                self._grace(node_of(entity), float(ts) + grace)
-        if len(gauges) and names_in(gauges["metric"], ("boot_time_s",)).any():
-            part = gauges[names_in(gauges["metric"], ("boot_time_s",))]
-            for node, booted in zip(part["entity"].tolist(), part["last"].tolist()):
-                before = self.boot_time.get(node)
-                self.boot_time[node] = booted
-                if before is not None and booted - before > 60.0:
-                    self._grace(node, booted + grace)
-        if len(increases) and (increases["resets"].to_numpy() > 0).any():
-            entity = increases["entity"].to_numpy(object)
-            node = np.array([self.node_of_entity.get(e) or node_of(e) for e in entity], dtype=object)
-            reset = increases["resets"].to_numpy() > 0
-            for n in sorted(set(node[reset])):
-                mine = node == n
-                reset_entities = len(set(entity[mine & reset]))
-                if reset_entities >= 2 and (mine & reset).sum() >= 0.5 * mine.sum():
-                    self._grace(n, now + grace)
-
-    def _grace(self, node: str, until: float) -> None:
-        if until > self.grace_until.get(node, -math.inf):
-            self.grace_until[node] = until
 
     def _findings(self, now: float, transitions: list[Transition]) -> list[Finding]:
         findings: list[Finding] = []

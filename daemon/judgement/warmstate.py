@@ -38,7 +38,8 @@ log = logging.getLogger("raswarden.warmstate")
 FORMAT = 1
 ROOT = Path(__file__).resolve().parents[2]
 # The modules whose objects a warm state holds: the detectors, the pipeline's own trackers and health.
-CODE = ("detectors", "daemon/judgement/pipeline.py", "daemon/judgement/health.py")
+CODE = ("detectors", "daemon/judgement/pipeline.py", "daemon/judgement/pipeline_memory.py",
+        "daemon/judgement/node_tracking.py", "daemon/judgement/health.py")
 
 
 @dataclass

@@ -3,7 +3,7 @@ import pandas as pd
 
 from detectors.contract import TickInput
 from detectors.schema import events_frame
-from detectors.trend import LOGGED_AER as LOGGED
+from detectors.trend_counters import LOGGED_AER as LOGGED
 from detectors.rate_spread import fit_lognormal
 from detectors.trend import TrendDetector
 from tests.detectors.sim_helpers import first_flag, simulate_and_replay
@@ -298,7 +298,7 @@ def test_two_signals_of_one_part_are_judged_together():
 def test_fishers_combination_of_chances():
     """Two chances: the closed form p1 p2 (1 - ln(p1 p2)); a counter the part has but that is not judged (chance 1)
     adds degrees of freedom and makes the combination weaker, never stronger; one chance is itself."""
-    from detectors.trend import _fisher
+    from detectors.trend_judge import _fisher
 
     assert abs(_fisher([1e-6, 1e-2], 2) - 1e-8 * (1 - np.log(1e-8))) < 1e-15
     assert _fisher([1e-6, 1e-2], 3) > _fisher([1e-6, 1e-2], 2)

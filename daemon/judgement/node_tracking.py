@@ -1,0 +1,131 @@
+"""The pipeline's view of nodes between detectors: which entities it has seen (registered in the store once),
+each node's sampling window and staleness, reboot evidence (a boot, a new boot time, counters reset at once) and the
+grace after it, and parts replaced in their slot (a new identity).
+
+A part of :class:`daemon.judgement.pipeline.Pipeline`.
+"""
+
+from __future__ import annotations
+
+import logging
+import math
+
+import numpy as np
+import pandas as pd
+
+from daemon import metrics
+from detectors.schema import (entity_kind, name_codes, names_in,
+                              names_mask, node_of)
+
+log = logging.getLogger("raswarden.pipeline")
+
+
+class NodeTracking:
+    """Nodes and entities as the pipeline tracks them tick by tick."""
+
+    def _replaced_parts(self, now: float) -> None:
+        """Accelerators whose identity (UUID, serial) changed in their slot were replaced: the detectors forget
+        their node's history (the new part is judged on its own telemetry, no inherited baseline), the old
+        identity stays in the entity's attributes (and its repair orders keep its history, for the RMA)."""
+        seen = self.mapper.take_identities(now)
+        if not seen:
+            return
+        for entity, old, new in self.store.note_identities(seen):
+            log.warning("%s was replaced: %s, now %s; its detectors start afresh", entity, old, new)
+            metrics.PARTS_REPLACED.inc()
+            self.forget(entity)  # that part alone: its neighbours keep their records
+
+    # ------------------------------------------------------------------------------------------
+
+    def _seen_entities(self, samples: pd.DataFrame, now: float) -> list[str]:
+        """The entities sampled this tick (switch ends left out); learns their sampling intervals."""
+        if samples.empty:
+            return []
+        codes, names = name_codes(samples["entity"])
+        ok = codes >= 0
+        last = np.full(len(names), -np.inf)
+        np.maximum.at(last, codes[ok], samples["ts"].to_numpy()[ok])
+        present = np.flatnonzero(last > -np.inf)
+        rows = self.cadence.observe(names[present], last[present])
+        self._learn_windows(names[present], rows)
+        if self.switch_ends:  # a switch port is the far end of a node's link, not an entity of a node
+            present = present[~names_mask(names, self.switch_ends)[present]]
+        seen = names[present].tolist()
+        for e in sorted(set(seen).difference(self.known_entities)):
+            self._register(e, now)
+        return seen
+
+    def _learn_windows(self, names: np.ndarray, rows: np.ndarray) -> None:
+        """Give health the staleness window each entity's sampling interval implies, where it changed."""
+        window = self.cadence.window_of(rows)
+        told = self._told_window
+        if len(told) < len(self.cadence.last):
+            told = self._told_window = np.concatenate((told, np.full(len(self.cadence.last) - len(told), np.nan)))
+        changed = np.flatnonzero(~np.isclose(told[rows], window))
+        if not len(changed):
+            return
+        told[rows[changed]] = window[changed]
+        stale_after = self.health.stale_after
+        for entity, w in zip(names[changed].tolist(), window[changed].tolist()):
+            stale_after[entity] = w
+            node = node_of(entity)
+            if w > self.node_window.get(node, 0.0):
+                self.node_window[node] = stale_after[node] = w
+
+    def _register(self, entity: str, now: float) -> None:
+        self.known_entities.add(entity)
+        kind = entity_kind(entity)
+        node = self.node_of_entity[entity] = node_of(entity)
+        if kind == "port":
+            self.ports_by_node.setdefault(node, set()).add(entity)
+        self.new_entities.append({"id": entity, "kind": kind, "node": node,
+                                  "rack": self.mapper.topology.rack_of(node), "first_seen": now, "attrs": {}})
+
+    def _track_nodes(self, now: float, seen: list[str], events: pd.DataFrame) -> None:
+        """Node freshness: a node is fresh while any of its entities is, stale after its longest window."""
+        node_of_entity = self.node_of_entity
+        nodes = set(map(node_of_entity.__getitem__, seen))
+        default = self.config.health.stale_after_s
+        for node in nodes:
+            self.node_seen[node] = now
+            self.node_stale_since.pop(node, None)
+            if node not in self.known_entities:
+                self._register(node, now)
+        for node, last in self.node_seen.items():
+            if now - last > self.node_window.get(node, default) and node not in self.node_stale_since:
+                self.node_stale_since[node] = last
+        # A node is fresh when any of its entities is: mark the node itself observed.
+        self.health.observe(nodes, now)
+
+    def _reboot_evidence(self, now: float, events: pd.DataFrame, increases: pd.DataFrame,
+                         gauges: pd.DataFrame) -> None:
+        """A reboot grace (port state and link-down rules quiet for ``reboot_grace_s``) from evidence that a node
+        restarted, never from a gap in its telemetry (a node sampled every 5 minutes has one between any two
+        samples): a ``boot`` event (the kernel's banner, a new journal boot id), a new ``node_boot_time_seconds``,
+        or the counters of several of its entities resetting together. One counter cleared by an operator
+        (``perfquery -R`` on one port) graces nothing."""
+        grace = self.config.reboot_grace_s
+        if len(events):
+            boots = events[events["kind"].to_numpy(object) == "boot"]
+            for entity, ts in zip(boots["entity"], boots["ts"]):
+                self._grace(node_of(entity), float(ts) + grace)
+        if len(gauges) and names_in(gauges["metric"], ("boot_time_s",)).any():
+            part = gauges[names_in(gauges["metric"], ("boot_time_s",))]
+            for node, booted in zip(part["entity"].tolist(), part["last"].tolist()):
+                before = self.boot_time.get(node)
+                self.boot_time[node] = booted
+                if before is not None and booted - before > 60.0:
+                    self._grace(node, booted + grace)
+        if len(increases) and (increases["resets"].to_numpy() > 0).any():
+            entity = increases["entity"].to_numpy(object)
+            node = np.array([self.node_of_entity.get(e) or node_of(e) for e in entity], dtype=object)
+            reset = increases["resets"].to_numpy() > 0
+            for n in sorted(set(node[reset])):
+                mine = node == n
+                reset_entities = len(set(entity[mine & reset]))
+                if reset_entities >= 2 and (mine & reset).sum() >= 0.5 * mine.sum():
+                    self._grace(n, now + grace)
+
+    def _grace(self, node: str, until: float) -> None:
+        if until > self.grace_until.get(node, -math.inf):
+            self.grace_until[node] = until

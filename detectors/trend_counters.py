@@ -1,0 +1,72 @@
+"""The counters the trend detector judges (detectors/trend.py): each one's prior healthy rate, category and words, the
+windows, and one counter's record on one part (:class:`CounterRecord`)."""
+
+from __future__ import annotations
+
+import math
+from collections import deque
+
+import numpy as np
+
+LOGGED_AER = "aer_corrected_logged"
+LOGGED_AER_NAMES = np.array([LOGGED_AER], dtype=object)
+
+# counter -> (prior healthy episodes per hour, category, words)
+#
+# Where the priors come from: no public source gives a healthy part's rate per counter, so they are bounds, not
+# measurements. The ceilings are the limits shipped tools call a fault (docs/fleet-stats.md: IBTA's bit error rate of
+# 1e-12, i.e. 120 symbol errors an hour; DCGM's PCIe replay budget; rasdaemon offlining a page after 50 corrected
+# errors in 24 h); the floors are what real healthy parts showed (leptonai/gpud's H100 node, fixtures/real: no
+# symbol errors and 14 receive errors per port since boot; treydock/infiniband_exporter's perfquery fixtures:
+# SymbolErrorCounter 0 on every port). Each prior sits orders of magnitude under its ceiling and near one
+# episode a day or two. It only matters while the fleet's own spread is unknown: the fleet's log-normal is fitted
+# with its median drawn towards the prior (a normal of sd 3 on the log rate) and its spread towards
+# ``prior_spread`` (sd 1 on the log), which a fleet of a thousand parts outweighs within hours; and until a part
+# has a record as long as the window an alarm is only a watch.
+COUNTERS = {
+    "ecc_sbe_total": (1 / 500, "gpu_memory", "correctable ECC errors"),
+    "pcie_replay_total": (1 / 50, "gpu_bus", "PCIe replays"),
+    "symbol_error_total": (1 / 50, "fabric_link", "symbol errors"),
+    "link_error_recovery_total": (1 / 500, "fabric_link", "link error recoveries"),
+    "rcv_errors_total": (1 / 100, "fabric_link", "receive errors"),
+    # an Ethernet (RoCE) port's, from mlx5's ethtool counters (node_exporter's ethtool collector): symbol errors FEC
+    # did not correct, and frames with a bad CRC (detectors/rules.py, LINK_DOWN_COUNTERS)
+    "pcs_symbol_error_total": (1 / 50, "fabric_link", "symbol errors after FEC"),
+    "crc_errors_total": (1 / 100, "fabric_link", "CRC errors"),
+    "nvlink_crc_flit_total": (1 / 10, "scaleup_link", "NVLink CRC errors"),
+    "xgmi_ce_total": (1 / 10, "scaleup_link", "XGMI correctable errors"),
+    # The kernel's per-device AER counters (sysfs aer_dev_correctable): any vendor's PCIe link, and for an
+    # NPU whose exporter has no replay counter the only early sign of a link going bad.
+    "aer_correctable_total": (1 / 50, "gpu_bus", "PCIe AER corrected errors"),
+    **{f"hccs_crc_lane{n}_total": (1 / 10, "scaleup_link", f"HCCS lane {n} CRC errors") for n in range(1, 8)},
+    # The kernel's AER lines of severity Corrected on an accelerator, counted as the counter the kernel log is:
+    # most fleets see PCIe link trouble only there (a GPU about to fall off the bus logs them for hours). Its
+    # exposure is the accelerators' sampled time (kernel logs are taken to cover the fleet's nodes).
+    LOGGED_AER: (1 / 50, "gpu_bus", "PCIe AER corrected errors in the kernel log"),
+}
+WINDOWS_S = (3600.0, 3 * 3600.0, 12 * 3600.0)
+SIZE_QUANTILE = 0.9
+"""An episode is "large" when it is larger than this share of the part's own record of episodes."""
+SIZE_RECORD = 288
+"""Episode sizes a part keeps from before its longest window (a day of an episode every 5 minutes)."""
+
+
+CATEGORY_COUNTERS: dict[str, tuple[str, ...]] = {
+    category: tuple(m for m, (_, c, _) in COUNTERS.items() if c == category) for _, category, _ in COUNTERS.values()}
+"""The counters of each category, judged together on one part."""
+
+
+class CounterRecord:
+    """One counter of one entity: its episodes of the last 12 h and its forgotten long-run history."""
+
+    __slots__ = ("first", "last_active", "episodes", "k_hist", "t_hist", "hist_at", "group", "past_sizes")
+
+    def __init__(self, first: float, group: tuple[str, str]):
+        self.first = first  # the detector's first tick: a part without errors since has that much exposure
+        self.last_active = -math.inf
+        self.episodes: deque = deque()  # [ts, errors]
+        self.k_hist = 0.0  # decayed episodes older than the longest window
+        self.t_hist = 0.0  # decayed hours of exposure older than the longest window
+        self.hist_at = first  # time up to which history has been folded in (now - longest window)
+        self.group = group
+        self.past_sizes: deque = deque(maxlen=SIZE_RECORD)  # errors of the latest episodes older than that

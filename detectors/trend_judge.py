@@ -1,0 +1,208 @@
+"""Judging one part's counter for the trend detector: its episodes in each window against the rates it could have
+(the fleet's, narrowed by its own record), alone, together with the part's other counters of its kind, and by the
+sizes of its episodes (detectors/trend.py says how and why).
+
+A part of :class:`detectors.trend.TrendDetector`.
+"""
+
+from __future__ import annotations
+
+import math
+from typing import NamedTuple
+
+import numpy as np
+from scipy.special import gammaincc
+from scipy.stats import binom
+
+from detectors.rate_spread import (
+    GRID_PER_H,
+    LOG_GRID,
+    episodes_tail,
+    record_log_weights,
+)
+from detectors.schema import State
+from detectors.trend_counters import CATEGORY_COUNTERS, COUNTERS, SIZE_QUANTILE, WINDOWS_S, CounterRecord
+
+
+class _Windows(NamedTuple):
+    """One series judged now: per window the chance of its episodes (times the number of windows, 1 where not
+    judged), the count, exposure and record before it (hours), and the log mass over rates it was judged against."""
+
+    p: np.ndarray
+    best: int
+    k: np.ndarray
+    exposure: np.ndarray
+    k_before: np.ndarray
+    t_before: np.ndarray
+    log_w: np.ndarray
+    own: np.ndarray
+
+    def expected(self) -> float:
+        """The episodes an hour expected of the part, judged as in the best window."""
+        w = np.exp(self.log_w[self.best] - self.log_w[self.best].max())
+        return float((w * GRID_PER_H).sum() / w.sum())
+
+
+def _score(p: float) -> float:
+    """An alarm's score from its chance: 0.6 at 1, 1.0 at 1e-20 and below."""
+    return min(1.0, 0.6 + 0.02 * -math.log10(max(p, 1e-300)))
+
+
+def _fisher(p: list[float], n: int) -> float:
+    """Fisher's combination of ``n`` independent chances of which ``p`` are those under 1 (the rest are 1): the
+    chance of a product at most theirs, the chi-square tail at 2n degrees of freedom."""
+    x = -sum(math.log(max(q, 1e-300)) for q in p)
+    return float(gammaincc(n, x))
+
+
+class TrendJudgement:
+    """A part's windows judged, and the alarms they raise."""
+
+    def _windows(self, key: tuple[str, str], now: float) -> _Windows:
+        """The chance of each window's episodes of series ``key`` on a healthy part (times the number of windows;
+        1 where the window is not judged), and what it was judged against."""
+        s = self._series[key]
+        self._fold(s, now)
+        times = np.array([e[0] for e in s.episodes])
+        k = np.array([np.count_nonzero(times > now - w) for w in WINDOWS_S], dtype=float)
+        seen_h = (now - s.first) / 3600.0
+        exposure = np.minimum(np.array(WINDOWS_S) / 3600.0, seen_h + self.episode_gap_s / 3600.0)
+        # the part's own record before each window narrows the fleet's spread to it
+        k_before = s.k_hist + len(s.episodes) - k
+        t_before = np.maximum(s.t_hist + min(seen_h, WINDOWS_S[-1] / 3600.0) - exposure, 0.0)
+        frozen = self._baseline.get(key) if key in self._alarm else None
+        if frozen is not None:
+            # in alarm: judged against the part's rate before the alarm, not a baseline its own fault has raised
+            log_w = np.broadcast_to(frozen, (len(WINDOWS_S), len(GRID_PER_H)))
+            own = np.zeros(len(WINDOWS_S), dtype=bool)
+        else:
+            fleet = self._fleet_log_prior(s.group)
+            # A record the fleet could hardly have given (its chance at most conflict_alpha) is a part beyond the
+            # fleet's fitted spread (which leaves out its top parts): judged against its own record alone (Jeffreys'
+            # prior, mass r^(1/2) on the log grid), not pulled to the fleet.
+            own = (k_before > 0) & (t_before > 0) & \
+                (episodes_tail(k_before, t_before, np.broadcast_to(fleet, (len(WINDOWS_S), len(fleet))))
+                 <= self.conflict_alpha)
+            log_w = record_log_weights(np.where(own[:, None], 0.5 * LOG_GRID[None, :], fleet[None, :]),
+                                       k_before, t_before)
+        p = episodes_tail(k, exposure, log_w) * len(WINDOWS_S)
+        # the first window is judged against the fleet from the start (a watch until the part has a record of its
+        # own before it, below); a longer one (a slow rise) only against a record of the part's own at least as
+        # long (or the rate frozen at the alarm): without one, a part that was always this noisy looks risen
+        judged = (k >= self.min_episodes) & ((np.arange(len(WINDOWS_S)) == 0) | (t_before >= exposure)
+                                             | (frozen is not None))
+        p = np.where(judged, np.minimum(p, 1.0), 1.0)
+        return _Windows(p, int(np.argmin(p)), k, exposure, k_before, t_before, log_w, own)
+
+    def _watched_only(self, entity: str, w: _Windows) -> bool:
+        """No quiet record of the part's own before the window (raswarden has just started watching it): the part
+        may always be like this, so an alarm is a watch until its record says it rose."""
+        return w.t_before[w.best] < w.exposure[w.best] and entity not in self._flagged_before
+
+    def _judge(self, key: tuple[str, str], now: float) -> None:
+        w = self._windows(key, now)
+        if w.p[w.best] > self.alpha:
+            self._judge_sizes(key, self._series[key], now)
+            if self.together and key not in self._alarm and w.p[w.best] < 1.0:
+                self._judge_together(key, w, now)
+            return
+        _, category, words = COUNTERS[key[1]]
+        span = f"{WINDOWS_S[w.best] / 3600:.0f} h"
+        errors = sum(e[1] for e in self._series[key].episodes if e[0] > now - WINDOWS_S[w.best])
+        whose = "this part itself showed" if w.own[w.best] else "a healthy part of this fleet shows"
+        reason = (f"{words} in {int(w.k[w.best])} separate episodes over the last {span} ({errors:.0f} errors); "
+                  f"{whose} {w.expected():.2g} episodes an hour (chance {w.p[w.best]:.1g})")
+        level = State.SUBHEALTHY
+        if self._watched_only(key[0], w):
+            level = State.SUSPECT
+            reason += "; no record of this part before it yet: watched, not flagged"
+        # The rate to judge the alarm against while it lasts, frozen when the part rose over a record of its own,
+        # however short, without errors. A part erring from its first minutes has none: freezing the fleet's rate
+        # then would hold every later window of a part that always counts more against the fleet (a healthy port at
+        # 7 receive errors an hour, watched from the start, was flagged a day later when its 12-hour window came).
+        quiet_record = w.t_before[0] * 3600.0 >= 2 * self.episode_gap_s and w.k_before[0] < 1.0
+        if (level == State.SUBHEALTHY or quiet_record) and (key not in self._alarm or key not in self._baseline):
+            self._baseline[key] = np.array(w.log_w[0], dtype=float)
+        self._alarm[key] = (now + self.hold_s, reason, _score(w.p[w.best]), level, category)
+
+    def _judge_together(self, key: tuple[str, str], judged_alone: _Windows, now: float) -> None:
+        """A part's counters of one kind of trouble judged together (a GPU's PCIe replays with the corrected AER
+        lines of its kernel log; a port's symbol errors with its link error recoveries): two signals each a little
+        above the part's record rise together when its link goes bad, and independently on a healthy part. The
+        chances of the part's counters of ``category`` (the best window of each, as judged alone) are combined by
+        Fisher's method over every counter of that kind the part has counted, and an alarm is raised when the
+        combined chance is at most ``alpha`` with at least two counters judged (each with ``min_episodes``).
+
+        Made when a new episode of series ``key`` was judged alone (``judged_alone``) and its window counted: the
+        others' chances have not moved since their own last episodes but for their records' slow growth."""
+        entity, category = key[0], COUNTERS[key[1]][1]
+        if (entity, category) in self._alarm:
+            return
+        judged: list[tuple[str, _Windows]] = []
+        n = 0
+        for metric in CATEGORY_COUNTERS[category]:
+            sibling = (entity, metric)
+            if sibling not in self._series:
+                continue
+            if sibling in self._alarm:
+                return  # the part is in alarm on one of them already
+            n += 1
+            w = judged_alone if sibling == key else self._windows(sibling, now)
+            if w.p[w.best] < 1.0:
+                judged.append((metric, w))
+        if len(judged) < 2:
+            return
+        p = _fisher([w.p[w.best] for _, w in judged], n)
+        if p > self.alpha:
+            return
+        parts = "; ".join(f"{COUNTERS[m][2]} in {int(w.k[w.best])} separate episodes over the last "
+                          f"{WINDOWS_S[w.best] / 3600:.0f} h (chance {w.p[w.best]:.1g})" for m, w in judged)
+        reason = f"together on one part: {parts}; all of them on a healthy part: chance {p:.1g}"
+        level = State.SUBHEALTHY
+        if any(self._watched_only(entity, w) for _, w in judged):
+            level = State.SUSPECT
+            reason += "; no record of this part before it yet: watched, not flagged"
+        self._alarm[(entity, category)] = (now + self.hold_s, reason, _score(p), level, category)
+
+    def _judge_sizes(self, key: tuple[str, str], s: CounterRecord, now: float) -> None:
+        """A part with a record of ``min_size_record`` episodes: its windows' episodes against the record's sizes (or
+        those frozen at its alarm). An alarm when a window has at least ``min_episodes`` episodes larger than
+        :data:`SIZE_QUANTILE` of the record's, a chance of at most ``alpha`` for that many at the record's own share
+        (the binomial tail, over the three windows), and a mean size ``size_ratio`` times the record's."""
+        frozen = self._size_baseline.get(key) if key in self._alarm else None
+        if frozen is None and len(s.past_sizes) + len(s.episodes) < self.min_size_record + self.min_episodes:
+            return  # most parts: too few episodes for a record of sizes (this runs for every new episode)
+        times = np.array([e[0] for e in s.episodes])
+        sizes = np.array([e[1] for e in s.episodes])
+        past = np.fromiter(s.past_sizes, dtype=float, count=len(s.past_sizes))
+        best: tuple | None = None
+        for i, w in enumerate(WINDOWS_S):
+            inside = times > now - w
+            window = sizes[inside]
+            if len(window) < self.min_episodes:
+                continue
+            if frozen is not None:
+                threshold, share, mean = frozen
+            else:
+                record = np.concatenate((past, sizes[~inside]))
+                if len(record) < self.min_size_record:
+                    continue
+                threshold = float(np.quantile(record, SIZE_QUANTILE, method="higher"))
+                share = (np.count_nonzero(record > threshold) + 1.0) / (len(record) + 1.0)
+                mean = float(record.mean())
+            large = int(np.count_nonzero(window > threshold))
+            if large < self.min_episodes or window.mean() < self.size_ratio * max(mean, 1.0):
+                continue
+            p = float(binom.sf(large - 1, len(window), share)) * len(WINDOWS_S)
+            if p <= self.alpha and (best is None or p < best[0]):
+                best = (p, i, large, len(window), float(window.mean()), threshold, share, mean)
+        if best is None:
+            return
+        p, i, large, n, size, threshold, share, mean = best
+        _, _, words = COUNTERS[key[1]]
+        reason = (f"{words} larger in each episode: {large} of the last {n} episodes over {WINDOWS_S[i] / 3600:.0f} h "
+                  f"had more than {threshold:.0f} errors, which 9 in 10 of this part's own before did not; "
+                  f"{size:.1f} errors an episode against its {mean:.1f} (chance {p:.1g})")
+        if key not in self._size_baseline:
+            self._size_baseline[key] = (threshold, share, mean)
+        self._alarm[key] = (now + self.hold_s, reason, _score(p), State.SUBHEALTHY, COUNTERS[key[1]][1])
