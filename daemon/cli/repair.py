@@ -14,7 +14,7 @@ def _remediation(args: argparse.Namespace):
 
     cfg = load_config(args)
     store = open_store(args, cfg)
-    return Remediation(cfg, store, scheduler_from_config(cfg)), store
+    return Remediation.from_config(cfg, store, scheduler_from_config(cfg)), store
 
 
 def cmd_playbook(args: argparse.Namespace) -> int:

@@ -11,16 +11,17 @@ from __future__ import annotations
 
 import dataclasses
 import time
+from dataclasses import dataclass
 
-
-from daemon.store.journal import StoreJournal
-from daemon.config import Config
+from daemon.config import Config, RepairsConfig
 from daemon.operations.repairs import RepairBook
-from daemon.shards import Ownership
+from daemon.shards import Ownership, ShardSpec
+from daemon.store.journal import StoreJournal
 from daemon.operations.validation import Validator
 from daemon.store import IncidentRow, Store
 from daemon.topology import Topology
 from playbooks.engine import OPEN, Engine, IncidentRef
+from playbooks.guards import Guards
 from playbooks.model import load
 from playbooks.scheduler import ClusterState, Scheduler
 
@@ -28,6 +29,7 @@ CURSOR = "playbooks"
 
 
 def scheduler_from_config(cfg: Config) -> Scheduler | None:
+    """The scheduler ``[scheduler]`` names (None: ``type = "none"``)."""
     sc = cfg.scheduler
     if sc.get("type") == "slurm":
         from playbooks.slurm import OptIn, SlurmScheduler
@@ -53,10 +55,32 @@ class NoScheduler:
         return ClusterState(time.time())
 
 
+@dataclass(frozen=True)
+class RemediationConfig:
+    """What remediation reads of the config: the guards, the repair settings, the operators' playbook directories,
+    and, for a caller that hands over no topology or ownership, the topology's file and the shard's spec."""
+
+    guards: Guards
+    repairs: RepairsConfig
+    playbook_dirs: tuple[str, ...] = ()
+    topology_path: str = ""
+    shard: ShardSpec | None = None
+
+    @classmethod
+    def of(cls, cfg: Config) -> RemediationConfig:
+        return cls(cfg.guards, cfg.repairs, tuple(cfg.playbook_dirs), cfg.service.topology,
+                   cfg.shards.get(cfg.service.shard))
+
+
 class Remediation:
     """Incidents → actions → steps."""
 
-    def __init__(self, cfg: Config, store: Store, scheduler: Scheduler | None, clock=time.time,
+    @classmethod
+    def from_config(cls, cfg: Config, store: Store, scheduler: Scheduler | None, **kw) -> Remediation:
+        """Remediation with its slice of ``cfg`` (:class:`RemediationConfig`); ``kw`` as for the constructor."""
+        return cls(RemediationConfig.of(cfg), store, scheduler, **kw)
+
+    def __init__(self, cfg: RemediationConfig, store: Store, scheduler: Scheduler | None, clock=time.time,
                  act_on: tuple[str, ...] = ("subhealthy", "failed", "unknown"), topology: Topology | None = None,
                  repair_orders: bool = True, ownership: Ownership | None = None):
         """``topology``: the service's (read once for all its parts); without it, the config's file is read.
@@ -72,8 +96,8 @@ class Remediation:
         self.store = store
         self.journal = StoreJournal(store)
         # Nodes the scheduler knows by another name than the telemetry's (topology.yaml scheduler_name).
-        topology = topology if topology is not None else Topology.configured(cfg.service.topology)
-        self.ownership = ownership or Ownership.of(cfg.shards.get(cfg.service.shard), topology)
+        topology = topology if topology is not None else Topology.configured(cfg.topology_path)
+        self.ownership = ownership or Ownership.of(cfg.shard, topology)
         self.cursor = f"{CURSOR}:{self.ownership.shard}" if self.ownership.sharded else CURSOR
         self.scheduler_names: dict[str, str] = dict(topology.scheduler_name)
         self.repairs = RepairBook(store, topology, clock=clock)
@@ -89,7 +113,7 @@ class Remediation:
         # action at a time per incident): planned once that action has ended.
         self._deferred: dict[str, IncidentRef] = {}
         racks = self._racks()
-        self.engine = Engine(scheduler, self.journal, load(cfg.playbook_dirs), guards, clock=clock,
+        self.engine = Engine(scheduler, self.journal, load(list(cfg.playbook_dirs)), guards, clock=clock,
                              rack_of=racks.get, owns=self.ownership.owns_entity)
         self.validator.rack_of = racks.get
         self._defer_unplanned()

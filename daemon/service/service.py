@@ -124,8 +124,8 @@ class Service(ShardHolding, CycleJob, SideJobs):
         try:
             pipeline = Pipeline(mapper, PipelineConfig(interval_s=cfg.service.interval_s, model=model), self.store)
             scheduler = scheduler_from_config(cfg)
-            remediation = Remediation(cfg, self.store, scheduler, clock=self.clock, topology=topology,
-                                      ownership=ownership)
+            remediation = Remediation.from_config(cfg, self.store, scheduler, clock=self.clock, topology=topology,
+                                                  ownership=ownership)
             alerting = Alerting.from_config(cfg, self.store, scheduler, topology)
         except Exception:
             for c in collectors:

@@ -120,9 +120,9 @@ def run(sim: Simulator, policy: str, opts: LoopOptions | None = None, model=None
                         # With repair orders the technician works from them and raswarden's validation returns the
                         # nodes; without, the technician returns the nodes it repaired and raswarden's recovery
                         # playbook the others.
-                        remediation = Remediation(cfg, store, sched, clock=lambda: clock[0],
-                                                  act_on=("failed",) if policy == "reactive" else
-                                                  ("subhealthy", "failed", "unknown"), repair_orders=orders)
+                        remediation = Remediation.from_config(
+                            cfg, store, sched, clock=lambda: clock[0], repair_orders=orders,
+                            act_on=("failed",) if policy == "reactive" else ("subhealthy", "failed", "unknown"))
                 # The jobs' advice is made again at each tick that changed an incident, else every advice.every_s.
                 if advisor is not None and end == len(chunk.ts) and (
                         news or now >= advised_at + advisor.settings.every_s):

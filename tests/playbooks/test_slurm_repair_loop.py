@@ -32,7 +32,7 @@ def test_drained_repaired_validated_and_returned_or_sent_back(slurm, tmp_path): 
     cfg.repairs.output_dir = str(LAB_DIR / "jobs")
     cfg.repairs.validation_command = "echo gpu diag PASS"
     store = Store(f"sqlite:///{tmp_path / 'state.db'}")
-    rem = Remediation(cfg, store, SlurmScheduler(slurm.conf))
+    rem = Remediation.from_config(cfg, store, SlurmScheduler(slurm.conf))
     now = time.time()
     store.record_tick([], [Incident("inc-v1", "fp-v1", "node3/gpu2", "accelerator", "gpu_memory", State.FAILED, now,
                                     now, evidence=["gpu2 row remap failure"])], now=now)

@@ -36,7 +36,8 @@ def store(tmp_path):
 
 def drained(store: Store, *incidents: Incident, clock: float = 100.0) -> Remediation:
     """Record the incidents and let remediation plan and run their actions (act mode: the node is drained)."""
-    rem = Remediation(Config(), store, SimScheduler(["n1", "n2", "n3"]), clock=lambda: clock, topology=TOPOLOGY)
+    rem = Remediation.from_config(Config(), store, SimScheduler(["n1", "n2", "n3"]), clock=lambda: clock,
+                                  topology=TOPOLOGY)
     store.record_tick([], list(incidents), now=clock)
     rem.step()
     rem.step()
@@ -61,7 +62,8 @@ def test_a_node_drained_for_hardware_gets_one_order_per_part_and_telemetry_loss_
         assert rem.repairs.open_for_actions([other]) == []
     # again, and after a restart (the drain was done before it): nothing opened twice
     rem.step()
-    again = Remediation(Config(), store, SimScheduler(["n1", "n2", "n3"]), clock=lambda: 200.0, topology=TOPOLOGY)
+    again = Remediation.from_config(Config(), store, SimScheduler(["n1", "n2", "n3"]), clock=lambda: 200.0,
+                                    topology=TOPOLOGY)
     assert again.step()["repair_orders"] == 0 and len(again.repairs.orders(None)) == 1
 
 

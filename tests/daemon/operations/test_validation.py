@@ -29,7 +29,7 @@ CLOCK = [100.0]
 def setup(store: Store, tmp_path) -> tuple[Remediation, SimScheduler]:
     CLOCK[0] = 100.0
     sched = SimScheduler(["n1", "n2", "n3"])
-    rem = Remediation(config(tmp_path), store, sched, clock=lambda: CLOCK[0], topology=TOPOLOGY)
+    rem = Remediation.from_config(config(tmp_path), store, sched, clock=lambda: CLOCK[0], topology=TOPOLOGY)
     store.record_tick([], [incident("inc-1", "n1/gpu0", "gpu_memory")], now=100.0)
     rem.step()
     rem.step()
@@ -108,7 +108,7 @@ def test_killed_between_the_schedulers_calls_repeats_none(store, tmp_path, monke
     with pytest.raises(SystemExit):
         rem.step()
     monkeypatch.setattr(rem.repairs, "move", moves)
-    again = Remediation(config(tmp_path), store, sched, clock=lambda: 200.0, topology=TOPOLOGY)  # restarted
+    again = Remediation.from_config(config(tmp_path), store, sched, clock=lambda: 200.0, topology=TOPOLOGY)  # restarted
     again.step()
     assert [e[1] for e in sched.log].count("validate") == 1  # the job of that name was found, not submitted again
     assert again.repairs.order(order.id).state == "validating"
@@ -140,7 +140,7 @@ def test_idle_nodes_are_checked_on_a_schedule_within_the_budget(store, tmp_path)
     sched.step(0.0)
     busy = sched.jobs["j1"].nodes[0]
     CLOCK[0] = 100.0
-    rem = Remediation(cfg, store, sched, clock=lambda: CLOCK[0], topology=TOPOLOGY)
+    rem = Remediation.from_config(cfg, store, sched, clock=lambda: CLOCK[0], topology=TOPOLOGY)
     out = rem.step()
     assert out["checks_started"] == 1
     first = next(e for e in sched.log if e[1] == "reserve")[2].split()[0]
@@ -174,5 +174,5 @@ def test_idle_nodes_are_checked_on_a_schedule_within_the_budget(store, tmp_path)
     assert rem.step()["checks_started"] == 1
     cfg.guards.mode = "dry-run"
     CLOCK[0] += 2 * 86400.0
-    rem2 = Remediation(cfg, store, sched, clock=lambda: CLOCK[0], topology=TOPOLOGY)
+    rem2 = Remediation.from_config(cfg, store, sched, clock=lambda: CLOCK[0], topology=TOPOLOGY)
     assert "checks_started" not in rem2.step()
