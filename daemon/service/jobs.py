@@ -185,7 +185,11 @@ class JobRunner:
         previous = {sig: signal.signal(sig, lambda *_: stop.set()) for sig in (signal.SIGTERM, signal.SIGINT)}
         self.start()
         try:
-            stop.wait()
+            # Woken twice a second, not only by the event: the kernel may hand SIGTERM to any thread (a job's, in a
+            # Slurm call), and Python runs the handler only when the main thread runs; a bare wait() would sleep
+            # through it, the jobs going on until SIGKILL.
+            while not stop.wait(0.5):
+                pass
         finally:
             self.stop(wait=True)
             for sig, handler in previous.items():

@@ -194,3 +194,43 @@ def test_a_full_disk_under_the_store_is_one_line_not_a_traceback_each_run(tmp_pa
         store.close()
     finally:
         subprocess.run(["umount", "-l", str(disk)], capture_output=True)
+
+
+_SIGTERM_TO_A_JOB = """
+import signal, sys, threading, time
+from daemon.service.jobs import Job, JobRunner
+from playbooks import stopping
+
+started = threading.Event()
+
+def job():
+    started.set()
+    while not stopping.requested():  # a Slurm call's wait, as playbooks/slurm.py makes it
+        stopping.pause(0.05)
+
+def deliver():  # the kernel handing the process's SIGTERM to the job's thread, not the main one
+    started.wait()
+    time.sleep(0.3)
+    target = next(t for t in threading.enumerate() if t.name.startswith("ThreadPoolExecutor"))
+    signal.pthread_kill(target.ident, signal.SIGTERM)
+
+threading.Thread(target=deliver, daemon=True).start()
+runner = JobRunner(workers=1)
+runner.schedule([Job("busy", job, 60.0)])
+runner.run_until_stopped()
+print("stopped", flush=True)
+"""
+
+
+def test_a_sigterm_the_kernel_gives_a_jobs_thread_still_stops_the_runner():
+    """A process-directed signal goes to any thread; Python runs its handler only in the main thread, when that thread
+    runs. A main thread asleep in a bare ``Event.wait()`` never did: ``playbook run --follow`` went on until SIGKILL
+    (a clean-clone run on a loaded machine, test_budget_across_shards). The runner's main thread wakes to run it."""
+    import subprocess
+    import sys
+
+    from tests.conftest import ROOT
+
+    done = subprocess.run([sys.executable, "-c", _SIGTERM_TO_A_JOB], cwd=ROOT, capture_output=True, text=True,
+                          timeout=120)
+    assert done.returncode == 0 and "stopped" in done.stdout, done.stderr[-2000:]
