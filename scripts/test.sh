@@ -1,6 +1,7 @@
 #!/usr/bin/env bash
 # Set up raswarden and run the whole test suite, with the real components the tests need
-# (PostgreSQL on loopback, Prometheus's promtool, Alertmanager, Slurm with munge). Extra arguments go to pytest.
+# (PostgreSQL on loopback, Prometheus's promtool, Alertmanager, Slurm with munge, a kube-apiserver built with Go).
+# Extra arguments go to pytest.
 set -euo pipefail
 cd "$(dirname "$0")/.."
 ./scripts/setup.sh
@@ -29,6 +30,13 @@ if [ "$(id -u)" = 0 ]; then
 else
   echo "test: not root, so PostgreSQL, promtool, Alertmanager and Slurm are not installed; their tests skip (and fail" \
        "under CI=true)" >&2
+fi
+if command -v go >/dev/null; then
+  # kube-apiserver and etcd from their Go modules for the Kubernetes tests (scripts/kube/go.mod): several minutes
+  # the first time on two cores, then cached in build/kube
+  ./scripts/kube-lab.sh build
+else
+  echo "test: no Go, so kube-apiserver is not built; the Kubernetes tests skip (and fail under CI=true)" >&2
 fi
 cleanup() { [ "$pg_started" = 1 ] && ./scripts/pg-lab.sh down || true; }
 trap cleanup EXIT

@@ -25,7 +25,7 @@ REAL = ROOT / "fixtures" / "real"
 # the suite with --dist loadgroup): the Slurm lab (fixed ports, one slurmctld), the PostgreSQL database (tests drop
 # its schema), and the Debian package (installed into this machine's root, which the systemd boot test overlays).
 SHARED = {"slurm": "slurm", "slurm_lab": "slurm", "slurm_accounting": "slurm", "pg_url": "postgres",
-          "debian_package": "debian"}
+          "debian_package": "debian", "kube_lab": "kube"}
 
 
 @pytest.hookimpl(tryfirst=True)  # before pytest-xdist's own, which reads the groups

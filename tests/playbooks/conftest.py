@@ -123,3 +123,57 @@ def slurm_accounting():
     assert out.returncode == 0, out.stderr
     yield Lab(out.stdout.strip().splitlines()[-1], ACCOUNTING_DIR)
     subprocess.run([str(LAB), "down"], env=env, capture_output=True, timeout=120)
+
+
+KUBE_LAB = ROOT / "scripts" / "kube-lab.sh"
+
+
+class KubeLab:
+    """A running kube-apiserver (scripts/kube-lab.sh): its directory, the admin's kubeconfig and an API client."""
+
+    def __init__(self, directory: str):
+        from kubernetes import client, config
+
+        self.dir = Path(directory)
+        self.kubeconfig = self.dir / "admin.kubeconfig"
+        self.api = config.new_client_from_config(str(self.kubeconfig))
+        self.core = client.CoreV1Api(self.api)
+        self.rbac = client.RbacAuthorizationV1Api(self.api)
+        self.policy = client.PolicyV1Api(self.api)
+        self.batch = client.BatchV1Api(self.api)
+
+    def token_for(self, namespace: str, account: str, seconds: int = 3600) -> str:
+        """A token of service account ``account`` (made if missing), from the TokenRequest API."""
+        from kubernetes import client
+
+        try:
+            self.core.create_namespaced_service_account(namespace, client.V1ServiceAccount(
+                metadata=client.V1ObjectMeta(name=account)))
+        except client.ApiException as exc:
+            if exc.status != 409:
+                raise
+        request = client.AuthenticationV1TokenRequest(spec=client.V1TokenRequestSpec(
+            audiences=["https://kubernetes.default.svc"], expiration_seconds=seconds))
+        return self.core.create_namespaced_service_account_token(account, namespace, request).status.token
+
+    def kubeconfig_with(self, token: str, path: Path) -> Path:
+        """A kubeconfig for the same server and CA with ``token`` (another identity than the admin)."""
+        text = self.kubeconfig.read_text()
+        admin = next(line.split('"')[1] for line in text.splitlines() if "token:" in line)
+        path.write_text(text.replace(admin, token))
+        path.chmod(0o600)
+        return path
+
+
+@pytest.fixture(scope="session")
+def kube_lab():
+    """A real kube-apiserver and etcd, built from their Go modules and started on loopback (TLS, tokens, RBAC)."""
+    require(shutil.which("go") is not None or (ROOT / "build" / "kube" / "kube-apiserver").exists(),
+            "no Go to build kube-apiserver with: scripts/kube-lab.sh build needs it")
+    built = subprocess.run([str(KUBE_LAB), "build"], capture_output=True, text=True, timeout=3600)
+    assert built.returncode == 0, built.stderr[-3000:]
+    out = subprocess.run([str(KUBE_LAB), "up"], capture_output=True, text=True, timeout=300)
+    assert out.returncode == 0, out.stderr[-3000:]
+    lab = KubeLab(out.stdout.strip().splitlines()[-1])
+    yield lab
+    subprocess.run([str(KUBE_LAB), "down"], capture_output=True, timeout=120)
