@@ -43,8 +43,9 @@ def main(argv: list[str] | None = None) -> int:
     if args.verbose == 0:
         logging.getLogger("raswarden.input").setLevel(logging.ERROR)
     try:  # `kill -QUIT`: every thread's stack on stderr (the journal), and the process goes on (a stop that hangs)
-        faulthandler.register(signal.SIGQUIT, all_threads=True)
-    except (OSError, ValueError, RuntimeError):  # stderr with no file descriptor (a caller's capture)
+        sys.stderr.fileno()
+        signal.signal(signal.SIGQUIT, _dump_stacks)
+    except (OSError, ValueError, AttributeError):  # stderr with no file descriptor (a caller's capture), not main
         pass
     from daemon.alerting.secrets import SecretError, install_log_redaction
     from daemon.config import ConfigError
@@ -68,3 +69,15 @@ def main(argv: list[str] | None = None) -> int:
             raise
         print(f"raswarden: {exc.filename}: {exc.strerror or exc}", file=sys.stderr)
         return 2
+
+
+def _dump_stacks(_signum, _frame) -> None:
+    """SIGQUIT: every thread's stack, faulthandler's format, from Python's handler in the main thread. Holding the
+    interpreter lock there, no other thread's frames change under the dump; ``faulthandler.register`` dumps from the
+    C handler in whichever thread the signal lands on, reading frames other threads are changing, and crashed the
+    process now and then (SIGSEGV in a clean-clone run). The main threads of the daemon and of the --follow commands
+    wake at least twice a second, so the dump comes within half a second."""
+    try:
+        faulthandler.dump_traceback(file=sys.stderr, all_threads=True)
+    except (OSError, ValueError, RuntimeError):
+        pass

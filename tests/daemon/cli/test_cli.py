@@ -384,9 +384,14 @@ def test_sigquit_prints_every_threads_stack_and_the_command_goes_on(tmp_path):
             assert proc.poll() is None and time.monotonic() < deadline, log.read_text()
             time.sleep(0.1)
         proc.send_signal(signal.SIGQUIT)
-        time.sleep(1.0)
-        assert proc.poll() is None, log.read_text()
+        deadline = time.monotonic() + 30
+        while "in _worker" not in log.read_text():  # the dump written (the main thread runs the handler)
+            assert proc.poll() is None and time.monotonic() < deadline, log.read_text()
+            time.sleep(0.1)
         dump = log.read_text()
+        while log.read_text().count("'queued'") <= dump.count("'queued'"):  # and it goes on: a pass more after it
+            assert proc.poll() is None and time.monotonic() < deadline, log.read_text()
+            time.sleep(0.1)
         assert "Current thread" in dump and "in run_until_stopped" in dump and "in _worker" in dump, dump
     finally:
         proc.send_signal(signal.SIGTERM)
