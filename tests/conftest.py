@@ -75,7 +75,7 @@ def spawn(args: list[str], log: Path, **kwargs) -> subprocess.Popen:
 
 def wait_stopped(proc: subprocess.Popen, log: Path, timeout: float, what: str) -> None:
     """Wait ``timeout`` seconds for ``proc``, sent SIGTERM, to exit. If it does not, the test fails with the end of
-    its ``log``, there with every thread's stack (SIGQUIT: the command line's faulthandler), and it is killed."""
+    its ``log``, there with every thread's stack (SIGQUIT: the command line's stack dump), and it is killed."""
     try:
         proc.wait(timeout=timeout)
     except subprocess.TimeoutExpired:
