@@ -1,0 +1,111 @@
+"""Kubernetes nodes as raswarden drains and returns them (issue 55; the first part of the Kubernetes adapter).
+
+A drain is a cordon (``spec.unschedulable``), a ``NoSchedule`` taint of raswarden's own (:data:`TAINT_KEY`, so that
+what tolerates only the usual cordon taint does not land there either) and an annotation that says raswarden did it
+and why (:data:`REASON_ANNOTATION`, the reason beginning with ``raswarden:`` as on Slurm). A return undoes exactly
+that, and only on a node that carries raswarden's annotation: a node cordoned by someone else (an operator's ``kubectl
+cordon``, an upgrade) is never uncordoned. Both are idempotent and written as one strategic-merge patch each, so a
+process killed between two calls leaves either the whole drain or none of it.
+
+:func:`node_info` is a node as the playbooks see it (:class:`playbooks.scheduler.NodeInfo`): ``drain`` when
+cordoned, ``down`` when its kubelet reports it not ready, with the reason and who set it.
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+from playbooks.guards import REASON_PREFIX
+from playbooks.scheduler import DOWN, DRAIN, IDLE, NodeInfo, SchedulerError
+
+TAINT_KEY = "raswarden.io/drained"
+REASON_ANNOTATION = "raswarden.io/drain-reason"
+#: what the API calls a node that is not there, or a write that lost a race (the next pass tries again)
+_NOT_FOUND, _CONFLICT = 404, 409
+
+
+def node_info(node: Any) -> NodeInfo:
+    """A ``V1Node`` as the playbooks see it."""
+    annotations = node.metadata.annotations or {}
+    ours = annotations.get(REASON_ANNOTATION)
+    states = {IDLE}
+    if node.spec is not None and node.spec.unschedulable:
+        states = {DRAIN}
+    ready = next((c for c in (node.status.conditions or []) if c.type == "Ready"), None) if node.status else None
+    if ready is not None and ready.status != "True":  # no condition at all: nothing reports it (a fresh node)
+        states.add(DOWN)
+    reason = ours if ours is not None else ("cordoned" if DRAIN in states else "")
+    return NodeInfo(node.metadata.name, frozenset(states), reason=reason,
+                    reason_set_by="raswarden" if ours is not None else "")
+
+
+def drain(core: Any, name: str, reason: str) -> None:
+    """Cordon ``name``, taint it ``NoSchedule`` with raswarden's key and record the reason (idempotent). A node
+    someone else cordoned is left as it is and said so (raswarden would otherwise take it over)."""
+    if not reason.startswith(REASON_PREFIX):
+        raise SchedulerError(f"drain {name}: a reason of raswarden's begins with {REASON_PREFIX!r}", retryable=False)
+    node = _read(core, name, "drain")
+    annotations = node.metadata.annotations or {}
+    if node.spec.unschedulable and REASON_ANNOTATION not in annotations:
+        raise SchedulerError(f"drain {name}: cordoned by someone else; raswarden leaves it to them", retryable=False)
+    taints = [t for t in (node.spec.taints or []) if t.key != TAINT_KEY]
+    patch = {"metadata": {"annotations": {REASON_ANNOTATION: reason}},
+             "spec": {"unschedulable": True,
+                      "taints": [_taint_dict(t) for t in taints] + [{"key": TAINT_KEY, "effect": "NoSchedule",
+                                                                      "value": "true"}]}}
+    _patch(core, name, patch, "drain", node.metadata.resource_version)
+
+
+def resume(core: Any, name: str) -> None:
+    """Undo raswarden's drain of ``name``: uncordon, remove its taint and annotation (idempotent: a node with none of
+    them is left alone). A node cordoned by someone else stays cordoned."""
+    node = _read(core, name, "resume")
+    annotations = node.metadata.annotations or {}
+    if REASON_ANNOTATION not in annotations:
+        if node.spec.unschedulable:
+            raise SchedulerError(f"resume {name}: cordoned by someone else, not by raswarden; left cordoned",
+                                 retryable=False)
+        return
+    taints = [t for t in (node.spec.taints or []) if t.key != TAINT_KEY]
+    patch = {"metadata": {"annotations": {REASON_ANNOTATION: None}},
+             "spec": {"unschedulable": None, "taints": [_taint_dict(t) for t in taints] or None}}
+    _patch(core, name, patch, "resume", node.metadata.resource_version)
+
+
+def _read(core: Any, name: str, what: str) -> Any:
+    from kubernetes.client import ApiException
+
+    try:
+        return core.read_node(name)
+    except ApiException as exc:
+        raise _error(exc, f"{what} {name}") from None
+
+
+def _patch(core: Any, name: str, body: dict, what: str, resource_version: str | None) -> None:
+    """One merge patch, conditional on the node not having changed since it was read (a 409 is retried by the next
+    pass, which reads it again)."""
+    from kubernetes.client import ApiException
+
+    if resource_version is not None:
+        body = {**body, "metadata": {**body.get("metadata", {}), "resourceVersion": resource_version}}
+    try:
+        core.patch_node(name, body)
+    except ApiException as exc:
+        raise _error(exc, f"{what} {name}") from None
+
+
+def _error(exc: Any, what: str) -> SchedulerError:
+    if exc.status == _NOT_FOUND:
+        return SchedulerError(f"{what}: no such node", retryable=False)
+    if exc.status in (401, 403):
+        return SchedulerError(f"{what}: the API server refused raswarden ({exc.status} {exc.reason}): its service "
+                              "account needs the ClusterRole raswarden ships", retryable=False)
+    return SchedulerError(f"{what}: {exc.status} {exc.reason}", retryable=exc.status == _CONFLICT
+                          or exc.status == 429 or (exc.status or 0) >= 500)
+
+
+def _taint_dict(t: Any) -> dict:
+    out = {"key": t.key, "effect": t.effect}
+    if t.value is not None:
+        out["value"] = t.value
+    return out
