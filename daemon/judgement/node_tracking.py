@@ -14,8 +14,7 @@ import numpy as np
 import pandas as pd
 
 from daemon import metrics
-from detectors.schema import (entity_kind, name_codes, names_in,
-                              names_mask, node_of)
+from detectors.schema import entity_kind, name_codes, names_in, names_mask, node_of
 
 log = logging.getLogger("raswarden.pipeline")
 

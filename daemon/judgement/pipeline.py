@@ -8,30 +8,30 @@ from __future__ import annotations
 
 import logging
 from collections import Counter
-from dataclasses import dataclass, field
 from collections.abc import Callable
+from dataclasses import dataclass, field
 
 import numpy as np
 import pandas as pd
 
 from daemon import metrics
 from daemon.ingest.batch import Batch
+from daemon.ingest.naming import SeriesMapper
 from daemon.judgement.health import HealthConfig, HealthTracker, Transition, rollup_nodes
 from daemon.judgement.incidents import Incident, IncidentBook
-from daemon.ingest.naming import SeriesMapper
-from daemon.judgement.resolve import EventResolver, is_code_gauge
-from daemon.store import Store
-from detectors.cadence import Cadence
-from detectors.counters import CounterTracker
-from detectors.grouping import group_keys, group_mean, last_and_max
-from detectors.features import FeatureState
-from detectors.hold import GaugeHold
-from detectors import registry
-from detectors.contract import TICK_S, Detector, Evidence, TickInput
-from detectors.rules import RuleDetector
-from detectors.schema import (State, entity_kind, events_frame, frame, is_counter, name_codes, name_column, node_of)
 from daemon.judgement.node_tracking import NodeTracking
 from daemon.judgement.pipeline_memory import PipelineMemory
+from daemon.judgement.resolve import EventResolver, is_code_gauge
+from daemon.store import Store
+from detectors import registry
+from detectors.cadence import Cadence
+from detectors.contract import TICK_S, Detector, Evidence, TickInput
+from detectors.counters import CounterTracker
+from detectors.features import FeatureState
+from detectors.grouping import group_keys, group_mean, last_and_max
+from detectors.hold import GaugeHold
+from detectors.rules import RuleDetector
+from detectors.schema import State, entity_kind, events_frame, frame, is_counter, name_codes, name_column, node_of
 
 log = logging.getLogger("raswarden.pipeline")
 

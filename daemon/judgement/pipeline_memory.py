@@ -11,14 +11,13 @@ import logging
 from collections import deque
 from collections.abc import Callable
 
-
 from daemon.judgement.health import EntityHealth
 from daemon.judgement.incidents import CLUSTER_KINDS, Incident
 from daemon.store import Store
 from detectors import registry
 from detectors.contract import Evidence
 from detectors.rules import RuleDetector
-from detectors.schema import (State)
+from detectors.schema import State
 
 log = logging.getLogger("raswarden.pipeline")
 

@@ -12,6 +12,7 @@ from contextlib import contextmanager
 
 from sqlmodel import Session, select
 
+from daemon.store.journal import rows_of_incident
 from daemon.store.tables import (ActionRow, AlertGroupRow, AlertRow, IncidentCursorRow, IncidentRow, OutboxRow,
                                  RepairOrderRow, SilenceRow, TicketRow)
 
@@ -42,8 +43,7 @@ class AlertTransaction:
 
     def journal_of(self, incident_id: str) -> list[ActionRow]:
         """An incident's action journal rows, in the order written."""
-        return list(self._s.exec(select(ActionRow).where(ActionRow.incident_id == incident_id)
-                                 .order_by(ActionRow.id)).all())
+        return rows_of_incident(self._s, incident_id)
 
     def alert(self, incident_id: str) -> AlertRow | None:
         return self._s.get(AlertRow, incident_id)

@@ -168,8 +168,7 @@ class IncidentRecords:
 
     def node_racks(self) -> dict[str, str | None]:
         """Every known node's rack."""
-        with self.session() as s:
-            return {r.node: r.rack for r in s.exec(select(EntityRow).where(EntityRow.kind == "node")).all()}
+        return {r.node: r.rack for r in self.entities("node")}
 
     def count_nodes(self) -> int:
         with self.session() as s:

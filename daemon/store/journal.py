@@ -13,7 +13,7 @@ from __future__ import annotations
 import time
 
 from sqlalchemy import bindparam
-from sqlmodel import select
+from sqlmodel import Session, select
 
 from daemon.store.tables import ActionRow
 from playbooks.engine import OPEN, Action
@@ -23,6 +23,12 @@ _ALL = select(ActionRow.detail).where(ActionRow.step == "action").order_by(Actio
 _IN_STATUS = _ALL.where(ActionRow.status.in_(bindparam("status", expanding=True)))
 
 BREAKER_KEY = "circuit-breaker"
+
+
+def rows_of_incident(session: Session, incident_id: str) -> list[ActionRow]:
+    """An incident's journal rows in the order written, read in the caller's session (its transaction)."""
+    return list(session.exec(select(ActionRow).where(ActionRow.incident_id == incident_id)
+                             .order_by(ActionRow.id)).all())
 
 
 class StoreJournal:
@@ -105,8 +111,7 @@ class StoreJournal:
     def rows_of(self, incident_id: str) -> list[ActionRow]:
         """An incident's journal rows (playbook heads and their steps), in the order written."""
         with self.store.session() as s:
-            return list(s.exec(select(ActionRow).where(ActionRow.incident_id == incident_id)
-                               .order_by(ActionRow.id)).all())
+            return rows_of_incident(s, incident_id)
 
     def recent_rows(self, limit: int = 200) -> list[ActionRow]:
         """The newest ``limit`` rows of the journal, newest first."""

@@ -15,7 +15,6 @@ import time
 
 from sqlalchemy import update
 from sqlalchemy.exc import IntegrityError
-
 from sqlmodel import select
 
 from daemon.store.tables import LeaseRow

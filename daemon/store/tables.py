@@ -7,6 +7,7 @@ from __future__ import annotations
 from sqlalchemy import JSON, Column, Index, LargeBinary, UniqueConstraint
 from sqlmodel import Field, SQLModel
 
+
 class EntityRow(SQLModel, table=True):
     __tablename__ = "entity"
     id: str = Field(primary_key=True)
