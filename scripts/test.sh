@@ -13,14 +13,16 @@ if [ "$(id -u)" = 0 ]; then
   # systemd-journal-remote writes real journal files for the journald collector's journalctl test; strace
   # traces a real run against the unit's system-call filter; chromium renders the status page;
   # systemd-nspawn (systemd-container) boots a container whose systemd starts the packaged unit; promtool and
-  # VictoriaMetrics (victoria-metrics) dump and export a fleet's long-term storage for the readers' tests.
+  # VictoriaMetrics (victoria-metrics) dump and export a fleet's long-term storage for the readers' tests; openssl
+  # and curl make the Kubernetes lab's certificates and wait for its API server (scripts/kube-lab.sh).
   if ! command -v promtool >/dev/null || ! command -v prometheus-alertmanager >/dev/null \
       || [ ! -x /lib/systemd/systemd-journal-remote ] || ! command -v strace >/dev/null \
       || ! command -v chromium >/dev/null || ! command -v systemd-nspawn >/dev/null \
-      || ! command -v victoria-metrics >/dev/null; then
+      || ! command -v victoria-metrics >/dev/null || ! command -v openssl >/dev/null || ! command -v curl >/dev/null; then
     apt-get update -qq
     DEBIAN_FRONTEND=noninteractive apt-get install -y -qq --no-install-recommends prometheus \
-      prometheus-alertmanager systemd-journal-remote strace chromium systemd-container victoria-metrics >/dev/null
+      prometheus-alertmanager systemd-journal-remote strace chromium systemd-container victoria-metrics \
+      openssl curl >/dev/null
   fi
   ./scripts/slurm-lab.sh install  # the playbook tests start their own Slurm labs with it (one with slurmdbd)
   ./scripts/pg-lab.sh install
