@@ -35,6 +35,10 @@ def _text_lines(path: Path, ctx: ReadContext) -> io.TextIOWrapper:
     return io.TextIOWrapper(open_binary(path, ctx.rejects, FORMAT), encoding="utf-8", errors="replace", newline="\n")
 
 
+WIDTH_MARK = "\ufffdfields:"
+"""The first field of a row handed on for a line with the wrong number of fields (then the count)."""
+
+
 class _OneRowPerLine(io.TextIOBase):
     """A CSV file's lines with each one a row: a line the csv module would run on past its end (an odd number of
     quotes opens a field that swallows the lines after it) or stop at (a carriage return or NUL inside it) is
@@ -55,6 +59,10 @@ class _OneRowPerLine(io.TextIOBase):
         body = line.rstrip("\r\n")
         if body.count('"') % 2 or "\r" in body or "\x00" in body:
             return "\ufffd" + "," * (self.width - 1) + "\n"
+        if body.strip():  # (a blank line is skipped)
+            fields = body.count(",") + 1 if '"' not in body else len(next(csv.reader([body]), []))
+            if fields != self.width:  # rejected at its line (pandas' own bad-line hook is told no line number)
+                return f"{WIDTH_MARK}{fields}" + "," * (self.width - 1) + "\n"
         return line
 
     def readline(self, size: int = -1) -> str:
@@ -119,6 +127,10 @@ class ColumnarReader:
         if missing:
             ctx.rejects.refuse(FORMAT, str(path), f"missing columns {missing}")
             return
+        twice = sorted({c for c in header if header.count(c) > 1})
+        if twice:
+            ctx.rejects.refuse(FORMAT, str(path), f"columns named twice in the header: {twice}")
+            return
         row = 0
         # a field of any size is read, so that the row holding it is rejected alone (over 128 KiB, Python's csv
         # module raised and the rest of the file was lost, issue 54); names over NAME_MAX are refused per row below
@@ -127,6 +139,9 @@ class ColumnarReader:
         reader = pd.read_csv(
             _OneRowPerLine(fh, len(header)), chunksize=ctx.chunk_rows, dtype=str, keep_default_na=False,
             on_bad_lines=lambda fields: bad_lines.append(fields), engine="python",
+            # the header's names given, so a first row with a field too many is a bad line like any other (inferred,
+            # it became an index column and every later row lost its columns: found by the fuzz suite)
+            names=header, header=0,
         )
         try:
             for frame in reader:
@@ -151,7 +166,12 @@ class ColumnarReader:
             garbled |= frame[c].str.contains("\ufffd", regex=False, na=False).to_numpy(dtype=bool)
             garbled |= (frame[c].str.len() > NAME_MAX).to_numpy(dtype=bool, na_value=False)
         if garbled.any():
+            first = frame[frame.columns[0]].to_numpy(object)
             for i in np.flatnonzero(garbled)[:50]:
+                if isinstance(first[i], str) and first[i].startswith(WIDTH_MARK):
+                    ctx.rejects.reject(FORMAT, f"{where} {lines[i]}", f"{first[i][len(WIDTH_MARK):]} fields where the "
+                                       f"header has {len(frame.columns)}")
+                    continue
                 ctx.rejects.reject(FORMAT, f"{where} {lines[i]}",
                                    f"a byte that is not UTF-8, a stray quote, carriage return or NUL, or a name or "
                                    f"number over {NAME_MAX} characters")

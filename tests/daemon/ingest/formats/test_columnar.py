@@ -33,6 +33,19 @@ def test_bad_csv_rows_are_rejected_by_line(tmp_path, ctx):
     assert ctx.rejects.total == 3 and ctx.rejects.messages[0].startswith(f"{p}:line 3")
 
 
+def test_a_first_row_with_a_field_too_many_costs_only_itself(tmp_path, ctx):
+    """Found by the fuzz suite: a first data row with one field more than the header made pandas take the first
+    column for an index, and every later row lost its timestamp. Rows of the wrong width are rejected at their line."""
+    rows = [f"{1772409630 + 30 * k},sn01-b01/gpu0,gpu_temp_c,{40 + k}" for k in range(6)]
+    rows[0], rows[3] = "," + rows[0], rows[3] + ",7"
+    p = tmp_path / "s.csv"
+    p.write_text("ts,entity,metric,value\n" + "\n".join(rows[:5]) + "\n\n" + rows[5] + "\n")  # and a blank line
+    s = read_all(ColumnarReader(), p, ctx).samples
+    assert list(s["value"]) == [41.0, 42.0, 44.0, 45.0]
+    assert [m.split(": ", 1) for m in ctx.rejects.messages] == [
+        [f"{p}:line 2", "5 fields where the header has 4"], [f"{p}:line 5", "5 fields where the header has 4"]]
+
+
 def test_one_bad_byte_costs_its_row_not_the_file(tmp_path, ctx):
     """Issue 54, probe 6: a byte that is not UTF-8 on line 211 dropped the file's rest, the reject naming line 2."""
     rows = [f"{1772409630 + 30 * k},sn01-b01/gpu0,gpu_temp_c,{40 + k % 5}".encode() for k in range(300)]
