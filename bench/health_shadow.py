@@ -59,14 +59,9 @@ def run_shadowed(kind: str, sampling: str, noise: str, seed: int, model: str | N
         def __init__(self, config=None):
             super().__init__(config)
             self.shadow = HealthTracker(replace(self.config, **shadow))
-
-        def observe(self, entities, now):
-            entities = list(entities)
-            super().observe(entities, now)
-            self.shadow.observe(entities, now)
+            self.shadow.freshness = self.freshness  # one record of what was observed when, and each one's window
 
         def update(self, now, evidence):
-            self.shadow.stale_after = self.stale_after
             out = super().update(now, evidence)
             for who, moves in (("run", out), ("shadow", self.shadow.update(now, evidence))):
                 entries[who] += [(t.ts, t.entity, t.new.label) for t in moves if t.new.label in FLAG_STATES]

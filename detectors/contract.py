@@ -20,6 +20,7 @@ from typing import ClassVar, Protocol, runtime_checkable
 import pandas as pd
 
 from detectors.schema import State
+from detectors.table import Table
 
 TICK_S = 30.0
 """The default tick, in seconds: the daemon's ``[service] interval_s``, replay's, evaluation's and training's
@@ -56,8 +57,10 @@ class TickInput:
 
     now: float
     events: pd.DataFrame
-    increases: pd.DataFrame  # entity, metric, increase, resets
-    gauges: pd.DataFrame  # entity, metric, last, max (and mean: the tick's finite samples, where the pipeline made it)
+    # detectors.table.Table in the pipeline (a DataFrame serves too): read columns as np.asarray(t[c]), name_codes
+    increases: pd.DataFrame | Table  # entity, metric, increase, resets
+    gauges: pd.DataFrame | Table  # entity, metric, last, max (and mean: the tick's finite samples, where the pipeline
+    # made it)
     grace_nodes: frozenset[str] = frozenset()
     features: dict | None = None  # kind -> detectors.features.FeatureFrame, when a detector needs them
     models: Mapping[str, str] | None = None  # accelerator -> model from the telemetry (peer groups never mix)

@@ -13,7 +13,8 @@ import numpy as np
 import pandas as pd
 
 from detectors.grouping import SeriesSlots, group_keys
-from detectors.schema import frame, name_codes, name_column
+from detectors.schema import name_codes
+from detectors.table import NO_NAMES, Names, Table
 
 WRAP32 = float(2**32)
 WRAP64 = float(2**64)
@@ -48,7 +49,7 @@ class CounterTracker:
     def __len__(self) -> int:
         return len(self._slots)
 
-    def update(self, samples: pd.DataFrame) -> pd.DataFrame:
+    def update(self, samples: pd.DataFrame | Table) -> Table:
         """Increases per (entity, metric) over this batch of counter samples (sorted by time).
 
         Returns columns ``entity, metric, increase, resets, last, dt``: ``dt`` is the time the increase was counted
@@ -56,12 +57,13 @@ class CounterTracker:
         ``increase / dt`` whatever the sampling interval.
         """
         if samples.empty:
-            return frame({"entity": [], "metric": [], "increase": [], "resets": [], "last": [], "dt": []})
+            return Table({"entity": NO_NAMES, "metric": NO_NAMES, "increase": np.empty(0),
+                          "resets": np.empty(0, dtype=np.int64), "last": np.empty(0), "dt": np.empty(0)})
         ent_codes, ent_names = name_codes(samples["entity"])
         met_codes, met_names = name_codes(samples["metric"])
         width = len(met_names) + 1
-        val = samples["value"].to_numpy(dtype=np.float64)
-        ts = samples["ts"].to_numpy(dtype=np.float64)
+        val = np.asarray(samples["value"], dtype=np.float64)
+        ts = np.asarray(samples["ts"], dtype=np.float64)
         inverse, keys = group_keys(ent_codes.astype(np.int64) * width + met_codes, len(ent_names) * width)
         slots, grow = self._slots.lookup(keys, ent_names, met_names)
         if grow:
@@ -88,9 +90,8 @@ class CounterTracker:
         dt = last_ts - self._ts[slots]
         self._last[slots] = last
         self._ts[slots] = last_ts
-        return frame({"entity": name_column(keys // width, ent_names, samples["entity"]),
-                      "metric": name_column(keys % width, met_names, samples["metric"]), "increase": total,
-                      "resets": resets.astype(np.int64), "last": last, "dt": dt})
+        return Table({"entity": Names(keys // width, ent_names), "metric": Names(keys % width, met_names),
+                      "increase": total, "resets": resets.astype(np.int64), "last": last, "dt": dt})
 
 
 class DecayingCount:

@@ -256,8 +256,8 @@ class FeatureState:
         parts = self._split(inc, {k: st.col_counter for k, st in self.kinds.items()})
         if not parts:
             return
-        increase = inc["increase"].to_numpy(dtype=float)
-        resets = (inc["resets"].to_numpy() > 0) if "resets" in inc else np.zeros(len(inc), dtype=bool)
+        increase = np.asarray(inc["increase"], dtype=float)
+        resets = (np.asarray(inc["resets"]) > 0) if "resets" in inc else np.zeros(len(inc), dtype=bool)
         for kind, (pick, rows, cols) in parts.items():
             st = self.kinds[kind]
             inc_k, reset_k = increase[pick], resets[pick]
@@ -282,7 +282,7 @@ class FeatureState:
         parts = self._split(g, {k: st.col_gauge for k, st in self.kinds.items()})
         if not parts:
             return
-        last = g["last"].to_numpy(dtype=float)
+        last = np.asarray(g["last"], dtype=float)
         for kind, (pick, rows, cols) in parts.items():
             st = self.kinds[kind]
             v = last[pick]

@@ -15,9 +15,12 @@ import pandas as pd
 
 from detectors.cadence import Cadence
 from detectors.grouping import SeriesSlots
-from detectors.schema import frame, name_codes
+from detectors.schema import name_codes
+from detectors.table import NO_NAMES, Names, Table
 
 COLUMNS = ("entity", "metric", "last", "max", "mean", "fresh")
+_EMPTY = Table({"entity": NO_NAMES, "metric": NO_NAMES, "last": np.empty(0), "max": np.empty(0), "mean": np.empty(0),
+                "fresh": np.empty(0, dtype=bool)})
 
 
 class GaugeHold:
@@ -34,9 +37,9 @@ class GaugeHold:
         self._entity_of: dict[str, int] = {}
         self._metrics: list[str] = []
         self._metric_of: dict[str, int] = {}
-        self._cats: tuple[pd.CategoricalDtype, pd.CategoricalDtype] | None = None
+        self._cats: tuple[np.ndarray, np.ndarray] | None = None
 
-    def update(self, now: float, gauges: pd.DataFrame, cadence: Cadence) -> pd.DataFrame:
+    def update(self, now: float, gauges: pd.DataFrame | Table, cadence: Cadence) -> Table:
         """Fold in the tick's gauge readings (``entity, metric, last, max`` and ``mean`` where given) and return every
         current one (a held reading's max and mean are its last: they were judged in the tick it came in)."""
         fresh_slots = np.empty(0, dtype=np.int64)
@@ -48,12 +51,12 @@ class GaugeHold:
             slots, grow = self._slots.lookup(ent_codes.astype(np.int64) * width + met_codes, ent_names, met_names)
             if grow:
                 self._grow(slots, ent_names[ent_codes], met_names[met_codes], cadence)
-            self.last[slots] = gauges["last"].to_numpy(dtype=float)
+            self.last[slots] = np.asarray(gauges["last"], dtype=float)
             self.at[slots] = now
-            fresh_slots, peak_of_fresh = slots, gauges["max"].to_numpy(dtype=float)
-            mean_of_fresh = gauges["mean" if "mean" in gauges else "last"].to_numpy(dtype=float)
+            fresh_slots, peak_of_fresh = slots, np.asarray(gauges["max"], dtype=float)
+            mean_of_fresh = np.asarray(gauges["mean" if "mean" in gauges else "last"], dtype=float)
         if not len(self.last):
-            return frame({c: [] for c in COLUMNS})
+            return _EMPTY
         current = (now - self.at) <= cadence.window_of(self.entity_row)
         current[fresh_slots] = True
         pick = np.flatnonzero(current)
@@ -61,15 +64,13 @@ class GaugeHold:
         mean = peak.copy()
         fresh = self.at[pick] == now
         if len(fresh_slots):
-            where = np.searchsorted(pick, fresh_slots)
+            where = (np.cumsum(current) - 1)[fresh_slots]  # each fresh slot's place in pick (linear, no search)
             peak[where] = peak_of_fresh
             mean[where] = mean_of_fresh
-        ent_dtype, met_dtype = self._dtypes()
-        return frame({
-            "entity": pd.Categorical.from_codes(self.entity_code[pick], dtype=ent_dtype, validate=False),
-            "metric": pd.Categorical.from_codes(self.metric_code[pick], dtype=met_dtype, validate=False),
-            "last": self.last[pick], "max": peak, "mean": mean, "fresh": fresh,
-        })
+        entities, metrics = self._names()
+        return Table({"entity": Names(self.entity_code[pick], entities),
+                      "metric": Names(self.metric_code[pick], metrics),
+                      "last": self.last[pick], "max": peak, "mean": mean, "fresh": fresh})
 
     def _grow(self, slots: np.ndarray, entities: np.ndarray, metrics: np.ndarray, cadence: Cadence) -> None:
         n = len(self._slots)
@@ -94,10 +95,15 @@ class GaugeHold:
             self._cats = None
         return code
 
-    def _dtypes(self) -> tuple[pd.CategoricalDtype, pd.CategoricalDtype]:
-        """The categories of the returned frames, the same objects while no name is added (the pipeline's
+    def _names(self) -> tuple[np.ndarray, np.ndarray]:
+        """The name arrays of the returned tables, the same objects while no name is added (the detectors'
         per-name caches key on them)."""
         if self._cats is None:
-            self._cats = (pd.CategoricalDtype(pd.Index(self._entities, dtype=object)),
-                          pd.CategoricalDtype(pd.Index(self._metrics, dtype=object)))
+            self._cats = (_frozen(self._entities), _frozen(self._metrics))
         return self._cats
+
+
+def _frozen(names: list[str]) -> np.ndarray:
+    out = np.asarray(names, dtype=object)
+    out.flags.writeable = False
+    return out

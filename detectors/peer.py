@@ -164,10 +164,10 @@ class PeerDeviation:
         if not pick.any():
             return []
         met_codes, met_names = name_codes(g["metric"])
-        codes, met_codes, reading = codes[pick], met_codes[pick], g["last"].to_numpy(dtype=float)[pick]
+        codes, met_codes, reading = codes[pick], met_codes[pick], np.asarray(g["last"], dtype=float)[pick]
         slot = self._metric_slots(met_names)[met_codes]
         if "mean" in g:
-            reading = np.where(_TICK_MEAN[slot], g["mean"].to_numpy(dtype=float)[pick], reading)
+            reading = np.where(_TICK_MEAN[slot], np.asarray(g["mean"], dtype=float)[pick], reading)
         accel_id = self._accelerator_names(ids) & (np.bincount(codes, minlength=len(ids)) > 0)
         if not accel_id.any():
             return []

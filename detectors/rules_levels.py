@@ -41,7 +41,7 @@ class LevelRules:
             return
         ecodes, enames = name_codes(inc["entity"])
         mcodes, mnames = name_codes(inc["metric"])
-        increases = inc["increase"].to_numpy()
+        increases = np.asarray(inc["increase"])
         moved = np.flatnonzero(increases > 0)
         ecodes, mcodes, increases = ecodes[moved], mcodes[moved], increases[moved]
         hard = np.flatnonzero(np.isin(mcodes, [i for i, m in enumerate(mnames) if m in _HARD_COUNTERS]))
@@ -127,9 +127,10 @@ class LevelRules:
         """A counter stuck at its maximum is blind: say so on the port (a watch, with the way to clear it)."""
         codes, names = name_codes(inc["metric"])
         at_max = np.array([SATURATES.get(m, np.inf) for m in names], dtype=float)[codes]  # per name, not per row
-        stuck = np.flatnonzero(inc["last"].to_numpy() >= at_max)
+        stuck = np.flatnonzero(np.asarray(inc["last"]) >= at_max)
+        ecodes, enames = name_codes(inc["entity"])
         for i in stuck:
-            entity, name = str(inc["entity"].iat[i]), names[codes[i]]
+            entity, name = str(enames[ecodes[i]]), names[codes[i]]
             reason = (f"{name.removesuffix('_total')} stuck at {at_max[i]:.0f}, the counter's maximum: it counts no "
                       "more (clear the port's counters, e.g. perfquery -R)")
             self.clear_latch(entity, f"saturated-{name}")
@@ -141,8 +142,8 @@ class LevelRules:
         if g.empty:
             return
         metric = g["metric"]
-        last = g["last"].to_numpy()
-        peak = g["max"].to_numpy()
+        last = np.asarray(g["last"])
+        peak = np.asarray(g["max"])
         hit = (
             (names_in(metric, ("gpu_temp_c",)) & (peak >= self.gpu_temp_slowdown_c))
             | (names_in(metric, ("row_remap_failure",)) & (last >= 1))
@@ -155,7 +156,7 @@ class LevelRules:
         if not hit.any():
             return
         g = g[hit]
-        for entity, metric, last, peak in zip(g["entity"], g["metric"], g["last"], g["max"]):
+        for entity, metric, last, peak in zip(g["entity"], g["metric"], g["last"].tolist(), g["max"].tolist()):
             if metric == "gpu_temp_c":
                 if peak >= self.gpu_temp_shutdown_c:
                     limit = f"at the shutdown limit ({self.gpu_temp_shutdown_c:.0f} °C)"

@@ -8,9 +8,12 @@ from __future__ import annotations
 import enum
 import re
 from collections import OrderedDict
+from collections.abc import Callable
 
 import numpy as np
 import pandas as pd
+
+from detectors.table import Names
 
 SAMPLE_COLUMNS = ("ts", "entity", "metric", "value")
 EVENT_COLUMNS = ("ts", "entity", "kind", "code", "severity", "message", "source", "pci", "device")
@@ -79,12 +82,16 @@ def within(entity: str, scope: str) -> bool:
     return entity == scope or ("/" not in scope and node_of(entity) == scope)
 
 
-def name_codes(column: pd.Series) -> tuple[np.ndarray, np.ndarray]:
-    """Integer codes and their names for a name column (``entity``, ``metric``): a categorical's own codes,
-    or a plain column factorized. Codes index the names; rows compare as integers, not strings."""
+def name_codes(column) -> tuple[np.ndarray, np.ndarray]:
+    """Integer codes and their names for a name column (``entity``, ``metric``): a :class:`~detectors.table.Names`
+    column's or a categorical's own codes, or a plain column factorized. Codes index the names; rows compare as
+    integers, not strings."""
+    if isinstance(column, Names):
+        return column.codes, column.names
     if isinstance(column.dtype, pd.CategoricalDtype):
-        return column.array.codes, _names_of(column.dtype.categories)  # the codes array itself, no Series
-    codes, names = pd.factorize(column.to_numpy(object))
+        codes = column.codes if isinstance(column, pd.Categorical) else column.array.codes  # no Series
+        return codes, _names_of(column.dtype.categories)
+    codes, names = pd.factorize(np.asarray(column, dtype=object))
     return codes, np.asarray(names, dtype=object)
 
 
@@ -144,6 +151,17 @@ def names_mask(names: np.ndarray, wanted) -> np.ndarray:
         _HITS.clear()
     _HITS[key] = (names, wanted, mask)  # held: their ids cannot be reused while the entry stands
     return mask
+
+
+class NamesWhere:
+    """The names for which ``test`` holds, as a set :func:`names_mask` and :func:`names_in` can ask (they keep its
+    answer per name array: hold one for the lifetime of the test)."""
+
+    def __init__(self, test: Callable[[str], bool]):
+        self.test = test
+
+    def __contains__(self, name: object) -> bool:
+        return isinstance(name, str) and self.test(name)
 
 
 _COLUMN_INDEX: dict[tuple[str, ...], pd.Index] = {}

@@ -114,7 +114,7 @@ class SharedHeat:
             return
         ent_codes, names = name_codes(gauges["entity"])
         met_codes, met_names = name_codes(gauges["metric"])
-        last = gauges["last"].to_numpy(dtype=float)
+        last = np.asarray(gauges["last"], dtype=float)
         cols = {m: np.full(len(names), np.nan) for m in _METRICS}
         fresh = np.zeros(len(names), dtype=bool)
         for m in _METRICS:
@@ -124,7 +124,7 @@ class SharedHeat:
             sel = np.flatnonzero((met_codes == code[0]) & (ent_codes >= 0))
             cols[m][ent_codes[sel]] = last[sel]
             if m == "gpu_temp_c":
-                fresh[ent_codes[sel]] = gauges["fresh"].to_numpy(dtype=bool)[sel] if "fresh" in gauges else True
+                fresh[ent_codes[sel]] = np.asarray(gauges["fresh"], dtype=bool)[sel] if "fresh" in gauges else True
         has_temp = np.isfinite(cols["gpu_temp_c"])
         if not has_temp.any():
             return

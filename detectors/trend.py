@@ -150,8 +150,8 @@ class TrendDetector(FleetRates, TrendJudgement):
             pick = names_mask(mnames, COUNTERS)[mcodes]
             if pick.any():
                 ecodes, enames = name_codes(inc["entity"])
-                dt = inc["dt"].to_numpy(dtype=float)[pick] if "dt" in inc else np.full(int(pick.sum()), tick_s)
-                self._count(ecodes[pick], enames, mcodes[pick], mnames, inc["increase"].to_numpy(dtype=float)[pick],
+                dt = np.asarray(inc["dt"], dtype=float)[pick] if "dt" in inc else np.full(int(pick.sum()), tick_s)
+                self._count(ecodes[pick], enames, mcodes[pick], mnames, np.asarray(inc["increase"], dtype=float)[pick],
                             dt, now, models)
         logged = self._logged_aer(tick.events, inc)
         if logged is not None:
@@ -186,7 +186,7 @@ class TrendDetector(FleetRates, TrendJudgement):
             accelerator = self._accelerator_cache[1]
             longest = np.full(len(names), np.nan)
             ok = codes >= 0
-            np.fmax.at(longest, codes[ok], inc["dt"].to_numpy(dtype=float)[ok])
+            np.fmax.at(longest, codes[ok], np.asarray(inc["dt"], dtype=float)[ok])
         increase = np.zeros(len(names))
         if counts:
             index = dict(zip(names.tolist(), range(len(names))))

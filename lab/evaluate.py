@@ -106,7 +106,7 @@ def evaluate_simulation(sim, baseline: bool, interval_s: float = TICK_S, model=N
         end = float(tick_index(np.array([chunk.ts[-1]]), interval_s)[0] * interval_s)
         samples, events = batch.samples, batch.events
         if carry is not None:
-            samples = pd.concat([carry[0], samples], ignore_index=True)
+            samples = _stack(carry[0], samples)
             events = pd.concat([carry[1], events], ignore_index=True) if len(carry[1]) else events
         # every tick replay would make up to the chunk's end: a simulator step longer than the tick (a 5-minute
         # cell's 60 s) is more than one tick of the daemon, and its kernel lines fall in the tick of their stamp
@@ -115,9 +115,9 @@ def evaluate_simulation(sim, baseline: bool, interval_s: float = TICK_S, model=N
             later = samples["ts"].to_numpy() > now
             late_events = events["ts"].to_numpy() > now
             tick = copy.copy(batch)
-            tick.samples = samples[~later].reset_index(drop=True)
+            tick.samples = _rows(samples, ~later)
             tick.events = events[~late_events].reset_index(drop=True)
-            samples, events = samples[later], events[late_events]
+            samples, events = _rows(samples, later), events[late_events]
             pipeline.tick(now, tick)
             last = now
         carry = (samples, events)
@@ -131,6 +131,40 @@ def evaluate_simulation(sim, baseline: bool, interval_s: float = TICK_S, model=N
 
     return evaluate(flags_from_findings(sink.findings), labels, trace_end=last or sim.scenario.start,
                     node_days=len(sim.topo.nodes) * days, interval_s=interval_s, holds=holds, sampling_s=sampling)
+
+
+def _stack(a, b):
+    """``a``'s rows then ``b``'s: ``pd.concat``, without its check of the categories where each name column of both
+    shares one dtype object (the simulator's, from tick to tick), which cost more than the tick it fed."""
+    import numpy as np
+    import pandas as pd
+
+    from detectors.schema import frame
+
+    if list(a.columns) != list(b.columns) or any(
+            isinstance(a[c].dtype, pd.CategoricalDtype) and a[c].dtype is not b[c].dtype for c in a.columns):
+        return pd.concat([a, b], ignore_index=True)
+    out = {}
+    for c in a.columns:
+        x, y = a[c], b[c]
+        if isinstance(x.dtype, pd.CategoricalDtype):
+            out[c] = pd.Categorical.from_codes(np.concatenate([x.array.codes, y.array.codes]), dtype=x.dtype,
+                                               validate=False)
+        else:
+            out[c] = np.concatenate([x.to_numpy(), y.to_numpy()])
+    return frame(out)
+
+
+def _rows(df, mask):
+    """``df[mask]`` with a fresh index, each column taken once (see :func:`_stack`)."""
+    import pandas as pd
+
+    from detectors.schema import frame
+
+    if any(not isinstance(df[c].dtype, pd.CategoricalDtype) and df[c].dtype == object for c in df.columns):
+        return df[mask].reset_index(drop=True)
+    return frame({c: df[c].array[mask] if isinstance(df[c].dtype, pd.CategoricalDtype) else df[c].to_numpy()[mask]
+                  for c in df.columns})
 
 
 def merge(evaluations: list[Evaluation]) -> Evaluation:

@@ -17,6 +17,10 @@ from __future__ import annotations
 from collections import deque
 from dataclasses import dataclass, field
 
+import numpy as np
+
+from daemon.judgement.freshness import Freshness
+
 from detectors.contract import Evidence
 from detectors.schema import State, entity_kind, node_of
 
@@ -82,8 +86,8 @@ class HealthTracker:
     def __init__(self, config: HealthConfig | None = None):
         self.config = config or HealthConfig()
         self.entities: dict[str, EntityHealth] = {}
-        self.last_seen: dict[str, float] = {}
-        self.stale_after: dict[str, float] = {}  # per entity, from its sampling interval (default stale_after_s)
+        # when each entity was last observed, and its staleness window from its sampling interval
+        self.freshness = Freshness(self.config.stale_after_s)
 
     def state_of(self, entity: str) -> State:
         h = self.entities.get(entity)
@@ -91,11 +95,17 @@ class HealthTracker:
 
     def observe(self, entities, now: float) -> None:
         """Mark entities as having fresh telemetry at ``now``."""
-        self.last_seen.update(dict.fromkeys(entities, now))
+        self.freshness.observe(entities, now)
+
+    def observe_names(self, names: np.ndarray, codes: np.ndarray, now: float) -> None:
+        """Mark the entities ``names[codes]`` as having fresh telemetry at ``now`` (``names``: a name array as
+        :func:`detectors.schema.name_codes` hands them out, the same object while the names do not change)."""
+        if len(codes):
+            self.freshness.observe_rows(self.freshness.rows(names)[codes], now)
 
     def is_fresh(self, entity: str, now: float) -> bool:
-        seen = self.last_seen.get(entity)
-        return seen is not None and now - seen <= self.stale_after.get(entity, self.config.stale_after_s)
+        self.freshness.default_s = self.config.stale_after_s
+        return self.freshness.is_fresh(entity, now)
 
     def update(self, now: float, evidence: list[Evidence]) -> list[Transition]:
         """Advance every entity by one tick."""
@@ -108,8 +118,8 @@ class HealthTracker:
                    if cfg.latched_at_once and any(x.latched for x in evs)}
         transitions: list[Transition] = []
         candidates = set(combined) | {e for e, h in self.entities.items() if h.state != State.HEALTHY or any(h.window)}
-        window, default = self.stale_after.get, cfg.stale_after_s
-        candidates |= {e for e, t in self.last_seen.items() if now - t > window(e, default)}
+        self.freshness.default_s = cfg.stale_after_s
+        candidates.update(self.freshness.stale(now))
         for entity in sorted(candidates):
             h = self.entities.get(entity)
             if h is None:

@@ -17,6 +17,29 @@ from daemon import metrics
 from detectors.schema import entity_kind, name_codes, names_in, names_mask, node_of
 
 log = logging.getLogger("raswarden.pipeline")
+_NO_NAMES = np.empty(0, dtype=object)
+_NO_CODES = np.empty(0, dtype=np.int64)
+
+
+class _NameFacts:
+    """Per name of one name array: whether it is a registered entity, and its node (see
+    :meth:`NodeTracking._name_facts`)."""
+
+    def __init__(self, names: np.ndarray, known: set[str]):
+        self.names, self.known = names, known
+        listed = names.tolist()
+        self.registered = np.fromiter((n in known for n in listed), dtype=bool, count=len(listed))
+        node_names = [node_of(n) for n in listed]
+        self.node_list = sorted(set(node_names))
+        self.node_array = np.asarray(self.node_list, dtype=object)
+        code = {n: i for i, n in enumerate(self.node_list)}
+        self.node_code = np.fromiter((code[n] for n in node_names), dtype=np.int64, count=len(listed))
+
+    def nodes_of(self, codes: np.ndarray) -> np.ndarray:
+        """The nodes of the names ``codes``, each once, sorted: their codes in :attr:`node_array`."""
+        present = np.zeros(len(self.node_list), dtype=bool)
+        present[self.node_code[codes]] = True
+        return np.flatnonzero(present)
 
 
 class NodeTracking:
@@ -36,23 +59,37 @@ class NodeTracking:
 
     # ------------------------------------------------------------------------------------------
 
-    def _seen_entities(self, samples: pd.DataFrame, now: float) -> list[str]:
-        """The entities sampled this tick (switch ends left out); learns their sampling intervals."""
+    def _seen_entities(self, samples: pd.DataFrame, now: float) -> tuple[np.ndarray, np.ndarray]:
+        """The entities sampled this tick (switch ends left out), as a name array and the codes of the sampled ones
+        in it; learns their sampling intervals and registers the new ones."""
         if samples.empty:
-            return []
+            return _NO_NAMES, _NO_CODES
         codes, names = name_codes(samples["entity"])
         ok = codes >= 0
         last = np.full(len(names), -np.inf)
         np.maximum.at(last, codes[ok], samples["ts"].to_numpy()[ok])
         present = np.flatnonzero(last > -np.inf)
-        rows = self.cadence.observe(names[present], last[present])
+        rows = self.cadence.observe_rows(self.cadence.rows_of_names(names)[present], last[present])
         self._learn_windows(names[present], rows)
         if self.switch_ends:  # a switch port is the far end of a node's link, not an entity of a node
             present = present[~names_mask(names, self.switch_ends)[present]]
-        seen = names[present].tolist()
-        for e in sorted(set(seen).difference(self.known_entities)):
-            self._register(e, now)
-        return seen
+        facts = self._name_facts(names)
+        new = present[~facts.registered[present]]
+        if len(new):
+            for e in sorted(set(names[new].tolist()).difference(self.known_entities)):
+                self._register(e, now)
+            facts.registered[new] = True
+        return names, present
+
+    def _name_facts(self, names: np.ndarray) -> _NameFacts:
+        """What is known of each name of a name array, kept while the same array comes (see ``name_codes``) and
+        the pipeline's set of known entities is the same object (a warm state taken up replaces it)."""
+        facts = self._facts.get(id(names))
+        if facts is None or facts.names is not names or facts.known is not self.known_entities:
+            facts = self._facts[id(names)] = _NameFacts(names, self.known_entities)  # holds names: no id reused
+            while len(self._facts) > 4:  # a few arrays alternate (a source sampled every 5 minutes, one every 15 s)
+                del self._facts[next(iter(self._facts))]
+        return facts
 
     def _learn_windows(self, names: np.ndarray, rows: np.ndarray) -> None:
         """Give health the staleness window each entity's sampling interval implies, where it changed."""
@@ -64,12 +101,13 @@ class NodeTracking:
         if not len(changed):
             return
         told[rows[changed]] = window[changed]
-        stale_after = self.health.stale_after
+        freshness = self.health.freshness
         for entity, w in zip(names[changed].tolist(), window[changed].tolist()):
-            stale_after[entity] = w
+            freshness.set_window(entity, w)
             node = node_of(entity)
             if w > self.node_window.get(node, 0.0):
-                self.node_window[node] = stale_after[node] = w
+                self.node_window[node] = w
+                freshness.set_window(node, w)
 
     def _register(self, entity: str, now: float) -> None:
         self.known_entities.add(entity)
@@ -80,10 +118,15 @@ class NodeTracking:
         self.new_entities.append({"id": entity, "kind": kind, "node": node,
                                   "rack": self.mapper.topology.rack_of(node), "first_seen": now, "attrs": {}})
 
-    def _track_nodes(self, now: float, seen: list[str], events: pd.DataFrame) -> None:
-        """Node freshness: a node is fresh while any of its entities is, stale after its longest window."""
-        node_of_entity = self.node_of_entity
-        nodes = set(map(node_of_entity.__getitem__, seen))
+    def _track_nodes(self, now: float, names: np.ndarray, seen: np.ndarray) -> None:
+        """Node freshness: a node is fresh while any of its entities (``names[seen]``) is, stale after its longest
+        window."""
+        if len(seen):
+            facts = self._name_facts(names)
+            node_codes = facts.nodes_of(seen)
+            nodes = facts.node_array[node_codes].tolist()
+        else:
+            nodes = []
         default = self.config.health.stale_after_s
         for node in nodes:
             self.node_seen[node] = now
@@ -94,7 +137,8 @@ class NodeTracking:
             if now - last > self.node_window.get(node, default) and node not in self.node_stale_since:
                 self.node_stale_since[node] = last
         # A node is fresh when any of its entities is: mark the node itself observed.
-        self.health.observe(nodes, now)
+        if nodes:
+            self.health.observe_names(facts.node_array, node_codes, now)
 
     def _reboot_evidence(self, now: float, events: pd.DataFrame, increases: pd.DataFrame,
                          gauges: pd.DataFrame) -> None:
@@ -115,10 +159,10 @@ class NodeTracking:
                 self.boot_time[node] = booted
                 if before is not None and booted - before > 60.0:
                     self._grace(node, booted + grace)
-        if len(increases) and (increases["resets"].to_numpy() > 0).any():
-            entity = increases["entity"].to_numpy(object)
+        if len(increases) and (np.asarray(increases["resets"]) > 0).any():
+            entity = np.asarray(increases["entity"], dtype=object)
             node = np.array([self.node_of_entity.get(e) or node_of(e) for e in entity], dtype=object)
-            reset = increases["resets"].to_numpy() > 0
+            reset = np.asarray(increases["resets"]) > 0
             for n in sorted(set(node[reset])):
                 mine = node == n
                 reset_entities = len(set(entity[mine & reset]))

@@ -31,9 +31,19 @@ from detectors.features import FeatureState
 from detectors.grouping import group_keys, group_mean, last_and_max
 from detectors.hold import GaugeHold
 from detectors.rules import RuleDetector
-from detectors.schema import State, entity_kind, events_frame, frame, is_counter, name_codes, name_column, node_of
+from detectors.schema import (NamesWhere, State, entity_kind, events_frame, is_counter, name_codes, names_mask,
+                              node_of)
+from detectors.table import NO_NAMES, Names, Table
 
 log = logging.getLogger("raswarden.pipeline")
+
+
+_IsCounter = NamesWhere(is_counter)
+_IsCodeGauge = NamesWhere(is_code_gauge)
+_NO_COUNTERS = Table({"ts": np.empty(0), "entity": NO_NAMES, "metric": NO_NAMES, "value": np.empty(0)})
+_NO_GAUGES = Table({"entity": NO_NAMES, "metric": NO_NAMES, "last": np.empty(0), "max": np.empty(0),
+                    "mean": np.empty(0)})
+_NO_CODES = Table({"entity": NO_NAMES, "metric": NO_NAMES, "ts": np.empty(0), "value": np.empty(0)})
 
 @dataclass
 class PipelineConfig:
@@ -119,6 +129,7 @@ class Pipeline(PipelineMemory, NodeTracking):
         self.known_entities: set[str] = set()
         self.node_of_entity: dict[str, str] = {}  # every known entity's node, so a tick splits no ids
         self.new_entities: list[dict] = []
+        self._facts: dict = {}  # what is known of each name of the last few name arrays (NodeTracking._name_facts)
 
     def use_model(self, model) -> None:
         """Swap the learned detectors for those of ``model`` (None: run without); the others keep their state."""
@@ -149,8 +160,8 @@ class Pipeline(PipelineMemory, NodeTracking):
         for kind in events["kind"]:
             self.events_by_kind[kind] = self.events_by_kind.get(kind, 0) + 1
 
-        seen = self._seen_entities(samples, now)
-        self._track_nodes(now, seen, events)
+        names, seen = self._seen_entities(samples, now)
+        self._track_nodes(now, names, seen)
         increases = self.counters.update(counters)
         gauges = self.hold.update(now, sampled, self.cadence)
         self._reboot_evidence(now, events, increases, sampled)
@@ -159,7 +170,7 @@ class Pipeline(PipelineMemory, NodeTracking):
         models = self.mapper.accelerator_model
         frames = None
         if self.features is not None:  # the streaming features take only this tick's readings
-            fresh = gauges[gauges["fresh"].to_numpy(dtype=bool)] if len(gauges) else gauges
+            fresh = gauges[gauges["fresh"]] if len(gauges) else gauges
             frames = self.features.update(now, increases, fresh, events, models)
         if self.config.features_only:
             return TickResult([], [], len(events), len(samples))
@@ -174,7 +185,7 @@ class Pipeline(PipelineMemory, NodeTracking):
         evidence += self._unplaced_watches(now)
         if self.switch_ends:
             evidence = self._both_ends(evidence)
-        self.health.observe(seen, now)
+        self.health.observe_names(names, seen, now)
         self.health.observe(set(events["entity"]), now)
         transitions = self.health.update(now, evidence)
         findings = self._findings(now, transitions)
@@ -224,40 +235,36 @@ class Pipeline(PipelineMemory, NodeTracking):
                 f"(watched, not acted on; the last: {message})"], detector="topology", latched=True))
         return out
 
-    def _split(self, samples: pd.DataFrame) -> tuple[pd.DataFrame, pd.DataFrame, pd.DataFrame]:
+    def _split(self, samples: pd.DataFrame) -> tuple[Table, Table, Table]:
         """Counter samples, per-(entity, metric) gauge last/max/mean over the tick, and the rows of the gauges that
         hold fault codes (``xid_last``, ``npu_error_code_*``; see :meth:`EventResolver.code_gauge_events`)."""
         if samples.empty:
-            empty = frame({"entity": [], "metric": [], "last": [], "max": [], "mean": []})
-            return samples, empty, frame({"entity": [], "metric": [], "ts": [], "value": []})
+            return _NO_COUNTERS, _NO_GAUGES, _NO_CODES
         ent, ent_names = name_codes(samples["entity"])
         met, met_names = name_codes(samples["metric"])
+        ts, value = samples["ts"].to_numpy(), samples["value"].to_numpy()
         unnamed = (ent < 0) | (met < 0)
         if unnamed.any():  # no reader makes these; never let one index the name tables from the end
             log.warning("tick: %d samples without an entity or metric name dropped", int(unnamed.sum()))
             metrics.INPUT_REJECTED.labels("samples", "no entity or metric name").inc(int(unnamed.sum()))
-            samples = samples[~unnamed]
-            ent, met = ent[~unnamed], met[~unnamed]
-        counter_cat = np.array([is_counter(m) for m in met_names], dtype=bool)
-        is_ctr = counter_cat[met]
-        ts, value = samples["ts"].to_numpy(), samples["value"].to_numpy()
-        entity, metric = samples["entity"], samples["metric"]
-        counters = frame({"ts": ts[is_ctr], "entity": name_column(ent[is_ctr], ent_names, entity),
-                          "metric": name_column(met[is_ctr], met_names, metric), "value": value[is_ctr]})
-        code_cat = np.array([is_code_gauge(m) for m in met_names], dtype=bool)
-        is_xid = code_cat[met]
-        xid = frame({"entity": name_column(ent[is_xid], ent_names, entity),
-                     "metric": name_column(met[is_xid], met_names, metric), "ts": ts[is_xid], "value": value[is_xid]})
+            keep = ~unnamed
+            ent, met, ts, value = ent[keep], met[keep], ts[keep], value[keep]
+        is_ctr = names_mask(met_names, _IsCounter)[met]
+        counters = Table({"ts": ts[is_ctr], "entity": Names(ent[is_ctr], ent_names),
+                          "metric": Names(met[is_ctr], met_names), "value": value[is_ctr]})
+        is_xid = names_mask(met_names, _IsCodeGauge)[met]
+        xid = Table({"entity": Names(ent[is_xid], ent_names), "metric": Names(met[is_xid], met_names),
+                     "ts": ts[is_xid], "value": value[is_xid]})
         g = ~is_ctr & ~is_xid
         if not g.any():
-            return counters, frame({"entity": [], "metric": [], "last": [], "max": [], "mean": []}), xid
+            return counters, _NO_GAUGES, xid
         # Rows are in time order within the tick: the last row of an (entity, metric) holds its last value.
         key = ent[g].astype(np.int64) * (len(met_names) + 1) + met[g]
         values = value[g]
         inverse, uniq = group_keys(key, len(ent_names) * (len(met_names) + 1))
         last, peak = last_and_max(inverse, len(uniq), values)
-        gauges = frame({"entity": name_column(uniq // (len(met_names) + 1), ent_names, entity),
-                        "metric": name_column(uniq % (len(met_names) + 1), met_names, metric),
+        gauges = Table({"entity": Names(uniq // (len(met_names) + 1), ent_names),
+                        "metric": Names(uniq % (len(met_names) + 1), met_names),
                         "last": last, "max": peak, "mean": group_mean(inverse, len(uniq), values)})
         return counters, gauges, xid
 

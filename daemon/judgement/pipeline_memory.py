@@ -26,7 +26,7 @@ log = logging.getLogger("raswarden.pipeline")
 _WARM = ("counters", "cadence", "_told_window", "hold", "features", "grace_until", "boot_time", "node_seen",
          "node_window", "node_stale_since", "ports_by_node", "events_by_kind", "known_entities", "node_of_entity",
          "reported")
-_WARM_HEALTH = ("entities", "last_seen", "stale_after")  # not its config: the running daemon's
+_WARM_HEALTH = ("entities", "freshness")  # not its config: the running daemon's
 
 
 class PipelineMemory:

@@ -23,7 +23,7 @@ import pandas as pd
 
 from daemon.ingest.naming import SeriesMapper
 from daemon.topology import normalize_pci
-from detectors.schema import EVENT_COLUMNS, events_frame, name_codes, names_in
+from detectors.schema import EVENT_COLUMNS, NamesWhere, events_frame, name_codes, names_in
 
 
 NPU_CODE_PREFIX = "npu_error_code_"
@@ -33,6 +33,7 @@ NPU_CODE_PREFIX = "npu_error_code_"
 XID_COUNT_PREFIX = "xid_count_"
 XID_TOTAL_PREFIX = "xid_total_"
 _XID_GAUGE = ("xid_last",)
+_XID_COUNTS = NamesWhere(lambda m: m.startswith((XID_COUNT_PREFIX, XID_TOTAL_PREFIX)))
 _MAX_XIDS_A_SAMPLE = 100  # a window's count read as events: a storm is told, not replayed one by one
 
 
@@ -101,7 +102,7 @@ class EventResolver:
         out = self.xid_gauge_events(gauges if is_xid.all() else gauges[is_xid]) if is_xid.any() else []
         if not is_xid.all():
             rest = gauges[~is_xid]
-            counts = rest["metric"].str.startswith((XID_COUNT_PREFIX, XID_TOTAL_PREFIX)).to_numpy(dtype=bool)
+            counts = names_in(rest["metric"], _XID_COUNTS)
             if counts.any():
                 out += self.xid_count_events(rest[counts])
             if not counts.all():
@@ -114,7 +115,7 @@ class EventResolver:
         (its series appears with the Xid); it falls as Xids age out of the window, a total (``xid_total_``) when the
         exporter restarts: no event. A total at first sight is a baseline (Xids since the exporter started)."""
         out = []
-        for e, m, ts, v in zip(gauges["entity"], gauges["metric"], gauges["ts"], gauges["value"]):
+        for e, m, ts, v in zip(gauges["entity"], gauges["metric"], gauges["ts"].tolist(), gauges["value"].tolist()):
             v = float(v)
             if not np.isfinite(v) or v < 0:
                 continue
@@ -134,8 +135,8 @@ class EventResolver:
     def npu_code_events(self, gauges: pd.DataFrame) -> list[tuple]:
         """``ascend`` events from npu-exporter's error-code slots (see the module doc). The slots of one NPU at
         one time are read together: a code moving to another slot as a second one arrives is not new."""
-        entity, metric = gauges["entity"].to_numpy(), gauges["metric"].to_numpy()
-        value, ts = gauges["value"].to_numpy(), gauges["ts"].to_numpy()
+        entity, metric = np.asarray(gauges["entity"], dtype=object), np.asarray(gauges["metric"], dtype=object)
+        value, ts = np.asarray(gauges["value"]), np.asarray(gauges["ts"])
         # Rows that can change something: a code, or a slot of an NPU that holds one.
         watch = value != 0
         if self._npu_slots:
@@ -167,7 +168,7 @@ class EventResolver:
         if gauges.empty:
             return []
         codes, names = name_codes(gauges["entity"])
-        value, stamp = gauges["value"].to_numpy(), gauges["ts"].to_numpy()
+        value, stamp = np.asarray(gauges["value"]), np.asarray(gauges["ts"])
         known, nonzero = self._gauge_masks(names)
         # Only rows that can change something: a non-zero value, a first sight, or a GPU whose last was non-zero.
         watch = np.flatnonzero(((value != 0) | ~known[codes] | nonzero[codes]) & (codes >= 0))

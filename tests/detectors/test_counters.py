@@ -16,11 +16,11 @@ def test_tracker_chains_across_ticks_and_series():
     tr = CounterTracker()
     f = pd.DataFrame({"ts": [1.0, 2, 1, 2], "entity": pd.Categorical(["a", "a", "b", "b"]),
                       "metric": pd.Categorical(["x_total"] * 4), "value": [10.0, 12, 5, 6]})
-    out = tr.update(f).set_index("entity")
+    out = tr.update(f).to_frame().set_index("entity")
     assert out.loc["a", "increase"] == 2 and out.loc["b", "increase"] == 1
     g = pd.DataFrame({"ts": [3.0, 3], "entity": pd.Categorical(["a", "b"]), "metric": pd.Categorical(["x_total"] * 2),
                       "value": [1.0, 9]})
-    out = tr.update(g).set_index("entity")
+    out = tr.update(g).to_frame().set_index("entity")
     assert out.loc["a", "increase"] == 1 and out.loc["a", "resets"] == 1  # reboot: counts since reset
     assert out.loc["b", "increase"] == 3 and out.loc["b", "resets"] == 0
 

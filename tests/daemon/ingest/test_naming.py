@@ -187,7 +187,7 @@ def test_mig_instances_fold_onto_their_gpu_and_count_once():
     cache: dict[str, int] = {}
     counters.update(parse_scrape(scrape(10), ctx, cache, "scrape", 1.8e9).samples)
     inc = counters.update(parse_scrape(scrape(13), ctx, cache, "scrape", 1.8e9 + 30).samples)
-    assert len(labels) == 4 and inc[["entity", "increase", "resets", "dt"]].values.tolist() == [
+    assert len(labels) == 4 and inc.to_frame()[["entity", "increase", "resets", "dt"]].values.tolist() == [
         [f"{host}/gpu0", 3.0, 0, 30.0]]
 
 

@@ -54,7 +54,7 @@ def test_real_mlx4_counters_and_the_saturated_one(tmp_path, ctx):
     for ts in sorted(set(samples["ts"])):
         part = samples[samples["ts"] == ts]
         part = part.assign(entity=pd.Categorical(part["entity"]), metric=pd.Categorical(part["metric"]))
-        incs.append(tracker.update(part).set_index(["entity", "metric"])["increase"])
+        incs.append(tracker.update(part).to_frame().set_index(["entity", "metric"])["increase"])
     assert (incs[0] == 0).all()
     second = incs[1]
     assert second[("sn01-b01/mlx4_0:1", "rcv_errors_total")] == 2
