@@ -16,7 +16,8 @@ from pathlib import Path
 ROOT = Path(__file__).resolve().parent.parent
 sys.path.insert(0, str(ROOT))
 
-from lab.matrix import CELLS, DEFAULT_NOISE, NOISE, SAMPLING, parse_seeds, report, run_matrix  # noqa: E402
+from lab.matrix import (CELLS, DEFAULT_NOISE, NOISE, SAMPLING, differences, parse_seeds, report,  # noqa: E402
+                        run_matrix)
 from lab.sim.faults import parse_duration  # noqa: E402
 
 
@@ -43,10 +44,13 @@ def main() -> int:
                     help="do not run the static-threshold baseline (half the time; its figures are a run with it)")
     ap.add_argument("--out", type=Path, default=ROOT / "bench" / "results" / "matrix.json")
     ap.add_argument("--report", action="store_true", help="only print the table of the results file")
+    ap.add_argument("--same-as", type=Path, metavar="FILE",
+                    help="then compare every run with FILE's of the same key (findings digests and figures; exit 1 "
+                         "when any differs): a change meant to move nothing is checked on the whole matrix")
     args = ap.parse_args()
     if args.report:
         print(report(json.loads(args.out.read_text())))
-        return 0
+        return same_as(args.out, args.same_as) if args.same_as else 0
     try:
         results = run_matrix(args.sampling.split(","), args.noise.split(","), parse_seeds(args.seeds),
                              parse_seeds(args.quiet_seeds), args.out, args.jobs, args.model, progress,
@@ -54,7 +58,15 @@ def main() -> int:
     except ValueError as exc:
         ap.error(str(exc))
     print(report(results))
-    return 0
+    return same_as(args.out, args.same_as) if args.same_as else 0
+
+
+def same_as(path: Path, other: Path) -> int:
+    compared, differ = differences(json.loads(path.read_text()), json.loads(other.read_text()))
+    for line in differ:
+        print(f"differs: {line}")
+    print(f"{compared} runs compared with {other}: {len(differ)} differ")
+    return 1 if differ or not compared else 0
 
 
 if __name__ == "__main__":

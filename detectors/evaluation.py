@@ -124,6 +124,9 @@ class Evaluation:
     onset_to_failure_s: list[float]
     false_flag_list: list[Flag] = field(default_factory=list)
     """The false flags themselves, with why they were raised."""
+    findings_digest: str = ""
+    """sha256 of every finding the run made, in order (where the evaluation ran the pipeline itself): two runs with
+    the same digest found the same, to the byte; a change meant to move nothing is checked on it (issue 56)."""
 
     @property
     def all_faults(self) -> ClassScore:

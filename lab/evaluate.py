@@ -129,8 +129,20 @@ def evaluate_simulation(sim, baseline: bool, interval_s: float = TICK_S, model=N
         node = entity.split("/", 1)[0]
         return entity == container or node == container or topo.rack_of(node) == container
 
-    return evaluate(flags_from_findings(sink.findings), labels, trace_end=last or sim.scenario.start,
-                    node_days=len(sim.topo.nodes) * days, interval_s=interval_s, holds=holds, sampling_s=sampling)
+    out = evaluate(flags_from_findings(sink.findings), labels, trace_end=last or sim.scenario.start,
+                   node_days=len(sim.topo.nodes) * days, interval_s=interval_s, holds=holds, sampling_s=sampling)
+    out.findings_digest = findings_digest(sink.findings)
+    return out
+
+
+def findings_digest(findings: list[dict]) -> str:
+    """sha256 of the findings in order, each as its JSON line with sorted keys."""
+    import hashlib
+
+    h = hashlib.sha256()
+    for f in findings:
+        h.update(json.dumps(f, sort_keys=True).encode() + b"\n")
+    return h.hexdigest()
 
 
 def _stack(a, b):

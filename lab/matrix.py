@@ -112,7 +112,7 @@ def raw(ev) -> dict:
                for name, c in ev.by_class.items()}
     return {"classes": classes, "windows_s": ev.onset_to_failure_s, "false_flags": ev.false_flags,
             "confounder_flags": ev.confounder_flags, "node_days": ev.node_days,
-            "false_flag_list": [f.as_dict() for f in ev.false_flag_list]}
+            "false_flag_list": [f.as_dict() for f in ev.false_flag_list], "findings_digest": ev.findings_digest}
 
 
 def key(r: dict) -> tuple:
@@ -189,6 +189,27 @@ def report(results: dict) -> str:
                 f"{allp['false_flags']:>6} {f(allp['false_per_1000_node_days'], '.2f'):>6} "
                 f"{allp['confounder_flags']:>5}   ({dense['runs']} dense, {quiet['runs']} quiet)")
     return "\n".join(lines)
+
+
+def differences(a: dict, b: dict) -> tuple[int, list[str]]:
+    """Runs of two results files compared where both have them (wall time aside): how many, and what differs in
+    each that does (its findings digest first, where both carry one). A change meant to move nothing moves none."""
+    mine = {key(r): r for r in b["runs"]}
+    compared, out = 0, []
+    for r in a["runs"]:
+        other = mine.get(key(r))
+        if other is None:
+            continue
+        compared += 1
+        for who in ("raswarden", "baseline"):
+            x, y = r.get(who), other.get(who)
+            if x is None or y is None:
+                continue
+            what = [k for k in sorted(set(x) | set(y)) if x.get(k) != y.get(k)
+                    and not (k == "findings_digest" and not (x.get(k) and y.get(k)))]
+            if what:
+                out.append(f"{r['kind']} {r['sampling']}/{r['noise']} seed {r['seed']} ({who}): {', '.join(what)}")
+    return compared, out
 
 
 def write_results(path: Path, results: dict) -> None:

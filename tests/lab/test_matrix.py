@@ -2,7 +2,7 @@
 
 from __future__ import annotations
 
-from lab.matrix import key, pooled, report, scenario_for
+from lab.matrix import differences, key, pooled, report, scenario_for
 from lab.sim.faults import parse_duration
 from lab.sim.scenario import Scenario
 
@@ -56,3 +56,16 @@ def test_runs_made_without_the_baseline_table_raswarden_alone():
     assert any(line.startswith("300s/realistic   baseline") for line in lines)
     assert not any(line.startswith("300s/realistic +24h baseline") for line in lines)
     assert any(line.startswith("300s/realistic +24h raswarden    1.000") for line in lines)
+
+
+def test_differences_name_the_runs_whose_findings_or_figures_moved():
+    a = [_run(0.0, 1), _run(86400.0, 2)]
+    b = [_run(0.0, 1), _run(86400.0, 2)]
+    for r, digest in zip(a + b, ("d1", "d2", "d1", "d3")):
+        r["raswarden"] = {**r["raswarden"], "findings_digest": digest}
+    b[0]["wall_s"] = 99.0  # time is no difference
+    compared, differ = differences({"runs": a}, {"runs": b})
+    assert compared == 2 and differ == ["dense 300s/realistic seed 1 (raswarden): findings_digest"]
+    old = {**_run(0.0, 2), "baseline": None}  # a record from before digests: its figures still compare
+    assert differences({"runs": [old]}, {"runs": a[:1]}) == (1, ["dense 300s/realistic seed 1 (raswarden): classes"])
+    assert differences({"runs": a}, {"runs": []}) == (0, [])
