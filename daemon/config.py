@@ -426,8 +426,8 @@ def _playbooks(cfg: Config, pb: dict[str, Any]) -> None:
 def _scheduler(cfg: Config, sc: dict[str, Any]) -> None:
     sc = dict(sc)
     kind = _take(sc, "type", str, "scheduler", "none")
-    if kind not in ("none", "slurm"):
-        raise ConfigError("scheduler.type: one of none, slurm")
+    if kind not in ("none", "slurm", "kubernetes"):
+        raise ConfigError("scheduler.type: one of none, slurm, kubernetes")
     out: dict[str, Any] = {"type": kind}
     if kind == "slurm":
         out["slurm_conf"] = _take(sc, "slurm_conf", str, "scheduler")
@@ -435,6 +435,17 @@ def _scheduler(cfg: Config, sc: dict[str, Any]) -> None:
         out["checkpoint_comment"] = _take(sc, "checkpoint_comment", str, "scheduler", "raswarden:checkpoint")
         out["checkpoint_name"] = _take(sc, "checkpoint_name", str, "scheduler", "") or None
         out["checkpoint_partitions"] = [str(p) for p in _take(sc, "checkpoint_partitions", list, "scheduler", [])]
+    if kind == "kubernetes":
+        from playbooks.kubernetes import NamespacePolicy
+
+        out["kubeconfig"] = _take(sc, "kubeconfig", str, "scheduler", "")  # "": the pod's own service account
+        out["eviction_deadline_s"] = _take(sc, "eviction_deadline_s", float, "scheduler", 600.0)
+        policies = {"*": _take(sc, "default_policy", str, "scheduler", "evict"),
+                    **{str(k): str(v) for k, v in _take(sc, "namespace_policies", dict, "scheduler", {}).items()}}
+        try:
+            out["namespace_policies"] = {ns: NamespacePolicy.parse(text) for ns, text in policies.items()}
+        except ValueError as exc:
+            raise ConfigError(f"scheduler: {exc}") from None
     _no_more(sc, "scheduler")
     cfg.scheduler = out
 

@@ -39,9 +39,10 @@ def node_info(node: Any) -> NodeInfo:
                     reason_set_by="raswarden" if ours is not None else "")
 
 
-def drain(core: Any, name: str, reason: str) -> None:
-    """Cordon ``name``, taint it ``NoSchedule`` with raswarden's key and record the reason (idempotent). A node
-    someone else cordoned is left as it is and said so (raswarden would otherwise take it over)."""
+def drain(core: Any, name: str, reason: str, extra_annotations: dict[str, str] | None = None) -> None:
+    """Cordon ``name``, taint it ``NoSchedule`` with raswarden's key and record the reason (idempotent; the
+    ``extra_annotations`` are written where the node does not have them yet). A node someone else cordoned is left as
+    it is and said so (raswarden would otherwise take it over)."""
     if not reason.startswith(REASON_PREFIX):
         raise SchedulerError(f"drain {name}: a reason of raswarden's begins with {REASON_PREFIX!r}", retryable=False)
     node = _read(core, name, "drain")
@@ -49,16 +50,18 @@ def drain(core: Any, name: str, reason: str) -> None:
     if node.spec.unschedulable and REASON_ANNOTATION not in annotations:
         raise SchedulerError(f"drain {name}: cordoned by someone else; raswarden leaves it to them", retryable=False)
     taints = [t for t in (node.spec.taints or []) if t.key != TAINT_KEY]
-    patch = {"metadata": {"annotations": {REASON_ANNOTATION: reason}},
+    written = {k: v for k, v in (extra_annotations or {}).items() if k not in annotations}
+    patch = {"metadata": {"annotations": {**written, REASON_ANNOTATION: reason}},
              "spec": {"unschedulable": True,
                       "taints": [_taint_dict(t) for t in taints] + [{"key": TAINT_KEY, "effect": "NoSchedule",
                                                                       "value": "true"}]}}
     _patch(core, name, patch, "drain", node.metadata.resource_version)
 
 
-def resume(core: Any, name: str) -> None:
-    """Undo raswarden's drain of ``name``: uncordon, remove its taint and annotation (idempotent: a node with none of
-    them is left alone). A node cordoned by someone else stays cordoned."""
+def resume(core: Any, name: str, extra_annotations: tuple[str, ...] = ()) -> None:
+    """Undo raswarden's drain of ``name``: uncordon, remove its taint and annotations (the reason and
+    ``extra_annotations``; idempotent: a node with none of them is left alone). A node cordoned by someone else stays
+    cordoned."""
     node = _read(core, name, "resume")
     annotations = node.metadata.annotations or {}
     if REASON_ANNOTATION not in annotations:
@@ -67,7 +70,7 @@ def resume(core: Any, name: str) -> None:
                                  retryable=False)
         return
     taints = [t for t in (node.spec.taints or []) if t.key != TAINT_KEY]
-    patch = {"metadata": {"annotations": {REASON_ANNOTATION: None}},
+    patch = {"metadata": {"annotations": {REASON_ANNOTATION: None, **dict.fromkeys(extra_annotations)}},
              "spec": {"unschedulable": None, "taints": [_taint_dict(t) for t in taints] or None}}
     _patch(core, name, patch, "resume", node.metadata.resource_version)
 

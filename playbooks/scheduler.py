@@ -33,6 +33,8 @@ class NodeInfo:
     reason_set_by: str = ""
     boot_time: float | None = None  # when the node last booted, as the scheduler knows it (None: it does not say)
     booting: str = ""  # the scheduler's flag while it reboots or powers the node up ("REBOOT_ISSUED"); "" when not
+    # what raswarden's drain of the node has still to do ("3 pods to evict ..."; Kubernetes); "" once it is whole
+    draining: str = ""
 
     @property
     def available(self) -> bool:
@@ -72,7 +74,10 @@ class Scheduler(Protocol):
 
     def signal_job(self, job_id: str, signal: str) -> None: ...
 
-    def drain(self, node: str, reason: str) -> None: ...
+    def drain(self, node: str, reason: str) -> str | None:
+        """Take ``node`` out of service with ``reason``; what is left to do before the drain is whole (pods to evict
+        on Kubernetes), None when it is."""
+        ...
 
     def resume(self, node: str) -> None: ...
 

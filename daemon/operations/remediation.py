@@ -36,6 +36,14 @@ def scheduler_from_config(cfg: Config) -> Scheduler | None:
 
         return SlurmScheduler(sc.get("slurm_conf"), OptIn(sc["checkpoint_comment"], sc["checkpoint_name"],
                                                           tuple(sc["checkpoint_partitions"])), sc["timeout_s"])
+    if sc.get("type") == "kubernetes":
+        from playbooks.kubernetes import KubernetesScheduler
+
+        policies = dict(sc["namespace_policies"])
+        default = policies.pop("*")
+        return KubernetesScheduler.from_kubeconfig(sc["kubeconfig"] or None, policies=policies,
+                                                   default_policy=default,
+                                                   eviction_deadline_s=sc["eviction_deadline_s"])
     return None
 
 

@@ -26,7 +26,7 @@ class Drain(StepHandler):
     def execute(self, ctx, action, st, state) -> str:
         node = action.node
         info = state.nodes.get(node)
-        if info is not None and DRAIN in info.states and info.reason.startswith(REASON_PREFIX):
+        if info is not None and DRAIN in info.states and info.reason.startswith(REASON_PREFIX) and not info.draining:
             st.detail["note"] = "already drained by raswarden"
             return "done"
         try:
@@ -34,7 +34,11 @@ class Drain(StepHandler):
                 # taken again inside the lock: a drain another shard made a moment ago counts
                 held = over_budget(ctx.guards, node, ctx.scheduler.snapshot(), ctx.rack_of)
                 if not held:
-                    ctx.scheduler.drain(node, reason(action, st))
+                    left = ctx.scheduler.drain(node, reason(action, st))
+                    if left:  # (Kubernetes: pods still to evict, a disruption budget holding one) the next pass
+                        st.detail["draining"] = left
+                        return "waiting"
+                    st.detail.pop("draining", None)
                     return "done"
         except TimeoutError as exc:
             held = f"blast-radius budget: {exc}"
@@ -43,7 +47,8 @@ class Drain(StepHandler):
 
     def verify(self, ctx, action, st, state) -> bool:
         info = state.nodes.get(action.node) if action.node else None
-        return info is not None and DRAIN in info.states and incident_in_reason(info.reason) == action.incident.id
+        return info is not None and DRAIN in info.states and not info.draining and \
+            incident_in_reason(info.reason) == action.incident.id
 
     def describe(self, ctx, action, st, state) -> str:
         return f"drain {action.node or '-'} with reason {reason(action, st)!r}"

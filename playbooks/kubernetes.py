@@ -1,0 +1,282 @@
+"""The Kubernetes adapter of the Scheduler protocol (issue 55), through the official ``kubernetes`` client.
+
+* **Nodes** are drained and returned by :mod:`playbooks.kubernetes_nodes` (cordon, raswarden's ``NoSchedule`` taint,
+  the reason as an annotation; a node cordoned by someone else is never touched).
+* **Jobs** are a cluster's pods grouped by their controller (a Job, a JobSet's Jobs, a Volcano job, a StatefulSet):
+  the job id is ``namespace/Kind/name`` (a pod without one is its own job, ``namespace/Pod/name``). A job runs on the
+  nodes of its pods that are bound and not going away.
+* **Checkpoint**: a job opts in with the annotation (or label) :data:`CHECKPOINT_OPT_IN` = ``"true"`` on its pods. A
+  request is the annotation :data:`CHECKPOINT_REQUEST` (``"<signal> <unix time>"``) written on each of its pods,
+  which the pod sees through the downward API; the job answers by writing :data:`CHECKPOINT_ACK` on its pods (as a
+  Slurm job writes its comment). Once every running pod of the job carries one, their text is the job's ``comment``,
+  so the ``wait_checkpoint`` step's ``confirm: comment`` works as on Slurm.
+* **Drain** evicts the node's pods through the Eviction API, so PodDisruptionBudgets hold: a pod a budget protects
+  (429) is tried again with a growing pause until :attr:`KubernetesScheduler.eviction_deadline_s` after the cordon,
+  then the drain says which pods and budgets held it. DaemonSet and mirror (static) pods are left. Each namespace has
+  a policy (:class:`NamespacePolicy`): ``evict`` at once, ``wait`` (its pods run on until they end or a ``requeue``
+  step moves them, as a Slurm drain leaves its jobs running) or ``evict-after`` a time on the cordoned node. While
+  pods are left to evict, :meth:`drain` returns what is left and the node's ``NodeInfo.draining`` says so; the
+  ``drain`` step waits on it.
+* **Requeue** evicts the job's pods for their controller to make again elsewhere (the cordon keeps them off this
+  node); **resume** is :func:`playbooks.kubernetes_nodes.resume`.
+
+Pods with a deletion time are going (a kubelet finishes them) and count as gone.
+"""
+
+from __future__ import annotations
+
+import time
+from collections.abc import Callable, Mapping
+from dataclasses import dataclass, field
+from typing import Any
+
+from playbooks import kubernetes_nodes as kn
+from playbooks.scheduler import DRAIN, ClusterState, JobInfo, NodeInfo, SchedulerError
+
+CHECKPOINT_OPT_IN = "raswarden.io/checkpoint"
+CHECKPOINT_REQUEST = "raswarden.io/checkpoint-request"
+CHECKPOINT_ACK = "raswarden.io/checkpoint-ack"
+DRAINED_AT = "raswarden.io/drained-at"  # (node annotation) when raswarden cordoned it, for evict-after and deadlines
+MIRROR = "kubernetes.io/config.mirror"
+POLICIES = ("evict", "wait", "evict-after")
+
+
+@dataclass(frozen=True)
+class NamespacePolicy:
+    """What a drain does with a namespace's pods (see the module docstring); ``after_s`` for ``evict-after``."""
+
+    action: str = "evict"
+    after_s: float = 0.0
+
+    @classmethod
+    def parse(cls, text: str) -> NamespacePolicy:
+        """``evict``, ``wait`` or ``evict-after <seconds>``."""
+        word, _, rest = text.strip().partition(" ")
+        if word not in POLICIES:
+            raise ValueError(f"namespace policy {text!r}: one of evict, wait, 'evict-after <seconds>'")
+        if word == "evict-after":
+            try:
+                after = float(rest)
+            except ValueError:
+                raise ValueError(f"namespace policy {text!r}: evict-after takes seconds") from None
+            return cls(word, after)
+        if rest:
+            raise ValueError(f"namespace policy {text!r}: {word} takes nothing after it")
+        return cls(word)
+
+    def due(self, cordoned_for_s: float) -> bool:
+        """Whether a drain evicts such a pod now, the node cordoned that long."""
+        return self.action == "evict" or (self.action == "evict-after" and cordoned_for_s >= self.after_s)
+
+
+@dataclass
+class _Pod:
+    namespace: str
+    name: str
+    node: str
+    phase: str
+    job: str
+    opt_in: bool
+    ack: str | None
+    leave: bool  # a DaemonSet's or a mirror pod: never evicted
+    going: bool  # it has a deletion time
+
+
+def _controller(pod: Any) -> tuple[str, str]:
+    for ref in pod.metadata.owner_references or []:
+        if ref.controller:
+            return ref.kind, ref.name
+    return "Pod", pod.metadata.name
+
+
+def _pod(raw: Any) -> _Pod:
+    meta = raw.metadata
+    annotations, labels = meta.annotations or {}, meta.labels or {}
+    kind, name = _controller(raw)
+    return _Pod(meta.namespace, meta.name, (raw.spec.node_name if raw.spec else None) or "",
+                (raw.status.phase if raw.status else None) or "Unknown", f"{meta.namespace}/{kind}/{name}",
+                "true" in (annotations.get(CHECKPOINT_OPT_IN), labels.get(CHECKPOINT_OPT_IN)),
+                annotations.get(CHECKPOINT_ACK), kind == "DaemonSet" or MIRROR in annotations,
+                meta.deletion_timestamp is not None)
+
+
+@dataclass
+class KubernetesScheduler:
+    """A cluster through its API server (``api``: a ``kubernetes.client.ApiClient``)."""
+
+    api: Any
+    policies: Mapping[str, NamespacePolicy] = field(default_factory=dict)  # namespace -> policy
+    default_policy: NamespacePolicy = field(default_factory=NamespacePolicy)
+    eviction_deadline_s: float = 600.0  # a pod a disruption budget holds longer than this after the cordon: say so
+    clock: Callable[[], float] = time.time
+    _retry_at: dict[str, tuple[float, float]] = field(default_factory=dict)  # node -> (next try, pause) after a 429
+
+    @classmethod
+    def from_kubeconfig(cls, path: str | None = None, **kw: Any) -> KubernetesScheduler:
+        """From a kubeconfig file, or (``path`` None) the pod's own service account when raswarden runs in the
+        cluster."""
+        from kubernetes import config
+
+        if path:
+            return cls(config.new_client_from_config(config_file=path), **kw)
+        config.load_incluster_config()
+        from kubernetes import client
+
+        return cls(client.ApiClient(), **kw)
+
+    @property
+    def core(self) -> Any:
+        from kubernetes import client
+
+        return client.CoreV1Api(self.api)
+
+    def policy(self, namespace: str) -> NamespacePolicy:
+        return self.policies.get(namespace, self.default_policy)
+
+    # -- reading -------------------------------------------------------------------------------
+    def _pods(self, node: str | None = None) -> list[_Pod]:
+        from kubernetes.client import ApiException
+
+        selector = f"spec.nodeName={node}" if node else None
+        try:
+            raw = self.core.list_pod_for_all_namespaces(field_selector=selector).items
+        except ApiException as exc:
+            raise kn._error(exc, "list pods") from None
+        return [_pod(p) for p in raw]
+
+    def snapshot(self) -> ClusterState:
+        """Every node and job: one list of nodes and one of pods."""
+        from kubernetes.client import ApiException
+
+        taken = self.clock()
+        try:
+            raw_nodes = self.core.list_node().items
+        except ApiException as exc:
+            raise kn._error(exc, "list nodes") from None
+        pods = self._pods()
+        nodes = {}
+        for raw in raw_nodes:
+            info = kn.node_info(raw)
+            if DRAIN in info.states and info.reason_set_by == "raswarden":
+                left = self._left_to_evict(raw, [p for p in pods if p.node == info.name], taken)
+                if left:
+                    info = NodeInfo(info.name, info.states, info.reason, info.reason_set_by, info.boot_time,
+                                    info.booting, draining=left)
+            nodes[info.name] = info
+        return ClusterState(taken, nodes, self._jobs(pods))
+
+    @staticmethod
+    def _jobs(pods: list[_Pod]) -> dict[str, JobInfo]:
+        by_job: dict[str, list[_Pod]] = {}
+        for p in pods:
+            if p.phase not in ("Succeeded", "Failed"):
+                by_job.setdefault(p.job, []).append(p)
+        jobs = {}
+        for job_id, members in sorted(by_job.items()):
+            live = [p for p in members if not p.going]
+            running = [p for p in live if p.phase == "Running" and p.node]
+            acks = [p.ack for p in running]
+            comment = "; ".join(sorted(set(acks))) if running and all(acks) else ""
+            state = "running" if running else ("pending" if live else "completing")
+            jobs[job_id] = JobInfo(job_id, tuple(sorted({p.node for p in running})), state,
+                                   any(p.opt_in for p in members), job_id.rsplit("/", 1)[-1], comment,
+                                   user=f"namespace {members[0].namespace}")
+        return jobs
+
+    def _left_to_evict(self, node: Any, pods: list[_Pod], now: float) -> str:
+        """What a drain of ``node`` (cordoned by raswarden) has still to evict by its namespaces' policies now."""
+        since = _drained_at(node, now)
+        due = [p for p in pods if not (p.leave or p.going) and p.phase not in ("Succeeded", "Failed")
+               and self.policy(p.namespace).due(now - since)]
+        return f"{len(due)} pods to evict ({', '.join(f'{p.namespace}/{p.name}' for p in due[:5])})" if due else ""
+
+    # -- acting --------------------------------------------------------------------------------
+    def signal_job(self, job_id: str, signal: str) -> None:
+        """Ask the job to checkpoint: :data:`CHECKPOINT_REQUEST` on each of its running pods."""
+        request = f"{signal} {int(self.clock())}"
+        pods = [p for p in self._pods() if p.job == job_id and not p.going and p.phase == "Running"]
+        if not pods:
+            raise SchedulerError(f"signal job {job_id}: no running pod of it", retryable=False)
+        for p in pods:
+            self._patch_pod(p, {"metadata": {"annotations": {CHECKPOINT_REQUEST: request}}}, f"signal job {job_id}")
+
+    def drain(self, node: str, reason: str) -> str | None:
+        """Cordon and taint ``node``, then evict its pods by their namespaces' policies. Returns what is left to
+        evict (pods a disruption budget holds, or an ``evict-after`` not yet due), None when the drain is whole."""
+        kn.drain(self.core, node, reason, extra_annotations={DRAINED_AT: f"{self.clock():.0f}"})
+        raw = kn._read(self.core, node, "drain")
+        now = self.clock()
+        since = _drained_at(raw, now)
+        waiting = self._retry_at.get(node)
+        if waiting is not None and now < waiting[0]:
+            return self._left_to_evict(raw, self._pods(node), now) or None
+        held, later = [], 0
+        for p in self._pods(node):
+            if p.leave or p.going or p.phase in ("Succeeded", "Failed"):
+                continue
+            policy = self.policy(p.namespace)
+            if not policy.due(now - since):
+                later += policy.action == "evict-after"  # ("wait": the drain is whole with it running)
+                continue
+            if not self._evict(p, f"drain {node}"):
+                held.append(f"{p.namespace}/{p.name}")
+        if held:
+            if now - since >= self.eviction_deadline_s:
+                self._retry_at.pop(node, None)
+                raise SchedulerError(f"drain {node}: {len(held)} pods held by a PodDisruptionBudget for "
+                                     f"{now - since:.0f} s, over the {self.eviction_deadline_s:.0f} s allowed "
+                                     f"({', '.join(held[:5])}); the node stays cordoned", retryable=False)
+            pause = min(60.0, 2 * waiting[1]) if waiting else 5.0
+            self._retry_at[node] = (now + pause, pause)
+            return f"{len(held)} pods held by a PodDisruptionBudget ({', '.join(held[:5])}); tried again in " \
+                   f"{pause:.0f} s"
+        self._retry_at.pop(node, None)
+        if later:
+            return f"{later} pods left until their namespace's evict-after"
+        return None
+
+    def resume(self, node: str) -> None:
+        """Uncordon and untaint ``node`` if raswarden drained it (a node cordoned by someone else stays so)."""
+        kn.resume(self.core, node, extra_annotations=(DRAINED_AT,))
+        self._retry_at.pop(node, None)
+
+    def requeue(self, job_id: str) -> None:
+        """Evict the job's pods for its controller to make again elsewhere; one a budget holds is tried again."""
+        held = [f"{p.namespace}/{p.name}" for p in self._pods()
+                if p.job == job_id and not (p.leave or p.going) and p.phase not in ("Succeeded", "Failed")
+                and not self._evict(p, f"requeue job {job_id}")]
+        if held:
+            raise SchedulerError(f"requeue job {job_id}: {', '.join(held[:5])} held by a PodDisruptionBudget",
+                                 retryable=True)
+
+    def _evict(self, p: _Pod, what: str) -> bool:
+        """Evict one pod; False when a disruption budget refuses it now (429). A pod already gone is evicted."""
+        from kubernetes import client
+        from kubernetes.client import ApiException
+
+        body = client.V1Eviction(metadata=client.V1ObjectMeta(name=p.name, namespace=p.namespace))
+        try:
+            self.core.create_namespaced_pod_eviction(p.name, p.namespace, body)
+        except ApiException as exc:
+            if exc.status == 404:
+                return True
+            if exc.status == 429:
+                return False
+            raise kn._error(exc, f"{what}: evict {p.namespace}/{p.name}") from None
+        return True
+
+    def _patch_pod(self, p: _Pod, body: dict, what: str) -> None:
+        from kubernetes.client import ApiException
+
+        try:
+            self.core.patch_namespaced_pod(p.name, p.namespace, body)
+        except ApiException as exc:
+            if exc.status != 404:  # gone meanwhile: nothing to ask of it
+                raise kn._error(exc, f"{what}: pod {p.namespace}/{p.name}") from None
+
+
+def _drained_at(node: Any, default: float) -> float:
+    try:
+        return float((node.metadata.annotations or {}).get(DRAINED_AT, default))
+    except ValueError:
+        return default

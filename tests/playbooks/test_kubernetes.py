@@ -1,0 +1,265 @@
+"""The Kubernetes adapter (playbooks/kubernetes.py) on the real kube-apiserver of scripts/kube-lab.sh. No kubelet
+runs: the tests write what one would (a pod's phase and readiness) and what the disruption controller would (a
+PodDisruptionBudget's status), and an evicted pod stays with its deletion time, as a kubelet would find it."""
+
+from __future__ import annotations
+
+import pytest
+
+from playbooks.kubernetes import (CHECKPOINT_ACK, CHECKPOINT_OPT_IN, CHECKPOINT_REQUEST, DRAINED_AT,
+                                  KubernetesScheduler, NamespacePolicy)
+from playbooks.kubernetes_nodes import REASON_ANNOTATION
+from playbooks.scheduler import DRAIN, SchedulerError
+
+STAMP = "2026-12-04T00:00:00Z"
+
+
+class Clock:
+    def __init__(self, now: float = 1_800_000_000.0):
+        self.now = now
+
+    def __call__(self) -> float:
+        return self.now
+
+
+def _namespace(kube_lab, name: str) -> None:
+    from kubernetes import client
+
+    kube_lab.core.create_namespace(client.V1Namespace(metadata=client.V1ObjectMeta(name=name)))
+
+
+def _node(kube_lab, name: str) -> None:
+    from kubernetes import client
+
+    kube_lab.core.create_node(client.V1Node(metadata=client.V1ObjectMeta(name=name)))
+    kube_lab.core.patch_node_status(name, {"status": {"conditions": [
+        {"type": "Ready", "status": "True", "reason": "KubeletReady", "lastHeartbeatTime": STAMP,
+         "lastTransitionTime": STAMP}]}})
+
+
+def _pod(kube_lab, ns: str, name: str, node: str, owner: tuple[str, str] | None = None, labels=None,
+         annotations=None, running: bool = True) -> None:
+    """A pod bound to ``node`` (a scheduler would bind it), owned by ``owner`` (kind, name), its status what a
+    kubelet would write: running and ready."""
+    from kubernetes import client
+
+    refs = None
+    if owner is not None:
+        refs = [client.V1OwnerReference(api_version="batch/v1" if owner[0] == "Job" else "apps/v1", kind=owner[0],
+                                        name=owner[1], uid=f"uid-{owner[1]}", controller=True)]
+    kube_lab.core.create_namespaced_pod(ns, client.V1Pod(
+        metadata=client.V1ObjectMeta(name=name, labels=labels or {}, annotations=annotations or {},
+                                     owner_references=refs),
+        spec=client.V1PodSpec(node_name=node, containers=[client.V1Container(name="main", image="train:1")])))
+    if running:
+        kube_lab.core.patch_namespaced_pod_status(name, ns, {"status": {"phase": "Running", "conditions": [
+            {"type": "Ready", "status": "True", "lastTransitionTime": STAMP}]}})
+
+
+def _budget(kube_lab, ns: str, name: str, app: str, allowed: int) -> None:
+    """A PodDisruptionBudget over ``app``'s pods, with the status the disruption controller would give it."""
+    from kubernetes import client
+
+    try:
+        kube_lab.policy.create_namespaced_pod_disruption_budget(ns, client.V1PodDisruptionBudget(
+            metadata=client.V1ObjectMeta(name=name),
+            spec=client.V1PodDisruptionBudgetSpec(min_available=1, selector=client.V1LabelSelector(
+                match_labels={"app": app}))))
+    except client.ApiException as exc:
+        if exc.status != 409:
+            raise
+    generation = kube_lab.policy.read_namespaced_pod_disruption_budget(name, ns).metadata.generation
+    kube_lab.policy.patch_namespaced_pod_disruption_budget_status(name, ns, {"status": {
+        "observedGeneration": generation, "disruptionsAllowed": allowed, "currentHealthy": 2,
+        "desiredHealthy": 2 - allowed, "expectedPods": 2}})
+
+
+def _going(kube_lab, ns: str, name: str) -> bool:
+    from kubernetes import client
+
+    try:
+        return kube_lab.core.read_namespaced_pod(name, ns).metadata.deletion_timestamp is not None
+    except client.ApiException as exc:
+        if exc.status == 404:
+            return True
+        raise
+
+
+def test_jobs_are_pods_grouped_by_controller_and_a_checkpoint_is_asked_and_answered_through_annotations(kube_lab):
+    _namespace(kube_lab, "k8s-a")
+    for n in ("ka-1", "ka-2"):
+        _node(kube_lab, n)
+    opt = {CHECKPOINT_OPT_IN: "true"}
+    _pod(kube_lab, "k8s-a", "train-0", "ka-1", ("Job", "train"), annotations=opt)
+    _pod(kube_lab, "k8s-a", "train-1", "ka-2", ("Job", "train"), annotations=opt)
+    _pod(kube_lab, "k8s-a", "exporter-x", "ka-1", ("DaemonSet", "exporter"))
+    _pod(kube_lab, "k8s-a", "queued", "", ("Job", "later"), running=False)
+    clock = Clock()
+    sched = KubernetesScheduler(kube_lab.api, clock=clock)
+    state = sched.snapshot()
+    train = state.jobs["k8s-a/Job/train"]
+    assert train.nodes == ("ka-1", "ka-2") and train.state == "running" and train.checkpoint_opt_in
+    assert train.comment == "" and train.user == "namespace k8s-a"
+    assert state.jobs["k8s-a/Job/later"].state == "pending" and not state.jobs["k8s-a/Job/later"].nodes
+    assert not state.jobs["k8s-a/DaemonSet/exporter"].checkpoint_opt_in
+    assert [j.id for j in state.jobs_on("ka-1")] == ["k8s-a/DaemonSet/exporter", "k8s-a/Job/train"]
+
+    sched.signal_job("k8s-a/Job/train", "USR1")
+    for pod in ("train-0", "train-1"):
+        annotations = kube_lab.core.read_namespaced_pod(pod, "k8s-a").metadata.annotations
+        assert annotations[CHECKPOINT_REQUEST] == f"USR1 {int(clock.now)}"
+    # the job answers on its pods (its launcher, through the downward API and its own service account): one pod is
+    # not yet an answer of the job's
+    kube_lab.core.patch_namespaced_pod("train-0", "k8s-a", {"metadata": {"annotations": {
+        CHECKPOINT_ACK: "raswarden:checkpointed 1800000060"}}})
+    assert sched.snapshot().jobs["k8s-a/Job/train"].comment == ""
+    kube_lab.core.patch_namespaced_pod("train-1", "k8s-a", {"metadata": {"annotations": {
+        CHECKPOINT_ACK: "raswarden:checkpointed 1800000060"}}})
+    assert sched.snapshot().jobs["k8s-a/Job/train"].comment == "raswarden:checkpointed 1800000060"
+    with pytest.raises(SchedulerError, match="no running pod"):
+        sched.signal_job("k8s-a/Job/none", "USR1")
+
+
+def test_a_drain_evicts_as_the_budget_allows_and_leaves_daemonsets_and_waiting_namespaces(kube_lab):
+    _namespace(kube_lab, "k8s-b")
+    _namespace(kube_lab, "k8s-b-batch")
+    _node(kube_lab, "kb-1")
+    _pod(kube_lab, "k8s-b", "serve-0", "kb-1", ("ReplicaSet", "serve"), labels={"app": "serve"})
+    _pod(kube_lab, "k8s-b", "serve-1", "kb-2", ("ReplicaSet", "serve"), labels={"app": "serve"})
+    _pod(kube_lab, "k8s-b", "agent-kb-1", "kb-1", ("DaemonSet", "agent"))
+    _pod(kube_lab, "k8s-b-batch", "sim-0", "kb-1", ("Job", "sim"))
+    _budget(kube_lab, "k8s-b", "serve", "serve", allowed=0)
+    clock = Clock()
+    sched = KubernetesScheduler(kube_lab.api, policies={"k8s-b-batch": NamespacePolicy.parse("wait")},
+                                eviction_deadline_s=600.0, clock=clock)
+    reason = "raswarden: inc-7 gpu_memory"
+
+    left = sched.drain("kb-1", reason)  # the budget refuses (429): the drain says so and waits
+    assert left.startswith("1 pods held by a PodDisruptionBudget (k8s-b/serve-0)")
+    node = sched.snapshot().nodes["kb-1"]
+    assert DRAIN in node.states and node.draining.startswith("1 pods to evict (k8s-b/serve-0)")
+    assert not _going(kube_lab, "k8s-b", "serve-0")
+    clock.now += 2  # within the pause after a refusal: the API is not asked again
+    assert sched.drain("kb-1", reason).startswith("1 pods to evict")
+
+    _budget(kube_lab, "k8s-b", "serve", "serve", allowed=1)  # the other replica is healthy again
+    clock.now += 10
+    assert sched.drain("kb-1", reason) is None
+    assert _going(kube_lab, "k8s-b", "serve-0")
+    assert not _going(kube_lab, "k8s-b", "agent-kb-1") and not _going(kube_lab, "k8s-b-batch", "sim-0")
+    node = sched.snapshot().nodes["kb-1"]
+    assert node.draining == "" and node.reason == reason
+    annotations = kube_lab.core.read_node("kb-1").metadata.annotations
+    assert annotations[DRAINED_AT] == "1800000000"  # the first cordon's time, kept by the drains after it
+
+    sched.requeue("k8s-b-batch/Job/sim")  # a playbook's requeue moves what the namespace's policy left
+    assert _going(kube_lab, "k8s-b-batch", "sim-0")
+    sched.resume("kb-1")
+    node = kube_lab.core.read_node("kb-1")
+    assert not node.spec.unschedulable
+    assert REASON_ANNOTATION not in (node.metadata.annotations or {})
+    assert DRAINED_AT not in (node.metadata.annotations or {})
+
+
+def test_a_budget_that_holds_past_the_deadline_fails_the_drain_and_evict_after_waits_its_time(kube_lab):
+    _namespace(kube_lab, "k8s-c")
+    _namespace(kube_lab, "k8s-c-slow")
+    _node(kube_lab, "kc-1")
+    _pod(kube_lab, "k8s-c", "db-0", "kc-1", ("StatefulSet", "db"), labels={"app": "db"})
+    _pod(kube_lab, "k8s-c-slow", "etl-0", "kc-1", ("Job", "etl"))
+    _budget(kube_lab, "k8s-c", "db", "db", allowed=0)
+    clock = Clock()
+    sched = KubernetesScheduler(kube_lab.api, policies={"k8s-c-slow": NamespacePolicy.parse("evict-after 1800")},
+                                eviction_deadline_s=600.0, clock=clock)
+    assert "held by a PodDisruptionBudget" in sched.drain("kc-1", "raswarden: inc-8 host")
+    clock.now += 601
+    with pytest.raises(SchedulerError, match="held by a PodDisruptionBudget for 601 s") as failed:
+        sched.drain("kc-1", "raswarden: inc-8 host")
+    assert not failed.value.retryable and not _going(kube_lab, "k8s-c-slow", "etl-0")
+    assert kube_lab.core.read_node("kc-1").spec.unschedulable  # the node stays cordoned
+
+    _budget(kube_lab, "k8s-c", "db", "db", allowed=1)
+    assert sched.drain("kc-1", "raswarden: inc-8 host") == "1 pods left until their namespace's evict-after"
+    assert not _going(kube_lab, "k8s-c-slow", "etl-0")
+    clock.now += 1800
+    assert sched.drain("kc-1", "raswarden: inc-8 host") is None and _going(kube_lab, "k8s-c-slow", "etl-0")
+
+
+def test_namespace_policies_parse_or_say_what_is_wrong():
+    assert NamespacePolicy.parse("evict") == NamespacePolicy("evict")
+    assert NamespacePolicy.parse("evict-after 600").due(600.0) and not NamespacePolicy.parse("wait").due(1e9)
+    for bad in ("drop", "evict-after soon", "wait 5"):
+        with pytest.raises(ValueError, match="namespace policy"):
+            NamespacePolicy.parse(bad)
+
+
+def test_the_config_names_a_kubernetes_scheduler_with_its_policies(kube_lab, tmp_path):
+    from daemon.config import ConfigError, parse
+    from daemon.operations.remediation import scheduler_from_config
+
+    cfg = parse({"scheduler": {"type": "kubernetes", "kubeconfig": str(kube_lab.kubeconfig),
+                               "eviction_deadline_s": 300, "default_policy": "wait",
+                               "namespace_policies": {"etl": "evict-after 1800"}}})
+    sched = scheduler_from_config(cfg)
+    assert isinstance(sched, KubernetesScheduler) and sched.eviction_deadline_s == 300.0
+    assert sched.policy("etl") == NamespacePolicy("evict-after", 1800.0) and sched.policy("x").action == "wait"
+    _node(kube_lab, "kd-1")
+    assert "kd-1" in sched.snapshot().nodes  # it reaches the API server with the kubeconfig's identity
+    with pytest.raises(ConfigError, match="namespace policy 'drop'"):
+        parse({"scheduler": {"type": "kubernetes", "namespace_policies": {"etl": "drop"}}})
+
+
+def test_a_playbook_checkpoints_drains_past_a_budget_and_requeues_on_kubernetes(kube_lab, tmp_path):
+    """The engine's playbook on the real API server: the checkpoint asked and answered through annotations, the
+    cordon and taint, an eviction the budget refuses and then allows (the drain step waits meanwhile), the training
+    job (its namespace's policy: wait) moved by the requeue step; every step journaled."""
+    from daemon.store import Store
+    from daemon.store.journal import StoreJournal
+    from playbooks.engine import Engine, IncidentRef
+    from playbooks.guards import Guards
+    from playbooks.model import parse
+
+    _namespace(kube_lab, "k8s-e")
+    _namespace(kube_lab, "k8s-e-train")
+    _node(kube_lab, "ke-1")
+    _pod(kube_lab, "k8s-e-train", "llm-0", "ke-1", ("Job", "llm"), annotations={CHECKPOINT_OPT_IN: "true"})
+    _pod(kube_lab, "k8s-e", "api-0", "ke-1", ("ReplicaSet", "api"), labels={"app": "api"})
+    _budget(kube_lab, "k8s-e", "api", "api", allowed=0)
+    clock = Clock()
+    sched = KubernetesScheduler(kube_lab.api, policies={"k8s-e-train": NamespacePolicy.parse("wait")}, clock=clock)
+    playbook = parse({"name": "k8s", "match": {"states": ["subhealthy"]}, "steps": [
+        {"step": "checkpoint"}, {"step": "wait_checkpoint", "confirm": "comment",
+                                 "comment_pattern": "raswarden:checkpointed", "timeout": "30m"},
+        {"step": "drain"}, {"step": "requeue"}]})
+    store = Store(f"sqlite:///{tmp_path / 's.db'}")
+    journal = StoreJournal(store)
+    eng = Engine(sched, journal, [playbook], Guards(max_drained_nodes=4, max_cluster_fraction=1.0), clock=clock)
+    action = eng.submit(IncidentRef("inc-k1", "ke-1/gpu2", "accelerator", "subhealthy", "gpu_memory"),
+                        sched.snapshot())
+
+    def steps():
+        return [(s.type, s.status) for s in journal.get(action.key).steps]
+
+    eng.run()
+    assert steps()[:2] == [("checkpoint", "done"), ("wait_checkpoint", "started")]
+    pod = kube_lab.core.read_namespaced_pod("llm-0", "k8s-e-train")
+    assert pod.metadata.annotations[CHECKPOINT_REQUEST].startswith("USR1 ")
+    assert not kube_lab.core.read_node("ke-1").spec.unschedulable  # no drain before the checkpoint is done
+
+    kube_lab.core.patch_namespaced_pod("llm-0", "k8s-e-train", {"metadata": {"annotations": {
+        CHECKPOINT_ACK: f"raswarden:checkpointed {int(clock.now) + 40}"}}})
+    clock.now += 60
+    eng.run()
+    assert steps()[1:3] == [("wait_checkpoint", "done"), ("drain", "started")]
+    assert "held by a PodDisruptionBudget" in journal.get(action.key).steps[2].detail["draining"]
+    assert kube_lab.core.read_node("ke-1").spec.unschedulable and not _going(kube_lab, "k8s-e", "api-0")
+
+    _budget(kube_lab, "k8s-e", "api", "api", allowed=1)
+    clock.now += 60
+    eng.run()
+    assert steps() == [("checkpoint", "done"), ("wait_checkpoint", "done"), ("drain", "done"), ("requeue", "done")]
+    assert journal.get(action.key).status == "done"
+    assert _going(kube_lab, "k8s-e", "api-0") and _going(kube_lab, "k8s-e-train", "llm-0")
+    node = sched.snapshot().nodes["ke-1"]
+    assert DRAIN in node.states and node.reason.startswith("raswarden: inc-k1") and not node.draining
+    store.close()
