@@ -19,12 +19,17 @@
   ``drain`` step waits on it.
 * **Requeue** evicts the job's pods for their controller to make again elsewhere (the cordon keeps them off this
   node); **resume** is :func:`playbooks.kubernetes_nodes.resume`.
+* **What it did** is told where operators look (``kubectl describe node``): an Event of raswarden's per action on the
+  node (or the job's pods), and the node condition :data:`CONDITION` (``True`` while raswarden holds the node drained,
+  with the reason; ``False`` once it returned it), as node-problem-detector reports its own. Telling is best effort: a
+  refused Event is logged, never a failed action.
 
 Pods with a deletion time are going (a kubelet finishes them) and count as gone.
 """
 
 from __future__ import annotations
 
+import logging
 import time
 from collections.abc import Callable, Mapping
 from dataclasses import dataclass, field
@@ -38,6 +43,9 @@ CHECKPOINT_REQUEST = "raswarden.io/checkpoint-request"
 CHECKPOINT_ACK = "raswarden.io/checkpoint-ack"
 DRAINED_AT = "raswarden.io/drained-at"  # (node annotation) when raswarden cordoned it, for evict-after and deadlines
 MIRROR = "kubernetes.io/config.mirror"
+CONDITION = "RaswardenDrained"
+EVENT_NAMESPACE = "default"  # where a node's Events go (a node has no namespace; kubectl describe node reads these)
+log = logging.getLogger("raswarden.kubernetes")
 POLICIES = ("evict", "wait", "evict-after")
 
 
@@ -199,11 +207,18 @@ class KubernetesScheduler:
             raise SchedulerError(f"signal job {job_id}: no running pod of it", retryable=False)
         for p in pods:
             self._patch_pod(p, {"metadata": {"annotations": {CHECKPOINT_REQUEST: request}}}, f"signal job {job_id}")
+        for node in sorted({p.node for p in pods}):
+            self._event(node, "Checkpoint", f"asked job {job_id} to checkpoint ({request})")
 
     def drain(self, node: str, reason: str) -> str | None:
         """Cordon and taint ``node``, then evict its pods by their namespaces' policies. Returns what is left to
         evict (pods a disruption budget holds, or an ``evict-after`` not yet due), None when the drain is whole."""
+        raw = kn._read(self.core, node, "drain")
+        first = (raw.metadata.annotations or {}).get(kn.REASON_ANNOTATION) is None
         kn.drain(self.core, node, reason, extra_annotations={DRAINED_AT: f"{self.clock():.0f}"})
+        if first:
+            self._condition(node, "True", "Drained", reason)
+            self._event(node, "Drain", f"cordoned and tainted {kn.TAINT_KEY}: {reason}")
         raw = kn._read(self.core, node, "drain")
         now = self.clock()
         since = _drained_at(raw, now)
@@ -218,7 +233,9 @@ class KubernetesScheduler:
             if not policy.due(now - since):
                 later += policy.action == "evict-after"  # ("wait": the drain is whole with it running)
                 continue
-            if not self._evict(p, f"drain {node}"):
+            if self._evict(p, f"drain {node}"):
+                self._event(node, "Evict", f"evicted {p.namespace}/{p.name} ({p.job}) for raswarden's drain")
+            else:
                 held.append(f"{p.namespace}/{p.name}")
         if held:
             if now - since >= self.eviction_deadline_s:
@@ -237,14 +254,23 @@ class KubernetesScheduler:
 
     def resume(self, node: str) -> None:
         """Uncordon and untaint ``node`` if raswarden drained it (a node cordoned by someone else stays so)."""
+        ours = kn.REASON_ANNOTATION in (kn._read(self.core, node, "resume").metadata.annotations or {})
         kn.resume(self.core, node, extra_annotations=(DRAINED_AT,))
         self._retry_at.pop(node, None)
+        if ours:
+            self._condition(node, "False", "Returned", "returned to service by raswarden")
+            self._event(node, "Resume", "uncordoned and untainted: returned to service")
 
     def requeue(self, job_id: str) -> None:
         """Evict the job's pods for its controller to make again elsewhere; one a budget holds is tried again."""
-        held = [f"{p.namespace}/{p.name}" for p in self._pods()
-                if p.job == job_id and not (p.leave or p.going) and p.phase not in ("Succeeded", "Failed")
-                and not self._evict(p, f"requeue job {job_id}")]
+        held = []
+        for p in self._pods():
+            if p.job != job_id or p.leave or p.going or p.phase in ("Succeeded", "Failed"):
+                continue
+            if self._evict(p, f"requeue job {job_id}"):
+                self._event(p.node, "Requeue", f"evicted {p.namespace}/{p.name} for {job_id} to start again elsewhere")
+            else:
+                held.append(f"{p.namespace}/{p.name}")
         if held:
             raise SchedulerError(f"requeue job {job_id}: {', '.join(held[:5])} held by a PodDisruptionBudget",
                                  retryable=True)
@@ -265,6 +291,38 @@ class KubernetesScheduler:
             raise kn._error(exc, f"{what}: evict {p.namespace}/{p.name}") from None
         return True
 
+    def _condition(self, node: str, status: str, reason: str, message: str) -> None:
+        """Set raswarden's condition on the node (best effort)."""
+        from kubernetes.client import ApiException
+
+        stamp = _rfc3339(self.clock())
+        body = {"status": {"conditions": [{"type": CONDITION, "status": status, "reason": reason,
+                                           "message": message[:1000], "lastHeartbeatTime": stamp,
+                                           "lastTransitionTime": stamp}]}}
+        try:
+            self.core.patch_node_status(node, body)
+        except ApiException as exc:
+            log.warning("node %s: condition %s not set: %s %s", node, CONDITION, exc.status, exc.reason)
+
+    def _event(self, node: str, reason: str, message: str) -> None:
+        """An Event of raswarden's on ``node`` (best effort: a refused one is logged)."""
+        from kubernetes import client
+        from kubernetes.client import ApiException
+
+        if not node:
+            return
+        stamp = _rfc3339(self.clock())
+        event = client.CoreV1Event(
+            metadata=client.V1ObjectMeta(generate_name=f"{node}.raswarden.", namespace=EVENT_NAMESPACE),
+            involved_object=client.V1ObjectReference(kind="Node", name=node, uid=node, api_version="v1"),
+            reason=reason, message=message[:1000], type="Warning" if reason in ("Drain", "Evict") else "Normal",
+            source=client.V1EventSource(component="raswarden"), first_timestamp=stamp, last_timestamp=stamp,
+            count=1, reporting_component="raswarden", reporting_instance="raswarden")
+        try:
+            self.core.create_namespaced_event(EVENT_NAMESPACE, event)
+        except ApiException as exc:
+            log.warning("node %s: event %s not recorded: %s %s", node, reason, exc.status, exc.reason)
+
     def _patch_pod(self, p: _Pod, body: dict, what: str) -> None:
         from kubernetes.client import ApiException
 
@@ -273,6 +331,10 @@ class KubernetesScheduler:
         except ApiException as exc:
             if exc.status != 404:  # gone meanwhile: nothing to ask of it
                 raise kn._error(exc, f"{what}: pod {p.namespace}/{p.name}") from None
+
+
+def _rfc3339(t: float) -> str:
+    return time.strftime("%Y-%m-%dT%H:%M:%SZ", time.gmtime(t))
 
 
 def _drained_at(node: Any, default: float) -> float:

@@ -155,6 +155,8 @@ def test_a_drain_evicts_as_the_budget_allows_and_leaves_daemonsets_and_waiting_n
     sched.requeue("k8s-b-batch/Job/sim")  # a playbook's requeue moves what the namespace's policy left
     assert _going(kube_lab, "k8s-b-batch", "sim-0")
     sched.resume("kb-1")
+    assert _condition(kube_lab, "kb-1") == ("False", "Returned")
+    assert _events(kube_lab, "kb-1") == ["Drain", "Evict", "Requeue", "Resume"]  # (sorted; the budget's 429: none)
     node = kube_lab.core.read_node("kb-1")
     assert not node.spec.unschedulable
     assert REASON_ANNOTATION not in (node.metadata.annotations or {})
@@ -262,4 +264,65 @@ def test_a_playbook_checkpoints_drains_past_a_budget_and_requeues_on_kubernetes(
     assert _going(kube_lab, "k8s-e", "api-0") and _going(kube_lab, "k8s-e-train", "llm-0")
     node = sched.snapshot().nodes["ke-1"]
     assert DRAIN in node.states and node.reason.startswith("raswarden: inc-k1") and not node.draining
+    # what kubectl describe node shows: raswarden's condition and an Event per action
+    assert _condition(kube_lab, "ke-1") == ("True", "Drained")
+    assert _events(kube_lab, "ke-1") == ["Checkpoint", "Drain", "Evict", "Requeue"]  # (sorted)
     store.close()
+
+
+def _condition(kube_lab, node: str) -> tuple[str, str] | None:
+    from playbooks.kubernetes import CONDITION
+
+    found = [c for c in kube_lab.core.read_node(node).status.conditions or [] if c.type == CONDITION]
+    return (found[0].status, found[0].reason) if found else None
+
+
+def _events(kube_lab, node: str) -> list[str]:
+    events = kube_lab.core.list_namespaced_event("default", field_selector=f"involvedObject.name={node}").items
+    assert all(e.source.component == "raswarden" for e in events)
+    return sorted(e.reason for e in events)
+
+
+def test_the_shipped_cluster_role_is_enough_for_every_action_and_nothing_more(kube_lab, tmp_path):
+    """packaging/kubernetes/rbac.yaml applied to the RBAC-enforcing API server: the adapter acts through all of its
+    actions as that service account; what the role does not grant is refused by the API server, and the adapter
+    says which role to give."""
+    from kubernetes import client, utils
+
+    from tests.conftest import ROOT
+
+    _namespace(kube_lab, "raswarden")
+    utils.create_from_yaml(kube_lab.api, str(ROOT / "packaging" / "kubernetes" / "rbac.yaml"))
+    config = kube_lab.kubeconfig_with(kube_lab.token_for("raswarden", "raswarden"), tmp_path / "sa.kubeconfig")
+    clock = Clock()
+    sched = KubernetesScheduler.from_kubeconfig(str(config), clock=clock)
+    _namespace(kube_lab, "k8s-f")
+    _node(kube_lab, "kf-1")
+    _pod(kube_lab, "k8s-f", "w-0", "kf-1", ("Job", "w"), annotations={CHECKPOINT_OPT_IN: "true"},
+         labels={"app": "w"})
+    _budget(kube_lab, "k8s-f", "w", "w", allowed=0)
+
+    assert "k8s-f/Job/w" in sched.snapshot().jobs
+    sched.signal_job("k8s-f/Job/w", "USR1")
+    assert "held by a PodDisruptionBudget" in sched.drain("kf-1", "raswarden: inc-f host")
+    _budget(kube_lab, "k8s-f", "w", "w", allowed=1)
+    clock.now += 60
+    assert sched.drain("kf-1", "raswarden: inc-f host") is None and _going(kube_lab, "k8s-f", "w-0")
+    sched.requeue("k8s-f/Job/w")
+    sched.resume("kf-1")
+    assert _condition(kube_lab, "kf-1") == ("False", "Returned")
+    assert _events(kube_lab, "kf-1") == ["Checkpoint", "Drain", "Evict", "Resume"]
+
+    core = client.CoreV1Api(sched.api)
+    for forbidden in (lambda: core.delete_namespace("k8s-f"), lambda: core.list_secret_for_all_namespaces(),
+                      lambda: core.delete_namespaced_pod("w-0", "k8s-f"),
+                      lambda: core.patch_namespaced_pod_status("w-0", "k8s-f", {"status": {"phase": "Failed"}})):
+        with pytest.raises(client.ApiException) as refused:
+            forbidden()
+        assert refused.value.status == 403
+
+    stranger = KubernetesScheduler.from_kubeconfig(str(kube_lab.kubeconfig_with(
+        kube_lab.token_for("raswarden", "someone-else"), tmp_path / "other.kubeconfig")))
+    with pytest.raises(SchedulerError, match="ClusterRole raswarden ships") as denied:
+        stranger.snapshot()
+    assert not denied.value.retryable
