@@ -70,6 +70,7 @@ ln -s /opt/raswarden/bin/raswarden "$stage/usr/bin/raswarden"
 doc=$stage/usr/share/doc/raswarden
 install -D -m 0644 LICENSE "$doc/copyright"
 install -m 0644 docs/install.md systemd/raswarden.toml.example README.md "$doc/"
+install -D -m 0644 packaging/kubernetes/rbac.yaml "$doc/kubernetes/rbac.yaml"
 
 install -d "$stage/DEBIAN"
 size=$(du -sk "$stage" | cut -f1)

@@ -36,7 +36,8 @@ def installed(debian_package):
     for path in ("./usr/lib/systemd/system/raswarden.service", "./usr/lib/systemd/system/raswarden@.service",
                  "./usr/lib/sysusers.d/raswarden.conf",
                  "./usr/lib/tmpfiles.d/raswarden.conf", "./etc/raswarden/raswarden.toml",
-                 "./usr/share/doc/raswarden/copyright", "./usr/bin/raswarden -> /opt/raswarden/bin/raswarden"):
+                 "./usr/share/doc/raswarden/copyright", "./usr/share/doc/raswarden/kubernetes/rbac.yaml",
+                 "./usr/bin/raswarden -> /opt/raswarden/bin/raswarden"):
         assert path in listing, path
     depends = run("dpkg-deb", "-f", deb, "Depends").stdout
     assert depends.startswith("python3.")
