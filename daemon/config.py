@@ -440,6 +440,8 @@ def _scheduler(cfg: Config, sc: dict[str, Any]) -> None:
 
         out["kubeconfig"] = _take(sc, "kubeconfig", str, "scheduler", "")  # "": the pod's own service account
         out["eviction_deadline_s"] = _take(sc, "eviction_deadline_s", float, "scheduler", 600.0)
+        out["validation_namespace"] = _take(sc, "validation_namespace", str, "scheduler", "raswarden")
+        out["validation_image"] = _take(sc, "validation_image", str, "scheduler", "")
         policies = {"*": _take(sc, "default_policy", str, "scheduler", "evict"),
                     **{str(k): str(v) for k, v in _take(sc, "namespace_policies", dict, "scheduler", {}).items()}}
         try:

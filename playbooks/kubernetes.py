@@ -19,6 +19,13 @@
   ``drain`` step waits on it.
 * **Requeue** evicts the job's pods for their controller to make again elsewhere (the cordon keeps them off this
   node); **resume** is :func:`playbooks.kubernetes_nodes.resume`.
+* **Validation before return** (:class:`playbooks.scheduler.ValidationScheduler`): a reservation is the cordon
+  itself, marked :data:`RESERVED` with its name (a node that was in service is cordoned for it, and returned when it
+  is released); a return asked while the node is reserved waits for the release (:data:`RETURNING`), so the node is
+  uncordoned only once its validation passed, and a drain meanwhile (a failed validation) cancels it. The
+  validation command runs as a Job pinned to the node (``nodeName``, tolerating raswarden's taint and the cordon's),
+  in ``validation_namespace`` with ``validation_image``; its outcome is read from the Job's status. A drain never
+  evicts a validation pod.
 * **What it did** is told where operators look (``kubectl describe node``): an Event of raswarden's per action on the
   node (or the job's pods), and the node condition :data:`CONDITION` (``True`` while raswarden holds the node drained,
   with the reason; ``False`` once it returned it), as node-problem-detector reports its own. Telling is best effort: a
@@ -36,12 +43,12 @@ from dataclasses import dataclass, field
 from typing import Any
 
 from playbooks import kubernetes_nodes as kn
+from playbooks.kubernetes_validation import DRAINED_AT, RESERVED, RETURNING, VALIDATION_LABEL, ValidationOnKubernetes
 from playbooks.scheduler import DRAIN, ClusterState, JobInfo, NodeInfo, SchedulerError
 
 CHECKPOINT_OPT_IN = "raswarden.io/checkpoint"
 CHECKPOINT_REQUEST = "raswarden.io/checkpoint-request"
 CHECKPOINT_ACK = "raswarden.io/checkpoint-ack"
-DRAINED_AT = "raswarden.io/drained-at"  # (node annotation) when raswarden cordoned it, for evict-after and deadlines
 MIRROR = "kubernetes.io/config.mirror"
 CONDITION = "RaswardenDrained"
 EVENT_NAMESPACE = "default"  # where a node's Events go (a node has no namespace; kubectl describe node reads these)
@@ -86,7 +93,7 @@ class _Pod:
     job: str
     opt_in: bool
     ack: str | None
-    leave: bool  # a DaemonSet's or a mirror pod: never evicted
+    leave: bool  # a DaemonSet's, a mirror or a validation pod: never evicted
     going: bool  # it has a deletion time
 
 
@@ -104,18 +111,21 @@ def _pod(raw: Any) -> _Pod:
     return _Pod(meta.namespace, meta.name, (raw.spec.node_name if raw.spec else None) or "",
                 (raw.status.phase if raw.status else None) or "Unknown", f"{meta.namespace}/{kind}/{name}",
                 "true" in (annotations.get(CHECKPOINT_OPT_IN), labels.get(CHECKPOINT_OPT_IN)),
-                annotations.get(CHECKPOINT_ACK), kind == "DaemonSet" or MIRROR in annotations,
+                annotations.get(CHECKPOINT_ACK),
+                kind == "DaemonSet" or MIRROR in annotations or VALIDATION_LABEL in labels,
                 meta.deletion_timestamp is not None)
 
 
 @dataclass
-class KubernetesScheduler:
+class KubernetesScheduler(ValidationOnKubernetes):
     """A cluster through its API server (``api``: a ``kubernetes.client.ApiClient``)."""
 
     api: Any
     policies: Mapping[str, NamespacePolicy] = field(default_factory=dict)  # namespace -> policy
     default_policy: NamespacePolicy = field(default_factory=NamespacePolicy)
     eviction_deadline_s: float = 600.0  # a pod a disruption budget holds longer than this after the cordon: say so
+    validation_namespace: str = "raswarden"
+    validation_image: str = ""  # the image the validation command runs in (the node's own tools: dcgmi, nccl-tests)
     clock: Callable[[], float] = time.time
     _retry_at: dict[str, tuple[float, float]] = field(default_factory=dict)  # node -> (next try, pause) after a 429
 
@@ -216,6 +226,8 @@ class KubernetesScheduler:
         raw = kn._read(self.core, node, "drain")
         first = (raw.metadata.annotations or {}).get(kn.REASON_ANNOTATION) is None
         kn.drain(self.core, node, reason, extra_annotations={DRAINED_AT: f"{self.clock():.0f}"})
+        if RETURNING in (raw.metadata.annotations or {}):  # drained again during its validation hold: no return
+            self._annotate(node, {RETURNING: None}, "drain")
         if first:
             self._condition(node, "True", "Drained", reason)
             self._event(node, "Drain", f"cordoned and tainted {kn.TAINT_KEY}: {reason}")
@@ -254,7 +266,14 @@ class KubernetesScheduler:
 
     def resume(self, node: str) -> None:
         """Uncordon and untaint ``node`` if raswarden drained it (a node cordoned by someone else stays so)."""
-        ours = kn.REASON_ANNOTATION in (kn._read(self.core, node, "resume").metadata.annotations or {})
+        annotations = kn._read(self.core, node, "resume").metadata.annotations or {}
+        if RESERVED in annotations:  # in raswarden's validation hold: returned when the hold is released
+            if RETURNING not in annotations:
+                self._annotate(node, {RETURNING: "true"}, "resume")
+                self._event(node, "Hold", f"returned into validation hold {annotations[RESERVED]}: back in service "
+                                          "once its validation passes")
+            return
+        ours = kn.REASON_ANNOTATION in annotations
         kn.resume(self.core, node, extra_annotations=(DRAINED_AT,))
         self._retry_at.pop(node, None)
         if ours:

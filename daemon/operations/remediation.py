@@ -43,7 +43,9 @@ def scheduler_from_config(cfg: Config) -> Scheduler | None:
         default = policies.pop("*")
         return KubernetesScheduler.from_kubeconfig(sc["kubeconfig"] or None, policies=policies,
                                                    default_policy=default,
-                                                   eviction_deadline_s=sc["eviction_deadline_s"])
+                                                   eviction_deadline_s=sc["eviction_deadline_s"],
+                                                   validation_namespace=sc["validation_namespace"],
+                                                   validation_image=sc["validation_image"])
     return None
 
 

@@ -295,7 +295,8 @@ def test_the_shipped_cluster_role_is_enough_for_every_action_and_nothing_more(ku
     utils.create_from_yaml(kube_lab.api, str(ROOT / "packaging" / "kubernetes" / "rbac.yaml"))
     config = kube_lab.kubeconfig_with(kube_lab.token_for("raswarden", "raswarden"), tmp_path / "sa.kubeconfig")
     clock = Clock()
-    sched = KubernetesScheduler.from_kubeconfig(str(config), clock=clock)
+    sched = KubernetesScheduler.from_kubeconfig(str(config), clock=clock, validation_namespace="k8s-f",
+                                                validation_image="diag:1")
     _namespace(kube_lab, "k8s-f")
     _node(kube_lab, "kf-1")
     _pod(kube_lab, "k8s-f", "w-0", "kf-1", ("Job", "w"), annotations={CHECKPOINT_OPT_IN: "true"},
@@ -312,6 +313,11 @@ def test_the_shipped_cluster_role_is_enough_for_every_action_and_nothing_more(ku
     sched.resume("kf-1")
     assert _condition(kube_lab, "kf-1") == ("False", "Returned")
     assert _events(kube_lab, "kf-1") == ["Checkpoint", "Drain", "Evict", "Resume"]
+    sched.reserve("kf-1", "raswarden-check-kf-1", 600)  # an idle check: hold, job, outcome, release
+    job = sched.submit_validation("kf-1", "raswarden-check-kf-1", "raswarden-check-kf-1-1", "true", 60, "")
+    assert sched.job_outcome(job).state == "pending"
+    sched.release("raswarden-check-kf-1")
+    assert not kube_lab.core.read_node("kf-1").spec.unschedulable
 
     core = client.CoreV1Api(sched.api)
     for forbidden in (lambda: core.delete_namespace("k8s-f"), lambda: core.list_secret_for_all_namespaces(),
@@ -326,3 +332,93 @@ def test_the_shipped_cluster_role_is_enough_for_every_action_and_nothing_more(ku
     with pytest.raises(SchedulerError, match="ClusterRole raswarden ships") as denied:
         stranger.snapshot()
     assert not denied.value.retryable
+
+
+def _job_status(kube_lab, ns: str, name: str, status: dict) -> None:
+    """What the Job controller would write (no controller manager runs in the lab)."""
+    kube_lab.batch.patch_namespaced_job_status(name, ns, {"status": status})
+
+
+def _validator(kube_lab, clock) -> KubernetesScheduler:
+    return KubernetesScheduler(kube_lab.api, clock=clock, validation_namespace="k8s-v", validation_image="diag:1")
+
+
+def test_a_repaired_node_returns_only_once_its_validation_job_passed(kube_lab):
+    from playbooks.kubernetes import RESERVED, RETURNING, VALIDATION_LABEL
+
+    _namespace(kube_lab, "k8s-v")
+    _node(kube_lab, "kv-1")
+    clock = Clock()
+    sched = _validator(kube_lab, clock)
+    assert sched.drain("kv-1", "raswarden: inc-v1 gpu_memory") is None
+    # the validator's order: hold, return into the hold, run the job, read it, release
+    sched.reserve("kv-1", "raswarden-validate-kv-1", 3600)
+    sched.resume("kv-1")
+    node = kube_lab.core.read_node("kv-1")
+    assert node.spec.unschedulable and node.metadata.annotations[RESERVED] == "raswarden-validate-kv-1"
+    assert RETURNING in node.metadata.annotations  # returned once the hold is released after a pass
+    job = sched.submit_validation("kv-1", "raswarden-validate-kv-1", "raswarden-validate-kv-1-5-1",
+                                  "dcgmi diag -r 2", 1800, "/tmp/out")
+    assert job == "k8s-v/raswarden-validate-kv-1-5-1"
+    assert sched.submit_validation("kv-1", "raswarden-validate-kv-1", "raswarden-validate-kv-1-5-1",
+                                   "dcgmi diag -r 2", 1800, "/tmp/out") == job  # a restart submits nothing twice
+    made = kube_lab.batch.read_namespaced_job("raswarden-validate-kv-1-5-1", "k8s-v")
+    pod = made.spec.template.spec
+    assert pod.node_name == "kv-1" and pod.containers[0].command == ["/bin/sh", "-c", "dcgmi diag -r 2"]
+    assert {t.key for t in pod.tolerations} == {"raswarden.io/drained", "node.kubernetes.io/unschedulable"}
+    assert made.spec.active_deadline_seconds == 1800 and made.spec.backoff_limit == 0
+    assert sched.job_outcome(job).state == "pending"
+
+    # its pod on the node is never evicted by a drain
+    _pod(kube_lab, "k8s-v", "raswarden-validate-kv-1-5-1-x", "kv-1", ("Job", "raswarden-validate-kv-1-5-1"),
+         labels={VALIDATION_LABEL: "raswarden-validate-kv-1-5-1"})
+    start = "2026-12-04T00:00:00Z"
+    _job_status(kube_lab, "k8s-v", "raswarden-validate-kv-1-5-1", {"active": 1, "startTime": start})
+    assert sched.job_outcome(job).state == "running"
+    assert sched.snapshot().nodes["kv-1"].draining == ""
+    _job_status(kube_lab, "k8s-v", "raswarden-validate-kv-1-5-1", {
+        "active": 0, "succeeded": 1, "startTime": start, "completionTime": "2026-12-04T00:20:00Z",
+        "conditions": [{"type": "SuccessCriteriaMet", "status": "True", "lastTransitionTime": start},
+                       {"type": "Complete", "status": "True", "lastTransitionTime": start}]})
+    assert sched.job_outcome(job).state == "passed"
+    sched.release("raswarden-validate-kv-1")
+    node = kube_lab.core.read_node("kv-1")
+    assert not node.spec.unschedulable and not ({RESERVED, RETURNING} & set(node.metadata.annotations or {}))
+    assert _condition(kube_lab, "kv-1") == ("False", "Returned")
+    sched.release("raswarden-validate-kv-1")  # again: nothing held, nothing to do
+    assert sched.job_outcome("k8s-v/none").state == "gone"
+
+
+def test_a_failed_validation_keeps_the_node_drained_and_an_idle_check_returns_a_node_it_held(kube_lab):
+    from playbooks.kubernetes import RESERVED
+
+    _namespace(kube_lab, "k8s-w")
+    for n in ("kw-1", "kw-2"):
+        _node(kube_lab, n)
+    clock = Clock()
+    sched = KubernetesScheduler(kube_lab.api, clock=clock, validation_namespace="k8s-w", validation_image="diag:1")
+    sched.drain("kw-1", "raswarden: inc-w1 gpu_bus")
+    sched.reserve("kw-1", "raswarden-validate-kw-1", 3600)
+    sched.resume("kw-1")
+    job = sched.submit_validation("kw-1", "raswarden-validate-kw-1", "raswarden-validate-kw-1-1-1", "false", 60, "")
+    start = "2026-12-04T00:00:00Z"
+    _job_status(kube_lab, "k8s-w", "raswarden-validate-kw-1-1-1", {
+        "failed": 1, "startTime": start, "conditions": [
+            {"type": "FailureTarget", "status": "True", "reason": "DeadlineExceeded", "lastTransitionTime": start},
+            {"type": "Failed", "status": "True", "reason": "DeadlineExceeded", "message": "Job was active longer "
+             "than specified deadline", "lastTransitionTime": start}]})
+    outcome = sched.job_outcome(job)
+    assert outcome.state == "timeout" and "DeadlineExceeded" in outcome.detail
+    sched.drain("kw-1", "raswarden: validation failed (repair order 1)")  # what the validator does on a failure
+    sched.release("raswarden-validate-kw-1")
+    node = kube_lab.core.read_node("kw-1")
+    assert node.spec.unschedulable and RESERVED not in node.metadata.annotations
+    assert sched.snapshot().nodes["kw-1"].reason == "raswarden: validation failed (repair order 1)"
+
+    # an idle check holds a node in service, and its release returns it
+    sched.reserve("kw-2", "raswarden-check-kw-2", 3600)
+    assert kube_lab.core.read_node("kw-2").spec.unschedulable
+    sched.release("raswarden-check-kw-2")
+    assert not kube_lab.core.read_node("kw-2").spec.unschedulable
+    with pytest.raises(SchedulerError, match="validation_image"):
+        KubernetesScheduler(kube_lab.api).submit_validation("kw-2", "r", "raswarden-check-kw-2-1", "true", 60, "")
