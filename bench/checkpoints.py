@@ -26,7 +26,7 @@ sys.path.insert(0, str(ROOT))
 sys.path.insert(0, str(ROOT / "bench"))
 
 from closedloop import one_run  # noqa: E402
-from common import seeds, write_results  # noqa: E402
+from common import cores, seeds, write_results  # noqa: E402
 
 
 def main() -> None:
@@ -35,7 +35,7 @@ def main() -> None:
     ap.add_argument("--seeds", default="2001..2020", help="e.g. 2001..2020 or 2001,2002")
     ap.add_argument("--policies", default="fixed,daly,oracle,advised", help="checkpoint policies to compare")
     ap.add_argument("--tick", type=float, default=300.0, help="raswarden's detection tick (s; the world steps 30 s)")
-    ap.add_argument("--jobs", type=int, default=2)
+    ap.add_argument("--jobs", type=int, default=cores(), help="processes at once (default: the cores this may use)")
     ap.add_argument("--out", type=Path, default=ROOT / "bench" / "results" / "checkpoints.json")
     ap.add_argument("--with", dest="extra", type=Path, nargs="*", default=[], help="more result files joined in")
     ap.add_argument("--report", action="store_true", help="only print the table of --out (and --with)")

@@ -22,7 +22,7 @@ ROOT = Path(__file__).resolve().parent.parent
 sys.path.insert(0, str(ROOT))
 sys.path.insert(0, str(ROOT / "bench"))
 
-from common import seeds, write_results  # noqa: E402
+from common import cores, seeds, write_results  # noqa: E402
 
 SCENARIOS = ROOT / "lab" / "library" / "scenarios"
 FAULTS = ROOT / "lab" / "library" / "faults"
@@ -77,7 +77,7 @@ def main() -> None:
                     help="how jobs choose their periodic checkpoint interval: every hour (fixed), the best fixed "
                          "interval for their size at the fleet's long-run failure rate (daly) or at the seed's own "
                          "(oracle), or raswarden's advice (advised; docs/playbooks.md)")
-    ap.add_argument("--jobs", type=int, default=2)
+    ap.add_argument("--jobs", type=int, default=cores(), help="processes at once (default: the cores this may use)")
     ap.add_argument("--out", type=Path, default=ROOT / "bench" / "results" / "closedloop.json")
     ap.add_argument("--report", action="store_true", help="only print the table of --out")
     ap.add_argument("--versus", type=Path, nargs="*", default=[], metavar="FILE",

@@ -14,6 +14,11 @@ import urllib.request
 from pathlib import Path
 
 
+def cores() -> int:
+    """The cores this process may run on (the default of every bench's ``--jobs``: seeds run side by side)."""
+    return len(os.sched_getaffinity(0)) if hasattr(os, "sched_getaffinity") else (os.cpu_count() or 1)
+
+
 def peak_rss_mb() -> int:
     """Peak resident memory of this process so far, in MB."""
     return round(resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 1024)

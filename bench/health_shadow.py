@@ -24,6 +24,9 @@ from pathlib import Path
 
 ROOT = Path(__file__).resolve().parent.parent
 sys.path.insert(0, str(ROOT))
+sys.path.insert(0, str(ROOT / "bench"))
+
+from common import cores  # noqa: E402
 
 from lab.matrix import CELLS, NOISE, SAMPLING, parse_seeds, report, run_matrix, run_one  # noqa: E402
 from lab.sim.faults import parse_duration  # noqa: E402
@@ -116,7 +119,7 @@ def main() -> int:
     ap.add_argument("--quiet-seeds", default="1..4", help="quiet-week seeds")
     ap.add_argument("--warmup", default="24h", help="dense runs: a healthy fleet this long before the faults")
     ap.add_argument("--shadow", default="latched_at_once=false", help="the shadow's HealthConfig fields")
-    ap.add_argument("--jobs", type=int, default=2)
+    ap.add_argument("--jobs", type=int, default=cores(), help="processes at once (default: the cores this may use)")
     ap.add_argument("--out", type=Path, default=ROOT / "bench" / "results" / "health-shadow.json")
     ap.add_argument("--report", action="store_true", help="only print the tables of the results file")
     args = ap.parse_args()

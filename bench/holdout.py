@@ -30,7 +30,7 @@ ROOT = Path(__file__).resolve().parent.parent
 sys.path.insert(0, str(ROOT))
 sys.path.insert(0, str(ROOT / "bench"))
 
-from common import seeds, write_results  # noqa: E402
+from common import cores, seeds, write_results  # noqa: E402
 
 SCENARIOS = ROOT / "lab" / "library" / "scenarios"
 
@@ -147,7 +147,7 @@ def main() -> None:
     ap.add_argument("--quiet", default="quiet-7d", help="quiet scenario for the false-flag rate ('' for none)")
     ap.add_argument("--quiet-seeds", default="", help="seeds of the quiet scenario, e.g. 88,89 (default: its own);"
                     " scored with fold a's and fold b's model in turn")
-    ap.add_argument("--jobs", type=int, default=2)
+    ap.add_argument("--jobs", type=int, default=cores(), help="processes at once (default: the cores this may use)")
     ap.add_argument("--randomize", action="store_true",
                     help="draw each trace's sampling and noise at random (domain randomization; traces named -r)")
     ap.add_argument("--out", type=Path, default=ROOT / "bench" / "results" / "holdout.json")

@@ -15,6 +15,9 @@ from pathlib import Path
 
 ROOT = Path(__file__).resolve().parent.parent
 sys.path.insert(0, str(ROOT))
+sys.path.insert(0, str(ROOT / "bench"))
+
+from common import cores  # noqa: E402
 
 from lab.matrix import (CELLS, DEFAULT_NOISE, NOISE, SAMPLING, differences, parse_seeds, report,  # noqa: E402
                         run_matrix)
@@ -38,7 +41,7 @@ def main() -> int:
     ap.add_argument("--seeds", default="1..20", help="dense seeds, e.g. 1..20")
     ap.add_argument("--quiet-seeds", default="1..4", help="quiet-week seeds")
     ap.add_argument("--model", help="a model directory (adds the learned detectors)")
-    ap.add_argument("--jobs", type=int, default=2)
+    ap.add_argument("--jobs", type=int, default=cores(), help="processes at once (default: the cores this may use)")
     ap.add_argument("--warmup", default="0s", help="dense runs: this long a healthy fleet before the faults, e.g. 24h")
     ap.add_argument("--no-baseline", action="store_true",
                     help="do not run the static-threshold baseline (half the time; its figures are a run with it)")

@@ -23,7 +23,7 @@ ROOT = Path(__file__).resolve().parent.parent
 sys.path.insert(0, str(ROOT))
 sys.path.insert(0, str(ROOT / "bench"))
 
-from common import seeds, write_results  # noqa: E402
+from common import cores, seeds, write_results  # noqa: E402
 from holdout import _h, simulate, spread  # noqa: E402
 
 DEFAULT_MODEL = ROOT / "bench" / "results" / "models" / "holdout4-a"
@@ -69,7 +69,7 @@ def main() -> None:
     ap.add_argument("--profiles", default="full,stock")
     ap.add_argument("--quiet-seeds", default="7..12", help="seeds of quiet-7d-mixed ('' for none)")
     ap.add_argument("--model", default=str(DEFAULT_MODEL), help="model directory ('' for the rules and statistics)")
-    ap.add_argument("--jobs", type=int, default=2)
+    ap.add_argument("--jobs", type=int, default=cores(), help="processes at once (default: the cores this may use)")
     ap.add_argument("--out", type=Path, default=ROOT / "bench" / "results" / "vendors.json")
     args = ap.parse_args()
     if args.report:

@@ -69,6 +69,8 @@ class CounterTracker:
         if grow:
             self._last = np.concatenate((self._last, np.full(grow, np.nan)))
             self._ts = np.concatenate((self._ts, np.full(grow, np.nan)))
+        if len(keys) == len(inverse):  # one sample of each series (most ticks): no chain to walk
+            return self._single(inverse, keys, slots, val, ts, width, ent_names, met_names)
         # Walk rows in order; consecutive rows of a series chain their increases.
         order = np.argsort(inverse, kind="stable")
         g = inverse[order]
@@ -92,6 +94,21 @@ class CounterTracker:
         self._ts[slots] = last_ts
         return Table({"entity": Names(keys // width, ent_names), "metric": Names(keys % width, met_names),
                       "increase": total, "resets": resets.astype(np.int64), "last": last, "dt": dt})
+
+    def _single(self, inverse: np.ndarray, keys: np.ndarray, slots: np.ndarray, val: np.ndarray, ts: np.ndarray,
+                width: int, ent_names: np.ndarray, met_names: np.ndarray) -> Table:
+        """:meth:`update` where each series has one row: the same figures, without sorting the rows by series."""
+        v = np.empty(len(keys))
+        v[inverse] = val
+        last_ts = np.empty(len(keys))
+        last_ts[inverse] = ts
+        inc, reset = counter_increases(self._last[slots], v)
+        dt = last_ts - self._ts[slots]
+        self._last[slots] = v
+        self._ts[slots] = last_ts
+        # (0.0 + x, as the sums by series would make it: a -0.0 comes out 0.0)
+        return Table({"entity": Names(keys // width, ent_names), "metric": Names(keys % width, met_names),
+                      "increase": 0.0 + inc, "resets": reset.astype(np.int64), "last": v, "dt": dt})
 
 
 class DecayingCount:

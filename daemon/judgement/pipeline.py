@@ -262,10 +262,17 @@ class Pipeline(PipelineMemory, NodeTracking):
         key = ent[g].astype(np.int64) * (len(met_names) + 1) + met[g]
         values = value[g]
         inverse, uniq = group_keys(key, len(ent_names) * (len(met_names) + 1))
-        last, peak = last_and_max(inverse, len(uniq), values)
+        if len(uniq) == len(inverse):  # one reading of each series (most ticks): it is its own last, max and mean
+            last = np.empty(len(uniq))
+            last[inverse] = values
+            peak = last.copy()
+            mean = np.where(np.isfinite(last), 0.0 + last, np.nan)  # (as the sum by series makes it: -0.0 is 0.0)
+        else:
+            last, peak = last_and_max(inverse, len(uniq), values)
+            mean = group_mean(inverse, len(uniq), values)
         gauges = Table({"entity": Names(uniq // (len(met_names) + 1), ent_names),
                         "metric": Names(uniq % (len(met_names) + 1), met_names),
-                        "last": last, "max": peak, "mean": group_mean(inverse, len(uniq), values)})
+                        "last": last, "max": peak, "mean": mean})
         return counters, gauges, xid
 
     def _both_ends(self, evidence: list[Evidence]) -> list[Evidence]:
