@@ -426,30 +426,47 @@ def _playbooks(cfg: Config, pb: dict[str, Any]) -> None:
 def _scheduler(cfg: Config, sc: dict[str, Any]) -> None:
     sc = dict(sc)
     kind = _take(sc, "type", str, "scheduler", "none")
-    if kind not in ("none", "slurm", "kubernetes"):
-        raise ConfigError("scheduler.type: one of none, slurm, kubernetes")
+    if kind not in ("none", "slurm", "kubernetes", "mixed"):
+        raise ConfigError("scheduler.type: one of none, slurm, kubernetes, mixed")
+    out: dict[str, Any] = {"type": kind}
+    if kind == "mixed":  # a cluster of both: [scheduler.slurm] and [scheduler.kubernetes], the topology says whose
+        for part in ("slurm", "kubernetes"):
+            table = _take(sc, part, dict, "scheduler", None)
+            if table is None:
+                raise ConfigError(f"scheduler.{part}: a mixed cluster needs both [scheduler.slurm] and "
+                                  "[scheduler.kubernetes]")
+            out[part] = _scheduler_part(part, dict(table), f"scheduler.{part}")
+    elif kind != "none":
+        out.update(_scheduler_part(kind, sc, "scheduler"))
+    _no_more(sc, "scheduler")
+    cfg.scheduler = out
+
+
+def _scheduler_part(kind: str, sc: dict[str, Any], where: str) -> dict[str, Any]:
+    """One scheduler's keys (``sc``'s are taken; a sub-table's leftovers are refused here)."""
     out: dict[str, Any] = {"type": kind}
     if kind == "slurm":
-        out["slurm_conf"] = _take(sc, "slurm_conf", str, "scheduler")
-        out["timeout_s"] = _take(sc, "timeout_s", float, "scheduler", 30.0)
-        out["checkpoint_comment"] = _take(sc, "checkpoint_comment", str, "scheduler", "raswarden:checkpoint")
-        out["checkpoint_name"] = _take(sc, "checkpoint_name", str, "scheduler", "") or None
-        out["checkpoint_partitions"] = [str(p) for p in _take(sc, "checkpoint_partitions", list, "scheduler", [])]
+        out["slurm_conf"] = _take(sc, "slurm_conf", str, where)
+        out["timeout_s"] = _take(sc, "timeout_s", float, where, 30.0)
+        out["checkpoint_comment"] = _take(sc, "checkpoint_comment", str, where, "raswarden:checkpoint")
+        out["checkpoint_name"] = _take(sc, "checkpoint_name", str, where, "") or None
+        out["checkpoint_partitions"] = [str(p) for p in _take(sc, "checkpoint_partitions", list, where, [])]
     if kind == "kubernetes":
         from playbooks.kubernetes import NamespacePolicy
 
-        out["kubeconfig"] = _take(sc, "kubeconfig", str, "scheduler", "")  # "": the pod's own service account
-        out["eviction_deadline_s"] = _take(sc, "eviction_deadline_s", float, "scheduler", 600.0)
-        out["validation_namespace"] = _take(sc, "validation_namespace", str, "scheduler", "raswarden")
-        out["validation_image"] = _take(sc, "validation_image", str, "scheduler", "")
-        policies = {"*": _take(sc, "default_policy", str, "scheduler", "evict"),
-                    **{str(k): str(v) for k, v in _take(sc, "namespace_policies", dict, "scheduler", {}).items()}}
+        out["kubeconfig"] = _take(sc, "kubeconfig", str, where, "")  # "": the pod's own service account
+        out["eviction_deadline_s"] = _take(sc, "eviction_deadline_s", float, where, 600.0)
+        out["validation_namespace"] = _take(sc, "validation_namespace", str, where, "raswarden")
+        out["validation_image"] = _take(sc, "validation_image", str, where, "")
+        policies = {"*": _take(sc, "default_policy", str, where, "evict"),
+                    **{str(k): str(v) for k, v in _take(sc, "namespace_policies", dict, where, {}).items()}}
         try:
             out["namespace_policies"] = {ns: NamespacePolicy.parse(text) for ns, text in policies.items()}
         except ValueError as exc:
-            raise ConfigError(f"scheduler: {exc}") from None
-    _no_more(sc, "scheduler")
-    cfg.scheduler = out
+            raise ConfigError(f"{where}: {exc}") from None
+    if where != "scheduler":
+        _no_more(sc, where)
+    return out
 
 
 def load(path: str | Path = DEFAULT_PATH) -> Config:

@@ -6,9 +6,11 @@ Format (``topology.yaml``)::
       - name: r01
         supernode: sn01            # optional
         cooling: cdu01             # optional
+        scheduler: slurm           # optional: which scheduler runs its nodes (slurm | kubernetes), [scheduler] mixed
         nodes:
           - name: sn01-b01
             scheduler_name: node1  # optional, the name Slurm knows
+            scheduler: kubernetes  # optional: this node's scheduler, over its rack's
             aliases: [10.1.0.11, "127.0.0.11"]
             accelerators:
               - {index: 0, pci_bus_id: "00000000:3B:00.0", uuid: GPU-..., serial: "1652222014738",
@@ -33,6 +35,7 @@ from daemon.timetext import parse_zone
 # Accelerator id prefixes (docs/architecture.md §3): GPUs (NVIDIA, AMD), Ascend NPUs, Hygon DCUs named as their
 # tools do.
 ACCELERATOR_PREFIXES = ("gpu", "npu", "dcu", "xpu")
+SCHEDULERS = ("slurm", "kubernetes")  # what a rack's or node's ``scheduler`` may name
 
 
 class TopologyError(ValueError):
@@ -117,6 +120,7 @@ class Topology:
     rack_supernode: dict[str, str] = field(default_factory=dict)
     rack_cooling: dict[str, str] = field(default_factory=dict)
     scheduler_name: dict[str, str] = field(default_factory=dict)
+    node_scheduler: dict[str, str] = field(default_factory=dict)  # node -> slurm | kubernetes (a mixed cluster)
     aliases: dict[str, str] = field(default_factory=dict)
     pci_accelerator: dict[tuple[str, str], str] = field(default_factory=dict)
     pci_port: dict[tuple[str, str], str] = field(default_factory=dict)
@@ -177,16 +181,21 @@ class Topology:
             if rack.get("cooling"):
                 topo.rack_cooling[rack_name] = str(rack["cooling"])
             for n, node in enumerate(rack.get("nodes") or []):
-                topo._add_node(rack_name, node, f"{where}.nodes[{n}]")
+                topo._add_node(rack_name, node, f"{where}.nodes[{n}]", rack.get("scheduler"))
         return topo
 
-    def _add_node(self, rack: str, node: dict | str, where: str) -> None:
+    def _add_node(self, rack: str, node: dict | str, where: str, rack_scheduler: str | None = None) -> None:
         if isinstance(node, str):
             node = {"name": node}
         if not isinstance(node, dict) or "name" not in node:
             raise TopologyError(f"{where}: each node needs a name")
         name = str(node["name"])
         self.node_rack[name] = rack
+        scheduler = node.get("scheduler") or rack_scheduler
+        if scheduler:
+            if scheduler not in SCHEDULERS:
+                raise TopologyError(f"{where}.scheduler: {scheduler!r} is not one of {', '.join(SCHEDULERS)}")
+            self.node_scheduler[name] = str(scheduler)
         if node.get("scheduler_name"):
             self.scheduler_name[name] = str(node["scheduler_name"])
         for alias in node.get("aliases") or []:

@@ -102,6 +102,9 @@ class ValidationOnKubernetes:
         from kubernetes.client import ApiException
 
         ns, _, name = job_id.partition("/")
+        if not ns or not name:
+            raise SchedulerError(f"job {job_id!r}: not a validation Job of Kubernetes (namespace/name)",
+                                 retryable=False)
         try:
             job = client.BatchV1Api(self.api).read_namespaced_job(name, ns)
         except ApiException as exc:

@@ -24,8 +24,10 @@ REAL = ROOT / "fixtures" / "real"
 # Tests that share one machine-wide resource run one after another in one pytest-xdist worker (scripts/test.sh runs
 # the suite with --dist loadgroup): the Slurm lab (fixed ports, one slurmctld), the PostgreSQL database (tests drop
 # its schema), and the Debian package (installed into this machine's root, which the systemd boot test overlays).
+# The Kubernetes lab goes with the Slurm lab: a mixed cluster's tests use both, and a third group's worker would start
+# a second of either on the same ports.
 SHARED = {"slurm": "slurm", "slurm_lab": "slurm", "slurm_accounting": "slurm", "pg_url": "postgres",
-          "debian_package": "debian", "kube_lab": "kube"}
+          "debian_package": "debian", "kube_lab": "slurm"}
 
 
 @pytest.hookimpl(tryfirst=True)  # before pytest-xdist's own, which reads the groups

@@ -29,8 +29,19 @@ CURSOR = "playbooks"
 
 
 def scheduler_from_config(cfg: Config) -> Scheduler | None:
-    """The scheduler ``[scheduler]`` names (None: ``type = "none"``)."""
+    """The scheduler ``[scheduler]`` names (None: ``type = "none"``); a mixed cluster's parts own the nodes the
+    topology gives them (``scheduler:`` on a rack or node, by the scheduler's name of the node)."""
     sc = cfg.scheduler
+    if sc.get("type") == "mixed":
+        from playbooks.mixed import MixedScheduler
+
+        topology = Topology.configured(cfg.service.topology)
+        owners = {topology.scheduler_name.get(n, n): part for n, part in topology.node_scheduler.items()}
+        return MixedScheduler({part: _one_scheduler(sc[part]) for part in ("slurm", "kubernetes")}, owners)
+    return _one_scheduler(sc)
+
+
+def _one_scheduler(sc: dict) -> Scheduler | None:
     if sc.get("type") == "slurm":
         from playbooks.slurm import OptIn, SlurmScheduler
 
