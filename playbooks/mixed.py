@@ -57,21 +57,19 @@ class MixedScheduler:
         return ClusterState(taken or 0.0, nodes, jobs)
 
     def part_of_node(self, node: str) -> Any:
-        name = self.owners.get(node) or self._node_part.get(node)
-        if name is None:
-            self.snapshot()
-            name = self._node_part.get(node)
-        if name is None:
-            raise SchedulerError(f"node {node}: no scheduler of this cluster knows it", retryable=False)
-        return self.parts[name]
+        return self._part("node", node, lambda: self.owners.get(node) or self._node_part.get(node))
 
     def part_of_job(self, job_id: str) -> Any:
-        name = self._job_part.get(job_id)
+        return self._part("job", job_id, lambda: self._job_part.get(job_id))
+
+    def _part(self, what: str, key: str, lookup) -> Any:
+        """The part ``lookup`` names, asking every part again once when it names none (a node or job new since)."""
+        name = lookup()
         if name is None:
             self.snapshot()
-            name = self._job_part.get(job_id)
+            name = lookup()
         if name is None:
-            raise SchedulerError(f"job {job_id}: no scheduler of this cluster knows it", retryable=False)
+            raise SchedulerError(f"{what} {key}: no scheduler of this cluster knows it", retryable=False)
         return self.parts[name]
 
     # -- the protocol: each action to its part ------------------------------------------------------------------
