@@ -455,6 +455,7 @@ def _scheduler_part(kind: str, sc: dict[str, Any], where: str) -> dict[str, Any]
         from playbooks.kubernetes import NamespacePolicy
 
         out["kubeconfig"] = _take(sc, "kubeconfig", str, where, "")  # "": the pod's own service account
+        out["timeout_s"] = _take(sc, "timeout_s", float, where, 30.0)
         out["eviction_deadline_s"] = _take(sc, "eviction_deadline_s", float, where, 600.0)
         out["validation_namespace"] = _take(sc, "validation_namespace", str, where, "raswarden")
         out["validation_image"] = _take(sc, "validation_image", str, where, "")

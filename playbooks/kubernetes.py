@@ -124,6 +124,7 @@ class KubernetesScheduler(ValidationOnKubernetes):
     policies: Mapping[str, NamespacePolicy] = field(default_factory=dict)  # namespace -> policy
     default_policy: NamespacePolicy = field(default_factory=NamespacePolicy)
     eviction_deadline_s: float = 600.0  # a pod a disruption budget holds longer than this after the cordon: say so
+    timeout_s: float = 30.0  # one call to the API server at most (a stopped one holds a pass no longer)
     validation_namespace: str = "raswarden"
     validation_image: str = ""  # the image the validation command runs in (the node's own tools: dcgmi, nccl-tests)
     clock: Callable[[], float] = time.time
@@ -146,7 +147,13 @@ class KubernetesScheduler(ValidationOnKubernetes):
     def core(self) -> Any:
         from kubernetes import client
 
-        return client.CoreV1Api(self.api)
+        return kn.Timed(client.CoreV1Api(self.api), self.timeout_s)
+
+    @property
+    def batch(self) -> Any:
+        from kubernetes import client
+
+        return kn.Timed(client.BatchV1Api(self.api), self.timeout_s)
 
     def policy(self, namespace: str) -> NamespacePolicy:
         return self.policies.get(namespace, self.default_policy)

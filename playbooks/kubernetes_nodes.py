@@ -15,6 +15,7 @@ from __future__ import annotations
 
 from typing import Any
 
+from playbooks import stopping
 from playbooks.guards import REASON_PREFIX
 from playbooks.scheduler import DOWN, DRAIN, IDLE, NodeInfo, SchedulerError
 
@@ -22,6 +23,35 @@ TAINT_KEY = "raswarden.io/drained"
 REASON_ANNOTATION = "raswarden.io/drain-reason"
 #: what the API calls a node that is not there, or a write that lost a race (the next pass tries again)
 _NOT_FOUND, _CONFLICT = 404, 409
+
+
+class Timed:
+    """An API group of the kubernetes client (``CoreV1Api``, ``BatchV1Api``) whose every call carries a timeout, so
+    an API server that does not answer (stopped, partitioned) holds raswarden no longer than ``timeout_s`` a call
+    and says so as a retryable :class:`SchedulerError`; once raswarden is told to stop no new call starts
+    (:mod:`playbooks.stopping`: the step is left for the next start)."""
+
+    def __init__(self, api: Any, timeout_s: float):
+        self._api, self._timeout = api, (min(5.0, timeout_s), timeout_s)  # (connect, read)
+
+    def __getattr__(self, name: str) -> Any:
+        method = getattr(self._api, name)
+        if not callable(method):
+            return method
+
+        def call(*args: Any, **kw: Any) -> Any:
+            import urllib3
+
+            if stopping.requested():
+                raise stopping.Stopped(f"{name}: raswarden is stopping; the API server is not asked")
+            kw.setdefault("_request_timeout", self._timeout)
+            try:
+                return method(*args, **kw)
+            except (urllib3.exceptions.HTTPError, OSError) as exc:  # a timeout, a refused or reset connection
+                raise SchedulerError(f"{name}: the API server did not answer within {self._timeout[1]:.0f} s "
+                                     f"({type(exc).__name__})", retryable=True) from None
+
+        return call
 
 
 def node_info(node: Any) -> NodeInfo:

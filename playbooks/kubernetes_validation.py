@@ -21,6 +21,7 @@ class ValidationOnKubernetes:
 
     api: Any
     core: Any
+    batch: Any
     clock: Any
     validation_namespace: str
     validation_image: str
@@ -75,7 +76,7 @@ class ValidationOnKubernetes:
         if not self.validation_image:
             raise SchedulerError("a validation job on Kubernetes needs [scheduler] validation_image", retryable=False)
         ns = self.validation_namespace
-        batch = client.BatchV1Api(self.api)
+        batch = self.batch
         labels = {VALIDATION_LABEL: job_name}
         tolerations = [client.V1Toleration(key=kn.TAINT_KEY, operator="Exists"),
                        client.V1Toleration(key="node.kubernetes.io/unschedulable", operator="Exists")]
@@ -98,7 +99,6 @@ class ValidationOnKubernetes:
 
     def job_outcome(self, job_id: str) -> JobOutcome:
         """How the validation Job stands, from its status (``gone`` once it is deleted)."""
-        from kubernetes import client
         from kubernetes.client import ApiException
 
         ns, _, name = job_id.partition("/")
@@ -106,7 +106,7 @@ class ValidationOnKubernetes:
             raise SchedulerError(f"job {job_id!r}: not a validation Job of Kubernetes (namespace/name)",
                                  retryable=False)
         try:
-            job = client.BatchV1Api(self.api).read_namespaced_job(name, ns)
+            job = self.batch.read_namespaced_job(name, ns)
         except ApiException as exc:
             if exc.status == 404:
                 return JobOutcome("gone", detail=f"job {job_id} not found")

@@ -55,6 +55,7 @@ def _one_scheduler(sc: dict) -> Scheduler | None:
         return KubernetesScheduler.from_kubeconfig(sc["kubeconfig"] or None, policies=policies,
                                                    default_policy=default,
                                                    eviction_deadline_s=sc["eviction_deadline_s"],
+                                                   timeout_s=sc["timeout_s"],
                                                    validation_namespace=sc["validation_namespace"],
                                                    validation_image=sc["validation_image"])
     return None

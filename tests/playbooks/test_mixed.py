@@ -33,10 +33,13 @@ def test_one_budget_holds_across_slurm_and_kubernetes_nodes(slurm, kube_lab, tmp
     assert isinstance(sched, MixedScheduler)
     state = sched.snapshot()
     assert {"node1", "node4", "km-1", "km-2"} <= set(state.nodes)
+    # the lab's API server keeps the nodes other tests left cordoned or not ready: they count too
+    before = sum(not i.available for i in state.nodes.values())
+    budget = before + 2
 
     store = Store(f"sqlite:///{tmp_path / 's.db'}")
     journal = StoreJournal(store)
-    eng = Engine(sched, journal, load(), Guards(max_drained_nodes=2, max_cluster_fraction=1.0,
+    eng = Engine(sched, journal, load(), Guards(max_drained_nodes=budget, max_cluster_fraction=1.0,
                                                 max_rack_fraction=1.0))
     first = eng.submit(IncidentRef("inc-m1", "node1/gpu0", "accelerator", "failed", "gpu_bus"), sched.snapshot())
     second = eng.submit(IncidentRef("inc-m2", "km-1/gpu0", "accelerator", "failed", "gpu_bus"), sched.snapshot())
@@ -47,15 +50,15 @@ def test_one_budget_holds_across_slurm_and_kubernetes_nodes(slurm, kube_lab, tmp
     state = sched.snapshot()
     assert DRAIN in state.nodes["node1"].states and DRAIN in state.nodes["km-1"].states
 
-    # the budget of two counts both: a third drain is held, whichever scheduler has the node
+    # the budget of two more counts both: a third drain is held, whichever scheduler has the node
     for incident, node in (("inc-m3", "km-2"), ("inc-m4", "node2")):
         held = eng.submit(IncidentRef(incident, f"{node}/gpu0", "accelerator", "failed", "gpu_bus"),
                           sched.snapshot())
         eng.run()
         action = journal.get(held.key)
         assert action.status == "held", [(s.type, s.status, s.detail) for s in action.steps]
-        assert "3 nodes would be unavailable (budget 2)" in next(s.detail["held"] for s in action.steps
-                                                                  if "held" in s.detail)
+        assert f"{before + 3} nodes would be unavailable (budget {budget})" in next(
+            s.detail["held"] for s in action.steps if "held" in s.detail)
     assert not kube_lab.core.read_node("km-2").spec.unschedulable
     assert not slurm.node_state("node2").startswith("drain")
 
