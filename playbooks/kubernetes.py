@@ -51,6 +51,7 @@ CHECKPOINT_REQUEST = "raswarden.io/checkpoint-request"
 CHECKPOINT_ACK = "raswarden.io/checkpoint-ack"
 MIRROR = "kubernetes.io/config.mirror"
 CONDITION = "RaswardenDrained"
+HEALTH_CONDITION = "RaswardenHealthy"  # raswarden's view of the node: True healthy, False with its worst open state
 EVENT_NAMESPACE = "default"  # where a node's Events go (a node has no namespace; kubectl describe node reads these)
 log = logging.getLogger("raswarden.kubernetes")
 POLICIES = ("evict", "wait", "evict-after")
@@ -317,18 +318,27 @@ class KubernetesScheduler(ValidationOnKubernetes):
             raise kn._error(exc, f"{what}: evict {p.namespace}/{p.name}") from None
         return True
 
-    def _condition(self, node: str, status: str, reason: str, message: str) -> None:
-        """Set raswarden's condition on the node (best effort)."""
+    def tell_health(self, node: str, state: str, message: str) -> None:
+        """Raswarden's view of ``node`` as the node condition :data:`HEALTH_CONDITION`, as node-problem-detector
+        reports its own: ``True`` when healthy, else ``False`` with the state (``Subhealthy``, ``Failed``, ...) as the
+        reason (best effort)."""
+        self._condition(node, "True" if state == "healthy" else "False", state.capitalize(), message,
+                        kind=HEALTH_CONDITION)
+
+    def _condition(self, node: str, status: str, reason: str, message: str, kind: str = CONDITION) -> None:
+        """Set raswarden's condition ``kind`` on the node (best effort)."""
         from kubernetes.client import ApiException
 
         stamp = _rfc3339(self.clock())
-        body = {"status": {"conditions": [{"type": CONDITION, "status": status, "reason": reason,
+        body = {"status": {"conditions": [{"type": kind, "status": status, "reason": reason,
                                            "message": message[:1000], "lastHeartbeatTime": stamp,
                                            "lastTransitionTime": stamp}]}}
         try:
             self.core.patch_node_status(node, body)
         except ApiException as exc:
-            log.warning("node %s: condition %s not set: %s %s", node, CONDITION, exc.status, exc.reason)
+            log.warning("node %s: condition %s not set: %s %s", node, kind, exc.status, exc.reason)
+        except SchedulerError as exc:  # the API server did not answer: the next change tells it again
+            log.warning("node %s: condition %s not set: %s", node, kind, exc)
 
     def _event(self, node: str, reason: str, message: str) -> None:
         """An Event of raswarden's on ``node`` (best effort: a refused one is logged)."""

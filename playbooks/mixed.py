@@ -85,6 +85,12 @@ class MixedScheduler:
     def requeue(self, job_id: str) -> None:
         self.part_of_job(job_id).requeue(job_id)
 
+    def tell_health(self, node: str, state: str, message: str) -> None:
+        """raswarden's view of a node, to its part where that part shows it (Kubernetes: a node condition)."""
+        tell = getattr(self.part_of_node(node), "tell_health", None)
+        if tell is not None:
+            tell(node, state, message)
+
     # -- validation (each part that has it) ----------------------------------------------------------------------
     def reserve(self, node: str, name: str, duration_s: float) -> None:
         part = self.part_of_node(node)

@@ -10,6 +10,7 @@ clean period). Incidents are read from a persisted cursor, like the alert pipeli
 from __future__ import annotations
 
 import dataclasses
+import logging
 import time
 from dataclasses import dataclass
 
@@ -23,9 +24,11 @@ from daemon.topology import Topology
 from playbooks.engine import OPEN, Engine, IncidentRef
 from playbooks.guards import Guards
 from playbooks.model import load
-from playbooks.scheduler import ClusterState, Scheduler
+from playbooks.scheduler import ClusterState, Scheduler, SchedulerError
 
 CURSOR = "playbooks"
+_SEVERITY = {"suspect": 1, "subhealthy": 2, "unknown": 2, "failed": 3}  # which open incident tells a node's state
+log = logging.getLogger("raswarden.remediation")
 
 
 def scheduler_from_config(cfg: Config) -> Scheduler | None:
@@ -198,11 +201,33 @@ class Remediation:
                                   scheduler_node=self.scheduler_names.get(node))
                 planned += self.engine.submit(ref, state) is not None
         planned += self._planned_deferred(state)
+        self._tell_health(rows)
         last = max(r.updated_at for r in rows)
         self.store.save_incident_cursor(self.cursor, last)
         self._seen_at_cursor = {_version(r) for r in rows if r.updated_at == last} | (
             self._seen_at_cursor if last == since else set())
         return planned
+
+    def _tell_health(self, rows: list[IncidentRow]) -> None:
+        """Where the scheduler shows raswarden's view of a node (Kubernetes: a node condition), tell it for the nodes
+        whose incidents changed: the worst open incident's state and what it is, or healthy (best effort)."""
+        tell = getattr(self.engine.scheduler, "tell_health", None)
+        if tell is None:
+            return
+        nodes = {r.entity.split("/", 1)[0] for r in rows}
+        worst: dict[str, IncidentRow] = {}
+        for r in self.store.incidents(status="open"):
+            node = r.entity.split("/", 1)[0]
+            if node in nodes and (node not in worst or _SEVERITY.get(r.severity, 0) > _SEVERITY.get(
+                    worst[node].severity, 0)):
+                worst[node] = r
+        for node in sorted(nodes):
+            top = worst.get(node)
+            try:
+                tell(self.scheduler_names.get(node, node), top.severity if top else "healthy",
+                     f"{top.category} on {top.entity} ({top.id})" if top else "no open incident")
+            except SchedulerError as exc:
+                log.warning("node %s: raswarden's view not told to the scheduler: %s", node, exc)
 
     def _waits_for_open_action(self, ref: IncidentRef) -> bool:
         earlier = self.journal.actions_for(ref.id)

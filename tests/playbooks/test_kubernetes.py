@@ -422,3 +422,38 @@ def test_a_failed_validation_keeps_the_node_drained_and_an_idle_check_returns_a_
     assert not kube_lab.core.read_node("kw-2").spec.unschedulable
     with pytest.raises(SchedulerError, match="validation_image"):
         KubernetesScheduler(kube_lab.api).submit_validation("kw-2", "r", "raswarden-check-kw-2-1", "true", 60, "")
+
+
+def test_raswardens_view_of_a_node_is_its_condition_as_incidents_open_and_close(kube_lab, tmp_path):
+    """What node-problem-detector does for its checks: raswarden's view of each node (the worst open incident on it,
+    or healthy) as a node condition, told when the node's incidents change."""
+    import time
+
+    from daemon.config import parse
+    from daemon.judgement.incidents import Incident
+    from daemon.operations.remediation import Remediation
+    from daemon.store import Store
+    from detectors.schema import State
+    from playbooks.kubernetes import HEALTH_CONDITION
+
+    _node(kube_lab, "kh-1")
+    store = Store(f"sqlite:///{tmp_path / 's.db'}")
+    sched = KubernetesScheduler(kube_lab.api)
+    remediation = Remediation.from_config(parse({"playbooks": {"mode": "dry-run"}}), store, sched)
+    now = time.time()
+    incident = Incident(id="inc-h1", fingerprint="kh-1/gpu2|gpu_memory", entity="kh-1/gpu2", kind="accelerator",
+                        category="gpu_memory", severity=State.SUBHEALTHY, opened_at=now, updated_at=now,
+                        evidence=["gpu2 HBM correctable ECC 41/h"])
+    store.record_tick([], [incident])
+    remediation.step()
+
+    def condition():
+        found = [c for c in kube_lab.core.read_node("kh-1").status.conditions or [] if c.type == HEALTH_CONDITION]
+        return (found[0].status, found[0].reason, found[0].message) if found else None
+
+    assert condition() == ("False", "Subhealthy", "gpu_memory on kh-1/gpu2 (inc-h1)")
+    incident.closed_at, incident.updated_at, incident.close_reason = now + 60, now + 60, "recovered"
+    store.record_tick([], [incident])
+    remediation.step()
+    assert condition() == ("True", "Healthy", "no open incident")
+    store.close()
