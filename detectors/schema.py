@@ -229,17 +229,32 @@ def events_frame(rows: list[tuple]) -> pd.DataFrame:
 
 def _events_frame(rows: list[tuple]) -> pd.DataFrame:
     columns = list(zip(*rows)) if rows else [()] * len(EVENT_COLUMNS)  # built column-wise
-    data = {}
+    arrays = []
     for name, values in zip(EVENT_COLUMNS, columns):
         if name == "ts":
-            data[name] = np.asarray(values, dtype=np.float64)
+            arrays.append(np.asarray(values, dtype=np.float64))
         elif name == "code":
-            data[name] = pd.array(list(values), dtype="Int64")
+            arrays.append(pd.array(list(values), dtype="Int64"))
         else:
             column = np.empty(len(values), dtype=object)
             column[:] = values
-            data[name] = pd.Series(column, dtype=object, copy=False)
-    return frame(data)
+            arrays.append(column)
+    if _FROM_ARRAYS is not None:
+        try:  # pandas' constructor from columns: object arrays stay object (the public one would infer str), and a
+            # tick's events frame costs 0.04 ms instead of 0.5
+            return _FROM_ARRAYS(arrays, columns=_event_columns(), index=pd.RangeIndex(len(rows)),
+                                verify_integrity=False)
+        except TypeError:  # a pandas whose private signature moved: the public way below
+            pass
+    return frame({name: a if name in ("ts", "code") else pd.Series(a, dtype=object, copy=False)
+                  for name, a in zip(EVENT_COLUMNS, arrays)})
+
+
+def _event_columns() -> pd.Index:
+    index = _COLUMN_INDEX.get(EVENT_COLUMNS)
+    if index is None:
+        index = _COLUMN_INDEX[EVENT_COLUMNS] = pd.Index(EVENT_COLUMNS, dtype=object)
+    return index
 
 
 _EMPTY_EVENTS = _events_frame([])

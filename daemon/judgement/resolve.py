@@ -215,9 +215,12 @@ class EventResolver:
         """
         if events.empty:
             return events
-        rank = (events["source"] != "kernel").astype(int)
-        events = (events.assign(_rank=rank).sort_values(["ts", "entity", "_rank"], kind="stable")
-                  .drop(columns="_rank").reset_index(drop=True))
+        ts, entity = events["ts"].tolist(), events["entity"].tolist()
+        rank = [s != "kernel" for s in events["source"].tolist()]
+        # (ts, entity, the kernel line first), stable: a tick's few events sorted in Python, not by a frame's sort
+        order = sorted(range(len(events)), key=lambda i: (ts[i], entity[i], rank[i]))
+        if order != list(range(len(events))):
+            events = events.take(order).reset_index(drop=True)
         keep = np.ones(len(events), dtype=bool)
         for i, (kind, entity, code, ts, source) in enumerate(zip(events["kind"], events["entity"], events["code"],
                                                                  events["ts"], events["source"])):
@@ -239,4 +242,4 @@ class EventResolver:
             self._recent_xid[key] = (ts, source)
         if len(self._recent_xid) > 10_000:
             self._recent_xid = {k: v for k, v in self._recent_xid.items() if now - v[0] <= self.window_s}
-        return events[keep].reset_index(drop=True)
+        return events if keep.all() else events[keep].reset_index(drop=True)
