@@ -100,6 +100,10 @@ class Cadence:
         window = self.factor * np.nan_to_num(interval, nan=0.0) + self.tick_s
         return np.maximum(window, self.floor_s)
 
+    def windows(self) -> np.ndarray:
+        """:meth:`window_of` every row (computed once for all: a caller with many series per entity gathers from it)."""
+        return self.window_of(np.arange(len(self.last)))
+
     def window(self, entity: str) -> float:
         """The window of one entity (the floor when it was never seen)."""
         row = int(self.index.index.get_indexer([entity])[0])

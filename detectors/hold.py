@@ -57,7 +57,7 @@ class GaugeHold:
             mean_of_fresh = np.asarray(gauges["mean" if "mean" in gauges else "last"], dtype=float)
         if not len(self.last):
             return _EMPTY
-        current = (now - self.at) <= cadence.window_of(self.entity_row)
+        current = (now - self.at) <= cadence.windows()[self.entity_row]  # (per entity, then each of its series)
         current[fresh_slots] = True
         pick = np.flatnonzero(current)
         peak = self.last[pick].copy()  # a held reading's peak was judged when it came

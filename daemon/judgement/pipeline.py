@@ -189,7 +189,7 @@ class Pipeline(PipelineMemory, NodeTracking):
         self.health.observe(set(events["entity"]), now)
         transitions = self.health.update(now, evidence)
         findings = self._findings(now, transitions)
-        for node in sorted(self.node_seen):
+        for node in self._staleness_to_tell():
             # a node sampled every 5 minutes is not lost after one missed sample
             after = max(self.config.telemetry_incident_after_s, 1.5 * self.node_window.get(node, 0.0))
             self.incidents.on_stale(now, node, self.node_stale_since.get(node), after)
