@@ -16,7 +16,7 @@ from __future__ import annotations
 import numpy as np
 
 from detectors.contract import TICK_S
-from detectors.grouping import RowIndex
+from detectors.grouping import PerNameArray, RowIndex
 
 GAPS = 5
 
@@ -34,13 +34,7 @@ class Cadence:
         self.interval = np.full(0, np.nan)
         self._pos = np.zeros(0, dtype=np.int64)
         self.fleet_interval = np.nan  # median of the learned intervals (for entities without their own yet)
-        self._rows_of: dict[int, tuple[np.ndarray, np.ndarray]] = {}  # id -> (a name array, its rows)
-
-    def __getstate__(self) -> dict:
-        return {k: v for k, v in self.__dict__.items() if k != "_rows_of"}  # (a warm state: names are new objects)
-
-    def __setstate__(self, state: dict) -> None:
-        self.__dict__.update(state, _rows_of={})
+        self._rows_of = PerNameArray(self.rows)
 
     def rows(self, names: np.ndarray) -> np.ndarray:
         """Rows of entity ``names``, allocated on first sight."""
@@ -56,14 +50,7 @@ class Cadence:
     def rows_of_names(self, names: np.ndarray) -> np.ndarray:
         """:meth:`rows` of a whole name array as :func:`detectors.schema.name_codes` hands them out (the same object
         while the names do not change), kept for the last few arrays: a tick then finds its rows without a lookup."""
-        hit = self._rows_of.get(id(names))
-        if hit is not None and hit[0] is names:
-            return hit[1]
-        rows = self.rows(names)
-        self._rows_of[id(names)] = (names, rows)  # holding names: its id is not reused while the entry stands
-        while len(self._rows_of) > 4:
-            del self._rows_of[next(iter(self._rows_of))]
-        return rows
+        return self._rows_of.get(names)
 
     def observe(self, names: np.ndarray, last_ts: np.ndarray) -> np.ndarray:
         """Entities ``names`` were sampled this tick, last at ``last_ts``; returns their rows."""

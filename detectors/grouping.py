@@ -28,6 +28,35 @@ DENSE_LIMIT = 1 << 25
 """Largest key space grouped through a dense table (32 Mi slots, 128 MB of int32); above it, hashing."""
 
 
+class PerNameArray:
+    """A value computed once per name array and kept for the last ``size`` arrays, by identity: the readers and
+    :func:`~detectors.schema.name_codes` hand out the same array while the names do not change, and a few alternate
+    (sources sampled at different intervals). An entry holds its array, so its id is not reused while it stands.
+    Left out of a pickle (a warm state's arrays are new objects)."""
+
+    def __init__(self, make, size: int = 4):
+        self.make, self.size = make, size
+        self._entries: dict[int, tuple[np.ndarray, object]] = {}
+
+    def get(self, names: np.ndarray):
+        hit = self._entries.get(id(names))
+        if hit is not None and hit[0] is names:
+            return hit[1]
+        value = self._entries[id(names)] = (names, self.make(names))
+        while len(self._entries) > self.size:
+            del self._entries[next(iter(self._entries))]
+        return value[1]
+
+    def clear(self) -> None:
+        self._entries.clear()
+
+    def __getstate__(self) -> dict:
+        return {"make": self.make, "size": self.size}
+
+    def __setstate__(self, state: dict) -> None:
+        self.__dict__.update(state, _entries={})
+
+
 class RowIndex:
     """Persistent dense row numbers for string keys, looked up vectorized (a pandas hash index); unseen
     keys get the next rows, in order of first appearance.

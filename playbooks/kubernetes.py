@@ -233,15 +233,15 @@ class KubernetesScheduler(ValidationOnKubernetes):
         evict (pods a disruption budget holds, or an ``evict-after`` not yet due), None when the drain is whole."""
         raw = kn._read(self.core, node, "drain")
         first = (raw.metadata.annotations or {}).get(kn.REASON_ANNOTATION) is None
-        kn.drain(self.core, node, reason, extra_annotations={DRAINED_AT: f"{self.clock():.0f}"})
+        stamp = f"{self.clock():.0f}"
+        since = _drained_at(raw, float(stamp))  # the first cordon's time (written now if this is the first)
+        kn.drain(self.core, node, reason, extra_annotations={DRAINED_AT: stamp})
         if RETURNING in (raw.metadata.annotations or {}):  # drained again during its validation hold: no return
             self._annotate(node, {RETURNING: None}, "drain")
         if first:
             self._condition(node, "True", "Drained", reason)
             self._event(node, "Drain", f"cordoned and tainted {kn.TAINT_KEY}: {reason}")
-        raw = kn._read(self.core, node, "drain")
         now = self.clock()
-        since = _drained_at(raw, now)
         waiting = self._retry_at.get(node)
         if waiting is not None and now < waiting[0]:
             return self._left_to_evict(raw, self._pods(node), now) or None

@@ -13,6 +13,8 @@ from collections.abc import Iterable
 
 import numpy as np
 
+from detectors.grouping import PerNameArray
+
 
 class Freshness:
     """Last observation and staleness window of every entity (``default_s`` where none was learned)."""
@@ -23,16 +25,11 @@ class Freshness:
         self.row_of: dict[str, int] = {}
         self.seen = np.empty(0)  # the tick an entity was last observed at; NaN: never
         self.window = np.empty(0)  # its staleness window; NaN: the default
-        self._rows_cache: dict[int, tuple[np.ndarray, np.ndarray]] = {}  # id -> (a names array, their rows)
+        self._rows = PerNameArray(self._rows_of, size=8)  # (the sampled entities' arrays, and nodes')
 
     def __len__(self) -> int:
         return len(self.names)
 
-    def __getstate__(self) -> dict:
-        return {k: v for k, v in self.__dict__.items() if k != "_rows_cache"}  # (a warm state: names are new objects)
-
-    def __setstate__(self, state: dict) -> None:
-        self.__dict__.update(state, _rows_cache={})
 
     def _row(self, name: str) -> int:
         row = self.row_of.get(name)
@@ -48,14 +45,10 @@ class Freshness:
     def rows(self, names: np.ndarray) -> np.ndarray:
         """The rows of a name array's names (given rows on first sight), kept while the same array is asked
         about."""
-        cached = self._rows_cache.get(id(names))
-        if cached is not None and cached[0] is names:
-            return cached[1]
-        rows = np.fromiter((self._row(n) for n in names.tolist()), dtype=np.int64, count=len(names))
-        self._rows_cache[id(names)] = (names, rows)  # holding names: its id is not reused while the entry stands
-        while len(self._rows_cache) > 8:  # a few arrays alternate (sources sampled at different intervals), and nodes
-            del self._rows_cache[next(iter(self._rows_cache))]
-        return rows
+        return self._rows.get(names)
+
+    def _rows_of(self, names: np.ndarray) -> np.ndarray:
+        return np.fromiter((self._row(n) for n in names.tolist()), dtype=np.int64, count=len(names))
 
     def observe_rows(self, rows: np.ndarray, now: float) -> None:
         """Mark the entities of ``rows`` (from :meth:`rows`) observed at ``now``."""

@@ -84,12 +84,14 @@ class NodeTracking:
     def _name_facts(self, names: np.ndarray) -> _NameFacts:
         """What is known of each name of a name array, kept while the same array comes (see ``name_codes``) and
         the pipeline's set of known entities is the same object (a warm state taken up replaces it)."""
-        facts = self._facts.get(id(names))
-        if facts is None or facts.names is not names or facts.known is not self.known_entities:
-            facts = self._facts[id(names)] = _NameFacts(names, self.known_entities)  # holds names: no id reused
-            while len(self._facts) > 4:  # a few arrays alternate (a source sampled every 5 minutes, one every 15 s)
-                del self._facts[next(iter(self._facts))]
+        facts = self._facts.get(names)  # (made by _new_facts)
+        if facts.known is not self.known_entities:
+            self._facts.clear()
+            facts = self._facts.get(names)
         return facts
+
+    def _new_facts(self, names: np.ndarray) -> _NameFacts:
+        return _NameFacts(names, self.known_entities)
 
     def _learn_windows(self, names: np.ndarray, rows: np.ndarray) -> None:
         """Give health the staleness window each entity's sampling interval implies, where it changed."""

@@ -28,7 +28,7 @@ from detectors.cadence import Cadence
 from detectors.contract import TICK_S, Detector, Evidence, TickInput
 from detectors.counters import CounterTracker
 from detectors.features import FeatureState
-from detectors.grouping import group_keys, group_mean, last_and_max
+from detectors.grouping import PerNameArray, group_keys, group_mean, last_and_max
 from detectors.hold import GaugeHold
 from detectors.rules import RuleDetector
 from detectors.schema import (NamesWhere, State, entity_kind, events_frame, is_counter, name_codes, names_mask,
@@ -43,7 +43,7 @@ _IsCodeGauge = NamesWhere(is_code_gauge)
 _NO_COUNTERS = Table({"ts": np.empty(0), "entity": NO_NAMES, "metric": NO_NAMES, "value": np.empty(0)})
 _NO_GAUGES = Table({"entity": NO_NAMES, "metric": NO_NAMES, "last": np.empty(0), "max": np.empty(0),
                     "mean": np.empty(0)})
-_NO_CODES = Table({"entity": NO_NAMES, "metric": NO_NAMES, "ts": np.empty(0), "value": np.empty(0)})
+_NO_CODE_ROWS = Table({"entity": NO_NAMES, "metric": NO_NAMES, "ts": np.empty(0), "value": np.empty(0)})
 
 @dataclass
 class PipelineConfig:
@@ -129,7 +129,8 @@ class Pipeline(PipelineMemory, NodeTracking):
         self.known_entities: set[str] = set()
         self.node_of_entity: dict[str, str] = {}  # every known entity's node, so a tick splits no ids
         self.new_entities: list[dict] = []
-        self._facts: dict = {}  # what is known of each name of the last few name arrays (NodeTracking._name_facts)
+        # what is known of each name of the last few name arrays (NodeTracking._name_facts)
+        self._facts = PerNameArray(self._new_facts)
 
     def use_model(self, model) -> None:
         """Swap the learned detectors for those of ``model`` (None: run without); the others keep their state."""
@@ -239,7 +240,7 @@ class Pipeline(PipelineMemory, NodeTracking):
         """Counter samples, per-(entity, metric) gauge last/max/mean over the tick, and the rows of the gauges that
         hold fault codes (``xid_last``, ``npu_error_code_*``; see :meth:`EventResolver.code_gauge_events`)."""
         if samples.empty:
-            return _NO_COUNTERS, _NO_GAUGES, _NO_CODES
+            return _NO_COUNTERS, _NO_GAUGES, _NO_CODE_ROWS
         ent, ent_names = name_codes(samples["entity"])
         met, met_names = name_codes(samples["metric"])
         ts, value = samples["ts"].to_numpy(), samples["value"].to_numpy()

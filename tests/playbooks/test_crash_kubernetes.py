@@ -48,6 +48,16 @@ def follow(config: Path, fault: str | None = None) -> subprocess.Popen:
                   "--lease-ttl", "1", "--config", str(config)], config.parent / "follow.log", cwd=ROOT, env=env)
 
 
+def follow_until_ended(config: Path, journal: StoreJournal) -> None:
+    """``playbook run --follow`` until the journal's first action is done or failed (90 s at most)."""
+    proc = follow(config)
+    try:
+        _wait(lambda: journal.actions() and journal.actions()[0].status in ("done", "failed"), 90)
+    finally:
+        proc.send_signal(signal.SIGKILL)
+        proc.wait(10)
+
+
 class Launcher(threading.Thread):
     """What a training job's launcher does: it sees raswarden's request on its pod (the downward API) and answers
     once its checkpoint is written."""
@@ -108,12 +118,7 @@ def test_sigkill_at_every_step_boundary_then_restart_on_kubernetes(kube_lab, tmp
             killed.append((fault, rc))
             if journal.actions() and journal.actions()[0].status == "done":
                 break
-        proc = follow(config)
-        try:
-            _wait(lambda: journal.actions() and journal.actions()[0].status in ("done", "failed"), 90)
-        finally:
-            proc.send_signal(signal.SIGKILL)
-            proc.wait(10)
+        follow_until_ended(config, journal)
     finally:
         launcher.done.set()
     log = (tmp_path / "follow.log").read_text()
@@ -158,12 +163,7 @@ def test_a_stopped_api_server_holds_nothing_and_the_step_goes_on_when_it_answers
     assert proc.returncode == 0, text[-2000:]
     assert took < 15, (took, text[-2000:])
     assert not kube_lab.core.read_node("ky-1").spec.unschedulable  # nothing was done while it did not answer
-    proc = follow(config)
-    try:
-        _wait(lambda: journal.actions() and journal.actions()[0].status in ("done", "failed"), 90)
-    finally:
-        proc.send_signal(signal.SIGKILL)
-        proc.wait(10)
+    follow_until_ended(config, journal)
     action = journal.actions()[0]
     assert action.status == "done", [(s.type, s.status, s.detail) for s in action.steps]
     assert kube_lab.core.read_node("ky-1").spec.unschedulable and _events(kube_lab, "ky-1").count("Drain") == 1

@@ -25,4 +25,4 @@ def test_rows_are_kept_per_name_array_and_left_out_of_a_pickle():
     assert f.rows(names) is rows and f.rows(np.array(["b", "c"], dtype=object)).tolist() == [1, 2]
     f.observe_rows(rows, 10.0)
     back = pickle.loads(pickle.dumps(f))
-    assert back._rows_cache == {} and back.items() == [("a", 10.0), ("b", 10.0)] and back.stale(500.0) == ["a", "b"]
+    assert back._rows._entries == {} and back.items() == [("a", 10.0), ("b", 10.0)] and back.stale(500.0) == ["a", "b"]
