@@ -27,6 +27,7 @@ from daemon.store import DEFAULT_URL
 from detectors.contract import TICK_S
 from playbooks.guards import Guards
 from playbooks.model import MODES
+from playbooks.params import PLACEHOLDER
 
 DEFAULT_PATH = Path("/etc/raswarden/raswarden.toml")
 
@@ -78,6 +79,11 @@ class HttpConfig:
     token_error: str | None = None  # why a configured token could not be read (the API's writes are off)
 
 
+# What repairs.reset_command may name: the node as the scheduler knows it and the GPUs to reset, each a
+# comma-separated list (daemon/operations/resets.py).
+RESET_PLACEHOLDERS = ("node", "gpus", "uuids", "pci_bus_ids")
+
+
 @dataclass
 class RepairsConfig:
     """``[repairs]``: how a repaired node is validated before it returns (daemon/operations/validation.py)."""
@@ -94,6 +100,11 @@ class RepairsConfig:
     # opens a repair order for it.
     idle_check_every_s: float = 0.0
     idle_checks_at_once: int = 1
+    # Automatic GPU resets (daemon/operations/resets.py): where the vendor asks for a reset (NVIDIA's RESET_GPU), this
+    # shell line runs as a batch job on the drained node, in the same reservation, before any technician is called;
+    # {node}, {gpus}, {uuids}, {pci_bus_ids} name what to reset. "" leaves resets to technicians.
+    reset_command: str = ""
+    reset_timeout_s: float = 600.0
 
 
 @dataclass
@@ -308,14 +319,22 @@ def _repairs(cfg: Config, rp: dict[str, Any]) -> None:
     out.validation_command = _take(rp, "validation_command", str, "repairs", out.validation_command)
     if "\n" in out.validation_command:
         raise ConfigError("repairs.validation_command: one line")
-    for key in ("validation_timeout_s", "hold_s"):
+    for key in ("validation_timeout_s", "hold_s", "reset_timeout_s"):
         value = _take(rp, key, float, "repairs", getattr(out, key))
         if value <= 0:
             raise ConfigError(f"repairs.{key}: must be positive")
         setattr(out, key, value)
-    if out.hold_s < out.validation_timeout_s:
-        raise ConfigError("repairs.hold_s: must be at least repairs.validation_timeout_s (the job runs in the hold)")
+    if out.hold_s < max(out.validation_timeout_s, out.reset_timeout_s):
+        raise ConfigError("repairs.hold_s: must be at least repairs.validation_timeout_s and reset_timeout_s (the "
+                          "jobs run in the hold)")
     out.output_dir = _take(rp, "output_dir", str, "repairs", out.output_dir)
+    out.reset_command = _take(rp, "reset_command", str, "repairs", out.reset_command)
+    if "\n" in out.reset_command:
+        raise ConfigError("repairs.reset_command: one line")
+    unknown = set(PLACEHOLDER.findall(out.reset_command)) - set(RESET_PLACEHOLDERS)
+    if unknown:
+        raise ConfigError(f"repairs.reset_command: unknown {', '.join(sorted(unknown))} (it may name "
+                          f"{', '.join('{' + p + '}' for p in RESET_PLACEHOLDERS)})")
     out.idle_check_every_s = _take(rp, "idle_check_every_s", float, "repairs", out.idle_check_every_s)
     out.idle_checks_at_once = _take(rp, "idle_checks_at_once", int, "repairs", out.idle_checks_at_once)
     if out.idle_check_every_s < 0 or out.idle_checks_at_once < 1:

@@ -137,6 +137,9 @@ REPAIR_TIME = Gauge("raswarden_repair_time_median_seconds", "Median time from a 
                     "back in service after validation, over the last 30 days.", registry=REGISTRY)
 REPAIR_ORDERS = Gauge("raswarden_repair_orders", "Repair orders by state (daemon/operations/repairs.py).", ["state"],
                       registry=REGISTRY)
+GPU_RESETS = Counter("raswarden_gpu_resets_total", "Automatic GPU resets ended, by outcome (passed: exit 0, "
+                     "validation next; failed: the order expects a reboot; daemon/operations/resets.py).",
+                     ["outcome"], registry=REGISTRY)
 CHECKPOINT_ADVICE = Gauge("raswarden_checkpoint_advice_seconds", "The periodic checkpoint interval advised to each "
                           "running opted-in job (daemon/operations/advice.py; label task: the job's id).", ["task"],
                           registry=REGISTRY)

@@ -18,6 +18,7 @@ from daemon.config import Config, RepairsConfig
 from daemon.operations.repairs import RepairBook
 from daemon.shards import Ownership, ShardSpec
 from daemon.store.journal import StoreJournal
+from daemon.operations.resets import Resetter
 from daemon.operations.validation import Validator
 from daemon.store import IncidentRow, Store
 from daemon.topology import Topology
@@ -129,6 +130,9 @@ class Remediation:
         self.validator = Validator(self.repairs, scheduler, cfg.repairs, clock=clock,
                                    scheduler_names=self.scheduler_names, guards=guards,
                                    breaker=self.journal.breaker, owns=self.ownership.owns)
+        self.resetter = Resetter(self.repairs, scheduler, cfg.repairs, topology, clock=clock,
+                                 scheduler_names=self.scheduler_names, guards=guards, breaker=self.journal.breaker,
+                                 owns=self.ownership.owns)
         self.clock = clock
         self.act_on = act_on
         # Incidents already planned at the cursor's time: the cursor is inclusive (an incident updated at that
@@ -266,11 +270,12 @@ class Remediation:
         drained = touched if self._repairs_checked else [*self.journal.actions(), *touched]
         self._repairs_checked = True
         opened = self.repairs.open_for_actions(drained)
+        reset = self.resetter.step()  # before validation: a reset that passed is validated in the same pass
         validated = self.validator.step()
-        self.settled = settled and not validated.get("validations_running") and \
-            not self.validator.cfg.idle_check_every_s
+        self.settled = settled and not validated.get("validations_running") and not reset["resets_running"] and \
+            not reset["resets_started"] and not self.validator.cfg.idle_check_every_s
         return {"planned": planned, "advanced": len(touched), "repair_orders": len(opened),
-                **validated}
+                **reset, **validated}
 
 
 def _version(row: IncidentRow) -> tuple:

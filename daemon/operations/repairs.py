@@ -194,6 +194,21 @@ class RepairBook:
             self.move(order_id, "in_progress", by, "taken and done at once")
         return self.move(order_id, "repaired", by, note, new_serial=new_serial)
 
+    def expect(self, order_id: int, expected: str, why: str, by: str = "raswarden",
+               extra: dict | None = None) -> RepairOrderRow:
+        """What the order's part now needs (``expected``, e.g. a reboot after a reset that did not clear the
+        fault), kept in its history; the order stays where it is."""
+        now = self.clock()
+        with self.records.transaction() as tx:
+            row = tx.order_to_change(order_id)
+            if row is None:
+                raise RepairError(f"no repair order {order_id}")
+            row.history = [*row.history, {"ts": now, "from": row.state, "to": row.state, "by": by,
+                                          "note": f"expected {row.expected} -> {expected}: {why}", **(extra or {})}]
+            row.expected, row.expected_why, row.updated_at = expected, why, now
+            tx.save(row)
+        return row
+
     def move(self, order_id: int, to: str, by: str, note: str = "", expect: str | None = None,
              new_serial: str | None = None, extra: dict | None = None, evidence: str = "") -> RepairOrderRow:
         """One change of state, checked against where the order is (``expect``: only from there); ``extra`` goes

@@ -37,6 +37,20 @@ def reservation_name(node: str) -> str:
     return f"raswarden-validate-{node}"
 
 
+def run_held(scheduler: ValidationScheduler, node: str, hold_s: float, name: str, command: str, time_limit_s: float,
+             output: str, step: str) -> str:
+    """Hold ``node`` in raswarden's reservation, resume it into it (only raswarden's jobs start there) and run
+    ``command`` there as the job ``name``; its id. Each call is idempotent (``step``: the fault points' name)."""
+    reservation = reservation_name(node)
+    scheduler.reserve(node, reservation, hold_s)
+    fault_point(step, "reserved")
+    scheduler.resume(node)
+    fault_point(step, "resumed")
+    job = scheduler.submit_validation(node, reservation, name, command, time_limit_s, output)
+    fault_point(step, "submitted")
+    return job
+
+
 class Validator:
     """Validates the nodes whose repair orders are done, one pass at a time (:meth:`step`)."""
 
@@ -105,7 +119,7 @@ class Validator:
                 self._save(row, status="passed", checked_at=now, result=outcome.detail)
                 out["checks_passed"] += 1
                 continue
-            why = f"idle check {outcome.state} (job {row.job}, exit status {outcome.exit_code}): " + _tail(
+            why = f"idle check {outcome.state} (job {row.job}, exit status {outcome.exit_code}): " + tail(
                 self._output(name))
             self.scheduler.drain(row.node, f"raswarden: idle check failed ({name})")
             self.scheduler.release(row.reservation)
@@ -191,14 +205,8 @@ class Validator:
                 self.book.move(o.id, "closed", "raswarden", "returned without a validation job")
             return False
         name = f"{reservation}-{first}-{attempt}"
-        self.scheduler.reserve(target, reservation, self.cfg.hold_s)
-        fault_point("validate", "reserved")
-        self.scheduler.resume(target)  # out of its drain into the reservation: only raswarden's job starts there
-        fault_point("validate", "resumed")
-        job = self.scheduler.submit_validation(target, reservation, name, self.cfg.validation_command,
-                                               self.cfg.validation_timeout_s,
-                                               self._output(name))
-        fault_point("validate", "submitted")
+        job = run_held(self.scheduler, target, self.cfg.hold_s, name, self.cfg.validation_command,
+                       self.cfg.validation_timeout_s, self._output(name), "validate")
         for o in orders:
             self.book.move(o.id, "validating", "raswarden",
                            f"job {job} ({self.cfg.validation_command}) in reservation {reservation}",
@@ -226,14 +234,14 @@ class Validator:
         output = self._output(name)
         self.scheduler.drain(target, f"raswarden: validation failed (repair order {min(o.id for o in orders)})")
         self.scheduler.release(reservation)
-        why = f"validation {outcome.state} (job {job}, exit status {outcome.exit_code}): {_tail(output)}"
+        why = f"validation {outcome.state} (job {job}, exit status {outcome.exit_code}): {tail(output)}"
         for o in orders:
             self.book.move(o.id, "open", "raswarden", why, evidence=why)
         log.warning("%s failed validation: %s", node, why)
         return "failed"
 
 
-def _tail(path: str, lines: int = 5) -> str:
+def tail(path: str, lines: int = 5) -> str:
     """The last lines of a job's output, or where it is when this host cannot read it."""
     try:
         with open(path, errors="replace") as fh:

@@ -61,3 +61,43 @@ output_dir = "{LAB_DIR / 'jobs'}"
     assert "raswarden-validate-node4" not in slurm.run("scontrol", "show", "reservation")
     assert slurm.node_state("node4") == "idle"
     store.close()
+
+
+RESET_FAULTS = ["reset:reserved", "reset:resumed", "reset:submitted", "reset:moved", "reset:repaired"]
+
+
+def test_sigkill_at_every_step_of_an_automatic_reset_then_restart(slurm, tmp_path):  # noqa: F811
+    """The GPU reset and the validation after it, killed at each boundary: one reset job, one validation job, one
+    reservation, the order through each of its states once, no technician."""
+    db = tmp_path / "state.db"
+    config = lab_config(tmp_path / "raswarden.toml", slurm.conf, f"""[repairs]
+validation_command = "echo diag PASS"
+reset_command = "sleep 1; echo reset {{gpus}}"
+output_dir = "{LAB_DIR / 'jobs'}"
+""")
+    ctld_log = LAB_DIR / "log" / "slurmctld.log"
+    ctld_from = ctld_log.stat().st_size
+    store = Store(f"sqlite:///{db}")
+    now = time.time()
+    store.record_tick([], [Incident("inc-rst01", "fp-rst01", "node4/gpu1", "accelerator", "gpu_compute", State.FAILED,
+                                    now, now, evidence=["Xid 46 on node4/gpu1: GPU timeout (NVIDIA: RESET_GPU; "
+                                                        "repair: reset)"])], now=now)
+    book = RepairBook(store)
+    killed = [(fault, run_once(config, fault, timeout=60)) for fault in RESET_FAULTS]
+    proc = follow(config)
+    try:
+        slurm.wait(lambda: book.orders(None) and book.orders(None)[0].state == "closed", 90)
+    finally:
+        proc.send_signal(signal.SIGKILL)
+        proc.wait(10)
+    assert all(rc == -signal.SIGKILL for _, rc in killed), killed  # each fault point was reached
+    (o,) = book.orders(None)
+    assert [(h["to"], h["by"]) for h in o.history] == [(s, "raswarden") for s in (
+        "open", "in_progress", "repaired", "validating", "closed")]
+    jobs = slurm.run("scontrol", "show", "job", "-o")
+    assert jobs.count("JobName=raswarden-reset-node4") == 1 and jobs.count("JobName=raswarden-validate-node4") == 1
+    log = ctld_log.read_bytes()[ctld_from:].decode(errors="replace")
+    assert log.count("Created reservation=raswarden-validate-node4") == 1
+    assert log.count("delete_reservation complete for raswarden-validate-node4") == 1
+    assert slurm.node_state("node4") == "idle"
+    store.close()
