@@ -140,6 +140,7 @@ class RuleDetector(EventRules, LevelRules):
         self._exposure: dict[str, deque] = {}  # rate keys near a limit: the (time, increase) of their last hour
         self.rate_limits_ = self._rate_limits()  # read every tick: built once
         self._app_xids: dict[str, deque] = defaultdict(deque)
+        self._decode_seen: dict[str, deque] = defaultdict(deque)  # "xid|unit|entity" -> its lines' times, 24 h
         self._aer_minute: dict[str, float] = {}  # entity -> stamp of its last corrected AER line counted
         self._pruned_at = -math.inf
         self._heat = None if self.baseline else SharedHeat(limit_c=self.gpu_temp_slowdown_c)
@@ -157,6 +158,8 @@ class RuleDetector(EventRules, LevelRules):
             self._latches.pop(entity, None)
             self._app_xids.pop(entity, None)
             self._aer_minute.pop(entity, None)
+        for key in [k for k in self._decode_seen if within(k.rsplit("|", 1)[-1], scope)]:
+            del self._decode_seen[key]
         for key in [k for k, (_, e) in self._hot.items() if within(e, scope)]:
             del self._hot[key]
         for key in [k for k in self._exposure if within(k.rsplit("|", 1)[-1], scope)]:
@@ -200,6 +203,8 @@ class RuleDetector(EventRules, LevelRules):
             self._daily.prune(now)
             self._aer_minute = {e: t for e, t in self._aer_minute.items() if t >= now - 3600.0}
             self._exposure = {k: q for k, q in self._exposure.items() if q and q[-1][0] > now - 3600.0}
+            for key in [k for k, q in self._decode_seen.items() if not q or q[-1] <= now - 86400.0]:
+                del self._decode_seen[key]
             self._pruned_at = now
         return out
 

@@ -104,9 +104,9 @@ class EventRules:
             return
         for ended in rule.ends:  # 162 (power smoothing back) ends an open 163 (power smoothing off)
             self.clear_latch(entity, f"xid-{ended}")
-        state, advice = rule.state, rule.vendor.immediate or "no action in the catalog"
+        state, advice, repair = rule.state, rule.vendor.immediate or "no action in the catalog", rule.repair
         if state == "decode":
-            state, advice = self._nvlink5(rule, message, source, severity)
+            state, advice, repair = self._nvlink5(rule, entity, message, source, severity, now)
         if state == "application":
             if not self.baseline:
                 self._app_xid(entity, code, message, ts, now)
@@ -132,7 +132,7 @@ class EventRules:
             return
         level = state_of(state)
         hard = level == State.FAILED
-        reason = repair_reason(text, f"NVIDIA: {advice}", rule.repair)
+        reason = repair_reason(text, f"NVIDIA: {advice}", repair)
         self._latch(Evidence(entity, level, rule.category, [reason], hard=hard),
                     now + (self.failed_hold_s if hard else self.event_hold_s), f"xid-{rule.code}")
 
@@ -159,19 +159,31 @@ class EventRules:
         self._latch(Evidence(entity, level, category, [repair_reason(text, guide, repair)], hard=hard),
                     now + (self.failed_hold_s if hard else self.event_hold_s), f"sxid-{code}")
 
-    def _nvlink5(self, rule: XidRule, message: str, source: str, severity: str) -> tuple[str, str]:
-        """An NVLink 5 Xid (144-150) by the decode sheet's row for its line; where no row matches, by the line's own
-        Fatal/Nonfatal word (and counted); the gauge's code alone says nothing of the row: sub-healthy."""
+    def _nvlink5(self, rule: XidRule, entity: str, message: str, source: str, severity: str,
+                 now: float) -> tuple[str, str, str]:
+        """An NVLink 5 Xid (144-150) by the decode sheet's row for its line, as (state, advice, repair); where no row
+        matches, by the line's own Fatal/Nonfatal word (and counted); the gauge's code alone says nothing of the row:
+        sub-healthy. A row that allows its line a number of repeats a day (149's link down: "REPORT_ISSUE (if seen
+        >1 per day)") seen more often on one GPU within 24 hours is a part to inspect, not one to reset again."""
         decoded = decode_nvlink5(rule.code, message, self.decode_sheet_) if source == "kernel" else None
         if decoded is not None:
-            return decoded.state, decoded.reason()
+            limit = decoded.row.repeats_per_day
+            if limit is not None:
+                seen = self._decode_seen[f"{rule.code}|{decoded.row.unit}|{entity}"]
+                seen.append(now)
+                while seen and seen[0] <= now - 86400.0:
+                    seen.popleft()
+                if len(seen) > limit:
+                    return decoded.state, (f"{decoded.reason()}; seen {len(seen)} times in 24 h, more than the {limit} "
+                                           f"a day NVIDIA allows before reporting it"), "inspect"
+            return decoded.state, decoded.reason(), rule.repair
         if source == "kernel":
             self._count_unjudged(self.undecoded_xids_, "xid_decode", rule.code)
         if severity == "fatal":
-            return "failed", "the line says Fatal; no row of the decode sheet matched"
+            return "failed", "the line says Fatal; no row of the decode sheet matched", rule.repair
         if severity == "nonfatal":
-            return "suspect", "the line says Nonfatal; no row of the decode sheet matched"
-        return "subhealthy", "WORKFLOW_NVLINK5_ERR, not decoded"
+            return "suspect", "the line says Nonfatal; no row of the decode sheet matched", rule.repair
+        return "subhealthy", "WORKFLOW_NVLINK5_ERR, not decoded", rule.repair
 
     def _vendor(self, entity: str, verdict: Verdict | None, ts: float, now: float, code: int | None) -> None:
         """Latch, rate or count one amdgpu/Ascend event's verdict (``vendor_events``)."""

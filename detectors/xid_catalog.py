@@ -119,6 +119,16 @@ class DecodeRow:
         """The unit's names as the line prints them (V1 and V2 names are split by "/" where they differ)."""
         return tuple(u.strip() for u in self.unit.split("/"))
 
+    @property
+    def repeats_per_day(self) -> int | None:
+        """How many a day NVIDIA lets a row's line repeat before its investigatory action applies ("REPORT_ISSUE (if
+        seen >1 per day)"), or None where the row says nothing of repeats."""
+        m = _PER_DAY.search(self.investigatory)
+        return int(m.group(1)) if m else None
+
+
+_PER_DAY = re.compile(r"if seen\s*>\s*(\d+)\s*per day", re.IGNORECASE)
+
 
 def _rows(name: str) -> list[dict[str, str]]:
     text = resources.files("detectors.catalogs").joinpath(name).read_text(encoding="utf-8")

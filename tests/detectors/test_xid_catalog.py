@@ -125,6 +125,26 @@ def test_link_fatal_asks_for_a_drain_and_gpu_fatal_for_a_reset_now():
     assert judge([nvlink_line(149, host)]) == State.SUSPECT
 
 
+def test_a_link_down_seen_more_than_once_a_day_is_a_part_to_inspect_not_to_reset_again():
+    """Xid 149's NETIR_LINK_DOWN row: RESET_GPU, investigate "REPORT_ISSUE (if seen >1 per day)"."""
+    (row,) = [r for r in SHEET[149] if r.repeats_per_day is not None]
+    assert row.repeats_per_day == 1 and row.action == "RESET_GPU"
+    line = nvlink_line(149, f"NETIR_LINK_EVT Fatal XC0 i0 Link 04 (0x{sample(row.intrinfo_v2):08x} 0x0 0x0 0x0)")
+    det = RuleDetector().fit()
+
+    def reasons(now: float) -> list[str]:
+        judge([line], det, now=now)
+        return [r for e in det.update(TickInput(now + 1, events_frame([]), EMPTY_INC, EMPTY_G))
+                if e.entity == "n/gpu0" for r in e.reasons]
+
+    first = reasons(30.0)
+    assert any(r.endswith("; repair: reset)") for r in first) and not any("times in 24 h" in r for r in first)
+    again = reasons(30.0 + 20 * 3600)  # the same link down 20 hours later
+    assert any("seen 2 times in 24 h" in r and r.endswith("; repair: inspect)") for r in again), again
+    det.forget("n/gpu0")  # a replaced part starts afresh
+    assert not any("times in 24 h" in r for r in reasons(30.0 + 21 * 3600))
+
+
 def test_an_nvlink5_line_no_row_matches_falls_back_on_its_own_word_and_is_counted():
     det = RuleDetector().fit()
     odd = "SAW_MVB Fatal XC0 i0 Link 00 (0x00000001 0x00000400 0x0 0x0)"  # a status the sheet does not list
