@@ -19,7 +19,7 @@ sys.path.insert(0, str(ROOT / "bench"))
 
 from common import cores  # noqa: E402
 
-from lab.matrix import (CELLS, DEFAULT_NOISE, NOISE, SAMPLING, differences, parse_seeds, report,  # noqa: E402
+from lab.matrix import (CELLS, check_cells, DEFAULT_NOISE, NOISE, SAMPLING, differences, parse_seeds, report,  # noqa: E402
                         run_matrix)
 from lab.sim.faults import parse_duration  # noqa: E402
 
@@ -54,12 +54,14 @@ def main() -> int:
     if args.report:
         print(report(json.loads(args.out.read_text())))
         return same_as(args.out, args.same_as) if args.same_as else 0
-    try:
-        results = run_matrix(args.sampling.split(","), args.noise.split(","), parse_seeds(args.seeds),
-                             parse_seeds(args.quiet_seeds), args.out, args.jobs, args.model, progress,
-                             parse_duration(args.warmup, "--warmup"), baseline=not args.no_baseline)
+    try:  # the arguments only: an error inside a run is a traceback, not a usage message
+        seeds, quiet_seeds = parse_seeds(args.seeds), parse_seeds(args.quiet_seeds)
+        warmup_s = parse_duration(args.warmup, "--warmup")
+        check_cells(args.sampling.split(","), args.noise.split(","))
     except ValueError as exc:
         ap.error(str(exc))
+    results = run_matrix(args.sampling.split(","), args.noise.split(","), seeds, quiet_seeds, args.out, args.jobs,
+                         args.model, progress, warmup_s, baseline=not args.no_baseline)
     print(report(results))
     return same_as(args.out, args.same_as) if args.same_as else 0
 

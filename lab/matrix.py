@@ -220,6 +220,16 @@ def write_results(path: Path, results: dict) -> None:
     os.replace(tmp, path)
 
 
+def check_cells(sampling: list[str], noise: list[str]) -> None:
+    """ValueError naming a sampling or noise cell the matrix does not have."""
+    for name in sampling:
+        if name not in SAMPLING:
+            raise ValueError(f"unknown sampling cell {name!r} (one of {', '.join(SAMPLING)})")
+    for name in noise:
+        if name not in NOISE:
+            raise ValueError(f"unknown noise cell {name!r} (one of {', '.join(NOISE)})")
+
+
 def run_matrix(sampling: list[str], noise: list[str], dense_seeds: list[int], quiet_seeds: list[int],
                out: Path, jobs: int = 1, model: str | None = None,
                progress: Callable[[dict], None] | None = None, warmup_s: float = 0.0,
@@ -229,12 +239,7 @@ def run_matrix(sampling: list[str], noise: list[str], dense_seeds: list[int], qu
     baseline is not run (its code is unchanged between runs of raswarden; half the time). ``runner`` makes one run
     in place of :func:`run_one` (same arguments and record; a bench's variant, picklable for ``jobs`` > 1)."""
     runner = runner or run_one
-    for name in sampling:
-        if name not in SAMPLING:
-            raise ValueError(f"unknown sampling cell {name!r} (one of {', '.join(SAMPLING)})")
-    for name in noise:
-        if name not in NOISE:
-            raise ValueError(f"unknown noise cell {name!r} (one of {', '.join(NOISE)})")
+    check_cells(sampling, noise)
     results = json.loads(out.read_text()) if out.exists() else {"runs": []}
     done = {key(r) for r in results["runs"]}
     todo = [(kind, s, n, seed) for s in sampling for n in noise

@@ -79,7 +79,7 @@ def _evaluate_matrix(args: argparse.Namespace, console) -> int:
     """``evaluate --matrix``: the cells' runs (resumed from ``--json``), then the table per cell."""
     import tempfile
 
-    from lab.matrix import parse_seeds, report, run_matrix
+    from lab.matrix import check_cells, parse_seeds, report, run_matrix
 
     out = Path(args.json) if args.json else Path(tempfile.mkdtemp(prefix="raswarden-matrix-")) / "matrix.json"
 
@@ -90,15 +90,17 @@ def _evaluate_matrix(args: argparse.Namespace, console) -> int:
         console.print(f"{r['kind']} {r['sampling']}/{r['noise']} seed {r['seed']}: {hit}/{n} faults flagged before "
                       f"failure, {a['false_flags']} false flags ({r['wall_s']:.0f} s)")
 
-    try:
+    try:  # the arguments only: an error inside a run is a traceback, not a usage message
         from lab.sim.faults import parse_duration  # its TemplateError is a ValueError
 
         warmup_s = parse_duration(args.warmup, "--warmup")
-        results = run_matrix(args.sampling.split(","), args.noise.split(","), parse_seeds(args.seeds),
-                             parse_seeds(args.quiet_seeds), out, args.jobs, args.model, progress, warmup_s)
+        seeds, quiet_seeds = parse_seeds(args.seeds), parse_seeds(args.quiet_seeds)
+        check_cells(args.sampling.split(","), args.noise.split(","))
     except ValueError as exc:
         print(f"raswarden: error: {exc}", file=sys.stderr)
         return 2
+    results = run_matrix(args.sampling.split(","), args.noise.split(","), seeds, quiet_seeds, out, args.jobs,
+                         args.model, progress, warmup_s)
     print(report(results))
     console.print(f"results in {out}")
     return 0
