@@ -47,7 +47,8 @@ VENDOR_ACTIONS: dict[str, tuple[str, str]] = {
     "RESTART_APP": ("application", "none"),
     "WORKFLOW_XID_13": ("application", "none"),  # repeats on one GPU's TPC/GPC: diagnostics; else the app
     "WORKFLOW_XID_31": ("application", "none"),  # repeat MMU faults on one GPU: diagnostics; else the app
-    "WORKFLOW_XID_45": ("application", "none"),  # with other Xids: follow them; solo: restart Fabric Manager
+    # with other Xids: follow them; solo: restart the Fabric Manager (its GPUs reset with it); xid.csv departs
+    "WORKFLOW_XID_45": ("subhealthy", "reset"),
     "CHECK_UVM": ("suspect", "none"),  # reset only where UVM/vGPU is used
     "XID_154": ("recovery_action", "none"),
     "WORKFLOW_NVLINK5_ERR": ("decode", "reset"),
