@@ -71,6 +71,7 @@ doc=$stage/usr/share/doc/raswarden
 install -D -m 0644 LICENSE "$doc/copyright"
 install -m 0644 docs/install.md systemd/raswarden.toml.example README.md "$doc/"
 install -D -m 0644 packaging/kubernetes/rbac.yaml "$doc/kubernetes/rbac.yaml"
+install -D -m 0644 packaging/kubernetes/deployment.yaml "$doc/kubernetes/deployment.yaml"
 
 install -d "$stage/DEBIAN"
 size=$(du -sk "$stage" | cut -f1)

@@ -37,6 +37,7 @@ def installed(debian_package):
                  "./usr/lib/sysusers.d/raswarden.conf",
                  "./usr/lib/tmpfiles.d/raswarden.conf", "./etc/raswarden/raswarden.toml",
                  "./usr/share/doc/raswarden/copyright", "./usr/share/doc/raswarden/kubernetes/rbac.yaml",
+                 "./usr/share/doc/raswarden/kubernetes/deployment.yaml",
                  "./usr/bin/raswarden -> /opt/raswarden/bin/raswarden"):
         assert path in listing, path
     depends = run("dpkg-deb", "-f", deb, "Depends").stdout

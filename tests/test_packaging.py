@@ -40,7 +40,7 @@ def test_the_sdist_carries_the_unit_the_configs_and_the_docs(dist):
     names = {n.split("/", 1)[1] for n in tarfile.open(sdist).getnames() if "/" in n}
     assert {"LICENSE", "systemd/raswarden.service", "systemd/instance-unit.sh", "systemd/raswarden.sysusers",
             "systemd/raswarden.tmpfiles", "systemd/raswarden.toml", "systemd/raswarden.toml.example",
-            "docs/install.md", "packaging/kubernetes/rbac.yaml"} <= names
+            "docs/install.md", "packaging/kubernetes/rbac.yaml", "packaging/kubernetes/deployment.yaml"} <= names
 
 
 def test_the_installed_wheel_runs_from_site_packages(dist, tmp_path):

@@ -457,3 +457,36 @@ def test_raswardens_view_of_a_node_is_its_condition_as_incidents_open_and_close(
     remediation.step()
     assert condition() == ("True", "Healthy", "no open incident")
     store.close()
+
+
+def test_the_shipped_deployment_is_accepted_by_the_api_server_and_its_config_by_raswarden(kube_lab):
+    """packaging/kubernetes/deployment.yaml, created with a server-side dry run (what `kubectl apply
+    --dry-run=server` asks): every object passes the API server's validation and admission; a selector that does not
+    match its pods would not. The configuration it mounts is one raswarden reads, its scheduler Kubernetes in-cluster."""
+    import copy
+    import tomllib
+
+    import yaml
+    from kubernetes import client, utils
+
+    from daemon.config import parse
+    from tests.conftest import ROOT
+
+    path = ROOT / "packaging" / "kubernetes" / "deployment.yaml"
+    docs = [d for d in yaml.safe_load_all(path.read_text()) if d]
+    assert [d["kind"] for d in docs] == ["ConfigMap", "PersistentVolumeClaim", "Deployment", "Service"]
+    try:
+        _namespace(kube_lab, "raswarden")
+    except client.ApiException as exc:  # made by the role's test before this one
+        assert exc.status == 409
+    created = utils.create_from_yaml(kube_lab.api, yaml_objects=docs, dry_run="All")
+    assert len(created) == 4
+    assert not client.AppsV1Api(kube_lab.api).list_namespaced_deployment("raswarden").items  # a dry run
+    bad = copy.deepcopy(docs[2])
+    bad["spec"]["selector"]["matchLabels"] = {"app.kubernetes.io/name": "other"}  # the server's own check
+    with pytest.raises(client.ApiException) as refused:
+        client.AppsV1Api(kube_lab.api).create_namespaced_deployment("raswarden", bad, dry_run="All")
+    assert refused.value.status == 422 and "selector" in refused.value.body
+    cfg = parse(tomllib.loads(docs[0]["data"]["raswarden.toml"]))
+    assert cfg.scheduler["type"] == "kubernetes" and cfg.scheduler.get("kubeconfig", "") == "" and \
+        cfg.guards.mode == "dry-run"
