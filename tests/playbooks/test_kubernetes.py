@@ -462,7 +462,7 @@ def test_raswardens_view_of_a_node_is_its_condition_as_incidents_open_and_close(
 def test_the_shipped_deployment_is_accepted_by_the_api_server_and_its_config_by_raswarden(kube_lab):
     """packaging/kubernetes/deployment.yaml, created with a server-side dry run (what `kubectl apply
     --dry-run=server` asks): every object passes the API server's validation and admission; a selector that does not
-    match its pods would not. The configuration it mounts is one raswarden reads, its scheduler Kubernetes in-cluster."""
+    match its pods would not. The configuration it mounts is one raswarden reads, its scheduler in-cluster."""
     import copy
     import tomllib
 

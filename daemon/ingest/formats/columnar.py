@@ -47,6 +47,8 @@ class _OneRowPerLine(io.TextIOBase):
 
     def __init__(self, fh, width: int):
         self.fh, self.width = fh, width
+        self.read_lines = 0  # lines of the file read so far
+        self.row_lines: list[int] = []  # the file's line of each row handed on after the header (blank ones skipped)
 
     def readable(self) -> bool:
         return True
@@ -56,13 +58,19 @@ class _OneRowPerLine(io.TextIOBase):
 
     def __next__(self) -> str:
         line = next(self.fh)
+        self.read_lines += 1
         body = line.rstrip("\r\n")
+        while not body.strip() and "\r" not in body and "\x00" not in body:  # a blank line: skipped here, so the
+            line = next(self.fh)  # rows' line numbers stay the file's (pandas skipped it and miscounted after)
+            self.read_lines += 1
+            body = line.rstrip("\r\n")
+        if self.read_lines > 1:
+            self.row_lines.append(self.read_lines)
         if body.count('"') % 2 or "\r" in body or "\x00" in body:
             return "\ufffd" + "," * (self.width - 1) + "\n"
-        if body.strip():  # (a blank line is skipped)
-            fields = body.count(",") + 1 if '"' not in body else len(next(csv.reader([body]), []))
-            if fields != self.width:  # rejected at its line (pandas' own bad-line hook is told no line number)
-                return f"{WIDTH_MARK}{fields}" + "," * (self.width - 1) + "\n"
+        fields = body.count(",") + 1 if '"' not in body else len(next(csv.reader([body]), []))
+        if fields != self.width:  # rejected at its line (pandas' own bad-line hook is told no line number)
+            return f"{WIDTH_MARK}{fields}" + "," * (self.width - 1) + "\n"
         return line
 
     def readline(self, size: int = -1) -> str:
@@ -108,7 +116,7 @@ class ColumnarReader:
                 for rb in pf.iter_batches(batch_size=ctx.chunk_rows, columns=[c for c in wanted if c in names],
                                           row_groups=run):
                     frame = rb.to_pandas()
-                    yield self._batch(frame, is_events, f"{path}:row", row, ctx)
+                    yield self._batch(frame, is_events, f"{path}:row", row + np.arange(len(frame)), ctx)
                     row += len(frame)
         except (pa.ArrowException, OSError, ValueError) as exc:
             ctx.rejects.reject(FORMAT, f"{path}:row {row}", f"file ends or breaks early: {exc}")
@@ -136,8 +144,9 @@ class ColumnarReader:
         # module raised and the rest of the file was lost, issue 54); names over NAME_MAX are refused per row below
         csv.field_size_limit(max(csv.field_size_limit(), FIELD_MAX))
         fh = _text_lines(path, ctx)
+        lines = _OneRowPerLine(fh, len(header))
         reader = pd.read_csv(
-            _OneRowPerLine(fh, len(header)), chunksize=ctx.chunk_rows, dtype=str, keep_default_na=False,
+            lines, chunksize=ctx.chunk_rows, dtype=str, keep_default_na=False,
             on_bad_lines=lambda fields: bad_lines.append(fields), engine="python",
             # the header's names given, so a first row with a field too many is a bad line like any other (inferred,
             # it became an index column and every later row lost its columns: found by the fuzz suite)
@@ -148,19 +157,21 @@ class ColumnarReader:
                 for fields in bad_lines:
                     ctx.rejects.reject(FORMAT, f"{path}", "wrong number of fields", ",".join(fields))
                 bad_lines.clear()
-                yield self._batch(frame, is_events, f"{path}:line", row + 2, ctx)
+                yield self._batch(frame, is_events, f"{path}:line",
+                                  np.asarray(lines.row_lines[row:row + len(frame)], dtype=np.int64), ctx)
                 row += len(frame)
         except (pd.errors.ParserError, UnicodeDecodeError, csv.Error) as exc:
-            ctx.rejects.reject(FORMAT, f"{path}:line {row + 2}", f"file ends or breaks early: {exc}")
+            at = lines.row_lines[row] if row < len(lines.row_lines) else lines.read_lines + 1
+            ctx.rejects.reject(FORMAT, f"{path}:line {at}", f"file ends or breaks early: {exc}")
         finally:
             fh.close()
 
     @staticmethod
-    def _batch(frame: pd.DataFrame, is_events: bool, where: str, first_row: int, ctx: ReadContext) -> Batch:
+    def _batch(frame: pd.DataFrame, is_events: bool, where: str, lines: np.ndarray, ctx: ReadContext) -> Batch:
+        """A chunk's rows as a batch; ``lines``: each row's line in the file (a Parquet file's: its row number)."""
         # a byte that is not UTF-8 (read as U+FFFD) costs its row, not the file: rejected with its line
         names = [c for c in ("ts", "entity", "metric", "value", "kind", "code")
                  if c in frame and pd.api.types.is_string_dtype(frame[c])]  # a CSV's text, not Parquet's numbers
-        lines = first_row + np.arange(len(frame))  # each row's line in the file
         garbled = np.zeros(len(frame), dtype=bool)
         for c in names:
             garbled |= frame[c].str.contains("\ufffd", regex=False, na=False).to_numpy(dtype=bool)

@@ -46,6 +46,18 @@ def test_a_first_row_with_a_field_too_many_costs_only_itself(tmp_path, ctx):
         [f"{p}:line 2", "5 fields where the header has 4"], [f"{p}:line 5", "5 fields where the header has 4"]]
 
 
+def test_rows_after_blank_lines_are_rejected_at_their_own_line(tmp_path, ctx):
+    """Blank lines are skipped, and a bad row after them is named by its line in the file (pandas' own skipping
+    put it one line short for each blank line before it)."""
+    p = tmp_path / "s.csv"
+    p.write_text("ts,entity,metric,value\n\n1772409630,sn01-b01/gpu0,gpu_temp_c,41\n\n  \n"
+                 "oops,sn01-b01/gpu0,gpu_temp_c,41\n1772409690,sn01-b01/gpu0,gpu_temp_c,43,9\n"
+                 "1772409720,sn01-b01/gpu0,gpu_temp_c,44\n")
+    s = read_all(ColumnarReader(), p, ctx).samples
+    assert list(s["value"]) == [41.0, 44.0]
+    assert sorted(m.split(": ", 1)[0] for m in ctx.rejects.messages) == [f"{p}:line 6", f"{p}:line 7"]
+
+
 def test_one_bad_byte_costs_its_row_not_the_file(tmp_path, ctx):
     """Issue 54, probe 6: a byte that is not UTF-8 on line 211 dropped the file's rest, the reject naming line 2."""
     rows = [f"{1772409630 + 30 * k},sn01-b01/gpu0,gpu_temp_c,{40 + k % 5}".encode() for k in range(300)]
