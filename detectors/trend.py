@@ -4,9 +4,9 @@ Sparse error counters (symbol errors, link error recoveries, correctable ECC, PC
 scale-up link CRC) count rare events: a healthy part shows a handful a day, some parts more than others, often
 in bursts. Reading one error after a 5-minute sample as "120 per hour" flags healthy ports; so does any test
 whose baseline for a quiet counter is near zero. Here a counter is judged by how many **episodes** it had: spans
-of at most ``episode_gap_s`` (5 minutes) with errors. A sample with errors starts one unless the current one
-began less than that before (a burst over several samples is one episode; errors that go on for an hour are
-twelve), so the count means the same at any sampling interval up to 5 minutes.
+of at most ``episode_gap_s`` (5 minutes) with errors. A sample with errors starts one unless its interval began
+less than that after the current one's (a burst over several samples is one episode; errors that go on for an hour
+are twelve), so the count means the same at any sampling interval up to 5 minutes, jittered scrapes included.
 
 The number of episodes ``k`` in a window of ``T`` hours (1 h, 3 h and 12 h) is set against what a healthy part
 of this fleet shows over that exposure. A part's healthy rate is unknown: it is taken from the fleet's spread of
@@ -223,10 +223,17 @@ class TrendDetector(FleetRates, TrendJudgement):
             s = self._series.get(key)
             if s is None:
                 s = self._series[key] = CounterRecord(self._start, (key[1], model_names[model_of[ecodes[i]]]))
-            # an episode is at most episode_gap_s long: a burst is one, a rate that goes on is one per span
-            if now - s.last_active > self.episode_gap_s or not s.episodes or now - s.episodes[-1][0] >= \
-                    self.episode_gap_s:
-                s.episodes.append([now, float(x[i])])
+            # an episode is at most episode_gap_s long: a burst is one, a rate that goes on is one per span. The span
+            # begins where its first sample's interval does (at most half a gap back: after a lost stretch, not where
+            # the stretch began); a sample whose interval would carry it past the gap (with a quarter of its own
+            # interval to spare for jitter) starts the next: errors that go on count twelve an hour at 10 s to 5
+            # minutes, a jittered 5-minute scrape 299 s after the last included, which a span taken from tick to
+            # tick merged with every other one
+            span = min(dt[i], self.episode_gap_s / 2) if dt[i] > 0 else 0.0
+            last = s.episodes[-1] if s.episodes else None
+            if last is None or now - s.last_active > self.episode_gap_s or \
+                    now - (last[2] if len(last) > 2 else last[0]) >= self.episode_gap_s + span / 4:
+                s.episodes.append([now, float(x[i]), now - span])
                 fresh.append(key)
             elif s.episodes:
                 s.episodes[-1][1] += float(x[i])

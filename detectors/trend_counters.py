@@ -64,7 +64,7 @@ class CounterRecord:
     def __init__(self, first: float, group: tuple[str, str]):
         self.first = first  # the detector's first tick: a part without errors since has that much exposure
         self.last_active = -math.inf
-        self.episodes: deque = deque()  # [ts, errors]
+        self.episodes: deque = deque()  # [ts, errors, start of its first sample's interval]
         self.k_hist = 0.0  # decayed episodes older than the longest window
         self.t_hist = 0.0  # decayed hours of exposure older than the longest window
         self.hist_at = first  # time up to which history has been folded in (now - longest window)

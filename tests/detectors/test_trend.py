@@ -74,6 +74,42 @@ def test_the_same_rate_reads_the_same_at_any_sampling_interval():
     assert max(times.values()) - min(times.values()) <= 600, times
 
 
+def _episodes_in_an_hour(stamps: list[float], tick_s: float = 30.0) -> int:
+    """The episodes a part counts when every sample at ``stamps`` has errors, read as the pipeline reads them: one
+    increase a tick, over the time since the last sample of the tick before (the first one's as long as the next)."""
+    det = TrendDetector().fit()
+    ticks: dict[float, list[float]] = {}
+    for ts in stamps:
+        ticks.setdefault((ts // tick_s + 1) * tick_s, []).append(ts)
+    last = stamps[0] - (stamps[1] - stamps[0])
+    for now, inside in sorted(ticks.items()):
+        tick(det, now, len(inside), dt=inside[-1] - last, others=9)
+        last = inside[-1]
+    return len(det._series[("n/gpu0", "ecc_sbe_total")].episodes)
+
+
+def test_errors_that_go_on_count_twelve_episodes_an_hour_at_any_sampling_jitter_included():
+    """Every 5-minute scrape, one second early or late (a scrape near the tick's boundary lands in the tick before
+    or after), is an episode of its own: spans measured from tick to tick merged every other one (issue 53: the
+    coarse cells' lead). So is every 5 minutes at 15 s and 60 s sampling."""
+    rng = np.random.default_rng(1)
+    jittered = [29.5 + 300.0 * k + rng.uniform(-1.0, 1.0) for k in range(12)]  # the tick boundary at 30 s
+    assert _episodes_in_an_hour(jittered) == 12
+    assert _episodes_in_an_hour([300.0 * k for k in range(12)]) == 12
+    for step in (15.0, 60.0):
+        assert _episodes_in_an_hour([1.0 + k * step + rng.uniform(-1.0, 1.0) for k in range(int(3600 / step))]) == 12
+
+
+def test_a_burst_after_a_long_gap_in_a_series_is_one_episode():
+    """The first sample after an hour without one covers the hour: its episode spans at most half a gap back, so
+    the burst's next sample 30 s later joins it."""
+    det = TrendDetector().fit()
+    tick(det, 30.0, 0, others=9)
+    tick(det, 3630.0, 40, dt=3600.0, others=9)
+    tick(det, 3660.0, 25, dt=30.0, others=9)
+    assert [e[:2] for e in det._series[("n/gpu0", "ecc_sbe_total")].episodes] == [[3630.0, 65.0]]
+
+
 def test_a_part_that_always_counts_more_learns_its_own_rate():
     det = TrendDetector().fit()
     flags = []
