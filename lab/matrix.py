@@ -2,7 +2,8 @@
 
 Cells: sampling ``15s``, ``60s``, ``300s`` (5-minute downsampled storage: on the clock's grid) and ``mixed``
 (accelerators every 15 s, ports every 5 minutes), each with jitter and 1 % of scrapes lost where a live scrape
-would have them; noise ``quiet`` (this project's simulator before issue 24), ``realistic`` and ``noisy``
+would have them, and on request ``10s`` and ``300s-live`` (5-minute scrapes with jitter and lost scrapes); noise
+``quiet`` (this project's simulator before issue 24), ``realistic`` and ``noisy``
 (lab/sim/noise.py), and on request ``bursty`` (``realistic`` with a touched cable now and then: issue 53's
 bursts over a limit's hourly count on healthy parts). In each cell: dense traces (every fault class twice,
 ``dense-template-a`` and ``-b`` alternating by seed, the full and stock exporter profiles alternating by pairs of
@@ -40,6 +41,8 @@ SAMPLING = {
     "60s": (30.0, {"dcgm": {"interval": "60s", **LIVE}, "node": {"interval": "60s", **LIVE}}),
     "300s": (60.0, {"dcgm": {"interval": "5m", "aligned": True}, "node": {"interval": "5m", "aligned": True}}),
     "mixed": (15.0, {"dcgm": {"interval": "15s", **LIVE}, "node": {"interval": "5m", **LIVE}}),
+    # 5-minute scrapes as a live Prometheus makes them (jitter, lost scrapes), not downsampled onto the clock's grid
+    "300s-live": (60.0, {"dcgm": {"interval": "5m", **LIVE}, "node": {"interval": "5m", **LIVE}}),
 }
 CELLS = ("15s", "60s", "300s", "mixed")
 NOISE = ("quiet", "realistic", "noisy", "bursty")

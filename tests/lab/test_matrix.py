@@ -2,7 +2,9 @@
 
 from __future__ import annotations
 
-from lab.matrix import differences, key, pooled, report, scenario_for
+import pytest
+
+from lab.matrix import check_cells, differences, key, pooled, report, scenario_for
 from lab.sim.faults import parse_duration
 from lab.sim.scenario import Scenario
 
@@ -69,3 +71,14 @@ def test_differences_name_the_runs_whose_findings_or_figures_moved():
     old = {**_run(0.0, 2), "baseline": None}  # a record from before digests: its figures still compare
     assert differences({"runs": [old]}, {"runs": a[:1]}) == (1, ["dense 300s/realistic seed 1 (raswarden): classes"])
     assert differences({"runs": a}, {"runs": []}) == (0, [])
+
+
+def test_the_live_five_minute_cell_scrapes_with_jitter_where_the_stored_one_is_on_the_grid():
+    """``300s`` is downsampled storage on the clock's grid; ``300s-live`` is a Prometheus scraping every 5 minutes
+    (jitter, lost scrapes), where the trend's episodes once merged (Run 12)."""
+    live = scenario_for("dense", "300s-live", "realistic", 1)["sampling"]
+    stored = scenario_for("dense", "300s", "realistic", 1)["sampling"]
+    assert all(s["interval"] == "5m" and s["jitter"] and s["missed"] > 0 for s in live.values())
+    assert all(s.get("aligned") and "jitter" not in s for s in stored.values())
+    with pytest.raises(ValueError, match="unknown sampling cell '301s'"):
+        check_cells(["301s"], ["realistic"])
