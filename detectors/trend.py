@@ -231,8 +231,9 @@ class TrendDetector(FleetRates, TrendJudgement):
             # tick merged with every other one
             span = min(dt[i], self.episode_gap_s / 2) if dt[i] > 0 else 0.0
             last = s.episodes[-1] if s.episodes else None
-            if last is None or now - s.last_active > self.episode_gap_s or \
-                    now - (last[2] if len(last) > 2 else last[0]) >= self.episode_gap_s + span / 4:
+            if last is None or now - s.last_active > self.episode_gap_s or (
+                    now - last[2] >= self.episode_gap_s + span / 4 if len(last) > 2
+                    else now - last[0] >= self.episode_gap_s):  # (an older warm state's: from tick to tick)
                 s.episodes.append([now, float(x[i]), now - span])
                 fresh.append(key)
             elif s.episodes:

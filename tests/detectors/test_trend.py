@@ -339,3 +339,18 @@ def test_fishers_combination_of_chances():
     assert abs(_fisher([1e-6, 1e-2], 2) - 1e-8 * (1 - np.log(1e-8))) < 1e-15
     assert _fisher([1e-6, 1e-2], 3) > _fisher([1e-6, 1e-2], 2)
     assert abs(_fisher([0.03], 1) - 0.03) < 1e-12
+
+
+def test_episodes_of_a_warm_state_saved_before_they_kept_their_span_still_read():
+    """A warm state saved before episodes carried where they began ([ts, errors]) goes on: the span is taken from
+    the episode's time, and old episodes fold into the history."""
+    det = TrendDetector().fit()
+    tick(det, 300.0, 2, dt=300.0, others=9)
+    s = det._series[("n/gpu0", "ecc_sbe_total")]
+    s.episodes[-1] = s.episodes[-1][:2]  # as an older warm state holds it
+    tick(det, 330.0, 1, dt=30.0, others=9)  # within its span: joins it
+    tick(det, 600.0, 1, dt=270.0, others=9)  # a span after it: a new one
+    assert [e[:2] for e in s.episodes] == [[300.0, 3.0], [600.0, 1.0]]
+    for k in range(1, 60):  # 13 hours on: the old episode leaves the windows for the history
+        tick(det, 600.0 + k * 900.0, 0, dt=900.0, others=9)
+    assert len(s.episodes) <= 1 or s.episodes[0][0] > 600.0
