@@ -490,3 +490,59 @@ def test_the_shipped_deployment_is_accepted_by_the_api_server_and_its_config_by_
     cfg = parse(tomllib.loads(docs[0]["data"]["raswarden.toml"]))
     assert cfg.scheduler["type"] == "kubernetes" and cfg.scheduler.get("kubeconfig", "") == "" and \
         cfg.guards.mode == "dry-run"
+
+
+def test_an_automatic_gpu_reset_and_its_validation_return_a_node_through_the_validator(kube_lab, tmp_path):
+    """The daemon's own Remediation on the adapter: a GPU whose Xid asks for a reset is drained, reset by a Job
+    pinned to its node, validated by a second Job, and uncordoned, with no technician (the tests write what the Job
+    controller would)."""
+    import time
+
+    from daemon.config import Config
+    from daemon.judgement.incidents import Incident
+    from daemon.operations.remediation import Remediation
+    from daemon.store import Store
+    from detectors.schema import State
+
+    _namespace(kube_lab, "k8s-r")
+    for n in range(1, 5):
+        _node(kube_lab, f"kr-{n}")
+    cfg = Config()
+    cfg.guards.max_cluster_fraction = 0.5
+    cfg.repairs.reset_command = "nvidia-smi -r -i {gpus}"
+    cfg.repairs.validation_command = "dcgmi diag -r 2"
+    store = Store(f"sqlite:///{tmp_path / 'state.db'}")
+    sched = KubernetesScheduler(kube_lab.api, validation_namespace="k8s-r", validation_image="diag:1")
+    rem = Remediation.from_config(cfg, store, sched)
+    now = time.time()
+    store.record_tick([], [Incident("inc-r1", "fp-r1", "kr-1/gpu3", "accelerator", "gpu_compute", State.FAILED, now,
+                                    now, evidence=["Xid 46 on kr-1/gpu3: GPU timeout (NVIDIA: RESET_GPU; "
+                                                   "repair: reset)"])], now=now)
+
+    def until(cond) -> None:
+        for _ in range(20):
+            rem.step()
+            if cond():
+                return
+        raise AssertionError([(o.state, o.history[-1]) for o in rem.repairs.orders(None)])
+
+    until(lambda: any("reset_job" in o.history[-1] for o in rem.repairs.orders()))
+    (order,) = rem.repairs.orders()
+    reset = kube_lab.batch.read_namespaced_job(order.history[-1]["job_name"], "k8s-r")
+    assert reset.spec.template.spec.node_name == "kr-1"
+    assert reset.spec.template.spec.containers[0].command == ["/bin/sh", "-c", "nvidia-smi -r -i 3"]
+    assert kube_lab.core.read_node("kr-1").spec.unschedulable  # held, cordoned, while the reset runs
+    done = {"active": 0, "succeeded": 1, "startTime": STAMP, "completionTime": STAMP,
+            "conditions": [{"type": "SuccessCriteriaMet", "status": "True", "lastTransitionTime": STAMP},
+                           {"type": "Complete", "status": "True", "lastTransitionTime": STAMP}]}
+    _job_status(kube_lab, "k8s-r", reset.metadata.name, done)
+    until(lambda: rem.repairs.order(order.id).state == "validating")
+    validation = rem.repairs.order(order.id).history[-1]["job_name"]
+    assert kube_lab.batch.read_namespaced_job(validation, "k8s-r").spec.template.spec.containers[0].command[-1] == \
+        "dcgmi diag -r 2"
+    _job_status(kube_lab, "k8s-r", validation, done)
+    until(lambda: rem.repairs.order(order.id).state == "closed")
+    assert [(h["to"], h["by"]) for h in rem.repairs.order(order.id).history] == [
+        (s, "raswarden") for s in ("open", "in_progress", "repaired", "validating", "closed")]
+    assert not kube_lab.core.read_node("kr-1").spec.unschedulable  # back, with no technician
+    store.close()
