@@ -130,7 +130,7 @@ class Remediation:
         self.validator = Validator(self.repairs, scheduler, cfg.repairs, clock=clock,
                                    scheduler_names=self.scheduler_names, guards=guards,
                                    breaker=self.journal.breaker, owns=self.ownership.owns)
-        self.resetter = Resetter(self.repairs, scheduler, cfg.repairs, topology, clock=clock,
+        self.resetter = Resetter(self.repairs, scheduler, cfg.repairs, topology,
                                  scheduler_names=self.scheduler_names, guards=guards, breaker=self.journal.breaker,
                                  owns=self.ownership.owns)
         self.clock = clock
@@ -273,7 +273,7 @@ class Remediation:
         reset = self.resetter.step()  # before validation: a reset that passed is validated in the same pass
         validated = self.validator.step()
         self.settled = settled and not validated.get("validations_running") and not reset["resets_running"] and \
-            not reset["resets_started"] and not self.validator.cfg.idle_check_every_s
+            not self.validator.cfg.idle_check_every_s
         return {"planned": planned, "advanced": len(touched), "repair_orders": len(opened),
                 **reset, **validated}
 

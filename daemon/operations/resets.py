@@ -21,14 +21,12 @@ between two of them repeats nothing on its next pass.
 from __future__ import annotations
 
 import logging
-import os
 import re
-import time
 
 from daemon.config import RepairsConfig
 from daemon.metrics import GPU_RESETS
 from daemon.operations.repairs import RepairBook
-from daemon.operations.validation import reservation_name, run_held, tail
+from daemon.operations.validation import job_output, reservation_name, run_held, tail
 from daemon.store import RepairOrderRow
 from daemon.topology import Topology
 from playbooks.engine import fault_point
@@ -56,13 +54,12 @@ class Resetter:
     """Resets the GPUs whose orders expect a reset, one pass at a time (:meth:`step`)."""
 
     def __init__(self, book: RepairBook, scheduler: Scheduler, cfg: RepairsConfig, topology: Topology,
-                 clock=time.time, scheduler_names: dict[str, str] | None = None, guards: Guards | None = None,
+                 scheduler_names: dict[str, str] | None = None, guards: Guards | None = None,
                  breaker=lambda: None, owns=lambda node: True):
         self.book = book
         self.scheduler = scheduler
         self.cfg = cfg
         self.topology = topology
-        self.clock = clock
         self.scheduler_names = scheduler_names or {}
         self.guards = guards or Guards()
         self.breaker = breaker  # the circuit breaker's reason when tripped: no new reset then
@@ -141,7 +138,7 @@ class Resetter:
             raise
         name = f"raswarden-reset-{target}-{min(o.id for o in orders)}"
         job = run_held(self.scheduler, target, self.cfg.hold_s, name, command, self.cfg.reset_timeout_s,
-                       self._output(name), "reset")
+                       job_output(self.cfg, name), "reset")
         for o in orders:
             self.book.move(o.id, "in_progress", "raswarden", f"automatic reset: job {job} ({command}) in "
                            f"reservation {reservation}",
@@ -169,7 +166,7 @@ class Resetter:
         self.scheduler.drain(target, f"raswarden: reset failed (repair order {min(o.id for o in orders)})")
         self.scheduler.release(reservation)
         why = f"automatic reset {outcome.state} (job {job}, exit status {outcome.exit_code}): " + \
-            tail(self._output(name))
+            tail(job_output(self.cfg, name))
         for o in orders:
             row = self.book.move(o.id, "open", "raswarden", why, evidence=why, expect="in_progress")
             self._escalate(row, "raswarden's reset failed")
@@ -181,5 +178,3 @@ class Resetter:
         """The order now expects a reboot, NVIDIA's step after a reset that did not clear the fault."""
         self.book.expect(order.id, "reboot", f"{why}: NVIDIA's next step is a reboot, then support")
 
-    def _output(self, job_name: str) -> str:
-        return os.path.join(self.cfg.output_dir, f"{job_name}.out")

@@ -181,8 +181,7 @@ class Validator:
         return [n for _, n in sorted(due)]
 
     def _output(self, job_name: str) -> str:
-        """Where a validation job writes its output (as the node sees it)."""
-        return os.path.join(self.cfg.output_dir, f"{job_name}.out")
+        return job_output(self.cfg, job_name)
 
     def _telemetry_name(self, scheduler_node: str) -> str:
         return self._telemetry_names.get(scheduler_node, scheduler_node)
@@ -239,6 +238,12 @@ class Validator:
             self.book.move(o.id, "open", "raswarden", why, evidence=why)
         log.warning("%s failed validation: %s", node, why)
         return "failed"
+
+
+def job_output(cfg: RepairsConfig, job_name: str) -> str:
+    """Where one of raswarden's jobs on a node (a validation, a check, a reset) writes its output, as the node sees
+    it."""
+    return os.path.join(cfg.output_dir, f"{job_name}.out")
 
 
 def tail(path: str, lines: int = 5) -> str:

@@ -48,7 +48,8 @@ class _OneRowPerLine(io.TextIOBase):
     def __init__(self, fh, width: int):
         self.fh, self.width = fh, width
         self.read_lines = 0  # lines of the file read so far
-        self.row_lines: list[int] = []  # the file's line of each row handed on after the header (blank ones skipped)
+        # the file's line of each row handed on after the header (blank ones skipped), until the reader takes them
+        self.row_lines: list[int] = []
 
     def readable(self) -> bool:
         return True
@@ -139,7 +140,6 @@ class ColumnarReader:
         if twice:
             ctx.rejects.refuse(FORMAT, str(path), f"columns named twice in the header: {twice}")
             return
-        row = 0
         # a field of any size is read, so that the row holding it is rejected alone (over 128 KiB, Python's csv
         # module raised and the rest of the file was lost, issue 54); names over NAME_MAX are refused per row below
         csv.field_size_limit(max(csv.field_size_limit(), FIELD_MAX))
@@ -157,11 +157,11 @@ class ColumnarReader:
                 for fields in bad_lines:
                     ctx.rejects.reject(FORMAT, f"{path}", "wrong number of fields", ",".join(fields))
                 bad_lines.clear()
-                yield self._batch(frame, is_events, f"{path}:line",
-                                  np.asarray(lines.row_lines[row:row + len(frame)], dtype=np.int64), ctx)
-                row += len(frame)
+                at = np.asarray(lines.row_lines[:len(frame)], dtype=np.int64)
+                del lines.row_lines[:len(frame)]  # only the rows read ahead of the chunks are kept
+                yield self._batch(frame, is_events, f"{path}:line", at, ctx)
         except (pd.errors.ParserError, UnicodeDecodeError, csv.Error) as exc:
-            at = lines.row_lines[row] if row < len(lines.row_lines) else lines.read_lines + 1
+            at = lines.row_lines[0] if lines.row_lines else lines.read_lines + 1
             ctx.rejects.reject(FORMAT, f"{path}:line {at}", f"file ends or breaks early: {exc}")
         finally:
             fh.close()
