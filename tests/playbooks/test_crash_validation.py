@@ -14,22 +14,28 @@ from detectors.schema import State
 from tests.playbooks.conftest import LAB_DIR, slurm, slurm_lab  # noqa: F401  (fixtures: a real Slurm)
 from tests.playbooks.test_crash_slurm import follow, lab_config, run_once
 
+def _failed_gpu(tmp_path, slurm_conf: str, repairs: str, category: str, evidence: str):
+    """A config for ``playbook run`` on the lab with ``repairs`` (lines of its [repairs] table), and node4's GPU 1
+    failed for ``evidence``: the config, the store, its repair book, slurmctld's log and where this test's lines in
+    it begin."""
+    config = lab_config(tmp_path / "raswarden.toml", slurm_conf,
+                        f"[repairs]\n{repairs}\noutput_dir = \"{LAB_DIR / 'jobs'}\"\n")
+    ctld_log = LAB_DIR / "log" / "slurmctld.log"
+    ctld_from = ctld_log.stat().st_size
+    store = Store(f"sqlite:///{tmp_path / 'state.db'}")
+    now = time.time()
+    iid = f"inc-{category}"
+    store.record_tick([], [Incident(iid, f"fp-{iid}", "node4/gpu1", "accelerator", category, State.FAILED, now, now,
+                                    evidence=[evidence])], now=now)
+    return config, store, RepairBook(store), ctld_log, ctld_from
+
+
 FAULTS = ["validate:reserved", "validate:resumed", "validate:submitted", "validate:moved", "validate:released"]
 
 
 def test_sigkill_at_every_step_of_a_validation_then_restart(slurm, tmp_path):  # noqa: F811
-    db = tmp_path / "state.db"
-    config = lab_config(tmp_path / "raswarden.toml", slurm.conf, f"""[repairs]
-validation_command = "sleep 2; echo diag PASS"
-output_dir = "{LAB_DIR / 'jobs'}"
-""")
-    ctld_log = LAB_DIR / "log" / "slurmctld.log"
-    ctld_from = ctld_log.stat().st_size
-    store = Store(f"sqlite:///{db}")
-    now = time.time()
-    store.record_tick([], [Incident("inc-val01", "fp-val01", "node4/gpu1", "accelerator", "gpu_memory", State.FAILED,
-                                    now, now, evidence=["gpu1 row remap failure"])], now=now)
-    book = RepairBook(store)
+    config, store, book, ctld_log, ctld_from = _failed_gpu(
+        tmp_path, slurm.conf, 'validation_command = "sleep 2; echo diag PASS"', "gpu_memory", "gpu1 row remap failure")
     proc = follow(config)
     try:
         slurm.wait(lambda: bool(book.orders()) and "drain" in slurm.node_state("node4"), 60)
@@ -69,20 +75,9 @@ RESET_FAULTS = ["reset:reserved", "reset:resumed", "reset:submitted", "reset:mov
 def test_sigkill_at_every_step_of_an_automatic_reset_then_restart(slurm, tmp_path):  # noqa: F811
     """The GPU reset and the validation after it, killed at each boundary: one reset job, one validation job, one
     reservation, the order through each of its states once, no technician."""
-    db = tmp_path / "state.db"
-    config = lab_config(tmp_path / "raswarden.toml", slurm.conf, f"""[repairs]
-validation_command = "echo diag PASS"
-reset_command = "sleep 1; echo reset {{gpus}}"
-output_dir = "{LAB_DIR / 'jobs'}"
-""")
-    ctld_log = LAB_DIR / "log" / "slurmctld.log"
-    ctld_from = ctld_log.stat().st_size
-    store = Store(f"sqlite:///{db}")
-    now = time.time()
-    store.record_tick([], [Incident("inc-rst01", "fp-rst01", "node4/gpu1", "accelerator", "gpu_compute", State.FAILED,
-                                    now, now, evidence=["Xid 46 on node4/gpu1: GPU timeout (NVIDIA: RESET_GPU; "
-                                                        "repair: reset)"])], now=now)
-    book = RepairBook(store)
+    config, store, book, ctld_log, ctld_from = _failed_gpu(
+        tmp_path, slurm.conf, 'validation_command = "echo diag PASS"\nreset_command = "sleep 1; echo reset {gpus}"',
+        "gpu_compute", "Xid 46 on node4/gpu1: GPU timeout (NVIDIA: RESET_GPU; repair: reset)")
     killed = [(fault, run_once(config, fault, timeout=60)) for fault in RESET_FAULTS]
     proc = follow(config)
     try:
