@@ -80,47 +80,54 @@ def evaluate_simulation(sim, baseline: bool, interval_s: float = TICK_S, model=N
     """Run a simulation straight through the pipeline, tick by tick without writing a trace, and score it against
     its own labels (for the evaluation matrix, where traces would be hundreds of gigabytes). The batches are the
     ones its trace would replay: rows stamped past a tick's end (jitter) go to the next tick."""
-    import copy
+    return evaluate_simulation_judges(sim, [(baseline, None if baseline else model)], interval_s)[0]
 
+
+def evaluate_simulation_judges(sim, judges: list[tuple[bool, object]], interval_s: float = TICK_S) -> list[Evaluation]:
+    """:func:`evaluate_simulation` for several judges of one simulation, each ``(baseline, model)``: the simulator
+    runs once and every judge's pipeline ticks the same batches (raswarden and the static baseline of a matrix run
+    side by side, at the cost of the simulation once). Each evaluation is the one its judge's own run makes."""
     import numpy as np
-    import pandas as pd
 
+    from daemon.ingest.batch import Batch
     from daemon.ingest.naming import SeriesMapper
     from daemon.judgement.pipeline import Pipeline
     from daemon.ingest.rejects import RejectLog
-    from lab.sim.simulator import chunk_to_batch
+    from detectors.schema import events_frame
+    from lab.sim.simulator import chunk_event_rows, chunk_samples
     from daemon.ingest.timeorder import tick_index
     from daemon.topology import Topology
 
     per_node = sim.topo.gpus_per_node
     topo = Topology.from_dict(sim.topo.to_dict(uuid_of=lambda n, g: f"GPU-{sim.uuids[n * per_node + g]}"))
-    sink = _Collect()
-    config = PipelineConfig(interval_s=interval_s, baseline=baseline, model=None if baseline else model)
-    pipeline = Pipeline(SeriesMapper(topology=topo, rejects=RejectLog()), config,
-                        on_finding=lambda f: sink.findings.append(f.as_dict()))
+    sinks: list[list[dict]] = []
+    pipelines = []
+    for baseline, model in judges:
+        sink: list[dict] = []
+        config = PipelineConfig(interval_s=interval_s, baseline=baseline, model=None if baseline else model)
+        pipelines.append(Pipeline(SeriesMapper(topology=topo, rejects=RejectLog()), config,
+                                  on_finding=lambda f, sink=sink: sink.append(f.as_dict())))
+        sinks.append(sink)
     steps = max(1, int(round(interval_s / sim.scenario.resolution)))
-    carry = None
+    samples = None  # the rows not yet ticked: stamped past the last tick's end
+    events: list[tuple] = []
     last = None
     for chunk in sim.chunks(chunk_steps=steps):
-        batch = chunk_to_batch(sim, chunk)
+        fresh = chunk_samples(sim, chunk)
+        samples = fresh if samples is None else samples.then(fresh)
+        events += chunk_event_rows(chunk)
         end = float(tick_index(np.array([chunk.ts[-1]]), interval_s)[0] * interval_s)
-        samples, events = batch.samples, batch.events
-        if carry is not None:
-            samples = _stack(carry[0], samples)
-            events = pd.concat([carry[1], events], ignore_index=True) if len(carry[1]) else events
         # every tick replay would make up to the chunk's end: a simulator step longer than the tick (a 5-minute
         # cell's 60 s) is more than one tick of the daemon, and its kernel lines fall in the tick of their stamp
         for now in (np.arange(last + interval_s, end + interval_s / 2, interval_s) if last is not None else [end]):
             now = float(now)
-            later = samples["ts"].to_numpy() > now
-            late_events = events["ts"].to_numpy() > now
-            tick = copy.copy(batch)
-            tick.samples = _rows(samples, ~later)
-            tick.events = events[~late_events].reset_index(drop=True)
-            samples, events = _rows(samples, later), events[late_events]
-            pipeline.tick(now, tick)
+            due = ~(samples.ts > now)
+            tick_samples, samples = samples.take(due), samples.take(~due)
+            tick_events = [e for e in events if not e[0] > now]
+            events = [e for e in events if e[0] > now]
+            for pipeline in pipelines:  # each its own frames: a pipeline may keep what it is given
+                pipeline.tick(now, Batch(samples=tick_samples.frame(), events=events_frame(tick_events)))
             last = now
-        carry = (samples, events)
     labels = [Fault.from_dict(x) for x in sim.labels()]
     sampling = max((s.interval for s in sim.scenario.sampling.values()), default=sim.scenario.resolution)
     days = sim.scenario.duration / 86400.0
@@ -129,9 +136,12 @@ def evaluate_simulation(sim, baseline: bool, interval_s: float = TICK_S, model=N
         node = entity.split("/", 1)[0]
         return entity == container or node == container or topo.rack_of(node) == container
 
-    out = evaluate(flags_from_findings(sink.findings), labels, trace_end=last or sim.scenario.start,
-                   node_days=len(sim.topo.nodes) * days, interval_s=interval_s, holds=holds, sampling_s=sampling)
-    out.findings_digest = findings_digest(sink.findings)
+    out = []
+    for findings in sinks:
+        ev = evaluate(flags_from_findings(findings), labels, trace_end=last or sim.scenario.start,
+                      node_days=len(sim.topo.nodes) * days, interval_s=interval_s, holds=holds, sampling_s=sampling)
+        ev.findings_digest = findings_digest(findings)
+        out.append(ev)
     return out
 
 
@@ -143,40 +153,6 @@ def findings_digest(findings: list[dict]) -> str:
     for f in findings:
         h.update(json.dumps(f, sort_keys=True).encode() + b"\n")
     return h.hexdigest()
-
-
-def _stack(a, b):
-    """``a``'s rows then ``b``'s: ``pd.concat``, without its check of the categories where each name column of both
-    shares one dtype object (the simulator's, from tick to tick), which cost more than the tick it fed."""
-    import numpy as np
-    import pandas as pd
-
-    from detectors.schema import frame
-
-    if list(a.columns) != list(b.columns) or any(
-            isinstance(a[c].dtype, pd.CategoricalDtype) and a[c].dtype is not b[c].dtype for c in a.columns):
-        return pd.concat([a, b], ignore_index=True)
-    out = {}
-    for c in a.columns:
-        x, y = a[c], b[c]
-        if isinstance(x.dtype, pd.CategoricalDtype):
-            out[c] = pd.Categorical.from_codes(np.concatenate([x.array.codes, y.array.codes]), dtype=x.dtype,
-                                               validate=False)
-        else:
-            out[c] = np.concatenate([x.to_numpy(), y.to_numpy()])
-    return frame(out)
-
-
-def _rows(df, mask):
-    """``df[mask]`` with a fresh index, each column taken once (see :func:`_stack`)."""
-    import pandas as pd
-
-    from detectors.schema import frame
-
-    if any(not isinstance(df[c].dtype, pd.CategoricalDtype) and df[c].dtype == object for c in df.columns):
-        return df[mask].reset_index(drop=True)
-    return frame({c: df[c].array[mask] if isinstance(df[c].dtype, pd.CategoricalDtype) else df[c].to_numpy()[mask]
-                  for c in df.columns})
 
 
 def merge(evaluations: list[Evaluation]) -> Evaluation:

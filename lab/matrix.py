@@ -89,7 +89,7 @@ def run_one(kind: str, sampling: str, noise: str, seed: int, model: str | None, 
             baseline: bool = True) -> dict:
     """One run of the matrix, scored for raswarden and (unless not ``baseline``: its ``baseline`` is None then) for
     the baseline."""
-    from lab.evaluate import evaluate_simulation
+    from lab.evaluate import evaluate_simulation_judges
     from lab.sim.simulator import Simulator
     from lab.sim.faults import load_library
     from lab.sim.scenario import Scenario
@@ -99,9 +99,10 @@ def run_one(kind: str, sampling: str, noise: str, seed: int, model: str | None, 
     library = load_library(FAULTS)
     started = time.perf_counter()
     bundle = ModelBundle.load(Path(model)) if model else None
-    ours = evaluate_simulation(Simulator(Scenario.from_dict(d, d["name"]), library), baseline=False, model=bundle)
-    base = evaluate_simulation(Simulator(Scenario.from_dict(d, d["name"]), library), baseline=True) \
-        if baseline else None
+    # one simulation, judged by raswarden and (beside it, from the same batches) by the baseline
+    judged = evaluate_simulation_judges(Simulator(Scenario.from_dict(d, d["name"]), library),
+                                        [(False, bundle)] + ([(True, None)] if baseline else []))
+    ours, base = judged[0], (judged[1] if baseline else None)
     return {"kind": kind, "sampling": sampling, "noise": noise, "seed": seed, "profile": d.get("profile", "full"),
             "model": model, "warmup_s": warmup_s if kind == "dense" else 0.0, "raswarden": raw(ours),
             "baseline": raw(base) if base is not None else None,

@@ -653,6 +653,47 @@ def emission(sim: Simulator, profile: str) -> list[tuple[str, str, bool, np.ndar
 
 def chunk_to_batch(sim: Simulator, chunk: SimChunk, profile: str | None = None) -> Batch:
     """A pipeline batch from a chunk (canonical names), time-major, without the file round trip."""
+    samples = chunk_samples(sim, chunk, profile)
+    return Batch(samples=samples.frame(), events=events_frame(chunk_event_rows(chunk)))
+
+
+@dataclass
+class ChunkSamples:
+    """A chunk's samples as columns: stamps, entity and metric codes into the simulator's categorical dtypes (one
+    object per simulator and profile, so the pipeline's per-name caches hit from tick to tick), values. The
+    evaluation splits them into ticks as arrays (:func:`lab.evaluate.evaluate_simulation`)."""
+
+    ts: np.ndarray
+    entity: np.ndarray
+    metric: np.ndarray
+    value: np.ndarray
+    entity_dtype: pd.CategoricalDtype
+    metric_dtype: pd.CategoricalDtype
+
+    def take(self, rows: np.ndarray) -> ChunkSamples:
+        """The rows ``rows`` (a mask or indices), in their order."""
+        return ChunkSamples(self.ts[rows], self.entity[rows], self.metric[rows], self.value[rows], self.entity_dtype,
+                            self.metric_dtype)
+
+    def then(self, other: ChunkSamples) -> ChunkSamples:
+        """These rows, then ``other``'s (of the same dtypes)."""
+        return ChunkSamples(np.concatenate([self.ts, other.ts]), np.concatenate([self.entity, other.entity]),
+                            np.concatenate([self.metric, other.metric]), np.concatenate([self.value, other.value]),
+                            self.entity_dtype, self.metric_dtype)
+
+    def frame(self) -> pd.DataFrame:
+        """The samples frame the pipeline reads (ts, entity, metric, value)."""
+        return frame({
+            "ts": self.ts,
+            "entity": pd.Categorical.from_codes(self.entity, dtype=self.entity_dtype, validate=False),
+            "metric": pd.Categorical.from_codes(self.metric, dtype=self.metric_dtype, validate=False),
+            "value": self.value,
+        })
+
+
+def chunk_samples(sim: Simulator, chunk: SimChunk, profile: str | None = None) -> ChunkSamples:
+    """A chunk's samples in the order a trace of it holds them: by each exporter's scrape stamps when the scenario
+    samples (lab.sim.observe), else by step."""
     profile = profile or sim.scenario.profile
     # One categorical dtype per simulator and profile: built once, and the same categories object every
     # tick, so the pipeline's per-name caches (detectors.schema.name_codes) hit.
@@ -674,18 +715,18 @@ def chunk_to_batch(sim: Simulator, chunk: SimChunk, profile: str | None = None) 
         ts, ent, met, value = _samples_by_stamp(chunk, families, metric_index, stamps, n_g)
     else:
         ts, ent, met, value = _samples_by_step(chunk, families, metric_index, n_g)
-    samples = frame({
-        "ts": ts,
-        "entity": pd.Categorical.from_codes(ent, dtype=entity_dtype, validate=False),
-        "metric": pd.Categorical.from_codes(met, dtype=metric_dtype, validate=False),
-        "value": value,
-    })
+    return ChunkSamples(ts, ent, met, value, entity_dtype, metric_dtype)
+
+
+def chunk_event_rows(chunk: SimChunk) -> list[tuple]:
+    """A chunk's kernel lines as event rows (:data:`detectors.schema.EVENT_COLUMNS` order), as the kernel-log
+    reader makes them."""
     rows = []
     for ts_line, node, line in chunk.lines:
         ev = parse_kernel_message(line)
         if ev is not None:
             rows.append((ts_line, node, ev.kind, ev.code, ev.severity, ev.message, "kernel", ev.pci, ev.device))
-    return Batch(samples=samples, events=events_frame(rows))
+    return rows
 
 
 def _family_arrays(chunk: SimChunk, family: tuple, n_g: int) -> tuple[np.ndarray, np.ndarray, int]:

@@ -56,3 +56,25 @@ def test_a_simulation_is_ticked_as_replay_ticks_it_when_its_step_is_longer_than_
     assert events and all(now - 30.0 < ts <= now for now, ts in events)
     assert all(ts <= now for now, _, stamps in ticks for ts in stamps)
     assert ev.all_faults.faults > 0
+
+
+def test_judges_of_one_simulation_score_as_their_own_runs():
+    """raswarden and the baseline ticked side by side from one simulation (the matrix's runs) give each the
+    evaluation, findings and all, that a simulation of its own gives it."""
+    import yaml
+
+    from lab.bundled import SCENARIOS
+    from lab.evaluate import evaluate_simulation, evaluate_simulation_judges
+
+    d = yaml.safe_load((SCENARIOS / "mini.yaml").read_text())
+    d.update(duration="3h", resolution="15s", sampling={"dcgm": {"interval": "15s", "jitter": "1s", "missed": 0.01},
+                                                       "node": {"interval": "60s", "jitter": "1s", "missed": 0.01}})
+
+    def sim():
+        return Simulator(Scenario.from_dict(d, "mini-mixed"), load_library(LIBRARY))
+
+    ours, base = evaluate_simulation_judges(sim(), [(False, None), (True, None)])
+    alone = [evaluate_simulation(sim(), baseline=False), evaluate_simulation(sim(), baseline=True)]
+    assert [ours.findings_digest, base.findings_digest] == [e.findings_digest for e in alone]
+    assert ours.findings_digest != base.findings_digest  # two judges, not one twice
+    assert (ours.flags, base.flags) == (alone[0].flags, alone[1].flags) and ours.all_faults.faults > 0
