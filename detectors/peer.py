@@ -235,16 +235,37 @@ class PeerDeviation:
         self._load_since[rows] = np.where(changed, now, self._load_since[rows])
         return ~changed & (now - self._load_since[rows] >= 2 * self.halflife_s)
 
-    def _temperature(self, now, ids, rows, codes, t, p, metric, min_excess, words, load, settled) -> list[Evidence]:
+    def _against_peers(self, metric: str, codes: np.ndarray, t: np.ndarray, p: np.ndarray) -> tuple | None:
+        """Each GPU's power-corrected temperature, its residual against its peer group's median and the fleet's
+        spread of residuals (None: fewer than four readings). A function of the readings alone: a tick whose readings
+        are the last tick's (a tick between two 5-minute samples, the held readings judged again) is given the same
+        figures without working them out again."""
+        memo = getattr(self, "_peer_memo", None)
+        if memo is None:
+            memo = self._peer_memo = {}
+        last = memo.get(metric)
+        if last is not None and all(a.shape == b.shape and np.array_equal(a, b, equal_nan=True)
+                                    for a, b in zip(last[0], (codes, t, p))):
+            return last[1]
         ok = np.isfinite(t) & np.isfinite(p)
         if ok.sum() < 4:
+            found = None
+        else:
+            slope = np.polyfit(p[ok], t[ok], 1)[0] if np.ptp(p[ok]) > 50 else 0.0
+            # The node's median includes the GPU itself: with eight peers one hot GPU cannot move it.
+            level = np.where(ok, t - slope * p, np.nan)
+            residual, _ = self._residual(codes, level)
+            spread = max(nanmedian(np.abs(residual)) * _MAD_TO_SIGMA if np.isfinite(residual).any() else 0.5,
+                         0.5)
+            found = (level, residual, spread)
+        memo[metric] = ((codes.copy(), t.copy(), p.copy()), found)
+        return found
+
+    def _temperature(self, now, ids, rows, codes, t, p, metric, min_excess, words, load, settled) -> list[Evidence]:
+        found = self._against_peers(metric, codes, t, p)
+        if found is None:
             return []
-        slope = np.polyfit(p[ok], t[ok], 1)[0] if np.ptp(p[ok]) > 50 else 0.0
-        # The node's median includes the GPU itself: with eight peers one hot GPU cannot move it.
-        level = np.where(ok, t - slope * p, np.nan)
-        residual, _ = self._residual(codes, level)
-        spread = max(nanmedian(np.abs(residual)) * _MAD_TO_SIGMA if np.isfinite(residual).any() else 0.5,
-                     0.5)
+        level, residual, spread = found
         sel = np.flatnonzero(np.isfinite(residual))
         r = rows[sel]
         smooth = self._smooth[metric].update(r, residual[sel], now)

@@ -241,8 +241,9 @@ class TrendDetector(FleetRates, TrendJudgement):
             s.last_active = now
         if now - self._learned_at >= self.learn_every_s:
             self._learn_fleet(now)
-        for key in fresh:
-            self._judge(key, now)
+        if fresh:  # (one series' windows do not move with another's judgement: made together)
+            for key, windows in zip(fresh, self._windows_many(fresh, now)):
+                self._judge(key, now, windows)
 
     def _models_of(self, enames: np.ndarray, models) -> tuple[np.ndarray, list[str]]:
         """Each entity name's part model as a code (and the model names), kept while the names are the same."""

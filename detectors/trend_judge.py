@@ -48,6 +48,14 @@ def _score(p: float) -> float:
     return min(1.0, 0.6 + 0.02 * -math.log10(max(p, 1e-300)))
 
 
+def _higher_quantile(x: np.ndarray, q: float) -> float:
+    """``np.quantile(x, q, method="higher")`` (the same value), by selection instead of its general machinery."""
+    if np.isnan(x).any():
+        return float(np.quantile(x, q, method="higher"))
+    i = int(math.ceil((len(x) - 1) * q))
+    return float(np.partition(x, i)[i])
+
+
 def _fisher(p: list[float], n: int) -> float:
     """Fisher's combination of ``n`` independent chances of which ``p`` are those under 1 (the rest are 1): the
     chance of a product at most theirs, the chi-square tail at 2n degrees of freedom."""
@@ -61,46 +69,59 @@ class TrendJudgement:
     def _windows(self, key: tuple[str, str], now: float) -> _Windows:
         """The chance of each window's episodes of series ``key`` on a healthy part (times the number of windows;
         1 where the window is not judged), and what it was judged against."""
-        s = self._series[key]
-        self._fold(s, now)
-        times = np.array([e[0] for e in s.episodes])
-        k = np.array([np.count_nonzero(times > now - w) for w in WINDOWS_S], dtype=float)
-        seen_h = (now - s.first) / 3600.0
-        exposure = np.minimum(np.array(WINDOWS_S) / 3600.0, seen_h + self.episode_gap_s / 3600.0)
-        # the part's own record before each window narrows the fleet's spread to it
-        k_before = s.k_hist + len(s.episodes) - k
-        t_before = np.maximum(s.t_hist + min(seen_h, WINDOWS_S[-1] / 3600.0) - exposure, 0.0)
-        frozen = self._baseline.get(key) if key in self._alarm else None
-        if frozen is not None:
+        return self._windows_many([key], now)[0]
+
+    def _windows_many(self, keys: list[tuple[str, str]], now: float) -> list[_Windows]:
+        """:meth:`_windows` of several series at once (a tick's new episodes: one array pass, not one per series);
+        each series' figures are those of its own pass."""
+        n, n_w = len(keys), len(WINDOWS_S)
+        windows_h = np.array(WINDOWS_S) / 3600.0
+        k = np.empty((n, n_w))
+        exposure = np.empty((n, n_w))
+        k_before = np.empty((n, n_w))
+        t_before = np.empty((n, n_w))
+        prior = np.empty((n, len(GRID_PER_H)))  # the fleet's log mass, or the rate frozen at the part's alarm
+        frozen = np.zeros(n, dtype=bool)
+        for i, key in enumerate(keys):
+            s = self._series[key]
+            self._fold(s, now)
+            times = np.array([e[0] for e in s.episodes])
+            k[i] = [np.count_nonzero(times > now - w) for w in WINDOWS_S]
+            seen_h = (now - s.first) / 3600.0
+            exposure[i] = np.minimum(windows_h, seen_h + self.episode_gap_s / 3600.0)
+            # the part's own record before each window narrows the fleet's spread to it
+            k_before[i] = s.k_hist + len(s.episodes) - k[i]
+            t_before[i] = np.maximum(s.t_hist + min(seen_h, WINDOWS_S[-1] / 3600.0) - exposure[i], 0.0)
+            base = self._baseline.get(key) if key in self._alarm else None
             # in alarm: judged against the part's rate before the alarm, not a baseline its own fault has raised
-            log_w = np.broadcast_to(frozen, (len(WINDOWS_S), len(GRID_PER_H)))
-            own = np.zeros(len(WINDOWS_S), dtype=bool)
-        else:
-            fleet = self._fleet_log_prior(s.group)
-            # A record the fleet could hardly have given (its chance at most conflict_alpha) is a part beyond the
-            # fleet's fitted spread (which leaves out its top parts): judged against its own record alone (Jeffreys'
-            # prior, mass r^(1/2) on the log grid), not pulled to the fleet.
-            own = (k_before > 0) & (t_before > 0) & \
-                (episodes_tail(k_before, t_before, np.broadcast_to(fleet, (len(WINDOWS_S), len(fleet))))
-                 <= self.conflict_alpha)
-            log_w = record_log_weights(np.where(own[:, None], 0.5 * LOG_GRID[None, :], fleet[None, :]),
-                                       k_before, t_before)
-        p = episodes_tail(k, exposure, log_w) * len(WINDOWS_S)
+            frozen[i] = base is not None
+            prior[i] = base if base is not None else self._fleet_log_prior(self._series[key].group)
+        # A record the fleet could hardly have given (its chance at most conflict_alpha) is a part beyond the
+        # fleet's fitted spread (which leaves out its top parts): judged against its own record alone (Jeffreys'
+        # prior, mass r^(1/2) on the log grid), not pulled to the fleet.
+        fleet = prior[:, None, :]
+        own = ~frozen[:, None] & (k_before > 0) & (t_before > 0) & \
+            (episodes_tail(k_before, t_before, np.broadcast_to(fleet, (n, n_w, len(GRID_PER_H))))
+             <= self.conflict_alpha)
+        log_w = np.where(frozen[:, None, None], np.broadcast_to(fleet, (n, n_w, len(GRID_PER_H))),
+                         record_log_weights(np.where(own[:, :, None], 0.5 * LOG_GRID, fleet), k_before, t_before))
+        p = episodes_tail(k, exposure, log_w) * n_w
         # the first window is judged against the fleet from the start (a watch until the part has a record of its
         # own before it, below); a longer one (a slow rise) only against a record of the part's own at least as
         # long (or the rate frozen at the alarm): without one, a part that was always this noisy looks risen
-        judged = (k >= self.min_episodes) & ((np.arange(len(WINDOWS_S)) == 0) | (t_before >= exposure)
-                                             | (frozen is not None))
+        judged = (k >= self.min_episodes) & ((np.arange(n_w) == 0) | (t_before >= exposure) | frozen[:, None])
         p = np.where(judged, np.minimum(p, 1.0), 1.0)
-        return _Windows(p, int(np.argmin(p)), k, exposure, k_before, t_before, log_w, own)
+        return [_Windows(p[i], int(np.argmin(p[i])), k[i], exposure[i], k_before[i], t_before[i], log_w[i], own[i])
+                for i in range(n)]
 
     def _watched_only(self, entity: str, w: _Windows) -> bool:
         """No quiet record of the part's own before the window (raswarden has just started watching it): the part
         may always be like this, so an alarm is a watch until its record says it rose."""
         return w.t_before[w.best] < w.exposure[w.best] and entity not in self._flagged_before
 
-    def _judge(self, key: tuple[str, str], now: float) -> None:
-        w = self._windows(key, now)
+    def _judge(self, key: tuple[str, str], now: float, w: _Windows | None = None) -> None:
+        """Judge series ``key``'s windows (``w``, when already made this tick) and raise its alarms."""
+        w = w if w is not None else self._windows(key, now)
         if w.p[w.best] > self.alpha:
             self._judge_sizes(key, self._series[key], now)
             if self.together and key not in self._alarm and w.p[w.best] < 1.0:
@@ -187,11 +208,14 @@ class TrendJudgement:
                 record = np.concatenate((past, sizes[~inside]))
                 if len(record) < self.min_size_record:
                     continue
-                threshold = float(np.quantile(record, SIZE_QUANTILE, method="higher"))
-                share = (np.count_nonzero(record > threshold) + 1.0) / (len(record) + 1.0)
                 mean = float(record.mean())
+            if window.mean() < self.size_ratio * max(mean, 1.0):
+                continue  # (most windows: asked first, the record's quantile is not needed)
+            if frozen is None:
+                threshold = _higher_quantile(record, SIZE_QUANTILE)
+                share = (np.count_nonzero(record > threshold) + 1.0) / (len(record) + 1.0)
             large = int(np.count_nonzero(window > threshold))
-            if large < self.min_episodes or window.mean() < self.size_ratio * max(mean, 1.0):
+            if large < self.min_episodes:
                 continue
             p = float(binom.sf(large - 1, len(window), share)) * len(WINDOWS_S)
             if p <= self.alpha and (best is None or p < best[0]):

@@ -210,3 +210,21 @@ def test_a_tick_over_many_scrapes_reads_their_mean_not_the_last_ones_noise():
             flagged[with_mean] += sum(ev.level == State.SUBHEALTHY for ev in d.update(_long_tick(300.0 * k, samples,
                                                                                                   with_mean)))
     assert flagged[True] == 0 and flagged[False] > 0, flagged
+
+
+def test_readings_held_between_samples_are_judged_as_when_worked_out_again():
+    """A tick whose readings are the last tick's (5-minute samples judged every 30 s) takes its peer figures from the
+    tick before; the evidence is the same as a detector that works every tick out afresh, and a changed reading is
+    never answered from the tick before."""
+    rng = np.random.default_rng(3)
+    memo, fresh = PeerDeviation().fit(), PeerDeviation().fit()
+    temps: dict = {}
+    for k in range(3 * 120):
+        now = 30.0 * k
+        if k % 10 == 0:  # a new sample every 5 minutes, the same readings in between
+            temps = {f"n{n}/gpu{g}": 60.0 + rng.normal(0, 1.0) for n in range(4) for g in range(8)}
+            temps["n2/gpu5"] += max(0.0, (now - 3600.0) / 300.0)
+        fresh._peer_memo = {}
+        a, b = memo.update(_tick(now, temps, util=95.0)), fresh.update(_tick(now, temps, util=95.0))
+        assert [(e.entity, e.level, e.reasons) for e in a] == [(e.entity, e.level, e.reasons) for e in b]
+    assert any(e.entity == "n2/gpu5" and e.level == State.SUBHEALTHY for e in a)

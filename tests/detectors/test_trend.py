@@ -354,3 +354,16 @@ def test_episodes_of_a_warm_state_saved_before_they_kept_their_span_still_read()
     for k in range(1, 60):  # 13 hours on: the old episode leaves the windows for the history
         tick(det, 600.0 + k * 900.0, 0, dt=900.0, others=9)
     assert len(s.episodes) <= 1 or s.episodes[0][0] > 600.0
+
+
+def test_the_size_judgement_s_quantile_is_numpy_s_higher_quantile():
+    """The record's 90th percentile by selection is np.quantile's "higher" one, on records of any length and ties."""
+    import numpy as np
+
+    from detectors.trend_judge import _higher_quantile
+
+    rng = np.random.default_rng(5)
+    for n in (1, 2, 9, 10, 11, 36, 37, 288, 300):
+        for x in (rng.pareto(1.5, n) * 10, rng.integers(1, 4, n).astype(float)):
+            assert _higher_quantile(x, 0.9) == float(np.quantile(x, 0.9, method="higher"))
+    assert np.isnan(_higher_quantile(np.array([1.0, np.nan, 3.0]), 0.9))
