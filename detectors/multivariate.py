@@ -15,7 +15,6 @@ stray PCIe replay is a combination the healthy fleet rarely shows, and no fault.
 from __future__ import annotations
 
 import numpy as np
-from sklearn.ensemble import IsolationForest
 
 from detectors.learned import LearnedDetector, transform
 from detectors.schema import State
@@ -53,6 +52,8 @@ class MultivariateDetector(LearnedDetector):
         # random choice of split features (any value of it is new, and the others say so too).
         self.columns_[kind] = np.flatnonzero(np.ptp(Xt, axis=0) > 0) if len(Xt) else np.arange(Xt.shape[1])
         Xt = Xt[:, self.columns_[kind]]
+        from sklearn.ensemble import IsolationForest  # (when fitting: the daemon starts without sklearn's import)
+
         model = IsolationForest(n_estimators=self.n_estimators, max_samples=min(self.max_samples, len(Xt)),
                                 random_state=self.random_state)
         model.fit(Xt, sample_weight=sample_weight)

@@ -13,12 +13,15 @@ reason is in ``out_of_fold_``), and the other detectors carry that kind alone.
 
 from __future__ import annotations
 
+from typing import TYPE_CHECKING
+
 import numpy as np
-from sklearn.ensemble import HistGradientBoostingClassifier
-from sklearn.model_selection import GroupKFold
 
 from detectors.learned import LearnedDetector, transform
 from detectors.schema import State
+
+if TYPE_CHECKING:  # scikit-learn is imported when a model is fitted (the daemon starts without it)
+    from sklearn.ensemble import HistGradientBoostingClassifier
 
 
 class FailurePredictor(LearnedDetector):
@@ -44,6 +47,8 @@ class FailurePredictor(LearnedDetector):
         self.random_state = random_state
 
     def _model(self) -> HistGradientBoostingClassifier:
+        from sklearn.ensemble import HistGradientBoostingClassifier  # (when fitting: see multivariate)
+
         return HistGradientBoostingClassifier(max_iter=self.max_iter, learning_rate=self.learning_rate,
                                               max_leaf_nodes=self.max_leaf_nodes, random_state=self.random_state)
 
@@ -76,6 +81,8 @@ class FailurePredictor(LearnedDetector):
         groups = np.zeros(len(y), dtype=int) if groups is None else np.asarray(groups)
         n_groups = len(np.unique(groups))
         if n_groups >= 2:
+            from sklearn.model_selection import GroupKFold
+
             oof = np.full(len(y), np.nan)  # rows of a fold that could not be fitted stay unscored
             for train, test in GroupKFold(n_splits=min(4, n_groups)).split(Xt, y, groups):
                 if len(np.unique(y[train])) < 2:
