@@ -16,7 +16,6 @@ from dataclasses import dataclass, field
 from pathlib import Path
 
 import joblib
-import sklearn
 
 from detectors.features import FEATURES
 
@@ -45,6 +44,8 @@ class ModelBundle:
         return list(self.detectors_)
 
     def save(self, path: Path) -> Path:
+        import sklearn  # (here and in load: importing the pipeline does not import scikit-learn)
+
         path.mkdir(parents=True, exist_ok=True)
         est = path / ESTIMATORS
         joblib.dump(self.detectors_, est, compress=3)
@@ -87,6 +88,8 @@ class ModelBundle:
                 diff = sorted(set(names) ^ have)[:5]
                 raise IncompatibleModel(f"{path}: the {kind} feature list differs from this build's "
                                         f"({', '.join(diff) or 'order'}); {retrain}")
+        import sklearn
+
         if _sklearn_series(str(meta.get("sklearn", ""))) != _sklearn_series(sklearn.__version__):
             raise IncompatibleModel(f"{path}: trained with scikit-learn {meta.get('sklearn')}, this is "
                                     f"{sklearn.__version__}; {retrain}")

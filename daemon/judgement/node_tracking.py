@@ -21,6 +21,12 @@ _NO_NAMES = np.empty(0, dtype=object)
 _NO_CODES = np.empty(0, dtype=np.int64)
 
 
+def _isclose(a: np.ndarray, b: np.ndarray) -> np.ndarray:
+    """``np.isclose(a, b)`` (its default tolerances; the same answer) without its per-call checks."""
+    with np.errstate(invalid="ignore"):
+        return (np.abs(a - b) <= 1e-8 + 1e-5 * np.abs(b)) & np.isfinite(b) | (a == b)
+
+
 class _NameFacts:
     """Per name of one name array: whether it is a registered entity, and its node (see
     :meth:`NodeTracking._name_facts`)."""
@@ -99,16 +105,23 @@ class NodeTracking:
         told = self._told_window
         if len(told) < len(self.cadence.last):
             told = self._told_window = np.concatenate((told, np.full(len(self.cadence.last) - len(told), np.nan)))
-        changed = np.flatnonzero(~np.isclose(told[rows], window))
+        changed = np.flatnonzero(~_isclose(told[rows], window))
         if not len(changed):
             return
         told[rows[changed]] = window[changed]
         freshness = self.health.freshness
+        row_of, node_window = freshness.row_of, self.node_window
+        # (jittered scrapes move hundreds of learned intervals a little every tick: one pass, no call per entity but
+        # where an entity or node has no row yet, which set_window gives it in this order)
         for entity, w in zip(names[changed].tolist(), window[changed].tolist()):
-            freshness.set_window(entity, w)
+            row = row_of.get(entity)
+            if row is None:
+                freshness.set_window(entity, w)
+            else:
+                freshness.window[row] = w
             node = node_of(entity)
-            if w > self.node_window.get(node, 0.0):
-                self.node_window[node] = w
+            if w > node_window.get(node, 0.0):
+                node_window[node] = w
                 freshness.set_window(node, w)
 
     def _register(self, entity: str, now: float) -> None:

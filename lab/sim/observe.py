@@ -135,11 +135,18 @@ class Observation:
             on = np.isclose(np.mod(np.asarray(ts, dtype=float), s.interval), 0.0)[None, :] & np.ones_like(nodes,
                                                                                                         dtype=bool)
         else:
-            phase = np.floor(_hash(self.seed, src, nodes) * m).astype(np.int64)
-            on = (steps - phase) % m == 0
+            on = (steps - self._phase(src, nodes, m)) % m == 0
         if s.missed > 0:
             on = on & (_hash(self.seed, src + 10, nodes, steps) >= s.missed)
         return on
+
+    def _phase(self, src: int, nodes: np.ndarray, m: int) -> np.ndarray:
+        """Each node's step of the exporter's cycle of ``m`` steps (drawn once: the same every chunk)."""
+        phases = self.__dict__.setdefault("_phases", {})
+        key = (src, m, nodes.tobytes())
+        if key not in phases:
+            phases[key] = np.floor(_hash(self.seed, src, nodes) * m).astype(np.int64)
+        return phases[key]
 
     def stamps(self, source: str, nodes: np.ndarray, ts: np.ndarray) -> np.ndarray:
         """``[nodes x steps]`` sample times: the step's time plus the source's jitter (NaN is never returned)."""
