@@ -10,7 +10,7 @@ from collections import defaultdict
 import pandas as pd
 
 from detectors.contract import Evidence, TickInput
-from detectors.schema import State, entity_kind, node_of
+from detectors.schema import State, entity_kind, event_records, node_of
 from detectors.vendor_events import Verdict, amdgpu_verdict, ascend_verdict
 from detectors.xid_catalog import XidRule, decode_nvlink5, repair_reason, state_of
 
@@ -36,7 +36,7 @@ class EventRules:
         if tick.events.empty:
             return
         now = tick.now
-        for row in tick.events.itertuples(index=False):
+        for row in event_records(tick.events):
             kind = row.kind
             entity = row.entity
             code = None if pd.isna(row.code) else int(row.code)

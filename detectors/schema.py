@@ -7,8 +7,8 @@ from __future__ import annotations
 
 import enum
 import re
-from collections import OrderedDict
-from collections.abc import Callable
+from collections import OrderedDict, namedtuple
+from collections.abc import Callable, Iterator
 
 import numpy as np
 import pandas as pd
@@ -209,6 +209,25 @@ def empty_samples() -> pd.DataFrame:
             "value": np.empty(0, dtype=np.float64),
         }
     )
+
+
+EventRow = namedtuple("EventRow", EVENT_COLUMNS)
+"""One event as :func:`event_records` gives it (fields as :data:`EVENT_COLUMNS`)."""
+
+
+def event_rows(events: pd.DataFrame) -> Iterator[tuple]:
+    """An events frame's rows as tuples of its columns' values, as ``itertuples(index=False, name=None)`` gives them
+    but a code is an int (or NA), not a numpy integer; without pandas' per-row machinery, which cost a tick with a few
+    kernel lines more than its rules did (0.6 ms a call)."""
+    return zip(*(events[c].tolist() for c in events.columns))
+
+
+def event_records(events: pd.DataFrame) -> Iterator:
+    """:func:`event_rows` with the columns as fields (:class:`EventRow`; pandas' ``itertuples`` where a frame has other
+    columns)."""
+    if tuple(events.columns) != EVENT_COLUMNS:
+        return events.itertuples(index=False)
+    return map(EventRow._make, event_rows(events))
 
 
 def empty_events() -> pd.DataFrame:

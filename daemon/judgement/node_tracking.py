@@ -173,9 +173,11 @@ class NodeTracking:
         (``perfquery -R`` on one port) graces nothing."""
         grace = self.config.reboot_grace_s
         if len(events):
-            boots = events[events["kind"].to_numpy(object) == "boot"]
-            for entity, ts in zip(boots["entity"], boots["ts"]):
-                self._grace(node_of(entity), float(ts) + grace)
+            boot = events["kind"].to_numpy(object) == "boot"
+            if boot.any():  # (rare: the frame is cut only then)
+                boots = events[boot]
+                for entity, ts in zip(boots["entity"], boots["ts"]):
+                    self._grace(node_of(entity), float(ts) + grace)
         if len(gauges) and names_in(gauges["metric"], ("boot_time_s",)).any():
             part = gauges[names_in(gauges["metric"], ("boot_time_s",))]
             for node, booted in zip(part["entity"].tolist(), part["last"].tolist()):

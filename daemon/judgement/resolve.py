@@ -23,7 +23,7 @@ import pandas as pd
 
 from daemon.ingest.naming import SeriesMapper
 from daemon.topology import normalize_pci
-from detectors.schema import EVENT_COLUMNS, NamesWhere, events_frame, name_codes, names_in
+from detectors.schema import EVENT_COLUMNS, NamesWhere, event_rows, events_frame, name_codes, names_in
 
 
 NPU_CODE_PREFIX = "npu_error_code_"
@@ -79,7 +79,7 @@ class EventResolver:
         if events.empty:
             return events
         rows = []
-        for r in events.itertuples(index=False, name=None):
+        for r in event_rows(events):
             rec = dict(zip(EVENT_COLUMNS, r))
             for col in ("pci", "device"):  # a column of None and strings may come back from a frame as NaN
                 if not isinstance(rec[col], str):
@@ -222,8 +222,8 @@ class EventResolver:
         if order != list(range(len(events))):
             events = events.take(order).reset_index(drop=True)
         keep = np.ones(len(events), dtype=bool)
-        for i, (kind, entity, code, ts, source) in enumerate(zip(events["kind"], events["entity"], events["code"],
-                                                                 events["ts"], events["source"])):
+        for i, (kind, entity, code, ts, source) in enumerate(zip(*(events[c].tolist() for c in (
+                "kind", "entity", "code", "ts", "source")))):
             if kind != "xid" or pd.isna(code):
                 continue
             key = (entity, int(code))
