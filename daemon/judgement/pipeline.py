@@ -217,12 +217,12 @@ class Pipeline(PipelineMemory, NodeTracking):
         placed = self.mapper.topology.node_rack
         if not placed or not len(events):
             return events
-        hosts = events["entity"].astype(str).str.split("/", n=1).str[0]
-        stray = ~hosts.isin(placed).to_numpy(dtype=bool)
+        hosts = [str(e).split("/", 1)[0] for e in events["entity"].tolist()]  # (a tick's few: no pandas str ops)
+        stray = np.fromiter((h not in placed for h in hosts), dtype=bool, count=len(hosts))
         if not stray.any():
             return events
-        for host, message in zip(hosts[stray], events["message"][stray]):
-            self.unplaced_hosts[host] = (now + 3600.0, str(message or "")[:160])
+        for i in np.flatnonzero(stray):
+            self.unplaced_hosts[hosts[i]] = (now + 3600.0, str(events["message"].iloc[i] or "")[:160])
         return events[~stray].reset_index(drop=True)
 
     def _unplaced_watches(self, now: float) -> list[Evidence]:
