@@ -126,6 +126,12 @@ class PeerDeviation:
         self._models = None
         return self
 
+    def __getstate__(self) -> dict:
+        """The detector without its figures of the last tick's readings (a cache: a warm state need not carry it)."""
+        state = dict(self.__dict__)
+        state.pop("_peer_memo", None)
+        return state
+
     def restore(self, flagged: set[str]) -> None:
         """Nothing to restore: residuals and baselines warm up again from the next samples, and health keeps a
         restarted daemon's states until they are clean for as long as they must be."""

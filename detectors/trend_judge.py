@@ -43,6 +43,10 @@ class _Windows(NamedTuple):
         return float((w * GRID_PER_H).sum() / w.sum())
 
 
+_BLOCK = 256
+"""Series judged in one array pass (their grids: 256 x 3 windows x 129 rates, under a megabyte an array)."""
+
+
 def _score(p: float) -> float:
     """An alarm's score from its chance: 0.6 at 1, 1.0 at 1e-20 and below."""
     return min(1.0, 0.6 + 0.02 * -math.log10(max(p, 1e-300)))
@@ -72,8 +76,15 @@ class TrendJudgement:
         return self._windows_many([key], now)[0]
 
     def _windows_many(self, keys: list[tuple[str, str]], now: float) -> list[_Windows]:
-        """:meth:`_windows` of several series at once (a tick's new episodes: one array pass, not one per series);
-        each series' figures are those of its own pass."""
+        """:meth:`_windows` of several series at once (a tick's new episodes: an array pass a block of series, not a
+        pass a series; blocks keep the grids of a tick with thousands of new episodes small); each series' figures
+        are those of its own pass."""
+        out: list[_Windows] = []
+        for start in range(0, len(keys), _BLOCK):
+            out += self._windows_block(keys[start:start + _BLOCK], now)
+        return out
+
+    def _windows_block(self, keys: list[tuple[str, str]], now: float) -> list[_Windows]:
         n, n_w = len(keys), len(WINDOWS_S)
         windows_h = np.array(WINDOWS_S) / 3600.0
         k = np.empty((n, n_w))

@@ -228,3 +228,6 @@ def test_readings_held_between_samples_are_judged_as_when_worked_out_again():
         a, b = memo.update(_tick(now, temps, util=95.0)), fresh.update(_tick(now, temps, util=95.0))
         assert [(e.entity, e.level, e.reasons) for e in a] == [(e.entity, e.level, e.reasons) for e in b]
     assert any(e.entity == "n2/gpu5" and e.level == State.SUBHEALTHY for e in a)
+    import pickle
+
+    assert memo._peer_memo and not hasattr(pickle.loads(pickle.dumps(memo)), "_peer_memo")  # a warm state's size
