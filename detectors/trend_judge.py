@@ -12,7 +12,6 @@ from typing import NamedTuple
 
 import numpy as np
 from scipy.special import gammaincc
-from scipy.stats import binom
 
 from detectors.rate_spread import (
     GRID_PER_H,
@@ -228,6 +227,8 @@ class TrendJudgement:
             large = int(np.count_nonzero(window > threshold))
             if large < self.min_episodes:
                 continue
+            from scipy.stats import binom  # (here: importing scipy.stats costs every process 0.4 s at start)
+
             p = float(binom.sf(large - 1, len(window), share)) * len(WINDOWS_S)
             if p <= self.alpha and (best is None or p < best[0]):
                 best = (p, i, large, len(window), float(window.mean()), threshold, share, mean)

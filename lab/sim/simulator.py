@@ -456,9 +456,10 @@ class Simulator:
         for p in active:
             inst = p.inst
             alive = np.ones(n_s, dtype=bool) if inst.until is None else ts <= inst.until
+            now_x, prev_x = inst.norm(ts), inst.norm(ts - dt)  # (once an instance, not once an effect)
             for k, eff in enumerate(inst.template.effects):
-                x = np.where(alive, inst.norm(ts) - inst.shift.get(k, 0.0), np.nan)
-                x_prev = inst.norm(ts - dt) - inst.shift.get(k, 0.0)  # one step earlier, across chunk edges
+                x = np.where(alive, now_x - inst.shift.get(k, 0.0), np.nan)
+                x_prev = prev_x - inst.shift.get(k, 0.0)  # one step earlier, across chunk edges
                 if eff.kind == "vanish":
                     gone = (x >= eff.start) & (x < eff.end)
                     if eff.exporter in ("dcgm", "all") and len(p.gpu_rows):
