@@ -44,7 +44,8 @@ def main() -> int:
     ap.add_argument("--jobs", type=int, default=cores(), help="processes at once (default: the cores this may use)")
     ap.add_argument("--warmup", default="0s", help="dense runs: this long a healthy fleet before the faults, e.g. 24h")
     ap.add_argument("--no-baseline", action="store_true",
-                    help="do not run the static-threshold baseline (half the time; its figures are a run with it)")
+                    help="do not run the static-threshold baseline (a quarter of a run: it shares the simulation; its "
+                         "figures are a run with it)")
     ap.add_argument("--out", type=Path, default=ROOT / "bench" / "results" / "matrix.json")
     ap.add_argument("--report", action="store_true", help="only print the table of the results file")
     ap.add_argument("--same-as", type=Path, metavar="FILE",

@@ -240,8 +240,9 @@ def run_matrix(sampling: list[str], noise: list[str], dense_seeds: list[int], qu
                baseline: bool = True, runner: Callable[..., dict] | None = None) -> dict:
     """Run the cells' runs not yet in ``out`` (seed-major: a matrix stopped part-way holds as many seeds in every
     cell), appending each to ``out`` as it finishes; returns the results. Without ``baseline`` the static-threshold
-    baseline is not run (its code is unchanged between runs of raswarden; half the time). ``runner`` makes one run
-    in place of :func:`run_one` (same arguments and record; a bench's variant, picklable for ``jobs`` > 1)."""
+    baseline is not run (its code is unchanged between runs of raswarden; a quarter of a run, which shares the
+    simulation with it). ``runner`` makes one run in place of :func:`run_one` (same arguments and record; a bench's
+    variant, picklable for ``jobs`` > 1)."""
     runner = runner or run_one
     check_cells(sampling, noise)
     results = json.loads(out.read_text()) if out.exists() else {"runs": []}
