@@ -2,8 +2,10 @@
 """Replay benchmark: reader and end-to-end throughput, peak memory (issue 2; not a test).
 
 Generates a 640-accelerator supernode trace (80 blades × 8 GPUs × 12 dcgm-exporter metrics with the stock
-label set, 320 InfiniBand ports × 7 node_exporter metrics) at 15 s, written one series after another as
-``promtool tsdb dump-openmetrics`` does, then measures in separate processes (so each peak RSS is its own):
+label set, 320 InfiniBand ports × 7 node_exporter metrics) at 15 s (``--step``, ``--nodes``: other sampling and
+fleets, e.g. ``--hours 336 --step 300 --nodes 64``, two weeks of 5-minute data of issue 56), written one series
+after another as ``promtool tsdb dump-openmetrics`` does, then measures in separate processes (so each peak RSS is
+its own):
 
 * samples/s of our OpenMetrics reader, and of prometheus_client's text parser on a prefix of the same file;
 * samples/s of the Parquet reader (on the same trace converted);
@@ -135,6 +137,8 @@ def phase(name: str, path: str, extra: str) -> dict:
 def main() -> None:
     ap = argparse.ArgumentParser(description=__doc__.split("\n")[0])
     ap.add_argument("--hours", type=float, default=24.0, help="trace length (default 24)")
+    ap.add_argument("--step", type=int, default=15, help="seconds between samples (default 15; 300: 5-minute data)")
+    ap.add_argument("--nodes", type=int, default=80, help="blades of 8 GPUs and 4 ports (default 80: 640 GPUs)")
     ap.add_argument("--workdir", type=Path, default=None, help="where to write the trace (default a temp dir)")
     ap.add_argument("--out", type=Path, default=ROOT / "bench" / "results" / "replay.json")
     ap.add_argument("--phase", nargs=3, metavar=("NAME", "PATH", "EXTRA"), help=argparse.SUPPRESS)
@@ -144,10 +148,11 @@ def main() -> None:
         return
     work = Path(args.workdir or tempfile.mkdtemp(prefix="raswarden-bench-"))
     work.mkdir(parents=True, exist_ok=True)
-    results: dict = {"hours": args.hours, "cpu": os.cpu_count(), "python": sys.version.split()[0]}
+    results: dict = {"hours": args.hours, "step_s": args.step, "nodes": args.nodes, "cpu": os.cpu_count(),
+                     "python": sys.version.split()[0]}
     om = work / "trace.om"
     t = time.perf_counter()
-    results["samples"] = generate(om, args.hours)
+    results["samples"] = generate(om, args.hours, args.step, args.nodes)
     results["generate_s"] = round(time.perf_counter() - t, 1)
     results["file_mb"] = round(om.stat().st_size / 1e6)
     print(f"generated {results['samples']:,} samples ({results['file_mb']:,} MB) in {results['generate_s']} s",
@@ -168,7 +173,7 @@ def main() -> None:
     by = {r["phase"]: r for r in rows}
     # Memory independence: the same replay on a quarter of the trace.
     short = work / "short.om"
-    generate(short, args.hours / 4)
+    generate(short, args.hours / 4, args.step, args.nodes)
     run_phase(__file__, "convert", str(short), str(work / "short-long"))
     quarter = run_phase(__file__, "replay_parquet", str(work / "short-long" / "samples.parquet"), str(work / "spill-q"))
     results["phases"] = rows
