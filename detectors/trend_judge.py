@@ -105,7 +105,7 @@ class TrendJudgement:
             base = self._baseline.get(key) if key in self._alarm else None
             # in alarm: judged against the part's rate before the alarm, not a baseline its own fault has raised
             frozen[i] = base is not None
-            prior[i] = base if base is not None else self._fleet_log_prior(self._series[key].group)
+            prior[i] = base if base is not None else self._fleet_log_prior(s.group)
         # A record the fleet could hardly have given (its chance at most conflict_alpha) is a part beyond the
         # fleet's fitted spread (which leaves out its top parts): judged against its own record alone (Jeffreys'
         # prior, mass r^(1/2) on the log grid), not pulled to the fleet.

@@ -61,8 +61,11 @@ class Freshness:
             self.seen[row] = now
 
     def set_window(self, entity: str, window_s: float) -> None:
-        """The staleness window of ``entity`` from its sampling interval."""
-        row = self._row(entity)  # (first: it may grow the arrays)
+        """The staleness window of ``entity`` from its sampling interval (called for hundreds of entities a tick
+        when jittered scrapes move their learned intervals: a known entity's row without a further call)."""
+        row = self.row_of.get(entity)
+        if row is None:
+            row = self._row(entity)  # (first: it may grow the arrays)
         self.window[row] = window_s
 
     def window_of(self, entity: str) -> float:

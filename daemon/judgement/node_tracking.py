@@ -109,16 +109,9 @@ class NodeTracking:
         if not len(changed):
             return
         told[rows[changed]] = window[changed]
-        freshness = self.health.freshness
-        row_of, node_window = freshness.row_of, self.node_window
-        # (jittered scrapes move hundreds of learned intervals a little every tick: one pass, no call per entity but
-        # where an entity or node has no row yet, which set_window gives it in this order)
+        freshness, node_window = self.health.freshness, self.node_window
         for entity, w in zip(names[changed].tolist(), window[changed].tolist()):
-            row = row_of.get(entity)
-            if row is None:
-                freshness.set_window(entity, w)
-            else:
-                freshness.window[row] = w
+            freshness.set_window(entity, w)
             node = node_of(entity)
             if w > node_window.get(node, 0.0):
                 node_window[node] = w

@@ -120,7 +120,7 @@ class Validator:
                 out["checks_passed"] += 1
                 continue
             why = f"idle check {outcome.state} (job {row.job}, exit status {outcome.exit_code}): " + tail(
-                self._output(name))
+                job_output(self.cfg, name))
             self.scheduler.drain(row.node, f"raswarden: idle check failed ({name})")
             self.scheduler.release(row.reservation)
             order = self.book.open_for_check(self._telemetry_name(row.node), self.rack_of(row.node), name, why)
@@ -157,7 +157,7 @@ class Validator:
             self.scheduler.reserve(node, reservation, self.cfg.hold_s)
             job = self.scheduler.submit_validation(node, reservation, f"{reservation}-{count}",
                                                    self.cfg.validation_command, self.cfg.validation_timeout_s,
-                                                   self._output(f"{reservation}-{count}"))
+                                                   job_output(self.cfg, f"{reservation}-{count}"))
             self._save(row, checks=count, status="running", job=job, reservation=reservation, started_at=now)
             out["checks_started"] += 1
             log.info("idle check of %s: job %s", node, job)
@@ -179,9 +179,6 @@ class Validator:
                 continue
             due.append((row.checked_at if row is not None and row.checked_at else float("-inf"), name))
         return [n for _, n in sorted(due)]
-
-    def _output(self, job_name: str) -> str:
-        return job_output(self.cfg, job_name)
 
     def _telemetry_name(self, scheduler_node: str) -> str:
         return self._telemetry_names.get(scheduler_node, scheduler_node)
@@ -205,7 +202,7 @@ class Validator:
             return False
         name = f"{reservation}-{first}-{attempt}"
         job = run_held(self.scheduler, target, self.cfg.hold_s, name, self.cfg.validation_command,
-                       self.cfg.validation_timeout_s, self._output(name), "validate")
+                       self.cfg.validation_timeout_s, job_output(self.cfg, name), "validate")
         for o in orders:
             self.book.move(o.id, "validating", "raswarden",
                            f"job {job} ({self.cfg.validation_command}) in reservation {reservation}",
@@ -230,7 +227,7 @@ class Validator:
                 self.book.move(o.id, "closed", "raswarden", f"validation passed (job {job}): back in service")
             log.info("%s passed validation (job %s): back in service", node, job)
             return "passed"
-        output = self._output(name)
+        output = job_output(self.cfg, name)
         self.scheduler.drain(target, f"raswarden: validation failed (repair order {min(o.id for o in orders)})")
         self.scheduler.release(reservation)
         why = f"validation {outcome.state} (job {job}, exit status {outcome.exit_code}): {tail(output)}"

@@ -114,6 +114,7 @@ class Observation:
         self.start = start
         self.resolution = resolution
         self.sampling = sampling
+        self._phases: dict[tuple, np.ndarray] = {}  # (source, cycle, nodes) -> each node's phase, drawn once
 
     def __bool__(self) -> bool:
         return bool(self.sampling)
@@ -142,11 +143,10 @@ class Observation:
 
     def _phase(self, src: int, nodes: np.ndarray, m: int) -> np.ndarray:
         """Each node's step of the exporter's cycle of ``m`` steps (drawn once: the same every chunk)."""
-        phases = self.__dict__.setdefault("_phases", {})
         key = (src, m, nodes.tobytes())
-        if key not in phases:
-            phases[key] = np.floor(_hash(self.seed, src, nodes) * m).astype(np.int64)
-        return phases[key]
+        if key not in self._phases:
+            self._phases[key] = np.floor(_hash(self.seed, src, nodes) * m).astype(np.int64)
+        return self._phases[key]
 
     def stamps(self, source: str, nodes: np.ndarray, ts: np.ndarray) -> np.ndarray:
         """``[nodes x steps]`` sample times: the step's time plus the source's jitter (NaN is never returned)."""
