@@ -367,3 +367,24 @@ def test_the_size_judgement_s_quantile_is_numpy_s_higher_quantile():
         for x in (rng.pareto(1.5, n) * 10, rng.integers(1, 4, n).astype(float)):
             assert _higher_quantile(x, 0.9) == float(np.quantile(x, 0.9, method="higher"))
     assert np.isnan(_higher_quantile(np.array([1.0, np.nan, 3.0]), 0.9))
+
+
+def test_a_tick_of_many_new_episodes_is_judged_as_each_alone():
+    """Windows made in blocks (a tick of hundreds of new episodes, over the block size) are each series' own."""
+    rng = np.random.default_rng(11)
+    det = TrendDetector().fit()
+    entities = [f"n{k // 4}/mlx5_{k % 4}:1" for k in range(600)]
+    for step in range(40):  # ~3 h of 5-minute samples; noisier parts err more often
+        errors = rng.poisson(np.linspace(0.05, 3.0, len(entities)))
+        inc = pd.DataFrame({"entity": entities, "metric": ["symbol_error_total"] * len(entities),
+                            "increase": errors.astype(float), "resets": [0] * len(entities),
+                            "dt": [300.0] * len(entities)})
+        det.update(TickInput(300.0 * (step + 1), events_frame([]), inc, EMPTY_G))
+    now = 300.0 * 40
+    keys = [k for k in det._series if k[1] == "symbol_error_total"]
+    assert len(keys) > 512  # more than two blocks
+    together = det._windows_many(keys, now)
+    for key, w in zip(keys, together):
+        alone = det._windows(key, now)
+        for a, b in zip(w, alone):
+            assert np.array_equal(np.asarray(a), np.asarray(b), equal_nan=True), key
