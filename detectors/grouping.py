@@ -197,20 +197,36 @@ def group_mean(inverse: np.ndarray, n_groups: int, values: np.ndarray) -> np.nda
 
 
 def group_median(codes: np.ndarray, values: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
-    """Median and count of the finite values per group code (vectorized: one sort)."""
+    """Median and count of the finite values per group code (vectorized: one sort).
+
+    The usual case, codes in order and groups of a few sizes (a node's accelerators, a half node's), sorts the groups
+    of each size as the rows of a matrix instead of the whole by two keys (a tenth of the time at 100,000
+    accelerators); the stable sort keeps equal values in the order the two-key sort does, so the medians are the same
+    to the bit."""
     n_groups = int(codes.max()) + 1 if len(codes) else 0
     ok = np.isfinite(values)
     c, v = codes[ok], values[ok]
-    order = np.lexsort((v, c))
-    c, v = c[order], v[order]
     count = np.bincount(c, minlength=n_groups)
-    start = np.concatenate(([0], np.cumsum(count)[:-1]))
-    median = np.full(n_groups, np.nan)
     has = count > 0
+    median = np.full(n_groups, np.nan)
+    if len(c) and (c[1:] >= c[:-1]).all():
+        sizes = np.unique(count[has])
+        if len(sizes) <= _ROW_SORT_SIZES:
+            size_of_row = count[c]
+            for k in sizes.tolist():
+                rows = np.sort(v[size_of_row == k].reshape(-1, k), axis=1, kind="stable")
+                median[count == k] = (rows[:, (k - 1) // 2] + rows[:, k // 2]) / 2.0
+            return median, count
+    v = v[np.lexsort((v, c))]
+    start = np.concatenate(([0], np.cumsum(count)[:-1]))
     lo = start[has] + (count[has] - 1) // 2
     hi = start[has] + count[has] // 2
     median[has] = (v[lo] + v[hi]) / 2.0
     return median, count
+
+
+_ROW_SORT_SIZES = 8
+"""group_median sorts groups as rows while they come in at most this many sizes (a pass over the rows a size)."""
 
 
 def nanmedian(values: np.ndarray) -> float:
