@@ -70,6 +70,9 @@ class EntityHealth:
 
 def _combine(evidence: list[Evidence]) -> Evidence:
     """One entity's evidence of a tick folded into its worst, with every reason at that level."""
+    if len(evidence) == 1:  # (most entities: their one piece, its reasons once each)
+        e = evidence[0]
+        return Evidence(e.entity, e.level, e.category, list(dict.fromkeys(e.reasons)), e.detector, e.hard, e.score)
     worst = max(evidence, key=lambda e: (e.level, e.hard, e.score))
     reasons: list[str] = []
     for e in sorted(evidence, key=lambda e: (-e.level, e.category, e.reasons)):
@@ -127,7 +130,7 @@ class HealthTracker:
             ev = combined.get(entity)
             level = ev.level if ev else State.HEALTHY
             h.window.append(int(level))
-            fresh = self.is_fresh(entity, now) or ev is not None
+            fresh = ev is not None or self.is_fresh(entity, now)
             if h.restored and h.hold_until is None:
                 h.hold_until = now + cfg.restore_hold_s
             held = h.hold_until is not None and now < h.hold_until
@@ -167,12 +170,7 @@ class HealthTracker:
             return State.UNKNOWN if state in (State.HEALTHY, State.SUSPECT, State.UNKNOWN) else state
         if state == State.UNKNOWN:
             state = State.HEALTHY
-        candidate = State.HEALTHY
-        for lvl in (State.FAILED, State.SUBHEALTHY, State.SUSPECT):
-            if sum(1 for x in h.window if x >= lvl) >= cfg.enter_k:
-                candidate = lvl
-                break
-        candidate = max(candidate, latched)  # latched evidence cannot flicker: no second tick
+        candidate = max(_entered(h.window, cfg.enter_k), latched)  # latched evidence cannot flicker: no second tick
         if candidate > state:
             h.below = 0
             return candidate
@@ -192,6 +190,17 @@ class HealthTracker:
         return state
 
 
+def _entered(window: deque, k: int) -> State:
+    """The worst level of suspect, sub-healthy and failed that at least ``k`` of the window's ticks reached (healthy
+    when none): the window's k-th highest level."""
+    if k < 1:
+        return State.FAILED
+    if len(window) < k:
+        return State.HEALTHY
+    kth = sorted(window)[-k]
+    return State(kth) if kth >= State.SUSPECT else State.HEALTHY
+
+
 @dataclass
 class RollupState:
     """A node's derived health and why."""
@@ -200,6 +209,7 @@ class RollupState:
     reasons: list[str]
     category: str
     score: float
+    bad_accelerators: int = 0  # its accelerators sub-healthy or failed
 
 
 def rollup_nodes(tracker: HealthTracker, nodes, ports_by_node: dict[str, set[str]]) -> dict[str, RollupState]:
@@ -216,11 +226,14 @@ def rollup_nodes(tracker: HealthTracker, nodes, ports_by_node: dict[str, set[str
         category = own.top.category if own and own.top else ""
         score = own.top.score if own and own.top else 0.0
         bad_ports = []
+        bad_accelerators = 0
         for entity, h in sorted(children.get(node, [])):
             short = entity.split("/", 1)[1]
-            if entity_kind(entity) == "port":
+            kind = entity_kind(entity)
+            if kind == "port":
                 bad_ports.append((entity, h))
                 continue
+            bad_accelerators += kind == "accelerator" and h.state >= State.SUBHEALTHY
             if h.state > state or (state == State.UNKNOWN and h.state >= State.SUBHEALTHY):
                 state, category = h.state, (h.top.category if h.top else category)
                 score = max(score, h.top.score if h.top else 0.0)
@@ -232,5 +245,5 @@ def rollup_nodes(tracker: HealthTracker, nodes, ports_by_node: dict[str, set[str
             if worst > state:
                 state, category = worst, "fabric_link"
             reasons.append(f"no healthy fabric port left ({len(ports)} of {len(ports)} bad)")
-        out[node] = RollupState(state, reasons, category, score)
+        out[node] = RollupState(state, reasons, category, score, bad_accelerators)
     return out

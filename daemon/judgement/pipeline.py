@@ -303,12 +303,9 @@ class Pipeline(PipelineMemory, NodeTracking):
             self._report(findings, now, t.entity, kind, t.new, t.score, t.detector, t.reasons)
         if touched_nodes:
             rolled = rollup_nodes(self.health, sorted(touched_nodes), self.ports_by_node)
-            bad_accelerators = Counter(node_of(e) for e, h in self.health.entities.items()
-                                       if h.state >= State.SUBHEALTHY and entity_kind(e) == "accelerator")
             for node, r in rolled.items():
                 own = self.health.state_of(node)
-                bad_children = bad_accelerators[node]
-                escalate = own >= State.SUBHEALTHY or bad_children >= 2 or "fabric" in r.category
+                escalate = own >= State.SUBHEALTHY or r.bad_accelerators >= 2 or "fabric" in r.category
                 prev = self.reported.get(node, State.HEALTHY)
                 if r.state != prev and r.state != State.UNKNOWN:
                     self.incidents.on_node(now, node, r.state, r.category, r.reasons, escalate)

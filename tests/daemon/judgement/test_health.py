@@ -2,7 +2,10 @@ from hypothesis import settings
 from hypothesis import strategies as st
 from hypothesis.stateful import RuleBasedStateMachine, invariant, rule
 
-from daemon.judgement.health import HealthConfig, HealthTracker, rollup_nodes
+import itertools
+from collections import deque
+
+from daemon.judgement.health import HealthConfig, HealthTracker, _combine, _entered, rollup_nodes
 from detectors.contract import Evidence
 from detectors.schema import State
 
@@ -16,6 +19,30 @@ def ev(entity, level, hard=False, latched=False):
 def step(tr, t, evidence=(), seen=("n/gpu0",)):
     tr.observe(seen, t)
     return tr.update(t, list(evidence))
+
+
+def test_entered_is_the_worst_level_k_ticks_of_the_window_reached():
+    """Against the definition (the level loop health ran before): every window of up to four ticks, every k."""
+    for n in range(5):
+        for window in itertools.product((-1, 0, 1, 2, 3), repeat=n):
+            for k in range(5):
+                want = State.HEALTHY
+                for lvl in (State.FAILED, State.SUBHEALTHY, State.SUSPECT):
+                    if sum(1 for x in window if x >= lvl) >= k:
+                        want = lvl
+                        break
+                assert _entered(deque(window), k) == want, (window, k)
+
+
+def test_one_piece_of_evidence_combines_as_with_a_healthy_second():
+    """The single piece's shortcut folds as the general path does: a healthy piece without reasons beside it changes
+    nothing there (duplicate reasons once, hardness and score kept, latched dropped as the fold always did)."""
+    for level, hard, latched, score in itertools.product((State.SUSPECT, State.SUBHEALTHY, State.FAILED),
+                                                         (False, True), (False, True), (0.0, 0.7)):
+        e = Evidence("n/gpu0", level, "gpu_bus", ["b", "a", "b"], "trend", hard, score, latched)
+        quiet = Evidence("n/gpu0", State.HEALTHY, "gpu_bus", [], "rules")
+        assert _combine([e]) == _combine([e, quiet]) == _combine([quiet, e])
+        assert _combine([e]).reasons == ["b", "a"]
 
 
 def test_hysteresis_enter_k_of_n_and_clear_after_clean_ticks():
