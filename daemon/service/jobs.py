@@ -51,6 +51,9 @@ def next_on_phase(now: float, every_s: float, phase_s: float) -> float:
 
 STORE_REMIND_S = 600.0
 """A job's store failure is logged when it first comes, then again every ten minutes while it lasts."""
+STORE_CAUSES_KEPT = 256
+"""Store failures remembered (job and cause) for their reminders: a cause's text may differ from run to run (a row id,
+a path), and a daemon that runs for months must not keep every one; past this many the longest unsaid are dropped."""
 _store_said: dict[tuple[str, str], tuple[float, int]] = {}  # (job, cause) -> (last logged, runs since)
 
 
@@ -63,6 +66,9 @@ def _store_failure(name: str, cause: str) -> None:
     again = f" ({since} failed runs since it was last said)" if since else ""
     log.error("job %s failed: the store: %s%s", name, cause, again)
     _store_said[(name, cause)] = (now, 0)
+    if len(_store_said) > STORE_CAUSES_KEPT:
+        for key in sorted(_store_said, key=lambda k: _store_said[k][0])[:len(_store_said) - STORE_CAUSES_KEPT]:
+            del _store_said[key]
 
 
 def guarded(name: str, func: Callable[[], object], stopping: threading.Event | None = None,

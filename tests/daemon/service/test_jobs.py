@@ -234,3 +234,20 @@ def test_a_sigterm_the_kernel_gives_a_jobs_thread_still_stops_the_runner():
     done = subprocess.run([sys.executable, "-c", _SIGTERM_TO_A_JOB], cwd=ROOT, capture_output=True, text=True,
                           timeout=120)
     assert done.returncode == 0 and "stopped" in done.stdout, done.stderr[-2000:]
+
+
+def test_store_failures_of_ever_new_causes_are_not_all_remembered(monkeypatch, caplog):
+    """A cause whose text changes every run (a row id in it) is said each time, and what is kept for the reminders
+    stays at STORE_CAUSES_KEPT, the most recently said kept: a daemon that runs for months does not grow with them."""
+    import logging
+
+    from daemon.service import jobs
+
+    monkeypatch.setattr(jobs, "_store_said", {})
+    with caplog.at_level(logging.ERROR, logger="raswarden.jobs"):
+        for i in range(jobs.STORE_CAUSES_KEPT + 50):
+            jobs._store_failure("cycle", f"constraint failed on row {i}")
+    assert len([r for r in caplog.records if r.name == "raswarden.jobs"]) == jobs.STORE_CAUSES_KEPT + 50
+    assert len(jobs._store_said) == jobs.STORE_CAUSES_KEPT
+    assert ("cycle", f"constraint failed on row {jobs.STORE_CAUSES_KEPT + 49}") in jobs._store_said
+    assert ("cycle", "constraint failed on row 0") not in jobs._store_said
