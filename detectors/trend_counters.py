@@ -70,3 +70,17 @@ class CounterRecord:
         self.hist_at = first  # time up to which history has been folded in (now - longest window)
         self.group = group
         self.past_sizes: deque = deque(maxlen=SIZE_RECORD)  # errors of the latest episodes older than that
+
+    def window_counts(self, now: float) -> list[int]:
+        """The episodes of each of :data:`WINDOWS_S` (those begun after ``now`` less the window), counted back from
+        the newest (episodes are in time order; a tick's new ones are a few at the end)."""
+        cuts = [now - w for w in WINDOWS_S]
+        counts = [0] * len(cuts)
+        for e in reversed(self.episodes):
+            t = e[0]
+            if not t > cuts[-1]:
+                break
+            for j, cut in enumerate(cuts):
+                if t > cut:
+                    counts[j] += 1
+        return counts

@@ -95,8 +95,7 @@ class TrendJudgement:
         for i, key in enumerate(keys):
             s = self._series[key]
             self._fold(s, now)
-            times = np.array([e[0] for e in s.episodes])
-            k[i] = [np.count_nonzero(times > now - w) for w in WINDOWS_S]
+            k[i] = s.window_counts(now)
             seen_h = (now - s.first) / 3600.0
             exposure[i] = np.minimum(windows_h, seen_h + self.episode_gap_s / 3600.0)
             # the part's own record before each window narrows the fleet's spread to it
@@ -201,23 +200,24 @@ class TrendJudgement:
         :data:`SIZE_QUANTILE` of the record's, a chance of at most ``alpha`` for that many at the record's own share
         (the binomial tail, over the three windows), and a mean size ``size_ratio`` times the record's."""
         frozen = self._size_baseline.get(key) if key in self._alarm else None
-        if frozen is None and len(s.past_sizes) + len(s.episodes) < self.min_size_record + self.min_episodes:
+        n, n_past = len(s.episodes), len(s.past_sizes)
+        if frozen is None and n_past + n < self.min_size_record + self.min_episodes:
             return  # most parts: too few episodes for a record of sizes (this runs for every new episode)
-        times = np.array([e[0] for e in s.episodes])
+        # the windows with enough episodes, and a record before them long enough, told by counts alone: a window is
+        # the newest episodes (they are in time order), its record the past sizes and the episodes before it
+        judged = [(i, c) for i, c in enumerate(s.window_counts(now)) if c >= self.min_episodes and (
+            frozen is not None or n_past + n - c >= self.min_size_record)]
+        if not judged:
+            return
         sizes = np.array([e[1] for e in s.episodes])
-        past = np.fromiter(s.past_sizes, dtype=float, count=len(s.past_sizes))
+        past = np.fromiter(s.past_sizes, dtype=float, count=n_past) if frozen is None else None
         best: tuple | None = None
-        for i, w in enumerate(WINDOWS_S):
-            inside = times > now - w
-            window = sizes[inside]
-            if len(window) < self.min_episodes:
-                continue
+        for i, c in judged:
+            window = sizes[n - c:].copy()
             if frozen is not None:
                 threshold, share, mean = frozen
             else:
-                record = np.concatenate((past, sizes[~inside]))
-                if len(record) < self.min_size_record:
-                    continue
+                record = np.concatenate((past, sizes[:n - c]))
                 mean = float(record.mean())
             if window.mean() < self.size_ratio * max(mean, 1.0):
                 continue  # (most windows: asked first, the record's quantile is not needed)
