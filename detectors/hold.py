@@ -59,18 +59,25 @@ class GaugeHold:
             return _EMPTY
         current = (now - self.at) <= cadence.windows()[self.entity_row]  # (per entity, then each of its series)
         current[fresh_slots] = True
-        pick = np.flatnonzero(current)
-        peak = self.last[pick].copy()  # a held reading's peak was judged when it came
-        mean = peak.copy()
-        fresh = self.at[pick] == now
-        if len(fresh_slots):
+        if current.all():  # every series current (all sampled each tick, say): every slot, in order, copied
+            take, where = np.copy, fresh_slots
+        else:
+            pick = np.flatnonzero(current)
+
+            def take(a: np.ndarray) -> np.ndarray:
+                return a[pick]
+
             where = (np.cumsum(current) - 1)[fresh_slots]  # each fresh slot's place in pick (linear, no search)
+        peak = take(self.last)  # a held reading's peak was judged when it came
+        mean = peak.copy()
+        fresh = take(self.at) == now
+        if len(fresh_slots):
             peak[where] = peak_of_fresh
             mean[where] = mean_of_fresh
         entities, metrics = self._names()
-        return Table({"entity": Names(self.entity_code[pick], entities),
-                      "metric": Names(self.metric_code[pick], metrics),
-                      "last": self.last[pick], "max": peak, "mean": mean, "fresh": fresh})
+        return Table({"entity": Names(take(self.entity_code), entities),
+                      "metric": Names(take(self.metric_code), metrics),
+                      "last": take(self.last), "max": peak, "mean": mean, "fresh": fresh})
 
     def _grow(self, slots: np.ndarray, entities: np.ndarray, metrics: np.ndarray, cadence: Cadence) -> None:
         n = len(self._slots)

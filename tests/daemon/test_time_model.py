@@ -307,3 +307,28 @@ def test_stamps_past_year_9999_or_ahead_of_now_are_rejected_and_the_summary_prin
     assert result.stats.implausible == 2
     ahead = replay([trace], future_s=None)  # a trace made for a date ahead: 2100 taken, year 10000 never
     assert ahead.stats.implausible == 1 and any("after year 9999" in m for m in ahead.rejects.messages)
+
+
+def test_held_readings_every_one_current_or_some_dropped_come_in_slot_order_and_keep_their_values():
+    """Every series current (the slots' arrays copied whole) and some past their window (picked) give the same rows a
+    series each, fresh ones with the tick's max and mean, held ones their last reading; a returned table keeps its
+    values when the hold moves on (the pipeline may keep what it is given)."""
+    from detectors.hold import GaugeHold
+
+    cadence, hold = Cadence(tick_s=30.0, floor_s=150.0), GaugeHold()
+    names = np.array(["n1/gpu0", "n1/gpu1"], dtype=object)
+    cadence.observe(names, np.array([30.0, 30.0]))
+    both = hold.update(30.0, pd.DataFrame({"entity": list(names), "metric": ["gpu_temp_c"] * 2,
+                                           "last": [60.0, 70.0], "max": [61.0, 71.0], "mean": [60.5, 70.5]}), cadence)
+    cadence.observe(names, np.array([60.0, 60.0]))  # (both seen: each has its interval, 30 s, a 150 s window)
+    one = hold.update(60.0, pd.DataFrame({"entity": ["n1/gpu1"], "metric": ["gpu_temp_c"], "last": [72.0],
+                                          "max": [73.0], "mean": [72.5]}), cadence)  # gpu0 held: every one current
+    assert list(one["entity"]) == ["n1/gpu0", "n1/gpu1"] and one["fresh"].tolist() == [False, True]
+    assert one["last"].tolist() == [60.0, 72.0] and one["max"].tolist() == [60.0, 73.0]
+    assert one["mean"].tolist() == [60.0, 72.5]
+    cadence.observe(names[1:], np.array([400.0]))
+    later = hold.update(400.0, pd.DataFrame({"entity": ["n1/gpu1"], "metric": ["gpu_temp_c"], "last": [74.0],
+                                             "max": [75.0], "mean": [74.5]}), cadence)  # gpu0 past its window
+    assert list(later["entity"]) == ["n1/gpu1"] and later["max"].tolist() == [75.0]
+    assert later["fresh"].tolist() == [True]
+    assert both["last"].tolist() == [60.0, 70.0] and one["last"].tolist() == [60.0, 72.0]  # not moved with the hold
