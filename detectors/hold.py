@@ -59,19 +59,18 @@ class GaugeHold:
             return _EMPTY
         current = (now - self.at) <= cadence.windows()[self.entity_row]  # (per entity, then each of its series)
         current[fresh_slots] = True
-        if current.all():  # every series current (all sampled each tick, say): every slot, in order, copied
-            take, where = np.copy, fresh_slots
-        else:
-            pick = np.flatnonzero(current)
+        # every series current (all sampled each tick, say): every slot in order, its arrays copied whole
+        pick = None if current.all() else np.flatnonzero(current)
 
-            def take(a: np.ndarray) -> np.ndarray:
-                return a[pick]
+        def take(a: np.ndarray) -> np.ndarray:
+            return a.copy() if pick is None else a[pick]
 
-            where = (np.cumsum(current) - 1)[fresh_slots]  # each fresh slot's place in pick (linear, no search)
         peak = take(self.last)  # a held reading's peak was judged when it came
         mean = peak.copy()
-        fresh = take(self.at) == now
+        fresh = (self.at if pick is None else self.at[pick]) == now
         if len(fresh_slots):
+            # each fresh slot's place among those returned (linear, no search)
+            where = fresh_slots if pick is None else (np.cumsum(current) - 1)[fresh_slots]
             peak[where] = peak_of_fresh
             mean[where] = mean_of_fresh
         entities, metrics = self._names()

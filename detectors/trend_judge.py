@@ -132,7 +132,7 @@ class TrendJudgement:
         """Judge series ``key``'s windows (``w``, when already made this tick) and raise its alarms."""
         w = w if w is not None else self._windows(key, now)
         if w.p[w.best] > self.alpha:
-            self._judge_sizes(key, self._series[key], now)
+            self._judge_sizes(key, self._series[key], now, w.k)
             if self.together and key not in self._alarm and w.p[w.best] < 1.0:
                 self._judge_together(key, w, now)
             return
@@ -194,18 +194,19 @@ class TrendJudgement:
             reason += "; no record of this part before it yet: watched, not flagged"
         self._alarm[(entity, category)] = (now + self.hold_s, reason, _score(p), level, category)
 
-    def _judge_sizes(self, key: tuple[str, str], s: CounterRecord, now: float) -> None:
+    def _judge_sizes(self, key: tuple[str, str], s: CounterRecord, now: float, counts: np.ndarray) -> None:
         """A part with a record of ``min_size_record`` episodes: its windows' episodes against the record's sizes (or
         those frozen at its alarm). An alarm when a window has at least ``min_episodes`` episodes larger than
         :data:`SIZE_QUANTILE` of the record's, a chance of at most ``alpha`` for that many at the record's own share
-        (the binomial tail, over the three windows), and a mean size ``size_ratio`` times the record's."""
+        (the binomial tail, over the three windows), and a mean size ``size_ratio`` times the record's. ``counts``: the
+        episodes of each window, as the part's windows were just judged with."""
         frozen = self._size_baseline.get(key) if key in self._alarm else None
         n, n_past = len(s.episodes), len(s.past_sizes)
         if frozen is None and n_past + n < self.min_size_record + self.min_episodes:
             return  # most parts: too few episodes for a record of sizes (this runs for every new episode)
         # the windows with enough episodes, and a record before them long enough, told by counts alone: a window is
         # the newest episodes (they are in time order), its record the past sizes and the episodes before it
-        judged = [(i, c) for i, c in enumerate(s.window_counts(now)) if c >= self.min_episodes and (
+        judged = [(i, c) for i, c in enumerate(int(x) for x in counts) if c >= self.min_episodes and (
             frozen is not None or n_past + n - c >= self.min_size_record)]
         if not judged:
             return
@@ -213,7 +214,7 @@ class TrendJudgement:
         past = np.fromiter(s.past_sizes, dtype=float, count=n_past) if frozen is None else None
         best: tuple | None = None
         for i, c in judged:
-            window = sizes[n - c:].copy()
+            window = sizes[n - c:].copy()  # (a fresh array, as the mask made it: its mean summed the same way)
             if frozen is not None:
                 threshold, share, mean = frozen
             else:
