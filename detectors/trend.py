@@ -242,8 +242,10 @@ class TrendDetector(FleetRates, TrendJudgement):
         if now - self._learned_at >= self.learn_every_s:
             self._learn_fleet(now)
         if fresh:  # (one series' windows do not move with another's judgement: made together)
-            for key, windows in zip(fresh, self._windows_many(fresh, now)):
-                self._judge(key, now, windows)
+            judged = self._windows_many(fresh, now)
+            known = self._sibling_windows(fresh, judged, now) if self.together else None
+            for key, windows in zip(fresh, judged):
+                self._judge(key, now, windows, known)
 
     def _models_of(self, enames: np.ndarray, models) -> tuple[np.ndarray, list[str]]:
         """Each entity name's part model as a code (and the model names), kept while the names are the same."""

@@ -108,18 +108,23 @@ class TrendJudgement:
         # A record the fleet could hardly have given (its chance at most conflict_alpha) is a part beyond the
         # fleet's fitted spread (which leaves out its top parts): judged against its own record alone (Jeffreys'
         # prior, mass r^(1/2) on the log grid), not pulled to the fleet.
+        # (The chances over the grid are worked out only where they are asked: a record with episodes, a window
+        # judged; most of a tick's new episodes are a quiet part's first.)
         fleet = prior[:, None, :]
-        own = ~frozen[:, None] & (k_before > 0) & (t_before > 0) & \
-            (episodes_tail(k_before, t_before, np.broadcast_to(fleet, (n, n_w, len(GRID_PER_H))))
-             <= self.conflict_alpha)
+        own = np.zeros((n, n_w), dtype=bool)
+        i, j = np.nonzero(~frozen[:, None] & (k_before > 0) & (t_before > 0))
+        if len(i):
+            own[i, j] = episodes_tail(k_before[i, j], t_before[i, j], prior[i]) <= self.conflict_alpha
         log_w = np.where(frozen[:, None, None], np.broadcast_to(fleet, (n, n_w, len(GRID_PER_H))),
                          record_log_weights(np.where(own[:, :, None], 0.5 * LOG_GRID, fleet), k_before, t_before))
-        p = episodes_tail(k, exposure, log_w) * n_w
         # the first window is judged against the fleet from the start (a watch until the part has a record of its
         # own before it, below); a longer one (a slow rise) only against a record of the part's own at least as
         # long (or the rate frozen at the alarm): without one, a part that was always this noisy looks risen
         judged = (k >= self.min_episodes) & ((np.arange(n_w) == 0) | (t_before >= exposure) | frozen[:, None])
-        p = np.where(judged, np.minimum(p, 1.0), 1.0)
+        p = np.ones((n, n_w))
+        i, j = np.nonzero(judged)
+        if len(i):
+            p[i, j] = np.minimum(episodes_tail(k[i, j], exposure[i, j], log_w[i, j]) * n_w, 1.0)
         return [_Windows(p[i], int(np.argmin(p[i])), k[i], exposure[i], k_before[i], t_before[i], log_w[i], own[i])
                 for i in range(n)]
 
@@ -128,13 +133,34 @@ class TrendJudgement:
         may always be like this, so an alarm is a watch until its record says it rose."""
         return w.t_before[w.best] < w.exposure[w.best] and entity not in self._flagged_before
 
-    def _judge(self, key: tuple[str, str], now: float, w: _Windows | None = None) -> None:
-        """Judge series ``key``'s windows (``w``, when already made this tick) and raise its alarms."""
+    def _sibling_windows(self, keys: list[tuple[str, str]], windows: list[_Windows], now: float
+                         ) -> dict[tuple[str, str], _Windows]:
+        """The windows of a tick's new episodes (``keys``, judged as ``windows``) and of the other counters of their
+        kind on each part that :meth:`_judge_together` may ask for: one array pass for the tick, not one a sibling.
+        Those in alarm are left out (a part in alarm on one is not judged together); each is what its own pass
+        would give (a series' windows do not move with another's judgement)."""
+        known = dict(zip(keys, windows))
+        wanted: dict[tuple[str, str], None] = {}
+        for key, w in zip(keys, windows):
+            category = COUNTERS[key[1]][1]
+            if not self.alpha < w.p[w.best] < 1.0 or key in self._alarm or (key[0], category) in self._alarm:
+                continue
+            for metric in CATEGORY_COUNTERS[category]:
+                sibling = (key[0], metric)
+                if sibling in self._series and sibling not in known and sibling not in self._alarm:
+                    wanted[sibling] = None
+        known.update(zip(wanted, self._windows_many(list(wanted), now)))
+        return known
+
+    def _judge(self, key: tuple[str, str], now: float, w: _Windows | None = None,
+               known: dict[tuple[str, str], _Windows] | None = None) -> None:
+        """Judge series ``key``'s windows (``w``, when already made this tick) and raise its alarms (``known``: windows
+        made this tick of the part's other counters, :meth:`_sibling_windows`)."""
         w = w if w is not None else self._windows(key, now)
         if w.p[w.best] > self.alpha:
             self._judge_sizes(key, self._series[key], now, w.k)
             if self.together and key not in self._alarm and w.p[w.best] < 1.0:
-                self._judge_together(key, w, now)
+                self._judge_together(key, w, now, known)
             return
         _, category, words = COUNTERS[key[1]]
         span = f"{WINDOWS_S[w.best] / 3600:.0f} h"
@@ -155,7 +181,8 @@ class TrendJudgement:
             self._baseline[key] = np.array(w.log_w[0], dtype=float)
         self._alarm[key] = (now + self.hold_s, reason, _score(w.p[w.best]), level, category)
 
-    def _judge_together(self, key: tuple[str, str], judged_alone: _Windows, now: float) -> None:
+    def _judge_together(self, key: tuple[str, str], judged_alone: _Windows, now: float,
+                        known: dict[tuple[str, str], _Windows] | None = None) -> None:
         """A part's counters of one kind of trouble judged together (a GPU's PCIe replays with the corrected AER
         lines of its kernel log; a port's symbol errors with its link error recoveries): two signals each a little
         above the part's record rise together when its link goes bad, and independently on a healthy part. The
@@ -177,7 +204,7 @@ class TrendJudgement:
             if sibling in self._alarm:
                 return  # the part is in alarm on one of them already
             n += 1
-            w = judged_alone if sibling == key else self._windows(sibling, now)
+            w = judged_alone if sibling == key else (known or {}).get(sibling) or self._windows(sibling, now)
             if w.p[w.best] < 1.0:
                 judged.append((metric, w))
         if len(judged) < 2:
