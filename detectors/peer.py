@@ -1,26 +1,26 @@
 """Peer deviation: a GPU hotter (or slower) than its neighbours at comparable load is sub-healthy.
 
-Each tick, for every accelerator with fresh temperature and power, the power-corrected temperature
-``temp - b * power`` (``b`` fitted across the fleet that tick, so busy and idle GPUs compare) is set against the median
-of the accelerators of its node at comparable load (busy with busy, idle with idle): a rack-wide coolant swing
-moves all of them and cancels out; a half-used node does not look like a fault. The residual is smoothed
-(EWMA) and scored as a robust z-score against the fleet's residual spread (MAD). ``subhealthy`` needs the
-z-score, an absolute residual of ``min_excess_c`` (8 °C) *and* a rise of ``min_rise_c`` over the GPU's own
-baseline (its residual smoothed over ``baseline_halflife_s``, 24 h, per load state, busy or idle, frozen while it is
-flagged; none for ten minutes after a load change; the residual here against the median of its peers each less its
-own baseline, which does not move with which peers share its load): a GPU in a warmer slot runs several degrees above
-its peers for ever and is not a fault, while a degrading one moves away from where it was. Above
-``absolute_excess_c`` (15 °C) the rise is not needed (a GPU that was already degrading when raswarden
-started). A GPU whose own temperature moved away from its baseline much further than the fleet's GPUs move from
-theirs is ``subhealthy`` earlier: a rise of ``min_rise_c`` with a z-score of ``z_threshold`` against the fleet's
-spread of rises (MAD, learned each tick, so a fleet whose temperatures wander more asks for more), now warmer than
-its peers' median (``moved_excess_c``, 0 °C: a GPU in a cool slot that jumped 6 °C may still be only a little above
-them); a step in the thermal interface shows so within minutes, long before the GPU is ``min_excess_c`` above its
-peers. Not the HBM's: its temperature follows the memory traffic of the job, which the power correction does not
-see (a job that works the memory harder warms it by degrees: in the matrix' quiet fleets that path flagged two
-healthy GPUs). Once flagged, it clears only ``clear_margin_c`` below the entry levels. HBM temperature is judged
-the same way otherwise, and SM clocks of busy GPUs against busy peers (fail-slow: a GPU that stays up but runs
-slower).
+Each tick, for every accelerator with fresh temperature and power, the power-corrected temperature ``temp - b * power``
+(``b`` fitted across the fleet that tick, so busy and idle GPUs compare) is set against the median of the accelerators
+of its node at comparable load (busy with busy, idle with idle): a rack-wide coolant swing moves all of them and cancels
+out; a half-used node does not look like a fault. The residual is smoothed (EWMA; each sample folded in once, when it
+comes, weighted by the time since the one before: a reading held between two 5-minute samples is judged as it stands,
+not counted again) and scored as a robust z-score against the fleet's residual spread (MAD). ``subhealthy`` needs the
+z-score, an absolute residual of ``min_excess_c`` (8 °C) *and* a rise of ``min_rise_c`` over the GPU's own baseline (its
+residual smoothed over ``baseline_halflife_s``, 24 h, per load state, busy or idle, frozen while it is flagged; none for
+ten minutes after a load change; the residual here against the median of its peers each less its own baseline, which
+does not move with which peers share its load): a GPU in a warmer slot runs several degrees above its peers for ever and
+is not a fault, while a degrading one moves away from where it was. Above ``absolute_excess_c`` (15 °C) the rise is not
+needed (a GPU that was already degrading when raswarden started). A GPU whose own temperature moved away from its
+baseline much further than the fleet's GPUs move from theirs is ``subhealthy`` earlier: a rise of ``min_rise_c`` with a
+z-score of ``z_threshold`` against the fleet's spread of rises (MAD, learned each tick, so a fleet whose temperatures
+wander more asks for more), now warmer than its peers' median (``moved_excess_c``, 0 °C: a GPU in a cool slot that
+jumped 6 °C may still be only a little above them); a step in the thermal interface shows so within minutes, long before
+the GPU is ``min_excess_c`` above its peers. Not the HBM's: its temperature follows the memory traffic of the job, which
+the power correction does not see (a job that works the memory harder warms it by degrees: in the matrix' quiet fleets
+that path flagged two healthy GPUs). Once flagged, it clears only ``clear_margin_c`` below the entry levels. HBM
+temperature is judged the same way otherwise, and SM clocks of busy GPUs against busy peers (fail-slow: a GPU that stays
+up but runs slower).
 """
 
 from __future__ import annotations
@@ -123,6 +123,7 @@ class PeerDeviation:
         self._slow_now = np.zeros(0, dtype=bool)
         self._load_state = np.full(0, -1, dtype=np.int64)
         self._load_since = np.full(0, np.nan)
+        self._settled = np.zeros(0, dtype=bool)
         self._models = None
         return self
 
@@ -146,9 +147,11 @@ class PeerDeviation:
         for m in self._hot:
             self._hot[m][rows] = False
         self._slow_now[rows] = False
-        self._load_state[rows], self._load_since[rows] = -1, np.nan
+        self._load_state[rows], self._load_since[rows], self._settled[rows] = -1, np.nan, False
 
     def _grow(self, n: int) -> None:
+        if not hasattr(self, "_settled"):  # a warm state saved before the load state's settling was kept
+            self._settled = np.zeros(len(self._load_state), dtype=bool)
         for e in (*self._smooth.values(), *self._level.values(), *self._own.values()):
             e.grow(n)
         extra = n - len(self._slow_now)
@@ -158,6 +161,7 @@ class PeerDeviation:
             self._slow_now = np.concatenate([self._slow_now, np.zeros(extra, dtype=bool)])
             self._load_state = np.concatenate([self._load_state, np.full(extra, -1, dtype=np.int64)])
             self._load_since = np.concatenate([self._load_since, np.full(extra, np.nan)])
+            self._settled = np.concatenate([self._settled, np.zeros(extra, dtype=bool)])
 
     def update(self, tick: TickInput) -> list[Evidence]:
         if not hasattr(self, "_rows"):
@@ -171,6 +175,9 @@ class PeerDeviation:
             return []
         met_codes, met_names = name_codes(g["metric"])
         codes, met_codes, reading = codes[pick], met_codes[pick], np.asarray(g["last"], dtype=float)[pick]
+        # sampled this tick (GaugeHold's ``fresh``), not a reading held from an earlier one: a table without it
+        # is all fresh
+        is_fresh = np.asarray(g["fresh"], dtype=bool)[pick] if "fresh" in g else np.ones(len(codes), dtype=bool)
         slot = self._metric_slots(met_names)[met_codes]
         if "mean" in g:
             reading = np.where(_TICK_MEAN[slot], np.asarray(g["mean"], dtype=float)[pick], reading)
@@ -178,17 +185,19 @@ class PeerDeviation:
         if not accel_id.any():
             return []
         keep = accel_id[codes]
-        codes, slot, reading = codes[keep], slot[keep], reading[keep]
+        codes, slot, reading, is_fresh = codes[keep], slot[keep], reading[keep], is_fresh[keep]
         # Renumber the accelerators 0..n-1 (ids order), then look up their persistent rows.
         renum = np.cumsum(accel_id) - 1
         ids = ids[accel_id]
         local = renum[codes]
-        columns = {}
+        columns, fresh = {}, {}
         for j, m in enumerate(_METRICS):
             col = np.full(len(ids), np.nan)
             sel = slot == j
             col[local[sel]] = reading[sel]
             columns[m] = col
+            fresh[m] = np.zeros(len(ids), dtype=bool)
+            fresh[m][local[sel]] = is_fresh[sel]
         if np.isnan(columns["power_w"]).all():
             return []
         rows, n = self._rows.lookup(ids, tick.models)
@@ -197,7 +206,7 @@ class PeerDeviation:
         node_code = self._rows.node_code[rows]
         util = columns["gpu_util_pct"]
         load = load_state(util)
-        settled = self._load_settled(rows, load, tick.now)
+        settled = self._load_settled(rows, load, tick.now, fresh["gpu_temp_c"] | fresh["hbm_temp_c"])
         # Peers at comparable load: busy GPUs against the node's busy ones, idle against idle (a half-used
         # node's median otherwise moves with its job mix); all together where utilisation is unknown.
         peer_code = node_code * 3 + load
@@ -206,9 +215,9 @@ class PeerDeviation:
                                      ("hbm_temp_c", self.hbm_min_excess_c, "HBM")):
             if not np.isnan(columns[m]).all():
                 out += self._temperature(tick.now, ids, rows, peer_code, columns[m], columns["power_w"], m,
-                                         min_excess, words, load, settled)
+                                         min_excess, words, load, settled, fresh[m])
         if not np.isnan(columns["sm_clock_mhz"]).all():
-            out += self._slow(tick.now, ids, rows, node_code, columns["sm_clock_mhz"], util)
+            out += self._slow(tick.now, ids, rows, node_code, columns["sm_clock_mhz"], util, fresh["sm_clock_mhz"])
         return out
 
     def _accelerator_names(self, names: np.ndarray) -> np.ndarray:
@@ -234,12 +243,16 @@ class PeerDeviation:
         residual[count[codes] < self.min_peers + 1] = np.nan
         return residual, median
 
-    def _load_settled(self, rows: np.ndarray, load: np.ndarray, now: float) -> np.ndarray:
-        """Whether each GPU has held its load state (busy/idle/unknown) for two smoothing half-lives."""
+    def _load_settled(self, rows: np.ndarray, load: np.ndarray, now: float, fresh: np.ndarray) -> np.ndarray:
+        """Whether each GPU has held its load state (busy/idle/unknown) for two smoothing half-lives, as of its last
+        fresh temperature (``fresh``): a GPU's held readings are judged as they were when sampled."""
         changed = self._load_state[rows] != load
         self._load_state[rows] = load
         self._load_since[rows] = np.where(changed, now, self._load_since[rows])
-        return ~changed & (now - self._load_since[rows] >= 2 * self.halflife_s)
+        settled = np.where(fresh, ~changed & (now - self._load_since[rows] >= 2 * self.halflife_s),
+                           self._settled[rows])
+        self._settled[rows] = settled
+        return settled
 
     def _against_peers(self, metric: str, codes: np.ndarray, t: np.ndarray, p: np.ndarray) -> tuple | None:
         """Each GPU's power-corrected temperature, its residual against its peer group's median and the fleet's
@@ -267,14 +280,19 @@ class PeerDeviation:
         memo[metric] = ((codes.copy(), t.copy(), p.copy()), found)
         return found
 
-    def _temperature(self, now, ids, rows, codes, t, p, metric, min_excess, words, load, settled) -> list[Evidence]:
+    def _temperature(self, now, ids, rows, codes, t, p, metric, min_excess, words, load, settled, fresh
+                     ) -> list[Evidence]:
         found = self._against_peers(metric, codes, t, p)
         if found is None:
             return []
         level, residual, spread = found
         sel = np.flatnonzero(np.isfinite(residual))
         r = rows[sel]
-        smooth = self._smooth[metric].update(r, residual[sel], now)
+        # Each reading is folded into the smoothing once, when it is sampled (its weight the time since the one
+        # before): a 5-minute sample held over ten ticks is one reading, not ten, and a tick between two samples
+        # judges what the last one said.
+        held = ~fresh[sel]
+        smooth = self._smooth[metric].update(r, residual[sel], now, frozen=held)
         was_hot = self._hot[metric][r]
         margin = np.where(was_hot, self.clear_margin_c, 0.0)
         # The rise: the GPU's residual over its own baseline of it (per load state: a GPU's own thermal resistance
@@ -292,12 +310,12 @@ class PeerDeviation:
             offset[k] = self._own[(metric, state)].value[r[k]]
         reference, count = group_median(codes[sel], level[sel] - offset)
         steady = np.where(count[codes[sel]] >= self.min_peers + 1, level[sel] - reference[codes[sel]], residual[sel])
-        own = self._level[metric].update(r, steady, now)
+        own = self._level[metric].update(r, steady, now, frozen=held)
         rise = np.full(len(sel), np.nan)
         for state in LOAD_STATES:
             k = np.flatnonzero(st & (ld == state))
             if len(k):
-                base = self._own[(metric, state)].update(r[k], own[k], now, frozen=was_hot[k])
+                base = self._own[(metric, state)].update(r[k], own[k], now, frozen=was_hot[k] | held[k])
                 rise[k] = own[k] - base
         # How far the fleet's GPUs move from their own baselines (noise, workload): a rise is judged against it.
         rise_spread = max(nanmedian(np.abs(rise)) * _MAD_TO_SIGMA if np.isfinite(rise).any() else 0.5,
@@ -327,14 +345,14 @@ class PeerDeviation:
                                 detector=self.name, score=min(1.0, 0.5 + z[j] / 40), latched=bool(hot[j])))
         return out
 
-    def _slow(self, now, ids, rows, codes, clock, util) -> list[Evidence]:
+    def _slow(self, now, ids, rows, codes, clock, util, fresh) -> list[Evidence]:
         busy_clock = np.where(util >= 50, clock, np.nan)
         median, count = group_median(codes, busy_clock)
         ratio = busy_clock / median[codes]
         ratio[count[codes] < self.min_peers + 1] = np.nan
         sel = np.flatnonzero(np.isfinite(ratio))
         r = rows[sel]
-        smooth = self._smooth["clock_ratio"].update(r, ratio[sel], now)
+        smooth = self._smooth["clock_ratio"].update(r, ratio[sel], now, frozen=~fresh[sel])
         # Hysteresis: enter at slow_ratio, leave only above slow_ratio + 0.05.
         limit = self.slow_ratio + np.where(self._slow_now[r], 0.05, 0.0)
         slow = smooth <= limit

@@ -28,7 +28,9 @@ def test_flags_a_gpu_hotter_than_its_peers_and_not_the_warm_slot_or_a_hot_rack(t
     assert flagged <= {"sn01-b01/gpu2", "sn01-b01", "sn01-b03/gpu1", "sn01-b03"}, flagged
 
 
-def _tick(now, temps, util=None):
+def _tick(now, temps, util=None, fresh=None):
+    """A tick of the readings ``temps`` (and ``util``); ``fresh``: all sampled in it (True) or all held from an
+    earlier tick (False), as GaugeHold marks them (None: no such column)."""
     import pandas as pd
 
     from detectors.contract import TickInput
@@ -42,6 +44,8 @@ def _tick(now, temps, util=None):
     g = pd.DataFrame({"entity": pd.Series([r[0] for r in rows], dtype=object),
                       "metric": pd.Series([r[1] for r in rows], dtype=object),
                       "last": [r[2] for r in rows], "max": [r[2] for r in rows]})
+    if fresh is not None:
+        g["fresh"] = fresh
     return TickInput(now, events_frame([]), pd.DataFrame({"entity": [], "metric": [], "increase": [], "resets": []}), g)
 
 
@@ -231,3 +235,27 @@ def test_readings_held_between_samples_are_judged_as_when_worked_out_again():
     import pickle
 
     assert memo._peer_memo and not hasattr(pickle.loads(pickle.dumps(memo)), "_peer_memo")  # a warm state's size
+
+
+def test_a_reading_held_between_samples_is_folded_in_once():
+    """Five-minute samples judged every 30 s, the ticks between marked held as GaugeHold marks them: a held tick says
+    what its sample's tick said, and the smoothing is that of a detector given each sample once, at its own time (a
+    sample held over ten ticks is one reading, not ten). The GPU whose temperature climbs is flagged at a sample's
+    tick, never first at a tick between two samples."""
+    rng = np.random.default_rng(3)
+    held, once = PeerDeviation().fit(), PeerDeviation().fit()
+    temps: dict = {}
+    first = None
+    for k in range(3 * 120):
+        now = 30.0 * k
+        sampled = k % 10 == 0
+        if sampled:
+            temps = {f"n{n}/gpu{g}": 60.0 + rng.normal(0, 1.0) for n in range(4) for g in range(8)}
+            temps["n2/gpu5"] += max(0.0, (now - 3600.0) / 300.0)
+            said = once.update(_tick(now, temps, util=95.0))
+        got = held.update(_tick(now, temps, util=95.0, fresh=sampled))
+        assert [(e.entity, e.level, e.reasons) for e in got] == [(e.entity, e.level, e.reasons) for e in said]
+        if first is None and any(e.entity == "n2/gpu5" and e.level == State.SUBHEALTHY for e in got):
+            first = k
+    assert first is not None and first % 10 == 0
+    np.testing.assert_array_equal(held._smooth["gpu_temp_c"].value, once._smooth["gpu_temp_c"].value)
