@@ -95,3 +95,10 @@ class Detector(Protocol):
     def restore(self, flagged: set[str]) -> None:
         """A restarted daemon's entities that were sub-healthy or worse before it stopped (from the store)."""
         ...
+
+    def steady_until(self, now: float) -> float:
+        """Until when (inclusive) the evidence of the update at ``now`` stands without new input: an update at a
+        later time up to then, with the same held readings and no sample, event or counter increase, would return
+        the same evidence and change nothing a later update depends on. The pipeline does not run the detector on
+        such an idle tick (:class:`daemon.judgement.idle_ticks.IdleTicks`); ``now`` itself: run it every tick."""
+        ...

@@ -38,6 +38,7 @@ class GaugeHold:
         self._metrics: list[str] = []
         self._metric_of: dict[str, int] = {}
         self._cats: tuple[np.ndarray, np.ndarray] | None = None
+        self._now = -np.inf  # the last update's time
 
     def update(self, now: float, gauges: pd.DataFrame | Table, cadence: Cadence) -> Table:
         """Fold in the tick's gauge readings (``entity, metric, last, max`` and ``mean`` where given) and return every
@@ -55,6 +56,7 @@ class GaugeHold:
             self.at[slots] = now
             fresh_slots, peak_of_fresh = slots, np.asarray(gauges["max"], dtype=float)
             mean_of_fresh = np.asarray(gauges["mean" if "mean" in gauges else "last"], dtype=float)
+        self._now = now
         if not len(self.last):
             return _EMPTY
         current = (now - self.at) <= cadence.windows()[self.entity_row]  # (per entity, then each of its series)
@@ -77,6 +79,16 @@ class GaugeHold:
         return Table({"entity": Names(take(self.entity_code), entities),
                       "metric": Names(take(self.metric_code), metrics),
                       "last": take(self.last), "max": peak, "mean": mean, "fresh": fresh})
+
+    def held_until(self, cadence: Cadence) -> float:
+        """Until when (inclusive) an update without new readings returns what the last one did: the first time a
+        reading current then stops being current (``inf``: none will)."""
+        if not len(self.at):
+            return np.inf
+        window = cadence.windows()[self.entity_row]
+        current = (self._now - self.at) <= window
+        # (a millisecond to spare for the rounding of at + window against now - at: a tick that close runs in full)
+        return float((self.at[current] + window[current]).min()) - 1e-3 if current.any() else np.inf
 
     def _grow(self, slots: np.ndarray, entities: np.ndarray, metrics: np.ndarray, cadence: Cadence) -> None:
         n = len(self._slots)

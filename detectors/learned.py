@@ -364,6 +364,10 @@ class LearnedDetector(ABC):
         states until they are clean for as long as they must be."""
         return None  # a deliberate no-op of the contract, not an abstract method
 
+    def steady_until(self, now: float) -> float:
+        """Never: the features move every tick (the pipeline runs every tick while a learned detector does)."""
+        return now
+
     def forget(self, scope: str) -> None:
         """Drop the run lengths above the threshold of the entities in ``scope`` (replaced; the features they are
         scored on forget their past in :meth:`detectors.features.FeatureState.forget`)."""

@@ -137,6 +137,11 @@ class PeerDeviation:
         """Nothing to restore: residuals and baselines warm up again from the next samples, and health keeps a
         restarted daemon's states until they are clean for as long as they must be."""
 
+    def steady_until(self, now: float) -> float:
+        """For ever: a held reading is folded in once, when sampled, and judged as it was then (the load state's
+        settling included), so a tick without a new sample says what the last one said."""
+        return np.inf
+
     def forget(self, scope: str) -> None:
         """Drop the smoothed residuals and own baselines of the GPUs in ``scope`` (a node's or one: replaced)."""
         if not hasattr(self, "_rows"):

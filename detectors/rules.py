@@ -143,6 +143,7 @@ class RuleDetector(EventRules, LevelRules):
         self._decode_seen: dict[str, deque] = defaultdict(deque)  # "xid|unit|entity" -> its lines' times, 24 h
         self._aer_minute: dict[str, float] = {}  # entity -> stamp of its last corrected AER line counted
         self._pruned_at = -math.inf
+        self._heat_asked = False  # the last update judged a GPU at its limit against its rack's heat
         self._heat = None if self.baseline else SharedHeat(limit_c=self.gpu_temp_slowdown_c)
         return self
 
@@ -173,6 +174,17 @@ class RuleDetector(EventRules, LevelRules):
         """Nothing to restore: hard facts come again with the next events and levels, and health keeps a restarted
         daemon's states until they are clean for as long as they must be."""
 
+    def steady_until(self, now: float) -> float:
+        """Until the first latch ends or the hourly pruning is due; ``now`` while a rate is over its limit (the
+        hour's count decays tick by tick) or a GPU at its limit was judged against its rack's heat (whose baselines
+        settle with time)."""
+        if not hasattr(self, "catalog_") or self._hot or self._heat_asked:
+            return now
+        until = self._pruned_at + 3600.0 - 1e-3  # (a millisecond to spare for rounding: then a tick runs)
+        for latches in self._latches.values():
+            until = min(until, min(x[0] for x in latches))
+        return until
+
     def clear_latch(self, entity: str, tag: str) -> None:
         """Drop an entity's latched evidence carrying ``tag`` (e.g. a link that came back up)."""
         if entity in self._latches:
@@ -185,6 +197,7 @@ class RuleDetector(EventRules, LevelRules):
             self.fit()
         now = tick.now
         level_evidence: list[Evidence] = []
+        self._heat_asked = False
         self._events(tick)
         self._counters(tick, level_evidence)
         if self._heat is not None:

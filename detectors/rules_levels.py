@@ -187,6 +187,7 @@ class LevelRules:
     def _thermal(self, entity: str, what: str) -> Evidence:
         """A GPU at its slowdown limit or throttled for heat: ``subhealthy``, or a ``suspect`` watch when its rack
         warmed with it (:mod:`detectors.shared_heat`: a warm slot in a coolant swing is the rack's cooling)."""
+        self._heat_asked = self._heat is not None
         heat = self._heat.shared(entity) if self._heat is not None else None
         if heat is None:
             return Evidence(entity, State.SUBHEALTHY, "gpu_thermal", [what])

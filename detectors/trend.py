@@ -124,6 +124,12 @@ class TrendDetector(FleetRates, TrendJudgement):
             self.fit()
         self._flagged_before.update(flagged)
 
+    def steady_until(self, now: float) -> float:
+        """Until the first alarm's hold ends: without a counter increase no episode is counted, judged or learned
+        from."""
+        return min((until for until, *_ in self._alarm.values()), default=math.inf) if hasattr(self, "_alarm") \
+            else now
+
     def forget(self, scope: str) -> None:
         """Drop the episodes, history and alarms of the entities in ``scope`` (a node's or one part's: replaced)."""
         if not hasattr(self, "_series"):

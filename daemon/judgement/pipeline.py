@@ -18,6 +18,7 @@ from daemon import metrics
 from daemon.ingest.batch import Batch
 from daemon.ingest.naming import SeriesMapper
 from daemon.judgement.health import HealthConfig, HealthTracker, Transition, rollup_nodes
+from daemon.judgement.idle_ticks import IdleTicks
 from daemon.judgement.incidents import Incident, IncidentBook
 from daemon.judgement.node_tracking import NodeTracking
 from daemon.judgement.pipeline_memory import PipelineMemory
@@ -58,6 +59,9 @@ class PipelineConfig:
     features: bool = False  # compute the feature frames even when no detector reads them (training)
     # Only the feature frames (``raswarden train``): no detector, health or incident runs, and no finding comes
     features_only: bool = False
+    # An idle tick (no sample, event or increase) takes the detectors' evidence of the tick before while they say it
+    # stands (daemon/judgement/idle_ticks.py); off: every tick runs every detector (to check that it changes nothing)
+    reuse_idle_evidence: bool = True
     health: HealthConfig = field(default_factory=HealthConfig)
 
 
@@ -117,6 +121,7 @@ class Pipeline(PipelineMemory, NodeTracking):
         self.cadence = Cadence(tick_s=self.config.interval_s, floor_s=self.config.health.stale_after_s)
         self._told_window = np.empty(0)  # the window health was last given, per cadence row
         self.hold = GaugeHold()
+        self.idle = IdleTicks()
         self.grace_until: dict[str, float] = {}
         self.unplaced_hosts: dict[str, tuple[float, str]] = {}  # host -> (watched until, its last kernel line)
         self.boot_time: dict[str, float] = {}
@@ -138,6 +143,7 @@ class Pipeline(PipelineMemory, NodeTracking):
         if model is not None and not (self.config.baseline or self.config.rules_only):
             self.detectors += model.detectors()
         self.config.model = model
+        self.idle.forget()
         if self.features is None and any(d.needs_features for d in self.detectors):
             self.features = FeatureState()
 
@@ -164,26 +170,16 @@ class Pipeline(PipelineMemory, NodeTracking):
         names, seen = self._seen_entities(samples, now)
         self._track_nodes(now, names, seen)
         increases = self.counters.update(counters)
-        gauges = self.hold.update(now, sampled, self.cadence)
         self._reboot_evidence(now, events, increases, sampled)
         grace = frozenset(n for n, t in self.grace_until.items() if t >= now)
-
-        models = self.mapper.accelerator_model
-        frames = None
-        if self.features is not None:  # the streaming features take only this tick's readings
-            fresh = gauges[gauges["fresh"]] if len(gauges) else gauges
-            frames = self.features.update(now, increases, fresh, events, models)
-        if self.config.features_only:
-            return TickResult([], [], len(events), len(samples))
-        tick_input = TickInput(now, events, increases, gauges, grace, frames, models, self.mapper.topology.node_rack)
-        evidence = []
-        for detector in self.detectors:
-            evidence += detector.update(tick_input)
-            take_unjudged = getattr(detector, "take_unjudged", None)
-            if take_unjudged is not None:
-                for (catalog, code), n in take_unjudged().items():
-                    metrics.FAULT_CODES_UNJUDGED.labels(catalog, str(code)).inc(n)
-        evidence += self._unplaced_watches(now)
+        found = None
+        if self.config.reuse_idle_evidence and self.features is None and not len(samples) and not len(events):
+            found = self.idle.evidence_for(now, grace)
+        if found is None:
+            found = self._detect(now, events, increases, sampled, grace)
+            if found is None:
+                return TickResult([], [], len(events), len(samples))
+        evidence = found + self._unplaced_watches(now)
         if self.switch_ends:
             evidence = self._both_ends(evidence)
         self.health.observe_names(names, seen, now)
@@ -209,6 +205,29 @@ class Pipeline(PipelineMemory, NodeTracking):
             for f in findings:
                 self.on_finding(f)
         return TickResult(findings, changed, len(events), len(samples))
+
+    def _detect(self, now: float, events: pd.DataFrame, increases, sampled,
+                grace: frozenset[str]) -> list[Evidence] | None:
+        """Every detector run on the tick (None: features only); the evidence is remembered for the idle ticks
+        after it (:class:`IdleTicks`)."""
+        gauges = self.hold.update(now, sampled, self.cadence)
+        models = self.mapper.accelerator_model
+        frames = None
+        if self.features is not None:  # the streaming features take only this tick's readings
+            fresh = gauges[gauges["fresh"]] if len(gauges) else gauges
+            frames = self.features.update(now, increases, fresh, events, models)
+        if self.config.features_only:
+            return None
+        tick_input = TickInput(now, events, increases, gauges, grace, frames, models, self.mapper.topology.node_rack)
+        evidence = []
+        for detector in self.detectors:
+            evidence += detector.update(tick_input)
+            take_unjudged = getattr(detector, "take_unjudged", None)
+            if take_unjudged is not None:
+                for (catalog, code), n in take_unjudged().items():
+                    metrics.FAULT_CODES_UNJUDGED.labels(catalog, str(code)).inc(n)
+        self.idle.ran(now, evidence, grace, list(self.detectors), lambda: self.hold.held_until(self.cadence))
+        return evidence
 
     def _set_apart_unplaced(self, now: float, events: pd.DataFrame) -> pd.DataFrame:
         """Kernel events of a host a topology is given for and does not place are a configuration matter, not a

@@ -60,6 +60,7 @@ class PipelineMemory:
                 taken.append(detector.name)
         if self.rules is not None:
             self.rules = next(d for d in self.detectors if isinstance(d, RuleDetector))
+        self.idle.forget()
         return taken
 
     def restore(self, store: Store, owns: Callable[[str], bool] = lambda entity: True) -> tuple[int, int]:
@@ -106,6 +107,7 @@ class PipelineMemory:
         flagged = {e for e, h in self.health.entities.items() if h.state >= State.SUBHEALTHY and h.restored}
         for detector in self.detectors:
             detector.restore(flagged)
+        self.idle.forget()
         return len(rows), restored
 
     def forget(self, scope: str) -> None:
@@ -117,3 +119,4 @@ class PipelineMemory:
             self.features.forget(scope)
         for detector in self.detectors:
             detector.forget(scope)
+        self.idle.forget()

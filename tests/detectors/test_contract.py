@@ -30,6 +30,7 @@ def test_contract(name):
     assert det.fit() is det and hasattr(det, "threshold_")
     out = det.update(EMPTY)
     assert isinstance(out, list) and all(isinstance(e, Evidence) for e in out)
+    assert det.steady_until(EMPTY.now) >= EMPTY.now  # until when its evidence stands without new input
     det.forget("sn01-b01")  # a repaired node: every detector that remembers entities forgets it
     det.restore({"sn01-b01/gpu0"})  # a restarted daemon's flagged entities
     assert cls().forget("sn01-b01") is None  # before fit too
