@@ -180,9 +180,10 @@ class PeerDeviation:
             return []
         met_codes, met_names = name_codes(g["metric"])
         codes, met_codes, reading = codes[pick], met_codes[pick], np.asarray(g["last"], dtype=float)[pick]
-        # sampled this tick (GaugeHold's ``fresh``), not a reading held from an earlier one: a table without it
-        # is all fresh
-        is_fresh = np.asarray(g["fresh"], dtype=bool)[pick] if "fresh" in g else np.ones(len(codes), dtype=bool)
+        # sampled this tick (GaugeHold's ``fresh``), not a reading held from an earlier one; None: all of them (a
+        # table without the column, a fleet scraped every tick: it pays nothing for telling them apart)
+        is_fresh = np.asarray(g["fresh"], dtype=bool) if "fresh" in g else None
+        is_fresh = None if is_fresh is None or is_fresh.all() else is_fresh[pick]
         slot = self._metric_slots(met_names)[met_codes]
         if "mean" in g:
             reading = np.where(_TICK_MEAN[slot], np.asarray(g["mean"], dtype=float)[pick], reading)
@@ -190,7 +191,8 @@ class PeerDeviation:
         if not accel_id.any():
             return []
         keep = accel_id[codes]
-        codes, slot, reading, is_fresh = codes[keep], slot[keep], reading[keep], is_fresh[keep]
+        codes, slot, reading = codes[keep], slot[keep], reading[keep]
+        is_fresh = None if is_fresh is None else is_fresh[keep]
         # Renumber the accelerators 0..n-1 (ids order), then look up their persistent rows.
         renum = np.cumsum(accel_id) - 1
         ids = ids[accel_id]
@@ -201,8 +203,11 @@ class PeerDeviation:
             sel = slot == j
             col[local[sel]] = reading[sel]
             columns[m] = col
-            fresh[m] = np.zeros(len(ids), dtype=bool)
-            fresh[m][local[sel]] = is_fresh[sel]
+            if is_fresh is None:
+                fresh[m] = np.ones(len(ids), dtype=bool)
+            else:
+                fresh[m] = np.zeros(len(ids), dtype=bool)
+                fresh[m][local[sel]] = is_fresh[sel]
         if np.isnan(columns["power_w"]).all():
             return []
         rows, n = self._rows.lookup(ids, tick.models)
@@ -254,8 +259,9 @@ class PeerDeviation:
         changed = self._load_state[rows] != load
         self._load_state[rows] = load
         self._load_since[rows] = np.where(changed, now, self._load_since[rows])
-        settled = np.where(fresh, ~changed & (now - self._load_since[rows] >= 2 * self.halflife_s),
-                           self._settled[rows])
+        settled = ~changed & (now - self._load_since[rows] >= 2 * self.halflife_s)
+        if not fresh.all():
+            settled = np.where(fresh, settled, self._settled[rows])
         self._settled[rows] = settled
         return settled
 
@@ -297,6 +303,8 @@ class PeerDeviation:
         # before): a 5-minute sample held over ten ticks is one reading, not ten, and a tick between two samples
         # judges what the last one said.
         held = ~fresh[sel]
+        if not held.any():  # (every reading sampled this tick, as in a fleet scraped every tick)
+            held = None
         smooth = self._smooth[metric].update(r, residual[sel], now, frozen=held)
         was_hot = self._hot[metric][r]
         margin = np.where(was_hot, self.clear_margin_c, 0.0)
@@ -320,7 +328,8 @@ class PeerDeviation:
         for state in LOAD_STATES:
             k = np.flatnonzero(st & (ld == state))
             if len(k):
-                base = self._own[(metric, state)].update(r[k], own[k], now, frozen=was_hot[k] | held[k])
+                base = self._own[(metric, state)].update(r[k], own[k], now,
+                                                         frozen=was_hot[k] if held is None else was_hot[k] | held[k])
                 rise[k] = own[k] - base
         # How far the fleet's GPUs move from their own baselines (noise, workload): a rise is judged against it.
         rise_spread = max(nanmedian(np.abs(rise)) * _MAD_TO_SIGMA if np.isfinite(rise).any() else 0.5,
@@ -357,7 +366,8 @@ class PeerDeviation:
         ratio[count[codes] < self.min_peers + 1] = np.nan
         sel = np.flatnonzero(np.isfinite(ratio))
         r = rows[sel]
-        smooth = self._smooth["clock_ratio"].update(r, ratio[sel], now, frozen=~fresh[sel])
+        held = ~fresh[sel]
+        smooth = self._smooth["clock_ratio"].update(r, ratio[sel], now, frozen=held if held.any() else None)
         # Hysteresis: enter at slow_ratio, leave only above slow_ratio + 0.05.
         limit = self.slow_ratio + np.where(self._slow_now[r], 0.05, 0.0)
         slow = smooth <= limit
