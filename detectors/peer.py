@@ -61,6 +61,24 @@ def clock_word(entity: str, models=None) -> str:
     return "SM clock"
 
 
+def _columns(n: int, local: np.ndarray, slot: np.ndarray, reading: np.ndarray, is_fresh: np.ndarray | None
+             ) -> tuple[dict[str, np.ndarray], dict[str, np.ndarray]]:
+    """Each metric of :data:`_METRICS` as a column over ``n`` accelerators (``local``: each reading's, ``slot``: its
+    metric's place), NaN where not read, and where it was sampled this tick (``is_fresh`` None: all)."""
+    columns, fresh = {}, {}
+    for j, m in enumerate(_METRICS):
+        col = np.full(n, np.nan)
+        sel = slot == j
+        col[local[sel]] = reading[sel]
+        columns[m] = col
+        if is_fresh is None:
+            fresh[m] = np.ones(n, dtype=bool)
+        else:
+            fresh[m] = np.zeros(n, dtype=bool)
+            fresh[m][local[sel]] = is_fresh[sel]
+    return columns, fresh
+
+
 class _Rows:
     """Persistent row numbers for entity ids (state arrays are indexed by them) and each row's peer group code
     (node, accelerator kind and model: see ``grouping.peer_group``)."""
@@ -197,17 +215,7 @@ class PeerDeviation:
         renum = np.cumsum(accel_id) - 1
         ids = ids[accel_id]
         local = renum[codes]
-        columns, fresh = {}, {}
-        for j, m in enumerate(_METRICS):
-            col = np.full(len(ids), np.nan)
-            sel = slot == j
-            col[local[sel]] = reading[sel]
-            columns[m] = col
-            if is_fresh is None:
-                fresh[m] = np.ones(len(ids), dtype=bool)
-            else:
-                fresh[m] = np.zeros(len(ids), dtype=bool)
-                fresh[m][local[sel]] = is_fresh[sel]
+        columns, fresh = _columns(len(ids), local, slot, reading, is_fresh)
         if np.isnan(columns["power_w"]).all():
             return []
         rows, n = self._rows.lookup(ids, tick.models)

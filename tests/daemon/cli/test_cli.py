@@ -385,7 +385,9 @@ def test_sigquit_prints_every_threads_stack_and_the_command_goes_on(tmp_path):
             time.sleep(0.1)
         proc.send_signal(signal.SIGQUIT)
         deadline = time.monotonic() + 30
-        while "in _worker" not in log.read_text():  # the dump written (the main thread runs the handler)
+        # the whole dump written (the main thread runs the handler; the other threads' stacks may be in the log
+        # before the current one's)
+        while not all(m in log.read_text() for m in ("Current thread", "in run_until_stopped", "in _worker")):
             assert proc.poll() is None and time.monotonic() < deadline, log.read_text()
             time.sleep(0.1)
         dump = log.read_text()
