@@ -311,8 +311,6 @@ class PeerDeviation:
         # before): a 5-minute sample held over ten ticks is one reading, not ten, and a tick between two samples
         # judges what the last one said.
         held = ~fresh[sel]
-        if not held.any():  # (every reading sampled this tick, as in a fleet scraped every tick)
-            held = None
         smooth = self._smooth[metric].update(r, residual[sel], now, frozen=held)
         was_hot = self._hot[metric][r]
         margin = np.where(was_hot, self.clear_margin_c, 0.0)
@@ -336,8 +334,7 @@ class PeerDeviation:
         for state in LOAD_STATES:
             k = np.flatnonzero(st & (ld == state))
             if len(k):
-                base = self._own[(metric, state)].update(r[k], own[k], now,
-                                                         frozen=was_hot[k] if held is None else was_hot[k] | held[k])
+                base = self._own[(metric, state)].update(r[k], own[k], now, frozen=was_hot[k] | held[k])
                 rise[k] = own[k] - base
         # How far the fleet's GPUs move from their own baselines (noise, workload): a rise is judged against it.
         rise_spread = max(nanmedian(np.abs(rise)) * _MAD_TO_SIGMA if np.isfinite(rise).any() else 0.5,
@@ -374,8 +371,7 @@ class PeerDeviation:
         ratio[count[codes] < self.min_peers + 1] = np.nan
         sel = np.flatnonzero(np.isfinite(ratio))
         r = rows[sel]
-        held = ~fresh[sel]
-        smooth = self._smooth["clock_ratio"].update(r, ratio[sel], now, frozen=held if held.any() else None)
+        smooth = self._smooth["clock_ratio"].update(r, ratio[sel], now, frozen=~fresh[sel])
         # Hysteresis: enter at slow_ratio, leave only above slow_ratio + 0.05.
         limit = self.slow_ratio + np.where(self._slow_now[r], 0.05, 0.0)
         slow = smooth <= limit

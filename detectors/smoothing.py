@@ -47,6 +47,8 @@ class RowEwma:
 
     def update(self, rows: np.ndarray, x: np.ndarray, now: float, frozen: np.ndarray | None = None) -> np.ndarray:
         """Fold ``x`` into ``rows`` (not where ``frozen``: they keep value and time) and return the values."""
+        if frozen is not None and not frozen.any():  # (none frozen, as in a fleet sampled every tick: no masking)
+            frozen = None
         prev, at = self.value[rows], self.at[rows]
         fresh = np.isnan(at)
         if self.restart_after is not None:

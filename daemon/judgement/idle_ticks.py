@@ -50,7 +50,6 @@ class IdleTicks:
             return min(until, held_until())
 
         self._ask, self.evidence, self.grace = ask, list(evidence), grace
-        self.until = -math.inf
 
     def forget(self) -> None:
         """A detector's memory changed outside a tick (parts replaced, a restart): the next tick runs in full."""
