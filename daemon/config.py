@@ -105,6 +105,12 @@ class RepairsConfig:
     # {node}, {gpus}, {uuids}, {pci_bus_ids} name what to reset. "" leaves resets to technicians.
     reset_command: str = ""
     reset_timeout_s: float = 600.0
+    # Automatic reboots (daemon/operations/reboots.py): where the vendor asks for a reboot (NVIDIA's RESTART_BM, or a
+    # reset that did not clear the fault), the scheduler reboots the drained node (Slurm: scontrol reboot, which
+    # needs slurm.conf's RebootProgram) in the same reservation, then it is validated. Off leaves reboots to
+    # technicians; a node not back within reboot_timeout_s goes to them.
+    reboot: bool = False
+    reboot_timeout_s: float = 1800.0
 
 
 @dataclass
@@ -319,14 +325,15 @@ def _repairs(cfg: Config, rp: dict[str, Any]) -> None:
     out.validation_command = _take(rp, "validation_command", str, "repairs", out.validation_command)
     if "\n" in out.validation_command:
         raise ConfigError("repairs.validation_command: one line")
-    for key in ("validation_timeout_s", "hold_s", "reset_timeout_s"):
+    for key in ("validation_timeout_s", "hold_s", "reset_timeout_s", "reboot_timeout_s"):
         value = _take(rp, key, float, "repairs", getattr(out, key))
         if value <= 0:
             raise ConfigError(f"repairs.{key}: must be positive")
         setattr(out, key, value)
-    if out.hold_s < max(out.validation_timeout_s, out.reset_timeout_s):
-        raise ConfigError("repairs.hold_s: must be at least repairs.validation_timeout_s and reset_timeout_s (the "
-                          "jobs run in the hold)")
+    if out.hold_s < max(out.validation_timeout_s, out.reset_timeout_s, out.reboot_timeout_s):
+        raise ConfigError("repairs.hold_s: must be at least repairs.validation_timeout_s, reset_timeout_s and "
+                          "reboot_timeout_s (the jobs and the reboot happen in the hold)")
+    out.reboot = _take(rp, "reboot", bool, "repairs", out.reboot)
     out.output_dir = _take(rp, "output_dir", str, "repairs", out.output_dir)
     out.reset_command = _take(rp, "reset_command", str, "repairs", out.reset_command)
     if "\n" in out.reset_command:

@@ -140,6 +140,9 @@ REPAIR_ORDERS = Gauge("raswarden_repair_orders", "Repair orders by state (daemon
 GPU_RESETS = Counter("raswarden_gpu_resets_total", "Automatic GPU resets ended, by outcome (passed: exit 0, "
                      "validation next; failed: the order expects a reboot; daemon/operations/resets.py).",
                      ["outcome"], registry=REGISTRY)
+NODE_REBOOTS = Counter("raswarden_node_reboots_total", "Automatic node reboots ended, by outcome (passed: the node "
+                       "booted again, validation next; failed: it did not come back, or did not reboot: the order "
+                       "goes to a technician; daemon/operations/reboots.py).", ["outcome"], registry=REGISTRY)
 CHECKPOINT_ADVICE = Gauge("raswarden_checkpoint_advice_seconds", "The periodic checkpoint interval advised to each "
                           "running opted-in job (daemon/operations/advice.py; label task: the job's id).", ["task"],
                           registry=REGISTRY)

@@ -91,6 +91,17 @@ class MixedScheduler:
         if tell is not None:
             tell(node, state, message)
 
+    # -- reboots (the parts that can) --------------------------------------------------------------------------------
+    def can_reboot(self, node: str) -> bool:
+        """Whether the node's part can reboot it (Slurm can; Kubernetes' API cannot)."""
+        return callable(getattr(self.part_of_node(node), "reboot", None))
+
+    def reboot(self, node: str) -> None:
+        part = self.part_of_node(node)
+        if not callable(getattr(part, "reboot", None)):
+            raise SchedulerError(f"reboot {node}: its scheduler cannot reboot a node", retryable=False)
+        part.reboot(node)
+
     # -- validation (each part that has it) ----------------------------------------------------------------------
     def reserve(self, node: str, name: str, duration_s: float) -> None:
         part = self.part_of_node(node)

@@ -112,3 +112,13 @@ class ValidationScheduler(Protocol):
                           output: str) -> str: ...
 
     def job_outcome(self, job_id: str) -> JobOutcome: ...
+
+
+@runtime_checkable
+class RebootScheduler(Protocol):
+    """What an automatic reboot asks of a scheduler, beside :class:`Scheduler`: reboot a node once it is idle,
+    leaving a drain it has in place (daemon/operations/reboots.py). Idempotent: asking again while the node has not
+    rebooted is the same request. A snapshot's ``NodeInfo.boot_time`` then says when it booted, and its states
+    include ``reboot`` until it has."""
+
+    def reboot(self, node: str) -> None: ...

@@ -226,6 +226,13 @@ class SlurmScheduler:
             if job is not None and job.state == "running":
                 raise
 
+    # -- an automatic reboot (RebootScheduler) ----------------------------------------------------------------------
+    def reboot(self, node: str) -> None:
+        """Reboot ``node`` once it is idle (``scontrol reboot``: slurm.conf's RebootProgram runs on it). A drain it has
+        stays; Slurm flags it REBOOT_REQUESTED, then REBOOT_ISSUED, until it registers with a new boot time, and
+        appends "reboot timed out" to its reason when it does not within ResumeTimeout."""
+        self._run(["scontrol", "reboot", check_node(node)], f"reboot {node}")
+
     # -- validating a repaired node (ValidationScheduler) --------------------------------------------------------
     def reserve(self, node: str, name: str, duration_s: float) -> None:
         """A maintenance reservation of ``node`` for this user alone (``Flags=MAINT,IGNORE_JOBS``): no one else's

@@ -9,6 +9,12 @@
 #   scripts/slurm-lab.sh up [N]     (re)start a fresh lab with N nodes (default 4); prints SLURM_CONF's path
 #   scripts/slurm-lab.sh down       cancel jobs, stop every process this lab started (by PID, checked)
 #   scripts/slurm-lab.sh status
+#   scripts/slurm-lab.sh boot NODE  start NODE's slurmd as a machine just booted (after a reboot that hung)
+#
+# scontrol reboot works: slurm.conf's RebootProgram stops the node's slurmd and starts it again in a time namespace
+# of its own whose clock says it booted a moment ago, so Slurm sees a new boot time and completes the reboot (the
+# node keeps a drain it had). A file LAB_DIR/reboot/NODE.hang makes the node's next reboot never come back (its
+# slurmd stopped, not started again: Slurm's "reboot timed out" after ResumeTimeout) until `boot NODE`.
 #
 # Env: LAB_DIR (/tmp/raswarden-slurm), LAB_CTLD_PORT (16817), LAB_NODE_PORT_BASE (17000),
 # LAB_SLURMD_TIMEOUT (10 s to mark a dead node DOWN), LAB_CRED_EXPIRE (10 s before a requeued job restarts),
@@ -87,9 +93,8 @@ SchedulerType=sched/backfill
 SchedulerParameters=sched_interval=2,bf_interval=2
 MpiDefault=none
 MailProg=/bin/true
-# scontrol reboot: the nodes are this host's slurmd, so rebooting one does nothing and it stays REBOOT_ISSUED until
-# ResumeTimeout (tests/daemon/ingest/collectors/test_slurm_nodes.py reads that state)
-RebootProgram=/bin/true
+# scontrol reboot: restarts the node's slurmd as if its machine had booted (reboot_self below)
+RebootProgram=${LAB_DIR}/etc/reboot
 ResumeTimeout=30
 ReturnToService=2
 SlurmctldTimeout=30
@@ -189,6 +194,9 @@ cmd_up() {
     --pid-file="$LAB_DIR/munge/munged.pid" --seed-file="$LAB_DIR/munge/munged.seed"
   wait_for 10 sh -c "munge -n -S '$MSOCK' | unmunge -S '$MSOCK'" || die "munged not answering"
   write_conf "$n"
+  mkdir -p "$LAB_DIR/reboot"
+  printf '#!/bin/sh\nLAB_DIR=%s exec %s reboot-self\n' "$LAB_DIR" "$(readlink -f "$0")" > "$LAB_DIR/etc/reboot"
+  chmod 755 "$LAB_DIR/etc/reboot"
   if [ "$ACCOUNTING" = 1 ]; then accounting_up; fi
   slurmctld || die "slurmctld failed; see $LAB_DIR/log/slurmctld.log"
   wait_for 15 scontrol ping || die "slurmctld not answering"
@@ -218,6 +226,45 @@ cmd_down() {
   log "down"
 }
 
+slurmd_pid() { # NODE: the PID of NODE's slurmd, if it runs
+  local f=$LAB_DIR/run/slurmd-$1.pid pid; [ -s "$f" ] || return 1; pid=$(cat "$f")
+  [ "$(cat "/proc/$pid/comm" 2>/dev/null)" = slurmd ] && alive "$pid" && echo "$pid"; }
+
+cmd_boot() { # NODE: start its slurmd in a time namespace whose boot time is now (Slurm reads the boot time from the
+  # uptime slurmd reports); a slurmd already running is left alone
+  local node=$1 up
+  case "$node" in node[0-9]*) ;; *) die "boot: no such node $node";; esac
+  slurmd_pid "$node" >/dev/null && return 0
+  up=$(cut -d. -f1 /proc/uptime)
+  if unshare --time --boottime "-$up" --fork true 2>/dev/null; then
+    unshare --time --boottime "-$up" --fork slurmd -N "$node" || die "slurmd $node failed"
+  else  # no time namespaces (kernel < 5.6, or no CAP_SYS_ADMIN): the reboot never completes for Slurm
+    log "boot $node: no time namespace here (unshare --time failed): its boot time stays the host's"
+    slurmd -N "$node" || die "slurmd $node failed"
+  fi
+  log "booted $node"; }
+
+cmd_reboot_self() { # slurm.conf's RebootProgram, run by the rebooting node's slurmd: which node is the slurmd above
+  local p=$$ node="" pid
+  while [ "$p" -gt 1 ]; do
+    if [ "$(cat "/proc/$p/comm" 2>/dev/null)" = slurmd ]; then
+      node=$(tr '\0' '\n' < "/proc/$p/cmdline" | sed -n '/^-N$/{n;p;}'); break
+    fi
+    p=$(awk '{print $4}' "/proc/$p/stat" 2>/dev/null || echo 1)
+  done
+  [ -n "$node" ] || die "reboot-self: not run by a lab slurmd"
+  pid=$(slurmd_pid "$node") || die "reboot-self: $node's slurmd is not running"
+  log "reboot $node (slurmd $pid)$( [ -e "$LAB_DIR/reboot/$node.hang" ] && echo ': it will not come back')"
+  # detached, so slurmd sees its RebootProgram end; a second later the "machine" goes down and comes up
+  setsid "$(readlink -f "$0")" reboot-later "$node" "$pid" </dev/null >>"$LAB_DIR/log/reboot.log" 2>&1 & }
+
+cmd_reboot_later() { # NODE PID
+  local node=$1 pid=$2
+  sleep 1
+  [ "$(cat "/proc/$pid/comm" 2>/dev/null)" = slurmd ] && kill "$pid" 2>/dev/null
+  for _ in $(seq 1 40); do alive "$pid" || break; sleep 0.25; done
+  [ -e "$LAB_DIR/reboot/$node.hang" ] || cmd_boot "$node"; }
+
 cmd_status() { sinfo -N -o '%N %T %E' 2>&1 || true; squeue 2>&1 || true; }
 
 case "${1:-}" in
@@ -225,5 +272,8 @@ case "${1:-}" in
   up) shift; cmd_up "${1:-4}" ;;
   down) cmd_down ;;
   status) cmd_status ;;
-  *) sed -n '2,20p' "$0"; exit 2 ;;
+  boot) shift; cmd_boot "${1:?boot NODE}" ;;
+  reboot-self) cmd_reboot_self >>"$LAB_DIR/log/reboot.log" 2>&1 ;;
+  reboot-later) shift; cmd_reboot_later "$@" ;;
+  *) sed -n '2,26p' "$0"; exit 2 ;;
 esac

@@ -18,6 +18,7 @@ from daemon.config import Config, RepairsConfig
 from daemon.operations.repairs import RepairBook
 from daemon.shards import Ownership, ShardSpec
 from daemon.store.journal import StoreJournal
+from daemon.operations.reboots import Rebooter
 from daemon.operations.resets import Resetter
 from daemon.operations.validation import Validator
 from daemon.store import IncidentRow, Store
@@ -133,6 +134,8 @@ class Remediation:
         self.resetter = Resetter(self.repairs, scheduler, cfg.repairs, topology,
                                  scheduler_names=self.scheduler_names, guards=guards, breaker=self.journal.breaker,
                                  owns=self.ownership.owns)
+        self.rebooter = Rebooter(self.repairs, scheduler, cfg.repairs, scheduler_names=self.scheduler_names,
+                                 guards=guards, breaker=self.journal.breaker, owns=self.ownership.owns, clock=clock)
         self.clock = clock
         self.act_on = act_on
         # Incidents already planned at the cursor's time: the cursor is inclusive (an incident updated at that
@@ -270,12 +273,13 @@ class Remediation:
         drained = touched if self._repairs_checked else [*self.journal.actions(), *touched]
         self._repairs_checked = True
         opened = self.repairs.open_for_actions(drained)
+        rebooted = self.rebooter.step()  # first: a node rebooted for an order is never reset for it after
         reset = self.resetter.step()  # before validation: a reset that passed is validated in the same pass
         validated = self.validator.step()
         self.settled = settled and not validated.get("validations_running") and not reset["resets_running"] and \
-            not self.validator.cfg.idle_check_every_s
+            not rebooted["reboots_running"] and not self.validator.cfg.idle_check_every_s
         return {"planned": planned, "advanced": len(touched), "repair_orders": len(opened),
-                **reset, **validated}
+                **rebooted, **reset, **validated}
 
 
 def _version(row: IncidentRow) -> tuple:

@@ -16,7 +16,7 @@ take an order) and appends who, when and why to the order's ``history``.
 from __future__ import annotations
 
 import time
-from collections.abc import Iterable
+from collections.abc import Callable, Iterable
 
 from daemon.judgement.incidents import NOT_A_NODE
 from daemon.store import IncidentRow, RepairOrderRow, Store
@@ -163,6 +163,14 @@ class RepairBook:
     def orders(self, states: Iterable[str] | None = ACTIVE) -> list[RepairOrderRow]:
         """Orders in ``states`` (all with None), the queue's order: priority, then age."""
         return sorted(self.records.orders(states), key=lambda r: (r.state == "closed", r.priority, r.opened_at, r.id))
+
+    def by_node(self, owns: Callable[[str], bool] = lambda node: True) -> dict[str, list[RepairOrderRow]]:
+        """The active orders of each node ``owns`` says is this shard's, in the queue's order."""
+        out: dict[str, list[RepairOrderRow]] = {}
+        for order in self.orders():
+            if owns(order.node):
+                out.setdefault(order.node, []).append(order)
+        return out
 
     def active_on(self, node: str) -> bool:
         """Whether the node has repair orders under way (it returns through validation, not on a timer)."""

@@ -76,10 +76,7 @@ class Resetter:
         out = {"resets_started": 0, "resets_passed": 0, "resets_failed": 0, "resets_running": 0}
         if not self.enabled:
             return out
-        by_node: dict[str, list[RepairOrderRow]] = {}
-        for order in self.book.orders():
-            if self.owns(order.node):
-                by_node.setdefault(order.node, []).append(order)
+        by_node = self.book.by_node(self.owns)
         for node, orders in by_node.items():
             try:
                 for order in orders:

@@ -74,10 +74,7 @@ class Validator:
         many are still running (``validations_running``, a pass that failed to reach the scheduler included)."""
         if not isinstance(self.scheduler, ValidationScheduler):
             return {}
-        by_node: dict[str, list[RepairOrderRow]] = {}
-        for order in self.book.orders():
-            if self.owns(order.node):
-                by_node.setdefault(order.node, []).append(order)
+        by_node = self.book.by_node(self.owns)
         out = {"validations_started": 0, "validations_passed": 0, "validations_failed": 0, "validations_running": 0}
         for node, orders in by_node.items():
             states = {o.state for o in orders}

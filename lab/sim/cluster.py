@@ -22,7 +22,7 @@ import re
 from collections.abc import Callable
 from dataclasses import dataclass
 
-from playbooks.scheduler import (ALLOC, DOWN, DRAIN, IDLE, MAINT, ClusterState, JobInfo, JobOutcome, NodeInfo,
+from playbooks.scheduler import (ALLOC, DOWN, DRAIN, IDLE, MAINT, REBOOT, ClusterState, JobInfo, JobOutcome, NodeInfo,
                                  SchedulerError)
 
 _NAME = re.compile(r"^[A-Za-z0-9._-]{1,64}$")
@@ -70,6 +70,8 @@ class SimNode:
     broken_until: float = 0.0
     job: str | None = None
     reserved: str = ""  # a maintenance reservation holds it for raswarden's validation jobs alone
+    boot_time: float | None = None  # None until it reboots (the simulated scheduler does not say before)
+    reboot_asked: float | None = None  # when a reboot was asked (it boots reboot_s later), None when none is under way
     speed: float = 1.0  # its slowest GPU's speed against a healthy one (a fail-slow GPU holds back the job)
 
 
@@ -128,6 +130,8 @@ class SimScheduler:
         self.validation_jobs: dict[str, tuple[str, float, str]] = {}
         self.validation_fails: dict[str, int] = {}
         self.validation_s = 600.0
+        self.reboot_s = 300.0  # how long a reboot takes; a node in reboot_hangs never comes back from one
+        self.reboot_hangs: set[str] = set()
         self.periodic_intervals: list[float] = []  # the interval each periodic checkpoint came after (seconds)
 
     # -- the Scheduler protocol ------------------------------------------------------------------
@@ -141,7 +145,13 @@ class SimScheduler:
                 states.add(MAINT)
             if n.down_until > self.now:
                 states.add(DOWN)
-            nodes[n.name] = NodeInfo(n.name, frozenset(states), n.reason, n.reason_set_by)
+            if n.reboot_asked is not None:
+                if n.name in self.reboot_hangs or self.now < n.reboot_asked + self.reboot_s:
+                    states |= {REBOOT, DOWN}
+                else:
+                    n.boot_time, n.reboot_asked = n.reboot_asked + self.reboot_s, None
+            nodes[n.name] = NodeInfo(n.name, frozenset(states), n.reason, n.reason_set_by, boot_time=n.boot_time,
+                                     booting="REBOOT_ISSUED" if REBOOT in states else "")
         jobs = {j.id: JobInfo(j.id, j.nodes, j.state, j.opt_in, j.name, j.comment) for j in self.jobs.values()}
         return ClusterState(self.now, nodes, jobs)
 
@@ -175,6 +185,13 @@ class SimScheduler:
             return
         self._stop(job, lost=True)
         self.log.append((self.now, "requeue", job_id))
+
+    def reboot(self, node: str) -> None:
+        """The RebootScheduler protocol: the node boots ``reboot_s`` later (never, in ``reboot_hangs``)."""
+        n = self._node(node)
+        if n.reboot_asked is None:
+            n.reboot_asked = self.now
+            self.log.append((self.now, "reboot", node))
 
     # -- the ValidationScheduler protocol ---------------------------------------------------------
     def reserve(self, node: str, name: str, duration_s: float) -> None:

@@ -39,6 +39,7 @@ for i in $(seq 1 600); do sleep 1 & wait $!; done
 class Lab:
     def __init__(self, conf: str, lab_dir: Path = LAB_DIR):
         self.conf = conf
+        self.dir = lab_dir
         self.env = {**os.environ, "SLURM_CONF": conf}
         self.jobs = lab_dir / "jobs"
         self.script = self.jobs / "train.sh"
@@ -84,10 +85,26 @@ class Lab:
             time.sleep(0.25)
         raise AssertionError(f"condition not met within {timeout} s")
 
+    def boot_time(self, node: str) -> int:
+        """When Slurm says ``node`` last booted (a reboot through the lab's RebootProgram moves it on); 0 while it
+        does not say (BootTime=None: slurmctld shows that for a moment around a node's new registration)."""
+        fields = dict(f.split("=", 1) for f in self.run("scontrol", "show", "node", "-o", node).split() if "=" in f)
+        if fields.get("BootTime", "None") == "None":
+            return 0
+        return int(time.mktime(time.strptime(fields["BootTime"], "%Y-%m-%dT%H:%M:%S")))
+
     def reset(self) -> None:
-        """Cancel every job and return every node to service (between tests)."""
+        """Cancel every job and return every node to service (between tests), a node whose reboot a test made hang
+        (LAB_DIR/reboot/NODE.hang) booted again."""
         subprocess.run(["scancel", "--user", "root"], env=self.env, capture_output=True, timeout=30)
         self.wait(lambda: not self.run("squeue", "-h").strip(), 30)
+        for hang in (self.dir / "reboot").glob("*.hang"):
+            hang.unlink()
+        for n in range(1, 5):
+            subprocess.run(["scontrol", "cancel_reboot", f"node{n}"], env=self.env, capture_output=True, timeout=30)
+            out = subprocess.run([str(LAB), "boot", f"node{n}"], env={**self.env, "LAB_DIR": str(self.dir)},
+                                 capture_output=True, text=True, timeout=60)
+            assert out.returncode == 0, out.stderr
         for n in range(1, 5):
             subprocess.run(["scontrol", "update", f"NodeName=node{n}", "State=RESUME"], env=self.env,
                            capture_output=True, timeout=30)

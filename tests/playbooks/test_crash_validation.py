@@ -69,6 +69,27 @@ def test_sigkill_at_every_step_of_a_validation_then_restart(slurm, tmp_path):  #
     store.close()
 
 
+def _closed_after_kills(lab, config, book: RepairBook, faults: list[str], ctld_log, ctld_from: int) -> str:
+    """``playbook run`` killed at each of ``faults`` in turn, then followed until node4's one order is closed: each
+    fault point reached, the order through each of its states once and by raswarden alone, one reservation made
+    and deleted; slurmctld's log lines of the test."""
+    killed = [(fault, run_once(config, fault, timeout=60)) for fault in faults]
+    proc = follow(config)
+    try:
+        lab.wait(lambda: book.orders(None) and book.orders(None)[0].state == "closed", 90)
+    finally:
+        proc.send_signal(signal.SIGKILL)
+        proc.wait(10)
+    assert all(rc == -signal.SIGKILL for _, rc in killed), killed  # each fault point was reached
+    (o,) = book.orders(None)
+    assert [(h["to"], h["by"]) for h in o.history] == [(s, "raswarden") for s in (
+        "open", "in_progress", "repaired", "validating", "closed")]
+    log = ctld_log.read_bytes()[ctld_from:].decode(errors="replace")
+    assert log.count("Created reservation=raswarden-validate-node4") == 1
+    assert log.count("delete_reservation complete for raswarden-validate-node4") == 1
+    return log
+
+
 RESET_FAULTS = ["reset:reserved", "reset:resumed", "reset:submitted", "reset:moved", "reset:repaired"]
 
 
@@ -78,21 +99,26 @@ def test_sigkill_at_every_step_of_an_automatic_reset_then_restart(slurm, tmp_pat
     config, store, book, ctld_log, ctld_from = _failed_gpu(
         tmp_path, slurm.conf, 'validation_command = "echo diag PASS"\nreset_command = "sleep 1; echo reset {gpus}"',
         "gpu_compute", "Xid 46 on node4/gpu1: GPU timeout (NVIDIA: RESET_GPU; repair: reset)")
-    killed = [(fault, run_once(config, fault, timeout=60)) for fault in RESET_FAULTS]
-    proc = follow(config)
-    try:
-        slurm.wait(lambda: book.orders(None) and book.orders(None)[0].state == "closed", 90)
-    finally:
-        proc.send_signal(signal.SIGKILL)
-        proc.wait(10)
-    assert all(rc == -signal.SIGKILL for _, rc in killed), killed  # each fault point was reached
-    (o,) = book.orders(None)
-    assert [(h["to"], h["by"]) for h in o.history] == [(s, "raswarden") for s in (
-        "open", "in_progress", "repaired", "validating", "closed")]
+    _closed_after_kills(slurm, config, book, RESET_FAULTS, ctld_log, ctld_from)
     jobs = slurm.run("scontrol", "show", "job", "-o")
     assert jobs.count("JobName=raswarden-reset-node4") == 1 and jobs.count("JobName=raswarden-validate-node4") == 1
-    log = ctld_log.read_bytes()[ctld_from:].decode(errors="replace")
-    assert log.count("Created reservation=raswarden-validate-node4") == 1
-    assert log.count("delete_reservation complete for raswarden-validate-node4") == 1
+    assert slurm.node_state("node4") == "idle"
+    store.close()
+
+
+REBOOT_FAULTS = ["reboot:reserved", "reboot:moved", "reboot:repaired"]
+
+
+def test_sigkill_at_every_step_of_an_automatic_reboot_then_restart(slurm, tmp_path):  # noqa: F811
+    """The node's reboot and the validation after it, killed after the reservation, after the orders moved (before
+    Slurm was asked: the restart asks) and after the reboot was seen through: one reboot, one validation job, one
+    reservation, the order through each of its states once, no technician."""
+    booted = slurm.boot_time("node4")
+    config, store, book, ctld_log, ctld_from = _failed_gpu(
+        tmp_path, slurm.conf, 'validation_command = "echo diag PASS"\nreboot = true', "gpu_bus",
+        "Xid 79 on node4/gpu1: GPU has fallen off the bus (NVIDIA: RESTART_BM; repair: reboot)")
+    log = _closed_after_kills(slurm, config, book, REBOOT_FAULTS, ctld_log, ctld_from)
+    assert log.count("reboot request queued for nodes node4") == 1  # asked once, by the run after the kill
+    slurm.wait(lambda: slurm.boot_time("node4") > booted, 30)  # it did reboot
     assert slurm.node_state("node4") == "idle"
     store.close()

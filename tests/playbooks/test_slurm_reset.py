@@ -16,19 +16,29 @@ from tests.playbooks.conftest import LAB_DIR, slurm, slurm_lab  # noqa: F401  (f
 from tests.playbooks.test_slurm_repair_loop import until
 
 
+def failed_gpu(iid: str, gpu: str, at: float, category: str, line: str) -> Incident:
+    """A failed GPU whose evidence is ``line``."""
+    return Incident(iid, f"fp-{iid}", gpu, "accelerator", category, State.FAILED, at, at, evidence=[line])
+
+
 def xid_46(iid: str, gpu: str, at: float) -> Incident:
-    return Incident(iid, f"fp-{iid}", gpu, "accelerator", "gpu_compute", State.FAILED, at, at,
-                    evidence=[f"Xid 46 on {gpu}: GPU timeout (NVIDIA: RESET_GPU; repair: reset)"])
+    return failed_gpu(iid, gpu, at, "gpu_compute", f"Xid 46 on {gpu}: GPU timeout (NVIDIA: RESET_GPU; repair: reset)")
 
 
-def test_reset_validated_and_returned_or_left_for_a_technician(slurm, tmp_path):  # noqa: F811
+def lab_remediation(slurm_conf: str, tmp_path, **repairs) -> tuple[Config, Store, Remediation]:
+    """The daemon's Remediation on the lab, validating with an echo; ``repairs``: [repairs] settings."""
     cfg = Config()
     cfg.guards.max_cluster_fraction = 0.5
     cfg.repairs.output_dir = str(LAB_DIR / "jobs")
     cfg.repairs.validation_command = "echo gpu diag PASS"
-    cfg.repairs.reset_command = "echo reset gpu {gpus} of {node}"
+    for key, value in repairs.items():
+        setattr(cfg.repairs, key, value)
     store = Store(f"sqlite:///{tmp_path / 'state.db'}")
-    rem = Remediation.from_config(cfg, store, SlurmScheduler(slurm.conf))
+    return cfg, store, Remediation.from_config(cfg, store, SlurmScheduler(slurm_conf))
+
+
+def test_reset_validated_and_returned_or_left_for_a_technician(slurm, tmp_path):  # noqa: F811
+    cfg, store, rem = lab_remediation(slurm.conf, tmp_path, reset_command="echo reset gpu {gpus} of {node}")
     store.record_tick([], [xid_46("inc-r1", "node3/gpu2", time.time())], now=time.time())
     until(rem, lambda: bool(rem.repairs.orders(("closed",))) or any(o.state == "open" for o in rem.repairs.orders()))
     (order,) = rem.repairs.orders(None)

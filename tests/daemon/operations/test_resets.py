@@ -31,11 +31,12 @@ def config(tmp_path, command: str = "nvidia-smi --gpu-reset -i {uuids} # {node} 
     return cfg
 
 
-def drained(store: Store, tmp_path, *evidence: str, cfg: Config | None = None, mode: str = "act"):
+def drained(store: Store, tmp_path, *evidence: str, cfg: Config | None = None, mode: str = "act",
+            sched: SimScheduler | None = None):
     """n1 drained for a failed GPU whose evidence is ``evidence`` (an Xid asking for a reset by default)."""
     cfg = cfg or config(tmp_path)
     cfg.guards.mode = mode
-    sched = SimScheduler(["n1", "n2", "n3"])
+    sched = sched or SimScheduler(["n1", "n2", "n3"])
     rem = Remediation.from_config(cfg, store, sched, clock=lambda: sched.now, topology=TOPOLOGY)
     inc = incident("inc-1", "n1/gpu0", "gpu_bus")
     inc.evidence = list(evidence or [XID_46])
