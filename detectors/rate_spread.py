@@ -10,7 +10,6 @@ from __future__ import annotations
 import math
 
 import numpy as np
-from scipy.optimize import minimize
 from scipy.special import gammainc, gammaln
 
 GRID_PER_H = np.logspace(-6.0, 2.0, 129)
@@ -67,6 +66,8 @@ def fit_lognormal(counts: np.ndarray, zeros: float, exposure_h: float, prior_rat
     x0 = (start[0], math.log(start[1])) if start is not None else (posterior.mu0, posterior.ls0)
     found = _newton(posterior, x0[0], min(max(x0[1], LOG_SIGMA[0]), LOG_SIGMA[1]))
     if found is None:
+        from scipy.optimize import minimize  # (here: rarely needed, and importing it costs a process 0.3 s)
+
         best = minimize(lambda x: posterior(float(x[0]), float(np.clip(x[1], *LOG_SIGMA)))[0], np.array(x0),
                         method="Nelder-Mead", options={"xatol": 1e-3, "fatol": 1e-3, "maxiter": 400})
         found = float(best.x[0]), float(np.clip(best.x[1], *LOG_SIGMA))

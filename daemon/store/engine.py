@@ -6,15 +6,17 @@ from __future__ import annotations
 import json
 from importlib import resources
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
-from alembic.config import Config
 from sqlalchemy import event
 from sqlalchemy.engine import Engine
 from sqlalchemy.exc import DisconnectionError, InterfaceError, OperationalError
 from sqlalchemy.exc import TimeoutError as PoolTimeout
 from sqlalchemy.pool import StaticPool
 from sqlmodel import create_engine
+
+if TYPE_CHECKING:
+    from alembic.config import Config
 
 DEFAULT_URL = "sqlite:////var/lib/raswarden/raswarden.db"
 
@@ -131,6 +133,8 @@ def make_engine(url: str, read_only: bool = False) -> Engine:
 
 def alembic_config(engine: Engine) -> Config:
     """Alembic configuration pointing at the packaged migrations and at ``engine``."""
+    from alembic.config import Config  # (imported when a store is opened, not by every process that imports this)
+
     cfg = Config()
     cfg.set_main_option("script_location", str(resources.files("daemon.store") / "migrations"))
     cfg.set_main_option("sqlalchemy.url", engine.url.render_as_string(hide_password=False).replace("%", "%%"))
