@@ -231,7 +231,13 @@ class SlurmScheduler:
         """Reboot ``node`` once it is idle (``scontrol reboot``: slurm.conf's RebootProgram runs on it). A drain it has
         stays; Slurm flags it REBOOT_REQUESTED, then REBOOT_ISSUED, until it registers with a new boot time, and
         appends "reboot timed out" to its reason when it does not within ResumeTimeout."""
-        self._run(["scontrol", "reboot", check_node(node)], f"reboot {node}")
+        try:
+            self._run(["scontrol", "reboot", check_node(node)], f"reboot {node}")
+        except SchedulerError as exc:  # (Slurm 22.05 without a RebootProgram ends its answer "Unspecified error")
+            if exc.retryable or "Admin" in str(exc):  # (a user without Slurm's Admin level is told so already)
+                raise
+            raise SchedulerError(f"{exc} (Slurm refused the reboot: is slurm.conf's RebootProgram set? docs/install.md "
+                                 "§4)", retryable=False) from None
 
     # -- validating a repaired node (ValidationScheduler) --------------------------------------------------------
     def reserve(self, node: str, name: str, duration_s: float) -> None:

@@ -49,3 +49,28 @@ def test_reboot_validated_and_returned_or_left_for_a_technician(slurm, tmp_path)
     for other in ("node1", "node2", "node3"):
         assert slurm.node_state(other) == "idle"  # nothing else in the cluster touched
     store.close()
+
+
+def test_a_slurm_without_a_reboot_program_leaves_the_reboot_to_a_technician(slurm, tmp_path):  # noqa: F811
+    """Slurm refuses ``scontrol reboot`` without slurm.conf's RebootProgram (22.05's answer ends "Unspecified
+    error"): the order goes to a technician at once, saying what to set; the node stays drained, not held."""
+    conf = slurm.conf
+    text = open(conf).read()
+    without = "\n".join(line for line in text.splitlines() if not line.startswith("RebootProgram=")) + "\n"
+    try:
+        open(conf, "w").write(without)
+        slurm.run("scontrol", "reconfigure")
+        slurm.wait(lambda: "RebootProgram           = (null)" in slurm.run("scontrol", "show", "config"), 30)
+        _, store, rem = lab_remediation(slurm.conf, tmp_path, reboot=True)
+        store.record_tick([], [xid_79("inc-b3", "node2/gpu3", time.time())], now=time.time())
+        until(rem, lambda: any("no automatic reboot" in o.expected_why for o in rem.repairs.orders()))
+        (order,) = rem.repairs.orders()
+        assert order.state == "open" and order.expected == "reboot"
+        assert "RebootProgram set? docs/install.md §4" in order.expected_why
+        assert "drain" in SlurmScheduler(slurm.conf).nodes()["node2"].states
+        assert "raswarden-validate-node2" not in slurm.run("scontrol", "show", "reservation")
+        store.close()
+    finally:
+        open(conf, "w").write(text)
+        slurm.run("scontrol", "reconfigure")
+        slurm.wait(lambda: "RebootProgram           = (null)" not in slurm.run("scontrol", "show", "config"), 30)
