@@ -69,7 +69,10 @@ class LevelRules:
         for metric, (limit, _, _) in rates.items():
             if self.baseline and metric not in ("symbol_error_total", "pcs_symbol_error_total"):
                 continue
-            part = np.flatnonzero(np.isin(mcodes, np.flatnonzero(mnames == metric)))
+            code = np.flatnonzero(mnames == metric)  # (a name's code, if the tick has it: names are unique)
+            if not len(code):
+                continue
+            part = np.flatnonzero(mcodes == code[0])
             for entity, increase in zip(enames[ecodes[part]], increases[part]):
                 key = f"{metric}|{entity}"
                 rate = self._hourly.add(key, now, float(increase))

@@ -53,7 +53,7 @@ class EventResolver:
         self.unresolved = 0
         self._xid_last: dict[str, float] = {}
         self._nonzero: set[str] = set()
-        self._masks: tuple[np.ndarray, np.ndarray, np.ndarray] | None = None  # see _gauge_masks
+        self._masks: tuple[np.ndarray, ...] | None = None  # see _gauge_masks
         self._recent_xid: dict[tuple[str, int], tuple[float, str]] = {}
         self._xid_counts: dict[tuple[str, str], float] = {}  # (GPU, xid_count_N) -> its last count
         self.merged = 0
@@ -169,7 +169,7 @@ class EventResolver:
             return []
         codes, names = name_codes(gauges["entity"])
         value, stamp = np.asarray(gauges["value"]), np.asarray(gauges["ts"])
-        known, nonzero = self._gauge_masks(names)
+        known, nonzero, last = self._gauge_masks(names)
         # Only rows that can change something: a non-zero value, a first sight, or a GPU whose last was non-zero.
         watch = np.flatnonzero(((value != 0) | ~known[codes] | nonzero[codes]) & (codes >= 0))
         if len(watch) > 1:  # a gauge holding its value changes nothing: the first row of a run of a GPU's is enough
@@ -178,13 +178,18 @@ class EventResolver:
             held = np.zeros(len(by_gpu), dtype=bool)
             same = (v[1:] == v[:-1]) | (np.isnan(v[1:]) & np.isnan(v[:-1]))
             held[1:] = (codes[by_gpu[1:]] == codes[by_gpu[:-1]]) & same
+            # ... and a GPU's first row that holds the value it last had (a GPU whose last Xid stays on the gauge:
+            # read again every scrape, for the rest of its life)
+            first = np.ones(len(by_gpu), dtype=bool)
+            first[1:] = codes[by_gpu[1:]] != codes[by_gpu[:-1]]
+            held |= first & known[codes[by_gpu]] & (v == last[codes[by_gpu]])
             watch = np.sort(by_gpu[~held])
         out = []
         for i in watch:
             c = codes[i]
             e, v, ts = names[c], float(value[i]), float(stamp[i])
             prev = self._xid_last.get(e)
-            self._xid_last[e] = v
+            self._xid_last[e] = last[c] = v
             known[c] = True
             nonzero[c] = v != 0 and not np.isnan(v)
             if nonzero[c]:
@@ -197,15 +202,16 @@ class EventResolver:
                         "reported by dcgm-exporter DCGM_FI_DEV_XID_ERRORS", "dcgm-exporter", None, None))
         return out
 
-    def _gauge_masks(self, names: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
-        """Which of the names have an Xid gauge reading and which a non-zero one, kept while the names are the same
-        array (see ``name_codes``) and updated with the readings."""
+    def _gauge_masks(self, names: np.ndarray) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
+        """Which of the names have an Xid gauge reading, which a non-zero one, and the last (NaN: none), kept while
+        the names are the same array (see ``name_codes``) and updated with the readings."""
         cached = self._masks
         if cached is None or cached[0] is not names:
             known = np.fromiter((e in self._xid_last for e in names), dtype=bool, count=len(names))
             nonzero = np.fromiter((e in self._nonzero for e in names), dtype=bool, count=len(names))
-            cached = self._masks = (names, known, nonzero)
-        return cached[1], cached[2]
+            last = np.fromiter((self._xid_last.get(e, np.nan) for e in names), dtype=float, count=len(names))
+            cached = self._masks = (names, known, nonzero, last)
+        return cached[1], cached[2], cached[3]
 
     def merge_xids(self, events: pd.DataFrame, now: float) -> pd.DataFrame:
         """Drop an Xid already reported for the same GPU and code by the other source within the window.
