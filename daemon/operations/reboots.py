@@ -172,8 +172,11 @@ class Rebooter:
             return "passed"
         why = self._failure(info, at, booted)
         if why is None:
-            if info is not None and REBOOT not in info.states and not booted and not self._ask(target, orders):
-                return "failed"  # (asked again: not asked yet, a restart between the move and the request)
+            # not asked yet (a restart between the move and the request): asked again, but only on a boot time known
+            # to be older than the request (Slurm shows none for a moment as a rebooted node registers)
+            before = info is not None and info.boot_time is not None and info.boot_time < at - BOOT_SLACK_S
+            if before and REBOOT not in info.states and not self._ask(target, orders):
+                return "failed"
             return None
         self.scheduler.drain(target, f"raswarden: reboot failed (repair order {min(o.id for o in orders)})")
         self.scheduler.release(reservation)

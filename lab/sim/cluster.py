@@ -70,7 +70,7 @@ class SimNode:
     broken_until: float = 0.0
     job: str | None = None
     reserved: str = ""  # a maintenance reservation holds it for raswarden's validation jobs alone
-    boot_time: float | None = None  # None until it reboots (the simulated scheduler does not say before)
+    boot_time: float = -86400.0  # when it last booted (a day before the simulation starts, until it reboots)
     reboot_asked: float | None = None  # when a reboot was asked (it boots reboot_s later), None when none is under way
     speed: float = 1.0  # its slowest GPU's speed against a healthy one (a fail-slow GPU holds back the job)
 

@@ -111,6 +111,14 @@ class Lab:
         self.wait(lambda: all(self.node_state(f"node{n}") == "idle" for n in range(1, 5)), 30)
 
 
+def require_reboots() -> None:
+    """The lab's reboots start a node's slurmd in a time namespace of its own (Linux 5.6, CAP_SYS_ADMIN): without
+    one its boot time never moves and Slurm never sees the reboot done."""
+    ok = shutil.which("unshare") is not None and subprocess.run(
+        ["unshare", "--time", "--fork", "true"], capture_output=True, timeout=30).returncode == 0
+    require(ok, "no time namespaces here (unshare --time): the Slurm lab's nodes cannot reboot")
+
+
 @pytest.fixture(scope="session")
 def slurm_lab():
     require(os.geteuid() == 0 and shutil.which("slurmctld") is not None,

@@ -11,7 +11,7 @@ from daemon.judgement.incidents import Incident
 from daemon.operations.repairs import RepairBook
 from daemon.store import Store
 from detectors.schema import State
-from tests.playbooks.conftest import LAB_DIR, slurm, slurm_lab  # noqa: F401  (fixtures: a real Slurm)
+from tests.playbooks.conftest import LAB_DIR, require_reboots, slurm, slurm_lab  # noqa: F401  (fixtures: a real Slurm)
 from tests.playbooks.test_crash_slurm import follow, lab_config, run_once
 
 def _failed_gpu(tmp_path, slurm_conf: str, repairs: str, category: str, evidence: str):
@@ -113,6 +113,7 @@ def test_sigkill_at_every_step_of_an_automatic_reboot_then_restart(slurm, tmp_pa
     """The node's reboot and the validation after it, killed after the reservation, after the orders moved (before
     Slurm was asked: the restart asks) and after the reboot was seen through: one reboot, one validation job, one
     reservation, the order through each of its states once, no technician."""
+    require_reboots()
     booted = slurm.boot_time("node4")
     config, store, book, ctld_log, ctld_from = _failed_gpu(
         tmp_path, slurm.conf, 'validation_command = "echo diag PASS"\nreboot = true', "gpu_bus",

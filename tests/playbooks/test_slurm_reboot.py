@@ -9,7 +9,7 @@ import time
 
 from daemon.judgement.incidents import Incident
 from playbooks.slurm import SlurmScheduler
-from tests.playbooks.conftest import LAB_DIR, slurm, slurm_lab  # noqa: F401  (fixtures: a real Slurm)
+from tests.playbooks.conftest import LAB_DIR, require_reboots, slurm, slurm_lab  # noqa: F401  (fixtures: a real Slurm)
 from tests.playbooks.test_slurm_repair_loop import until
 from tests.playbooks.test_slurm_reset import failed_gpu, lab_remediation
 
@@ -20,6 +20,7 @@ def xid_79(iid: str, gpu: str, at: float) -> Incident:
 
 
 def test_reboot_validated_and_returned_or_left_for_a_technician(slurm, tmp_path):  # noqa: F811
+    require_reboots()
     cfg, store, rem = lab_remediation(slurm.conf, tmp_path, reboot=True)
     booted = slurm.boot_time("node3")
     store.record_tick([], [xid_79("inc-b1", "node3/gpu1", time.time())], now=time.time())

@@ -6,6 +6,8 @@ beside hands-on work or on a node someone else has taken."""
 
 from __future__ import annotations
 
+import dataclasses
+
 import pytest
 
 from daemon.config import Config, ConfigError, parse
@@ -144,6 +146,26 @@ def test_a_reboot_the_scheduler_did_not_take_is_asked_again(store, tmp_path):
     assert rem.step()["reboots_running"] == 1 and events(sched).count("reboot") == 1
     sched.now += sched.reboot_s
     assert rem.step()["reboots_passed"] == 1
+
+
+def test_a_boot_time_the_scheduler_does_not_show_for_a_moment_is_waited_for_not_asked_again(store, tmp_path):
+    """slurmctld shows BootTime=None for a moment as a rebooted node registers: neither back nor a reason to ask
+    for a second reboot."""
+    class Blank(SimScheduler):
+        blank = 0
+
+        def snapshot(self):
+            state = super().snapshot()
+            if self.blank:
+                self.blank -= 1
+                state.nodes["n1"] = dataclasses.replace(state.nodes["n1"], boot_time=None)
+            return state
+
+    rem, sched = drained(store, tmp_path, sched=Blank(["n1", "n2", "n3"]))
+    sched.now += sched.reboot_s
+    sched.blank = 1
+    assert rem.step()["reboots_running"] == 1 and events(sched).count("reboot") == 1
+    assert rem.step()["reboots_passed"] == 1 and events(sched).count("reboot") == 1
 
 
 class NoRebootProgram(SimScheduler):
