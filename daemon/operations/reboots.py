@@ -16,9 +16,9 @@ validation after the reboot failed. Only a node whose every active order expects
 reboot resets its GPUs too) and at least one a reboot is rebooted (hands-on work waits for the technician); never
 in dry-run or shadow mode, never while the circuit breaker is tripped, never while a job still runs there.
 
-The orders are moved before the scheduler is asked and the request is asked again while the node has not rebooted
-(Slurm's ``scontrol reboot`` of a node already asked is the same request), so a daemon killed between the two
-repeats nothing that took effect.
+The orders are moved before the scheduler is asked, and the request is asked again while the node is not flagged
+REBOOT and its boot time is older than the request (not while the scheduler shows none), so a daemon killed between
+the two asks once and a node that has just rebooted is never asked twice.
 """
 
 from __future__ import annotations
