@@ -85,6 +85,13 @@ class Lab:
             time.sleep(0.25)
         raise AssertionError(f"condition not met within {timeout} s")
 
+    def _slurmd_runs(self, node: str) -> bool:
+        pidfile = self.dir / "run" / f"slurmd-{node}.pid"
+        try:
+            return Path(f"/proc/{int(pidfile.read_text())}/comm").read_text().strip() == "slurmd"
+        except (OSError, ValueError):
+            return False
+
     def boot_time(self, node: str) -> int:
         """When Slurm says ``node`` last booted (a reboot through the lab's RebootProgram moves it on); 0 while it
         does not say (BootTime=None: slurmctld shows that for a moment around a node's new registration)."""
@@ -100,11 +107,15 @@ class Lab:
         self.wait(lambda: not self.run("squeue", "-h").strip(), 30)
         for hang in (self.dir / "reboot").glob("*.hang"):
             hang.unlink()
+        states = dict(line.split() for line in self.run("sinfo", "-h", "-N", "-o", "%N %T").splitlines())
         for n in range(1, 5):
-            subprocess.run(["scontrol", "cancel_reboot", f"node{n}"], env=self.env, capture_output=True, timeout=30)
-            out = subprocess.run([str(LAB), "boot", f"node{n}"], env={**self.env, "LAB_DIR": str(self.dir)},
-                                 capture_output=True, text=True, timeout=60)
-            assert out.returncode == 0, out.stderr
+            if "reboot" in states.get(f"node{n}", ""):  # (a reboot asked and not done: cancelled, so none comes)
+                subprocess.run(["scontrol", "cancel_reboot", f"node{n}"], env=self.env, capture_output=True,
+                               timeout=30)
+            if not self._slurmd_runs(f"node{n}"):  # a node whose reboot hung: powered on again
+                out = subprocess.run([str(LAB), "boot", f"node{n}"], env={**self.env, "LAB_DIR": str(self.dir)},
+                                     capture_output=True, text=True, timeout=60)
+                assert out.returncode == 0, out.stderr
         for n in range(1, 5):
             subprocess.run(["scontrol", "update", f"NodeName=node{n}", "State=RESUME"], env=self.env,
                            capture_output=True, timeout=30)

@@ -38,7 +38,7 @@ def test_reboot_validated_and_returned_or_left_for_a_technician(slurm, tmp_path)
 
     # a node that does not come back: drained again, its order in the queue for a technician
     (LAB_DIR / "reboot" / "node4.hang").touch()
-    cfg.repairs.reboot_timeout_s = 15.0
+    cfg.repairs.reboot_timeout_s = 6.0
     store.record_tick([], [xid_79("inc-b2", "node4/gpu0", time.time())], now=time.time())
     until(rem, lambda: any(o.node == "node4" and o.expected == "inspect" for o in rem.repairs.orders()))
     (failed,) = rem.repairs.orders()
