@@ -97,10 +97,9 @@ class MixedScheduler:
         return callable(getattr(self.part_of_node(node), "reboot", None))
 
     def reboot(self, node: str) -> None:
-        part = self.part_of_node(node)
-        if not callable(getattr(part, "reboot", None)):
+        if not self.can_reboot(node):
             raise SchedulerError(f"reboot {node}: its scheduler cannot reboot a node", retryable=False)
-        part.reboot(node)
+        self.part_of_node(node).reboot(node)
 
     # -- validation (each part that has it) ----------------------------------------------------------------------
     def reserve(self, node: str, name: str, duration_s: float) -> None:

@@ -28,7 +28,7 @@ import time
 
 from daemon.config import RepairsConfig
 from daemon.metrics import NODE_REBOOTS
-from daemon.operations.repairs import RepairBook
+from daemon.operations.repairs import OrderWorker, RepairBook
 from daemon.operations.validation import reservation_name
 from daemon.store import RepairOrderRow
 from playbooks.engine import fault_point
@@ -53,19 +53,13 @@ def was_rebooted(order: RepairOrderRow) -> bool:
     return any(REBOOTED in h for h in order.history)
 
 
-class Rebooter:
+class Rebooter(OrderWorker):
     """Reboots the nodes whose orders expect a reboot, one pass at a time (:meth:`step`)."""
 
     def __init__(self, book: RepairBook, scheduler: Scheduler, cfg: RepairsConfig,
                  scheduler_names: dict[str, str] | None = None, guards: Guards | None = None,
                  breaker=lambda: None, owns=lambda node: True, clock=time.time):
-        self.book = book
-        self.scheduler = scheduler
-        self.cfg = cfg
-        self.scheduler_names = scheduler_names or {}
-        self.guards = guards or Guards()
-        self.breaker = breaker  # the circuit breaker's reason when tripped: no new reboot then
-        self.owns = owns
+        super().__init__(book, scheduler, cfg, scheduler_names, guards, breaker, owns)
         self.clock = clock
 
     @property
@@ -90,7 +84,7 @@ class Rebooter:
                 if not running and not self._due(orders):
                     continue
                 state = state or self.scheduler.snapshot()
-                info = state.nodes.get(self.scheduler_names.get(node, node))
+                info = state.nodes.get(self.target(node))
                 if running:
                     result = self._read(node, running, info)
                     out[f"reboots_{result or 'running'}"] += 1
@@ -116,7 +110,7 @@ class Rebooter:
 
     def _start(self, node: str, orders: list[RepairOrderRow]) -> bool:
         """Hold the node, move its orders, ask for the reboot; whether it is under way."""
-        target = self.scheduler_names.get(node, node)
+        target = self.target(node)
         reservation = reservation_name(target)
         can = getattr(self.scheduler, "can_reboot", None)  # a cluster of several schedulers: not every part can
         if can is not None and not can(target):
@@ -159,7 +153,7 @@ class Rebooter:
     def _read(self, node: str, orders: list[RepairOrderRow], info: NodeInfo | None) -> str | None:
         last = orders[0].history[-1]
         at, reservation = float(last[REBOOT_AT]), last.get("reservation", "")
-        target = self.scheduler_names.get(node, node)
+        target = self.target(node)
         booted = info is not None and info.boot_time is not None and info.boot_time >= at - BOOT_SLACK_S
         if info is not None and REBOOT not in info.states and DOWN not in info.states and booted:
             for o in orders:

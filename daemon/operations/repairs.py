@@ -24,6 +24,7 @@ from daemon.store.repairs import RepairRecords, RepairTransaction
 from daemon.topology import Topology
 from detectors.xid_catalog import vendor_repair
 from playbooks.engine import Action
+from playbooks.guards import Guards
 
 STATES = ("open", "in_progress", "repaired", "validating", "closed")
 ACTIVE = ("open", "in_progress", "repaired", "validating")
@@ -241,3 +242,23 @@ class RepairBook:
                 row.closed_at = now
             tx.save(row)
         return row
+
+
+class OrderWorker:
+    """What raswarden's own repair steps share (an automatic reset, an automatic reboot): the book they move orders
+    in, the scheduler they act through (by its names of the nodes), the guards' mode, the circuit breaker's reason
+    when tripped (no new step then) and the shard's ownership of each node."""
+
+    def __init__(self, book: RepairBook, scheduler, cfg, scheduler_names: dict[str, str] | None = None,
+                 guards: Guards | None = None, breaker=lambda: None, owns=lambda node: True):
+        self.book = book
+        self.scheduler = scheduler
+        self.cfg = cfg
+        self.scheduler_names = scheduler_names or {}
+        self.guards = guards or Guards()
+        self.breaker = breaker
+        self.owns = owns
+
+    def target(self, node: str) -> str:
+        """The node as the scheduler knows it."""
+        return self.scheduler_names.get(node, node)

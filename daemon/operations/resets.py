@@ -25,7 +25,7 @@ import re
 
 from daemon.config import RepairsConfig
 from daemon.metrics import GPU_RESETS
-from daemon.operations.repairs import RepairBook
+from daemon.operations.repairs import OrderWorker, RepairBook
 from daemon.operations.validation import job_output, reservation_name, run_held, tail
 from daemon.store import RepairOrderRow
 from daemon.topology import Topology
@@ -50,20 +50,14 @@ def tried(order: RepairOrderRow) -> bool:
     return any(RESET_JOB in h for h in order.history)
 
 
-class Resetter:
+class Resetter(OrderWorker):
     """Resets the GPUs whose orders expect a reset, one pass at a time (:meth:`step`)."""
 
     def __init__(self, book: RepairBook, scheduler: Scheduler, cfg: RepairsConfig, topology: Topology,
                  scheduler_names: dict[str, str] | None = None, guards: Guards | None = None,
                  breaker=lambda: None, owns=lambda node: True):
-        self.book = book
-        self.scheduler = scheduler
-        self.cfg = cfg
+        super().__init__(book, scheduler, cfg, scheduler_names, guards, breaker, owns)
         self.topology = topology
-        self.scheduler_names = scheduler_names or {}
-        self.guards = guards or Guards()
-        self.breaker = breaker  # the circuit breaker's reason when tripped: no new reset then
-        self.owns = owns
 
     @property
     def enabled(self) -> bool:
@@ -113,7 +107,7 @@ class Resetter:
             gpus.append(local.lstrip("abcdefghijklmnopqrstuvwxyz") or local)
             uuids.append(ids.get("uuid", ""))
             pcis.append(ids.get("pci_bus_id", ""))
-        values = {"node": self.scheduler_names.get(node, node), "gpus": ",".join(gpus),
+        values = {"node": self.target(node), "gpus": ",".join(gpus),
                   "uuids": ",".join(u for u in uuids if u) if all(uuids) else "",
                   "pci_bus_ids": ",".join(p for p in pcis if p) if all(pcis) else ""}
         for key in set(PLACEHOLDER.findall(self.cfg.reset_command)):
@@ -125,7 +119,7 @@ class Resetter:
         return render(self.cfg.reset_command, values)
 
     def _start(self, node: str, orders: list[RepairOrderRow]) -> None:
-        target = self.scheduler_names.get(node, node)
+        target = self.target(node)
         reservation = reservation_name(target)
         try:
             command = self.command(node, orders)
@@ -159,7 +153,7 @@ class Resetter:
             GPU_RESETS.labels("passed").inc()
             log.info("%s: reset passed (job %s), validating next", node, job)
             return "passed"
-        target = self.scheduler_names.get(node, node)
+        target = self.target(node)
         self.scheduler.drain(target, f"raswarden: reset failed (repair order {min(o.id for o in orders)})")
         self.scheduler.release(reservation)
         why = f"automatic reset {outcome.state} (job {job}, exit status {outcome.exit_code}): " + \
