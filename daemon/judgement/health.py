@@ -66,6 +66,8 @@ class EntityHealth:
     top: Evidence | None = None
     restored: bool = False  # restored from the store: held for restore_hold_s from the first tick after
     hold_until: float | None = None
+    # What a tick must bring for this entity to stay exactly as it is (HealthTracker._steady_for); None: not steady
+    steady: tuple | None = None
 
 
 def _combine(evidence: list[Evidence]) -> Evidence:
@@ -125,9 +127,17 @@ class HealthTracker:
         candidates.update(self.freshness.stale(now))
         for entity in sorted(candidates):
             h = self.entities.get(entity)
+            ev = combined.get(entity)
+            if h is not None and h.steady is not None:  # a tick that would change nothing of it: only its top moves
+                if ev is not None:
+                    if h.steady == (ev.level, ev.hard, latched.get(entity, State.HEALTHY)):
+                        if ev.level >= State.SUSPECT:
+                            h.top = ev
+                        continue
+                elif h.steady is _UNSEEN and not self.is_fresh(entity, now):
+                    continue
             if h is None:
                 h = self.entities[entity] = EntityHealth(since=now, window=deque(maxlen=cfg.enter_n))
-            ev = combined.get(entity)
             level = ev.level if ev else State.HEALTHY
             h.window.append(int(level))
             fresh = ev is not None or self.is_fresh(entity, now)
@@ -156,7 +166,33 @@ class HealthTracker:
                     h.top = None
             if h.state == State.HEALTHY and not any(h.window) and entity not in combined:
                 del self.entities[entity]
+            else:
+                h.steady = self._steady_for(h, ev, level, fresh, latched.get(entity, State.HEALTHY))
         return transitions
+
+    def _steady_for(self, h: EntityHealth, ev: Evidence | None, level: State, fresh: bool, latched: State
+                    ) -> tuple | None:
+        """What a tick must bring for ``h`` to come out of it exactly as it is now: the same evidence level, hardness
+        and latched level (``ev`` given), or no evidence and no fresh telemetry (:data:`_UNSEEN`); None when the next
+        tick would move something whatever it brings (a window not yet uniform, a count towards leaving, a state to
+        enter). A large fleet in trouble keeps hundreds of entities flagged for hours; a tick then walks the state
+        machine only of those whose input changed (issue 56)."""
+        window = h.window
+        if h.below or len(window) < (window.maxlen or 0) or any(x != level for x in window):
+            return None
+        if ev is None:
+            if fresh or h.state in (State.HEALTHY, State.SUSPECT):
+                return None
+            return _UNSEEN
+        if not (ev.hard and level == State.FAILED):
+            state = h.state
+            if max(_entered(window, self.config.enter_k), latched) > state:
+                return None
+            if (level == State.HEALTHY) if state == State.FAILED else (level < state):
+                return None
+        elif h.state != State.FAILED:
+            return None
+        return (level, ev.hard, latched)
 
     def _next(self, h: EntityHealth, ev: Evidence | None, level: State, fresh: bool, held: bool = False,
               latched: State = State.HEALTHY) -> State:
@@ -188,6 +224,9 @@ class HealthTracker:
         else:
             h.below = 0
         return state
+
+
+_UNSEEN = ("no evidence", "not fresh")  # EntityHealth.steady of an entity that stays as it is while unobserved
 
 
 def _entered(window: deque, k: int) -> State:

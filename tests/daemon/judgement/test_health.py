@@ -165,3 +165,58 @@ def test_a_restored_state_is_held_while_the_detectors_warm_up():
     changes = [(t, step(tr, t)) for t in range(1000, 2000, 30)]
     cleared = [t for t, out in changes if any(x.new == State.HEALTHY for x in out)]
     assert cleared and 1000 + 600 <= cleared[0] <= 1000 + 600 + 3 * 30
+
+
+class _AlwaysFull(HealthTracker):
+    """A tracker that walks every entity's state machine every tick (no entity is ever taken as steady)."""
+
+    def update(self, now, evidence):
+        for h in self.entities.values():
+            h.steady = None
+        return super().update(now, evidence)
+
+
+def test_steady_entities_skipped_come_out_of_every_tick_as_the_full_walk_leaves_them():
+    """Random inputs held for runs of ticks (so entities sit still for a while: flagged for hours, unobserved,
+    recovering), through a tracker that skips steady entities and one that walks all: the same transitions, states,
+    counts and tops every tick; and the skip is taken (the test would not see a wrong one otherwise)."""
+    import numpy as np
+
+    from daemon.judgement.health import EntityHealth
+
+    cfg = HealthConfig(enter_k=2, enter_n=3, clear_ticks=3, failed_clear_ticks=5, stale_after_s=90,
+                       restore_hold_s=300)
+    walked = {"fast": 0, "full": 0}
+    levels = (State.HEALTHY, State.SUSPECT, State.SUBHEALTHY, State.FAILED)
+    for seed in range(30):
+        rng = np.random.default_rng(seed)
+        trackers = {"fast": HealthTracker(cfg), "full": _AlwaysFull(cfg)}
+        for name, tr in trackers.items():
+            inner = tr._next
+
+            def counted(*a, inner=inner, name=name):
+                walked[name] += 1
+                return inner(*a)
+
+            tr._next = counted
+            tr.entities["n/gpu7"] = EntityHealth(state=State.SUBHEALTHY, since=0.0,
+                                                 window=deque([2, 2, 2], maxlen=3), restored=True)
+        entities = [f"n/gpu{i}" for i in range(8)]
+        inputs = {e: (State.HEALTHY, False, False, True) for e in entities}
+        for t in range(30, 30 * 400, 30):
+            for e in entities:
+                if rng.random() < 0.08:  # a new input for this entity, held until the next change
+                    level = levels[rng.integers(0, 4)]
+                    inputs[e] = (level, bool(rng.random() < 0.3), bool(rng.random() < 0.5), bool(rng.random() < 0.8))
+            evidence = [ev(e, level, hard=hard and level == State.FAILED, latched=latched)
+                        for e, (level, hard, latched, _) in inputs.items() if level != State.HEALTHY]
+            seen = [e for e, (*_, fresh) in inputs.items() if fresh]
+            out = {name: step(tr, t, evidence, seen=seen) for name, tr in trackers.items()}
+            assert out["fast"] == out["full"], (seed, t)
+            fast, full = trackers["fast"].entities, trackers["full"].entities
+            assert fast.keys() == full.keys(), (seed, t)
+            for e in fast:
+                a, b = fast[e], full[e]
+                assert (a.state, a.since, list(a.window), a.below, a.top, a.hold_until) == \
+                    (b.state, b.since, list(b.window), b.below, b.top, b.hold_until), (seed, t, e)
+    assert walked["fast"] < 0.6 * walked["full"], walked
