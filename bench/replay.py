@@ -44,13 +44,48 @@ NODE = ["node_infiniband_symbol_error_total", "node_infiniband_link_error_recove
         "node_infiniband_port_data_received_bytes_total", "node_infiniband_port_data_transmitted_bytes_total",
         "node_infiniband_state_id"]
 
+_PORT_ERRORS_PER_H = {"node_infiniband_symbol_error_total": 0.5, "node_infiniband_link_error_recovery_total": 0.01,
+                      "node_infiniband_link_downed_total": 0.0005, "node_infiniband_port_errors_received_total": 0.2}
 
-def generate(path: Path, hours: float, step: int = 15, nodes: int = 80) -> int:
-    """Write the trace; returns the number of samples."""
+
+def _fleet_values(rng: np.random.Generator, nodes: int, n: int, step: int) -> dict[str, np.ndarray]:
+    """Each DCGM gauge of a healthy fleet at work, [node, gpu, step]: every node runs a job or idles for hours at a
+    time (busy GPUs near 95 % utilisation and 600 W, idle ones near 0 % and 90 W), temperatures follow power with
+    a GPU's own few degrees of slot and a degree of noise, clocks hold their level. What replay of a fleet's recorded
+    telemetry meets; white noise (``--values random``) makes four GPUs in ten flap between sub-healthy and healthy."""
+    hours = np.arange(n) * step / 3600.0
+    busy = np.zeros((nodes, n), dtype=bool)
+    for b in range(nodes):  # a job or an idle spell of 1 to 12 hours, in turn
+        at, state = 0.0, bool(rng.random() < 0.8)
+        while at < hours[-1] + 1:
+            span = rng.uniform(1, 12)
+            busy[b, (hours >= at) & (hours < at + span)] = state
+            at, state = at + span, not state
+    busy = np.repeat(busy[:, None, :], 8, axis=1)
+    shape = busy.shape
+    util = np.where(busy, rng.normal(95, 2, shape).clip(80, 100), rng.normal(0.5, 0.5, shape).clip(0, 5))
+    power = np.where(busy, rng.normal(600, 15, shape), rng.normal(90, 3, shape))
+    slot = rng.normal(0, 2, (nodes, 8, 1))
+    temp = 28 + 0.07 * power + slot + rng.normal(0, 0.7, shape)
+    return {
+        "DCGM_FI_DEV_GPU_UTIL": util.round(), "DCGM_FI_DEV_POWER_USAGE": power.round(3),
+        "DCGM_FI_DEV_GPU_TEMP": temp.round(), "DCGM_FI_DEV_MEMORY_TEMP": (temp + 6 + rng.normal(0, 0.7, shape)).round(),
+        "DCGM_FI_DEV_SM_CLOCK": np.where(busy, 1980, 345) - 15 * rng.integers(0, 2, shape),
+        "DCGM_FI_DEV_MEM_CLOCK": np.full(shape, 2619),
+        "DCGM_FI_DEV_MEM_COPY_UTIL": np.where(busy, rng.integers(20, 60, shape), 0),
+        "DCGM_FI_DEV_FB_USED": np.where(busy, 71_000 + rng.integers(0, 800, shape), 0),
+        "DCGM_FI_DEV_FB_FREE": np.where(busy, 10_000 - rng.integers(0, 800, shape), 81_000),
+    }
+
+
+def generate(path: Path, hours: float, step: int = 15, nodes: int = 80, values: str = "fleet") -> int:
+    """Write the trace; returns the number of samples. ``values``: ``fleet`` (a healthy fleet at work, see
+    :func:`_fleet_values`) or ``random`` (each gauge white noise over its range, the trace before 2026-12-04)."""
     rng = np.random.default_rng(7)
     t0 = 1772409600
     n = int(hours * 3600 / step)
     ts = [str(t0 + step * (i + 1)) for i in range(n)]
+    fleet = _fleet_values(rng, nodes, n, step) if values == "fleet" else None
     total = 0
     with open(path, "w") as fh:
         for m in DCGM:
@@ -62,11 +97,15 @@ def generate(path: Path, hours: float, step: int = 15, nodes: int = 80) -> int:
                               f'{0x18 + 0x10 * g:02X}:00.0",device="nvidia{g}",modelName="NVIDIA H100 80GB HBM3",'
                               f'Hostname="{host}",DCGM_FI_DRIVER_VERSION="550.90.07"')
                     if m.endswith("CONSUMPTION"):
-                        vals = np.cumsum(rng.integers(9_000_000, 12_000_000, n)).astype(str)
+                        per_step = (fleet["DCGM_FI_DEV_POWER_USAGE"][b, g] * step * 1000).astype(np.int64) if fleet \
+                            else rng.integers(9_000_000, 12_000_000, n)
+                        vals = np.cumsum(per_step).astype(str)
                     elif m.endswith("COUNTER"):
                         vals = np.cumsum(rng.poisson(0.01, n)).astype(str)
                     elif m.endswith("XID_ERRORS"):
                         vals = np.zeros(n, dtype=np.int64).astype(str)
+                    elif fleet is not None:
+                        vals = np.char.mod("%g", fleet[m][b, g])
                     elif m.endswith("TEMP"):
                         vals = rng.integers(45, 75, n).astype(str)
                     else:
@@ -83,8 +122,9 @@ def generate(path: Path, hours: float, step: int = 15, nodes: int = 80) -> int:
                         vals = np.full(n, 4).astype(str)
                     elif "bytes" in m:
                         vals = np.cumsum(rng.integers(10**11, 2 * 10**11, n)).astype(str)
-                    else:
-                        vals = np.cumsum(rng.poisson(0.002, n)).astype(str)
+                    else:  # a healthy link's errors an hour (white noise: 0.002 a sample, 11 link downs a day at 15 s)
+                        lam = 0.002 if fleet is None else _PORT_ERRORS_PER_H[m] * step / 3600
+                        vals = np.cumsum(rng.poisson(lam, n)).astype(str)
                     fh.write("".join(f"{prefix}{v} {t}\n" for v, t in zip(vals, ts)))
                     total += n
         fh.write("# EOF\n")
@@ -139,6 +179,9 @@ def main() -> None:
     ap.add_argument("--hours", type=float, default=24.0, help="trace length (default 24)")
     ap.add_argument("--step", type=int, default=15, help="seconds between samples (default 15; 300: 5-minute data)")
     ap.add_argument("--nodes", type=int, default=80, help="blades of 8 GPUs and 4 ports (default 80: 640 GPUs)")
+    ap.add_argument("--values", choices=("fleet", "random"), default="fleet",
+                    help="the gauges: a healthy fleet at work (default) or white noise over each range (the trace "
+                         "before 2026-12-04: four GPUs in ten flap between sub-healthy and healthy)")
     ap.add_argument("--workdir", type=Path, default=None, help="where to write the trace (default a temp dir)")
     ap.add_argument("--out", type=Path, default=ROOT / "bench" / "results" / "replay.json")
     ap.add_argument("--phase", nargs=3, metavar=("NAME", "PATH", "EXTRA"), help=argparse.SUPPRESS)
@@ -148,11 +191,12 @@ def main() -> None:
         return
     work = Path(args.workdir or tempfile.mkdtemp(prefix="raswarden-bench-"))
     work.mkdir(parents=True, exist_ok=True)
-    results: dict = {"hours": args.hours, "step_s": args.step, "nodes": args.nodes, "cpu": os.cpu_count(),
+    results: dict = {"hours": args.hours, "step_s": args.step, "nodes": args.nodes, "values": args.values,
+                     "cpu": os.cpu_count(),
                      "python": sys.version.split()[0]}
     om = work / "trace.om"
     t = time.perf_counter()
-    results["samples"] = generate(om, args.hours, args.step, args.nodes)
+    results["samples"] = generate(om, args.hours, args.step, args.nodes, args.values)
     results["generate_s"] = round(time.perf_counter() - t, 1)
     results["file_mb"] = round(om.stat().st_size / 1e6)
     print(f"generated {results['samples']:,} samples ({results['file_mb']:,} MB) in {results['generate_s']} s",
@@ -173,7 +217,7 @@ def main() -> None:
     by = {r["phase"]: r for r in rows}
     # Memory independence: the same replay on a quarter of the trace.
     short = work / "short.om"
-    generate(short, args.hours / 4, args.step, args.nodes)
+    generate(short, args.hours / 4, args.step, args.nodes, args.values)
     run_phase(__file__, "convert", str(short), str(work / "short-long"))
     quarter = run_phase(__file__, "replay_parquet", str(work / "short-long" / "samples.parquet"), str(work / "spill-q"))
     results["phases"] = rows
