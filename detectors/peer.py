@@ -44,6 +44,14 @@ _METRICS = ("gpu_temp_c", "hbm_temp_c", "power_w", "sm_clock_mhz", "gpu_util_pct
 _TICK_MEAN = np.array([m in ("gpu_temp_c", "hbm_temp_c", "power_w") for m in _METRICS])
 
 
+def _slope(x: np.ndarray, y: np.ndarray) -> float:
+    """The least-squares slope of ``y`` on ``x`` (``x`` not constant), in closed form about the means: what
+    ``np.polyfit(x, y, 1)[0]`` gives to 1e-15 of it, at an eighth of the cost (its SVD was 5 % of a 640-GPU fleet's
+    closed loop)."""
+    dx = x - x.mean()
+    return float(dx @ (y - y.mean()) / (dx @ dx))
+
+
 def chip_word(entity: str, models=None) -> str:
     """What the vendor calls the accelerator: NPU (Ascend), DCU (Hygon), GPU."""
     local = entity.split("/", 1)[-1]
@@ -289,7 +297,7 @@ class PeerDeviation:
         if ok.sum() < 4:
             found = None
         else:
-            slope = np.polyfit(p[ok], t[ok], 1)[0] if np.ptp(p[ok]) > 50 else 0.0
+            slope = _slope(p[ok], t[ok]) if np.ptp(p[ok]) > 50 else 0.0
             # The node's median includes the GPU itself: with eight peers one hot GPU cannot move it.
             level = np.where(ok, t - slope * p, np.nan)
             residual, _ = self._residual(codes, level)
