@@ -485,6 +485,7 @@ def _scheduler_part(kind: str, sc: dict[str, Any], where: str) -> dict[str, Any]
         out["eviction_deadline_s"] = _take(sc, "eviction_deadline_s", float, where, 600.0)
         out["validation_namespace"] = _take(sc, "validation_namespace", str, where, "raswarden")
         out["validation_image"] = _take(sc, "validation_image", str, where, "")
+        out["reboot_command"] = _take(sc, "reboot_command", str, where, "")  # "": no automatic reboot there
         policies = {"*": _take(sc, "default_policy", str, where, "evict"),
                     **{str(k): str(v) for k, v in _take(sc, "namespace_policies", dict, where, {}).items()}}
         try:

@@ -43,8 +43,9 @@ from dataclasses import dataclass, field
 from typing import Any
 
 from playbooks import kubernetes_nodes as kn
+from playbooks.kubernetes_reboot import REBOOT_ASKED_AT, REBOOT_FROM, RebootOnKubernetes, reboot_job_name, reboot_state
 from playbooks.kubernetes_validation import DRAINED_AT, RESERVED, RETURNING, VALIDATION_LABEL, ValidationOnKubernetes
-from playbooks.scheduler import DRAIN, ClusterState, JobInfo, NodeInfo, SchedulerError
+from playbooks.scheduler import DRAIN, REBOOT, ClusterState, JobInfo, NodeInfo, SchedulerError
 
 CHECKPOINT_OPT_IN = "raswarden.io/checkpoint"
 CHECKPOINT_REQUEST = "raswarden.io/checkpoint-request"
@@ -118,7 +119,7 @@ def _pod(raw: Any) -> _Pod:
 
 
 @dataclass
-class KubernetesScheduler(ValidationOnKubernetes):
+class KubernetesScheduler(ValidationOnKubernetes, RebootOnKubernetes):
     """A cluster through its API server (``api``: a ``kubernetes.client.ApiClient``)."""
 
     api: Any
@@ -128,6 +129,7 @@ class KubernetesScheduler(ValidationOnKubernetes):
     timeout_s: float = 30.0  # one call to the API server at most (a stopped one holds a pass no longer)
     validation_namespace: str = "raswarden"
     validation_image: str = ""  # the image the validation command runs in (the node's own tools: dcgmi, nccl-tests)
+    reboot_command: str = ""  # what a privileged pod on a node runs to reboot its host ("": no automatic reboot)
     clock: Callable[[], float] = time.time
     _retry_at: dict[str, tuple[float, float]] = field(default_factory=dict)  # node -> (next try, pause) after a 429
 
@@ -181,13 +183,24 @@ class KubernetesScheduler(ValidationOnKubernetes):
             raise kn._error(exc, "list nodes") from None
         pods = self._pods()
         nodes = {}
+        jobs = None  # raswarden's reboot Jobs, listed once a node waits for one
         for raw in raw_nodes:
             info = kn.node_info(raw)
+            pending, boot_time = reboot_state(raw)
+            states, booting = info.states, ""
+            if pending:
+                jobs = self.pending_reboots() if jobs is None else jobs
+                asked_from = (raw.metadata.annotations or {})[REBOOT_FROM]
+                if reboot_job_name(info.name, asked_from) in jobs:
+                    states, booting = states | {REBOOT}, "reboot Job"
+                else:  # asked, its Job never made (a restart between the two): older than the request, asked again
+                    boot_time = float((raw.metadata.annotations or {})[REBOOT_ASKED_AT]) - 2.0
+            left = ""
             if DRAIN in info.states and info.reason_set_by == "raswarden":
                 left = self._left_to_evict(raw, [p for p in pods if p.node == info.name], taken)
-                if left:
-                    info = NodeInfo(info.name, info.states, info.reason, info.reason_set_by, info.boot_time,
-                                    info.booting, draining=left)
+            if left or boot_time is not None or booting:
+                info = NodeInfo(info.name, frozenset(states), info.reason, info.reason_set_by, boot_time, booting,
+                                draining=left)
             nodes[info.name] = info
         return ClusterState(taken, nodes, self._jobs(pods))
 
@@ -282,7 +295,7 @@ class KubernetesScheduler(ValidationOnKubernetes):
                                           "once its validation passes")
             return
         ours = kn.REASON_ANNOTATION in annotations
-        kn.resume(self.core, node, extra_annotations=(DRAINED_AT,))
+        kn.resume(self.core, node, extra_annotations=(DRAINED_AT, REBOOT_FROM, REBOOT_ASKED_AT))
         self._retry_at.pop(node, None)
         if ours:
             self._condition(node, "False", "Returned", "returned to service by raswarden")

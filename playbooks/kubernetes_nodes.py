@@ -133,8 +133,20 @@ def _error(exc: Any, what: str) -> SchedulerError:
     if exc.status in (401, 403):
         return SchedulerError(f"{what}: the API server refused raswarden ({exc.status} {exc.reason}): its service "
                               "account needs the ClusterRole raswarden ships", retryable=False)
-    return SchedulerError(f"{what}: {exc.status} {exc.reason}", retryable=exc.status == _CONFLICT
-                          or exc.status == 429 or (exc.status or 0) >= 500)
+    said = _status_message(exc)
+    return SchedulerError(f"{what}: {exc.status} {exc.reason}" + (f": {said}" if said else ""),
+                          retryable=exc.status == _CONFLICT or exc.status == 429 or (exc.status or 0) >= 500)
+
+
+def _status_message(exc: Any) -> str:
+    """The API server's own words in its answer (a Status object's ``message``: which field it refused and why)."""
+    import json
+
+    try:
+        body = json.loads(exc.body or "")
+    except (TypeError, ValueError):
+        return ""
+    return str(body.get("message", ""))[:500] if isinstance(body, dict) else ""
 
 
 def _taint_dict(t: Any) -> dict:

@@ -7,6 +7,7 @@ import re
 from typing import Any
 
 from playbooks import kubernetes_nodes as kn
+from playbooks.kubernetes_reboot import REBOOT_ASKED_AT, REBOOT_FROM
 from playbooks.scheduler import JobOutcome, SchedulerError
 
 RESERVED = "raswarden.io/reserved"  # (node annotation) the name of raswarden's validation hold on it
@@ -55,7 +56,8 @@ class ValidationOnKubernetes:
         for raw in held:
             node = raw.metadata.name
             if RETURNING in (raw.metadata.annotations or {}):
-                kn.resume(self.core, node, extra_annotations=(DRAINED_AT, RESERVED, RETURNING))
+                kn.resume(self.core, node, extra_annotations=(DRAINED_AT, RESERVED, RETURNING, REBOOT_FROM,
+                                                              REBOOT_ASKED_AT))
                 self._retry_at.pop(node, None)
                 self._condition(node, "False", "Returned", f"validation {name} passed: returned to service")
                 self._event(node, "Resume", f"validation hold {name} released: returned to service")

@@ -9,7 +9,8 @@
 #        account is not bound to is refused by the server itself. Prints the lab directory, which holds
 #        admin.kubeconfig, ca.crt and the servers' logs. No kubelet, scheduler or controller manager runs: the tests
 #        write what those would (pod phases, a PodDisruptionBudget's status); the ServiceAccount admission plugin is
-#        off (without the controller manager no namespace has its default service account).
+#        off (without the controller manager no namespace has its default service account). Privileged pods are
+#        allowed (--allow-privileged, as kubeadm sets it): raswarden's reboot Job is one.
 # down:  stops both and removes the lab's state.
 set -euo pipefail
 ROOT=$(cd "$(dirname "$0")/.." && pwd)
@@ -72,7 +73,7 @@ case "${1:-}" in
       --token-auth-file tokens.csv --authorization-mode RBAC \
       --service-account-key-file sa.pub --service-account-signing-key-file sa.key \
       --service-account-issuer https://kubernetes.default.svc --service-cluster-ip-range 10.96.0.0/16 \
-      --disable-admission-plugins ServiceAccount \
+      --disable-admission-plugins ServiceAccount --allow-privileged=true \
       > apiserver.log 2>&1 < /dev/null &
     echo $! > apiserver.pid
     for _ in $(seq 1 240); do

@@ -62,7 +62,8 @@ def _one_scheduler(sc: dict) -> Scheduler | None:
                                                    eviction_deadline_s=sc["eviction_deadline_s"],
                                                    timeout_s=sc["timeout_s"],
                                                    validation_namespace=sc["validation_namespace"],
-                                                   validation_image=sc["validation_image"])
+                                                   validation_image=sc["validation_image"],
+                                                   reboot_command=sc["reboot_command"])
     return None
 
 

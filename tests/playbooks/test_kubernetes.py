@@ -9,7 +9,7 @@ import pytest
 from playbooks.kubernetes import (CHECKPOINT_ACK, CHECKPOINT_OPT_IN, CHECKPOINT_REQUEST, DRAINED_AT,
                                   KubernetesScheduler, NamespacePolicy)
 from playbooks.kubernetes_nodes import REASON_ANNOTATION
-from playbooks.scheduler import DRAIN, SchedulerError
+from playbooks.scheduler import DRAIN, REBOOT, SchedulerError
 
 STAMP = "2026-12-04T00:00:00Z"
 
@@ -318,6 +318,9 @@ def test_the_shipped_cluster_role_is_enough_for_every_action_and_nothing_more(ku
     assert sched.job_outcome(job).state == "pending"
     sched.release("raswarden-check-kf-1")
     assert not kube_lab.core.read_node("kf-1").spec.unschedulable
+    sched.reboot_command = "chroot /host systemctl reboot"
+    sched.reboot("kf-1")  # a reboot Job, and the snapshot then lists raswarden's reboot Jobs
+    assert REBOOT in sched.snapshot().nodes["kf-1"].states
 
     core = client.CoreV1Api(sched.api)
     for forbidden in (lambda: core.delete_namespace("k8s-f"), lambda: core.list_secret_for_all_namespaces(),
