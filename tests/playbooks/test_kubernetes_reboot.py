@@ -68,20 +68,20 @@ def _reboot_jobs(kube_lab, ns: str = NS) -> list:
 def test_reboot_by_a_job_on_the_node_validated_and_returned(kube_lab, tmp_path):
     _namespace(kube_lab, NS)
     for n in range(1, 5):
-        _node(kube_lab, f"kb-{n}")
-        _boot(kube_lab, f"kb-{n}", f"{n}0000000-aaaa-4bbb-8ccc-000000000000")
+        _node(kube_lab, f"rba-{n}")
+        _boot(kube_lab, f"rba-{n}", f"{n}0000000-aaaa-4bbb-8ccc-000000000000")
     store, sched, rem = _remediation(kube_lab, tmp_path, NS)
-    store.record_tick([], [_xid_79("inc-k1", "kb-1/gpu2", time.time())], now=time.time())
+    store.record_tick([], [_xid_79("inc-k1", "rba-1/gpu2", time.time())], now=time.time())
     _until(rem, lambda: bool(_reboot_jobs(kube_lab)))
     (job,) = _reboot_jobs(kube_lab)
     pod = job.spec.template.spec
-    assert pod.node_name == "kb-1" and pod.host_pid and pod.containers[0].security_context.privileged
+    assert pod.node_name == "rba-1" and pod.host_pid and pod.containers[0].security_context.privileged
     assert pod.containers[0].command == ["/bin/sh", "-c", COMMAND]
     assert pod.containers[0].volume_mounts[0].mount_path == "/host" and pod.volumes[0].host_path.path == "/"
     assert job.spec.backoff_limit == 0
-    node = kube_lab.core.read_node("kb-1")
+    node = kube_lab.core.read_node("rba-1")
     assert node.spec.unschedulable and node.metadata.annotations[REBOOT_FROM].startswith("10000000")
-    assert REBOOT in sched.snapshot().nodes["kb-1"].states
+    assert REBOOT in sched.snapshot().nodes["rba-1"].states
     rem.step()
     rem.step()
     assert len(_reboot_jobs(kube_lab)) == 1  # asked once while it reboots
@@ -90,7 +90,7 @@ def test_reboot_by_a_job_on_the_node_validated_and_returned(kube_lab, tmp_path):
 
     _job_status(kube_lab, NS, job.metadata.name, DONE)  # the pod ran the command; the host went down and came back
     back = time.strftime("%Y-%m-%dT%H:%M:%SZ", time.gmtime(time.time() + 1))
-    _boot(kube_lab, "kb-1", "1bbbbbbb-aaaa-4bbb-8ccc-000000000000", ready_at=back)
+    _boot(kube_lab, "rba-1", "1bbbbbbb-aaaa-4bbb-8ccc-000000000000", ready_at=back)
     _until(rem, lambda: rem.repairs.order(order.id).state == "validating")
     assert "rebooted by raswarden" in rem.repairs.order(order.id).history[2]["note"]
     validation = rem.repairs.order(order.id).history[-1]["job_name"]
@@ -98,10 +98,10 @@ def test_reboot_by_a_job_on_the_node_validated_and_returned(kube_lab, tmp_path):
     _until(rem, lambda: rem.repairs.order(order.id).state == "closed")
     assert [(h["to"], h["by"]) for h in rem.repairs.order(order.id).history] == [
         (s, "raswarden") for s in ("open", "in_progress", "repaired", "validating", "closed")]
-    node = kube_lab.core.read_node("kb-1")
+    node = kube_lab.core.read_node("rba-1")
     assert not node.spec.unschedulable  # back in service, no technician
     assert not {REBOOT_FROM, REBOOT_ASKED_AT} & set(node.metadata.annotations or {})
-    for other in ("kb-2", "kb-3", "kb-4"):
+    for other in ("rba-2", "rba-3", "rba-4"):
         assert not kube_lab.core.read_node(other).spec.unschedulable
     store.close()
 
@@ -110,29 +110,29 @@ def test_a_node_that_does_not_reboot_is_left_for_a_technician_and_a_lost_request
     ns = NS + "-2"
     _namespace(kube_lab, ns)
     for n in range(1, 5):
-        _node(kube_lab, f"kc-{n}")
-        _boot(kube_lab, f"kc-{n}", f"{n}0000000-aaaa-4bbb-8ccc-111111111111")
+        _node(kube_lab, f"rbb-{n}")
+        _boot(kube_lab, f"rbb-{n}", f"{n}0000000-aaaa-4bbb-8ccc-111111111111")
     store, sched, rem = _remediation(kube_lab, tmp_path, ns, timeout_s=3.0)
     # a request whose Job was never made (raswarden stopped between the two): older than the request, asked again
-    kube_lab.core.patch_node("kc-2", {"metadata": {"annotations": {
+    kube_lab.core.patch_node("rbb-2", {"metadata": {"annotations": {
         REBOOT_FROM: "20000000-aaaa-4bbb-8ccc-111111111111", REBOOT_ASKED_AT: f"{time.time() - 60:.0f}"}}})
-    info = sched.snapshot().nodes["kc-2"]
+    info = sched.snapshot().nodes["rbb-2"]
     assert REBOOT not in info.states and info.boot_time is not None and info.boot_time < time.time() - 60
-    sched.reboot("kc-2")
-    assert [j.spec.template.spec.node_name for j in _reboot_jobs(kube_lab, ns)] == ["kc-2"]
-    assert REBOOT in sched.snapshot().nodes["kc-2"].states
+    sched.reboot("rbb-2")
+    assert [j.spec.template.spec.node_name for j in _reboot_jobs(kube_lab, ns)] == ["rbb-2"]
+    assert REBOOT in sched.snapshot().nodes["rbb-2"].states
     kube_lab.batch.delete_namespaced_job(_reboot_jobs(kube_lab, ns)[0].metadata.name, ns)
 
     # a node whose boot id never moves: cordoned again for a technician once the timeout passes
-    store.record_tick([], [_xid_79("inc-k2", "kc-1/gpu0", time.time())], now=time.time())
-    _until(rem, lambda: any(j.spec.template.spec.node_name == "kc-1" for j in _reboot_jobs(kube_lab, ns)))
+    store.record_tick([], [_xid_79("inc-k2", "rbb-1/gpu0", time.time())], now=time.time())
+    _until(rem, lambda: any(j.spec.template.spec.node_name == "rbb-1" for j in _reboot_jobs(kube_lab, ns)))
     deadline = time.monotonic() + 30
     while not any(o.expected == "inspect" for o in rem.repairs.orders()) and time.monotonic() < deadline:
         rem.step()
         time.sleep(0.5)
     (order,) = rem.repairs.orders()
     assert order.state == "open" and order.expected == "inspect" and "not back" in order.evidence[-1]
-    node = kube_lab.core.read_node("kc-1")
+    node = kube_lab.core.read_node("rbb-1")
     assert node.spec.unschedulable
     assert "raswarden: reboot failed" in node.metadata.annotations["raswarden.io/drain-reason"]
     store.close()
@@ -141,18 +141,18 @@ def test_a_node_that_does_not_reboot_is_left_for_a_technician_and_a_lost_request
 def test_a_cluster_without_a_reboot_command_leaves_the_reboot_to_a_technician(kube_lab, tmp_path):
     _namespace(kube_lab, "k8s-rb-3")
     for n in range(1, 5):
-        _node(kube_lab, f"kd-{n}")
+        _node(kube_lab, f"rbc-{n}")
     cfg = Config()
     cfg.guards.max_cluster_fraction = 0.5
     cfg.repairs.reboot = True
     store = Store(f"sqlite:///{tmp_path / 'none.db'}")
     sched = KubernetesScheduler(kube_lab.api, validation_namespace="k8s-rb-3", validation_image="diag:1")
     rem = Remediation.from_config(cfg, store, sched)
-    store.record_tick([], [_xid_79("inc-k3", "kd-1/gpu1", time.time())], now=time.time())
+    store.record_tick([], [_xid_79("inc-k3", "rbc-1/gpu1", time.time())], now=time.time())
     _until(rem, lambda: any("no automatic reboot" in o.expected_why for o in rem.repairs.orders()))
     (order,) = rem.repairs.orders()
     assert order.state == "open" and order.expected == "reboot"
     assert "[scheduler] reboot_command" in order.expected_why
-    assert kube_lab.core.read_node("kd-1").spec.unschedulable
+    assert kube_lab.core.read_node("rbc-1").spec.unschedulable
     assert not kube_lab.batch.list_namespaced_job("k8s-rb-3").items
     store.close()
