@@ -761,9 +761,25 @@ def _samples_by_step(chunk: SimChunk, families: list, metric_index: dict, n_g: i
             np.concatenate(values)[rows, steps])
 
 
+def _stamp_ranks(stamps: dict) -> dict:
+    """Each source's stamps (``[rows x steps]``) as their ranks among all the chunk's stamps, equal stamps one rank: a
+    stable sort of the samples by rank is the stable sort by stamp, of small integers (radix) instead of floats (a
+    chunk has a few stamps a node and step, and tens of thousands of samples)."""
+    keys = list(stamps)
+    flat = [np.asarray(stamps[k]).ravel() for k in keys]
+    uniq, inverse = np.unique(np.concatenate(flat), return_inverse=True)
+    inverse = inverse.astype(np.int16 if len(uniq) < 2 ** 15 else np.int64)
+    out, at = {}, 0
+    for k, f in zip(keys, flat):
+        out[k] = inverse[at:at + len(f)].reshape(np.shape(stamps[k]))
+        at += len(f)
+    return out
+
+
 def _samples_by_stamp(chunk: SimChunk, families: list, metric_index: dict, stamps: dict, n_g: int) -> tuple:
     """Every family's samples in the order of their scrape stamps (each exporter's own, lab.sim.observe)."""
-    parts_ts, parts_e, parts_m, parts_v = [], [], [], []
+    parts_ts, parts_rank, parts_e, parts_m, parts_v = [], [], [], [], []
+    ranks = _stamp_ranks(stamps)
     where: dict[bytes, tuple[np.ndarray, np.ndarray]] = {}  # the families share a few presence patterns
     for family in families:
         arr, present, offset = _family_arrays(chunk, family, n_g)
@@ -772,10 +788,11 @@ def _samples_by_stamp(chunk: SimChunk, families: list, metric_index: dict, stamp
             where[key] = np.nonzero(present.T)  # step-major: already in time order within the metric
         steps, rows = where[key]
         parts_ts.append(stamps[family[2]][rows, steps])
+        parts_rank.append(ranks[family[2]][rows, steps])
         parts_e.append(rows + offset)
         parts_m.append(np.full(len(rows), metric_index[family[0]]))
         parts_v.append(arr[rows, steps])
     ts = np.concatenate(parts_ts)
-    order = np.argsort(ts, kind="stable")
+    order = np.argsort(np.concatenate(parts_rank), kind="stable")
     return (ts[order], np.concatenate(parts_e)[order], np.concatenate(parts_m)[order],
             np.concatenate(parts_v)[order])
