@@ -198,9 +198,8 @@ class KubernetesScheduler(ValidationOnKubernetes, RebootOnKubernetes):
             left = ""
             if DRAIN in info.states and info.reason_set_by == "raswarden":
                 left = self._left_to_evict(raw, [p for p in pods if p.node == info.name], taken)
-            if left or boot_time is not None or booting:
-                info = NodeInfo(info.name, frozenset(states), info.reason, info.reason_set_by, boot_time, booting,
-                                draining=left)
+            info = NodeInfo(info.name, frozenset(states), info.reason, info.reason_set_by, boot_time, booting,
+                            draining=left, reboot_asked=pending)
             nodes[info.name] = info
         return ClusterState(taken, nodes, self._jobs(pods))
 

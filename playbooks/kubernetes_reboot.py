@@ -12,7 +12,8 @@ The request is one patch of the node's annotations (:data:`REBOOT_FROM`, the boo
 :data:`REBOOT_ASKED_AT`), then the Job, named by the node and that boot id, so asking again is the same request. A
 node whose boot id is still the one asked from is ``reboot`` (:data:`playbooks.scheduler.REBOOT`) while its Job exists;
 without the Job (a restart between the patch and the Job) its boot time is given as older than the request, so
-daemon/operations/reboots.py asks again. Once the boot id moved, the node's ``boot_time`` is when its kubelet said it
+daemon/operations/reboots.py asks again, as it does where no request is pending at all (``NodeInfo.reboot_asked``
+false: raswarden stopped before it asked). Once the boot id moved, the node's ``boot_time`` is when its kubelet said it
 was ready again (the request's time if that is older: the kubelet does not say when the host booted). A node returned
 to service loses the annotations.
 """

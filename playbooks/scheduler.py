@@ -35,6 +35,9 @@ class NodeInfo:
     booting: str = ""  # the scheduler's flag while it reboots or powers the node up ("REBOOT_ISSUED"); "" when not
     # what raswarden's drain of the node has still to do ("3 pods to evict ..."; Kubernetes); "" once it is whole
     draining: str = ""
+    # whether a reboot raswarden asked for is pending there, where the scheduler keeps the request itself (Kubernetes:
+    # the node's annotations); None where it does not say (Slurm: its REBOOT flag and the boot time say it)
+    reboot_asked: bool | None = None
 
     @property
     def available(self) -> bool:

@@ -167,8 +167,10 @@ class Rebooter(OrderWorker):
         why = self._failure(info, at, booted)
         if why is None:
             # not asked yet (a restart between the move and the request): asked again, but only on a boot time known
-            # to be older than the request (Slurm shows none for a moment as a rebooted node registers)
-            before = info is not None and info.boot_time is not None and info.boot_time < at - BOOT_SLACK_S
+            # to be older than the request (Slurm shows none for a moment as a rebooted node registers), or where the
+            # scheduler keeps the request itself and has none (Kubernetes) with no boot since it
+            before = info is not None and ((info.boot_time is not None and info.boot_time < at - BOOT_SLACK_S) or (
+                info.reboot_asked is False and info.boot_time is None))
             if before and REBOOT not in info.states and not self._ask(target, orders):
                 return "failed"
             return None

@@ -1,7 +1,8 @@
 """Automatic reboots on Kubernetes, on a real kube-apiserver, through the daemon's own Remediation: a node whose Xid
 asks for a reboot is rebooted by a privileged Job pinned to it, seen back by its kubelet's new boot id, validated, and
 uncordoned with no technician; a node whose boot id never moves is cordoned for a technician expecting an inspection;
-a reboot asked whose Job was never made is asked again; a cluster without a reboot command leaves it to a technician.
+a reboot asked whose Job was never made is asked again, as is one lost before it was asked; a cluster without a
+reboot command leaves it to a technician.
 No kubelet runs in the lab: the tests write what one would (a new boot id, Ready again) and what the Job controller
 would."""
 
@@ -16,7 +17,7 @@ from daemon.store import Store
 from detectors.schema import State
 from playbooks.kubernetes import KubernetesScheduler
 from playbooks.kubernetes_reboot import REBOOT_ASKED_AT, REBOOT_FROM, REBOOT_LABEL
-from playbooks.scheduler import REBOOT
+from playbooks.scheduler import REBOOT, SchedulerError
 from tests.playbooks.test_kubernetes import STAMP, _job_status, _namespace, _node
 
 NS = "k8s-rb"
@@ -61,15 +62,25 @@ def _until(rem, cond) -> None:
     raise AssertionError([(o.state, o.history[-1]) for o in rem.repairs.orders(None)])
 
 
+def _first_boot(node: str) -> str:
+    """The boot id a test's node starts with."""
+    return f"{node[-1]}0000000-aaaa-4bbb-8ccc-{node.encode().hex()[-12:]:0>12}"
+
+
+def _cluster(kube_lab, ns: str, prefix: str) -> None:
+    """A namespace for raswarden's Jobs and four nodes ``prefix-1..4``, each booted once."""
+    _namespace(kube_lab, ns)
+    for n in range(1, 5):
+        _node(kube_lab, f"{prefix}-{n}")
+        _boot(kube_lab, f"{prefix}-{n}", _first_boot(f"{prefix}-{n}"))
+
+
 def _reboot_jobs(kube_lab, ns: str = NS) -> list:
     return kube_lab.batch.list_namespaced_job(ns, label_selector=REBOOT_LABEL).items
 
 
 def test_reboot_by_a_job_on_the_node_validated_and_returned(kube_lab, tmp_path):
-    _namespace(kube_lab, NS)
-    for n in range(1, 5):
-        _node(kube_lab, f"rba-{n}")
-        _boot(kube_lab, f"rba-{n}", f"{n}0000000-aaaa-4bbb-8ccc-000000000000")
+    _cluster(kube_lab, NS, "rba")
     store, sched, rem = _remediation(kube_lab, tmp_path, NS)
     store.record_tick([], [_xid_79("inc-k1", "rba-1/gpu2", time.time())], now=time.time())
     _until(rem, lambda: bool(_reboot_jobs(kube_lab)))
@@ -80,7 +91,7 @@ def test_reboot_by_a_job_on_the_node_validated_and_returned(kube_lab, tmp_path):
     assert pod.containers[0].volume_mounts[0].mount_path == "/host" and pod.volumes[0].host_path.path == "/"
     assert job.spec.backoff_limit == 0
     node = kube_lab.core.read_node("rba-1")
-    assert node.spec.unschedulable and node.metadata.annotations[REBOOT_FROM].startswith("10000000")
+    assert node.spec.unschedulable and node.metadata.annotations[REBOOT_FROM] == _first_boot("rba-1")
     assert REBOOT in sched.snapshot().nodes["rba-1"].states
     rem.step()
     rem.step()
@@ -108,14 +119,11 @@ def test_reboot_by_a_job_on_the_node_validated_and_returned(kube_lab, tmp_path):
 
 def test_a_node_that_does_not_reboot_is_left_for_a_technician_and_a_lost_request_is_asked_again(kube_lab, tmp_path):
     ns = NS + "-2"
-    _namespace(kube_lab, ns)
-    for n in range(1, 5):
-        _node(kube_lab, f"rbb-{n}")
-        _boot(kube_lab, f"rbb-{n}", f"{n}0000000-aaaa-4bbb-8ccc-111111111111")
+    _cluster(kube_lab, ns, "rbb")
     store, sched, rem = _remediation(kube_lab, tmp_path, ns, timeout_s=3.0)
     # a request whose Job was never made (raswarden stopped between the two): older than the request, asked again
     kube_lab.core.patch_node("rbb-2", {"metadata": {"annotations": {
-        REBOOT_FROM: "20000000-aaaa-4bbb-8ccc-111111111111", REBOOT_ASKED_AT: f"{time.time() - 60:.0f}"}}})
+        REBOOT_FROM: _first_boot("rbb-2"), REBOOT_ASKED_AT: f"{time.time() - 60:.0f}"}}})
     info = sched.snapshot().nodes["rbb-2"]
     assert REBOOT not in info.states and info.boot_time is not None and info.boot_time < time.time() - 60
     sched.reboot("rbb-2")
@@ -155,4 +163,39 @@ def test_a_cluster_without_a_reboot_command_leaves_the_reboot_to_a_technician(ku
     assert "[scheduler] reboot_command" in order.expected_why
     assert kube_lab.core.read_node("rbc-1").spec.unschedulable
     assert not kube_lab.batch.list_namespaced_job("k8s-rb-3").items
+    store.close()
+
+
+class _LostFirstRequest(KubernetesScheduler):
+    """The first reboot request is lost before it reaches the API server (raswarden stopped between moving the
+    orders and asking): a retryable error, the orders already in progress."""
+
+    lost = 0
+
+    def reboot(self, node: str) -> None:
+        if not self.lost:
+            self.lost += 1
+            raise SchedulerError(f"reboot {node}: the API server did not answer within 30 s", retryable=True)
+        super().reboot(node)
+
+
+def test_a_reboot_request_lost_after_the_orders_moved_is_asked_again(kube_lab, tmp_path):
+    ns = NS + "-4"
+    _cluster(kube_lab, ns, "rbd")
+    cfg = Config()
+    cfg.guards.max_cluster_fraction = 0.5
+    cfg.repairs.reboot = True
+    store = Store(f"sqlite:///{tmp_path / 'lost.db'}")
+    sched = _LostFirstRequest(kube_lab.api, validation_namespace=ns, validation_image="diag:1", reboot_command=COMMAND)
+    rem = Remediation.from_config(cfg, store, sched)
+    store.record_tick([], [_xid_79("inc-k4", "rbd-1/gpu5", time.time())], now=time.time())
+    _until(rem, lambda: sched.lost == 1)
+    (order,) = rem.repairs.orders()
+    assert order.state == "in_progress"  # moved, the request lost
+    info = sched.snapshot().nodes["rbd-1"]
+    assert info.reboot_asked is False and info.boot_time is None
+    _until(rem, lambda: bool(_reboot_jobs(kube_lab, ns)))  # asked again on a later pass, once
+    rem.step()
+    assert [j.spec.template.spec.node_name for j in _reboot_jobs(kube_lab, ns)] == ["rbd-1"]
+    assert REBOOT in sched.snapshot().nodes["rbd-1"].states
     store.close()
