@@ -189,12 +189,11 @@ class KubernetesScheduler(ValidationOnKubernetes, RebootOnKubernetes):
             pending, boot_time = reboot_state(raw)
             states, booting = info.states, ""
             if pending:
-                jobs = self.pending_reboots() if jobs is None else jobs
-                asked_from = (raw.metadata.annotations or {})[REBOOT_FROM]
-                if reboot_job_name(info.name, asked_from) in jobs:
+                jobs = self.reboot_job_names() if jobs is None else jobs
+                # its Job never made (a restart between the patch and the Job): not asked yet, as far as the node goes
+                pending = reboot_job_name(info.name, (raw.metadata.annotations or {})[REBOOT_FROM]) in jobs
+                if pending:
                     states, booting = states | {REBOOT}, "reboot Job"
-                else:  # asked, its Job never made (a restart between the two): older than the request, asked again
-                    boot_time = float((raw.metadata.annotations or {})[REBOOT_ASKED_AT]) - 2.0
             left = ""
             if DRAIN in info.states and info.reason_set_by == "raswarden":
                 left = self._left_to_evict(raw, [p for p in pods if p.node == info.name], taken)

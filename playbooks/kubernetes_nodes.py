@@ -149,6 +149,32 @@ def _status_message(exc: Any) -> str:
     return str(body.get("message", ""))[:500] if isinstance(body, dict) else ""
 
 
+def run_pinned_job(batch: Any, namespace: str, node: str, name: str, container: Any, labels: dict[str, str],
+                   what: str, annotations: dict[str, str] | None = None, deadline_s: int | None = None,
+                   ttl_s: int | None = None, host_pid: bool = False, volumes: list | None = None) -> None:
+    """Create a Job of one pod pinned to ``node`` (``nodeName``, tolerating raswarden's taint and the cordon's: the node
+    is raswarden's, cordoned) running ``container`` once (no retry). A Job of that name already there is the one asked
+    for: a restart creates nothing twice. raswarden's validation and reboot Jobs are these."""
+    from kubernetes import client
+    from kubernetes.client import ApiException
+
+    tolerations = [client.V1Toleration(key=TAINT_KEY, operator="Exists"),
+                   client.V1Toleration(key="node.kubernetes.io/unschedulable", operator="Exists")]
+    job = client.V1Job(
+        metadata=client.V1ObjectMeta(name=name, labels=labels, annotations=annotations),
+        spec=client.V1JobSpec(
+            backoff_limit=0, active_deadline_seconds=deadline_s, ttl_seconds_after_finished=ttl_s,
+            template=client.V1PodTemplateSpec(
+                metadata=client.V1ObjectMeta(labels=labels),
+                spec=client.V1PodSpec(node_name=node, restart_policy="Never", tolerations=tolerations,
+                                      host_pid=host_pid or None, volumes=volumes, containers=[container]))))
+    try:
+        batch.create_namespaced_job(namespace, job)
+    except ApiException as exc:
+        if exc.status != _CONFLICT:
+            raise _error(exc, what) from None
+
+
 def _taint_dict(t: Any) -> dict:
     out = {"key": t.key, "effect": t.effect}
     if t.value is not None:

@@ -11,9 +11,9 @@ Whether the node rebooted is read from the kubelet's own word: ``status.nodeInfo
 The request is one patch of the node's annotations (:data:`REBOOT_FROM`, the boot id when it was asked, and
 :data:`REBOOT_ASKED_AT`), then the Job, named by the node and that boot id, so asking again is the same request. A
 node whose boot id is still the one asked from is ``reboot`` (:data:`playbooks.scheduler.REBOOT`) while its Job exists;
-without the Job (a restart between the patch and the Job) its boot time is given as older than the request, so
-daemon/operations/reboots.py asks again, as it does where no request is pending at all (``NodeInfo.reboot_asked``
-false: raswarden stopped before it asked). Once the boot id moved, the node's ``boot_time`` is when its kubelet said it
+without the Job (a restart between the patch and the Job), or without the patch (one before it), no request is
+pending (``NodeInfo.reboot_asked`` false, no boot since), and daemon/operations/reboots.py asks again: the same patch
+is kept and the Job made. Once the boot id moved, the node's ``boot_time`` is when its kubelet said it
 was ready again (the request's time if that is older: the kubelet does not say when the host booted). A node returned
 to service loses the annotations.
 """
@@ -98,8 +98,8 @@ class RebootOnKubernetes:
         self._event(node, "Reboot", f"reboot asked: Job {self.validation_namespace}/{name} runs "
                                     f"{self.reboot_command!r} on the node")
 
-    def pending_reboots(self) -> set[str]:
-        """The nodes that have a reboot Job of raswarden's (whatever came of it)."""
+    def reboot_job_names(self) -> set[str]:
+        """The names of raswarden's reboot Jobs (whatever came of them)."""
         from kubernetes.client import ApiException
 
         try:
@@ -110,26 +110,13 @@ class RebootOnKubernetes:
 
     def _create_reboot_job(self, node: str, name: str) -> None:
         from kubernetes import client
-        from kubernetes.client import ApiException
 
-        labels = {REBOOT_LABEL: _UNSAFE.sub("-", node.lower())[:63].strip("-")}
-        tolerations = [client.V1Toleration(key=kn.TAINT_KEY, operator="Exists"),
-                       client.V1Toleration(key="node.kubernetes.io/unschedulable", operator="Exists")]
         host = client.V1Volume(name="host", host_path=client.V1HostPathVolumeSource(path="/"))
         container = client.V1Container(
             name="reboot", image=self.validation_image, command=["/bin/sh", "-c", self.reboot_command],
             security_context=client.V1SecurityContext(privileged=True),
             volume_mounts=[client.V1VolumeMount(name="host", mount_path="/host")])
-        job = client.V1Job(
-            metadata=client.V1ObjectMeta(name=name, labels=labels),
-            spec=client.V1JobSpec(
-                backoff_limit=0, ttl_seconds_after_finished=86400,  # never a second pod: a host reboots once
-                template=client.V1PodTemplateSpec(
-                    metadata=client.V1ObjectMeta(labels=labels),
-                    spec=client.V1PodSpec(node_name=node, restart_policy="Never", host_pid=True,
-                                          tolerations=tolerations, volumes=[host], containers=[container]))))
-        try:
-            self.batch.create_namespaced_job(self.validation_namespace, job)
-        except ApiException as exc:
-            if exc.status != 409:  # the Job of this request exists already: asked before
-                raise kn._error(exc, f"reboot Job {name} on {node}") from None
+        # never a second pod (a host reboots once); gone a day after it ended
+        kn.run_pinned_job(self.batch, self.validation_namespace, node, name, container,
+                          {REBOOT_LABEL: _UNSAFE.sub("-", node.lower())[:63].strip("-")},
+                          f"reboot Job {name} on {node}", ttl_s=86400, host_pid=True, volumes=[host])

@@ -70,7 +70,6 @@ class ValidationOnKubernetes:
         """Run ``command`` (a shell line) as a Job pinned to ``node`` (``namespace/name``; a Job of that name is
         returned instead of a second). ``output``: where Slurm would write it; here the pod's log holds it."""
         from kubernetes import client
-        from kubernetes.client import ApiException
 
         job_name = name.lower().replace("_", "-")
         if not _K8S_NAME.match(job_name):
@@ -78,24 +77,10 @@ class ValidationOnKubernetes:
         if not self.validation_image:
             raise SchedulerError("a validation job on Kubernetes needs [scheduler] validation_image", retryable=False)
         ns = self.validation_namespace
-        batch = self.batch
-        labels = {VALIDATION_LABEL: job_name}
-        tolerations = [client.V1Toleration(key=kn.TAINT_KEY, operator="Exists"),
-                       client.V1Toleration(key="node.kubernetes.io/unschedulable", operator="Exists")]
-        job = client.V1Job(
-            metadata=client.V1ObjectMeta(name=job_name, labels=labels, annotations={RESERVED: reservation}),
-            spec=client.V1JobSpec(
-                backoff_limit=0, active_deadline_seconds=max(1, int(time_limit_s)),
-                template=client.V1PodTemplateSpec(
-                    metadata=client.V1ObjectMeta(labels=labels),
-                    spec=client.V1PodSpec(node_name=node, restart_policy="Never", tolerations=tolerations,
-                                          containers=[client.V1Container(name="validate", image=self.validation_image,
-                                                                         command=["/bin/sh", "-c", command])]))))
-        try:
-            batch.create_namespaced_job(ns, job)
-        except ApiException as exc:
-            if exc.status != 409:  # one of that name: the one asked for (a restart submits nothing twice)
-                raise kn._error(exc, f"submit {job_name} on {node}") from None
+        container = client.V1Container(name="validate", image=self.validation_image, command=["/bin/sh", "-c", command])
+        kn.run_pinned_job(self.batch, ns, node, job_name, container, {VALIDATION_LABEL: job_name},
+                          f"submit {job_name} on {node}", annotations={RESERVED: reservation},
+                          deadline_s=max(1, int(time_limit_s)))
         self._event(node, "Validate", f"validation job {ns}/{job_name}: {command}")
         return f"{ns}/{job_name}"
 
