@@ -52,6 +52,26 @@ def _slope(x: np.ndarray, y: np.ndarray) -> float:
     return float(dx @ (y - y.mean()) / (dx @ dx))
 
 
+_THERMAL = ("gpu_temp_c", "hbm_temp_c")
+"""The temperatures judged against peers, in the order of their state rows (:meth:`PeerDeviation.fit`)."""
+
+
+def _thermal_rows(rows: np.ndarray) -> np.ndarray:
+    """The thermal state's rows of accelerator rows ``rows`` (both metrics)."""
+    return np.concatenate((2 * rows, 2 * rows + 1))
+
+
+def _metric_groups(codes: np.ndarray) -> np.ndarray:
+    """Peer group codes of the metric-major thermal rows: each metric's groups apart."""
+    return np.concatenate([codes + m * (int(codes.max()) + 1) for m in range(len(_THERMAL))])
+
+
+def _spreads(values) -> np.ndarray:
+    """Each metric's robust spread (MAD as a standard deviation, at least 0.5) of its rows of ``values``."""
+    return np.array([max(nanmedian(np.abs(v)) * _MAD_TO_SIGMA if np.isfinite(v).any() else 0.5, 0.5)
+                     for v in values])
+
+
 def chip_word(entity: str, models=None) -> str:
     """What the vendor calls the accelerator: NPU (Ascend), DCU (Hygon), GPU."""
     local = entity.split("/", 1)[-1]
@@ -139,13 +159,15 @@ class PeerDeviation:
         """Nothing to learn up front: the state is the smoothed residual per accelerator."""
         self.threshold_ = self.z_threshold
         self._rows = _Rows()
-        self._smooth = {m: RowEwma(self.halflife_s) for m in ("gpu_temp_c", "hbm_temp_c", "clock_ratio")}
+        # The thermal state of accelerator row ``i`` is at rows ``2 i`` (GPU temperature) and ``2 i + 1`` (HBM): both
+        # metrics are judged in one pass over the fleet, not one a metric (a tick's cost is its numpy calls).
+        self._smooth = RowEwma(self.halflife_s)
         # Each GPU's residual against the steady reference (its peers less their own offsets), smoothed
-        self._level = {m: RowEwma(self.halflife_s) for m in ("gpu_temp_c", "hbm_temp_c")}
-        # The own baseline per metric and load state (busy, idle, unknown), never restarted by a gap.
-        self._own = {(m, load): RowEwma(self.baseline_halflife_s, restart_after=None)
-                     for m in ("gpu_temp_c", "hbm_temp_c") for load in LOAD_STATES}
-        self._hot = {m: np.zeros(0, dtype=bool) for m in ("gpu_temp_c", "hbm_temp_c")}
+        self._level = RowEwma(self.halflife_s)
+        # The own baseline per load state (busy, idle, unknown), never restarted by a gap.
+        self._own = {load: RowEwma(self.baseline_halflife_s, restart_after=None) for load in LOAD_STATES}
+        self._hot = np.zeros(0, dtype=bool)
+        self._clock = RowEwma(self.halflife_s)  # a busy GPU's clock over its busy peers', per accelerator row
         self._slow_now = np.zeros(0, dtype=bool)
         self._load_state = np.full(0, -1, dtype=np.int64)
         self._load_since = np.full(0, np.nan)
@@ -173,22 +195,23 @@ class PeerDeviation:
         if not hasattr(self, "_rows"):
             return
         rows = self._rows.index.rows_within(scope)
-        for e in (*self._smooth.values(), *self._level.values(), *self._own.values()):
-            e.forget(rows)
-        for m in self._hot:
-            self._hot[m][rows] = False
+        thermal = _thermal_rows(rows)
+        for e in (self._smooth, self._level, *self._own.values()):
+            e.forget(thermal)
+        self._clock.forget(rows)
+        self._hot[thermal] = False
         self._slow_now[rows] = False
         self._load_state[rows], self._load_since[rows], self._settled[rows] = -1, np.nan, False
 
     def _grow(self, n: int) -> None:
         if not hasattr(self, "_settled"):  # a warm state saved before the load state's settling was kept
             self._settled = np.zeros(len(self._load_state), dtype=bool)
-        for e in (*self._smooth.values(), *self._level.values(), *self._own.values()):
-            e.grow(n)
+        for e in (self._smooth, self._level, *self._own.values()):
+            e.grow(2 * n)
+        self._clock.grow(n)
         extra = n - len(self._slow_now)
         if extra > 0:
-            for m in self._hot:
-                self._hot[m] = np.concatenate([self._hot[m], np.zeros(extra, dtype=bool)])
+            self._hot = np.concatenate([self._hot, np.zeros(2 * extra, dtype=bool)])
             self._slow_now = np.concatenate([self._slow_now, np.zeros(extra, dtype=bool)])
             self._load_state = np.concatenate([self._load_state, np.full(extra, -1, dtype=np.int64)])
             self._load_since = np.concatenate([self._load_since, np.full(extra, np.nan)])
@@ -236,12 +259,7 @@ class PeerDeviation:
         # Peers at comparable load: busy GPUs against the node's busy ones, idle against idle (a half-used
         # node's median otherwise moves with its job mix); all together where utilisation is unknown.
         peer_code = node_code * 3 + load
-        out: list[Evidence] = []
-        for m, min_excess, words in (("gpu_temp_c", self.min_excess_c, "GPU"),
-                                     ("hbm_temp_c", self.hbm_min_excess_c, "HBM")):
-            if not np.isnan(columns[m]).all():
-                out += self._temperature(tick.now, ids, rows, peer_code, columns[m], columns["power_w"], m,
-                                         min_excess, words, load, settled, fresh[m])
+        out = self._temperatures(tick.now, ids, rows, peer_code, columns, load, settled, fresh)
         if not np.isnan(columns["sm_clock_mhz"]).all():
             out += self._slow(tick.now, ids, rows, node_code, columns["sm_clock_mhz"], util, fresh["sm_clock_mhz"])
         return out
@@ -262,13 +280,6 @@ class PeerDeviation:
             cached = self._slot_cache = (names, slots)
         return cached[1]
 
-    def _residual(self, codes: np.ndarray, values: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
-        """Each value minus the median of its group (NaN where the group has too few values)."""
-        median, count = group_median(codes, values)
-        residual = values - median[codes]
-        residual[count[codes] < self.min_peers + 1] = np.nan
-        return residual, median
-
     def _load_settled(self, rows: np.ndarray, load: np.ndarray, now: float, fresh: np.ndarray) -> np.ndarray:
         """Whether each GPU has held its load state (busy/idle/unknown) for two smoothing half-lives, as of its last
         fresh temperature (``fresh``): a GPU's held readings are judged as they were when sampled."""
@@ -281,46 +292,58 @@ class PeerDeviation:
         self._settled[rows] = settled
         return settled
 
-    def _against_peers(self, metric: str, codes: np.ndarray, t: np.ndarray, p: np.ndarray) -> tuple | None:
-        """Each GPU's power-corrected temperature, its residual against its peer group's median and the fleet's
-        spread of residuals (None: fewer than four readings). A function of the readings alone: a tick whose readings
-        are the last tick's (a tick between two 5-minute samples, the held readings judged again) is given the same
-        figures without working them out again."""
+    def _against_peers(self, codes: np.ndarray, t: np.ndarray, p: np.ndarray) -> tuple | None:
+        """Each GPU's power-corrected temperatures (``t``: the rows of :data:`_THERMAL`), their residuals against
+        the peer group's median, both metrics in one array (metric-major, NaN where not judged: fewer than four
+        readings) and each metric's spread of residuals; None where neither is judged. A function of the readings
+        alone: a tick whose readings are the last tick's (a tick between two 5-minute samples, the held readings
+        judged again) is given the same figures without working them out again."""
         memo = getattr(self, "_peer_memo", None)
         if memo is None:
             memo = self._peer_memo = {}
-        last = memo.get(metric)
+        last = memo.get("thermal")
         if last is not None and all(a.shape == b.shape and np.array_equal(a, b, equal_nan=True)
                                     for a, b in zip(last[0], (codes, t, p))):
             return last[1]
-        ok = np.isfinite(t) & np.isfinite(p)
-        if ok.sum() < 4:
-            found = None
-        else:
-            slope = _slope(p[ok], t[ok]) if np.ptp(p[ok]) > 50 else 0.0
+        level = np.full(t.shape, np.nan)
+        judged = np.zeros(len(_THERMAL), dtype=bool)
+        for m in range(len(_THERMAL)):
+            ok = np.isfinite(t[m]) & np.isfinite(p)
+            if ok.sum() < 4:
+                continue
+            slope = _slope(p[ok], t[m][ok]) if np.ptp(p[ok]) > 50 else 0.0
             # The node's median includes the GPU itself: with eight peers one hot GPU cannot move it.
-            level = np.where(ok, t - slope * p, np.nan)
-            residual, _ = self._residual(codes, level)
-            spread = max(nanmedian(np.abs(residual)) * _MAD_TO_SIGMA if np.isfinite(residual).any() else 0.5,
-                         0.5)
-            found = (level, residual, spread)
-        memo[metric] = ((codes.copy(), t.copy(), p.copy()), found)
+            level[m] = np.where(ok, t[m] - slope * p, np.nan)
+            judged[m] = True
+        found = None
+        if judged.any():
+            level = level.ravel()
+            group = _metric_groups(codes)
+            median, count = group_median(group, level)
+            residual = level - median[group]
+            residual[count[group] < self.min_peers + 1] = np.nan
+            found = (level, residual, _spreads(residual.reshape(t.shape)))
+        memo["thermal"] = ((codes.copy(), t.copy(), p.copy()), found)
         return found
 
-    def _temperature(self, now, ids, rows, codes, t, p, metric, min_excess, words, load, settled, fresh
-                     ) -> list[Evidence]:
-        found = self._against_peers(metric, codes, t, p)
+    def _temperatures(self, now, ids, rows, codes, columns, load, settled, fresh) -> list[Evidence]:
+        """The GPU and HBM temperatures of the fleet judged in one pass (rows metric-major: the GPUs' evidence
+        first, as one pass a metric gave it)."""
+        n = len(ids)
+        found = self._against_peers(codes, np.vstack([columns[m] for m in _THERMAL]), columns["power_w"])
         if found is None:
             return []
         level, residual, spread = found
         sel = np.flatnonzero(np.isfinite(residual))
-        r = rows[sel]
+        metric, i = np.divmod(sel, n)
+        gpu = metric == 0
+        r = 2 * rows[i] + metric  # the thermal state's rows
         # Each reading is folded into the smoothing once, when it is sampled (its weight the time since the one
         # before): a 5-minute sample held over ten ticks is one reading, not ten, and a tick between two samples
         # judges what the last one said.
-        held = ~fresh[sel]
-        smooth = self._smooth[metric].update(r, residual[sel], now, frozen=held)
-        was_hot = self._hot[metric][r]
+        held = ~np.concatenate([fresh[m] for m in _THERMAL])[sel]
+        smooth = self._smooth.update(r, residual[sel], now, frozen=held)
+        was_hot = self._hot[r]
         margin = np.where(was_hot, self.clear_margin_c, 0.0)
         # The rise: the GPU's residual over its own baseline of it (per load state: a GPU's own thermal resistance
         # puts it further from its peers busy than idle, which is no rise), the residual taken against a reference
@@ -330,43 +353,45 @@ class PeerDeviation:
         # further out in a half-used node). Peers without a baseline yet stand out of the reference, and until
         # enough have one it is the plain median. Right after a load change there is no comparison (and a flagged
         # GPU stays flagged).
-        ld, st = load[sel], settled[sel]
+        ld, st = load[i], settled[i]
         offset = np.full(len(sel), np.nan)
         for state in LOAD_STATES:
             k = np.flatnonzero(ld == state)
-            offset[k] = self._own[(metric, state)].value[r[k]]
-        reference, count = group_median(codes[sel], level[sel] - offset)
-        steady = np.where(count[codes[sel]] >= self.min_peers + 1, level[sel] - reference[codes[sel]], residual[sel])
-        own = self._level[metric].update(r, steady, now, frozen=held)
+            offset[k] = self._own[state].value[r[k]]
+        group = _metric_groups(codes)[sel]
+        reference, count = group_median(group, level[sel] - offset)
+        steady = np.where(count[group] >= self.min_peers + 1, level[sel] - reference[group], residual[sel])
+        own = self._level.update(r, steady, now, frozen=held)
         rise = np.full(len(sel), np.nan)
         for state in LOAD_STATES:
             k = np.flatnonzero(st & (ld == state))
             if len(k):
-                base = self._own[(metric, state)].update(r[k], own[k], now, frozen=was_hot[k] | held[k])
+                base = self._own[state].update(r[k], own[k], now, frozen=was_hot[k] | held[k])
                 rise[k] = own[k] - base
         # How far the fleet's GPUs move from their own baselines (noise, workload): a rise is judged against it.
-        rise_spread = max(nanmedian(np.abs(rise)) * _MAD_TO_SIGMA if np.isfinite(rise).any() else 0.5,
-                          0.5)
+        rise_spread = _spreads([rise[metric == m] for m in range(len(_THERMAL))])[metric]
+        spread = spread[metric]
+        min_excess = np.where(gpu, self.min_excess_c, self.hbm_min_excess_c)
         with np.errstate(invalid="ignore"):
             rising = np.where(st, rise >= self.min_rise_c - margin, was_hot)
             z = smooth / spread
             rise_z = rise / rise_spread
             hot = (smooth >= min_excess - margin) & (z >= self.z_threshold - margin / spread) & (
                 rising | (smooth >= self.absolute_excess_c - margin))
-            if metric == "gpu_temp_c":  # HBM temperature follows the memory traffic, which power does not show
-                risen = st & (rise >= self.min_rise_c - margin) & (
-                    rise_z >= self.z_threshold - margin / rise_spread) & (smooth >= self.moved_excess_c - margin)
-                hot |= risen | (was_hot & ~st & (smooth >= self.moved_excess_c - margin))
-            suspect = ~hot & (metric == "gpu_temp_c") & (smooth >= self.suspect_excess_c) & (
+            # Not the HBM's: its temperature follows the memory traffic, which power does not show
+            risen = gpu & st & (rise >= self.min_rise_c - margin) & (
+                rise_z >= self.z_threshold - margin / rise_spread) & (smooth >= self.moved_excess_c - margin)
+            hot |= risen | (gpu & was_hot & ~st & (smooth >= self.moved_excess_c - margin))
+            suspect = ~hot & gpu & (smooth >= self.suspect_excess_c) & (
                 z >= self.z_threshold / 2) & (rise >= self.min_rise_c / 2)  # NaN (no comparison yet) is never above
-        self._hot[metric][r] = hot
+        self._hot[r] = hot
         out = []
         for j in np.flatnonzero(hot | suspect):
-            entity = ids[sel[j]]
-            chip = words if words != "GPU" else chip_word(entity, self._models)
+            entity = ids[i[j]]
+            chip = chip_word(entity, self._models) if gpu[j] else "HBM"
             reason = (f"{entity.split('/', 1)[1]} {chip} {smooth[j]:+.1f} °C against its node's peers at equal "
-                      f"power (z {z[j]:.1f}, fleet spread {spread:.1f} °C), {rise[j]:+.1f} °C over its own "
-                      f"baseline (z {rise_z[j]:.1f}, fleet spread {rise_spread:.1f} °C)")
+                      f"power (z {z[j]:.1f}, fleet spread {spread[j]:.1f} °C), {rise[j]:+.1f} °C over its own "
+                      f"baseline (z {rise_z[j]:.1f}, fleet spread {rise_spread[j]:.1f} °C)")
             # hot is left only clear_margin_c under where it was entered: a state of its own, not a level that flickers
             out.append(Evidence(entity, State.SUBHEALTHY if hot[j] else State.SUSPECT, "gpu_thermal", [reason],
                                 detector=self.name, score=min(1.0, 0.5 + z[j] / 40), latched=bool(hot[j])))
@@ -379,7 +404,7 @@ class PeerDeviation:
         ratio[count[codes] < self.min_peers + 1] = np.nan
         sel = np.flatnonzero(np.isfinite(ratio))
         r = rows[sel]
-        smooth = self._smooth["clock_ratio"].update(r, ratio[sel], now, frozen=~fresh[sel])
+        smooth = self._clock.update(r, ratio[sel], now, frozen=~fresh[sel])
         # Hysteresis: enter at slow_ratio, leave only above slow_ratio + 0.05.
         limit = self.slow_ratio + np.where(self._slow_now[r], 0.05, 0.0)
         slow = smooth <= limit

@@ -258,4 +258,4 @@ def test_a_reading_held_between_samples_is_folded_in_once():
         if first is None and any(e.entity == "n2/gpu5" and e.level == State.SUBHEALTHY for e in got):
             first = k
     assert first is not None and first % 10 == 0
-    np.testing.assert_array_equal(held._smooth["gpu_temp_c"].value, once._smooth["gpu_temp_c"].value)
+    np.testing.assert_array_equal(held._smooth.value, once._smooth.value)
