@@ -10,7 +10,7 @@ import numpy as np
 import pandas as pd
 
 from detectors.contract import Evidence, TickInput
-from detectors.schema import State, name_codes, names_in, node_of
+from detectors.schema import State, name_codes, names_in, names_mask, node_of
 
 PORT_ACTIVE = 4.0
 _PORT_STATES = {0: "NOP", 1: "DOWN", 2: "INIT", 3: "ARMED", 4: "ACTIVE", 5: "ACTIVE_DEFER"}
@@ -44,7 +44,7 @@ class LevelRules:
         increases = np.asarray(inc["increase"])
         moved = np.flatnonzero(increases > 0)
         ecodes, mcodes, increases = ecodes[moved], mcodes[moved], increases[moved]
-        hard = np.flatnonzero(np.isin(mcodes, [i for i, m in enumerate(mnames) if m in _HARD_COUNTERS]))
+        hard = np.flatnonzero(names_mask(mnames, _HARD_COUNTERS)[mcodes])
         for entity, metric, increase in zip(enames[ecodes[hard]], mnames[mcodes[hard]], increases[hard]):
             if metric in ("ecc_dbe_total", "ecc_dbe_agg_total"):
                 ev = Evidence(entity, State.FAILED, "gpu_memory",

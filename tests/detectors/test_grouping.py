@@ -124,6 +124,12 @@ def test_nanmedian_is_numpys_bit_for_bit():
         values[rng.random(n) < 0.2] = np.nan
         values[0] = 1.5  # at least one number
         assert grouping.nanmedian(values) == float(np.nanmedian(values))
+        ties = np.round(values)  # equal middle values, and infinities in the middle of a few
+        assert grouping.nanmedian(ties) == float(np.nanmedian(ties))
+    for values in ([np.inf, -np.inf], [np.inf, 1.0], [np.nan, np.inf, np.inf, 2.0], [-0.0, 0.0], [3.0, -0.0]):
+        with np.errstate(invalid="ignore"):  # (inf - inf: both say so)
+            got, want = grouping.nanmedian(np.array(values)), float(np.nanmedian(np.array(values)))
+        assert (got == want or np.isnan(got) and np.isnan(want)) and np.signbit(got) == np.signbit(want), values
 
 
 def test_frame_is_the_frame_pandas_builds():
