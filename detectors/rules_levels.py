@@ -14,20 +14,32 @@ from detectors.schema import State, name_codes, names_in, names_mask, node_of
 
 PORT_ACTIVE = 4.0
 _PORT_STATES = {0: "NOP", 1: "DOWN", 2: "INIT", 3: "ARMED", 4: "ACTIVE", 5: "ACTIVE_DEFER"}
+# InfiniBand PortCounters that count a link breaking its lossless contract (IBA 16.1.3.5): LocalLinkIntegrityErrors
+# count the times the port's physical errors went over its LocalPhyErrors threshold, ExcessiveBufferOverrunErrors the
+# times its receive buffer overran (packets dropped). A healthy port shows none (every real sample here:
+# fixtures/README.md); NVSentinel's NIC health monitor drains at any increase. One is a watch here, since a cable
+# touched or reseated makes one as a burst of symbol errors does; a rate no healthy port shows is the trend
+# detector's flag (docs/rules.md, "Where raswarden departs from its peers").
+LINK_INTEGRITY_COUNTERS = {
+    "local_link_integrity_errors_total": "local link integrity errors (the port's physical errors over its "
+                                         "LocalPhyErrors threshold)",
+    "excessive_buffer_overrun_total": "excessive buffer overrun errors (the port's receive buffer overran: packets "
+                                      "dropped on a lossless link)"}
 # Counters whose every increase is judged on its own (the rate rules below read the others).
 _HARD_COUNTERS = frozenset({"ecc_dbe_total", "ecc_dbe_agg_total", "row_remap_uncorrectable_total",
                             "retired_pages_dbe_total", "link_downed_total", "link_down_events_total",
-                            "edac_ue_total"})
+                            "edac_ue_total", *LINK_INTEGRITY_COUNTERS})
 # An Ethernet (RoCE) port's link counters, mlx5's ethtool ``*_phy`` counters as node_exporter's ethtool collector
 # serves them (Linux, Documentation/networking/device_drivers/ethernet/mellanox/mlx5/counters.rst): named apart from
 # the InfiniBand PortCounters, which the same port's RDMA device may show too (zeros on Ethernet), so the two never
 # mix in one counter; judged as them. 32 and 64 bits: they wrap, never saturate.
 LINK_DOWN_COUNTERS = {"link_downed_total": "link_downed", "link_down_events_total": "link_down_events_phy"}
 # InfiniBand PortCounters that stop at their maximum instead of wrapping (IBA 16.1.3.5: LinkDownedCounter and
-# LinkErrorRecoveryCounter are 8 bits, SymbolErrorCounter and PortRcvErrors 16), as sysfs and node_exporter show
-# them: a counter at its maximum counts nothing more.
+# LinkErrorRecoveryCounter are 8 bits, SymbolErrorCounter and PortRcvErrors 16, LocalLinkIntegrityErrors and
+# ExcessiveBufferOverrunErrors 4), as sysfs and node_exporter show them: a counter at its maximum counts nothing more.
 SATURATES = {"link_downed_total": 255.0, "link_error_recovery_total": 255.0, "symbol_error_total": 65535.0,
-             "rcv_errors_total": 65535.0}
+             "rcv_errors_total": 65535.0, "local_link_integrity_errors_total": 15.0,
+             "excessive_buffer_overrun_total": 15.0}
 
 
 class LevelRules:
@@ -60,6 +72,14 @@ class LevelRules:
                 ev = Evidence(entity, State.FAILED, "fabric_link", [f"{LINK_DOWN_COUNTERS[metric]} +{increase:.0f}"],
                               hard=True)
                 self._latch(ev, now + self.event_hold_s, "link-down")
+            elif metric in LINK_INTEGRITY_COUNTERS:
+                if node_of(entity) in tick.grace_nodes:
+                    continue
+                reason = (f"{LINK_INTEGRITY_COUNTERS[metric]} +{increase:.0f}: watched; a rate no healthy port shows "
+                          "is flagged (trend)")
+                self.clear_latch(entity, f"integrity-{metric}")
+                self._latch(Evidence(entity, State.SUSPECT, "fabric_link", [reason]), now + self.event_hold_s,
+                            f"integrity-{metric}")
             elif metric in ("edac_ue_total",):
                 ev = Evidence(entity, State.FAILED, "host", [f"EDAC uncorrectable errors +{increase:.0f}"], hard=True)
                 self._latch(ev, now + self.failed_hold_s)

@@ -44,12 +44,12 @@ and heavy tails do not fool: a burst is one episode), when the window's episodes
 record's mean size (a part whose traffic doubles has larger episodes too; a failing one's grow by more).
 
 A part's counters of one kind of trouble (``category``: a GPU's PCIe replays, AER counters and the kernel log's
-corrected AER lines; a port's symbol errors, link error recoveries and receive errors) are also judged **together**:
-a link going bad raises each a little, in a noisy fleet each too little to be told from a noisy healthy part for
-hours, while on a healthy part they move independently. When no counter alone raises an alarm, the chances of the
-part's counters of that kind (each its best window, as judged alone) are combined by Fisher's method over every
-counter of the kind the part has counted, and a combined chance of at most ``alpha`` with at least two counters
-judged is an alarm (``together``; bench/records/detectors-history.md, "Run 11").
+corrected AER lines; a port's symbol errors, link error recoveries, receive errors and link integrity counters) are
+also judged **together**: a link going bad raises each a little, in a noisy fleet each too little to be told from a
+noisy healthy part for hours, while on a healthy part they move independently. When no counter alone raises an
+alarm, the chances of the part's counters of that kind (each its best window, as judged alone) are combined by
+Fisher's method over every counter of the kind the part has counted, and a combined chance of at most ``alpha`` with
+at least two counters judged is an alarm (``together``; bench/records/detectors-history.md, "Run 11").
 
 Magnitude is otherwise the rules' to judge (symbol errors at 120/h, the PCIe replay budget, 50 correctable ECC errors
 an hour); a single burst of any size is one episode here.

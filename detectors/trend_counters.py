@@ -34,6 +34,11 @@ COUNTERS = {
     # an Ethernet (RoCE) port's, from mlx5's ethtool counters (node_exporter's ethtool collector): symbol errors FEC
     # did not correct, and frames with a bad CRC (detectors/rules.py, LINK_DOWN_COUNTERS)
     "pcs_symbol_error_total": (1 / 50, "fabric_link", "symbol errors after FEC"),
+    # InfiniBand counters of a link out of its specification (detectors/rules_levels.py, LINK_INTEGRITY_COUNTERS):
+    # zero on every healthy port sampled (infiniband_exporter's perfquery fixtures, fixtures/real), like link error
+    # recoveries
+    "local_link_integrity_errors_total": (1 / 500, "fabric_link", "local link integrity errors"),
+    "excessive_buffer_overrun_total": (1 / 500, "fabric_link", "excessive buffer overrun errors"),
     "crc_errors_total": (1 / 100, "fabric_link", "CRC errors"),
     "nvlink_crc_flit_total": (1 / 10, "scaleup_link", "NVLink CRC errors"),
     "xgmi_ce_total": (1 / 10, "scaleup_link", "XGMI correctable errors"),

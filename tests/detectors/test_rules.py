@@ -172,3 +172,24 @@ def test_a_link_down_fails_its_port_but_only_tells_of_a_nic_the_topology_does_no
     # while the node boots (its reboot grace), unused ports say "Cable unplugged" and links come up: no watch
     ev = run(det, 120, [link(110, "n3", "error", "mlx5 port module 1: cable unplugged")], grace=frozenset({"n3"}))
     assert worst(ev, "n3") == State.HEALTHY
+
+
+def test_a_link_out_of_its_specification_is_watched_at_one_error_and_a_stuck_counter_said():
+    """LocalLinkIntegrityErrors and ExcessiveBufferOverrunErrors: zero on a healthy port, any increase a fault for
+    NVSentinel. One increase is a watch naming what it means (a touched cable makes one); not during a node's
+    reboot grace; and at 15, their 4-bit maximum, the counter is said to be blind."""
+    det = RuleDetector().fit()
+    inc = pd.DataFrame({"entity": ["n/mlx5_0:1", "n/mlx5_1:1"],
+                        "metric": ["local_link_integrity_errors_total", "excessive_buffer_overrun_total"],
+                        "increase": [1.0, 2.0], "resets": [0, 0], "last": [1.0, 15.0]})
+    ev = run(det, 30, inc=inc)
+    assert worst(ev, "n/mlx5_0:1") == State.SUSPECT and worst(ev, "n/mlx5_1:1") == State.SUSPECT
+    reasons = " ".join(r for e in ev for r in e.reasons)
+    assert "local link integrity errors (the port's physical errors over its LocalPhyErrors threshold) +1" in reasons
+    assert "excessive buffer overrun errors" in reasons and "+2" in reasons
+    assert "excessive_buffer_overrun stuck at 15" in reasons  # 4 bits: it counts no more
+    again = run(det, 60, inc=inc.assign(last=[2.0, 15.0]))  # a second one: still one watch, not two
+    assert sum(e.entity == "n/mlx5_0:1" for e in again) == 1
+    quiet = RuleDetector().fit()
+    assert worst(run(quiet, 30, inc=inc.assign(last=[1.0, 2.0]), grace=frozenset({"n"})), "n/mlx5_0:1") \
+        == State.HEALTHY

@@ -388,3 +388,20 @@ def test_a_tick_of_many_new_episodes_is_judged_as_each_alone():
         alone = det._windows(key, now)
         for a, b in zip(w, alone):
             assert np.array_equal(np.asarray(a), np.asarray(b), equal_nan=True), key
+
+
+def test_a_link_out_of_its_specification_again_and_again_is_flagged_once_is_not():
+    """Local link integrity errors: a port that shows one now and then, like several of a 200-port fleet over a day,
+    raises nothing; one that shows them in every 5-minute sample is flagged within the hour, naming them."""
+    det = TrendDetector().fit()
+    metric, port = "local_link_integrity_errors_total", "n/mlx5_0:1"
+    for k in range(0, 86400, 300):
+        n = 1 if k in (7200, 40000, 70000) else 0
+        assert tick(det, k, n, entity=port, metric=metric, dt=300.0, others=199) == []
+    fired = None
+    for j, k in enumerate(range(86400, 86400 + 2 * 3600, 300)):
+        ev = tick(det, k, 1, entity=port, metric=metric, dt=300.0, others=199)
+        if ev and fired is None:
+            fired = (j, ev[0])
+    assert fired is not None and (fired[0] + 1) * 300 <= 3600, fired
+    assert fired[1].level.name == "SUBHEALTHY" and "local link integrity errors" in fired[1].reasons[0]
