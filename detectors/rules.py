@@ -72,6 +72,13 @@ RULE_INPUTS: dict[str, str] = {
     "link_down_events_total": "Ethernet fabric link down events (ethtool link_down_events_phy)",
     "pcs_symbol_error_total": "Ethernet fabric symbol errors after FEC (ethtool rx_pcs_symbol_err_phy)",
     "port_state": "fabric port state",
+    "local_link_integrity_errors_total": "fabric link integrity errors (a watch; the trend detector flags a rate)",
+    "excessive_buffer_overrun_total": "fabric buffer overruns (a watch; the trend detector flags a rate)",
+    "retired_pages_pending": "pages pending retirement (a watch)",
+    "retired_pages_sbe_total": "retired pages against DCGM's limit (with the double-bit ones)",
+    "retired_pages_dbe_total": "pages retired for double-bit errors",
+    "thermal_violation_us_total": "time throttled for temperature (where the throttle reasons are not exported)",
+    "npu_network_health": "an NPU's network health (a watch)",
 }
 
 
@@ -101,6 +108,8 @@ class RuleDetector(EventRules, LevelRules):
         limit_burst_share: float = 0.5,
         app_xid_repeats: int = 3,
         app_xid_window_s: float = 86400.0,
+        retired_pages_limit: float = 63.0,
+        thermal_violation_share: float = 0.5,
         baseline: bool = False,
     ):
         self.event_hold_s = event_hold_s
@@ -118,6 +127,8 @@ class RuleDetector(EventRules, LevelRules):
         self.limit_burst_share = limit_burst_share
         self.app_xid_repeats = app_xid_repeats
         self.app_xid_window_s = app_xid_window_s
+        self.retired_pages_limit = retired_pages_limit
+        self.thermal_violation_share = thermal_violation_share
         self.baseline = baseline
 
     # -- scikit-learn style -------------------------------------------------------------------
@@ -203,6 +214,8 @@ class RuleDetector(EventRules, LevelRules):
         if self._heat is not None:
             self._heat.observe(now, tick.gauges, tick.racks)
         self._gauges(tick, level_evidence)
+        if not self.baseline:
+            self._thermal_violations(tick)
         out = level_evidence
         for entity in list(self._latches):
             alive = [x for x in self._latches[entity] if x[0] >= now]

@@ -11,6 +11,7 @@ import pandas as pd
 
 from detectors.contract import Evidence, TickInput
 from detectors.schema import State, name_codes, names_in, names_mask, node_of
+from detectors.xid_catalog import repair_reason
 
 PORT_ACTIVE = 4.0
 _PORT_STATES = {0: "NOP", 1: "DOWN", 2: "INIT", 3: "ARMED", 4: "ACTIVE", 5: "ACTIVE_DEFER"}
@@ -25,6 +26,7 @@ LINK_INTEGRITY_COUNTERS = {
                                          "LocalPhyErrors threshold)",
     "excessive_buffer_overrun_total": "excessive buffer overrun errors (the port's receive buffer overran: packets "
                                       "dropped on a lossless link)"}
+_RETIRED_PAGES = ("retired_pages_sbe_total", "retired_pages_dbe_total")
 # Counters whose every increase is judged on its own (the rate rules below read the others).
 _HARD_COUNTERS = frozenset({"ecc_dbe_total", "ecc_dbe_agg_total", "row_remap_uncorrectable_total",
                             "retired_pages_dbe_total", "link_downed_total", "link_down_events_total",
@@ -85,6 +87,7 @@ class LevelRules:
                 self._latch(ev, now + self.failed_hold_s)
         if not self.baseline and "last" in inc:
             self._saturated(inc, now)
+            self._retired_pages(inc, now)
         rates = self.rate_limits_
         for metric, (limit, _, _) in rates.items():
             if self.baseline and metric not in ("symbol_error_total", "pcs_symbol_error_total"):
@@ -146,6 +149,46 @@ class LevelRules:
                     f"a rate that lasts: {self.limit_min_increases} samples or more, none with "
                     f"{self.limit_burst_share:.0%} of the errors)"]))
 
+    def _retired_pages(self, inc: pd.DataFrame, now: float) -> None:
+        """A GPU with as many retired pages as DCGM's limit (single- and double-bit together, 63: its health check's
+        DCGM_FR_RETIRED_PAGES_LIMIT, whose next step is the field diagnostic) is sub-healthy, judged where a tick
+        samples both counters of it; held an hour after the last such sample."""
+        rows = inc[names_in(inc["metric"], _RETIRED_PAGES)]
+        if rows.empty:
+            return
+        by_gpu: dict[str, dict[str, float]] = {}
+        for entity, metric, last in zip(rows["entity"], rows["metric"], rows["last"].tolist()):
+            by_gpu.setdefault(entity, {})[metric] = last
+        for entity, counts in by_gpu.items():
+            if len(counts) < len(_RETIRED_PAGES) or not sum(counts.values()) >= self.retired_pages_limit:
+                continue
+            sbe, dbe = counts["retired_pages_sbe_total"], counts["retired_pages_dbe_total"]
+            text = (f"{sbe + dbe:.0f} retired pages ({sbe:.0f} for single-bit, {dbe:.0f} for double-bit errors), at "
+                    f"or over DCGM's limit of {self.retired_pages_limit:.0f}")
+            reason = repair_reason(text, "DCGM: RETIRED_PAGES_LIMIT, run the field diagnostic", "inspect")
+            self.clear_latch(entity, "retired-pages")
+            self._latch(Evidence(entity, State.SUBHEALTHY, "gpu_memory", [reason]), now + self.event_hold_s,
+                        "retired-pages")
+
+    def _thermal_violations(self, tick: TickInput) -> None:
+        """Time throttled for temperature (DCGM's thermal violation counter, microseconds): a GPU throttled for
+        ``thermal_violation_share`` of the time since its last sample or more is judged as a GPU whose throttle
+        reasons say so (``subhealthy``, a watch when its rack warmed with it), held until its next sample is due; a
+        sample under the share ends it. For fleets that export the counter and not the reasons."""
+        inc = tick.increases
+        if inc.empty or "dt" not in inc:
+            return
+        rows = inc[names_in(inc["metric"], ("thermal_violation_us_total",))]
+        for entity, increase, dt in zip(rows["entity"], rows["increase"].tolist(), rows["dt"].tolist()):
+            if not dt > 0:
+                continue
+            share = increase / (dt * 1e6)
+            self.clear_latch(entity, "thermal-violation")
+            if share >= self.thermal_violation_share:
+                ev = self._thermal(entity, f"clocks throttled for temperature {min(share, 1.0):.0%} of the last "
+                                           f"{dt:.0f} s (thermal violation time)")
+                self._latch(ev, tick.now + 1.5 * dt, "thermal-violation")
+
     def _saturated(self, inc: pd.DataFrame, now: float) -> None:
         """A counter stuck at its maximum is blind: say so on the port (a watch, with the way to clear it)."""
         codes, names = name_codes(inc["metric"])
@@ -175,7 +218,8 @@ class LevelRules:
         if not self.baseline:
             hit |= (names_in(metric, ("hbm_temp_c",)) & (peak >= self.hbm_temp_limit_c)) | (
                 names_in(metric, ("throttle_thermal",)) & (last >= 1)) | (
-                names_in(metric, ("accelerator_health",)) & (last == 0))
+                names_in(metric, ("accelerator_health", "npu_network_health")) & (last == 0)) | (
+                names_in(metric, ("retired_pages_pending",)) & (last >= 1))
         if not hit.any():
             return
         g = g[hit]
@@ -198,6 +242,16 @@ class LevelRules:
                 # The vendor's own health bit (npu-exporter, npu-smi): its fault codes say how bad; this alone
                 # is a sub-healthy NPU, never a drain by itself.
                 out.append(Evidence(entity, State.SUBHEALTHY, "gpu_compute", ["vendor health status unhealthy"]))
+            elif metric == "npu_network_health" and last == 0:
+                # npu-exporter's network status: 0 when the NPU's RoCE port cannot reach its detect address, which
+                # an NPU without one configured also reads: a watch
+                out.append(Evidence(entity, State.SUSPECT, "fabric_link",
+                                    ["NPU network health unhealthy (its RoCE port cannot reach its detect address)"]))
+            elif metric == "retired_pages_pending" and last >= 1:
+                # DCGM_FR_PENDING_PAGE_RETIREMENTS: "Monitor - this GPU can still perform workload"
+                out.append(Evidence(entity, State.SUSPECT, "gpu_memory", [
+                    f"{last:.0f} page(s) pending retirement: retired at the GPU's next reset (DCGM: monitor, the GPU "
+                    "can still run work)"]))
             elif metric == "row_remap_failure" and last >= 1:
                 out.append(Evidence(entity, State.FAILED, "gpu_memory", ["row remapping failed"], hard=True))
             elif metric == "port_state" and not np.isnan(last) and last != PORT_ACTIVE:

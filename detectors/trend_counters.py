@@ -40,11 +40,23 @@ COUNTERS = {
     "local_link_integrity_errors_total": (1 / 500, "fabric_link", "local link integrity errors"),
     "excessive_buffer_overrun_total": (1 / 500, "fabric_link", "excessive buffer overrun errors"),
     "crc_errors_total": (1 / 100, "fabric_link", "CRC errors"),
+    # an Ascend NPU's own RoCE port (npu-exporter): packets received in error. Not its retransmissions
+    # (roce_retry_total): a transport's retries follow the far end and the fabric's congestion, not this link
+    "roce_rx_err_pkt_total": (1 / 100, "fabric_link", "RoCE receive errors"),
     "nvlink_crc_flit_total": (1 / 10, "scaleup_link", "NVLink CRC errors"),
+    # DCGM's other NVLink error counters (its health watch judges all four against its NVLink error threshold):
+    # data CRC errors and replays like the flit CRC errors, recoveries (a link retrained) rarer
+    "nvlink_crc_data_total": (1 / 10, "scaleup_link", "NVLink data CRC errors"),
+    "nvlink_replay_total": (1 / 10, "scaleup_link", "NVLink replays"),
+    "nvlink_recovery_total": (1 / 500, "scaleup_link", "NVLink recoveries"),
     "xgmi_ce_total": (1 / 10, "scaleup_link", "XGMI correctable errors"),
     # The kernel's per-device AER counters (sysfs aer_dev_correctable): any vendor's PCIe link, and for an
     # NPU whose exporter has no replay counter the only early sign of a link going bad.
     "aer_correctable_total": (1 / 50, "gpu_bus", "PCIe AER corrected errors"),
+    # AMD's own PCIe link counters (device-metrics-exporter): NAKs received (a TLP the far end had to ask again for,
+    # as replays) and link recoveries (the link retrained)
+    "pcie_nack_received_total": (1 / 50, "gpu_bus", "PCIe NAKs received"),
+    "pcie_recovery_total": (1 / 500, "gpu_bus", "PCIe link recoveries"),
     **{f"hccs_crc_lane{n}_total": (1 / 10, "scaleup_link", f"HCCS lane {n} CRC errors") for n in range(1, 8)},
     # The kernel's AER lines of severity Corrected on an accelerator, counted as the counter the kernel log is:
     # most fleets see PCIe link trouble only there (a GPU about to fall off the bus logs them for hours). Its

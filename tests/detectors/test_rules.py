@@ -193,3 +193,50 @@ def test_a_link_out_of_its_specification_is_watched_at_one_error_and_a_stuck_cou
     quiet = RuleDetector().fit()
     assert worst(run(quiet, 30, inc=inc.assign(last=[1.0, 2.0]), grace=frozenset({"n"})), "n/mlx5_0:1") \
         == State.HEALTHY
+
+
+def test_dcgm_s_page_retirement_and_an_npu_s_network_health():
+    """DCGM's health check: pages pending retirement are a watch ("monitor, the GPU can still perform workload");
+    63 retired pages, single- and double-bit together, are its limit (run the field diagnostic): sub-healthy, the
+    repair an inspection. npu-exporter's network status 0 (its RoCE port cannot reach its detect address) is a
+    watch."""
+    from detectors.xid_catalog import vendor_repair
+
+    det = RuleDetector().fit()
+    g = pd.DataFrame({"entity": ["n/gpu0", "n/gpu1", "n/npu0", "n/npu1"],
+                      "metric": ["retired_pages_pending", "retired_pages_pending", "npu_network_health",
+                                 "npu_network_health"],
+                      "last": [2.0, 0.0, 0.0, 1.0], "max": [2.0, 0.0, 0.0, 1.0]})
+    inc = pd.DataFrame({"entity": ["n/gpu2", "n/gpu2", "n/gpu3", "n/gpu3"],
+                        "metric": ["retired_pages_sbe_total", "retired_pages_dbe_total"] * 2,
+                        "increase": [0.0, 1.0, 0.0, 0.0], "resets": [0] * 4, "last": [60.0, 3.0, 60.0, 2.0]})
+    ev = run(det, 30, inc=inc, gauges=g)
+    assert worst(ev, "n/gpu0") == State.SUSPECT
+    assert "2 page(s) pending retirement" in " ".join(r for e in ev if e.entity == "n/gpu0" for r in e.reasons)
+    assert worst(ev, "n/gpu1") == State.HEALTHY
+    assert worst(ev, "n/npu0") == State.SUSPECT and worst(ev, "n/npu1") == State.HEALTHY
+    limit = [e for e in ev if e.entity == "n/gpu2" and "DCGM" in e.reasons[0]]  # (and its new DBE page's own)
+    assert [e.level for e in limit] == [State.SUBHEALTHY] and vendor_repair(limit[0].reasons) == "inspect"
+    assert "63 retired pages (60 for single-bit, 3 for double-bit errors)" in limit[0].reasons[0]
+    assert worst(ev, "n/gpu3") == State.HEALTHY  # 62: under the limit
+
+
+def test_time_throttled_for_temperature_is_judged_as_the_throttle_reasons_are():
+    """DCGM's thermal violation counter (microseconds throttled): two thirds of a sample's interval throttled is a
+    GPU throttled for heat, held until its next sample; a sample throttled a sixth of the time ends it."""
+    det = RuleDetector().fit()
+
+    def sample(now, throttled_s):
+        inc = pd.DataFrame({"entity": ["n/gpu0"], "metric": ["thermal_violation_us_total"],
+                            "increase": [throttled_s * 1e6], "resets": [0], "dt": [30.0]})
+        return run(det, now, inc=inc)
+
+    ev = sample(30, 20.0)
+    assert worst(ev, "n/gpu0") == State.SUBHEALTHY and "throttled for temperature 67% of the last 30 s" in \
+        ev[0].reasons[0]
+    assert worst(run(det, 60), "n/gpu0") == State.SUBHEALTHY  # no sample this tick: held
+    assert worst(sample(90, 5.0), "n/gpu0") == State.HEALTHY
+    assert worst(RuleDetector(baseline=True).fit().update(
+        TickInput(30, events_frame([]), pd.DataFrame({"entity": ["n/gpu0"], "metric": ["thermal_violation_us_total"],
+                                                      "increase": [3e7], "resets": [0], "dt": [30.0]}), EMPTY_G)),
+        "n/gpu0") == State.HEALTHY  # the static baseline reads the throttle reasons only
