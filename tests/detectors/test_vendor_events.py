@@ -47,6 +47,11 @@ def test_amdgpu_verdicts():
     assert amdgpu_verdict("corrected", "umc block: 3 correctable hardware errors", 3, baseline=True) is None
     assert amdgpu_verdict("fatal", "uncorrectable hardware error ERREVENT_ATHUB_INTERRUPT", None,
                           baseline=True).hard
+    # the GPU's bad-page table over the driver's threshold: the driver will not initialize it; near it, a watch
+    rma = amdgpu_verdict("bad_pages", "512 bad-page records over the driver's threshold of 512: replace the GPU", 512)
+    assert rma.level == State.FAILED and rma.hard and rma.category == "gpu_memory"
+    near = amdgpu_verdict("bad_pages_near", "461 bad-page records, over 90% of the driver's threshold of 512", 461)
+    assert near.level == State.SUSPECT and near.category == "gpu_memory" and "plan the GPU's replacement" in near.reason
 
 
 def tick(rules, now, events):
@@ -59,11 +64,14 @@ def test_rule_detector_judges_vendor_events():
     out = tick(rules, 100.0, [("n1/npu3", "ascend", 0x80E18402, "error", ""),
                               ("n1/npu4", "ascend", 0x80E18405, "error", ""),
                               ("n1/npu5", "ascend", 0x12345678, "error", ""),
-                              ("n2/gpu1", "amdgpu", 1, "uncorrected", "umc block: 1 uncorrectable hardware errors")])
+                              ("n2/gpu1", "amdgpu", 1, "uncorrected", "umc block: 1 uncorrectable hardware errors"),
+                              ("n2/gpu2", "amdgpu", 512, "bad_pages",
+                               "512 bad-page records over the driver's threshold of 512: replace the GPU")])
     assert out["n1/npu3"].level == State.FAILED and out["n1/npu3"].hard
     assert out["n1/npu4"].level == State.SUBHEALTHY
     assert out["n1/npu5"].level == State.SUSPECT and rules.unknown_codes_[0x12345678] == 1
     assert out["n2/gpu1"].level == State.FAILED and out["n2/gpu1"].category == "gpu_memory"
+    assert out["n2/gpu2"].level == State.FAILED and "replace the GPU" in out["n2/gpu2"].reasons[0]
 
 
 def test_amdgpu_correctable_errors_count_towards_an_hourly_rate():

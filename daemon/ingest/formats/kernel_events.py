@@ -80,6 +80,10 @@ _AMDGPU_RAS = re.compile(r"(?:socket: \d+, die: \d+,? )?(\d+) (new )?(correctabl
                          r"hardware errors detected in (total in )?(\w+) block")
 _AMDGPU_RESET = re.compile(r"GPU reset(?:\((\d+)\))? (begin!|succeeded!|failed)")
 _AMDGPU_FATAL = re.compile(r"Uncorrectable hardware error\((\w+)\) detected")
+# The bad-page table in the GPU's EEPROM over the driver's threshold (amdgpu_ras_eeprom.c and the RAS core's
+# ras_eeprom.c: "RAS records:%d exceed threshold:%d[, GPU will not be initialized. Replace this GPU or increase the
+# threshold]"), and the warning before it ("RAS records:%u exceeds 90%% of threshold:%d")
+_AMDGPU_BAD_PAGES = re.compile(r"RAS records:\s*(\d+) exceeds? (90% of )?threshold:\s*(-?\d+)")
 _AMDGPU_APP = re.compile(r"\[(\w+)\] (?:no-retry )?page fault|ring (\S+) timeout")
 _LINK = re.compile(r"mlx5_core ([0-9a-f]{4}:[0-9a-f]{2}:[0-9a-f]{2}\.[0-7]) (\S+): Link (down|up)\b")
 # Ethernet/RoCE drivers' link messages, "<driver> <PCI> <netdev>: NIC Link is Down" (bnxt_en, ice, i40e, ixgbe, igb,
@@ -265,6 +269,15 @@ def _amdgpu(message: str) -> KernelEvent | None:
     """An amdgpu RAS line: errors by block (the count in ``code``), a fatal error interrupt, a GPU reset."""
     where = _AMDGPU_PCI.search(message)
     pci = normalize_pci(where.group(1)) if where else None
+    m = _AMDGPU_BAD_PAGES.search(message)
+    if m:  # (its count is bad-page records, not errors: an event of its own)
+        if m.group(2):
+            return KernelEvent("amdgpu", int(m.group(1)), "bad_pages_near",
+                               f"{m.group(1)} bad-page records, over 90% of the driver's threshold of {m.group(3)}",
+                               pci)
+        return KernelEvent("amdgpu", int(m.group(1)), "bad_pages",
+                           f"{m.group(1)} bad-page records over the driver's threshold of {m.group(3)}: replace the "
+                           "GPU", pci)
     m = _AMDGPU_RAS.search(message)
     if m:
         if m.group(4):  # "in total": a cumulative count already reported by the "new" line

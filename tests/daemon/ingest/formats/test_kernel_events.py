@@ -69,3 +69,17 @@ def test_edac_mce_link():
 ])
 def test_not_hardware_ras(line):
     assert parse(line) is None
+
+
+@pytest.mark.parametrize("line,severity,count", [
+    # the driver's printk formats (amdgpu_ras_eeprom.c before and after the RAS core moved it, ras_eeprom.c), with
+    # MI300X's table threshold; not lines quoted from a host
+    ("amdgpu 0000:05:00.0: amdgpu: RAS records:512 exceed threshold:512, GPU will not be initialized. Replace this "
+     "GPU or increase the threshold", "bad_pages", 512),
+    ("amdgpu 0000:05:00.0: amdgpu: RAS records:513 exceed threshold:512", "bad_pages", 513),
+    ("amdgpu 0000:05:00.0: amdgpu: RAS records:461 exceeds 90% of threshold:512", "bad_pages_near", 461),
+])
+def test_amdgpu_bad_page_table_over_its_threshold(line, severity, count):
+    ev = parse(line)
+    assert (ev.kind, ev.severity, ev.code, ev.pci) == ("amdgpu", severity, count, "0000:05:00")
+    assert "threshold of 512" in ev.message
