@@ -1,4 +1,6 @@
-"""rasdaemon SQLite databases (``ras-mc_event.db``): mc_event, aer_event, mce_record, extlog_event.
+"""rasdaemon SQLite databases (``ras-mc_event.db``): mc_event, aer_event, mce_record, extlog_event, and
+devlink_event where rasdaemon was built with devlink (``--enable-devlink``: the devlink health reporters' reports,
+rasdaemon's ras-record.c; a network adapter's firmware failing, ``fw_fatal``, is mlx5's "health compromised").
 
 Each table is read incrementally by its ``id`` (``WHERE id > ? ORDER BY id LIMIT n``), so a reader can
 resume where it stopped (the live collector persists the cursors). The database names no host: it
@@ -17,11 +19,11 @@ from collections.abc import Iterator
 from daemon import metrics
 from daemon.ingest.batch import Batch
 from daemon.ingest.formats.reader import ReadContext
-from daemon.topology import is_address, normalize_pci
+from daemon.topology import is_address, normalize_pci, normalize_pci_function
 from detectors.schema import events_frame
 
 FORMAT = "rasdaemon"
-TABLES = ("mc_event", "aer_event", "mce_record", "extlog_event")
+TABLES = ("mc_event", "aer_event", "mce_record", "extlog_event", "devlink_event")
 PAGE = 10_000
 
 _QUERIES = {
@@ -29,6 +31,7 @@ _QUERIES = {
     "aer_event": "SELECT id, timestamp, dev_name, err_type, err_msg FROM aer_event",
     "mce_record": "SELECT id, timestamp, bank, error_msg, mcistatus_msg, mcgstatus_msg FROM mce_record",
     "extlog_event": "SELECT id, timestamp, etype, error_count, severity, fru_text FROM extlog_event",
+    "devlink_event": "SELECT id, timestamp, bus_name, dev_name, driver_name, reporter_name, msg FROM devlink_event",
 }
 # CPER section severities (UEFI spec, N.2.1): 0 recoverable, 1 fatal, 2 corrected, 3 informational.
 _CPER_SEVERITY = {0: "uncorrected", 1: "fatal", 2: "corrected", 3: "info"}
@@ -72,6 +75,13 @@ def _event(table: str, row: tuple) -> tuple[str, int | None, str, str, str | Non
         status = f"{mci or ''} {mcg or ''}"
         severity = "fatal" if ("Uncorrected" in status or "PCC" in status) else "corrected"
         return "mce", int(bank) if bank is not None else None, severity, f"bank {bank}: {error_msg or ''}".strip(), None
+    if table == "devlink_event":
+        _, _, bus, dev, driver, reporter, msg = row
+        what = f"{driver or '?'} {reporter or '?'} health report: {msg or ''}".strip()
+        pci = normalize_pci_function(dev or "") if bus == "pci" else None
+        if reporter == "fw_fatal":  # the adapter's firmware failed (its ports went down; the driver recovers it)
+            return "link", None, "error", f"{what}: its firmware failed, its ports are down", pci
+        return "devlink", None, "info", what, pci  # (tx/rx queue timeouts, non-fatal firmware syndromes: said)
     _, _, etype, count, severity, fru = row
     message = f"extlog type {etype} {fru or ''}".strip()
     return "edac", int(count or 1), _CPER_SEVERITY.get(severity, "info"), message, None

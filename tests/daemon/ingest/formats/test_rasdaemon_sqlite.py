@@ -77,3 +77,24 @@ def test_rows_with_ids_of_zero_or_below_are_read(tmp_path, ctx):
     assert list(ev[ev["kind"] == "edac"]["severity"]) == ["uncorrected", "uncorrected", "corrected"]
     list(RasdaemonReader().read(db, ctx, cursors))
     assert cursors["mc_event"] == 1 and list(RasdaemonReader().read(db, ctx, cursors)) == []
+
+
+def test_devlink_health_reports_where_rasdaemon_records_them(tmp_path, ctx):
+    """rasdaemon built with devlink records the health reporters' reports (its ras-record.c schema): an adapter's
+    firmware failing (mlx5's fw_fatal) is a link event at its PCI function, as its kernel line "health compromised"
+    is; a queue timeout is said, not a fault."""
+    db = tmp_path / "sn01-b01.db"
+    conn = make_db(db)
+    conn.execute("CREATE TABLE devlink_event (id INTEGER PRIMARY KEY, timestamp TEXT, bus_name TEXT, dev_name TEXT, "
+                 "driver_name TEXT, reporter_name TEXT, msg TEXT)")
+    conn.executemany("INSERT INTO devlink_event (timestamp, bus_name, dev_name, driver_name, reporter_name, msg) "
+                     "VALUES (?, ?, ?, ?, ?, ?)",
+                     [("2026-03-02 00:04:00 +0000", "pci", "0000:08:00.1", "mlx5_core", "fw_fatal",
+                       "Health syndrome 0x8"),
+                      ("2026-03-02 00:05:00 +0000", "pci", "0000:08:00.0", "mlx5_core", "tx", "TX timeout on queue")])
+    conn.commit()
+    ev = read_all(RasdaemonReader(), db, ctx).events
+    dev = ev[ev["source"] == "rasdaemon:devlink_event"]
+    assert list(zip(dev["kind"], dev["severity"], dev["pci"])) == [("link", "error", "0000:08:00.1"),
+                                                                    ("devlink", "info", "0000:08:00.0")]
+    assert "firmware failed" in dev["message"].iloc[0] and "TX timeout" in dev["message"].iloc[1]
