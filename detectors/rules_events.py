@@ -256,6 +256,10 @@ class EventRules:
                         now + self.failed_hold_s)
         elif self.baseline:
             return
+        elif severity == "deferred":  # an uncorrectable error the hardware contained (a poisoned page): the memory
+            # is failing, the host still works
+            self._latch(Evidence(entity, State.SUBHEALTHY, "host", [f"{label} deferred: {message}"]),
+                        now + self.event_hold_s)
         elif kind == "mce" and severity == "corrected":
             self._latch(Evidence(entity, State.SUSPECT, "host", [f"MCE corrected: {message}"]), now + self.event_hold_s)
         elif kind == "edac" and severity == "corrected":

@@ -240,3 +240,16 @@ def test_time_throttled_for_temperature_is_judged_as_the_throttle_reasons_are():
         TickInput(30, events_frame([]), pd.DataFrame({"entity": ["n/gpu0"], "metric": ["thermal_violation_us_total"],
                                                       "increase": [3e7], "resets": [0], "dt": [30.0]}), EMPTY_G)),
         "n/gpu0") == State.HEALTHY  # the static baseline reads the throttle reasons only
+
+
+def test_a_contained_host_memory_error_is_sub_healthy_an_uncontained_one_failed():
+    det = RuleDetector().fit()
+    ev = run(det, 30, events=[(30.0, "n1", "edac", 1, "deferred", "memory failure at page 0x1a (LRU page): Recovered",
+                               "rasdaemon", None, None),
+                              (30.0, "n2", "edac", 1, "uncorrected", "memory failure at page 0x1b: Failed",
+                               "rasdaemon", None, None)])
+    assert worst(ev, "n1") == State.SUBHEALTHY
+    assert any(r.startswith("EDAC deferred: memory failure") for e in ev if e.entity == "n1" for r in e.reasons)
+    assert worst(ev, "n2") == State.FAILED
+    assert worst(run(RuleDetector(baseline=True).fit(), 30, events=[
+        (30.0, "n1", "edac", 1, "deferred", "x", "rasdaemon", None, None)]), "n1") == State.HEALTHY

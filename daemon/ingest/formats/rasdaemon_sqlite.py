@@ -1,6 +1,8 @@
-"""rasdaemon SQLite databases (``ras-mc_event.db``): mc_event, aer_event, mce_record, extlog_event, and
-devlink_event where rasdaemon was built with devlink (``--enable-devlink``: the devlink health reporters' reports,
-rasdaemon's ras-record.c; a network adapter's firmware failing, ``fw_fatal``, is mlx5's "health compromised").
+"""rasdaemon SQLite databases (``ras-mc_event.db``): mc_event, aer_event, mce_record, extlog_event, and where
+rasdaemon was built with them (rasdaemon's ras-record.c) devlink_event (the devlink health reporters' reports: a
+network adapter's firmware failing, ``fw_fatal``, is mlx5's "health compromised") and memory_failure_event (the
+kernel's handling of a poisoned host memory page: contained, ``Recovered`` or ``Delayed``, is the deferred error it
+was; not contained, ``Failed`` or ``Ignored``, an uncorrected one).
 
 Each table is read incrementally by its ``id`` (``WHERE id > ? ORDER BY id LIMIT n``), so a reader can
 resume where it stopped (the live collector persists the cursors). The database names no host: it
@@ -23,7 +25,7 @@ from daemon.topology import is_address, normalize_pci, normalize_pci_function
 from detectors.schema import events_frame
 
 FORMAT = "rasdaemon"
-TABLES = ("mc_event", "aer_event", "mce_record", "extlog_event", "devlink_event")
+TABLES = ("mc_event", "aer_event", "mce_record", "extlog_event", "devlink_event", "memory_failure_event")
 PAGE = 10_000
 
 _QUERIES = {
@@ -32,6 +34,7 @@ _QUERIES = {
     "mce_record": "SELECT id, timestamp, bank, error_msg, mcistatus_msg, mcgstatus_msg FROM mce_record",
     "extlog_event": "SELECT id, timestamp, etype, error_count, severity, fru_text FROM extlog_event",
     "devlink_event": "SELECT id, timestamp, bus_name, dev_name, driver_name, reporter_name, msg FROM devlink_event",
+    "memory_failure_event": "SELECT id, timestamp, pfn, page_type, action_result FROM memory_failure_event",
 }
 # CPER section severities (UEFI spec, N.2.1): 0 recoverable, 1 fatal, 2 corrected, 3 informational.
 _CPER_SEVERITY = {0: "uncorrected", 1: "fatal", 2: "corrected", 3: "info"}
@@ -59,6 +62,8 @@ def _severity_of(err_type: str) -> str:
         return "uncorrected"
     if text.startswith("corrected"):
         return "corrected"
+    if text.startswith("deferred"):  # an uncorrectable error the hardware contained (poisoned): AMD's Deferred
+        return "deferred"
     return "info"
 
 
@@ -82,6 +87,11 @@ def _event(table: str, row: tuple) -> tuple[str, int | None, str, str, str | Non
         if reporter == "fw_fatal":  # the adapter's firmware failed (its ports went down; the driver recovers it)
             return "link", None, "error", f"{what}: its firmware failed, its ports are down", pci
         return "devlink", None, "info", what, pci  # (tx/rx queue timeouts, non-fatal firmware syndromes: said)
+    if table == "memory_failure_event":
+        _, _, pfn, page_type, result = row
+        contained = (result or "").lower() in ("recovered", "delayed")
+        return ("edac", 1, "deferred" if contained else "uncorrected",
+                f"memory failure at page {pfn or '?'} ({page_type or '?'}): {result or '?'}", None)
     _, _, etype, count, severity, fru = row
     message = f"extlog type {etype} {fru or ''}".strip()
     return "edac", int(count or 1), _CPER_SEVERITY.get(severity, "info"), message, None

@@ -98,3 +98,25 @@ def test_devlink_health_reports_where_rasdaemon_records_them(tmp_path, ctx):
     assert list(zip(dev["kind"], dev["severity"], dev["pci"])) == [("link", "error", "0000:08:00.1"),
                                                                     ("devlink", "info", "0000:08:00.0")]
     assert "firmware failed" in dev["message"].iloc[0] and "TX timeout" in dev["message"].iloc[1]
+
+
+def test_contained_and_uncontained_memory_errors(tmp_path, ctx):
+    """A Deferred mc_event (an uncorrectable error the hardware contained by poisoning, as AMD's memory controllers
+    report) is a deferred event, not information; the kernel's memory_failure handling of a poisoned page (rasdaemon
+    built with it) is deferred when it contained the page (Recovered, Delayed) and uncorrected when not (Failed,
+    Ignored)."""
+    db = tmp_path / "sn01-b01.db"
+    conn = make_db(db)
+    conn.execute("INSERT INTO mc_event (timestamp, err_count, err_type, err_msg, label) VALUES "
+                 "('2026-03-02 00:06:00 +0000', 1, 'Deferred', 'memory read error', 'DIMM_C1')")
+    conn.execute("CREATE TABLE memory_failure_event (id INTEGER PRIMARY KEY, timestamp TEXT, pfn TEXT, page_type TEXT, "
+                 "action_result TEXT)")
+    conn.executemany("INSERT INTO memory_failure_event (timestamp, pfn, page_type, action_result) VALUES (?, ?, ?, ?)",
+                     [("2026-03-02 00:07:00 +0000", "0x1a2b3c", "dirty LRU page", "Recovered"),
+                      ("2026-03-02 00:08:00 +0000", "0x1a2b3d", "reserved kernel page", "Ignored")])
+    conn.commit()
+    ev = read_all(RasdaemonReader(), db, ctx).events
+    assert ev[ev["source"] == "rasdaemon:mc_event"]["severity"].tolist() == ["corrected", "deferred"]
+    mf = ev[ev["source"] == "rasdaemon:memory_failure_event"]
+    assert list(zip(mf["kind"], mf["severity"])) == [("edac", "deferred"), ("edac", "uncorrected")]
+    assert "page 0x1a2b3c (dirty LRU page): Recovered" in mf["message"].iloc[0]
