@@ -50,9 +50,11 @@ from detectors.shared_heat import SharedHeat
 from detectors.vendor_events import load_ascend_catalog
 from detectors.xid_catalog import load_decode_sheet, load_sxid_catalog, load_xid_catalog
 
-#: inputs that read the same signal on the other fabric: a trace with one is not blind for want of the other
+#: inputs that read the same signal another way (the other fabric's counter; the time throttled for temperature for
+#: the throttle reasons): a trace with one is not blind for want of the other
 SAME_SIGNAL = {"link_downed_total": "link_down_events_total", "link_down_events_total": "link_downed_total",
-               "symbol_error_total": "pcs_symbol_error_total", "pcs_symbol_error_total": "symbol_error_total"}
+               "symbol_error_total": "pcs_symbol_error_total", "pcs_symbol_error_total": "symbol_error_total",
+               "throttle_thermal": "thermal_violation_us_total"}
 
 
 # What each rule reads, so a replay or the service can say which rules a source set leaves blind
@@ -72,14 +74,9 @@ RULE_INPUTS: dict[str, str] = {
     "link_down_events_total": "Ethernet fabric link down events (ethtool link_down_events_phy)",
     "pcs_symbol_error_total": "Ethernet fabric symbol errors after FEC (ethtool rx_pcs_symbol_err_phy)",
     "port_state": "fabric port state",
-    "local_link_integrity_errors_total": "fabric link integrity errors (a watch; the trend detector flags a rate)",
-    "excessive_buffer_overrun_total": "fabric buffer overruns (a watch; the trend detector flags a rate)",
-    "retired_pages_pending": "pages pending retirement (a watch)",
-    "retired_pages_sbe_total": "retired pages against DCGM's limit (with the double-bit ones)",
-    "retired_pages_dbe_total": "pages retired for double-bit errors",
-    "thermal_violation_us_total": "time throttled for temperature (where the throttle reasons are not exported)",
-    "npu_network_health": "an NPU's network health (a watch)",
 }
+# (Readings judged where a fleet exports them and never called blind when it does not: a link's integrity counters,
+# DCGM's page retirement, an NPU's network health; the thermal violation time stands for the throttle reasons.)
 
 
 class RuleDetector(EventRules, LevelRules):
