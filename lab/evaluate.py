@@ -91,7 +91,7 @@ def evaluate_simulation_judges(sim, judges: list[tuple[bool, object]], interval_
 
     from daemon.ingest.batch import Batch
     from daemon.ingest.naming import SeriesMapper
-    from daemon.judgement.pipeline import Pipeline
+    from daemon.judgement.pipeline import Pipeline, SharedIngest
     from daemon.ingest.rejects import RejectLog
     from detectors.schema import events_frame
     from lab.sim.simulator import chunk_event_rows, chunk_samples
@@ -108,6 +108,10 @@ def evaluate_simulation_judges(sim, judges: list[tuple[bool, object]], interval_
         pipelines.append(Pipeline(SeriesMapper(topology=topo, rejects=RejectLog()), config,
                                   on_finding=lambda f, sink=sink: sink.append(f.as_dict())))
         sinks.append(sink)
+    if len(pipelines) > 1:  # the batch's split and counter increases worked out once for them all
+        shared = SharedIngest()
+        for pipeline in pipelines:
+            pipeline.shared_ingest = shared
     steps = max(1, int(round(interval_s / sim.scenario.resolution)))
     samples = None  # the rows not yet ticked: stamped past the last tick's end
     events: list[tuple] = []

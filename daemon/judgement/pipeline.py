@@ -90,6 +90,25 @@ class TickResult:
     samples: int
 
 
+class SharedIngest:
+    """A tick's batch split into counters, gauges and code gauges, and its counter increases, worked out once for
+    the pipelines that judge the same batches side by side (an evaluation's raswarden and its static baseline): both
+    are functions of the batch and of the counters' last values, which such pipelines hold alike. The first pipeline to
+    tick at a time works them out, the others take them; a pipeline given one reads its counters only through it."""
+
+    def __init__(self) -> None:
+        self._at: float | None = None
+        self._rows = -1
+        self._parts: tuple[Table, Table, Table, Table] | None = None
+
+    def take(self, now: float, rows: int) -> tuple[Table, Table, Table, Table] | None:
+        """The parts worked out at ``now`` for a batch of ``rows`` samples, if a pipeline did."""
+        return self._parts if self._at == now and self._rows == rows else None
+
+    def keep(self, now: float, rows: int, parts: tuple[Table, Table, Table, Table]) -> None:
+        self._at, self._rows, self._parts = now, rows, parts
+
+
 class Pipeline(PipelineMemory, NodeTracking):
     """Streaming state of one raswarden: counters, rules, health, incidents."""
 
@@ -136,6 +155,7 @@ class Pipeline(PipelineMemory, NodeTracking):
         self.new_entities: list[dict] = []
         # what is known of each name of the last few name arrays (NodeTracking._name_facts)
         self._facts = PerNameArray(self._new_facts)
+        self.shared_ingest: SharedIngest | None = None  # (evaluation: pipelines judging the same batches)
 
     def use_model(self, model) -> None:
         """Swap the learned detectors for those of ``model`` (None: run without); the others keep their state."""
@@ -156,7 +176,8 @@ class Pipeline(PipelineMemory, NodeTracking):
         transaction as the tick's findings and incidents, so a crash loses or repeats no input.
         """
         samples = batch.samples
-        counters, sampled, xid_gauge = self._split(samples)
+        shared = self.shared_ingest.take(now, len(samples)) if self.shared_ingest is not None else None
+        counters, sampled, xid_gauge = shared[:3] if shared is not None else self._split(samples)
         events = self.resolver.resolve(batch.events)
         gauge_xids = self.resolver.code_gauge_events(xid_gauge)
         if gauge_xids:
@@ -169,7 +190,12 @@ class Pipeline(PipelineMemory, NodeTracking):
 
         names, seen = self._seen_entities(samples, now)
         self._track_nodes(now, names, seen)
-        increases = self.counters.update(counters)
+        if shared is not None:
+            increases = shared[3]
+        else:
+            increases = self.counters.update(counters)
+            if self.shared_ingest is not None:
+                self.shared_ingest.keep(now, len(samples), (counters, sampled, xid_gauge, increases))
         self._reboot_evidence(now, events, increases, sampled)
         grace = frozenset(n for n, t in self.grace_until.items() if t >= now)
         found = None
