@@ -111,11 +111,15 @@ class NodeTracking:
         told[rows[changed]] = window[changed]
         freshness, node_window = self.health.freshness, self.node_window
         for entity, w in zip(names[changed].tolist(), window[changed].tolist()):
-            freshness.set_window(entity, w)
             node = node_of(entity)
             if w > node_window.get(node, 0.0):
                 node_window[node] = w
                 freshness.set_window(node, w)
+            if entity != node:
+                freshness.set_window(entity, w)
+            # (a node's own series, node_exporter's, are one of its entities: the node's window stays its longest,
+            # or a node whose GPUs are sampled every 5 minutes went unknown between their samples once its own
+            # series' learned interval moved after theirs)
 
     def _register(self, entity: str, now: float) -> None:
         self.known_entities.add(entity)

@@ -332,3 +332,22 @@ def test_held_readings_every_one_current_or_some_dropped_come_in_slot_order_and_
     assert list(later["entity"]) == ["n1/gpu1"] and later["max"].tolist() == [75.0]
     assert later["fresh"].tolist() == [True]
     assert both["last"].tolist() == [60.0, 70.0] and one["last"].tolist() == [60.0, 72.0]  # not moved with the hold
+
+
+def test_a_node_stays_current_while_its_five_minute_gpus_are_after_its_own_series_stop():
+    """A node's staleness window is its longest entity's: its own series (node_exporter's, every minute with jitter,
+    their learned interval moving after the GPUs' was learned) must not shorten it, or the node goes unknown between
+    its GPUs' 5-minute samples once node_exporter stops."""
+    rng = np.random.default_rng(1)
+    p = Pipeline()
+    for k in range(1, 131):
+        t = 30.0 * k
+        rows = [(t - 2.0, "n1/gpu0", "gpu_temp_c", 60.0)] if t % 300 == 0 else []
+        if t <= 1500 and t % 60 == 0:
+            rows.append((t - 20.0 + rng.uniform(-9, 9), "n1", "boot_time_s", 1000.0))
+        p.tick(t, batch(rows))
+        if t >= 600:
+            assert p.health.freshness.window_of("n1") == p.node_window["n1"], t
+        if t >= 1800:
+            assert p.health.state_of("n1") != State.UNKNOWN, t
+    assert p.node_window["n1"] > 600.0
