@@ -45,6 +45,8 @@ BOOTING = frozenset({"reboot_issued", "powering_up", "power_up"})
 # Errors that say the controller could not be asked (trying again can help).
 _TRANSIENT = ("unable to contact slurm controller", "socket timed out", "connection refused", "timed out",
               "resource temporarily unavailable", "slurm_receive_msg", "zero bytes were transmitted")
+_MESSAGE_CHARS = 600
+"""At most this much of a failing command's output is said (its end: the outcome)."""
 # What slurmctld 22.05 answers a user without the admin level an action needs: "Invalid user id" to a node update
 # or a reservation, "Access/permission denied" to another user's job (tests/playbooks/test_slurm_permissions.py).
 _DENIED = ("invalid user id", "access/permission denied")
@@ -125,8 +127,12 @@ class SlurmScheduler:
                 from None
         stdout, stderr = self._answer(proc, args[0], what)
         if proc.returncode != 0:
-            message = (stderr or stdout).strip().splitlines()
-            text = message[-1] if message else f"exit status {proc.returncode}"
+            # every line, not only the last: Slurm's tools say what went wrong first and the generic outcome last
+            # ("sbatch: error: invalid partition specified: x" before "Batch job submission failed: ...")
+            lines = [line.strip() for line in (stderr or stdout).splitlines() if line.strip()]
+            text = "; ".join(dict.fromkeys(lines)) if lines else f"exit status {proc.returncode}"
+            if len(text) > _MESSAGE_CHARS:
+                text = "..." + text[-_MESSAGE_CHARS:]
             if any(t in text.lower() for t in _DENIED):
                 raise SchedulerError(f"{what}: {text} (Slurm refused user {_user()}: raswarden needs Slurm's Admin "
                                      "level, docs/install.md §4)", retryable=False)

@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+import shutil
+from pathlib import Path
 
 import pytest
 
@@ -314,3 +316,17 @@ def test_an_alert_names_the_jobs_and_users_on_its_node(slurm, tmp_path):
     store.record_tick([], [make_incident(f"{busy}/gpu3", at=3000.0)])
     broken = SlurmScheduler(str(tmp_path / "no-slurm.conf"))
     assert AlertPipeline(store, AlertingConfig(), scheduler=broken).sync(4000.0) == 1  # it goes, without jobs
+
+
+def test_a_failing_command_says_every_line_of_its_error(tmp_path):
+    """The adapter's command runner on a real command that fails with two lines on stderr (coreutils' ls, standing
+    for sbatch's "error: invalid partition specified" before its "Batch job submission failed"): both are said, in
+    order, not only the last; a command with no output says its exit status."""
+    s = SlurmScheduler("/nonexistent/slurm.conf", bin_dir=str(Path(shutil.which("ls")).parent))
+    with pytest.raises(SchedulerError) as exc:
+        s._run(["ls", str(tmp_path / "first-missing"), str(tmp_path / "second-missing")], "listing")
+    text = str(exc.value)
+    assert text.index("first-missing") < text.index("second-missing"), text
+    assert not exc.value.retryable
+    with pytest.raises(SchedulerError, match="exit status 1"):
+        s._run(["false"], "nothing")
