@@ -295,9 +295,9 @@ class PeerDeviation:
     def _against_peers(self, codes: np.ndarray, t: np.ndarray, p: np.ndarray) -> tuple | None:
         """Each GPU's power-corrected temperatures (``t``: the rows of :data:`_THERMAL`), their residuals against
         the peer group's median, both metrics in one array (metric-major, NaN where not judged: fewer than four
-        readings) and each metric's spread of residuals; None where neither is judged. A function of the readings
-        alone: a tick whose readings are the last tick's (a tick between two 5-minute samples, the held readings
-        judged again) is given the same figures without working them out again."""
+        readings), each metric's spread of residuals and the rows' peer groups; None where neither is judged. A
+        function of the readings alone: a tick whose readings are the last tick's (a tick between two 5-minute
+        samples, the held readings judged again) is given the same figures without working them out again."""
         memo = getattr(self, "_peer_memo", None)
         if memo is None:
             memo = self._peer_memo = {}
@@ -322,7 +322,7 @@ class PeerDeviation:
             median, count = group_median(group, level)
             residual = level - median[group]
             residual[count[group] < self.min_peers + 1] = np.nan
-            found = (level, residual, _spreads(residual.reshape(t.shape)))
+            found = (level, residual, _spreads(residual.reshape(t.shape)), group)
         memo["thermal"] = ((codes.copy(), t.copy(), p.copy()), found)
         return found
 
@@ -333,7 +333,7 @@ class PeerDeviation:
         found = self._against_peers(codes, np.vstack([columns[m] for m in _THERMAL]), columns["power_w"])
         if found is None:
             return []
-        level, residual, spread = found
+        level, residual, spread, group = found
         sel = np.flatnonzero(np.isfinite(residual))
         metric, i = np.divmod(sel, n)
         gpu = metric == 0
@@ -358,7 +358,7 @@ class PeerDeviation:
         for state in LOAD_STATES:
             k = np.flatnonzero(ld == state)
             offset[k] = self._own[state].value[r[k]]
-        group = _metric_groups(codes)[sel]
+        group = group[sel]
         reference, count = group_median(group, level[sel] - offset)
         steady = np.where(count[group] >= self.min_peers + 1, level[sel] - reference[group], residual[sel])
         own = self._level.update(r, steady, now, frozen=held)

@@ -27,6 +27,7 @@ LINK_INTEGRITY_COUNTERS = {
     "excessive_buffer_overrun_total": "excessive buffer overrun errors (the port's receive buffer overran: packets "
                                       "dropped on a lossless link)"}
 _RETIRED_PAGES = ("retired_pages_sbe_total", "retired_pages_dbe_total")
+_THERMAL_VIOLATION = ("thermal_violation_us_total",)
 # Counters whose every increase is judged on its own (the rate rules below read the others).
 _HARD_COUNTERS = frozenset({"ecc_dbe_total", "ecc_dbe_agg_total", "row_remap_uncorrectable_total",
                             "retired_pages_dbe_total", "link_downed_total", "link_down_events_total",
@@ -153,9 +154,10 @@ class LevelRules:
         """A GPU with as many retired pages as DCGM's limit (single- and double-bit together, 63: its health check's
         DCGM_FR_RETIRED_PAGES_LIMIT, whose next step is the field diagnostic) is sub-healthy, judged where a tick
         samples both counters of it; held an hour after the last such sample."""
-        rows = inc[names_in(inc["metric"], _RETIRED_PAGES)]
-        if rows.empty:
+        hit = names_in(inc["metric"], _RETIRED_PAGES)
+        if not hit.any():  # (most fleets, every tick: no frame cut)
             return
+        rows = inc[hit]
         by_gpu: dict[str, dict[str, float]] = {}
         for entity, metric, last in zip(rows["entity"], rows["metric"], rows["last"].tolist()):
             by_gpu.setdefault(entity, {})[metric] = last
@@ -178,7 +180,10 @@ class LevelRules:
         inc = tick.increases
         if inc.empty or "dt" not in inc:
             return
-        rows = inc[names_in(inc["metric"], ("thermal_violation_us_total",))]
+        hit = names_in(inc["metric"], _THERMAL_VIOLATION)
+        if not hit.any():  # (most fleets, every tick: no frame cut)
+            return
+        rows = inc[hit]
         for entity, increase, dt in zip(rows["entity"], rows["increase"].tolist(), rows["dt"].tolist()):
             if not dt > 0:
                 continue
