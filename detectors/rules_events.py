@@ -15,6 +15,9 @@ from detectors.vendor_events import Verdict, amdgpu_verdict, ascend_verdict
 from detectors.xid_catalog import XidRule, decode_nvlink5, repair_reason, state_of
 
 _PID = re.compile(r"pid=('?[^,]*'?)")
+# the host's own errors, by event kind: memory (EDAC), an x86 machine check, an Arm processor error, a firmware's
+# vendor-specific error section (rasdaemon's non_standard_event: HiSilicon's, Ampere's)
+_HOST_ERROR_LABELS = {"edac": "EDAC", "mce": "MCE", "arm": "Arm processor", "cper": "firmware-reported"}
 
 
 class EventRules:
@@ -46,8 +49,14 @@ class EventRules:
                 self._sxid(entity, code, row.severity, row.message or "", now)
             elif kind == "aer":
                 self._aer(entity, row.severity, row.message, row.ts, now)
-            elif kind in ("edac", "mce"):
+            elif kind in _HOST_ERROR_LABELS:
                 self._host(entity, kind, row.severity, row.message, code, now)
+            elif kind == "disk" and row.severity == "error" and not self.baseline:
+                # a local disk failing requests (checkpoint staging, the OS): the host's, never an accelerator's;
+                # a watch, refreshed by every failed request, one per host
+                self.clear_latch(entity, "disk")
+                self._latch(Evidence(entity, State.SUSPECT, "host", [f"block layer: {row.message}"]),
+                            now + self.event_hold_s, "disk")
             elif kind == "thermal" and row.severity == "critical":  # the kernel powers the node off for heat
                 self._latch(Evidence(entity, State.FAILED, "cooling", [f"kernel: {row.message}"], hard=True),
                             now + self.failed_hold_s, "thermal-shutdown")
@@ -250,7 +259,7 @@ class EventRules:
                 self._latch(ev, now + self.event_hold_s, "aer-rate")
 
     def _host(self, entity: str, kind: str, severity: str, message: str, code, now: float) -> None:
-        label = "EDAC" if kind == "edac" else "MCE"
+        label = _HOST_ERROR_LABELS[kind]
         if severity in ("fatal", "uncorrected"):
             self._latch(Evidence(entity, State.FAILED, "host", [f"{label} {severity}: {message}"], hard=True),
                         now + self.failed_hold_s)
@@ -260,8 +269,9 @@ class EventRules:
             # is failing, the host still works
             self._latch(Evidence(entity, State.SUBHEALTHY, "host", [f"{label} deferred: {message}"]),
                         now + self.event_hold_s)
-        elif kind == "mce" and severity == "corrected":
-            self._latch(Evidence(entity, State.SUSPECT, "host", [f"MCE corrected: {message}"]), now + self.event_hold_s)
+        elif kind != "edac" and severity == "corrected":
+            self._latch(Evidence(entity, State.SUSPECT, "host", [f"{label} corrected: {message}"]),
+                        now + self.event_hold_s)
         elif kind == "edac" and severity == "corrected":
             count = self._daily.add(f"edac|{entity}", now, float(code or 1))
             if count >= self.edac_ce_per_day:

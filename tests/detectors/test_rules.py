@@ -253,3 +253,35 @@ def test_a_contained_host_memory_error_is_sub_healthy_an_uncontained_one_failed(
     assert worst(ev, "n2") == State.FAILED
     assert worst(run(RuleDetector(baseline=True).fit(), 30, events=[
         (30.0, "n1", "edac", 1, "deferred", "x", "rasdaemon", None, None)]), "n1") == State.HEALTHY
+
+
+def test_arm_processor_and_firmware_reported_errors_judged_as_machine_checks():
+    """rasdaemon's arm_event (Grace, Kunpeng) and non_standard_event (a firmware's vendor sections) judged as an x86
+    host's machine checks: corrected a watch, uncorrected or fatal a failed host."""
+    det = RuleDetector().fit()
+    ev = run(det, 30, events=[(30.0, "n1", "arm", 1, "corrected", "cache error on MPIDR 0x81080000, x1", "rasdaemon",
+                               None, None),
+                              (30.0, "n2", "arm", 1, "uncorrected", "bus error on MPIDR 0x0, x1", "rasdaemon", None,
+                               None),
+                              (30.0, "n3", "cper", None, "corrected", "Corrected error in CPU0 (section x)",
+                               "rasdaemon", None, None),
+                              (30.0, "n4", "cper", None, "fatal", "Fatal error in PCIe (section x)", "rasdaemon", None,
+                               None),
+                              (30.0, "n5", "cper", None, "info", "Informational error in x", "rasdaemon", None, None)])
+    assert worst(ev, "n1") == State.SUSPECT and worst(ev, "n3") == State.SUSPECT
+    assert worst(ev, "n2") == State.FAILED and worst(ev, "n4") == State.FAILED
+    assert worst(ev, "n5") == State.HEALTHY
+    assert any(r == "Arm processor corrected: cache error on MPIDR 0x81080000, x1"
+               for e in ev if e.entity == "n1" for r in e.reasons)
+
+
+def test_a_failing_local_disk_is_a_watch_on_its_host_and_one_per_storm():
+    det = RuleDetector().fit()
+    storm = [(30.0 + i, "n1", "disk", None, "error", f"disk 259:0: critical medium error (R of 8 sectors at {i})",
+              "rasdaemon", None, None) for i in range(50)]
+    ev = run(det, 90, events=[*storm, (31.0, "n2", "disk", None, "info", "disk 8:0: nonblocking retry error",
+                                       "rasdaemon", None, None)])
+    assert worst(ev, "n1") == State.SUSPECT and worst(ev, "n2") == State.HEALTHY
+    assert sum(1 for e in ev if e.entity == "n1") == 1 and "at 49)" in [e for e in ev if e.entity == "n1"][0].reasons[0]
+    assert len(det._latches["n1"]) == 1  # a storm of failed requests holds one watch, not fifty
+    assert worst(run(RuleDetector(baseline=True).fit(), 30, events=storm[:1]), "n1") == State.HEALTHY

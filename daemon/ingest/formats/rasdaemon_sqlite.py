@@ -1,8 +1,13 @@
 """rasdaemon SQLite databases (``ras-mc_event.db``): mc_event, aer_event, mce_record, extlog_event, and where
 rasdaemon was built with them (rasdaemon's ras-record.c) devlink_event (the devlink health reporters' reports: a
-network adapter's firmware failing, ``fw_fatal``, is mlx5's "health compromised") and memory_failure_event (the
+network adapter's firmware failing, ``fw_fatal``, is mlx5's "health compromised"), memory_failure_event (the
 kernel's handling of a poisoned host memory page: contained, ``Recovered`` or ``Delayed``, is the deferred error it
-was; not contained, ``Failed`` or ``Ignored``, an uncorrected one).
+was; not contained, ``Failed`` or ``Ignored``, an uncorrected one), arm_event (an Arm host's processor errors: Grace
+in GH200/GB200, Kunpeng beside Ascend), non_standard_event (a firmware's vendor-specific error sections, HiSilicon's
+and Ampere's among them) and disk_errors (the block layer's failed requests).
+
+A table's columns are those the running rasdaemon created: arm_event gained its error information (whether the
+error was corrected) in rasdaemon 0.8.1, so a column an older rasdaemon lacks reads as unknown.
 
 Each table is read incrementally by its ``id`` (``WHERE id > ? ORDER BY id LIMIT n``), so a reader can
 resume where it stopped (the live collector persists the cursors). The database names no host: it
@@ -15,6 +20,7 @@ from __future__ import annotations
 
 import datetime as dt
 import sqlite3
+import uuid
 from pathlib import Path
 from collections.abc import Iterator
 
@@ -25,19 +31,33 @@ from daemon.topology import is_address, normalize_pci, normalize_pci_function
 from detectors.schema import events_frame
 
 FORMAT = "rasdaemon"
-TABLES = ("mc_event", "aer_event", "mce_record", "extlog_event", "devlink_event", "memory_failure_event")
+TABLES = ("mc_event", "aer_event", "mce_record", "extlog_event", "devlink_event", "memory_failure_event", "arm_event",
+          "non_standard_event", "disk_errors")
 PAGE = 10_000
 
-_QUERIES = {
-    "mc_event": "SELECT id, timestamp, err_count, err_type, err_msg, label FROM mc_event",
-    "aer_event": "SELECT id, timestamp, dev_name, err_type, err_msg FROM aer_event",
-    "mce_record": "SELECT id, timestamp, bank, error_msg, mcistatus_msg, mcgstatus_msg FROM mce_record",
-    "extlog_event": "SELECT id, timestamp, etype, error_count, severity, fru_text FROM extlog_event",
-    "devlink_event": "SELECT id, timestamp, bus_name, dev_name, driver_name, reporter_name, msg FROM devlink_event",
-    "memory_failure_event": "SELECT id, timestamp, pfn, page_type, action_result FROM memory_failure_event",
+_COLUMNS = {
+    "mc_event": ("err_count", "err_type", "err_msg", "label"),
+    "aer_event": ("dev_name", "err_type", "err_msg"),
+    "mce_record": ("bank", "error_msg", "mcistatus_msg", "mcgstatus_msg"),
+    "extlog_event": ("etype", "error_count", "severity", "fru_text"),
+    "devlink_event": ("bus_name", "dev_name", "driver_name", "reporter_name", "msg"),
+    "memory_failure_event": ("pfn", "page_type", "action_result"),
+    "arm_event": ("error_count", "mpidr", "error_type", "error_flags", "error_info"),
+    "non_standard_event": ("sec_type", "fru_text", "severity"),
+    "disk_errors": ("dev", "sector", "nr_sector", "error", "rwbs"),
 }
 # CPER section severities (UEFI spec, N.2.1): 0 recoverable, 1 fatal, 2 corrected, 3 informational.
 _CPER_SEVERITY = {0: "uncorrected", 1: "fatal", 2: "corrected", 3: "info"}
+# the same, as rasdaemon's non-standard handler words them
+_GHES_SEVERITY = {"recoverable": "uncorrected", "fatal": "fatal", "corrected": "corrected", "informational": "info"}
+# The ARM processor error information's error_info (UEFI spec, N.2.4.4.1): its low 16 bits say which fields are
+# valid; processor context corrupt (valid bit 3) at bit 25, corrected (valid bit 4) at bit 26.
+_ARM_VALID_CONTEXT_CORRUPT, _ARM_CONTEXT_CORRUPT = 1 << 3, 1 << 25
+_ARM_VALID_CORRECTED, _ARM_CORRECTED = 1 << 4, 1 << 26
+# The block layer's errors that say the device failed a request (rasdaemon's ras-diskerror-handler.c words them);
+# the others (out of space, retries, resources, unsupported operations) say nothing of the disk's health.
+_DISK_FAULTS = frozenset({"timeout error", "recoverable transport error", "critical target error",
+                          "critical nexus error", "critical medium error", "protection error", "I/O error"})
 
 
 def host_of_database(path: Path) -> str:
@@ -92,9 +112,56 @@ def _event(table: str, row: tuple) -> tuple[str, int | None, str, str, str | Non
         contained = (result or "").lower() in ("recovered", "delayed")
         return ("edac", 1, "deferred" if contained else "uncorrected",
                 f"memory failure at page {pfn or '?'} ({page_type or '?'}): {result or '?'}", None)
+    if table == "arm_event":
+        return _arm_event(row)
+    if table == "non_standard_event":
+        _, _, sec_type, fru, severity = row
+        section = _uuid_text(sec_type)
+        return ("cper", None, _GHES_SEVERITY.get((severity or "").strip().lower(), "info"),
+                f"{severity or '?'} error in {fru or 'an unnamed part'} (section {section})", None)
+    if table == "disk_errors":
+        _, _, dev, sector, nr_sector, error, rwbs = row
+        severity = "error" if error in _DISK_FAULTS else "info"
+        return "disk", None, severity, f"disk {dev or '?'}: {error or '?'} ({rwbs or '?'} of {nr_sector or '?'} " \
+                                       f"sectors at {sector if sector is not None else '?'})", None
     _, _, etype, count, severity, fru = row
     message = f"extlog type {etype} {fru or ''}".strip()
     return "edac", int(count or 1), _CPER_SEVERITY.get(severity, "info"), message, None
+
+
+def _arm_event(row: tuple) -> tuple[str, int | None, str, str, str | None]:
+    """An Arm processor error: corrected or not from its error information where rasdaemon recorded it (0.8.1 on);
+    a corrupted processor context is fatal; without the information, a processor error of unknown severity, judged
+    as a corrected one (a watch)."""
+    _, _, count, mpidr, error_type, flags, info = row
+    what = (error_type or "processor error").strip()
+    where = f"MPIDR 0x{int(mpidr) & 0xFFFFFFFFFF:x}" if mpidr is not None else "an unnamed core"
+    count = int(count) if count else 1
+    if info is None:
+        return "arm", count, "corrected", f"{what} on {where}, x{count} (severity not recorded)", None
+    info = int(info)
+    if info & _ARM_VALID_CONTEXT_CORRUPT and info & _ARM_CONTEXT_CORRUPT:
+        severity = "fatal"
+    elif info & _ARM_VALID_CORRECTED:
+        severity = "corrected" if info & _ARM_CORRECTED else "uncorrected"
+    else:
+        severity = "corrected"
+    flags = f", {flags.strip()}" if flags and flags.strip() else ""
+    return "arm", count, severity, f"{what} on {where}, x{count}{flags}", None
+
+
+def _uuid_text(value) -> str:
+    """A CPER section type as rasdaemon stores it (16 bytes of a UUID, little-endian fields) as text."""
+    if isinstance(value, bytes) and len(value) == 16:
+        return str(uuid.UUID(bytes_le=value))
+    return str(value) if value is not None else "?"
+
+
+def _query(conn: sqlite3.Connection, table: str) -> str:
+    """The table's SELECT, a column this rasdaemon did not create read as NULL."""
+    present = {r[1] for r in conn.execute(f"PRAGMA table_info({table})")}
+    columns = ", ".join(c if c in present else f"NULL AS {c}" for c in _COLUMNS[table])
+    return f"SELECT id, timestamp, {columns} FROM {table}"
 
 
 def _parse_ts(text: str) -> float:
@@ -129,13 +196,18 @@ class RasdaemonReader:
             conn.close()
 
     def _read_table(self, conn, table, path, node, ctx, cursors) -> Iterator[Batch]:
+        try:
+            query = _query(conn, table)
+        except sqlite3.Error as exc:
+            ctx.rejects.refuse(FORMAT, f"{path}#{table}", f"cannot read table: {exc}")
+            return
         while True:
             since = cursors.get(table)
             # from the first row whatever its id: rows with ids of 0 or below (a database edited or merged by hand)
             # were never read when the cursor started at 0 (issue 54)
             where = "WHERE id >= ?" if since is None else "WHERE id > ?"
             try:
-                rows = conn.execute(f"{_QUERIES[table]} {where} ORDER BY id LIMIT ?",
+                rows = conn.execute(f"{query} {where} ORDER BY id LIMIT ?",
                                     (-(2**63) if since is None else since, PAGE)).fetchall()
             except sqlite3.Error as exc:
                 ctx.rejects.refuse(FORMAT, f"{path}#{table}", f"cannot read table: {exc}")

@@ -120,3 +120,73 @@ def test_contained_and_uncontained_memory_errors(tmp_path, ctx):
     mf = ev[ev["source"] == "rasdaemon:memory_failure_event"]
     assert list(zip(mf["kind"], mf["severity"])) == [("edac", "deferred"), ("edac", "uncorrected")]
     assert "page 0x1a2b3c (dirty LRU page): Recovered" in mf["message"].iloc[0]
+
+
+# rasdaemon 0.8.1 on (ras-record.c): arm_event with the ARM processor error information
+ARM_EVENT = ("CREATE TABLE arm_event (id INTEGER PRIMARY KEY, timestamp TEXT, error_count INTEGER, affinity INTEGER, "
+             "mpidr INTEGER, running_state INTEGER, psci_state INTEGER, err_info BLOB, context_info BLOB, "
+             "vendor_info BLOB, error_type TEXT, error_flags TEXT, error_info INTEGER, virt_fault_addr INTEGER, "
+             "phy_fault_addr INTEGER)")
+# before 0.8.1: no error information at all
+ARM_EVENT_OLD = ("CREATE TABLE arm_event (id INTEGER PRIMARY KEY, timestamp TEXT, error_count INTEGER, "
+                 "affinity INTEGER, mpidr INTEGER, running_state INTEGER, psci_state INTEGER)")
+
+
+def test_arm_processor_errors_severity_from_their_error_information(tmp_path, ctx):
+    """The ARM processor error information's error_info (UEFI N.2.4.4.1): valid bit 4 with bit 26 says corrected or
+    not, valid bit 3 with bit 25 a corrupted processor context (fatal)."""
+    db = tmp_path / "gb200-01.db"
+    conn = make_db(db)
+    conn.execute(ARM_EVENT)
+    corrected, uncorrected, corrupt = (1 << 4) | (1 << 26), 1 << 4, (1 << 3) | (1 << 25) | (1 << 4)
+    conn.executemany("INSERT INTO arm_event (timestamp, error_count, mpidr, error_type, error_flags, error_info) VALUES "
+                     "(?, ?, ?, ?, ?, ?)",
+                     [("2026-03-02 00:04:00 +0000", 1, 0x81080100, " cache error", " first error", corrected),
+                      ("2026-03-02 00:05:00 +0000", 3, 0x81080200, " bus error", "", uncorrected),
+                      ("2026-03-02 00:06:00 +0000", 1, 0x0, " micro-architectural error", "", corrupt),
+                      ("2026-03-02 00:07:00 +0000", 1, 0x0, " TLB error", "", 0)])
+    conn.commit()
+    arm = read_all(RasdaemonReader(), db, ctx).events.query("kind == 'arm'")
+    assert list(arm["severity"]) == ["corrected", "uncorrected", "fatal", "corrected"]
+    assert list(arm["code"]) == [1, 3, 1, 1]
+    assert arm["message"].iloc[0] == "cache error on MPIDR 0x81080100, x1, first error"
+
+
+def test_arm_events_of_an_older_rasdaemon_are_read_without_their_severity(tmp_path, ctx):
+    db = tmp_path / "kunpeng-01.db"
+    conn = make_db(db)
+    conn.execute(ARM_EVENT_OLD)
+    conn.execute("INSERT INTO arm_event (timestamp, error_count, mpidr) VALUES ('2026-03-02 00:04:00 +0000', 2, 65536)")
+    conn.commit()
+    arm = read_all(RasdaemonReader(), db, ctx).events.query("kind == 'arm'")
+    assert list(arm["severity"]) == ["corrected"] and not any("#arm_event" in m for m in ctx.rejects.messages)
+    assert arm["message"].iloc[0] == "processor error on MPIDR 0x10000, x2 (severity not recorded)"
+
+
+def test_vendor_sections_and_disk_errors(tmp_path, ctx):
+    """non_standard_event's severity as rasdaemon words it (Informational, Corrected, Recoverable, Fatal) and its
+    section type as the UUID it is; disk_errors whose block-layer error says the device failed the request are
+    errors, the rest (out of space, retries) information."""
+    import uuid
+    db = tmp_path / "sn01-b01.db"
+    conn = make_db(db)
+    conn.execute("CREATE TABLE non_standard_event (id INTEGER PRIMARY KEY, timestamp TEXT, sec_type BLOB, "
+                 "fru_id BLOB, fru_text TEXT, severity TEXT, error BLOB)")
+    conn.execute("CREATE TABLE disk_errors (id INTEGER PRIMARY KEY, timestamp TEXT, dev TEXT, sector INTEGER, "
+                 "nr_sector INTEGER, error TEXT, rwbs TEXT, cmd TEXT)")
+    section = uuid.UUID("1f8161e1-55d6-41e6-bd10-7afd1dc5f7c7")
+    conn.executemany("INSERT INTO non_standard_event (timestamp, sec_type, fru_text, severity) VALUES (?, ?, ?, ?)",
+                     [("2026-03-02 00:04:00 +0000", section.bytes_le, "HIP08 HHA", "Recoverable"),
+                      ("2026-03-02 00:05:00 +0000", section.bytes_le, None, "Corrected"),
+                      ("2026-03-02 00:06:00 +0000", None, "x", "Informational")])
+    conn.executemany("INSERT INTO disk_errors (timestamp, dev, sector, nr_sector, error, rwbs) VALUES (?, ?, ?, ?, ?, ?)",
+                     [("2026-03-02 00:07:00 +0000", "259:0", 123456, 8, "critical medium error", "R"),
+                      ("2026-03-02 00:08:00 +0000", "8:0", 0, 8, "critical space allocation error", "W")])
+    conn.commit()
+    ev = read_all(RasdaemonReader(), db, ctx).events
+    cper = ev[ev["kind"] == "cper"]
+    assert list(cper["severity"]) == ["uncorrected", "corrected", "info"]
+    assert cper["message"].iloc[0] == f"Recoverable error in HIP08 HHA (section {section})"
+    disk = ev[ev["kind"] == "disk"]
+    assert list(disk["severity"]) == ["error", "info"]
+    assert disk["message"].iloc[0] == "disk 259:0: critical medium error (R of 8 sectors at 123456)"
