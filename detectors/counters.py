@@ -45,6 +45,7 @@ class CounterTracker:
         self._slots = SeriesSlots()
         self._last = np.empty(0, dtype=np.float64)
         self._ts = np.empty(0, dtype=np.float64)
+        self._layout: tuple | None = None  # the last single-sample tick's name columns and what they map to
 
     def __len__(self) -> int:
         return len(self._slots)
@@ -64,13 +65,24 @@ class CounterTracker:
         width = len(met_names) + 1
         val = np.asarray(samples["value"], dtype=np.float64)
         ts = np.asarray(samples["ts"], dtype=np.float64)
-        inverse, keys = group_keys(ent_codes.astype(np.int64) * width + met_codes, len(ent_names) * width)
-        slots, grow = self._slots.lookup(keys, ent_names, met_names)
-        if grow:
-            self._last = np.concatenate((self._last, np.full(grow, np.nan)))
-            self._ts = np.concatenate((self._ts, np.full(grow, np.nan)))
-        if len(keys) == len(inverse):  # one sample of each series (most ticks): no chain to walk
-            return self._single(inverse, keys, slots, val, ts, width, ent_names, met_names)
+        memo = self._layout
+        if memo is not None and memo[0] is ent_codes and memo[1] is met_codes and memo[2] is ent_names \
+                and memo[3] is met_names and not ent_codes.flags.writeable and not met_codes.flags.writeable:
+            inverse, keys, slots, names = memo[4]  # the same series as the last tick's: their slots are there
+        else:
+            inverse, keys = group_keys(ent_codes.astype(np.int64) * width + met_codes, len(ent_names) * width)
+            slots, grow = self._slots.lookup(keys, ent_names, met_names)
+            if grow:
+                self._last = np.concatenate((self._last, np.full(grow, np.nan)))
+                self._ts = np.concatenate((self._ts, np.full(grow, np.nan)))
+            names = None
+            if len(keys) == len(inverse):
+                names = (Names(_read_only(keys // width), ent_names), Names(_read_only(keys % width), met_names))
+                # kept while the tick's name columns are the same read-only objects (the pipeline's split hands
+                # out the same ones while the series are the same), with the increases' own name columns
+                self._layout = (ent_codes, met_codes, ent_names, met_names, (inverse, keys, slots, names))
+        if names is not None:  # one sample of each series (most ticks): no chain to walk
+            return self._single(inverse, keys, slots, val, ts, names)
         # Walk rows in order; consecutive rows of a series chain their increases.
         order = np.argsort(inverse, kind="stable")
         g = inverse[order]
@@ -96,7 +108,7 @@ class CounterTracker:
                       "increase": total, "resets": resets.astype(np.int64), "last": last, "dt": dt})
 
     def _single(self, inverse: np.ndarray, keys: np.ndarray, slots: np.ndarray, val: np.ndarray, ts: np.ndarray,
-                width: int, ent_names: np.ndarray, met_names: np.ndarray) -> Table:
+                names: tuple[Names, Names]) -> Table:
         """:meth:`update` where each series has one row: the same figures, without sorting the rows by series."""
         v = np.empty(len(keys))
         v[inverse] = val
@@ -107,8 +119,13 @@ class CounterTracker:
         self._last[slots] = v
         self._ts[slots] = last_ts
         # (0.0 + x, as the sums by series would make it: a -0.0 comes out 0.0)
-        return Table({"entity": Names(keys // width, ent_names), "metric": Names(keys % width, met_names),
+        return Table({"entity": names[0], "metric": names[1],
                       "increase": 0.0 + inc, "resets": reset.astype(np.int64), "last": v, "dt": dt})
+
+
+def _read_only(a: np.ndarray) -> np.ndarray:
+    a.flags.writeable = False
+    return a
 
 
 class DecayingCount:

@@ -76,9 +76,19 @@ class GaugeHold:
             peak[where] = peak_of_fresh
             mean[where] = mean_of_fresh
         entities, metrics = self._names()
-        return Table({"entity": Names(take(self.entity_code), entities),
-                      "metric": Names(take(self.metric_code), metrics),
+        ent_codes, met_codes = self._every_slot_codes() if pick is None else (self.entity_code[pick],
+                                                                                 self.metric_code[pick])
+        return Table({"entity": Names(ent_codes, entities), "metric": Names(met_codes, metrics),
                       "last": take(self.last), "max": peak, "mean": mean, "fresh": fresh})
+
+    def _every_slot_codes(self) -> tuple[np.ndarray, np.ndarray]:
+        """The entity and metric codes of every slot, read-only and the same objects while no slot is added: a
+        detector may keep what it works out from a table's rows (which are which accelerator's which metric) for as
+        long as the tables it is given carry the same code arrays."""
+        cached = getattr(self, "_all_codes", None)
+        if cached is None or len(cached[0]) != len(self.entity_code):
+            cached = self._all_codes = (_read_only(self.entity_code), _read_only(self.metric_code))
+        return cached
 
     def held_until(self, cadence: Cadence) -> float:
         """Until when (inclusive) an update without new readings returns what the last one did: the first time a
@@ -119,6 +129,12 @@ class GaugeHold:
         if self._cats is None:
             self._cats = (_frozen(self._entities), _frozen(self._metrics))
         return self._cats
+
+
+def _read_only(a: np.ndarray) -> np.ndarray:
+    out = a.copy()
+    out.flags.writeable = False
+    return out
 
 
 def _frozen(names: list[str]) -> np.ndarray:

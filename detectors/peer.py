@@ -31,7 +31,7 @@ import numpy as np
 
 from detectors.grouping import RowIndex, group_median, nanmedian, peer_group
 from detectors.contract import Evidence, TickInput
-from detectors.schema import State, entity_kind, name_codes, names_in
+from detectors.schema import State, entity_kind, name_codes, names_mask
 from detectors.smoothing import LOAD_STATES, RowEwma, load_state
 
 _MAD_TO_SIGMA = 1.4826
@@ -159,6 +159,7 @@ class PeerDeviation:
         """Nothing to learn up front: the state is the smoothed residual per accelerator."""
         self.threshold_ = self.z_threshold
         self._rows = _Rows()
+        self._layout_memo = None  # (see _layout: its rows are this _Rows' rows)
         # The thermal state of accelerator row ``i`` is at rows ``2 i`` (GPU temperature) and ``2 i + 1`` (HBM): both
         # metrics are judged in one pass over the fleet, not one a metric (a tick's cost is its numpy calls).
         self._smooth = RowEwma(self.halflife_s)
@@ -223,33 +224,23 @@ class PeerDeviation:
         g = tick.gauges
         if g.empty:
             return []
-        codes, ids = name_codes(g["entity"])
-        pick = names_in(g["metric"], _METRICS) & (codes >= 0)
-        if not pick.any():
+        layout = self._layout(g)
+        if layout is None:
             return []
-        met_codes, met_names = name_codes(g["metric"])
-        codes, met_codes, reading = codes[pick], met_codes[pick], np.asarray(g["last"], dtype=float)[pick]
+        sel, slot, local, ids = layout[:4]
+        reading = np.asarray(g["last"], dtype=float)[sel]
+        if "mean" in g:
+            reading = np.where(_TICK_MEAN[slot], np.asarray(g["mean"], dtype=float)[sel], reading)
         # sampled this tick (GaugeHold's ``fresh``), not a reading held from an earlier one; None: all of them (a
         # table without the column, a fleet scraped every tick: it pays nothing for telling them apart)
         is_fresh = np.asarray(g["fresh"], dtype=bool) if "fresh" in g else None
-        is_fresh = None if is_fresh is None or is_fresh.all() else is_fresh[pick]
-        slot = self._metric_slots(met_names)[met_codes]
-        if "mean" in g:
-            reading = np.where(_TICK_MEAN[slot], np.asarray(g["mean"], dtype=float)[pick], reading)
-        accel_id = self._accelerator_names(ids) & (np.bincount(codes, minlength=len(ids)) > 0)
-        if not accel_id.any():
-            return []
-        keep = accel_id[codes]
-        codes, slot, reading = codes[keep], slot[keep], reading[keep]
-        is_fresh = None if is_fresh is None else is_fresh[keep]
-        # Renumber the accelerators 0..n-1 (ids order), then look up their persistent rows.
-        renum = np.cumsum(accel_id) - 1
-        ids = ids[accel_id]
-        local = renum[codes]
+        is_fresh = None if is_fresh is None or is_fresh.all() else is_fresh[sel]
         columns, fresh = _columns(len(ids), local, slot, reading, is_fresh)
         if np.isnan(columns["power_w"]).all():
             return []
-        rows, n = self._rows.lookup(ids, tick.models)
+        if len(layout) == 4:  # the accelerators' rows, looked up once a layout (new ones added at the end)
+            layout += self._rows.lookup(ids, tick.models)
+        rows, n = layout[4:]
         self._models = tick.models
         self._grow(n)
         node_code = self._rows.node_code[rows]
@@ -263,6 +254,39 @@ class PeerDeviation:
         if not np.isnan(columns["sm_clock_mhz"]).all():
             out += self._slow(tick.now, ids, rows, node_code, columns["sm_clock_mhz"], util, fresh["sm_clock_mhz"])
         return out
+
+    def _layout(self, g) -> list | None:
+        """Which rows of the gauges table this detector reads (``sel``), each one's metric slot and accelerator (0..n-1
+        in name order) and the accelerators' names (``update`` adds their persistent rows and the number of rows);
+        None: no accelerator reading. Kept while the table's code arrays are the same read-only objects (GaugeHold
+        hands out the same ones while its series are the same)."""
+        ent, met = g["entity"], g["metric"]
+        codes, ids = name_codes(ent)
+        met_codes, met_names = name_codes(met)
+        memo = self._layout_memo
+        if memo is not None and memo[0] is codes and memo[1] is met_codes and memo[2] is ids and memo[3] is met_names \
+                and not codes.flags.writeable and not met_codes.flags.writeable:
+            return memo[4]
+        layout = self._work_out_layout(codes, ids, met_codes, met_names)
+        self._layout_memo = (codes, met_codes, ids, met_names, layout)
+        return layout
+
+    def _work_out_layout(self, codes, ids, met_codes, met_names) -> list | None:
+        pick = names_mask(met_names, _METRICS)[met_codes] & (codes >= 0)
+        if not pick.any():
+            return None
+        sel = np.flatnonzero(pick)
+        codes, met_codes = codes[sel], met_codes[sel]
+        slot = self._metric_slots(met_names)[met_codes]
+        accel_id = self._accelerator_names(ids) & (np.bincount(codes, minlength=len(ids)) > 0)
+        if not accel_id.any():
+            return None
+        keep = accel_id[codes]
+        sel, codes, slot = sel[keep], codes[keep], slot[keep]
+        # Renumber the accelerators 0..n-1 (ids order), then look up their persistent rows.
+        renum = np.cumsum(accel_id) - 1
+        ids = ids[accel_id]
+        return [sel, slot, renum[codes], ids]
 
     def _accelerator_names(self, names: np.ndarray) -> np.ndarray:
         """Which of the names are accelerators (cached while the names are the same array, see ``name_codes``)."""

@@ -10,7 +10,7 @@ import numpy as np
 import pandas as pd
 
 from detectors.contract import Evidence, TickInput
-from detectors.schema import State, name_codes, names_in, names_mask, node_of
+from detectors.schema import State, name_code, name_codes, names_in, names_mask, node_of
 from detectors.xid_catalog import repair_reason
 
 PORT_ACTIVE = 4.0
@@ -93,10 +93,10 @@ class LevelRules:
         for metric, (limit, _, _) in rates.items():
             if self.baseline and metric not in ("symbol_error_total", "pcs_symbol_error_total"):
                 continue
-            code = np.flatnonzero(mnames == metric)  # (a name's code, if the tick has it: names are unique)
-            if not len(code):
+            code = name_code(mnames, metric)
+            if code < 0:  # (not in this tick)
                 continue
-            part = np.flatnonzero(mcodes == code[0])
+            part = np.flatnonzero(mcodes == code)
             for entity, increase in zip(enames[ecodes[part]], increases[part]):
                 key = f"{metric}|{entity}"
                 rate = self._hourly.add(key, now, float(increase))
@@ -212,19 +212,22 @@ class LevelRules:
         g = tick.gauges
         if g.empty:
             return
-        metric = g["metric"]
+        codes, names = name_codes(g["metric"])
         last = np.asarray(g["last"])
         peak = np.asarray(g["max"])
+
+        def of(metric: str) -> np.ndarray:
+            return codes == name_code(names, metric)
+
         hit = (
-            (names_in(metric, ("gpu_temp_c",)) & (peak >= self.gpu_temp_slowdown_c))
-            | (names_in(metric, ("row_remap_failure",)) & (last >= 1))
-            | (names_in(metric, ("port_state",)) & (last != PORT_ACTIVE) & ~np.isnan(last))
+            (of("gpu_temp_c") & (peak >= self.gpu_temp_slowdown_c))
+            | (of("row_remap_failure") & (last >= 1))
+            | (of("port_state") & (last != PORT_ACTIVE) & ~np.isnan(last))
         )
         if not self.baseline:
-            hit |= (names_in(metric, ("hbm_temp_c",)) & (peak >= self.hbm_temp_limit_c)) | (
-                names_in(metric, ("throttle_thermal",)) & (last >= 1)) | (
-                names_in(metric, ("accelerator_health", "npu_network_health")) & (last == 0)) | (
-                names_in(metric, ("retired_pages_pending",)) & (last >= 1))
+            hit |= (of("hbm_temp_c") & (peak >= self.hbm_temp_limit_c)) | (of("throttle_thermal") & (last >= 1)) | (
+                (of("accelerator_health") | of("npu_network_health")) & (last == 0)) | (
+                of("retired_pages_pending") & (last >= 1))
         if not hit.any():
             return
         g = g[hit]

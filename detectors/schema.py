@@ -98,6 +98,12 @@ def name_codes(column) -> tuple[np.ndarray, np.ndarray]:
 _NAMES: OrderedDict[int, tuple[pd.Index, np.ndarray]] = OrderedDict()
 
 
+def category_names(dtype: pd.CategoricalDtype) -> np.ndarray:
+    """A categorical dtype's names as :func:`name_codes` hands them out for a column of it (the same array object),
+    for a :class:`~detectors.table.Names` column built from its codes."""
+    return _names_of(dtype.categories)
+
+
 def _names_of(categories: pd.Index) -> np.ndarray:
     """The categories as a read-only object array, converted once per categories object: the frames of a
     tick share their name columns' dtype, and Arrow-backed names would otherwise be copied out each time."""
@@ -136,6 +142,19 @@ def names_in(column: pd.Series, wanted) -> np.ndarray:
 
 
 _HITS: dict[tuple[int, int], tuple[np.ndarray, object, np.ndarray]] = {}
+_CODE_OF: dict[int, tuple[np.ndarray, dict[str, int]]] = {}
+
+
+def name_code(names: np.ndarray, name: str) -> int:
+    """The code of ``name`` in a names array (see ``name_codes``; its names are distinct), or -2, which no row has
+    (a missing name's rows are -1), where it is not there. The names' index is kept per names array, as
+    :func:`names_mask` keeps its masks: rows then compare with one integer."""
+    hit = _CODE_OF.get(id(names))
+    if hit is None or hit[0] is not names:
+        if len(_CODE_OF) > 256:
+            _CODE_OF.clear()
+        hit = _CODE_OF[id(names)] = (names, {n: i for i, n in enumerate(names.tolist())})  # held, as in names_mask
+    return hit[1].get(name, -2)
 
 
 def names_mask(names: np.ndarray, wanted) -> np.ndarray:

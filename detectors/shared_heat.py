@@ -26,7 +26,7 @@ import numpy as np
 import pandas as pd
 
 from detectors.grouping import RowIndex, group_median
-from detectors.schema import name_codes, node_of
+from detectors.schema import name_code, name_codes, node_of
 from detectors.smoothing import LOAD_STATES, RowEwma, load_state
 
 _METRICS = ("gpu_temp_c", "power_w", "gpu_util_pct")
@@ -112,26 +112,20 @@ class SharedHeat:
         its rack's. Only fresh readings move a baseline; held ones are judged as they stand."""
         if gauges.empty:
             return
-        ent_codes, names = name_codes(gauges["entity"])
-        met_codes, met_names = name_codes(gauges["metric"])
+        names, layout = self._layout(gauges)
         last = np.asarray(gauges["last"], dtype=float)
         cols = {m: np.full(len(names), np.nan) for m in _METRICS}
         fresh = np.zeros(len(names), dtype=bool)
-        for m in _METRICS:
-            code = np.flatnonzero(met_names == m)
-            if not len(code):
-                continue
-            sel = np.flatnonzero((met_codes == code[0]) & (ent_codes >= 0))
-            cols[m][ent_codes[sel]] = last[sel]
+        for m, (sel, ent) in layout.items():
+            cols[m][ent] = last[sel]
             if m == "gpu_temp_c":
-                fresh[ent_codes[sel]] = np.asarray(gauges["fresh"], dtype=bool)[sel] if "fresh" in gauges else True
+                fresh[ent] = np.asarray(gauges["fresh"], dtype=bool)[sel] if "fresh" in gauges else True
         has_temp = np.isfinite(cols["gpu_temp_c"])
         if not has_temp.any():
             return
-        ids = names[has_temp]
         t, p = cols["gpu_temp_c"][has_temp], cols["power_w"][has_temp]
         util, fresh = cols["gpu_util_pct"][has_temp], fresh[has_temp]
-        rows, _ = self._rows.lookup(ids)
+        ids, rows = self._rows_of(names, has_temp)
         self._grow(len(self._rows), ids, rows, racks)
         load = load_state(util)
         # A six-hour baseline needs no reading every tick: each row takes one every ``update_every_s`` at most
@@ -149,6 +143,37 @@ class SharedHeat:
         self._seen[rows] = now
         self._now = now
         self._tick = (rows, t, p, load)
+
+    def _layout(self, gauges) -> tuple[np.ndarray, dict[str, tuple[np.ndarray, np.ndarray]]]:
+        """The entity names and, per metric read, the table rows holding it and their entities' codes: kept while
+        the table's code arrays are the same read-only objects (GaugeHold hands out the same ones while its series
+        are the same)."""
+        ent_codes, names = name_codes(gauges["entity"])
+        met_codes, met_names = name_codes(gauges["metric"])
+        memo = getattr(self, "_layout_memo", None)
+        if memo is not None and memo[0] is ent_codes and memo[1] is met_codes and memo[2] is names \
+                and memo[3] is met_names and not ent_codes.flags.writeable and not met_codes.flags.writeable:
+            return names, memo[4]
+        layout = {}
+        for m in _METRICS:
+            code = name_code(met_names, m)
+            if code < 0:
+                continue
+            sel = np.flatnonzero((met_codes == code) & (ent_codes >= 0))
+            layout[m] = (sel, ent_codes[sel])
+        self._layout_memo = (ent_codes, met_codes, names, met_names, layout)
+        return names, layout
+
+    def _rows_of(self, names: np.ndarray, has_temp: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
+        """The names of the GPUs with a temperature and their rows (read-only), kept while the same ones have."""
+        memo = getattr(self, "_rows_memo", None)
+        if memo is not None and memo[0] is names and memo[1] is self._rows.keys and np.array_equal(memo[2], has_temp):
+            return memo[3], memo[4]
+        ids = names[has_temp]
+        rows, _ = self._rows.lookup(ids)
+        rows.flags.writeable = False
+        self._rows_memo = (names, self._rows.keys, has_temp, ids, rows)
+        return ids, rows
 
     def _judge(self) -> None:
         """Every accelerator's rise and its rack's, for the last tick observed (once, when first asked)."""

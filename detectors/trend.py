@@ -115,6 +115,7 @@ class TrendDetector(FleetRates, TrendJudgement):
         self._size_baseline: dict[tuple[str, str], tuple[float, float, float]] = {}
         self._model_cache: tuple | None = None
         self._accelerator_cache: tuple | None = None
+        self._group_memo: tuple | None = None  # (see _exposure_groups)
         return self
 
     def restore(self, flagged: set[str]) -> None:
@@ -217,11 +218,9 @@ class TrendDetector(FleetRates, TrendJudgement):
         seconds."""
         hours = np.nan_to_num(dt, nan=0.0) / 3600.0
         model_of, model_names = self._models_of(enames, models)
-        group = mcodes.astype(np.int64) * len(model_names) + model_of[ecodes]
-        for g in np.unique(group):  # the fleet's exposure per counter and part model: a few groups
-            name = (mnames[g // len(model_names)], model_names[g % len(model_names)])
+        for name, rows in self._exposure_groups(ecodes, enames, mcodes, mnames, model_of, model_names):
             acc = self._exposure.setdefault(name, [0.0, now])
-            acc[0] = acc[0] * 0.5 ** ((now - acc[1]) / self.history_halflife_s) + float(hours[group == g].sum())
+            acc[0] = acc[0] * 0.5 ** ((now - acc[1]) / self.history_halflife_s) + float(hours[rows].sum())
             acc[1] = now
         fresh: list[tuple[str, str]] = []
         for i in np.flatnonzero(x > 0):  # the few series with errors this tick
@@ -252,6 +251,20 @@ class TrendDetector(FleetRates, TrendJudgement):
             known = self._sibling_windows(fresh, judged, now) if self.together else None
             for key, windows in zip(fresh, judged):
                 self._judge(key, now, windows, known)
+
+    def _exposure_groups(self, ecodes: np.ndarray, enames: np.ndarray, mcodes: np.ndarray, mnames: np.ndarray,
+                         model_of: np.ndarray, model_names: list[str]) -> list[tuple[tuple[str, str], np.ndarray]]:
+        """The rows of each (counter, part model) the fleet's exposure is kept for (a few groups), in order; kept
+        while a tick's rows name the same series as the last one's."""
+        memo = self._group_memo
+        if memo is not None and memo[0] is enames and memo[1] is mnames and memo[2] is model_of \
+                and np.array_equal(memo[3], ecodes) and np.array_equal(memo[4], mcodes):
+            return memo[5]
+        group = mcodes.astype(np.int64) * len(model_names) + model_of[ecodes]
+        groups = [((mnames[g // len(model_names)], model_names[g % len(model_names)]), np.flatnonzero(group == g))
+                  for g in np.unique(group)]
+        self._group_memo = (enames, mnames, model_of, ecodes.copy(), mcodes.copy(), groups)
+        return groups
 
     def _models_of(self, enames: np.ndarray, models) -> tuple[np.ndarray, list[str]]:
         """Each entity name's part model as a code (and the model names), kept while the names are the same."""

@@ -41,6 +41,11 @@ log = logging.getLogger("raswarden.pipeline")
 
 _IsCounter = NamesWhere(is_counter)
 _IsCodeGauge = NamesWhere(is_code_gauge)
+def _read_only(a: np.ndarray) -> np.ndarray:
+    a.flags.writeable = False
+    return a
+
+
 _NO_COUNTERS = Table({"ts": np.empty(0), "entity": NO_NAMES, "metric": NO_NAMES, "value": np.empty(0)})
 _NO_GAUGES = Table({"entity": NO_NAMES, "metric": NO_NAMES, "last": np.empty(0), "max": np.empty(0),
                     "mean": np.empty(0)})
@@ -141,6 +146,7 @@ class Pipeline(PipelineMemory, NodeTracking):
         self._told_window = np.empty(0)  # the window health was last given, per cadence row
         self.hold = GaugeHold()
         self.idle = IdleTicks()
+        self._layout_memo = None  # the last tick's names and how its rows split (_split_layout)
         self.grace_until: dict[str, float] = {}
         self.unplaced_hosts: dict[str, tuple[float, str]] = {}  # host -> (watched until, its last kernel line)
         self.boot_time: dict[str, float] = {}
@@ -288,26 +294,20 @@ class Pipeline(PipelineMemory, NodeTracking):
             return _NO_COUNTERS, _NO_GAUGES, _NO_CODE_ROWS
         ent, ent_names = name_codes(samples["entity"])
         met, met_names = name_codes(samples["metric"])
-        ts, value = samples["ts"].to_numpy(), samples["value"].to_numpy()
+        ts, value = np.asarray(samples["ts"]), np.asarray(samples["value"])  # (a DataFrame's or a Table's)
         unnamed = (ent < 0) | (met < 0)
         if unnamed.any():  # no reader makes these; never let one index the name tables from the end
             log.warning("tick: %d samples without an entity or metric name dropped", int(unnamed.sum()))
             metrics.INPUT_REJECTED.labels("samples", "no entity or metric name").inc(int(unnamed.sum()))
             keep = ~unnamed
             ent, met, ts, value = ent[keep], met[keep], ts[keep], value[keep]
-        is_ctr = names_mask(met_names, _IsCounter)[met]
-        counters = Table({"ts": ts[is_ctr], "entity": Names(ent[is_ctr], ent_names),
-                          "metric": Names(met[is_ctr], met_names), "value": value[is_ctr]})
-        is_xid = names_mask(met_names, _IsCodeGauge)[met]
-        xid = Table({"entity": Names(ent[is_xid], ent_names), "metric": Names(met[is_xid], met_names),
-                     "ts": ts[is_xid], "value": value[is_xid]})
-        g = ~is_ctr & ~is_xid
-        if not g.any():
-            return counters, _NO_GAUGES, xid
-        # Rows are in time order within the tick: the last row of an (entity, metric) holds its last value.
-        key = ent[g].astype(np.int64) * (len(met_names) + 1) + met[g]
+        layout = self._split_layout(ent, ent_names, met, met_names)
+        ctr, xid, g, inverse, uniq, gauge_ent, gauge_met = layout
+        counters = Table({"ts": ts[ctr[0]], "entity": ctr[1], "metric": ctr[2], "value": value[ctr[0]]})
+        code_rows = Table({"entity": xid[1], "metric": xid[2], "ts": ts[xid[0]], "value": value[xid[0]]})
+        if g is None:
+            return counters, _NO_GAUGES, code_rows
         values = value[g]
-        inverse, uniq = group_keys(key, len(ent_names) * (len(met_names) + 1))
         if len(uniq) == len(inverse):  # one reading of each series (most ticks): it is its own last, max and mean
             last = np.empty(len(uniq))
             last[inverse] = values
@@ -316,10 +316,38 @@ class Pipeline(PipelineMemory, NodeTracking):
         else:
             last, peak = last_and_max(inverse, len(uniq), values)
             mean = group_mean(inverse, len(uniq), values)
-        gauges = Table({"entity": Names(uniq // (len(met_names) + 1), ent_names),
-                        "metric": Names(uniq % (len(met_names) + 1), met_names),
-                        "last": last, "max": peak, "mean": mean})
-        return counters, gauges, xid
+        gauges = Table({"entity": gauge_ent, "metric": gauge_met, "last": last, "max": peak, "mean": mean})
+        return counters, gauges, code_rows
+
+    def _split_layout(self, ent: np.ndarray, ent_names: np.ndarray, met: np.ndarray, met_names: np.ndarray) -> tuple:
+        """Which rows of the tick are counters, fault-code gauges and gauges (row indices, with their name columns),
+        and the gauge rows' series (each row's series number, the series' keys, their name columns). It depends on
+        the rows' names alone, so it is kept while a tick's names come as the last one's (a fleet sampled every
+        tick sends the same series in the same order tick after tick), and its name columns are then the same
+        read-only objects: a detector may key its own work on them."""
+        memo = self._layout_memo
+        if memo is not None and memo[0] is ent_names and memo[1] is met_names and np.array_equal(memo[2], ent) \
+                and np.array_equal(memo[3], met):
+            return memo[4]
+        # each metric's parts, counter (bit 1) and fault-code gauge (bit 2) or else gauge, looked up once a row
+        kind = (names_mask(met_names, _IsCounter).astype(np.int8) | 2 * names_mask(met_names, _IsCodeGauge))[met]
+
+        def part(rows: np.ndarray) -> tuple[np.ndarray, Names, Names]:
+            return rows, Names(_read_only(ent[rows]), ent_names), Names(_read_only(met[rows]), met_names)
+
+        ctr, xid = part(np.flatnonzero(kind & 1)), part(np.flatnonzero(kind >= 2))
+        g = np.flatnonzero(kind == 0)
+        if not len(g):
+            layout = (ctr, xid, None, None, None, None, None)
+        else:
+            # Rows are in time order within the tick: the last row of an (entity, metric) holds its last value.
+            width = len(met_names) + 1
+            key = ent[g].astype(np.int64) * width + met[g]
+            inverse, uniq = group_keys(key, len(ent_names) * width)
+            layout = (ctr, xid, g, inverse, uniq, Names(_read_only(uniq // width), ent_names),
+                      Names(_read_only(uniq % width), met_names))
+        self._layout_memo = (ent_names, met_names, ent.copy(), met.copy(), layout)
+        return layout
 
     def _both_ends(self, evidence: list[Evidence]) -> list[Evidence]:
         """A link is judged from both ends: what a detector says of a switch port is said of the node port

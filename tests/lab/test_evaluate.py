@@ -78,3 +78,46 @@ def test_judges_of_one_simulation_score_as_their_own_runs():
     assert [ours.findings_digest, base.findings_digest] == [e.findings_digest for e in alone]
     assert ours.findings_digest != base.findings_digest  # two judges, not one twice
     assert (ours.flags, base.flags) == (alone[0].flags, alone[1].flags) and ours.all_faults.faults > 0
+
+
+def test_a_pipeline_that_keeps_its_tick_layout_judges_as_one_that_works_it_out_every_tick(monkeypatch):
+    """Issue 56: how a tick's rows split (counters, gauges, their series) is kept while a tick names the same series
+    as the last one, and handed out as the same read-only name columns, on which the counter tracker, the gauge hold
+    and the detectors keep what they work out from them. A simulated fleet whose parts vanish, reboot and come back
+    (so the rows change from tick to tick now and then) is judged alike,
+    to the finding, by a pipeline made to work the layout out afresh every tick (every name column a new object).
+    (Sampled with jitter, a tick's rows seldom repeat: the closed loop's world, sampled every step, is where it is
+    kept.)"""
+    import yaml
+
+    from daemon.judgement.pipeline import Pipeline
+    from lab.bundled import SCENARIOS
+    from lab.evaluate import evaluate_simulation
+
+    d = yaml.safe_load((SCENARIOS / "mini.yaml").read_text())
+    d.update(duration="3h")
+
+    def run():
+        return evaluate_simulation(Simulator(Scenario.from_dict(d, "mini-jitter"), load_library(LIBRARY)), False)
+
+    layout = Pipeline._split_layout
+    kept = []
+
+    def counting(self, *args):
+        before = self._layout_memo
+        out = layout(self, *args)
+        kept.append(before is not None and out is before[4])
+        return out
+
+    monkeypatch.setattr(Pipeline, "_split_layout", counting)
+    keeping = run()
+    assert 0 < sum(kept) < len(kept)  # the layout was kept on some ticks and worked out again on others
+
+    def afresh(self, *args):
+        self._layout_memo = None
+        return layout(self, *args)
+
+    monkeypatch.setattr(Pipeline, "_split_layout", afresh)
+    again = run()
+    assert keeping.findings_digest == again.findings_digest and keeping.flags == again.flags
+    assert keeping.all_faults.faults > 0 and keeping.flags

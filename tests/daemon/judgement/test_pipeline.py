@@ -141,3 +141,33 @@ def test_one_reading_a_gauge_gives_what_the_grouping_gives_to_the_bit():
         for column in ("last", "max", "mean"):
             assert fast[column].tobytes() == grouped[column][keep].tobytes(), column
         assert fast["entity"].tolist() == grouped[keep]["entity"].tolist()
+
+
+def test_a_kept_split_is_the_split_of_the_rows_given():
+    """Issue 56: the split of a tick's rows is kept while a tick names the same series in the same order as the last,
+    handed out as the same read-only name columns; rows of the same length in another order, or other series, are
+    split afresh. A pipeline fed ticks that repeat, reorder and rename against one that keeps nothing."""
+    import numpy as np
+
+    rng = np.random.default_rng(7)
+    entities = [f"n1/gpu{i}" for i in range(4)] + ["n1/mlx5_0:1"]
+    metrics = ["gpu_temp_c", "ecc_sbe_total", "xid_last", "symbol_error_total"]
+    rows = [(e, m) for e in entities for m in metrics]
+    layouts = [rng.permutation(len(rows))[:12] for _ in range(3)]
+    keeping = Pipeline()
+    kept = 0
+    for tick in range(60):
+        order = layouts[rng.integers(3)] if tick % 7 else rng.permutation(len(rows))[:12]
+        one = pd.DataFrame({"ts": np.full(12, 30.0 * tick), "value": rng.normal(40, 5, 12),
+                            "entity": pd.Categorical([rows[i][0] for i in order], categories=entities),
+                            "metric": pd.Categorical([rows[i][1] for i in order], categories=metrics)})
+        before = keeping._layout_memo
+        got, want = keeping._split(one), Pipeline()._split(one)
+        kept += before is not None and keeping._layout_memo is before
+        for a, b in zip(got, want):
+            assert a.columns == b.columns
+            for column in a.columns:
+                assert np.asarray(a[column]).tolist() == np.asarray(b[column]).tolist(), column
+    assert 0 < kept < 60
+    again = keeping._split(one)
+    assert again[1]["entity"] is keeping._split(one)[1]["entity"] and not again[1]["entity"].codes.flags.writeable
