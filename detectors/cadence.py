@@ -84,7 +84,7 @@ class Cadence:
     def window_of(self, rows: np.ndarray) -> np.ndarray:
         """How long the data of ``rows`` stays current after their last sample."""
         interval = self.interval_of(rows)
-        window = self.factor * np.nan_to_num(interval, nan=0.0) + self.tick_s
+        window = self.factor * np.where(np.isnan(interval), 0.0, interval) + self.tick_s  # (finite or NaN)
         return np.maximum(window, self.floor_s)
 
     def windows(self) -> np.ndarray:

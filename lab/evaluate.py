@@ -130,7 +130,7 @@ def evaluate_simulation_judges(sim, judges: list[tuple[bool, object]], interval_
             tick_events = [e for e in events if not e[0] > now]
             events = [e for e in events if e[0] > now]
             for pipeline in pipelines:  # each its own frames: a pipeline may keep what it is given
-                pipeline.tick(now, Batch(samples=tick_samples.frame(), events=events_frame(tick_events)))
+                pipeline.tick(now, Batch(samples=tick_samples.table(), events=events_frame(tick_events)))
             last = now
     labels = [Fault.from_dict(x) for x in sim.labels()]
     sampling = max((s.interval for s in sim.scenario.sampling.values()), default=sim.scenario.resolution)

@@ -9,6 +9,7 @@ import pandas as pd
 import pyarrow as pa
 
 from detectors.schema import empty_events, empty_samples, frame
+from detectors.table import Table
 
 
 # Events as Arrow (spill files, Parquet): ``code`` travels as float64 so that a missing code is null.
@@ -26,9 +27,11 @@ def events_table(events: pd.DataFrame) -> pa.Table:
 
 @dataclass
 class Batch:
-    """Samples (``ts, entity, metric, value``) and events (``ts, entity, kind, code, ...``) as frames."""
+    """Samples (``ts, entity, metric, value``) and events (``ts, entity, kind, code, ...``) as frames. The lab's
+    simulated paths (the closed loop, the evaluation) hand the pipeline their samples as a
+    :class:`~detectors.table.Table` instead, which is what it reads (a frame a tick costs more than its judging)."""
 
-    samples: pd.DataFrame = field(default_factory=empty_samples)
+    samples: pd.DataFrame | Table = field(default_factory=empty_samples)
     events: pd.DataFrame = field(default_factory=empty_events)
 
     def __len__(self) -> int:

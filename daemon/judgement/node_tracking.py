@@ -73,7 +73,7 @@ class NodeTracking:
         codes, names = name_codes(samples["entity"])
         ok = codes >= 0
         last = np.full(len(names), -np.inf)
-        np.maximum.at(last, codes[ok], samples["ts"].to_numpy()[ok])
+        np.maximum.at(last, codes[ok], np.asarray(samples["ts"])[ok])
         present = np.flatnonzero(last > -np.inf)
         rows = self.cadence.observe_rows(self.cadence.rows_of_names(names)[present], last[present])
         self._learn_windows(names[present], rows)

@@ -114,7 +114,7 @@ def run(sim: Simulator, policy: str, opts: LoopOptions | None = None, model=None
                 news = False  # raswarden's tick changed an incident
                 if pipeline is not None and end == len(chunk.ts):
                     tick_now = float(tick_index(np.array([now]), tick_s)[0] * tick_s)
-                    news = bool(pipeline.tick(tick_now, chunk_to_batch(sim, chunk)).incidents)
+                    news = bool(pipeline.tick(tick_now, chunk_to_batch(sim, chunk, as_table=True)).incidents)
                     if remediation is None:
                         cfg = Config(playbook_dirs=list(playbook_dirs or []), guards=opts.guards)
                         # With repair orders the technician works from them and raswarden's validation returns the

@@ -35,7 +35,8 @@ from lab.sim.scenario import Scenario
 from lab.sim.layout import PRESETS, SimTopology
 from lab.sim.vendors import RESTART_BUSINESS, VENDORS, render_line
 from daemon.topology import normalize_pci
-from detectors.schema import events_frame, frame
+from detectors.schema import category_names, events_frame, frame
+from detectors.table import Names, Table
 
 GPU_GAUGES = ("gpu_temp_c", "hbm_temp_c", "power_w", "sm_clock_mhz", "mem_clock_mhz", "gpu_util_pct",
               "mem_copy_util_pct", "fb_used_mib", "fb_free_mib", "xid_last", "row_remap_failure", "throttle_thermal",
@@ -415,7 +416,7 @@ class Simulator:
             "fb_used_mib": fb, "fb_free_mib": self.fb_total[:, None] - fb,
             "xid_last": self._xid_gauge(ts, xid_last, lines),
             "npu_error_code_0": self._npu_codes(ts, fx.gpu_reset),
-            "row_remap_failure": np.nan_to_num(fx.gauge_set.get("row_remap_failure", np.zeros(busy.shape))),
+            "row_remap_failure": _nan_to(fx.gauge_set.get("row_remap_failure", np.zeros(busy.shape)), 0.0),
             "throttle_thermal": throttle,
         }
         for rows, step in fx.gpu_reset:
@@ -426,9 +427,8 @@ class Simulator:
         port: dict[str, np.ndarray] = {}
         for m in PORT_COUNTERS:
             port[m] = _accumulate(carry_port[m], fx.port_inc[m], [(r, s) for r, s in fx.port_reset if len(r)])
-        port["port_state"] = np.nan_to_num(fx.port_set.get("port_state", np.full((t.n_ports, n_s), np.nan)), nan=4.0)
-        port["port_phys_state"] = np.nan_to_num(fx.port_set.get("port_phys_state",
-                                                                np.full((t.n_ports, n_s), np.nan)), nan=5.0)
+        port["port_state"] = _nan_to(fx.port_set.get("port_state", np.full((t.n_ports, n_s), np.nan)), 4.0)
+        port["port_phys_state"] = _nan_to(fx.port_set.get("port_phys_state", np.full((t.n_ports, n_s), np.nan)), 5.0)
         xid_last[:] = gpu["xid_last"][:, -1]
         speed = fx.gauge_scale["sm_clock_mhz"] * np.where(throttle > 0, 0.85, 1.0)
         obs = self.observation
@@ -620,6 +620,11 @@ _XID = re.compile(r"NVRM: Xid \(PCI:([0-9a-fA-F:.]+)\): (\d+)")
 APPLICATION_CODES = frozenset({RESTART_BUSINESS})
 
 
+def _nan_to(a: np.ndarray, value: float) -> np.ndarray:
+    """``np.nan_to_num(a, nan=value)`` of an array the simulator filled (no infinities), without its per-call cost."""
+    return np.where(np.isnan(a), value, a)
+
+
 def _accumulate(carry: np.ndarray, inc: np.ndarray, resets: list[tuple[np.ndarray, int]]) -> np.ndarray:
     """Cumulative counter values from increments, restarting at zero where a reset hits; updates carry."""
     cum = carry[:, None] + np.cumsum(inc, axis=1)
@@ -652,10 +657,12 @@ def emission(sim: Simulator, profile: str) -> list[tuple[str, str, bool, np.ndar
     return out
 
 
-def chunk_to_batch(sim: Simulator, chunk: SimChunk, profile: str | None = None) -> Batch:
-    """A pipeline batch from a chunk (canonical names), time-major, without the file round trip."""
+def chunk_to_batch(sim: Simulator, chunk: SimChunk, profile: str | None = None, as_table: bool = False) -> Batch:
+    """A pipeline batch from a chunk (canonical names), time-major, without the file round trip; ``as_table``: its
+    samples as the Table the pipeline reads (a tick's frame costs more to build and read than to judge)."""
     samples = chunk_samples(sim, chunk, profile)
-    return Batch(samples=samples.frame(), events=events_frame(chunk_event_rows(chunk)))
+    return Batch(samples=samples.table() if as_table else samples.frame(),
+                 events=events_frame(chunk_event_rows(chunk)))
 
 
 @dataclass
@@ -681,6 +688,12 @@ class ChunkSamples:
         return ChunkSamples(np.concatenate([self.ts, other.ts]), np.concatenate([self.entity, other.entity]),
                             np.concatenate([self.metric, other.metric]), np.concatenate([self.value, other.value]),
                             self.entity_dtype, self.metric_dtype)
+
+    def table(self) -> Table:
+        """The samples as the pipeline reads them (ts, entity, metric, value), without a DataFrame: the name columns
+        over the names a frame of them would give (the same objects, so the pipeline's caches are the same)."""
+        return Table({"ts": self.ts, "entity": Names(self.entity, category_names(self.entity_dtype)),
+                      "metric": Names(self.metric, category_names(self.metric_dtype)), "value": self.value})
 
     def frame(self) -> pd.DataFrame:
         """The samples frame the pipeline reads (ts, entity, metric, value)."""
@@ -715,7 +728,8 @@ def chunk_samples(sim: Simulator, chunk: SimChunk, profile: str | None = None) -
     if stamps:
         ts, ent, met, value = _samples_by_stamp(chunk, families, metric_index, stamps, n_g)
     else:
-        ts, ent, met, value = _samples_by_step(chunk, families, metric_index, n_g)
+        layouts = sim.batch_dtypes.setdefault(("layouts", profile), {})
+        ts, ent, met, value = _samples_by_step(chunk, families, metric_index, n_g, layouts)
     return ChunkSamples(ts, ent, met, value, entity_dtype, metric_dtype)
 
 
@@ -746,19 +760,29 @@ def _family_arrays(chunk: SimChunk, family: tuple, n_g: int) -> tuple[np.ndarray
     return arr, present, offset
 
 
-def _samples_by_step(chunk: SimChunk, families: list, metric_index: dict, n_g: int) -> tuple:
+def _samples_by_step(chunk: SimChunk, families: list, metric_index: dict, n_g: int, layouts: dict) -> tuple:
     """Every family's samples in time order, each step's in family order, then entity order: every family's rows
-    stacked and read a step at a time (no sort: the chunk's steps are its times)."""
-    values, presence, entities, metrics = [], [], [], []
+    stacked and read a step at a time (no sort: the chunk's steps are its times). ``layouts`` keeps the stacked rows'
+    entity and metric codes, which depend only on the families' sizes."""
+    values, presence = [], []
     for family in families:
-        arr, present, offset = _family_arrays(chunk, family, n_g)
+        arr, present, _ = _family_arrays(chunk, family, n_g)
         values.append(arr)
         presence.append(present)
-        entities.append(np.arange(offset, offset + len(arr)))
-        metrics.append(np.full(len(arr), metric_index[family[0]]))
-    steps, rows = np.nonzero(np.concatenate(presence).T)
-    return (chunk.ts[steps], np.concatenate(entities)[rows], np.concatenate(metrics)[rows],
-            np.concatenate(values)[rows, steps])
+    sizes = tuple(len(a) for a in values)
+    layout = layouts.get(sizes)
+    if layout is None:
+        entities = np.concatenate([np.arange(offset, offset + n) for offset, n in
+                                   zip((0 if f[2] else n_g for f in families), sizes)])
+        metrics = np.repeat(np.array([metric_index[f[0]] for f in families]), sizes)
+        layout = layouts[sizes] = (entities, metrics)
+    entities, metrics = layout
+    present, stacked = np.concatenate(presence), np.concatenate(values)
+    if present.shape[1] == 1:  # one step (the closed loop's world): its rows in order, no transpose
+        rows = np.flatnonzero(present[:, 0])
+        return np.full(len(rows), chunk.ts[0]), entities[rows], metrics[rows], stacked[rows, 0]
+    steps, rows = np.nonzero(present.T)
+    return chunk.ts[steps], entities[rows], metrics[rows], stacked[rows, steps]
 
 
 def _stamp_ranks(stamps: dict) -> dict:
