@@ -50,18 +50,18 @@ class RowEwma:
         if frozen is not None and not frozen.any():  # (none frozen, as in a fleet sampled every tick: no masking)
             frozen = None
         prev, at = self.value[rows], self.at[rows]
-        fresh = np.isnan(at)
-        if self.restart_after is not None:
-            fresh |= (now - at) > self.restart_after * self.halflife_s
+        gap = now - at  # (NaN for a row never read)
+        unread = np.isnan(at)
+        fresh = unread | (gap > self.restart_after * self.halflife_s) if self.restart_after is not None else unread
         since = np.where(fresh, now, self.since[rows])
         with np.errstate(invalid="ignore"):
-            alpha = 1.0 - 0.5 ** ((now - at) / self.halflife_s)
+            alpha = 1.0 - 0.5 ** (gap / self.halflife_s)
             if self.mean_first:
-                alpha = np.maximum(alpha, (now - at) / (now - since + (now - at)))
+                alpha = np.maximum(alpha, gap / (now - since + gap))
         out = np.where(fresh, x, prev + alpha * (x - prev))
         if frozen is not None:
-            out = np.where(frozen & ~np.isnan(at), prev, out)
-            keep_time = frozen & ~np.isnan(at)
+            keep_time = frozen & ~unread
+            out = np.where(keep_time, prev, out)
             self.at[rows] = np.where(keep_time, at, now)
         else:
             self.at[rows] = now

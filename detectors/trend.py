@@ -115,7 +115,7 @@ class TrendDetector(FleetRates, TrendJudgement):
         self._size_baseline: dict[tuple[str, str], tuple[float, float, float]] = {}
         self._model_cache: tuple | None = None
         self._accelerator_cache: tuple | None = None
-        self._group_memo: tuple | None = None  # (see _exposure_groups)
+        self._group_memo: dict[int, tuple] = {}  # (see _exposure_groups)
         return self
 
     def restore(self, flagged: set[str]) -> None:
@@ -256,14 +256,17 @@ class TrendDetector(FleetRates, TrendJudgement):
                          model_of: np.ndarray, model_names: list[str]) -> list[tuple[tuple[str, str], np.ndarray]]:
         """The rows of each (counter, part model) the fleet's exposure is kept for (a few groups), in order; kept
         while a tick's rows name the same series as the last one's."""
-        memo = self._group_memo
+        memos = self._group_memo  # one a set of counter names (a tick's counters, its logged AER lines)
+        memo = memos.get(id(mnames))
         if memo is not None and memo[0] is enames and memo[1] is mnames and memo[2] is model_of \
                 and np.array_equal(memo[3], ecodes) and np.array_equal(memo[4], mcodes):
             return memo[5]
         group = mcodes.astype(np.int64) * len(model_names) + model_of[ecodes]
         groups = [((mnames[g // len(model_names)], model_names[g % len(model_names)]), np.flatnonzero(group == g))
                   for g in np.unique(group)]
-        self._group_memo = (enames, mnames, model_of, ecodes.copy(), mcodes.copy(), groups)
+        if len(memos) > 8:
+            memos.clear()
+        memos[id(mnames)] = (enames, mnames, model_of, ecodes.copy(), mcodes.copy(), groups)  # (holds mnames)
         return groups
 
     def _models_of(self, enames: np.ndarray, models) -> tuple[np.ndarray, list[str]]:

@@ -627,7 +627,8 @@ def _nan_to(a: np.ndarray, value: float) -> np.ndarray:
 
 def _accumulate(carry: np.ndarray, inc: np.ndarray, resets: list[tuple[np.ndarray, int]]) -> np.ndarray:
     """Cumulative counter values from increments, restarting at zero where a reset hits; updates carry."""
-    cum = carry[:, None] + np.cumsum(inc, axis=1)
+    # (one step: the sum is the step's increment itself, as cumsum would give it)
+    cum = carry[:, None] + (inc if inc.shape[1] == 1 else np.cumsum(inc, axis=1))
     for rows, step in resets:
         base = cum[rows, step - 1] if step > 0 else carry[rows]
         cum[rows, step:] -= base[:, None]
