@@ -14,7 +14,7 @@ import pandas as pd
 
 from detectors.grouping import SeriesSlots, group_keys
 from detectors.schema import name_codes
-from detectors.table import NO_NAMES, Names, Table
+from detectors.table import NO_NAMES, Names, Table, keeps_layout
 
 WRAP32 = float(2**32)
 WRAP64 = float(2**64)
@@ -50,6 +50,10 @@ class CounterTracker:
     def __len__(self) -> int:
         return len(self._slots)
 
+    def __getstate__(self) -> dict:
+        """Without the last tick's layout (a cache: a warm state need not carry it)."""
+        return dict(self.__dict__, _layout=None)
+
     def update(self, samples: pd.DataFrame | Table) -> Table:
         """Increases per (entity, metric) over this batch of counter samples (sorted by time).
 
@@ -78,9 +82,10 @@ class CounterTracker:
             names = None
             if len(keys) == len(inverse):
                 names = (Names(_read_only(keys // width), ent_names), Names(_read_only(keys % width), met_names))
-                # kept while the tick's name columns are the same read-only objects (the pipeline's split hands
-                # out the same ones while the series are the same), with the increases' own name columns
-                self._layout = (ent_codes, met_codes, ent_names, met_names, (inverse, keys, slots, names))
+            # kept while the tick's name columns are the same read-only objects (the pipeline's split hands out the
+            # same ones while the series are the same), with the increases' own name columns
+            self._layout = (ent_codes, met_codes, ent_names, met_names, (inverse, keys, slots, names)) \
+                if names is not None and keeps_layout(len(inverse)) else None
         if names is not None:  # one sample of each series (most ticks): no chain to walk
             return self._single(inverse, keys, slots, val, ts, names)
         # Walk rows in order; consecutive rows of a series chain their increases.

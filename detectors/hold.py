@@ -16,7 +16,7 @@ import pandas as pd
 from detectors.cadence import Cadence
 from detectors.grouping import SeriesSlots
 from detectors.schema import name_codes
-from detectors.table import NO_NAMES, Names, Table
+from detectors.table import NO_NAMES, Names, Table, keeps_layout
 
 COLUMNS = ("entity", "metric", "last", "max", "mean", "fresh")
 _EMPTY = Table({"entity": NO_NAMES, "metric": NO_NAMES, "last": np.empty(0), "max": np.empty(0), "mean": np.empty(0),
@@ -39,6 +39,12 @@ class GaugeHold:
         self._metric_of: dict[str, int] = {}
         self._cats: tuple[np.ndarray, np.ndarray] | None = None
         self._now = -np.inf  # the last update's time
+
+    def __getstate__(self) -> dict:
+        """Without the code columns handed out (a cache: a warm state need not carry it)."""
+        state = dict(self.__dict__)
+        state.pop("_all_codes", None)
+        return state
 
     def update(self, now: float, gauges: pd.DataFrame | Table, cadence: Cadence) -> Table:
         """Fold in the tick's gauge readings (``entity, metric, last, max`` and ``mean`` where given) and return every
@@ -87,7 +93,8 @@ class GaugeHold:
         long as the tables it is given carry the same code arrays."""
         cached = getattr(self, "_all_codes", None)
         if cached is None or len(cached[0]) != len(self.entity_code):
-            cached = self._all_codes = (_read_only(self.entity_code), _read_only(self.metric_code))
+            cached = (_read_only(self.entity_code), _read_only(self.metric_code))
+            self._all_codes = cached if keeps_layout(len(self.entity_code)) else None
         return cached
 
     def held_until(self, cadence: Cadence) -> float:

@@ -32,6 +32,7 @@ import numpy as np
 from detectors.grouping import RowIndex, group_median, nanmedian, peer_group
 from detectors.contract import Evidence, TickInput
 from detectors.schema import State, entity_kind, name_codes, names_mask
+from detectors.table import keeps_layout
 from detectors.smoothing import LOAD_STATES, RowEwma, load_state
 
 _MAD_TO_SIGMA = 1.4826
@@ -177,9 +178,11 @@ class PeerDeviation:
         return self
 
     def __getstate__(self) -> dict:
-        """The detector without its figures of the last tick's readings (a cache: a warm state need not carry it)."""
+        """The detector without its figures of the last tick's readings and its tick layout (caches: a warm state need
+        not carry them)."""
         state = dict(self.__dict__)
         state.pop("_peer_memo", None)
+        state["_layout_memo"] = None  # (kept for the table it was worked out from: a new daemon's are new objects)
         return state
 
     def restore(self, flagged: set[str]) -> None:
@@ -268,7 +271,7 @@ class PeerDeviation:
                 and not codes.flags.writeable and not met_codes.flags.writeable:
             return memo[4]
         layout = self._work_out_layout(codes, ids, met_codes, met_names)
-        self._layout_memo = (codes, met_codes, ids, met_names, layout)
+        self._layout_memo = (codes, met_codes, ids, met_names, layout) if keeps_layout(len(codes)) else None
         return layout
 
     def _work_out_layout(self, codes, ids, met_codes, met_names) -> list | None:

@@ -27,6 +27,7 @@ import pandas as pd
 
 from detectors.grouping import RowIndex, group_median
 from detectors.schema import name_code, name_codes, node_of
+from detectors.table import keeps_layout
 from detectors.smoothing import LOAD_STATES, RowEwma, load_state
 
 _METRICS = ("gpu_temp_c", "power_w", "gpu_util_pct")
@@ -144,6 +145,13 @@ class SharedHeat:
         self._now = now
         self._tick = (rows, t, p, load)
 
+    def __getstate__(self) -> dict:
+        """Without the layouts kept for the last tick's table (caches: a warm state need not carry them)."""
+        state = dict(self.__dict__)
+        state.pop("_layout_memo", None)
+        state.pop("_rows_memo", None)
+        return state
+
     def _layout(self, gauges) -> tuple[np.ndarray, dict[str, tuple[np.ndarray, np.ndarray]]]:
         """The entity names and, per metric read, the table rows holding it and their entities' codes: kept while
         the table's code arrays are the same read-only objects (GaugeHold hands out the same ones while its series
@@ -161,7 +169,7 @@ class SharedHeat:
                 continue
             sel = np.flatnonzero((met_codes == code) & (ent_codes >= 0))
             layout[m] = (sel, ent_codes[sel])
-        self._layout_memo = (ent_codes, met_codes, names, met_names, layout)
+        self._layout_memo = (ent_codes, met_codes, names, met_names, layout) if keeps_layout(len(ent_codes)) else None
         return names, layout
 
     def _rows_of(self, names: np.ndarray, has_temp: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
@@ -172,7 +180,7 @@ class SharedHeat:
         ids = names[has_temp]
         rows, _ = self._rows.lookup(ids)
         rows.flags.writeable = False
-        self._rows_memo = (names, self._rows.keys, has_temp, ids, rows)
+        self._rows_memo = (names, self._rows.keys, has_temp, ids, rows) if keeps_layout(len(names)) else None
         return ids, rows
 
     def _judge(self) -> None:

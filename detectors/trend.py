@@ -64,6 +64,7 @@ import pandas as pd
 
 from detectors.contract import Evidence, TickInput
 from detectors.schema import State, entity_kind, name_codes, names_mask, within
+from detectors.table import keeps_layout
 from detectors.trend_counters import COUNTERS, LOGGED_AER_NAMES, CounterRecord
 from detectors.trend_fleet import FleetRates
 from detectors.trend_judge import TrendJudgement
@@ -117,6 +118,10 @@ class TrendDetector(FleetRates, TrendJudgement):
         self._accelerator_cache: tuple | None = None
         self._group_memo: dict[int, tuple] = {}  # (see _exposure_groups)
         return self
+
+    def __getstate__(self) -> dict:
+        """Without the exposure groups kept for the last ticks' rows (a cache: a warm state need not carry it)."""
+        return dict(self.__dict__, _group_memo={})
 
     def restore(self, flagged: set[str]) -> None:
         """Entities a restarted raswarden had already flagged (from its store): their alarms are flags at once,
@@ -266,7 +271,10 @@ class TrendDetector(FleetRates, TrendJudgement):
                   for g in np.unique(group)]
         if len(memos) > 8:
             memos.clear()
-        memos[id(mnames)] = (enames, mnames, model_of, ecodes.copy(), mcodes.copy(), groups)  # (holds mnames)
+        if keeps_layout(len(ecodes)):
+            memos[id(mnames)] = (enames, mnames, model_of, ecodes.copy(), mcodes.copy(), groups)  # (holds mnames)
+        else:
+            memos.pop(id(mnames), None)
         return groups
 
     def _models_of(self, enames: np.ndarray, models) -> tuple[np.ndarray, list[str]]:

@@ -34,7 +34,7 @@ from detectors.hold import GaugeHold
 from detectors.rules import RuleDetector
 from detectors.schema import (NamesWhere, State, entity_kind, events_frame, is_counter, name_codes, names_mask,
                               node_of)
-from detectors.table import NO_NAMES, Names, Table
+from detectors.table import NO_NAMES, Names, Table, keeps_layout
 
 log = logging.getLogger("raswarden.pipeline")
 
@@ -331,13 +331,17 @@ class Pipeline(PipelineMemory, NodeTracking):
             return memo[4]
         # each metric's parts, counter (bit 1) and fault-code gauge (bit 2) or else gauge, looked up once a row
         kind = (names_mask(met_names, _IsCounter).astype(np.int8) | 2 * names_mask(met_names, _IsCodeGauge))[met]
+        keep = keeps_layout(len(ent))
+
+        def rows_of(mask: np.ndarray) -> np.ndarray:  # indices where kept (taken again each tick), else the mask
+            return np.flatnonzero(mask) if keep else mask
 
         def part(rows: np.ndarray) -> tuple[np.ndarray, Names, Names]:
             return rows, Names(_read_only(ent[rows]), ent_names), Names(_read_only(met[rows]), met_names)
 
-        ctr, xid = part(np.flatnonzero(kind & 1)), part(np.flatnonzero(kind >= 2))
-        g = np.flatnonzero(kind == 0)
-        if not len(g):
+        ctr, xid = part(rows_of((kind & 1).astype(bool))), part(rows_of(kind >= 2))
+        g = rows_of(kind == 0)
+        if not (g.any() if g.dtype == bool else len(g)):
             layout = (ctr, xid, None, None, None, None, None)
         else:
             # Rows are in time order within the tick: the last row of an (entity, metric) holds its last value.
@@ -346,7 +350,7 @@ class Pipeline(PipelineMemory, NodeTracking):
             inverse, uniq = group_keys(key, len(ent_names) * width)
             layout = (ctr, xid, g, inverse, uniq, Names(_read_only(uniq // width), ent_names),
                       Names(_read_only(uniq % width), met_names))
-        self._layout_memo = (ent_names, met_names, ent.copy(), met.copy(), layout)
+        self._layout_memo = (ent_names, met_names, ent.copy(), met.copy(), layout) if keep else None
         return layout
 
     def _both_ends(self, evidence: list[Evidence]) -> list[Evidence]:

@@ -36,7 +36,7 @@ from lab.sim.layout import PRESETS, SimTopology
 from lab.sim.vendors import RESTART_BUSINESS, VENDORS, render_line
 from daemon.topology import normalize_pci
 from detectors.schema import category_names, events_frame, frame
-from detectors.table import Names, Table
+from detectors.table import Names, Table, keeps_layout
 
 GPU_GAUGES = ("gpu_temp_c", "hbm_temp_c", "power_w", "sm_clock_mhz", "mem_clock_mhz", "gpu_util_pct",
               "mem_copy_util_pct", "fb_used_mib", "fb_free_mib", "xid_last", "row_remap_failure", "throttle_thermal",
@@ -776,7 +776,9 @@ def _samples_by_step(chunk: SimChunk, families: list, metric_index: dict, n_g: i
         entities = np.concatenate([np.arange(offset, offset + n) for offset, n in
                                    zip((0 if f[2] else n_g for f in families), sizes)])
         metrics = np.repeat(np.array([metric_index[f[0]] for f in families]), sizes)
-        layout = layouts[sizes] = (entities, metrics)
+        layout = (entities, metrics)
+        if keeps_layout(len(entities)):  # (a 100,000-accelerator fleet's would hold 37 MB for what costs nothing)
+            layouts[sizes] = layout
     entities, metrics = layout
     present, stacked = np.concatenate(presence), np.concatenate(values)
     if present.shape[1] == 1:  # one step (the closed loop's world): its rows in order, no transpose
