@@ -126,6 +126,69 @@ class _Rows:
         return rows, len(self.index)
 
 
+class _GaugeLayout:
+    """Which rows of a tick's gauges table the peer detector reads: each one's metric slot and accelerator (0..n-1 in
+    name order) and the accelerators' names, kept while the table's code arrays are the same read-only objects
+    (GaugeHold hands out the same ones while its series are the same; see ``detectors.table.keeps_layout``)."""
+
+    def __init__(self) -> None:
+        self._memo: tuple | None = None
+        self._accel_cache: tuple | None = None
+        self._slot_cache: tuple | None = None
+
+    def __getstate__(self) -> dict:
+        """Empty: a cache (a new daemon's tables are new objects)."""
+        return {}
+
+    def __setstate__(self, state: dict) -> None:
+        self.__init__()
+
+    def of(self, g) -> list | None:
+        """``[sel, slot, accelerator, ids]`` (the detector appends their rows and the number of rows, once), or None:
+        no accelerator reading."""
+        codes, ids = name_codes(g["entity"])
+        met_codes, met_names = name_codes(g["metric"])
+        memo = self._memo
+        if memo is not None and memo[0] is codes and memo[1] is met_codes and memo[2] is ids and memo[3] is met_names \
+                and not codes.flags.writeable and not met_codes.flags.writeable:
+            return memo[4]
+        layout = self._work_out(codes, ids, met_codes, met_names)
+        self._memo = (codes, met_codes, ids, met_names, layout) if keeps_layout(len(codes)) else None
+        return layout
+
+    def _work_out(self, codes, ids, met_codes, met_names) -> list | None:
+        pick = names_mask(met_names, _METRICS)[met_codes] & (codes >= 0)
+        if not pick.any():
+            return None
+        sel = np.flatnonzero(pick)
+        codes, met_codes = codes[sel], met_codes[sel]
+        slot = self._metric_slots(met_names)[met_codes]
+        accel_id = self._accelerator_names(ids) & (np.bincount(codes, minlength=len(ids)) > 0)
+        if not accel_id.any():
+            return None
+        keep = accel_id[codes]
+        sel, codes, slot = sel[keep], codes[keep], slot[keep]
+        # Renumber the accelerators 0..n-1 (ids order); the detector looks up their persistent rows.
+        renum = np.cumsum(accel_id) - 1
+        return [sel, slot, renum[codes], ids[accel_id]]
+
+    def _accelerator_names(self, names: np.ndarray) -> np.ndarray:
+        """Which of the names are accelerators (cached while the names are the same array, see ``name_codes``)."""
+        cached = self._accel_cache
+        if cached is None or cached[0] is not names:
+            is_accel = np.fromiter((entity_kind(e) == "accelerator" for e in names), dtype=bool, count=len(names))
+            cached = self._accel_cache = (names, is_accel)
+        return cached[1]
+
+    def _metric_slots(self, names: np.ndarray) -> np.ndarray:
+        """Each metric name's place in ``_METRICS`` (-1: not read here), kept while the names are the same array."""
+        cached = self._slot_cache
+        if cached is None or cached[0] is not names:
+            slots = np.array([_METRICS.index(n) if n in _METRICS else -1 for n in names], dtype=np.int64)
+            cached = self._slot_cache = (names, slots)
+        return cached[1]
+
+
 class PeerDeviation:
     """Robust peer residuals of temperature, HBM temperature and clocks; parameters in ``__init__``.
 
@@ -160,7 +223,7 @@ class PeerDeviation:
         """Nothing to learn up front: the state is the smoothed residual per accelerator."""
         self.threshold_ = self.z_threshold
         self._rows = _Rows()
-        self._layout_memo = None  # (see _layout: its rows are this _Rows' rows)
+        self._layout = _GaugeLayout()  # (its layouts' rows are this _Rows' rows)
         # The thermal state of accelerator row ``i`` is at rows ``2 i`` (GPU temperature) and ``2 i + 1`` (HBM): both
         # metrics are judged in one pass over the fleet, not one a metric (a tick's cost is its numpy calls).
         self._smooth = RowEwma(self.halflife_s)
@@ -178,11 +241,10 @@ class PeerDeviation:
         return self
 
     def __getstate__(self) -> dict:
-        """The detector without its figures of the last tick's readings and its tick layout (caches: a warm state need
-        not carry them)."""
+        """The detector without its figures of the last tick's readings (a cache: a warm state need not carry it; nor
+        its gauge layout, which pickles empty)."""
         state = dict(self.__dict__)
         state.pop("_peer_memo", None)
-        state["_layout_memo"] = None  # (kept for the table it was worked out from: a new daemon's are new objects)
         return state
 
     def restore(self, flagged: set[str]) -> None:
@@ -227,7 +289,7 @@ class PeerDeviation:
         g = tick.gauges
         if g.empty:
             return []
-        layout = self._layout(g)
+        layout = self._layout.of(g)
         if layout is None:
             return []
         sel, slot, local, ids = layout[:4]
@@ -257,55 +319,6 @@ class PeerDeviation:
         if not np.isnan(columns["sm_clock_mhz"]).all():
             out += self._slow(tick.now, ids, rows, node_code, columns["sm_clock_mhz"], util, fresh["sm_clock_mhz"])
         return out
-
-    def _layout(self, g) -> list | None:
-        """Which rows of the gauges table this detector reads (``sel``), each one's metric slot and accelerator (0..n-1
-        in name order) and the accelerators' names (``update`` adds their persistent rows and the number of rows);
-        None: no accelerator reading. Kept while the table's code arrays are the same read-only objects (GaugeHold
-        hands out the same ones while its series are the same)."""
-        ent, met = g["entity"], g["metric"]
-        codes, ids = name_codes(ent)
-        met_codes, met_names = name_codes(met)
-        memo = self._layout_memo
-        if memo is not None and memo[0] is codes and memo[1] is met_codes and memo[2] is ids and memo[3] is met_names \
-                and not codes.flags.writeable and not met_codes.flags.writeable:
-            return memo[4]
-        layout = self._work_out_layout(codes, ids, met_codes, met_names)
-        self._layout_memo = (codes, met_codes, ids, met_names, layout) if keeps_layout(len(codes)) else None
-        return layout
-
-    def _work_out_layout(self, codes, ids, met_codes, met_names) -> list | None:
-        pick = names_mask(met_names, _METRICS)[met_codes] & (codes >= 0)
-        if not pick.any():
-            return None
-        sel = np.flatnonzero(pick)
-        codes, met_codes = codes[sel], met_codes[sel]
-        slot = self._metric_slots(met_names)[met_codes]
-        accel_id = self._accelerator_names(ids) & (np.bincount(codes, minlength=len(ids)) > 0)
-        if not accel_id.any():
-            return None
-        keep = accel_id[codes]
-        sel, codes, slot = sel[keep], codes[keep], slot[keep]
-        # Renumber the accelerators 0..n-1 (ids order), then look up their persistent rows.
-        renum = np.cumsum(accel_id) - 1
-        ids = ids[accel_id]
-        return [sel, slot, renum[codes], ids]
-
-    def _accelerator_names(self, names: np.ndarray) -> np.ndarray:
-        """Which of the names are accelerators (cached while the names are the same array, see ``name_codes``)."""
-        cached = getattr(self, "_accel_cache", None)
-        if cached is None or cached[0] is not names:
-            is_accel = np.fromiter((entity_kind(e) == "accelerator" for e in names), dtype=bool, count=len(names))
-            cached = self._accel_cache = (names, is_accel)
-        return cached[1]
-
-    def _metric_slots(self, names: np.ndarray) -> np.ndarray:
-        """Each metric name's place in ``_METRICS`` (-1: not read here), kept while the names are the same array."""
-        cached = getattr(self, "_slot_cache", None)
-        if cached is None or cached[0] is not names:
-            slots = np.array([_METRICS.index(n) if n in _METRICS else -1 for n in names], dtype=np.int64)
-            cached = self._slot_cache = (names, slots)
-        return cached[1]
 
     def _load_settled(self, rows: np.ndarray, load: np.ndarray, now: float, fresh: np.ndarray) -> np.ndarray:
         """Whether each GPU has held its load state (busy/idle/unknown) for two smoothing half-lives, as of its last
