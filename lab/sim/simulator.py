@@ -807,16 +807,19 @@ def _samples_by_stamp(chunk: SimChunk, families: list, metric_index: dict, stamp
     """Every family's samples in the order of their scrape stamps (each exporter's own, lab.sim.observe)."""
     parts_ts, parts_rank, parts_e, parts_m, parts_v = [], [], [], [], []
     ranks = _stamp_ranks(stamps)
-    where: dict[bytes, tuple[np.ndarray, np.ndarray]] = {}  # the families share a few presence patterns
+    # The families share a few presence patterns and two exporters' stamps: each pattern's rows and each (pattern,
+    # exporter)'s stamps, ranks and entity codes are taken once.
+    where: dict[tuple, tuple[np.ndarray, ...]] = {}
     for family in families:
         arr, present, offset = _family_arrays(chunk, family, n_g)
-        key = present.tobytes() + str(present.shape).encode()
+        key = (present.tobytes(), present.shape, family[2])
         if key not in where:
-            where[key] = np.nonzero(present.T)  # step-major: already in time order within the metric
-        steps, rows = where[key]
-        parts_ts.append(stamps[family[2]][rows, steps])
-        parts_rank.append(ranks[family[2]][rows, steps])
-        parts_e.append(rows + offset)
+            steps, rows = np.nonzero(present.T)  # step-major: already in time order within the metric
+            where[key] = (steps, rows, stamps[family[2]][rows, steps], ranks[family[2]][rows, steps], rows + offset)
+        steps, rows, ts, rank, entity = where[key]
+        parts_ts.append(ts)
+        parts_rank.append(rank)
+        parts_e.append(entity)
         parts_m.append(np.full(len(rows), metric_index[family[0]]))
         parts_v.append(arr[rows, steps])
     ts = np.concatenate(parts_ts)
