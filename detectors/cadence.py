@@ -33,7 +33,8 @@ class Cadence:
         self.gaps = np.full((0, GAPS), np.nan)  # ring of its last gaps between ticks it was seen in
         self.interval = np.full(0, np.nan)
         self._pos = np.zeros(0, dtype=np.int64)
-        self.fleet_interval = np.nan  # median of the learned intervals (for entities without their own yet)
+        self._fleet_interval = np.nan  # (fleet_interval, worked out when asked after the intervals moved)
+        self._fleet_moved = False
         self._rows_of = PerNameArray(self.rows)
 
     def rows(self, names: np.ndarray) -> np.ndarray:
@@ -71,15 +72,25 @@ class Cadence:
             if moved.any():
                 m = r[moved]
                 self.interval[m] = _row_nanmedian(self.gaps[m])
-                known = self.interval[np.isfinite(self.interval)]
-                self.fleet_interval = float(np.median(known)) if len(known) else np.nan
+                self._fleet_moved = True
         self.last[rows] = np.fmax(prev, last_ts)
         return rows
+
+    @property
+    def fleet_interval(self) -> float:
+        """The median of the learned intervals (NaN: none yet), for entities without their own: worked out when
+        asked, not every tick the intervals move (in a fleet sampled a while, every entity has its own)."""
+        if self._fleet_moved:
+            known = self.interval[np.isfinite(self.interval)]
+            self._fleet_interval = float(np.median(known)) if len(known) else np.nan
+            self._fleet_moved = False
+        return self._fleet_interval
 
     def interval_of(self, rows: np.ndarray) -> np.ndarray:
         """Learned interval of ``rows`` (the fleet's where an entity has none yet; NaN before anything is known)."""
         own = self.interval[rows]
-        return np.where(np.isfinite(own), own, self.fleet_interval)
+        finite = np.isfinite(own)
+        return own if finite.all() else np.where(finite, own, self.fleet_interval)
 
     def window_of(self, rows: np.ndarray) -> np.ndarray:
         """How long the data of ``rows`` stays current after their last sample."""

@@ -111,7 +111,7 @@ def evaluate_simulation_judges(sim, judges: list[tuple[bool, object]], interval_
     if len(pipelines) > 1:  # the batch's split and counter increases worked out once for them all
         shared = SharedIngest()
         for pipeline in pipelines:
-            pipeline.shared_ingest = shared
+            pipeline.share(shared)
     steps = max(1, int(round(interval_s / sim.scenario.resolution)))
     samples = None  # the rows not yet ticked: stamped past the last tick's end
     events: list[tuple] = []

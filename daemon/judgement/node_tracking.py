@@ -70,12 +70,11 @@ class NodeTracking:
         in it; learns their sampling intervals and registers the new ones."""
         if samples.empty:
             return _NO_NAMES, _NO_CODES
-        codes, names = name_codes(samples["entity"])
-        ok = codes >= 0
-        last = np.full(len(names), -np.inf)
-        np.maximum.at(last, codes[ok], np.asarray(samples["ts"])[ok])
-        present = np.flatnonzero(last > -np.inf)
-        rows = self.cadence.observe_rows(self.cadence.rows_of_names(names)[present], last[present])
+        if self._shares_cadence:  # (one observation of the shared cadence a tick)
+            names, present, rows = self.shared_ingest.once("sampled", now, len(samples),
+                                                           lambda: self._observe_sampling(samples))
+        else:
+            names, present, rows = self._observe_sampling(samples)
         self._learn_windows(names[present], rows)
         if self.switch_ends:  # a switch port is the far end of a node's link, not an entity of a node
             present = present[~names_mask(names, self.switch_ends)[present]]
@@ -86,6 +85,17 @@ class NodeTracking:
                 self._register(e, now)
             facts.registered[new] = True
         return names, present
+
+    def _observe_sampling(self, samples: pd.DataFrame) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
+        """The tick's entity names, the codes of those sampled in it and their cadence rows, each sampling observed
+        (its last stamp) by the cadence."""
+        codes, names = name_codes(samples["entity"])
+        ok = codes >= 0
+        last = np.full(len(names), -np.inf)
+        np.maximum.at(last, codes[ok], np.asarray(samples["ts"])[ok])
+        present = np.flatnonzero(last > -np.inf)
+        rows = self.cadence.observe_rows(self.cadence.rows_of_names(names)[present], last[present])
+        return names, present, rows
 
     def _name_facts(self, names: np.ndarray) -> _NameFacts:
         """What is known of each name of a name array, kept while the same array comes (see ``name_codes``) and

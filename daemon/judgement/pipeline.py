@@ -9,6 +9,7 @@ from __future__ import annotations
 import logging
 from collections import Counter
 from collections.abc import Callable
+from typing import TypeVar
 from dataclasses import dataclass, field
 
 import numpy as np
@@ -37,6 +38,7 @@ from detectors.schema import (NamesWhere, State, entity_kind, events_frame, is_c
 from detectors.table import NO_NAMES, Names, Table, keeps_layout
 
 log = logging.getLogger("raswarden.pipeline")
+T = TypeVar("T")
 
 
 _IsCounter = NamesWhere(is_counter)
@@ -96,15 +98,21 @@ class TickResult:
 
 
 class SharedIngest:
-    """A tick's batch split into counters, gauges and code gauges, and its counter increases, worked out once for
-    the pipelines that judge the same batches side by side (an evaluation's raswarden and its static baseline): both
-    are functions of the batch and of the counters' last values, which such pipelines hold alike. The first pipeline to
-    tick at a time works them out, the others take them; a pipeline given one reads its counters only through it."""
+    """What pipelines that judge the same batches side by side (an evaluation's raswarden and its static baseline)
+    would each work out alike from a tick, worked out once: the batch split into counters, gauges and code gauges, and
+    its counter increases; which entities were sampled and when (the sampling cadence they learn from it); the gauge
+    readings current at the tick. Each is a function of the batches and of state such pipelines hold alike (the
+    counters' last values, the cadence, the gauge hold): the first pipeline to tick at a time works a part out, the
+    others take it. A pipeline given one reads its counters only through it, and shares its cadence and gauge hold
+    (:meth:`adopt`)."""
 
     def __init__(self) -> None:
         self._at: float | None = None
         self._rows = -1
         self._parts: tuple[Table, Table, Table, Table] | None = None
+        self._kept: dict[str, tuple[float, int, object]] = {}
+        self._cadence: Cadence | None = None
+        self._hold: GaugeHold | None = None
 
     def take(self, now: float, rows: int) -> tuple[Table, Table, Table, Table] | None:
         """The parts worked out at ``now`` for a batch of ``rows`` samples, if a pipeline did."""
@@ -112,6 +120,28 @@ class SharedIngest:
 
     def keep(self, now: float, rows: int, parts: tuple[Table, Table, Table, Table]) -> None:
         self._at, self._rows, self._parts = now, rows, parts
+
+    def adopt(self, pipeline: Pipeline) -> bool:
+        """Give ``pipeline`` the cadence and gauge hold of the first pipeline adopted (that one keeps its own), when
+        their cadences learn alike (the same tick, factor and floor); whether it shares them."""
+        if self._cadence is None:
+            self._cadence, self._hold = pipeline.cadence, pipeline.hold
+            return True
+        mine, theirs = self._cadence, pipeline.cadence
+        if (mine.tick_s, mine.factor, mine.floor_s) != (theirs.tick_s, theirs.factor, theirs.floor_s):
+            return False
+        pipeline.cadence, pipeline.hold = mine, self._hold
+        return True
+
+    def once(self, part: str, now: float, rows: int, work: Callable[[], T]) -> T:
+        """``part`` of the tick at ``now`` (a batch of ``rows`` samples): worked out by ``work`` by the first pipeline
+        to ask, the same object for the others."""
+        kept = self._kept.get(part)
+        if kept is not None and kept[0] == now and kept[1] == rows:
+            return kept[2]  # type: ignore[return-value]
+        out = work()
+        self._kept[part] = (now, rows, out)
+        return out
 
 
 class Pipeline(PipelineMemory, NodeTracking):
@@ -161,7 +191,14 @@ class Pipeline(PipelineMemory, NodeTracking):
         self.new_entities: list[dict] = []
         # what is known of each name of the last few name arrays (NodeTracking._name_facts)
         self._facts = PerNameArray(self._new_facts)
-        self.shared_ingest: SharedIngest | None = None  # (evaluation: pipelines judging the same batches)
+        self.shared_ingest: SharedIngest | None = None  # (evaluation: pipelines judging the same batches, share())
+        self._shares_cadence = False  # (the shared ingest's cadence and gauge hold are this pipeline's)
+
+    def share(self, ingest: SharedIngest) -> None:
+        """Judge side by side with the other pipelines given ``ingest``: the parts of a tick that are alike for all of
+        them are worked out once (:class:`SharedIngest`). Before the first tick."""
+        self.shared_ingest = ingest
+        self._shares_cadence = ingest.adopt(self)
 
     def use_model(self, model) -> None:
         """Swap the learned detectors for those of ``model`` (None: run without); the others keep their state."""
@@ -242,7 +279,11 @@ class Pipeline(PipelineMemory, NodeTracking):
                 grace: frozenset[str]) -> list[Evidence] | None:
         """Every detector run on the tick (None: features only); the evidence is remembered for the idle ticks
         after it (:class:`IdleTicks`)."""
-        gauges = self.hold.update(now, sampled, self.cadence)
+        if self._shares_cadence:
+            gauges = self.shared_ingest.once("gauges", now, len(sampled),
+                                             lambda: self.hold.update(now, sampled, self.cadence))
+        else:
+            gauges = self.hold.update(now, sampled, self.cadence)
         models = self.mapper.accelerator_model
         frames = None
         if self.features is not None:  # the streaming features take only this tick's readings

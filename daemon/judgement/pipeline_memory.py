@@ -45,7 +45,9 @@ class PipelineMemory:
 
     def take_warm_state(self, state: dict) -> list[str]:
         """Take up another pipeline's :meth:`warm_state` (call :meth:`restore` after it: the store's states are
-        newer). A detector this pipeline does not run is left out; returns the names of the detectors taken up."""
+        newer). A detector this pipeline does not run is left out; returns the names of the detectors taken up. A
+        pipeline judging side by side with others (:meth:`Pipeline.share`) stops: its state is no longer theirs."""
+        self.shared_ingest, self._shares_cadence = None, False
         for name in _WARM:
             if name == "features" and (self.features is None or state[name] is None):
                 continue  # one of the two runs no detector that reads the features: they start afresh

@@ -171,3 +171,62 @@ def test_a_kept_split_is_the_split_of_the_rows_given():
     assert 0 < kept < 60
     again = keeping._split(one)
     assert again[1]["entity"] is keeping._split(one)[1]["entity"] and not again[1]["entity"].codes.flags.writeable
+
+
+def test_pipelines_judging_side_by_side_observe_the_sampling_once_a_tick(monkeypatch):
+    """Issue 56: an evaluation's raswarden and baseline tick the same batches; the sampling cadence and the gauge hold
+    are functions of the batches alone, so the pipelines sharing an ingest hold one of each and observe a tick once,
+    and each judges as it does alone (to the finding). A pipeline whose cadence learns otherwise (another staleness
+    floor) keeps its own."""
+    from daemon.judgement.health import HealthConfig
+    from daemon.judgement.pipeline import SharedIngest
+    from detectors.cadence import Cadence
+
+    def pipelines(share: bool) -> list[Pipeline]:
+        ps = [Pipeline(SeriesMapper(topology=Topology.from_dict(TOPOLOGY)), PipelineConfig(baseline=b))
+              for b in (False, True)]
+        if share:
+            ingest = SharedIngest()
+            for p in ps:
+                p.share(ingest)
+        return ps
+
+    def ticks():
+        for k in range(40):  # n2's GPU runs hot, its port counts errors; every node's exporter scrapes with jitter
+            ts = 30.0 * (k + 1)
+            rows = []
+            for i in range(1, 4):
+                hot = 95.0 if i == 2 and k > 10 else 60.0
+                rows += [(f"n{i}/gpu0", "gpu_temp_c", hot + k % 3), (f"n{i}/gpu0", "power_w", 300.0 + i),
+                         (f"n{i}/mlx5_0:1", "symbol_error_total", 40.0 * k if i == 2 else 0.0),
+                         (f"n{i}/mlx5_0:1", "port_state", 4.0)]
+            yield ts, batch(ts - (k % 4), rows)
+
+    observed = []
+    real = Cadence.observe_rows
+
+    def counting(self, rows, last_ts):
+        observed.append(id(self))
+        return real(self, rows, last_ts)
+
+    monkeypatch.setattr(Cadence, "observe_rows", counting)
+    shared, alone = pipelines(True), pipelines(False)
+    found = {"shared": [[], []], "alone": [[], []]}
+    for ts, b in ticks():
+        for name, ps in (("shared", shared), ("alone", alone)):
+            for p, sink in zip(ps, found[name]):
+                sink += [f.as_dict() for f in p.tick(ts, b).findings]
+    assert shared[1].cadence is shared[0].cadence and shared[1].hold is shared[0].hold
+    assert observed.count(id(shared[0].cadence)) == 40  # once a tick for both
+    assert observed.count(id(alone[0].cadence)) == observed.count(id(alone[1].cadence)) == 40
+    assert found["shared"] == found["alone"] and found["shared"][0] != found["shared"][1]
+    assert any(f["state"] != "healthy" for f in found["shared"][0])
+
+    other = Pipeline(SeriesMapper(topology=Topology.from_dict(TOPOLOGY)),
+                     PipelineConfig(health=HealthConfig(stale_after_s=600.0)))
+    ingest = SharedIngest()
+    first = pipelines(False)[0]
+    first.share(ingest)
+    other.share(ingest)
+    assert other.cadence is not first.cadence and not other._shares_cadence
+
