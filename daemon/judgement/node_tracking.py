@@ -48,6 +48,51 @@ class _NameFacts:
         return np.flatnonzero(present)
 
 
+class _WindowPlaces:
+    """Where the staleness windows of cadence rows go in one health's :class:`~daemon.judgement.freshness.Freshness`:
+    each entity's own row (-1: the entity is a node, whose window is its longest entity's) and its node's."""
+
+    def __init__(self, freshness) -> None:
+        self.freshness = freshness
+        self.own = np.empty(0, dtype=np.int64)  # per cadence row; -2: not placed yet
+        self.node = np.empty(0, dtype=np.int64)  # per cadence row: its node's place in nodes
+        self.nodes: list[str] = []
+        self.node_row: list[int] = []  # each node's freshness row
+        self._node_code: dict[str, int] = {}
+
+    def of(self, rows: np.ndarray, cadence) -> tuple[np.ndarray | None, np.ndarray]:
+        """The entity and node places of cadence ``rows`` (None: an entity or node health has no row for yet)."""
+        if len(self.own) < len(cadence.last):
+            grow = len(cadence.last) - len(self.own)
+            self.own = np.concatenate((self.own, np.full(grow, -2, dtype=np.int64)))
+            self.node = np.concatenate((self.node, np.zeros(grow, dtype=np.int64)))
+        unplaced = rows[self.own[rows] == -2]
+        if len(unplaced) and not self._place(np.unique(unplaced), cadence):
+            return None, self.node
+        return self.own[rows], self.node[rows]
+
+    def _place(self, rows: np.ndarray, cadence) -> bool:
+        row_of = self.freshness.row_of
+        names = cadence.index.keys[rows].tolist()
+        own, node = [], []
+        for entity in names:
+            name = node_of(entity)
+            at = self._node_code.get(name)
+            if at is None:
+                if name not in row_of:
+                    return False
+                at = self._node_code[name] = len(self.nodes)
+                self.nodes.append(name)
+                self.node_row.append(row_of[name])
+            if entity != name and entity not in row_of:
+                return False
+            own.append(-1 if entity == name else row_of[entity])
+            node.append(at)
+        self.own[rows] = own
+        self.node[rows] = node
+        return True
+
+
 class NodeTracking:
     """Nodes and entities as the pipeline tracks them tick by tick."""
 
@@ -119,17 +164,42 @@ class NodeTracking:
         if not len(changed):
             return
         told[rows[changed]] = window[changed]
+        # (a node's own series, node_exporter's, are one of its entities: the node's window stays its longest,
+        # or a node whose GPUs are sampled every 5 minutes went unknown between their samples once its own
+        # series' learned interval moved after theirs)
+        if not self._tell_windows(rows[changed], window[changed]):
+            self._tell_windows_one_by_one(names[changed], window[changed])
+
+    def _tell_windows_one_by_one(self, names: np.ndarray, window: np.ndarray) -> None:
         freshness, node_window = self.health.freshness, self.node_window
-        for entity, w in zip(names[changed].tolist(), window[changed].tolist()):
+        for entity, w in zip(names.tolist(), window.tolist()):
             node = node_of(entity)
             if w > node_window.get(node, 0.0):
                 node_window[node] = w
                 freshness.set_window(node, w)
             if entity != node:
                 freshness.set_window(entity, w)
-            # (a node's own series, node_exporter's, are one of its entities: the node's window stays its longest,
-            # or a node whose GPUs are sampled every 5 minutes went unknown between their samples once its own
-            # series' learned interval moved after theirs)
+
+    def _tell_windows(self, rows: np.ndarray, window: np.ndarray) -> bool:
+        """:meth:`_tell_windows_one_by_one` as arrays (jittered scrapes move hundreds of windows a tick), when health
+        already has a row for each entity and node (else False: its rows are then made one by one, in that order)."""
+        places = self._window_places
+        if places is None or places.freshness is not self.health.freshness:
+            places = self._window_places = _WindowPlaces(self.health.freshness)
+        own, node = places.of(rows, self.cadence)
+        if own is None:
+            return False
+        mine = own >= 0  # (-1: the node's own series)
+        places.freshness.window[own[mine]] = window[mine]
+        longest = np.full(len(places.nodes), -np.inf)
+        np.maximum.at(longest, node, window)
+        node_window = self.node_window
+        for k in np.flatnonzero(longest > -np.inf).tolist():
+            name, w = places.nodes[k], float(longest[k])
+            if w > node_window.get(name, 0.0):
+                node_window[name] = w
+                places.freshness.window[places.node_row[k]] = w
+        return True
 
     def _register(self, entity: str, now: float) -> None:
         self.known_entities.add(entity)

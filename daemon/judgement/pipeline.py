@@ -174,6 +174,7 @@ class Pipeline(PipelineMemory, NodeTracking):
         self.switch_ends = {sp: port for port, sp in self.mapper.topology.port_switchport.items()}
         self.cadence = Cadence(tick_s=self.config.interval_s, floor_s=self.config.health.stale_after_s)
         self._told_window = np.empty(0)  # the window health was last given, per cadence row
+        self._window_places = None  # where those windows go in health (NodeTracking._tell_windows)
         self.hold = GaugeHold()
         self.idle = IdleTicks()
         self._layout_memo = None  # the last tick's names and how its rows split (_split_layout)

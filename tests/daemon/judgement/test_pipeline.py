@@ -230,3 +230,44 @@ def test_pipelines_judging_side_by_side_observe_the_sampling_once_a_tick(monkeyp
     other.share(ingest)
     assert other.cadence is not first.cadence and not other._shares_cadence
 
+
+def test_the_windows_told_to_health_as_arrays_are_those_told_one_by_one(monkeypatch):
+    """Issue 56: jittered scrapes move hundreds of learned staleness windows a tick; health is given them as arrays
+    (each entity its own, each node its longest entity's, a node's own series counted as the node's) once it has a row
+    for each. Every tick, the windows and node windows are those the one-by-one telling gives."""
+    import numpy as np
+
+    rng = np.random.default_rng(5)
+
+    def run(one_by_one: bool):
+        p = Pipeline(SeriesMapper(topology=Topology.from_dict(TOPOLOGY)))
+        if one_by_one:
+            monkeypatch.setattr(p, "_tell_windows", lambda rows, window: False)
+        return p
+
+    fast, slow = run(False), run(True)
+    last = {}
+    states = []
+    for k in range(120):
+        ts = 30.0 * (k + 1)
+        rows = []
+        for i in range(1, 4):
+            every = (30.0, 60.0, 300.0)[i - 1]  # a node's GPU and port every 30 s, 1 min or 5 min, its own series
+            for e, m in ((f"n{i}/gpu0", "gpu_temp_c"), (f"n{i}/mlx5_0:1", "port_state"), (f"n{i}", "node_load1"),
+                         (f"leaf01/{i}", "symbol_error_total")):
+                if ts - last.get(e, -1e9) >= every - 1.0 and rng.random() > 0.05:
+                    last[e] = ts
+                    rows.append((e, m, 1.0))
+        if not rows:
+            continue
+        stamp = ts - rng.uniform(0.0, 4.0)
+        for p in (fast, slow):
+            p.tick(ts, batch(stamp, rows))
+        states.append([(dict(zip(p.health.freshness.names, p.health.freshness.window.tolist())), dict(p.node_window))
+                       for p in (fast, slow)])
+    assert fast._window_places is not None and len(fast._window_places.nodes) >= 3  # the arrays were used
+    for (a_win, a_node), (b_win, b_node) in states:
+        assert a_node == b_node
+        assert a_win.keys() == b_win.keys()
+        assert all(a_win[e] == b_win[e] or (np.isnan(a_win[e]) and np.isnan(b_win[e])) for e in a_win)
+    assert len({tuple(sorted(s[0][1].items())) for s in states}) > 3  # the node windows moved
