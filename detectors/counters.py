@@ -12,7 +12,7 @@ from __future__ import annotations
 import numpy as np
 import pandas as pd
 
-from detectors.grouping import SeriesSlots, group_keys
+from detectors.grouping import SeriesSlots, group_keys, stable_order
 from detectors.schema import name_codes
 from detectors.table import NO_NAMES, Names, Table, keeps_layout
 
@@ -89,7 +89,7 @@ class CounterTracker:
         if names is not None:  # one sample of each series (most ticks): no chain to walk
             return self._single(inverse, keys, slots, val, ts, names)
         # Walk rows in order; consecutive rows of a series chain their increases.
-        order = np.argsort(inverse, kind="stable")
+        order = stable_order(inverse, len(keys))
         g = inverse[order]
         v = val[order]
         prev = np.empty_like(v)

@@ -229,8 +229,9 @@ class Pipeline(PipelineMemory, NodeTracking):
             events = extra if events.empty else pd.concat([events, extra], ignore_index=True)
         events = self.resolver.merge_xids(events, now)
         events = self._set_apart_unplaced(now, events)
-        for kind in events["kind"]:
-            self.events_by_kind[kind] = self.events_by_kind.get(kind, 0) + 1
+        if len(events):  # (most ticks have none: a frame's column costs more than the loop)
+            for kind in events["kind"]:
+                self.events_by_kind[kind] = self.events_by_kind.get(kind, 0) + 1
 
         names, seen = self._seen_entities(samples, now)
         self._track_nodes(now, names, seen)
@@ -253,7 +254,8 @@ class Pipeline(PipelineMemory, NodeTracking):
         if self.switch_ends:
             evidence = self._both_ends(evidence)
         self.health.observe_names(names, seen, now)
-        self.health.observe(set(events["entity"]), now)
+        if len(events):
+            self.health.observe(set(events["entity"]), now)
         transitions = self.health.update(now, evidence)
         findings = self._findings(now, transitions)
         for node in self._staleness_to_tell():

@@ -3,7 +3,7 @@ import pandas as pd
 import pytest
 
 from detectors import grouping
-from detectors.grouping import RowIndex, group_keys, group_median, last_and_max
+from detectors.grouping import RowIndex, group_keys, group_median, last_and_max, stable_order
 from detectors.schema import name_codes, name_column, names_in
 
 
@@ -60,6 +60,15 @@ def test_group_keys_matches_unique(monkeypatch, dense_limit):
     inverse, uniq = group_keys(key, 10)
     want_uniq, want_inverse = np.unique(key, return_inverse=True)
     assert list(uniq) == list(want_uniq) and list(inverse) == list(want_inverse)
+
+
+@pytest.mark.parametrize("n_keys", [1, 300, 2**16, 2**16 + 1, 10**6])
+def test_stable_order_is_numpys_stable_argsort(n_keys):
+    rng = np.random.default_rng(n_keys)
+    key = rng.integers(0, n_keys, 5000)
+    assert np.array_equal(stable_order(key, n_keys), np.argsort(key, kind="stable"))
+    key[:] = n_keys - 1  # all ties: the rows in order
+    assert np.array_equal(stable_order(key, n_keys), np.arange(len(key)))
 
 
 def test_last_and_max_take_the_last_row_in_time_order():
