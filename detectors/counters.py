@@ -28,6 +28,8 @@ def counter_increases(prev: np.ndarray, cur: np.ndarray) -> tuple[np.ndarray, np
     delta = cur - prev
     first = np.isnan(prev)
     down = delta < 0
+    if not down.any() and not first.any():  # (most ticks of a fleet: no series new, none gone down)
+        return delta, down
     wrap32 = down & (prev >= 0.75 * WRAP32) & (prev < WRAP32) & (cur < 0.25 * WRAP32)
     wrap64 = down & ~wrap32 & (prev >= 0.75 * WRAP64) & (cur < 0.25 * WRAP64)
     reset = down & ~wrap32 & ~wrap64

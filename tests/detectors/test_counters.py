@@ -12,6 +12,21 @@ def test_reset_and_wraps():
     assert list(reset) == [False, False, False, False, True]
 
 
+def test_increases_without_a_reset_or_a_new_series_are_the_differences_to_the_bit():
+    """The common tick (no series new, none gone down) is answered by the differences alone: the same values, signed
+    zeros and NaN included, as the full case analysis gives them."""
+    rng = np.random.default_rng(3)
+    prev = np.floor(rng.uniform(0, 1e6, 1000))
+    cur = prev + np.floor(rng.exponential(3.0, 1000))
+    cur[::97] = np.nan  # a NaN reading
+    inc, reset = counter_increases(prev, cur)
+    prev2 = prev.copy()
+    prev2[0] = np.nan  # the full path: one series new
+    full, full_reset = counter_increases(prev2, cur)
+    assert np.array_equal(inc[1:], full[1:], equal_nan=True) and not reset.any() and not full_reset.any()
+    assert np.array_equal(np.signbit(inc[1:]), np.signbit(full[1:]))
+
+
 def test_tracker_chains_across_ticks_and_series():
     tr = CounterTracker()
     f = pd.DataFrame({"ts": [1.0, 2, 1, 2], "entity": pd.Categorical(["a", "a", "b", "b"]),
