@@ -125,8 +125,7 @@ def evaluate_simulation_judges(sim, judges: list[tuple[bool, object]], interval_
         # cell's 60 s) is more than one tick of the daemon, and its kernel lines fall in the tick of their stamp
         for now in (np.arange(last + interval_s, end + interval_s / 2, interval_s) if last is not None else [end]):
             now = float(now)
-            due = ~(samples.ts > now)
-            tick_samples, samples = samples.take(due), samples.take(~due)
+            tick_samples, samples = samples.split(now)
             tick_events = [e for e in events if not e[0] > now]
             events = [e for e in events if e[0] > now]
             for pipeline in pipelines:  # each its own frames: a pipeline may keep what it is given

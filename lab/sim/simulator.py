@@ -625,10 +625,22 @@ def _nan_to(a: np.ndarray, value: float) -> np.ndarray:
     return np.where(np.isnan(a), value, a)
 
 
+def _running_sum(inc: np.ndarray) -> np.ndarray:
+    """``np.cumsum(inc, axis=1)`` of a ``[rows x steps]`` array, column by column where it has a few steps (the
+    evaluation's chunks have one or two): the same additions in the same order, without cumsum's loop per row."""
+    if inc.shape[1] == 1:  # (the sum is the step's increment itself, as cumsum would give it)
+        return inc
+    if inc.shape[1] > 8:
+        return np.cumsum(inc, axis=1)
+    out = inc.copy()
+    for k in range(1, inc.shape[1]):
+        out[:, k] += out[:, k - 1]
+    return out
+
+
 def _accumulate(carry: np.ndarray, inc: np.ndarray, resets: list[tuple[np.ndarray, int]]) -> np.ndarray:
     """Cumulative counter values from increments, restarting at zero where a reset hits; updates carry."""
-    # (one step: the sum is the step's increment itself, as cumsum would give it)
-    cum = carry[:, None] + (inc if inc.shape[1] == 1 else np.cumsum(inc, axis=1))
+    cum = carry[:, None] + _running_sum(inc)
     for rows, step in resets:
         base = cum[rows, step - 1] if step > 0 else carry[rows]
         cum[rows, step:] -= base[:, None]
@@ -679,13 +691,24 @@ class ChunkSamples:
     entity_dtype: pd.CategoricalDtype
     metric_dtype: pd.CategoricalDtype
 
-    def take(self, rows: np.ndarray) -> ChunkSamples:
-        """The rows ``rows`` (a mask or indices), in their order."""
+    def take(self, rows: np.ndarray | slice) -> ChunkSamples:
+        """The rows ``rows`` (a mask, indices or a slice: a view then), in their order."""
         return ChunkSamples(self.ts[rows], self.entity[rows], self.metric[rows], self.value[rows], self.entity_dtype,
                             self.metric_dtype)
 
+    def split(self, now: float) -> tuple[ChunkSamples, ChunkSamples]:
+        """The rows stamped at or before ``now`` (or without a stamp) and the others, each in their order: the first
+        rows and the rest, without a copy, when the rows come in the order of their stamps (a chunk's do)."""
+        due = ~(self.ts > now)
+        cut = int(np.count_nonzero(due))
+        if due[:cut].all():
+            return self.take(slice(0, cut)), self.take(slice(cut, None))
+        return self.take(due), self.take(~due)
+
     def then(self, other: ChunkSamples) -> ChunkSamples:
         """These rows, then ``other``'s (of the same dtypes)."""
+        if not len(self.ts):
+            return other
         return ChunkSamples(np.concatenate([self.ts, other.ts]), np.concatenate([self.entity, other.entity]),
                             np.concatenate([self.metric, other.metric]), np.concatenate([self.value, other.value]),
                             self.entity_dtype, self.metric_dtype)

@@ -249,3 +249,40 @@ def test_healthy_gpus_log_corrected_aer_lines_in_realistic_noise_only(library):
     events = [parse_kernel_message(x[2]) for x in said]
     assert all(e is not None and e.kind == "aer" and e.severity == "corrected" and e.pci for e in events)
     assert len({(x[1], e.pci) for x, e in zip(said, events)}) > 1
+
+
+@pytest.mark.parametrize("steps", [1, 2, 3, 8, 9, 240])
+def test_counters_accumulate_as_a_cumulative_sum_gives_them(steps):
+    """The simulator's counters from their increments: column by column over a chunk's few steps, the same
+    additions in the same order as np.cumsum (fractional energy included), to the bit."""
+    from lab.sim.simulator import _running_sum
+
+    rng = np.random.default_rng(steps)
+    inc = np.vstack([np.floor(rng.exponential(2.0, (40, steps))), rng.uniform(0, 1e6, (40, steps))])
+    assert np.array_equal(_running_sum(inc), np.cumsum(inc, axis=1))
+
+
+def test_a_chunks_samples_split_at_a_tick_as_a_mask_splits_them():
+    """The evaluation splits a chunk's samples at each tick: the rows stamped at or before it and the rest, in their
+    order; in stamp order (a chunk's) as slices, otherwise (or without stamps) as the mask gives them."""
+    import pandas as pd
+
+    from lab.sim.simulator import ChunkSamples
+
+    def samples(ts):
+        ts = np.asarray(ts, dtype=float)
+        n = len(ts)
+        return ChunkSamples(ts, np.arange(n) % 3, np.arange(n) % 2, np.arange(n) * 1.5,
+                            pd.CategoricalDtype(["a", "b", "c"]), pd.CategoricalDtype(["x", "y"]))
+
+    for ts in ([1, 2, 2, 3, 5, 8], [1, 4, 2, 9, 3], [np.nan, 1, 7, 2], [], [9, 10]):
+        s = samples(ts)
+        due, rest = s.split(3.0)
+        mask = ~(s.ts > 3.0)
+        for got, want in ((due, s.take(mask)), (rest, s.take(~mask))):
+            assert np.array_equal(got.ts, want.ts, equal_nan=True)
+            assert all(np.array_equal(getattr(got, c), getattr(want, c)) for c in ("entity", "metric", "value"))
+    s = samples([1, 2, 3, 5])
+    due, rest = s.split(3.0)
+    assert np.shares_memory(due.ts, s.ts) and len(due.ts) == 3 and list(rest.ts) == [5.0]
+    assert samples([]).then(s) is s
