@@ -67,9 +67,9 @@ class Names:
 KEEP_LAYOUT_ROWS = 3_000_000
 """A tick's layout (which of a table's rows is which series, and what a detector works out from that) is kept from
 tick to tick only for tables of at most this many rows (a 100,000-accelerator fleet's tick has some 2.3 million
-samples): what is kept costs memory in proportion, about 170 MB at 100,000 accelerators, and saves working the layout
-out again, a quarter of such a tick (0.29 -> 0.21 s, bench/records/benchmarks-history.md, "Issue 56's ninth step").
-A larger fleet's shard works its layout out every tick rather than hold it."""
+samples): what is kept costs memory in proportion (at 100,000 accelerators the ticking peak 1.10 -> 1.22 GB) and
+saves working the layout out again, a quarter of such a tick (0.29 -> 0.21 s; bench/records/benchmarks-history.md,
+"Issue 56's ninth step"). A larger fleet's shard works its layout out every tick rather than hold it."""
 
 
 def keeps_layout(rows: int) -> bool:
