@@ -9,6 +9,8 @@ from __future__ import annotations
 
 import logging
 import math
+from collections.abc import Callable
+from typing import TypeVar
 
 import numpy as np
 import pandas as pd
@@ -17,6 +19,7 @@ from daemon import metrics
 from detectors.schema import entity_kind, name_codes, names_in, names_mask, node_of
 
 log = logging.getLogger("raswarden.pipeline")
+T = TypeVar("T")
 _NO_NAMES = np.empty(0, dtype=object)
 _NO_CODES = np.empty(0, dtype=np.int64)
 
@@ -115,11 +118,8 @@ class NodeTracking:
         in it; learns their sampling intervals and registers the new ones."""
         if samples.empty:
             return _NO_NAMES, _NO_CODES
-        if self._shares_cadence:  # (one observation of the shared cadence a tick)
-            names, present, rows = self.shared_ingest.once("sampled", now, len(samples),
-                                                           lambda: self._observe_sampling(samples))
-        else:
-            names, present, rows = self._observe_sampling(samples)
+        # (one observation a tick of a cadence shared with pipelines side by side)
+        names, present, rows = self._alike("sampled", now, len(samples), lambda: self._observe_sampling(samples))
         self._learn_windows(names[present], rows)
         if self.switch_ends:  # a switch port is the far end of a node's link, not an entity of a node
             present = present[~names_mask(names, self.switch_ends)[present]]
@@ -130,6 +130,11 @@ class NodeTracking:
                 self._register(e, now)
             facts.registered[new] = True
         return names, present
+
+    def _alike(self, part: str, now: float, rows: int, work: Callable[[], T]) -> T:
+        """``work()``, or what a pipeline judging side by side with this one worked out for the tick when they share
+        the cadence and gauge hold it depends on (:class:`~daemon.judgement.pipeline.SharedIngest`)."""
+        return self.shared_ingest.once(part, now, rows, work) if self._shares_cadence else work()
 
     def _observe_sampling(self, samples: pd.DataFrame) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
         """The tick's entity names, the codes of those sampled in it and their cadence rows, each sampling observed

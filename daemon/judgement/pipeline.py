@@ -282,11 +282,7 @@ class Pipeline(PipelineMemory, NodeTracking):
                 grace: frozenset[str]) -> list[Evidence] | None:
         """Every detector run on the tick (None: features only); the evidence is remembered for the idle ticks
         after it (:class:`IdleTicks`)."""
-        if self._shares_cadence:
-            gauges = self.shared_ingest.once("gauges", now, len(sampled),
-                                             lambda: self.hold.update(now, sampled, self.cadence))
-        else:
-            gauges = self.hold.update(now, sampled, self.cadence)
+        gauges = self._alike("gauges", now, len(sampled), lambda: self.hold.update(now, sampled, self.cadence))
         models = self.mapper.accelerator_model
         frames = None
         if self.features is not None:  # the streaming features take only this tick's readings
