@@ -27,6 +27,13 @@ def make_db(path):
     return conn
 
 
+def insert(conn, table: str, columns: str, rows: list[tuple]) -> None:
+    """Rows of ``table`` as rasdaemon writes them (``columns``: the ones given, the rest NULL)."""
+    marks = ", ".join("?" * len(columns.split(",")))
+    conn.executemany(f"INSERT INTO {table} ({columns}) VALUES ({marks})", rows)
+    conn.commit()
+
+
 def test_reads_every_table_and_rejects_bad_rows(tmp_path, ctx):
     db = tmp_path / "sn01-b01.db"
     make_db(db).close()
@@ -87,12 +94,9 @@ def test_devlink_health_reports_where_rasdaemon_records_them(tmp_path, ctx):
     conn = make_db(db)
     conn.execute("CREATE TABLE devlink_event (id INTEGER PRIMARY KEY, timestamp TEXT, bus_name TEXT, dev_name TEXT, "
                  "driver_name TEXT, reporter_name TEXT, msg TEXT)")
-    conn.executemany("INSERT INTO devlink_event (timestamp, bus_name, dev_name, driver_name, reporter_name, msg) "
-                     "VALUES (?, ?, ?, ?, ?, ?)",
-                     [("2026-03-02 00:04:00 +0000", "pci", "0000:08:00.1", "mlx5_core", "fw_fatal",
-                       "Health syndrome 0x8"),
-                      ("2026-03-02 00:05:00 +0000", "pci", "0000:08:00.0", "mlx5_core", "tx", "TX timeout on queue")])
-    conn.commit()
+    insert(conn, "devlink_event", "timestamp, bus_name, dev_name, driver_name, reporter_name, msg",
+           [("2026-03-02 00:04:00 +0000", "pci", "0000:08:00.1", "mlx5_core", "fw_fatal", "Health syndrome 0x8"),
+            ("2026-03-02 00:05:00 +0000", "pci", "0000:08:00.0", "mlx5_core", "tx", "TX timeout on queue")])
     ev = read_all(RasdaemonReader(), db, ctx).events
     dev = ev[ev["source"] == "rasdaemon:devlink_event"]
     assert list(zip(dev["kind"], dev["severity"], dev["pci"])) == [("link", "error", "0000:08:00.1"),
@@ -111,10 +115,9 @@ def test_contained_and_uncontained_memory_errors(tmp_path, ctx):
                  "('2026-03-02 00:06:00 +0000', 1, 'Deferred', 'memory read error', 'DIMM_C1')")
     conn.execute("CREATE TABLE memory_failure_event (id INTEGER PRIMARY KEY, timestamp TEXT, pfn TEXT, page_type TEXT, "
                  "action_result TEXT)")
-    conn.executemany("INSERT INTO memory_failure_event (timestamp, pfn, page_type, action_result) VALUES (?, ?, ?, ?)",
-                     [("2026-03-02 00:07:00 +0000", "0x1a2b3c", "dirty LRU page", "Recovered"),
-                      ("2026-03-02 00:08:00 +0000", "0x1a2b3d", "reserved kernel page", "Ignored")])
-    conn.commit()
+    insert(conn, "memory_failure_event", "timestamp, pfn, page_type, action_result",
+           [("2026-03-02 00:07:00 +0000", "0x1a2b3c", "dirty LRU page", "Recovered"),
+            ("2026-03-02 00:08:00 +0000", "0x1a2b3d", "reserved kernel page", "Ignored")])
     ev = read_all(RasdaemonReader(), db, ctx).events
     assert ev[ev["source"] == "rasdaemon:mc_event"]["severity"].tolist() == ["corrected", "deferred"]
     mf = ev[ev["source"] == "rasdaemon:memory_failure_event"]
@@ -139,13 +142,11 @@ def test_arm_processor_errors_severity_from_their_error_information(tmp_path, ct
     conn = make_db(db)
     conn.execute(ARM_EVENT)
     corrected, uncorrected, corrupt = (1 << 4) | (1 << 26), 1 << 4, (1 << 3) | (1 << 25) | (1 << 4)
-    conn.executemany("INSERT INTO arm_event (timestamp, error_count, mpidr, error_type, error_flags, error_info) VALUES "
-                     "(?, ?, ?, ?, ?, ?)",
-                     [("2026-03-02 00:04:00 +0000", 1, 0x81080100, " cache error", " first error", corrected),
-                      ("2026-03-02 00:05:00 +0000", 3, 0x81080200, " bus error", "", uncorrected),
-                      ("2026-03-02 00:06:00 +0000", 1, 0x0, " micro-architectural error", "", corrupt),
-                      ("2026-03-02 00:07:00 +0000", 1, 0x0, " TLB error", "", 0)])
-    conn.commit()
+    insert(conn, "arm_event", "timestamp, error_count, mpidr, error_type, error_flags, error_info",
+           [("2026-03-02 00:04:00 +0000", 1, 0x81080100, " cache error", " first error", corrected),
+            ("2026-03-02 00:05:00 +0000", 3, 0x81080200, " bus error", "", uncorrected),
+            ("2026-03-02 00:06:00 +0000", 1, 0x0, " micro-architectural error", "", corrupt),
+            ("2026-03-02 00:07:00 +0000", 1, 0x0, " TLB error", "", 0)])
     arm = read_all(RasdaemonReader(), db, ctx).events.query("kind == 'arm'")
     assert list(arm["severity"]) == ["corrected", "uncorrected", "fatal", "corrected"]
     assert list(arm["code"]) == [1, 3, 1, 1]
@@ -156,8 +157,7 @@ def test_arm_events_of_an_older_rasdaemon_are_read_without_their_severity(tmp_pa
     db = tmp_path / "kunpeng-01.db"
     conn = make_db(db)
     conn.execute(ARM_EVENT_OLD)
-    conn.execute("INSERT INTO arm_event (timestamp, error_count, mpidr) VALUES ('2026-03-02 00:04:00 +0000', 2, 65536)")
-    conn.commit()
+    insert(conn, "arm_event", "timestamp, error_count, mpidr", [("2026-03-02 00:04:00 +0000", 2, 65536)])
     arm = read_all(RasdaemonReader(), db, ctx).events.query("kind == 'arm'")
     assert list(arm["severity"]) == ["corrected"] and not any("#arm_event" in m for m in ctx.rejects.messages)
     assert arm["message"].iloc[0] == "processor error on MPIDR 0x10000, x2 (severity not recorded)"
@@ -175,14 +175,13 @@ def test_vendor_sections_and_disk_errors(tmp_path, ctx):
     conn.execute("CREATE TABLE disk_errors (id INTEGER PRIMARY KEY, timestamp TEXT, dev TEXT, sector INTEGER, "
                  "nr_sector INTEGER, error TEXT, rwbs TEXT, cmd TEXT)")
     section = uuid.UUID("1f8161e1-55d6-41e6-bd10-7afd1dc5f7c7")
-    conn.executemany("INSERT INTO non_standard_event (timestamp, sec_type, fru_text, severity) VALUES (?, ?, ?, ?)",
-                     [("2026-03-02 00:04:00 +0000", section.bytes_le, "HIP08 HHA", "Recoverable"),
-                      ("2026-03-02 00:05:00 +0000", section.bytes_le, None, "Corrected"),
-                      ("2026-03-02 00:06:00 +0000", None, "x", "Informational")])
-    conn.executemany("INSERT INTO disk_errors (timestamp, dev, sector, nr_sector, error, rwbs) VALUES (?, ?, ?, ?, ?, ?)",
-                     [("2026-03-02 00:07:00 +0000", "259:0", 123456, 8, "critical medium error", "R"),
-                      ("2026-03-02 00:08:00 +0000", "8:0", 0, 8, "critical space allocation error", "W")])
-    conn.commit()
+    insert(conn, "non_standard_event", "timestamp, sec_type, fru_text, severity",
+           [("2026-03-02 00:04:00 +0000", section.bytes_le, "HIP08 HHA", "Recoverable"),
+            ("2026-03-02 00:05:00 +0000", section.bytes_le, None, "Corrected"),
+            ("2026-03-02 00:06:00 +0000", None, "x", "Informational")])
+    insert(conn, "disk_errors", "timestamp, dev, sector, nr_sector, error, rwbs",
+           [("2026-03-02 00:07:00 +0000", "259:0", 123456, 8, "critical medium error", "R"),
+            ("2026-03-02 00:08:00 +0000", "8:0", 0, 8, "critical space allocation error", "W")])
     ev = read_all(RasdaemonReader(), db, ctx).events
     cper = ev[ev["kind"] == "cper"]
     assert list(cper["severity"]) == ["uncorrected", "corrected", "info"]
