@@ -14,7 +14,7 @@ import pandas as pd
 
 from detectors.grouping import SeriesSlots, group_keys, stable_order
 from detectors.schema import name_codes
-from detectors.table import NO_NAMES, Names, Table, keeps_layout
+from detectors.table import NO_NAMES, Names, Table, TableLayout, read_only
 
 WRAP32 = float(2**32)
 WRAP64 = float(2**64)
@@ -47,14 +47,10 @@ class CounterTracker:
         self._slots = SeriesSlots()
         self._last = np.empty(0, dtype=np.float64)
         self._ts = np.empty(0, dtype=np.float64)
-        self._layout: tuple | None = None  # the last single-sample tick's name columns and what they map to
+        self._layout = TableLayout()  # a single-sample tick's series: their slots and the increases' name columns
 
     def __len__(self) -> int:
         return len(self._slots)
-
-    def __getstate__(self) -> dict:
-        """Without the last tick's layout (a cache: a warm state need not carry it)."""
-        return dict(self.__dict__, _layout=None)
 
     def update(self, samples: pd.DataFrame | Table) -> Table:
         """Increases per (entity, metric) over this batch of counter samples (sorted by time).
@@ -71,10 +67,9 @@ class CounterTracker:
         width = len(met_names) + 1
         val = np.asarray(samples["value"], dtype=np.float64)
         ts = np.asarray(samples["ts"], dtype=np.float64)
-        memo = self._layout
-        if memo is not None and memo[0] is ent_codes and memo[1] is met_codes and memo[2] is ent_names \
-                and memo[3] is met_names and not ent_codes.flags.writeable and not met_codes.flags.writeable:
-            inverse, keys, slots, names = memo[4]  # the same series as the last tick's: their slots are there
+        kept = self._layout.get(ent_codes, ent_names, met_codes, met_names)
+        if kept is not None:
+            inverse, keys, slots, names = kept  # the same series as the last tick's: their slots are there
         else:
             inverse, keys = group_keys(ent_codes.astype(np.int64) * width + met_codes, len(ent_names) * width)
             slots, grow = self._slots.lookup(keys, ent_names, met_names)
@@ -83,11 +78,10 @@ class CounterTracker:
                 self._ts = np.concatenate((self._ts, np.full(grow, np.nan)))
             names = None
             if len(keys) == len(inverse):
-                names = (Names(_read_only(keys // width), ent_names), Names(_read_only(keys % width), met_names))
-            # kept while the tick's name columns are the same read-only objects (the pipeline's split hands out the
-            # same ones while the series are the same), with the increases' own name columns
-            self._layout = (ent_codes, met_codes, ent_names, met_names, (inverse, keys, slots, names)) \
-                if names is not None and keeps_layout(len(inverse)) else None
+                names = (Names(read_only(keys // width), ent_names), Names(read_only(keys % width), met_names))
+                self._layout.keep(ent_codes, ent_names, met_codes, met_names, (inverse, keys, slots, names))
+            else:
+                self._layout.forget()
         if names is not None:  # one sample of each series (most ticks): no chain to walk
             return self._single(inverse, keys, slots, val, ts, names)
         # Walk rows in order; consecutive rows of a series chain their increases.
@@ -128,11 +122,6 @@ class CounterTracker:
         # (0.0 + x, as the sums by series would make it: a -0.0 comes out 0.0)
         return Table({"entity": names[0], "metric": names[1],
                       "increase": 0.0 + inc, "resets": reset.astype(np.int64), "last": v, "dt": dt})
-
-
-def _read_only(a: np.ndarray) -> np.ndarray:
-    a.flags.writeable = False
-    return a
 
 
 class DecayingCount:

@@ -16,7 +16,7 @@ import pandas as pd
 from detectors.cadence import Cadence
 from detectors.grouping import SeriesSlots
 from detectors.schema import name_codes
-from detectors.table import NO_NAMES, Names, Table, keeps_layout
+from detectors.table import NO_NAMES, Names, Table, keeps_layout, read_only
 
 COLUMNS = ("entity", "metric", "last", "max", "mean", "fresh")
 _EMPTY = Table({"entity": NO_NAMES, "metric": NO_NAMES, "last": np.empty(0), "max": np.empty(0), "mean": np.empty(0),
@@ -93,7 +93,7 @@ class GaugeHold:
         long as the tables it is given carry the same code arrays."""
         cached = getattr(self, "_all_codes", None)
         if cached is None or len(cached[0]) != len(self.entity_code):
-            cached = (_read_only(self.entity_code), _read_only(self.metric_code))
+            cached = (read_only(self.entity_code.copy()), read_only(self.metric_code.copy()))
             self._all_codes = cached if keeps_layout(len(self.entity_code)) else None
         return cached
 
@@ -136,12 +136,6 @@ class GaugeHold:
         if self._cats is None:
             self._cats = (_frozen(self._entities), _frozen(self._metrics))
         return self._cats
-
-
-def _read_only(a: np.ndarray) -> np.ndarray:
-    out = a.copy()
-    out.flags.writeable = False
-    return out
 
 
 def _frozen(names: list[str]) -> np.ndarray:

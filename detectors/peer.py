@@ -32,7 +32,7 @@ import numpy as np
 from detectors.grouping import RowIndex, group_median, nanmedian, peer_group
 from detectors.contract import Evidence, TickInput
 from detectors.schema import State, entity_kind, name_codes, names_mask
-from detectors.table import keeps_layout
+from detectors.table import TableLayout
 from detectors.smoothing import LOAD_STATES, RowEwma, load_state
 
 _MAD_TO_SIGMA = 1.4826
@@ -132,7 +132,7 @@ class _GaugeLayout:
     (GaugeHold hands out the same ones while its series are the same; see ``detectors.table.keeps_layout``)."""
 
     def __init__(self) -> None:
-        self._memo: tuple | None = None
+        self._kept = TableLayout()
         self._accel_cache: tuple | None = None
         self._slot_cache: tuple | None = None
 
@@ -148,12 +148,11 @@ class _GaugeLayout:
         no accelerator reading."""
         codes, ids = name_codes(g["entity"])
         met_codes, met_names = name_codes(g["metric"])
-        memo = self._memo
-        if memo is not None and memo[0] is codes and memo[1] is met_codes and memo[2] is ids and memo[3] is met_names \
-                and not codes.flags.writeable and not met_codes.flags.writeable:
-            return memo[4]
+        kept = self._kept.get(codes, ids, met_codes, met_names)
+        if kept is not None:
+            return kept
         layout = self._work_out(codes, ids, met_codes, met_names)
-        self._memo = (codes, met_codes, ids, met_names, layout) if keeps_layout(len(codes)) else None
+        self._kept.keep(codes, ids, met_codes, met_names, layout)
         return layout
 
     def _work_out(self, codes, ids, met_codes, met_names) -> list | None:

@@ -27,7 +27,7 @@ import pandas as pd
 
 from detectors.grouping import RowIndex, group_median
 from detectors.schema import name_code, name_codes, node_of
-from detectors.table import keeps_layout
+from detectors.table import TableLayout, keeps_layout
 from detectors.smoothing import LOAD_STATES, RowEwma, load_state
 
 _METRICS = ("gpu_temp_c", "power_w", "gpu_util_pct")
@@ -148,7 +148,7 @@ class SharedHeat:
     def __getstate__(self) -> dict:
         """Without the layouts kept for the last tick's table (caches: a warm state need not carry them)."""
         state = dict(self.__dict__)
-        state.pop("_layout_memo", None)
+        state.pop("_layout_kept", None)
         state.pop("_rows_memo", None)
         return state
 
@@ -158,10 +158,12 @@ class SharedHeat:
         are the same)."""
         ent_codes, names = name_codes(gauges["entity"])
         met_codes, met_names = name_codes(gauges["metric"])
-        memo = getattr(self, "_layout_memo", None)
-        if memo is not None and memo[0] is ent_codes and memo[1] is met_codes and memo[2] is names \
-                and memo[3] is met_names and not ent_codes.flags.writeable and not met_codes.flags.writeable:
-            return names, memo[4]
+        kept = getattr(self, "_layout_kept", None)
+        if kept is None:
+            kept = self._layout_kept = TableLayout()
+        layout = kept.get(ent_codes, names, met_codes, met_names)
+        if layout is not None:
+            return names, layout
         layout = {}
         for m in _METRICS:
             code = name_code(met_names, m)
@@ -169,7 +171,7 @@ class SharedHeat:
                 continue
             sel = np.flatnonzero((met_codes == code) & (ent_codes >= 0))
             layout[m] = (sel, ent_codes[sel])
-        self._layout_memo = (ent_codes, met_codes, names, met_names, layout) if keeps_layout(len(ent_codes)) else None
+        kept.keep(ent_codes, names, met_codes, met_names, layout)
         return names, layout
 
     def _rows_of(self, names: np.ndarray, has_temp: np.ndarray) -> tuple[np.ndarray, np.ndarray]:

@@ -77,6 +77,44 @@ def keeps_layout(rows: int) -> bool:
     return rows <= KEEP_LAYOUT_ROWS
 
 
+def read_only(a: np.ndarray) -> np.ndarray:
+    """``a``, made read-only in place (a code array a detector may key on: it cannot change under it)."""
+    a.flags.writeable = False
+    return a
+
+
+class TableLayout:
+    """What a detector worked out from a table's two name columns (which row is which entity's which metric), kept
+    while it is given the same read-only code arrays over the same names: the pipeline and the gauge hold hand out the
+    same objects while a tick's series are the last one's, and read-only ones cannot have changed. Only for tables of
+    at most :data:`KEEP_LAYOUT_ROWS` rows; never pickled (a warm state's tables are new objects)."""
+
+    def __init__(self) -> None:
+        self._kept: tuple | None = None
+
+    def __getstate__(self) -> dict:
+        return {}
+
+    def __setstate__(self, state: dict) -> None:
+        self._kept = None
+
+    def get(self, ent_codes: np.ndarray, ent_names: np.ndarray, met_codes: np.ndarray, met_names: np.ndarray):
+        """What was kept for these columns, or None."""
+        kept = self._kept
+        if kept is not None and kept[0] is ent_codes and kept[1] is ent_names and kept[2] is met_codes \
+                and kept[3] is met_names and not ent_codes.flags.writeable and not met_codes.flags.writeable:
+            return kept[4]
+        return None
+
+    def keep(self, ent_codes: np.ndarray, ent_names: np.ndarray, met_codes: np.ndarray, met_names: np.ndarray,
+             value) -> None:
+        """Keep ``value`` for these columns (forget what was kept for others; nothing for a table too large)."""
+        self._kept = (ent_codes, ent_names, met_codes, met_names, value) if keeps_layout(len(ent_codes)) else None
+
+    def forget(self) -> None:
+        self._kept = None
+
+
 NO_NAMES = Names(np.empty(0, dtype=np.int64), np.empty(0, dtype=object))
 """An empty name column."""
 

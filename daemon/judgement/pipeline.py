@@ -9,8 +9,8 @@ from __future__ import annotations
 import logging
 from collections import Counter
 from collections.abc import Callable
-from typing import TypeVar
 from dataclasses import dataclass, field
+from typing import TypeVar
 
 import numpy as np
 import pandas as pd
@@ -35,7 +35,7 @@ from detectors.hold import GaugeHold
 from detectors.rules import RuleDetector
 from detectors.schema import (NamesWhere, State, entity_kind, events_frame, is_counter, name_codes, names_mask,
                               node_of)
-from detectors.table import NO_NAMES, Names, Table, keeps_layout
+from detectors.table import NO_NAMES, Names, Table, keeps_layout, read_only
 
 log = logging.getLogger("raswarden.pipeline")
 T = TypeVar("T")
@@ -43,11 +43,6 @@ T = TypeVar("T")
 
 _IsCounter = NamesWhere(is_counter)
 _IsCodeGauge = NamesWhere(is_code_gauge)
-def _read_only(a: np.ndarray) -> np.ndarray:
-    a.flags.writeable = False
-    return a
-
-
 _NO_COUNTERS = Table({"ts": np.empty(0), "entity": NO_NAMES, "metric": NO_NAMES, "value": np.empty(0)})
 _NO_GAUGES = Table({"entity": NO_NAMES, "metric": NO_NAMES, "last": np.empty(0), "max": np.empty(0),
                     "mean": np.empty(0)})
@@ -377,7 +372,7 @@ class Pipeline(PipelineMemory, NodeTracking):
             return np.flatnonzero(mask) if keep else mask
 
         def part(rows: np.ndarray) -> tuple[np.ndarray, Names, Names]:
-            return rows, Names(_read_only(ent[rows]), ent_names), Names(_read_only(met[rows]), met_names)
+            return rows, Names(read_only(ent[rows]), ent_names), Names(read_only(met[rows]), met_names)
 
         ctr, xid = part(rows_of((kind & 1).astype(bool))), part(rows_of(kind >= 2))
         g = rows_of(kind == 0)
@@ -388,8 +383,8 @@ class Pipeline(PipelineMemory, NodeTracking):
             width = len(met_names) + 1
             key = ent[g].astype(np.int64) * width + met[g]
             inverse, uniq = group_keys(key, len(ent_names) * width)
-            layout = (ctr, xid, g, inverse, uniq, Names(_read_only(uniq // width), ent_names),
-                      Names(_read_only(uniq % width), met_names))
+            layout = (ctr, xid, g, inverse, uniq, Names(read_only(uniq // width), ent_names),
+                      Names(read_only(uniq % width), met_names))
         self._layout_memo = (ent_names, met_names, ent.copy(), met.copy(), layout) if keep else None
         return layout
 

@@ -3,7 +3,7 @@ import pandas as pd
 import pytest
 
 from detectors.schema import name_codes, names_in
-from detectors.table import NO_NAMES, Names, Table
+from detectors.table import NO_NAMES, Names, Table, TableLayout, read_only
 
 
 def _table() -> Table:
@@ -37,3 +37,27 @@ def test_a_missing_name_reads_as_none_and_unequal_columns_are_refused():
     assert NO_NAMES.tolist() == [] and Table({"entity": NO_NAMES}).empty
     with pytest.raises(ValueError, match="unequal length"):
         Table({"a": np.zeros(2), "b": np.zeros(3)})
+
+
+def test_a_layout_is_kept_only_for_the_same_read_only_columns(monkeypatch):
+    """A detector's layout is given back for the very code arrays it was kept for, read-only (they cannot have
+    changed); an equal copy, a writable array or other names get nothing; a table too large is not kept; pickled, it
+    is empty."""
+    import pickle
+
+    import detectors.table as table
+
+    ent, met = read_only(np.array([0, 1, 2])), read_only(np.array([1, 1, 0]))
+    ent_names, met_names = np.array(["a", "b", "c"], dtype=object), np.array(["x", "y"], dtype=object)
+    kept = TableLayout()
+    kept.keep(ent, ent_names, met, met_names, "layout")
+    assert kept.get(ent, ent_names, met, met_names) == "layout"
+    assert kept.get(read_only(ent.copy()), ent_names, met, met_names) is None
+    assert kept.get(ent, ent_names.copy(), met, met_names) is None
+    writable = np.array([1, 1, 0])
+    kept.keep(ent, ent_names, writable, met_names, "layout")
+    assert kept.get(ent, ent_names, writable, met_names) is None
+    assert pickle.loads(pickle.dumps(kept)).get(ent, ent_names, met, met_names) is None
+    monkeypatch.setattr(table, "KEEP_LAYOUT_ROWS", 2)
+    kept.keep(ent, ent_names, met, met_names, "layout")
+    assert kept.get(ent, ent_names, met, met_names) is None
