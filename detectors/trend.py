@@ -26,7 +26,7 @@ finds the fleet under half as spread as it is in its first hours: its noisiest h
 A record the fleet could hardly have given (chance at most ``conflict_alpha``: a part beyond the fleet's fitted
 spread) is a part unlike the fleet, judged against its own record alone (Jeffreys' prior).
 The chance of ``k`` or more episodes is then the Poisson tail averaged over that rate. A window whose chance is at most
-``alpha`` (over the three windows), with at least ``min_episodes``, is an alarm held for ``hold_s``. So a part
+``alpha`` (over the windows judged), with at least ``min_episodes``, is an alarm held for ``hold_s``. So a part
 with a few errors a day against a fleet that shows them too is quiet, a part that always shows more learns its
 own rate, and a rate that rises an order of magnitude is seen within an hour or two.
 
@@ -34,7 +34,10 @@ While a part is in alarm its windows are judged against its rate before the alar
 record its own fault keeps raising. The 1-hour window is judged against the fleet from the start, a longer one
 (a slow rise) only against a record of the part's own at least as long; and until a part has a record of its
 own as long as the window before it (just after raswarden starts watching), an alarm is a watch (``suspect``):
-the part may always have been so.
+the part may always have been so. While the record is young (2 to 6 hours: the 3-hour window cannot be judged yet,
+and the 1-hour window's record soon holds a rise's own first hour, so a part that began to err an hour or two in
+looks as if it always did), the **record's second half** is judged against its first too, a fourth window
+(chances then times four; bench/records/detectors-history.md, "Run 14").
 
 A part that has errors in nearly every sample (a noisy healthy GPU's PCIe replays at 5-minute sampling) can show no
 more episodes when it starts to fail: its count is saturated. Its episodes' **sizes** still rise. Once a part has a

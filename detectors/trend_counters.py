@@ -98,3 +98,7 @@ class CounterRecord:
         (episodes are in time order: a noisy part has a hundred in its longest window)."""
         n = len(self.episodes)
         return [n - bisect_right(self.episodes, now - w, key=_EPISODE_TIME) for w in WINDOWS_S]
+
+    def count_since(self, since: float) -> int:
+        """The episodes begun after ``since`` (within the longest window)."""
+        return len(self.episodes) - bisect_right(self.episodes, since, key=_EPISODE_TIME)

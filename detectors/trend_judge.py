@@ -24,8 +24,10 @@ from detectors.trend_counters import CATEGORY_COUNTERS, COUNTERS, SIZE_QUANTILE,
 
 
 class _Windows(NamedTuple):
-    """One series judged now: per window the chance of its episodes (times the number of windows, 1 where not
-    judged), the count, exposure and record before it (hours), and the log mass over rates it was judged against."""
+    """One series judged now: per window (:data:`WINDOWS_S`, then the half-record window of a part with a young
+    record, :meth:`TrendJudgement._windows_block`) the chance of its episodes (times the number of windows judged, 1
+    where not judged), the count, exposure and record before it (hours), and the log mass over rates it was judged
+    against."""
 
     p: np.ndarray
     best: int
@@ -35,6 +37,11 @@ class _Windows(NamedTuple):
     t_before: np.ndarray
     log_w: np.ndarray
     own: np.ndarray
+    span_h: np.ndarray  # each window's length (:data:`WINDOWS_S`, then the half-record window's, 0 when none)
+
+    def span(self) -> str:
+        """The best window's length, as a reason says it."""
+        return f"{self.span_h[self.best]:.2g} h"
 
     def expected(self) -> float:
         """The episodes an hour expected of the part, judged as in the best window."""
@@ -84,20 +91,34 @@ class TrendJudgement:
         return out
 
     def _windows_block(self, keys: list[tuple[str, str]], now: float) -> list[_Windows]:
-        n, n_w = len(keys), len(WINDOWS_S)
+        n_fixed = len(WINDOWS_S)
+        n, n_w = len(keys), n_fixed + 1
         windows_h = np.array(WINDOWS_S) / 3600.0
-        k = np.empty((n, n_w))
-        exposure = np.empty((n, n_w))
-        k_before = np.empty((n, n_w))
-        t_before = np.empty((n, n_w))
+        k = np.zeros((n, n_w))
+        exposure = np.zeros((n, n_w))
+        k_before = np.zeros((n, n_w))
+        t_before = np.zeros((n, n_w))
+        young = np.zeros(n, dtype=bool)
         prior = np.empty((n, len(GRID_PER_H)))  # the fleet's log mass, or the rate frozen at the part's alarm
         frozen = np.zeros(n, dtype=bool)
         for i, key in enumerate(keys):
             s = self._series[key]
             self._fold(s, now)
-            k[i] = s.window_counts(now)
+            counts = s.window_counts(now)
             seen_h = (now - s.first) / 3600.0
-            exposure[i] = np.minimum(windows_h, seen_h + self.episode_gap_s / 3600.0)
+            # A young record (raswarden started watching hours ago): the second window cannot be judged until the
+            # record before it is as long, so a rise an hour or two in would be judged by the first window alone,
+            # whose record soon holds the rise's own first hour. The half-record window fills that gap: the
+            # record's second half against its first.
+            if 2 * windows_h[0] < seen_h < 2 * windows_h[1]:
+                young[i] = True
+                half = seen_h / 2.0
+                counts.append(s.count_since(now - half * 3600.0))
+                exposure[i, n_fixed] = half
+            else:
+                counts.append(0)
+            k[i] = counts
+            exposure[i, :n_fixed] = np.minimum(windows_h, seen_h + self.episode_gap_s / 3600.0)
             # the part's own record before each window narrows the fleet's spread to it
             k_before[i] = s.k_hist + len(s.episodes) - k[i]
             t_before[i] = np.maximum(s.t_hist + min(seen_h, WINDOWS_S[-1] / 3600.0) - exposure[i], 0.0)
@@ -121,12 +142,16 @@ class TrendJudgement:
         # own before it, below); a longer one (a slow rise) only against a record of the part's own at least as
         # long (or the rate frozen at the alarm): without one, a part that was always this noisy looks risen
         judged = (k >= self.min_episodes) & ((np.arange(n_w) == 0) | (t_before >= exposure) | frozen[:, None])
+        judged[:, n_fixed] &= young
         p = np.ones((n, n_w))
         i, j = np.nonzero(judged)
         if len(i):
-            p[i, j] = np.minimum(episodes_tail(k[i, j], exposure[i, j], log_w[i, j]) * n_w, 1.0)
-        return [_Windows(p[i], int(np.argmin(p[i])), k[i], exposure[i], k_before[i], t_before[i], log_w[i], own[i])
-                for i in range(n)]
+            windows = n_fixed + young[i]  # the windows a series is judged by, each chance times their number
+            p[i, j] = np.minimum(episodes_tail(k[i, j], exposure[i, j], log_w[i, j]) * windows, 1.0)
+        span_h = np.broadcast_to(np.append(windows_h, 0.0), (n, n_w)).copy()
+        span_h[:, n_fixed] = exposure[:, n_fixed]
+        return [_Windows(p[i], int(np.argmin(p[i])), k[i], exposure[i], k_before[i], t_before[i], log_w[i], own[i],
+                         span_h[i]) for i in range(n)]
 
     def _watched_only(self, entity: str, w: _Windows) -> bool:
         """No quiet record of the part's own before the window (raswarden has just started watching it): the part
@@ -158,13 +183,13 @@ class TrendJudgement:
         made this tick of the part's other counters, :meth:`_sibling_windows`)."""
         w = w if w is not None else self._windows(key, now)
         if w.p[w.best] > self.alpha:
-            self._judge_sizes(key, self._series[key], now, w.k)
+            self._judge_sizes(key, self._series[key], now, w.k[:len(WINDOWS_S)])
             if self.together and key not in self._alarm and w.p[w.best] < 1.0:
                 self._judge_together(key, w, now, known)
             return
         _, category, words = COUNTERS[key[1]]
-        span = f"{WINDOWS_S[w.best] / 3600:.0f} h"
-        errors = sum(e[1] for e in self._series[key].episodes if e[0] > now - WINDOWS_S[w.best])
+        span = w.span()
+        errors = sum(e[1] for e in self._series[key].episodes if e[0] > now - w.span_h[w.best] * 3600.0)
         whose = "this part itself showed" if w.own[w.best] else "a healthy part of this fleet shows"
         reason = (f"{words} in {int(w.k[w.best])} separate episodes over the last {span} ({errors:.0f} errors); "
                   f"{whose} {w.expected():.2g} episodes an hour (chance {w.p[w.best]:.1g})")
@@ -213,7 +238,7 @@ class TrendJudgement:
         if p > self.alpha:
             return
         parts = "; ".join(f"{COUNTERS[m][2]} in {int(w.k[w.best])} separate episodes over the last "
-                          f"{WINDOWS_S[w.best] / 3600:.0f} h (chance {w.p[w.best]:.1g})" for m, w in judged)
+                          f"{w.span()} (chance {w.p[w.best]:.1g})" for m, w in judged)
         reason = f"together on one part: {parts}; all of them on a healthy part: chance {p:.1g}"
         level = State.SUBHEALTHY
         if any(self._watched_only(entity, w) for _, w in judged):

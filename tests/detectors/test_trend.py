@@ -285,22 +285,23 @@ def test_forgetting_one_replaced_part_keeps_its_neighbours_records():
     assert not {k for k in det._series if k[0].startswith("n1/")}
 
 
-def _fleet_with_one_rising_gpu(det, aer_every_s, replay_every_s, n=200, seed=3, step=300.0):
+def _fleet_with_one_rising_gpu(det, aer_every_s, replay_every_s, n=200, seed=3, step=300.0, rise_h=24.0,
+                               hours=28.0):
     """A noisy fleet of ``n`` GPUs (healthy PCIe replays and corrected AER lines at log-normal rates per part, the
-    simulator's ``noisy`` preset: medians 0.25 and 0.01 an hour, sigma 2.5) for 28 hours; after 24 of them the quiet
-    GPU n0 logs an AER line every ``aer_every_s`` and 2 replays every ``replay_every_s`` (None: not that signal).
-    Its evidence as (seconds after the rise, entity, level, first reason)."""
+    simulator's ``noisy`` preset: medians 0.25 and 0.01 an hour, sigma 2.5) for ``hours``; after ``rise_h`` of them
+    the quiet GPU n0 logs an AER line every ``aer_every_s`` and 2 replays every ``replay_every_s`` (None: not that
+    signal). Its evidence as (seconds after the rise, entity, level, first reason)."""
     rng = np.random.default_rng(seed)
     gpus = [f"n{k}/gpu0" for k in range(n)]
     replay = np.minimum(0.25 * np.exp(rng.normal(0, 2.5, n)), 92.0)
     aer = np.minimum(0.01 * np.exp(rng.normal(0, 2.5, n)), 5.0)
     replay[0], aer[0] = 0.05, 0.002
     out = []
-    for i in range(1, int(28 * 3600 / step) + 1):
+    for i in range(1, int(hours * 3600 / step) + 1):
         now = i * step
         x = rng.poisson(replay * step / 3600).astype(float)
         a = rng.poisson(aer * step / 3600)
-        t = now - 24 * 3600
+        t = now - rise_h * 3600
         if t > 0 and replay_every_s and t % replay_every_s < step:
             x[0] += 2
         if t > 0 and aer_every_s and t % aer_every_s < step:
@@ -330,6 +331,20 @@ def test_two_signals_of_one_part_are_judged_together():
     assert "PCIe AER corrected errors in the kernel log in" in both[3]
     assert alone[0] >= 2 * 3600 and "together" not in alone[3], alone
     assert first[True, (1200, None)] == first[False, (1200, None)] and first[True, (1200, None)][0] >= 2 * 3600
+
+
+@pytest.mark.parametrize("seed", [3, 4, 5])
+def test_a_rise_in_a_young_record_is_judged_by_its_second_half_against_its_first(seed):
+    """Raswarden started watching 2 h before a quiet GPU of a noisy fleet began to count PCIe replays in every
+    5-minute sample. Its first window soon holds the rise's own first hour in the record before it (the part looks
+    as if it always counted so) and its 3-hour window needs 3 h of record: judged by those alone it is not flagged
+    in the 4 h that follow (measured: seeds 3-7). The record's second half against its first is flagged within 2 h
+    of the rise, and no healthy GPU of the fleet is flagged in those first hours."""
+    out = _fleet_with_one_rising_gpu(TrendDetector().fit(), None, 300, seed=seed, rise_h=2.0, hours=6.0)
+    assert not [o for o in out if o[1] != "n0/gpu0" and o[2] == "subhealthy"], seed
+    first = next((o for o in out if o[1] == "n0/gpu0" and o[2] == "subhealthy"), None)
+    assert first is not None and first[0] <= 2 * 3600, (seed, first)
+    assert "PCIe replays in" in first[3] and " episodes over the last 1." in first[3], first
 
 
 def test_fishers_combination_of_chances():
