@@ -30,14 +30,15 @@ The chance of ``k`` or more episodes is then the Poisson tail averaged over that
 with a few errors a day against a fleet that shows them too is quiet, a part that always shows more learns its
 own rate, and a rate that rises an order of magnitude is seen within an hour or two.
 
-While a part is in alarm its windows are judged against its rate before the alarm (frozen then), not against a
-record its own fault keeps raising. The 1-hour window is judged against the fleet from the start, a longer one
-(a slow rise) only against a record of the part's own at least as long; and until a part has a record of its
-own as long as the window before it (just after raswarden starts watching), an alarm is a watch (``suspect``):
-the part may always have been so. While the record is young (2 to 6 hours: the 3-hour window cannot be judged yet,
-and the 1-hour window's record soon holds a rise's own first hour, so a part that began to err an hour or two in
-looks as if it always did), the **record's second half** is judged against its first too, a fourth window
-(chances then times four; bench/records/detectors-history.md, "Run 14").
+While a part is in alarm its windows are judged against its rate before the alarm (frozen then), not against a record
+its own fault keeps raising: each of its counters judged, for an alarm on several together, and the record before the
+half-record window (below) for an alarm that window raised; a flag judged so stays a flag. The 1-hour window is
+judged against the fleet from the start, a longer one (a slow rise) only against a record of the part's own at least
+as long; and until a part has a record of its own as long as the window before it (just after raswarden starts
+watching), an alarm is a watch (``suspect``): the part may always have been so. While the record is young (2 to 6
+hours: the 3-hour window cannot be judged yet, and the 1-hour window's record soon holds a rise's own first hour, so
+a part that began to err an hour or two in looks as if it always did), the **record's second half** is judged against
+its first too, a fourth window (chances then times four; bench/records/detectors-history.md, "Run 14").
 
 A part that has errors in nearly every sample (a noisy healthy GPU's PCIe replays at 5-minute sampling) can show no
 more episodes when it starts to fail: its count is saturated. Its episodes' **sizes** still rise. Once a part has a
@@ -68,7 +69,7 @@ import pandas as pd
 from detectors.contract import Evidence, TickInput
 from detectors.schema import State, entity_kind, name_codes, names_mask, within
 from detectors.table import keeps_layout
-from detectors.trend_counters import COUNTERS, LOGGED_AER_NAMES, CounterRecord
+from detectors.trend_counters import CATEGORY_COUNTERS, COUNTERS, LOGGED_AER_NAMES, CounterRecord
 from detectors.trend_fleet import FleetRates
 from detectors.trend_judge import TrendJudgement
 
@@ -179,6 +180,9 @@ class TrendDetector(FleetRates, TrendJudgement):
                 del self._alarm[key]
                 self._baseline.pop(key, None)
                 self._size_baseline.pop(key, None)
+                for metric in CATEGORY_COUNTERS.get(key[1], ()):  # an alarm on a part's counters together
+                    if (key[0], metric) not in self._alarm:
+                        self._baseline.pop((key[0], metric), None)
                 continue
             out.append(Evidence(key[0], level, category, [reason], detector=self.name, score=score, latched=True))
         return out

@@ -43,6 +43,12 @@ class _Windows(NamedTuple):
         """The best window's length, as a reason says it."""
         return f"{self.span_h[self.best]:.2g} h"
 
+    def record_to_freeze(self) -> np.ndarray:
+        """The log mass over rates to judge an alarm on this series against while it lasts: the record before the
+        first window, or before the half-record window when that one raised it (the first window's record then
+        holds the rise's own first hour)."""
+        return np.array(self.log_w[self.best if self.best == len(WINDOWS_S) else 0], dtype=float)
+
     def expected(self) -> float:
         """The episodes an hour expected of the part, judged as in the best window."""
         w = np.exp(self.log_w[self.best] - self.log_w[self.best].max())
@@ -122,7 +128,7 @@ class TrendJudgement:
             # the part's own record before each window narrows the fleet's spread to it
             k_before[i] = s.k_hist + len(s.episodes) - k[i]
             t_before[i] = np.maximum(s.t_hist + min(seen_h, WINDOWS_S[-1] / 3600.0) - exposure[i], 0.0)
-            base = self._baseline.get(key) if key in self._alarm else None
+            base = self._baseline.get(key) if self._in_alarm(key) else None
             # in alarm: judged against the part's rate before the alarm, not a baseline its own fault has raised
             frozen[i] = base is not None
             prior[i] = base if base is not None else self._fleet_log_prior(s.group)
@@ -152,6 +158,15 @@ class TrendJudgement:
         span_h[:, n_fixed] = exposure[:, n_fixed]
         return [_Windows(p[i], int(np.argmin(p[i])), k[i], exposure[i], k_before[i], t_before[i], log_w[i], own[i],
                          span_h[i]) for i in range(n)]
+
+    def _in_alarm(self, key: tuple[str, str], level: State | None = None) -> bool:
+        """Series ``key``'s part is in alarm on it (of ``level``, when given), alone or together with its other
+        counters of the kind."""
+        for held in (key, (key[0], COUNTERS[key[1]][1])):
+            alarm = self._alarm.get(held)
+            if alarm is not None and (level is None or alarm[3] == level):
+                return True
+        return False
 
     def _watched_only(self, entity: str, w: _Windows) -> bool:
         """No quiet record of the part's own before the window (raswarden has just started watching it): the part
@@ -194,7 +209,9 @@ class TrendJudgement:
         reason = (f"{words} in {int(w.k[w.best])} separate episodes over the last {span} ({errors:.0f} errors); "
                   f"{whose} {w.expected():.2g} episodes an hour (chance {w.p[w.best]:.1g})")
         level = State.SUBHEALTHY
-        if self._watched_only(key[0], w):
+        # (judged against the rate frozen at a flag: still a flag, whatever the record's length)
+        flagged = key in self._baseline and self._in_alarm(key, State.SUBHEALTHY)
+        if not flagged and self._watched_only(key[0], w):
             level = State.SUSPECT
             reason += "; no record of this part before it yet: watched, not flagged"
         # The rate to judge the alarm against while it lasts, frozen when the part rose over a record of its own,
@@ -203,7 +220,7 @@ class TrendJudgement:
         # 7 receive errors an hour, watched from the start, was flagged a day later when its 12-hour window came).
         quiet_record = w.t_before[0] * 3600.0 >= 2 * self.episode_gap_s and w.k_before[0] < 1.0
         if (level == State.SUBHEALTHY or quiet_record) and (key not in self._alarm or key not in self._baseline):
-            self._baseline[key] = np.array(w.log_w[0], dtype=float)
+            self._baseline[key] = w.record_to_freeze()
         self._alarm[key] = (now + self.hold_s, reason, _score(w.p[w.best]), level, category)
 
     def _judge_together(self, key: tuple[str, str], judged_alone: _Windows, now: float,
@@ -244,6 +261,9 @@ class TrendJudgement:
         if any(self._watched_only(entity, w) for _, w in judged):
             level = State.SUSPECT
             reason += "; no record of this part before it yet: watched, not flagged"
+        else:  # while it lasts, each counter judged is judged against its rate before it (as an alarm on one alone)
+            for metric, w in judged:
+                self._baseline.setdefault((entity, metric), w.record_to_freeze())
         self._alarm[(entity, category)] = (now + self.hold_s, reason, _score(p), level, category)
 
     def _judge_sizes(self, key: tuple[str, str], s: CounterRecord, now: float, counts: np.ndarray) -> None:

@@ -347,6 +347,19 @@ def test_a_rise_in_a_young_record_is_judged_by_its_second_half_against_its_first
     assert "PCIe replays in" in first[3] and " episodes over the last 1." in first[3], first
 
 
+@pytest.mark.parametrize("aer_every_s", [None, 900])
+def test_a_flag_on_a_young_record_lasts_while_the_rise_goes_on(aer_every_s):
+    """The young record's rise above (PCIe replays in every sample, with or without an AER line every 15 minutes,
+    then flagged by the two together): once flagged, the part is judged against its rate before the flag while the
+    alarm lasts, so it stays flagged for the 4 h the rise goes on. Judged against the 1-hour window's record (the
+    rise's own first hour in it), or with nothing frozen for an alarm on two counters together, it went back to
+    healthy an hour after its flag (40 of the 50 ticks after it without a flag)."""
+    out = _fleet_with_one_rising_gpu(TrendDetector().fit(), aer_every_s, 300, seed=3, rise_h=2.0, hours=6.0)
+    flagged = sorted({o[0] for o in out if o[1] == "n0/gpu0" and o[2] == "subhealthy"})
+    assert flagged and flagged[0] <= 2 * 3600, flagged[:1]
+    assert [t for t in range(int(flagged[0]), 4 * 3600 + 1, 300) if t not in set(flagged)] == []
+
+
 def test_fishers_combination_of_chances():
     """Two chances: the closed form p1 p2 (1 - ln(p1 p2)); a counter the part has but that is not judged (chance 1)
     adds degrees of freedom and makes the combination weaker, never stronger; one chance is itself."""
