@@ -178,11 +178,12 @@ class TrendDetector(FleetRates, TrendJudgement):
         for key, (until, reason, score, level, category) in list(self._alarm.items()):
             if until < now:
                 del self._alarm[key]
-                self._baseline.pop(key, None)
                 self._size_baseline.pop(key, None)
-                for metric in CATEGORY_COUNTERS.get(key[1], ()):  # an alarm on a part's counters together
-                    if (key[0], metric) not in self._alarm:
-                        self._baseline.pop((key[0], metric), None)
+                # a frozen rate lasts while its series is in alarm, alone or together with its kind (key: a series,
+                # or a part's counters of one kind)
+                for series in (key, *((key[0], m) for m in CATEGORY_COUNTERS.get(key[1], ()))):
+                    if series in self._baseline and not self._in_alarm(series):
+                        del self._baseline[series]
                 continue
             out.append(Evidence(key[0], level, category, [reason], detector=self.name, score=score, latched=True))
         return out

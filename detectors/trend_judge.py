@@ -132,6 +132,11 @@ class TrendJudgement:
             # in alarm: judged against the part's rate before the alarm, not a baseline its own fault has raised
             frozen[i] = base is not None
             prior[i] = base if base is not None else self._fleet_log_prior(s.group)
+        if young.any():  # (the half-record window of the other series: no record, never judged)
+            k_before[~young, n_fixed] = t_before[~young, n_fixed] = 0.0
+        else:  # (a fleet past its sixth hour: the three windows alone, no work on a fourth)
+            n_w = n_fixed
+            k, exposure, k_before, t_before = (a[:, :n_fixed] for a in (k, exposure, k_before, t_before))
         # A record the fleet could hardly have given (its chance at most conflict_alpha) is a part beyond the
         # fleet's fitted spread (which leaves out its top parts): judged against its own record alone (Jeffreys'
         # prior, mass r^(1/2) on the log grid), not pulled to the fleet.
@@ -148,14 +153,16 @@ class TrendJudgement:
         # own before it, below); a longer one (a slow rise) only against a record of the part's own at least as
         # long (or the rate frozen at the alarm): without one, a part that was always this noisy looks risen
         judged = (k >= self.min_episodes) & ((np.arange(n_w) == 0) | (t_before >= exposure) | frozen[:, None])
-        judged[:, n_fixed] &= young
+        if n_w > n_fixed:
+            judged[:, n_fixed] &= young
         p = np.ones((n, n_w))
         i, j = np.nonzero(judged)
         if len(i):
             windows = n_fixed + young[i]  # the windows a series is judged by, each chance times their number
             p[i, j] = np.minimum(episodes_tail(k[i, j], exposure[i, j], log_w[i, j]) * windows, 1.0)
-        span_h = np.broadcast_to(np.append(windows_h, 0.0), (n, n_w)).copy()
-        span_h[:, n_fixed] = exposure[:, n_fixed]
+        span_h = np.broadcast_to(np.append(windows_h, 0.0)[:n_w], (n, n_w)).copy()
+        if n_w > n_fixed:
+            span_h[:, n_fixed] = exposure[:, n_fixed]
         return [_Windows(p[i], int(np.argmin(p[i])), k[i], exposure[i], k_before[i], t_before[i], log_w[i], own[i],
                          span_h[i]) for i in range(n)]
 
