@@ -227,7 +227,7 @@ class LevelRules:
         if not self.baseline:
             hit |= (of("hbm_temp_c") & (peak >= self.hbm_temp_limit_c)) | (of("throttle_thermal") & (last >= 1)) | (
                 (of("accelerator_health") | of("npu_network_health")) & (last == 0)) | (
-                of("retired_pages_pending") & (last >= 1))
+                of("retired_pages_pending") & (last >= 1)) | (of("row_remap_pending") & (last >= 1))
         if not hit.any():
             return
         g = g[hit]
@@ -260,6 +260,12 @@ class LevelRules:
                 out.append(Evidence(entity, State.SUSPECT, "gpu_memory", [
                     f"{last:.0f} page(s) pending retirement: retired at the GPU's next reset (DCGM: monitor, the GPU "
                     "can still run work)"]))
+            elif metric == "row_remap_pending" and last >= 1:
+                # DCGM's health watch on it raises DCGM_FR_PENDING_ROW_REMAP, of severity ISOLATE (drain the GPU):
+                # the remapped row is used only after the GPU's reset, so the flag lasts until the reset clears it
+                text = "row remapping pending: the remapped row is used only after the GPU's reset"
+                out.append(Evidence(entity, State.SUBHEALTHY, "gpu_memory", [
+                    repair_reason(text, "DCGM: PENDING_ROW_REMAP, isolate; NVIDIA: reset the GPU", "reset")]))
             elif metric == "row_remap_failure" and last >= 1:
                 out.append(Evidence(entity, State.FAILED, "gpu_memory", ["row remapping failed"], hard=True))
             elif metric == "port_state" and not np.isnan(last) and last != PORT_ACTIVE:

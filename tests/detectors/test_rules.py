@@ -221,6 +221,27 @@ def test_dcgm_s_page_retirement_and_an_npu_s_network_health():
     assert worst(ev, "n/gpu3") == State.HEALTHY  # 62: under the limit
 
 
+def test_a_pending_row_remap_is_sub_healthy_until_the_gpu_s_reset_clears_it():
+    """DCGM_FI_DEV_ROW_REMAP_PENDING (nvidia-smi's remapped_rows.pending): DCGM's health watch says
+    PENDING_ROW_REMAP, severity ISOLATE; the row is used only after a reset. Sub-healthy, repair a reset, for as long
+    as the GPU says so (a level, not a latch: the reset's 0 ends it); the static baseline does not judge it."""
+    from detectors.xid_catalog import vendor_repair
+
+    def gauges(pending: float) -> pd.DataFrame:
+        return pd.DataFrame({"entity": ["n/gpu0", "n/gpu1"], "metric": ["row_remap_pending"] * 2,
+                             "last": [pending, 0.0], "max": [pending, 0.0]})
+
+    det = RuleDetector().fit()
+    for now in (30, 3 * 3600):  # held while the GPU reports it, hours after the Xid 63 that marked the row
+        ev = run(det, now, gauges=gauges(1.0))
+        flag = [e for e in ev if e.entity == "n/gpu0"]
+        assert [(e.level, e.category, e.latched) for e in flag] == [(State.SUBHEALTHY, "gpu_memory", False)]
+        assert vendor_repair(flag[0].reasons) == "reset" and "row remapping pending" in flag[0].reasons[0]
+        assert worst(ev, "n/gpu1") == State.HEALTHY
+    assert worst(run(det, 3 * 3600 + 30, gauges=gauges(0.0)), "n/gpu0") == State.HEALTHY
+    assert worst(run(RuleDetector(baseline=True).fit(), 30, gauges=gauges(1.0)), "n/gpu0") == State.HEALTHY
+
+
 def test_time_throttled_for_temperature_is_judged_as_the_throttle_reasons_are():
     """DCGM's thermal violation counter (microseconds throttled): two thirds of a sample's interval throttled is a
     GPU throttled for heat, held until its next sample; a sample throttled a sixth of the time ends it."""
