@@ -227,7 +227,8 @@ class LevelRules:
         if not self.baseline:
             hit |= (of("hbm_temp_c") & (peak >= self.hbm_temp_limit_c)) | (of("throttle_thermal") & (last >= 1)) | (
                 (of("accelerator_health") | of("npu_network_health")) & (last == 0)) | (
-                of("retired_pages_pending") & (last >= 1)) | (of("row_remap_pending") & (last >= 1))
+                of("retired_pages_pending") & (last >= 1)) | (of("row_remap_pending") & (last >= 1)) | (
+                of("row_remap_banks_exhausted") & (last >= 1))
         if not hit.any():
             return
         g = g[hit]
@@ -266,6 +267,12 @@ class LevelRules:
                 text = "row remapping pending: the remapped row is used only after the GPU's reset"
                 out.append(Evidence(entity, State.SUBHEALTHY, "gpu_memory", [
                     repair_reason(text, "DCGM: PENDING_ROW_REMAP, isolate; NVIDIA: reset the GPU", "reset")]))
+            elif metric == "row_remap_banks_exhausted" and last >= 1:
+                # NVML's row remapper histogram, "none": banks with no reserved rows left. No vendor action names
+                # it; the next uncorrectable error in such a bank cannot be remapped (a row remap failure, Xid 64)
+                out.append(Evidence(entity, State.SUSPECT, "gpu_memory", [
+                    f"{last:.0f} memory bank(s) with no spare rows left: an uncorrectable error there cannot be "
+                    "remapped"]))
             elif metric == "row_remap_failure" and last >= 1:
                 out.append(Evidence(entity, State.FAILED, "gpu_memory", ["row remapping failed"], hard=True))
             elif metric == "port_state" and not np.isnan(last) and last != PORT_ACTIVE:

@@ -242,6 +242,18 @@ def test_a_pending_row_remap_is_sub_healthy_until_the_gpu_s_reset_clears_it():
     assert worst(run(RuleDetector(baseline=True).fit(), 30, gauges=gauges(1.0)), "n/gpu0") == State.HEALTHY
 
 
+def test_a_bank_out_of_spare_rows_is_watched():
+    """NVML's row remapper histogram, "none" (DCGM_FI_DEV_BANKS_REMAP_ROWS_AVAIL_NONE, nvidia-smi's
+    remapped_rows.histogram.none): banks with no reserved rows left. No vendor action names it: a watch, never a
+    drain; zero banks (every real capture's) is nothing."""
+    g = pd.DataFrame({"entity": ["n/gpu0", "n/gpu1"], "metric": ["row_remap_banks_exhausted"] * 2,
+                      "last": [2.0, 0.0], "max": [2.0, 0.0]})
+    ev = run(RuleDetector().fit(), 30, gauges=g)
+    assert [(e.level, e.category) for e in ev if e.entity == "n/gpu0"] == [(State.SUSPECT, "gpu_memory")]
+    assert "2 memory bank(s) with no spare rows left" in [e for e in ev if e.entity == "n/gpu0"][0].reasons[0]
+    assert worst(ev, "n/gpu1") == State.HEALTHY
+
+
 def test_time_throttled_for_temperature_is_judged_as_the_throttle_reasons_are():
     """DCGM's thermal violation counter (microseconds throttled): two thirds of a sample's interval throttled is a
     GPU throttled for heat, held until its next sample; a sample throttled a sixth of the time ends it."""

@@ -56,7 +56,8 @@ def test_a_real_scrape_names_its_gpu_by_the_info_series_and_undoes_the_units(ctx
               "nvidia_smi_ecc_errors_uncorrected_volatile_total": "ecc_dbe_total",
               "nvidia_smi_remapped_rows_uncorrectable": "row_remap_uncorrectable_total",  # N/A under MIG: absent
               "nvidia_smi_remapped_rows_failure": "row_remap_failure",
-              "nvidia_smi_remapped_rows_pending": "row_remap_pending"}
+              "nvidia_smi_remapped_rows_pending": "row_remap_pending",
+              "nvidia_smi_remapped_rows_histogram_none": "row_remap_banks_exhausted"}
     for source, metric in counts.items():
         assert got.get((gpu, metric)) == (value(text, source) if f"{source}{{" in text else None), metric
     # the active reasons' bitmask: the idle MIG GPU shows 0x1 (GPU idle), not a thermal slowdown (0x20, 0x40)
