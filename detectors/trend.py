@@ -42,10 +42,11 @@ its first too, a fourth window (chances then times four; bench/records/detectors
 
 A part that has errors in nearly every sample (a noisy healthy GPU's PCIe replays at 5-minute sampling) can show no
 more episodes when it starts to fail: its count is saturated. Its episodes' **sizes** still rise. Once a part has a
-record of at least ``min_size_record`` episodes of its own, a window is also judged by how many of its episodes are
-larger than nine in ten of the record's (the binomial tail of that many at the record's own share, a test that bursts
-and heavy tails do not fool: a burst is one episode), when the window's episodes are also ``size_ratio`` times the
-record's mean size (a part whose traffic doubles has larger episodes too; a failing one's grow by more).
+record of at least ``min_size_record`` episodes of its own (24: two hours of a counter in every sample; Run 15), a
+window is also judged by how many of its episodes are larger than nine in ten of the record's (the binomial tail of
+that many at the record's own share, a test that bursts and heavy tails do not fool: a burst is one episode), when the
+window's episodes are also ``size_ratio`` times the record's mean size (a part whose traffic doubles has larger
+episodes too; a failing one's grow by more).
 
 A part's counters of one kind of trouble (``category``: a GPU's PCIe replays, AER counters and the kernel log's
 corrected AER lines; a port's symbol errors, link error recoveries, receive errors and link integrity counters) are
@@ -84,7 +85,7 @@ class TrendDetector(FleetRates, TrendJudgement):
     def __init__(self, alpha: float = 1e-7, min_episodes: int = 3, episode_gap_s: float = 300.0,
                  prior_spread: float = 1.5, history_halflife_s: float = 7 * 86400.0,
                  hold_s: float = 3600.0, min_fleet_rate_per_h: float = 1e-4, trim: float = 0.001,
-                 learn_every_s: float = 600.0, conflict_alpha: float = 1e-4, min_size_record: int = 36,
+                 learn_every_s: float = 600.0, conflict_alpha: float = 1e-4, min_size_record: int = 24,
                  size_ratio: float = 3.0, together: bool = True):
         self.alpha = alpha
         self.min_episodes = min_episodes

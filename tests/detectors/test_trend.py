@@ -286,11 +286,12 @@ def test_forgetting_one_replaced_part_keeps_its_neighbours_records():
 
 
 def _fleet_with_one_rising_gpu(det, aer_every_s, replay_every_s, n=200, seed=3, step=300.0, rise_h=24.0,
-                               hours=28.0):
+                               hours=28.0, replays_per_h=None):
     """A noisy fleet of ``n`` GPUs (healthy PCIe replays and corrected AER lines at log-normal rates per part, the
     simulator's ``noisy`` preset: medians 0.25 and 0.01 an hour, sigma 2.5) for ``hours``; after ``rise_h`` of them
     the quiet GPU n0 logs an AER line every ``aer_every_s`` and 2 replays every ``replay_every_s`` (None: not that
-    signal). Its evidence as (seconds after the rise, entity, level, first reason)."""
+    signal), or, with ``replays_per_h`` (a function of the hours since the rise), Poisson replays at that rate. Its
+    evidence as (seconds after the rise, entity, level, first reason)."""
     rng = np.random.default_rng(seed)
     gpus = [f"n{k}/gpu0" for k in range(n)]
     replay = np.minimum(0.25 * np.exp(rng.normal(0, 2.5, n)), 92.0)
@@ -304,6 +305,8 @@ def _fleet_with_one_rising_gpu(det, aer_every_s, replay_every_s, n=200, seed=3, 
         t = now - rise_h * 3600
         if t > 0 and replay_every_s and t % replay_every_s < step:
             x[0] += 2
+        if t > 0 and replays_per_h is not None:
+            x[0] += rng.poisson(replays_per_h(t / 3600.0) * step / 3600.0)
         if t > 0 and aer_every_s and t % aer_every_s < step:
             a[0] += 1
         inc = pd.DataFrame({"entity": gpus, "metric": ["pcie_replay_total"] * n, "increase": x, "resets": [0] * n,
@@ -345,6 +348,22 @@ def test_a_rise_in_a_young_record_is_judged_by_its_second_half_against_its_first
     first = next((o for o in out if o[1] == "n0/gpu0" and o[2] == "subhealthy"), None)
     assert first is not None and first[0] <= 2 * 3600, (seed, first)
     assert "PCIe replays in" in first[3] and " episodes over the last 1." in first[3], first
+
+
+@pytest.mark.parametrize("seed", [3, 4])
+def test_a_rise_soon_after_the_start_is_judged_by_its_episodes_sizes_on_two_hours_of_them(seed):
+    """Raswarden started 1.5 h before a GPU of a noisy fleet (healthy parts up to 92 replays an hour: saturated
+    episodes are no sign) began to fall off the bus: replays rising from 30 to 4,000 an hour over 4.5 h (the
+    simulator's template a), sampled every minute. Its episodes saturate at 12 an hour within the hour, so their
+    count rises no more; their sizes do, three times an hour. A record of 24 episodes' sizes (2 h of a counter in
+    every sample) flags it 3.0-3.1 h into the rise, half an hour before the replay budget's hour count would (3.6 h);
+    one of 36 (3 h) waited 4.05-4.1 h. No healthy GPU is flagged."""
+    out = _fleet_with_one_rising_gpu(TrendDetector().fit(), None, None, seed=seed, step=60.0, rise_h=1.5, hours=6.0,
+                                     replays_per_h=lambda h: 30.0 * (4000 / 30.0) ** (h / 4.5))
+    assert not [o for o in out if o[1] != "n0/gpu0" and o[2] == "subhealthy"], seed
+    first = next((o for o in out if o[1] == "n0/gpu0" and o[2] == "subhealthy"), None)
+    assert first is not None and first[0] <= 3.5 * 3600, (seed, first)
+    assert "PCIe replays larger in each episode" in first[3], first
 
 
 @pytest.mark.parametrize("aer_every_s", [None, 900])
