@@ -11,7 +11,7 @@ import pandas as pd
 
 from detectors.contract import Evidence, TickInput
 from detectors.schema import State, entity_kind, event_records, node_of
-from detectors.vendor_events import Verdict, amdgpu_verdict, ascend_verdict
+from detectors.vendor_events import Verdict, afid_verdict, amdgpu_verdict, ascend_verdict
 from detectors.xid_catalog import XidRule, decode_nvlink5, repair_reason, state_of
 
 _PID = re.compile(r"pid=('?[^,]*'?)")
@@ -72,6 +72,8 @@ class EventRules:
                             now + self.event_hold_s)
             elif kind == "ascend":
                 self._vendor(entity, ascend_verdict(code, self.ascend_catalog_, self.baseline), row.ts, now, code)
+            elif kind == "afid":
+                self._vendor(entity, afid_verdict(code, self.afid_catalog_, self.baseline), row.ts, now, code)
             elif kind == "amdgpu":
                 self._vendor(entity, amdgpu_verdict(row.severity, row.message or "", code, self.baseline), row.ts,
                              now, code)
@@ -195,7 +197,7 @@ class EventRules:
         return "subhealthy", "WORKFLOW_NVLINK5_ERR, not decoded", rule.repair
 
     def _vendor(self, entity: str, verdict: Verdict | None, ts: float, now: float, code: int | None) -> None:
-        """Latch, rate or count one amdgpu/Ascend event's verdict (``vendor_events``)."""
+        """Latch, rate or count one amdgpu, Ascend or AFID event's verdict (``vendor_events``)."""
         if verdict is None:
             return
         if verdict.unknown:

@@ -18,7 +18,7 @@ from detectors.table import Names
 SAMPLE_COLUMNS = ("ts", "entity", "metric", "value")
 EVENT_COLUMNS = ("ts", "entity", "kind", "code", "severity", "message", "source", "pci", "device")
 
-EVENT_KINDS = frozenset({"xid", "sxid", "amdgpu", "ascend", "ecc", "aer", "mce", "edac", "arm", "cper", "disk",
+EVENT_KINDS = frozenset({"xid", "sxid", "amdgpu", "ascend", "afid", "ecc", "aer", "mce", "edac", "arm", "cper", "disk",
                          "link", "devlink", "thermal", "boot", "telemetry", "gpu_init"})
 
 CATEGORIES = (

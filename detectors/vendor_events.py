@@ -13,8 +13,14 @@
   restart (``application``: suspect only when one NPU repeats them); NotHandleFault is nothing. A code not
   in the catalog is ``suspect`` and counted.
 
+* **AMD Field IDs** (AFIDs: AMD device-metrics-exporter's ``gpu_afid_errors``, the AFIDs of a GPU's last RAS event)
+  by the severity AMD's list gives them (``catalogs/amd_afid.csv``): ``Fail-to-init`` (the GPU did not come up)
+  and ``Fatal`` are ``failed``; ``Uncorrected, Non-fatal`` (contained) is ``subhealthy``; ``Corrected`` is a watch
+  (its rate is the counters'); a record amd-smi could not decode (``ALL``) is a ``telemetry`` watch. An AFID not
+  in the list is ``suspect`` and counted.
+
 The static-threshold baseline keeps what the vendors' own tools act on: amdgpu uncorrectable errors,
-fatal interrupts and failed resets; MindCluster's SeparateNPU and RestartNPU.
+fatal interrupts and failed resets; MindCluster's SeparateNPU and RestartNPU; AMD's fatal and fail-to-init AFIDs.
 """
 
 from __future__ import annotations
@@ -24,6 +30,7 @@ from dataclasses import dataclass
 from importlib import resources
 
 from detectors.schema import State
+from detectors.xid_catalog import repair_reason
 
 # What MindCluster's levels mean here: (state or None, hard, application).
 ASCEND_LEVELS: dict[str, tuple[State | None, bool, bool]] = {
@@ -83,6 +90,66 @@ def ascend_verdict(code: int | None, catalog: dict[int, str], baseline: bool = F
     if state is None:
         return None
     return Verdict(state, "gpu_compute", reason, hard=hard)
+
+
+@dataclass(frozen=True)
+class Afid:
+    """One AMD Field ID of AMD's list."""
+
+    afid: int
+    category: str
+    type: str
+    severity: str
+
+
+def load_afid_catalog() -> dict[int, Afid]:
+    """The packaged AFID list: AFID -> its row."""
+    text = resources.files("detectors.catalogs").joinpath("amd_afid.csv").read_text()
+    rows = csv.DictReader(line for line in text.splitlines() if not line.startswith("#"))
+    return {int(r["afid"]): Afid(int(r["afid"]), r["category"], r["type"], r["severity"]) for r in rows}
+
+
+# AMD's severity -> (state, hard, repair): the repair is raswarden's (AMD's per-AFID service action is in a Service
+# Action Guide per platform, not public); a bad-page table over its threshold is the amdgpu line's replacement
+_AFID_SEVERITY: dict[str, tuple[State, bool, str]] = {
+    "Fail-to-init": (State.FAILED, True, "inspect"),
+    "Fatal": (State.FAILED, True, "reset"),
+    "Uncorrected, Non-fatal": (State.SUBHEALTHY, False, "reset"),
+    "Corrected": (State.SUSPECT, False, "none"),
+    "ALL": (State.SUSPECT, False, "none"),
+}
+
+
+def _afid_category(row: Afid) -> str:
+    """The raswarden category of an AFID, by AMD's category and type."""
+    if row.category in ("CPER Format", "Unidentified Errors"):
+        return "telemetry"
+    if row.category == "HBM Errors" or row.type.startswith("HBM"):
+        return "gpu_memory"
+    if row.type == "PCIe AER":
+        return "gpu_bus"
+    if any(link in row.type for link in ("XGMI", "WAFL", "USR")):
+        return "scaleup_link"
+    return "gpu_compute"
+
+
+def afid_verdict(code: int | None, catalog: dict[int, Afid], baseline: bool = False) -> Verdict | None:
+    """The verdict on one AMD Field ID of a GPU's RAS event (None: nothing to say)."""
+    if code is None:
+        return None
+    row = catalog.get(code)
+    if row is None:
+        if baseline:
+            return None
+        return Verdict(State.SUSPECT, "gpu_compute", f"AMD Field ID {code} (not in AMD's AFID list)", unknown=True)
+    state, hard, repair = _AFID_SEVERITY[row.severity]
+    if baseline and not hard:
+        return None
+    if row.type == "Bad Page Retirement Threshold":
+        repair = "replace"
+    text = f"AMD Field ID {code}: {row.category}, {row.type}"
+    severity = "any severity" if row.severity == "ALL" else row.severity
+    return Verdict(state, _afid_category(row), repair_reason(text, f"AMD: {severity}", repair), hard=hard)
 
 
 @dataclass(frozen=True)

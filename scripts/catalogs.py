@@ -3,11 +3,14 @@
 
     python scripts/catalogs.py xid Xid-Catalog.xlsx      # NVIDIA's workbook -> nvidia_xid.csv, nvidia_xid_decode.csv
     python scripts/catalogs.py ascend faultCode.json     # MindCluster's table -> ascend_fault_codes.csv
+    python scripts/catalogs.py afid error_map.c          # AMD's AFID list (amdsmi) -> amd_afid.csv
     ... --check                                         # write nothing; exit 1 when the packaged file differs
 
 NVIDIA's workbook is the download of docs.nvidia.com/deploy/xid-errors/analyzing-xid-catalog.html; its sheets are
 found by their header rows (the catalog's "Mnemonic", the decode sheet's "Error Status"), not by name. MindCluster's
-table is ascend-device-plugin's build/faultCode.json in Ascend/mind-cluster. Facts only: the files keep each vendor's
+table is ascend-device-plugin's build/faultCode.json in Ascend/mind-cluster. AMD's AMD Field ID (AFID) list is the
+table amd-smi decodes CPER records with, ROCm/amdsmi's src/aca-decode/error_map.c (its rows are read, not its code).
+Facts only: the files keep each vendor's
 codes, words and buckets; what raswarden makes of them stays in xid.csv and detectors/vendor_events.py. After a
 regeneration, the tests fail for every new code raswarden has no judgement of (tests/detectors/test_xid_catalog.py,
 tests/detectors/test_vendor_events.py).
@@ -182,6 +185,30 @@ def ascend_rows(table: dict) -> list[list[str]]:
     return [[code, level[code]] for code in sorted(level, key=lambda c: int(c, 16))]
 
 
+# -- AMD's AFID list -------------------------------------------------------------------------------------------------
+_AFID_ROW = re.compile(r'\{\s*(\d+)\s*,\s*"([^"]*)"\s*,\s*"([^"]*)"\s*,\s*"([^"]*)"\s*,\s*"([^"]*)"\s*\}')
+_AFID_VERSION = re.compile(r'#define\s+AFID_VERSION\s+"([^"]+)"')
+AFID_SEVERITIES = ("Fail-to-init", "Fatal", "Uncorrected, Non-fatal", "Corrected", "ALL")
+
+
+def afid_rows(text: str) -> tuple[str, list[list[str]]]:
+    """amdsmi's AFID table (``{id, "category", "type", "source", "severity"}`` rows) as afid,category,type,source,
+    severity rows, and the list's version (its AFID_VERSION; "" when the text has none)."""
+    rows: dict[int, list[str]] = {}
+    for m in _AFID_ROW.finditer(text):
+        afid, *fields = m.groups()
+        fields = [f.strip() for f in fields]
+        if fields[3] not in AFID_SEVERITIES:
+            raise SourceError(f"AFID {afid}: unknown severity {fields[3]!r} (known: {', '.join(AFID_SEVERITIES)})")
+        if int(afid) in rows:
+            raise SourceError(f"AFID {afid} listed twice")
+        rows[int(afid)] = [afid, *fields]
+    if not rows:
+        raise SourceError("no AFID rows ({id, \"category\", \"type\", \"source\", \"severity\"}) in the file")
+    version = _AFID_VERSION.search(text)
+    return (version.group(1) if version else ""), [rows[k] for k in sorted(rows)]
+
+
 # -- writing ----------------------------------------------------------------------------------------------------------
 def header_of(path: Path) -> list[str]:
     """The comment lines a packaged catalog starts with (its provenance), kept over a regeneration."""
@@ -225,8 +252,8 @@ def emit(path: Path, text: str, check: bool) -> bool:
 
 def main(argv: list[str] | None = None) -> int:
     ap = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
-    ap.add_argument("catalog", choices=("xid", "ascend"))
-    ap.add_argument("source", type=Path, help="the vendor's file (Xid-Catalog.xlsx, faultCode.json)")
+    ap.add_argument("catalog", choices=("xid", "ascend", "afid"))
+    ap.add_argument("source", type=Path, help="the vendor's file (Xid-Catalog.xlsx, faultCode.json, error_map.c)")
     ap.add_argument("--out", type=Path, default=CATALOGS, help="the catalogs' directory (default: the package's)")
     ap.add_argument("--check", action="store_true", help="write nothing; exit 1 when a packaged file differs")
     args = ap.parse_args(argv)
@@ -248,6 +275,11 @@ def main(argv: list[str] | None = None) -> int:
                     "action2", "investigatory", "severity", "hw_sw", "local_remote"],
                     decode, "" if args.check else f"regenerated {stamp}"),
             }
+        elif args.catalog == "afid":
+            version, rows = afid_rows(args.source.read_text(encoding="utf-8", errors="replace"))
+            said = f"regenerated {stamp}, AFID list version {version or 'not given'}"
+            columns = ["afid", "category", "type", "source", "severity"]
+            texts = {"amd_afid.csv": render(args.out / "amd_afid.csv", columns, rows, "" if args.check else said)}
         else:
             try:
                 table = json.loads(args.source.read_text(encoding="utf-8"))

@@ -27,6 +27,13 @@ from detectors.schema import EVENT_COLUMNS, NamesWhere, event_rows, events_frame
 
 
 NPU_CODE_PREFIX = "npu_error_code_"
+#: AMD device-metrics-exporter's gpu_afid_errors, one gauge per afid_index: the AMD Field IDs of the GPU's last RAS
+#: event (ROCm/device-metrics-exporter, GPU_AFID_ERRORS)
+AFID_CODE_PREFIX = "afid_code_"
+# slot gauges -> the event they make of a code's arrival: (kind, message, source)
+_SLOT_EVENTS = {NPU_CODE_PREFIX: ("ascend", "reported by npu-exporter npu_chip_info_error_code", "npu-exporter"),
+                AFID_CODE_PREFIX: ("afid", "reported by AMD device-metrics-exporter gpu_afid_errors",
+                                   "amd-device-metrics-exporter")}
 #: dcgm-exporter's DCGM_EXP_XID_ERRORS_COUNT, one gauge per Xid code: how many of that Xid the GPU had in the
 #: exporter's window (``window_size_in_ms``, 5 minutes by default; NVIDIA/dcgm-exporter pull request 239), and
 #: DCGM_EXP_XID_ERRORS_TOTAL, how many since the exporter started
@@ -39,7 +46,8 @@ _MAX_XIDS_A_SAMPLE = 100  # a window's count read as events: a storm is told, no
 
 def is_code_gauge(metric: str) -> bool:
     """Whether a canonical gauge holds fault codes (events are made of its changes, not its level)."""
-    return metric == "xid_last" or metric.startswith((NPU_CODE_PREFIX, XID_COUNT_PREFIX, XID_TOTAL_PREFIX))
+    return metric == "xid_last" or metric.startswith((NPU_CODE_PREFIX, AFID_CODE_PREFIX, XID_COUNT_PREFIX,
+                                                      XID_TOTAL_PREFIX))
 
 
 class EventResolver:
@@ -49,7 +57,7 @@ class EventResolver:
         self.mapper = mapper
         self.window_s = window_s
         self.slot_expiry_s = slot_expiry_s
-        self._npu_slots: dict[str, dict[str, tuple[float, float]]] = {}  # NPU -> slot -> (code, last seen)
+        self._code_slots: dict[str, dict[str, tuple[float, float]]] = {}  # NPU or GPU -> slot -> (code, last seen)
         self.unresolved = 0
         self._xid_last: dict[str, float] = {}
         self._nonzero: set[str] = set()
@@ -106,7 +114,7 @@ class EventResolver:
             if counts.any():
                 out += self.xid_count_events(rest[counts])
             if not counts.all():
-                out += self.npu_code_events(rest[~counts])
+                out += self.slot_code_events(rest[~counts])
         return out
 
     def xid_count_events(self, gauges: pd.DataFrame) -> list[tuple]:
@@ -132,21 +140,23 @@ class EventResolver:
                             "dcgm-exporter", None, None))
         return out
 
-    def npu_code_events(self, gauges: pd.DataFrame) -> list[tuple]:
-        """``ascend`` events from npu-exporter's error-code slots (see the module doc). The slots of one NPU at
-        one time are read together: a code moving to another slot as a second one arrives is not new."""
+    def slot_code_events(self, gauges: pd.DataFrame) -> list[tuple]:
+        """Events from fault-code slots: ``ascend`` of npu-exporter's error-code slots (see the module doc), ``afid``
+        of AMD device-metrics-exporter's AFID slots. The slots of one part at one time are read together: a code
+        moving to another slot as a second one arrives is not new, nor is a code a slot holds on (AMD's: the last
+        event's AFIDs, until the next event; one with the same AFIDs is not told apart)."""
         entity, metric = np.asarray(gauges["entity"], dtype=object), np.asarray(gauges["metric"], dtype=object)
         value, ts = np.asarray(gauges["value"]), np.asarray(gauges["ts"])
         # Rows that can change something: a code, or a slot of an NPU that holds one.
         watch = value != 0
-        if self._npu_slots:
-            watch |= np.fromiter((e in self._npu_slots for e in entity), dtype=bool, count=len(entity))
+        if self._code_slots:
+            watch |= np.fromiter((e in self._code_slots for e in entity), dtype=bool, count=len(entity))
         scrapes: dict[tuple[str, float], list[int]] = {}
         for i in np.flatnonzero(watch):
             scrapes.setdefault((entity[i], float(ts[i])), []).append(i)
         out = []
         for (e, t), members in scrapes.items():
-            slots = self._npu_slots.setdefault(e, {})
+            slots = self._code_slots.setdefault(e, {})
             for s in [s for s, (_, seen) in slots.items() if t - seen > self.slot_expiry_s]:
                 del slots[s]
             before = {c for c, _ in slots.values()}
@@ -157,10 +167,11 @@ class EventResolver:
                 else:
                     slots.pop(metric[i], None)
             for code in sorted({c for c, _ in slots.values()} - before):
-                out.append((t, e, "ascend", int(code), "error", "reported by npu-exporter npu_chip_info_error_code",
-                            "npu-exporter", None, None))
+                kind, said, source = _SLOT_EVENTS[AFID_CODE_PREFIX if any(
+                    metric[i].startswith(AFID_CODE_PREFIX) for i in members) else NPU_CODE_PREFIX]
+                out.append((t, e, kind, int(code), "error", said, source, None, None))
             if not slots:
-                del self._npu_slots[e]
+                del self._code_slots[e]
         return out
 
     def xid_gauge_events(self, gauges: pd.DataFrame) -> list[tuple]:

@@ -15,6 +15,7 @@ ROOT = Path(__file__).resolve().parents[2]
 SCRIPT = ROOT / "scripts" / "catalogs.py"
 CATALOGS = ROOT / "detectors" / "catalogs"
 FAULT_CODES = ROOT / "fixtures" / "vendor" / "mindcluster-faultCode.json"
+AFID_TABLE = ROOT / "fixtures" / "vendor" / "amdsmi-afid-error-map.txt"
 
 # the workbook's header cells as NVIDIA writes them (line breaks and all)
 CATALOG_HEADER = ["Type \n(XID)", "Code", "Mnemonic", "Description", "Applies to A100", "Applies to H100",
@@ -92,6 +93,20 @@ def test_a_code_new_in_mindclusters_table_fails_the_check(tmp_path):
     table.write_text(new)
     done = run("ascend", str(table), "--check")
     assert done.returncode == 1 and "8FFFFFFF,NotHandleFault" in done.stderr
+
+
+def test_the_packaged_afid_list_holds_every_afid_of_amdsmis_table_and_a_new_one_fails_the_check(tmp_path):
+    done = run("afid", str(AFID_TABLE), "--check")
+    assert done.returncode == 0, done.stderr
+    assert [r["afid"] for r in catalog_rows("amd_afid.csv")] == [str(n) for n in range(1, 35)]
+    table = tmp_path / "error_map.c"
+    table.write_text(AFID_TABLE.read_text().replace(
+        '"ALL"}};', '"ALL"},\n    {35, "HBM Errors", "Row Remap", "CPER", "Corrected"}};'))
+    done = run("afid", str(table), "--check")
+    assert done.returncode == 1 and "35,HBM Errors,Row Remap,CPER,Corrected" in done.stderr
+    table.write_text('{1, "Boot-Time Errors", "FW Load", "CPER", "Sometimes"}')
+    done = run("afid", str(table), "--check")
+    assert done.returncode == 2 and "AFID 1: unknown severity 'Sometimes'" in done.stderr
 
 
 def test_the_xid_workbook_regenerates_the_packaged_catalogs(tmp_path):

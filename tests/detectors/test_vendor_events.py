@@ -1,11 +1,13 @@
-"""Verdicts on amdgpu RAS lines and Ascend fault codes, alone and through the rule detector."""
+"""Verdicts on amdgpu RAS lines, Ascend fault codes and AMD Field IDs, alone and through the rule detector."""
 
 import pandas as pd
 
 from detectors.contract import TickInput
 from detectors.rules import RuleDetector
 from detectors.schema import State, events_frame
-from detectors.vendor_events import ASCEND_LEVELS, amdgpu_verdict, ascend_verdict, load_ascend_catalog
+from detectors.vendor_events import (ASCEND_LEVELS, afid_verdict, amdgpu_verdict, ascend_verdict,
+                                     load_afid_catalog, load_ascend_catalog)
+from detectors.xid_catalog import vendor_repair
 
 EMPTY = pd.DataFrame({"entity": [], "metric": [], "increase": [], "resets": []})
 GAUGES = pd.DataFrame({"entity": [], "metric": [], "last": [], "max": []})
@@ -95,3 +97,37 @@ def test_ascend_restart_business_codes_are_the_jobs_unless_one_npu_repeats_them(
     assert seen["n1/npu2"].level == State.SUSPECT and "repeated 3x" in seen["n1/npu2"].reasons[0]
     once = RuleDetector().fit()
     assert not tick(once, 0.0, [("n1/npu2", "ascend", 0x8C204E00, "error", "")])
+
+
+def test_every_amd_field_id_has_a_verdict_by_its_severity():
+    """AMD's AFID list (34 AFIDs, catalogs/amd_afid.csv): fail-to-init and fatal fail the GPU (the baseline too),
+    uncorrected non-fatal is sub-healthy, corrected a watch, an undecodable record a telemetry watch; each with the
+    repair raswarden asks for. An AFID not in the list is a counted watch."""
+    cat = load_afid_catalog()
+    assert sorted(cat) == list(range(1, 35))
+    want = {"Fail-to-init": (State.FAILED, "inspect"), "Fatal": (State.FAILED, "reset"),
+            "Uncorrected, Non-fatal": (State.SUBHEALTHY, "reset"), "Corrected": (State.SUSPECT, None),
+            "ALL": (State.SUSPECT, None)}
+    for afid, row in cat.items():
+        v = afid_verdict(afid, cat)
+        level, repair = want[row.severity]
+        if row.type == "Bad Page Retirement Threshold":
+            repair = "replace"
+        assert (v.level, vendor_repair([v.reason]), v.hard) == (level, repair, level == State.FAILED), afid
+        assert v.reason.startswith(f"AMD Field ID {afid}: {row.category}, {row.type}")
+        assert (afid_verdict(afid, cat, baseline=True) is not None) == (level == State.FAILED), afid
+    # node-scraper's sample event: AFID 22, on-die ECC, uncorrected non-fatal (the HBM's)
+    assert (afid_verdict(22, cat).category, afid_verdict(10, cat).category) == ("gpu_memory", "scaleup_link")
+    assert (afid_verdict(14, cat).category, afid_verdict(33, cat).category) == ("gpu_bus", "telemetry")
+    unknown = afid_verdict(4242, cat)
+    assert unknown.level == State.SUSPECT and unknown.unknown and afid_verdict(4242, cat, baseline=True) is None
+
+
+def test_the_rule_detector_judges_amd_field_ids():
+    rules = RuleDetector().fit()
+    out = tick(rules, 100.0, [("n2/gpu0", "afid", 20, "error", ""), ("n2/gpu1", "afid", 22, "error", ""),
+                              ("n2/gpu2", "afid", 24, "error", ""), ("n2/gpu3", "afid", 4242, "error", "")])
+    assert (out["n2/gpu0"].level, out["n2/gpu0"].hard) == (State.FAILED, True)
+    assert out["n2/gpu1"].level == State.SUBHEALTHY and out["n2/gpu1"].category == "gpu_memory"
+    assert out["n2/gpu2"].level == State.SUSPECT and out["n2/gpu3"].level == State.SUSPECT
+    assert rules.unknown_codes_ == {4242: 1}

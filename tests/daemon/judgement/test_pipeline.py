@@ -89,6 +89,30 @@ def test_an_xid_counted_by_the_exporter_fails_its_gpu():
     assert failed[:1] == ["n1/gpu1"] and "n1/gpu0" not in failed
 
 
+def test_an_amd_field_id_of_a_scraped_gpu_fails_it():
+    """AMD device-metrics-exporter's gpu_afid_errors as a scrape gives it (the GPU's last RAS event: AFID 20, HBM
+    on-die ECC, fatal) through the name table to the rules: the GPU fails, its peer does not; the AFID held on the
+    gauge scrape after scrape is one event."""
+    from daemon.ingest.formats.openmetrics import parse_scrape
+    from daemon.ingest.formats.reader import ReadContext
+
+    ctx = ReadContext(mapper=SeriesMapper())
+    p = Pipeline(ctx.mapper)
+    states = []
+    for k in range(4):
+        now = 30.0 * (k + 1)
+        text = "".join(f'amd_gpu_{m}{{gpu_id="{g}",hostname="n2",card_model="AMD Instinct MI300X"{extra}}} {v}\n'
+                       for g in ("0", "1") for m, extra, v in (
+                           ("junction_temperature", "", 60),
+                           ("afid_errors", ',afid_index="0"', 20 if g == "1" and k >= 1 else 0)))
+        b = parse_scrape(text.encode(), ctx, {}, "scrape", now)
+        states += [(f.entity, f.state, f.reasons[0]) for f in p.tick(now, b).findings]
+    assert ctx.rejects.total == 0
+    failed = [s for s in states if s[1] == "failed" and s[0] == "n2/gpu1"]
+    assert failed and failed[0][2].startswith("AMD Field ID 20: HBM Errors, On-die ECC (AMD: Fatal; repair: reset)")
+    assert not [s for s in states if s[0] == "n2/gpu0" and s[1] != "healthy"]
+
+
 def test_a_code_no_catalog_knows_is_counted_on_metrics():
     from daemon import metrics
     from detectors.schema import events_frame

@@ -1,4 +1,5 @@
-"""Fault-code gauges to events: dcgm-exporter's last Xid and npu-exporter's active Ascend codes."""
+"""Fault-code gauges to events: dcgm-exporter's last Xid, npu-exporter's active Ascend codes and AMD
+device-metrics-exporter's AFIDs of a GPU's last RAS event."""
 
 import pandas as pd
 
@@ -25,6 +26,20 @@ def test_ascend_codes_are_events_when_they_appear_first_sight_included():
                                           ("n/npu1", "npu_error_code_1", 90.0, 0.0)))
     assert [e[3] for e in res.code_gauge_events(rows(("n/npu1", "npu_error_code_0", 120.0, 0x80E18402)))] == [
         0x80E18402]
+
+
+def test_amd_field_ids_are_events_when_a_gpus_last_ras_event_names_new_ones():
+    """gpu_afid_errors holds the AFIDs of the GPU's last RAS event, one series per afid_index, every scrape: an AFID
+    is an event when it appears, not while it stays; a next event's AFIDs are new ones."""
+    res = EventResolver(SeriesMapper())
+    out = res.code_gauge_events(rows(("n/gpu0", "afid_code_0", 0.0, 0.0), ("n/gpu1", "afid_code_0", 0.0, 22.0),
+                                     ("n/gpu1", "afid_code_1", 0.0, 24.0)))
+    assert [(e[1], e[2], e[3], e[6]) for e in out] == [("n/gpu1", "afid", 22, "amd-device-metrics-exporter"),
+                                                       ("n/gpu1", "afid", 24, "amd-device-metrics-exporter")]
+    assert not res.code_gauge_events(rows(("n/gpu1", "afid_code_0", 30.0, 22.0), ("n/gpu1", "afid_code_1", 30.0, 24.0)))
+    out = res.code_gauge_events(rows(("n/gpu1", "afid_code_0", 60.0, 20.0), ("n/gpu1", "afid_code_1", 60.0, 0.0),
+                                     ("n/npu0", "npu_error_code_0", 60.0, 0x80E18402)))
+    assert [(e[1], e[2], e[3]) for e in out] == [("n/gpu1", "afid", 20), ("n/npu0", "ascend", 0x80E18402)]
 
 
 def test_a_slot_not_reported_for_a_while_is_forgotten():
