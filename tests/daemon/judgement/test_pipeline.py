@@ -91,8 +91,9 @@ def test_an_xid_counted_by_the_exporter_fails_its_gpu():
 
 def test_an_amd_field_id_of_a_scraped_gpu_fails_it():
     """AMD device-metrics-exporter's gpu_afid_errors as a scrape gives it (the GPU's last RAS event: AFID 20, HBM
-    on-die ECC, fatal) through the name table to the rules: the GPU fails, its peer does not; the AFID held on the
-    gauge scrape after scrape is one event."""
+    on-die ECC, fatal; labels severity and afid_index as pkg/amdgpu/gpuagent/gpuagent_gpu_metrics.go sets them)
+    through the name table to the rules: the GPU fails, its peer does not; the AFID held on the gauge scrape after
+    scrape is one event."""
     from daemon.ingest.formats.openmetrics import parse_scrape
     from daemon.ingest.formats.reader import ReadContext
 
@@ -104,7 +105,7 @@ def test_an_amd_field_id_of_a_scraped_gpu_fails_it():
         text = "".join(f'amd_gpu_{m}{{gpu_id="{g}",hostname="n2",card_model="AMD Instinct MI300X"{extra}}} {v}\n'
                        for g in ("0", "1") for m, extra, v in (
                            ("junction_temperature", "", 60),
-                           ("afid_errors", ',afid_index="0"', 20 if g == "1" and k >= 1 else 0)))
+                           ("afid_errors", ',severity="fatal",afid_index="0"', 20 if g == "1" and k >= 1 else 0)))
         b = parse_scrape(text.encode(), ctx, {}, "scrape", now)
         states += [(f.entity, f.state, f.reasons[0]) for f in p.tick(now, b).findings]
     assert ctx.rejects.total == 0
