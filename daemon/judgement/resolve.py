@@ -44,6 +44,16 @@ _XID_COUNTS = NamesWhere(lambda m: m.startswith((XID_COUNT_PREFIX, XID_TOTAL_PRE
 _MAX_XIDS_A_SAMPLE = 100  # a window's count read as events: a storm is told, not replayed one by one
 
 
+_MAX_CODE = 0xFFFFFFFF  # fault codes are 32 bits (Ascend's are 32-bit hex; Xids and AFIDs are small)
+
+
+def fault_code(value: float) -> int | None:
+    """A gauge's value as a fault code: a whole number from 1 to 2^32 - 1, else None (0 and NaN: no code)."""
+    if not (1 <= value <= _MAX_CODE) or value != int(value):
+        return None
+    return int(value)
+
+
 def is_code_gauge(metric: str) -> bool:
     """Whether a canonical gauge holds fault codes (events are made of its changes, not its level)."""
     return metric == "xid_last" or metric.startswith((NPU_CODE_PREFIX, AFID_CODE_PREFIX, XID_COUNT_PREFIX,
@@ -102,6 +112,12 @@ class EventResolver:
             rows.append(tuple(rec[c] for c in EVENT_COLUMNS))
         return events_frame(rows)
 
+    def _not_a_code(self, entity: str, metric: str, ts: float, value) -> None:
+        """Say and count a fault-code gauge's reading that is no code (a value out of 32 bits, a fraction, a label
+        that is no number): its reading is dropped, the rest goes on."""
+        self.mapper.rejects.reject("fault_code_gauge", f"{metric} of {entity} at {ts:.0f}",
+                                   f"not a fault code: {value!r} (a whole number from 1 to {_MAX_CODE})")
+
     def code_gauge_events(self, gauges: pd.DataFrame) -> list[tuple]:
         """Events from the fault-code gauges (rows: entity, metric, ts, value, in time order)."""
         if gauges.empty:
@@ -133,7 +149,11 @@ class EventResolver:
             self._xid_counts[key] = v
             if prev is None:
                 continue
-            code = int(m[len(XID_COUNT_PREFIX if window else XID_TOTAL_PREFIX):])
+            text = m[len(XID_COUNT_PREFIX if window else XID_TOTAL_PREFIX):]
+            code = fault_code(float(text)) if text.isdigit() else None
+            if code is None:
+                self._not_a_code(e, m, float(ts), text)
+                continue
             field_name = "DCGM_EXP_XID_ERRORS_COUNT" if window else "DCGM_EXP_XID_ERRORS_TOTAL"
             for _ in range(min(int(v - prev), _MAX_XIDS_A_SAMPLE)):
                 out.append((float(ts), e, "xid", code, "error", f"reported by dcgm-exporter {field_name}",
@@ -162,6 +182,9 @@ class EventResolver:
             before = {c for c, _ in slots.values()}
             for i in members:
                 v = float(value[i])
+                if v > 0 and np.isfinite(v) and fault_code(v) is None:
+                    self._not_a_code(e, metric[i], t, v)
+                    v = 0.0
                 if v > 0 and np.isfinite(v):
                     slots[metric[i]] = (v, t)
                 else:
@@ -208,6 +231,9 @@ class EventResolver:
             else:
                 self._nonzero.discard(e)
             if prev is None or v == prev or v <= 0 or np.isnan(v):
+                continue
+            if fault_code(v) is None:
+                self._not_a_code(e, "xid_last", ts, v)
                 continue
             out.append((ts, e, "xid", int(v), "error",
                         "reported by dcgm-exporter DCGM_FI_DEV_XID_ERRORS", "dcgm-exporter", None, None))

@@ -120,3 +120,21 @@ def test_dcgm_exporters_count_of_each_xid_gives_its_new_xids():
     assert ctx.rejects.total == 0
     bad = parse_scrape(b'DCGM_EXP_XID_ERRORS_COUNT{gpu="0",Hostname="h",xid="x"} 1\n', ctx, {}, "scrape", 1.0)
     assert bad.samples.empty and "its 'xid' label is no code: 'x'" in ctx.rejects.messages[-1]
+
+
+def test_a_fault_code_gauge_reading_that_is_no_code_is_rejected_by_position_and_the_rest_goes_on():
+    """Values no 32-bit fault code can have (1e30, a fraction) and a count series whose code label is no number:
+    each reading is rejected naming the gauge, its part and its time, counted, and the good readings beside it still
+    make their events (a 1e30 once overflowed the events' integer column and stopped the tick)."""
+    mapper = SeriesMapper()
+    res = EventResolver(mapper)
+    res.code_gauge_events(rows(("n/gpu0", "xid_last", 0.0, 0.0)))
+    out = res.code_gauge_events(rows(("n/gpu0", "xid_last", 30.0, 1e30), ("n/gpu1", "afid_code_0", 30.0, 22.7),
+                                     ("n/gpu2", "afid_code_0", 30.0, 1e30), ("n/npu0", "npu_error_code_0", 30.0, 1e30),
+                                     ("n/gpu3", "xid_count_99999999999999999999", 30.0, 1.0),
+                                     ("n/gpu4", "afid_code_0", 30.0, 20.0)))
+    assert [(e[1], e[2], e[3]) for e in out] == [("n/gpu4", "afid", 20)]
+    assert mapper.rejects.total == 5
+    assert "afid_code_0 of n/gpu1 at 30: not a fault code: 22.7 (a whole number from 1 to 4294967295)" in \
+        mapper.rejects.messages
+    assert [e[3] for e in res.code_gauge_events(rows(("n/gpu0", "xid_last", 60.0, 79.0)))] == [79]
