@@ -25,10 +25,9 @@ fatal interrupts and failed resets; MindCluster's SeparateNPU and RestartNPU; AM
 
 from __future__ import annotations
 
-import csv
 from dataclasses import dataclass
-from importlib import resources
 
+from detectors.catalog_files import catalog_rows
 from detectors.schema import State
 from detectors.xid_catalog import repair_reason
 
@@ -66,8 +65,7 @@ class Verdict:
 
 def load_ascend_catalog() -> dict[int, str]:
     """The packaged Ascend fault-code catalog: code -> MindCluster handling level."""
-    text = resources.files("detectors.catalogs").joinpath("ascend_fault_codes.csv").read_text()
-    rows = csv.DictReader(line for line in text.splitlines() if not line.startswith("#"))
+    rows = catalog_rows("ascend_fault_codes.csv")
     return {int(r["code"], 16): r["level"] for r in rows}
 
 
@@ -104,8 +102,7 @@ class Afid:
 
 def load_afid_catalog() -> dict[int, Afid]:
     """The packaged AFID list: AFID -> its row."""
-    text = resources.files("detectors.catalogs").joinpath("amd_afid.csv").read_text()
-    rows = csv.DictReader(line for line in text.splitlines() if not line.startswith("#"))
+    rows = catalog_rows("amd_afid.csv")
     return {int(r["afid"]): Afid(int(r["afid"]), r["category"], r["type"], r["severity"]) for r in rows}
 
 
@@ -165,8 +162,7 @@ class AmdgpuRule:
 
 def load_amdgpu_catalog() -> list[AmdgpuRule]:
     """The packaged amdgpu catalog, in file order (the first matching row wins)."""
-    text = resources.files("detectors.catalogs").joinpath("amdgpu.csv").read_text()
-    rows = csv.DictReader(line for line in text.splitlines() if not line.startswith("#"))
+    rows = catalog_rows("amdgpu.csv")
     return [AmdgpuRule(r["event"], r["block"], r["state"], r["category"], r["meaning"]) for r in rows]
 
 

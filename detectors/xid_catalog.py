@@ -19,12 +19,11 @@ decode sheet's row for the line.
 
 from __future__ import annotations
 
-import csv
 import re
 from dataclasses import dataclass
 from functools import cache
-from importlib import resources
 
+from detectors.catalog_files import catalog_rows
 from detectors.schema import CATEGORIES, State
 
 #: architectures the workbook has an "Applies to" column for, in its order
@@ -131,11 +130,6 @@ class DecodeRow:
 _PER_DAY = re.compile(r"if seen\s*>\s*(\d+)\s*per day", re.IGNORECASE)
 
 
-def _rows(name: str) -> list[dict[str, str]]:
-    text = resources.files("detectors.catalogs").joinpath(name).read_text(encoding="utf-8")
-    return list(csv.DictReader(line for line in text.splitlines() if not line.startswith("#")))
-
-
 def _judgement(name: str, r: dict[str, str]) -> tuple[str, str, str, tuple[int, ...], str]:
     """A judgement row's state, category, repair, the codes it ends and its departure, checked."""
     if r["state"] not in STATES or r["repair"] not in REPAIRS or r["category"] not in CATEGORIES:
@@ -149,7 +143,7 @@ def load_vendor_xids() -> dict[int, VendorXid]:
     return {int(r["code"]): VendorXid(int(r["code"]), r["mnemonic"], r["description"],
                                       tuple(a for a in ARCHITECTURES if r[a] == "yes"), r["immediate"],
                                       r["investigatory"], r["xid154_linkage"])
-            for r in _rows("nvidia_xid.csv")}
+            for r in catalog_rows("nvidia_xid.csv")}
 
 
 @cache
@@ -157,7 +151,7 @@ def load_xid_catalog() -> dict[int, XidRule]:
     """raswarden's judgement of every code (``xid.csv``) with the vendor's facts, keyed by code."""
     vendor = load_vendor_xids()
     rules = {}
-    for r in _rows("xid.csv"):
+    for r in catalog_rows("xid.csv"):
         code = int(r["code"])
         rules[code] = XidRule(code, vendor[code].mnemonic, *_judgement("xid.csv", r), vendor[code])
     return rules
@@ -167,7 +161,7 @@ def load_xid_catalog() -> dict[int, XidRule]:
 def load_decode_sheet() -> dict[int, list[DecodeRow]]:
     """``nvidia_xid_decode.csv``, the rows of each Xid in the sheet's order."""
     out: dict[int, list[DecodeRow]] = {}
-    for r in _rows("nvidia_xid_decode.csv"):
+    for r in catalog_rows("nvidia_xid_decode.csv"):
         row = DecodeRow(int(r["xid"]), r["unit"], r["intrinfo_v1"], r["intrinfo_v2"],
                         tuple(int(s, 16) for s in r["error_status"].split()), r["action"], r["action2_v1"],
                         r["action2_v2"], r["action2"], r["investigatory"], r["severity"], r["hw_sw"])
@@ -271,7 +265,7 @@ class SxidRule:
 def load_sxid_catalog() -> dict[int, SxidRule]:
     """``sxid.csv`` keyed by code."""
     out = {}
-    for r in _rows("sxid.csv"):
+    for r in catalog_rows("sxid.csv"):
         code = int(r["code"])
         out[code] = SxidRule(code, r["name"], r["class"], r["recovery"], *_judgement("sxid.csv", r))
     return out

@@ -189,10 +189,11 @@ class EventResolver:
                     slots[metric[i]] = (v, t)
                 else:
                     slots.pop(metric[i], None)
-            for code in sorted({c for c, _ in slots.values()} - before):
-                kind, said, source = _SLOT_EVENTS[AFID_CODE_PREFIX if any(
-                    metric[i].startswith(AFID_CODE_PREFIX) for i in members) else NPU_CODE_PREFIX]
-                out.append((t, e, kind, int(code), "error", said, source, None, None))
+            new = sorted({c for c, _ in slots.values()} - before)
+            if new:  # (a part's slots are one exporter's: an NPU's or a GPU's AFIDs)
+                kind, said, source = _SLOT_EVENTS[
+                    AFID_CODE_PREFIX if metric[members[0]].startswith(AFID_CODE_PREFIX) else NPU_CODE_PREFIX]
+                out += [(t, e, kind, int(code), "error", said, source, None, None) for code in new]
             if not slots:
                 del self._code_slots[e]
         return out
