@@ -45,7 +45,7 @@ SAMPLING = {
     "300s-live": (60.0, {"dcgm": {"interval": "5m", **LIVE}, "node": {"interval": "5m", **LIVE}}),
 }
 CELLS = ("15s", "60s", "300s", "mixed")
-NOISE = ("quiet", "realistic", "noisy", "bursty")
+NOISE = ("quiet", "realistic", "noisy", "bursty", "loaded")
 #: the cells of issue 24's matrix; ``bursty`` (rare bursts over a limit's hourly count, issue 53) is run when named
 DEFAULT_NOISE = NOISE[:3]
 

@@ -22,12 +22,17 @@ well under; corrected PCIe errors that some hosts log for healthy devices (the A
 fixtures/real/quoted). ``realistic`` puts a median port at half a symbol error a day and one in twenty at several a
 day, and a median GPU's kernel log at a corrected AER line every three weeks; ``noisy`` five times that, wider
 spread and more bursts; ``bursty`` is ``realistic`` with a touched cable now and then, a rare burst that alone
-crosses a limit's hourly count (``touches_per_day``, ``touch_size``).
+crosses a limit's hourly count (``touches_per_day``, ``touch_size``); ``loaded`` is ``noisy`` whose errors come
+with use: a GPU's replays, corrected memory errors, NVLink CRC errors and logged AER lines, and a port's receive
+errors, at a tenth of the part's rate while its GPU (its node's GPUs, for a port) is idle (``idle_share``), so a
+healthy part steps up by ten when a job starts on it. Assumed, not measured: no public source gives a healthy
+part's errors by load; errors that need traffic (a replayed TLP, a corrupted packet, a memory read) cannot come
+without it, and a link's symbol errors come on an idle link too (its lanes carry idle symbols).
 """
 
 from __future__ import annotations
 
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 
 import numpy as np
 
@@ -46,6 +51,10 @@ class CounterNoise:
     """Rare large bursts per part and day (a cable touched or reseated, a link retraining storm), each a geometric
     number of errors with mean ``touch_size``: alone over a rule's hourly limit now and then, on a healthy part."""
     touch_size: float = 0.0
+    idle_share: float = 1.0
+    """The part's rate while idle as a share of its rate while busy (``rate_per_h``): 1 is a rate that does not
+    follow the load (a link's symbol errors: its lanes carry symbols whether or not a job sends data); less is
+    errors that come with use (a GPU's PCIe replays and corrected memory errors, a port's receive errors)."""
 
 
 # A healthy part stays within a tenth of what shipped tools call a fault (the rules' limits, docs/rules.md: symbol
@@ -83,7 +92,10 @@ BURSTY = {**REALISTIC,
           "symbol_error_total": CounterNoise(0.02, 1.5, 0.2, 4.0, touches_per_day=0.05, touch_size=120.0),
           "link_error_recovery_total": CounterNoise(0.001, 1.0, 0.02, 1.0, touches_per_day=0.05, touch_size=20.0),
           "pcie_replay_total": CounterNoise(0.05, 2.0, 0.1, 10.0, touches_per_day=0.05, touch_size=900.0)}
-PRESETS = {"quiet": QUIET, "realistic": REALISTIC, "noisy": NOISY, "bursty": BURSTY}
+LOAD_FOLLOWING = ("rcv_errors_total", "ecc_sbe_total", "pcie_replay_total", "nvlink_crc_flit_total", AER_LOGGED)
+"""The counters whose healthy errors come with use (``loaded``)."""
+LOADED = {m: replace(n, idle_share=0.1) if m in LOAD_FOLLOWING else n for m, n in NOISY.items()}
+PRESETS = {"quiet": QUIET, "realistic": REALISTIC, "noisy": NOISY, "bursty": BURSTY, "loaded": LOADED}
 
 
 def parse_noise(d: str | dict | None, where: str) -> tuple[str, dict[str, CounterNoise]]:
@@ -113,9 +125,12 @@ class PartNoise:
         spread = rng.normal(0.0, spec.spread, n) if spec.spread > 0 else np.zeros(n)
         self.rate_per_h = np.minimum(spec.rate_per_h * np.exp(spread), max_per_h)
 
-    def increments(self, rng: np.random.Generator, steps: int, dt: float) -> np.ndarray:
-        """``[parts x steps]`` errors in steps of ``dt`` seconds."""
+    def increments(self, rng: np.random.Generator, steps: int, dt: float, load: np.ndarray | None = None) -> np.ndarray:
+        """``[parts x steps]`` errors in steps of ``dt`` seconds; ``load`` (``[parts x steps]``, 0 idle to 1 busy)
+        moves a rate that follows the load (``idle_share`` below 1) between its idle and its busy rate."""
         lam = (self.rate_per_h * dt / 3600.0)[:, None]
+        if self.spec.idle_share < 1.0 and load is not None:
+            lam = lam * (self.spec.idle_share + (1.0 - self.spec.idle_share) * load)
         out = rng.poisson(np.broadcast_to(lam, (len(self.rate_per_h), steps))).astype(np.float64)
         if self.spec.bursts_per_day > 0:
             bursts = rng.poisson(self.spec.bursts_per_day * dt / 86400.0, out.shape)

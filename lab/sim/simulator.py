@@ -407,7 +407,7 @@ class Simulator:
         self._fault_effects(ts, rng, fx)
         power, temp, hbm, throttle, clock, fb = self._physics(rng, busy, util, fx)
         fx.gpu_inc["energy_mj_total"] += power * dt * 1000.0
-        lines = self._background(ts, rng, fx, lines)
+        lines = self._background(ts, rng, fx, lines, busy)
         self._traffic(rng, util, fx)
         gpu = {
             "gpu_temp_c": np.round(temp), "hbm_temp_c": np.round(hbm), "power_w": np.round(power, 3),
@@ -523,9 +523,10 @@ class Simulator:
         return power, temp, hbm, throttle, clock, fb
 
     def _background(self, ts: np.ndarray, rng: np.random.Generator, fx: _Effects,
-                    lines: list[tuple[float, str, str]]) -> list[tuple[float, str, str]]:
+                    lines: list[tuple[float, str, str]], busy: np.ndarray) -> list[tuple[float, str, str]]:
         """Healthy parts' background errors (daemon's noise presets) into the counters, and their corrected AER
-        lines into the kernel log; returns the chunk's kernel lines."""
+        lines into the kernel log; returns the chunk's kernel lines. ``busy``: which GPUs run a job at each step
+        (a rate that follows the load: a GPU's own, a port's its node's share of busy GPUs)."""
         t, sc = self.topo, self.scenario
         n_s, dt = len(ts), sc.resolution
         if not self.part_noise:  # quiet: one homogeneous rare rate per counter, from the engine's stream
@@ -535,13 +536,28 @@ class Simulator:
                     fx.gpu_inc[m] += rng.poisson(rate * dt / 3600.0, (t.n_gpus, n_s))
                 elif m in fx.port_inc:
                     fx.port_inc[m] += rng.poisson(rate * dt / 3600.0, (t.n_ports, n_s))
+        load: dict[bool, np.ndarray] = {}
+
+        def load_of(gpu: bool) -> np.ndarray:
+            if gpu not in load:
+                share = busy.astype(float)
+                if not gpu:
+                    share = np.repeat(share.reshape(t.n_nodes, t.gpus_per_node, n_s).mean(axis=1), t.ports_per_node,
+                                      axis=0)
+                load[gpu] = share
+            return load[gpu]
+
         for m, noise in self.part_noise.items():
+            follows = noise.spec.idle_share < 1.0
             if m == AER_LOGGED:
-                logged = self._aer_lines(ts, noise.increments(self._aer_rng, n_s, dt), fx.gpu_present)
+                logged = self._aer_lines(ts, noise.increments(self._aer_rng, n_s, dt, load_of(True) if follows
+                                                              else None), fx.gpu_present)
                 if logged:
                     lines = sorted(lines + logged)
             else:
-                (fx.gpu_inc if m in fx.gpu_inc else fx.port_inc)[m] += noise.increments(self._noise_rng, n_s, dt)
+                gpu = m in fx.gpu_inc
+                (fx.gpu_inc if gpu else fx.port_inc)[m] += noise.increments(
+                    self._noise_rng, n_s, dt, load_of(gpu) if follows else None)
         return lines
 
     def _traffic(self, rng: np.random.Generator, util: np.ndarray, fx: _Effects) -> None:

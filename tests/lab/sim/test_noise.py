@@ -28,3 +28,25 @@ def test_realistic_draws_are_the_same_whether_or_not_another_counter_is_bursty()
     with_field = draws(BURSTY["symbol_error_total"].__class__(**{**BURSTY["symbol_error_total"].__dict__,
                                                                   "touches_per_day": 0.0}))
     assert np.array_equal(no_touch, with_field)  # the touch process draws nothing when off
+
+
+def test_loaded_parts_err_ten_times_less_while_idle_and_links_the_same_either_way():
+    from lab.sim.noise import LOADED, NOISY
+
+    parts, steps, dt = 512, 2016, 300.0  # a week at 5 minutes
+    spec = LOADED["pcie_replay_total"]
+    assert spec.idle_share == 0.1 and LOADED["symbol_error_total"] is NOISY["symbol_error_total"]
+    # the same parts (one rate draw) idle the first half of the week and busy the second
+    rng = np.random.default_rng(3)
+    noise = PartNoise(spec, parts, rng)
+    load = np.zeros((parts, steps))
+    load[:, steps // 2:] = 1.0
+    x = noise.increments(rng, steps, dt, load)
+    idle, busy = x[:, : steps // 2].sum(), x[:, steps // 2:].sum()
+    assert 5.0 < busy / idle < 20.0, (idle, busy)  # bursts do not follow the load: a little under 10
+    # a rate that does not follow the load draws what it drew without one
+    links = NOISY["symbol_error_total"]
+    a = PartNoise(links, parts, np.random.default_rng(5))
+    b = PartNoise(links, parts, np.random.default_rng(5))
+    assert np.array_equal(a.increments(np.random.default_rng(6), steps, dt, load),
+                          b.increments(np.random.default_rng(6), steps, dt))
