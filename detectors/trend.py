@@ -73,6 +73,7 @@ from detectors.table import keeps_layout
 from detectors.trend_counters import CATEGORY_COUNTERS, COUNTERS, LOGGED_AER_NAMES, CounterRecord
 from detectors.trend_fleet import FleetRates
 from detectors.trend_judge import TrendJudgement
+from detectors.trend_use import USE_FOLLOWING, InUseClock
 
 
 class TrendDetector(FleetRates, TrendJudgement):
@@ -122,6 +123,7 @@ class TrendDetector(FleetRates, TrendJudgement):
         self._model_cache: tuple | None = None
         self._accelerator_cache: tuple | None = None
         self._group_memo: dict[int, tuple] = {}  # (see _exposure_groups)
+        self._use = InUseClock()  # each part's clock in use (detectors/trend_use.py)
         return self
 
     def __getstate__(self) -> dict:
@@ -162,6 +164,7 @@ class TrendDetector(FleetRates, TrendJudgement):
         self._last_now = now
         inc = tick.increases
         models = tick.models or {}
+        self._in_use().observe(tick.gauges, tick_s)
         if not inc.empty:
             mcodes, mnames = name_codes(inc["metric"])
             pick = names_mask(mnames, COUNTERS)[mcodes]
@@ -231,6 +234,14 @@ class TrendDetector(FleetRates, TrendJudgement):
         series: its entity and counter as codes into ``enames`` and ``mnames``, its increase ``x`` over ``dt``
         seconds."""
         hours = np.nan_to_num(dt, nan=0.0) / 3600.0
+        clock = None  # each row's series time: its part's clock in use for a counter that follows use, else now
+        follows = names_mask(mnames, USE_FOLLOWING)[mcodes]
+        if follows.any():
+            idle, idle_s = self._in_use().rows(ecodes, enames)
+            idle &= follows
+            if idle.any():  # (a part idle now: no exposure, no episode)
+                hours, x = np.where(idle, 0.0, hours), np.where(idle, 0.0, x)
+            clock = np.where(follows, now - idle_s, now)
         model_of, model_names = self._models_of(enames, models)
         for name, rows in self._exposure_groups(ecodes, enames, mcodes, mnames, model_of, model_names):
             acc = self._exposure.setdefault(name, [0.0, now])
@@ -239,6 +250,7 @@ class TrendDetector(FleetRates, TrendJudgement):
         fresh: list[tuple[str, str]] = []
         for i in np.flatnonzero(x > 0):  # the few series with errors this tick
             key = (enames[ecodes[i]], mnames[mcodes[i]])
+            at = now if clock is None else float(clock[i])
             s = self._series.get(key)
             if s is None:
                 s = self._series[key] = CounterRecord(self._start, (key[1], model_names[model_of[ecodes[i]]]))
@@ -250,14 +262,14 @@ class TrendDetector(FleetRates, TrendJudgement):
             # tick merged with every other one
             span = min(dt[i], self.episode_gap_s / 2) if dt[i] > 0 else 0.0
             last = s.episodes[-1] if s.episodes else None
-            if last is None or now - s.last_active > self.episode_gap_s or (
-                    now - last[2] >= self.episode_gap_s + span / 4 if len(last) > 2
-                    else now - last[0] >= self.episode_gap_s):  # (an older warm state's: from tick to tick)
-                s.episodes.append([now, float(x[i]), now - span])
+            if last is None or at - s.last_active > self.episode_gap_s or (
+                    at - last[2] >= self.episode_gap_s + span / 4 if len(last) > 2
+                    else at - last[0] >= self.episode_gap_s):  # (an older warm state's: from tick to tick)
+                s.episodes.append([at, float(x[i]), at - span])
                 fresh.append(key)
             elif s.episodes:
                 s.episodes[-1][1] += float(x[i])
-            s.last_active = now
+            s.last_active = at
         if now - self._learned_at >= self.learn_every_s:
             self._learn_fleet(now)
         if fresh:  # (one series' windows do not move with another's judgement: made together)
@@ -265,6 +277,17 @@ class TrendDetector(FleetRates, TrendJudgement):
             known = self._sibling_windows(fresh, judged, now) if self.together else None
             for key, windows in zip(fresh, judged):
                 self._judge(key, now, windows, known)
+
+    def _in_use(self) -> InUseClock:
+        """The parts' clocks in use (a warm state from before them starts them now)."""
+        use = getattr(self, "_use", None)
+        if use is None:
+            use = self._use = InUseClock()
+        return use
+
+    def _series_time(self, key: tuple[str, str], now: float) -> float:
+        """Series ``key``'s time: its part's clock in use for a counter whose errors follow use, else ``now``."""
+        return now - self._in_use().idle_s(key[0]) if key[1] in USE_FOLLOWING else now
 
     def _exposure_groups(self, ecodes: np.ndarray, enames: np.ndarray, mcodes: np.ndarray, mnames: np.ndarray,
                          model_of: np.ndarray, model_names: list[str]) -> list[tuple[tuple[str, str], np.ndarray]]:

@@ -30,8 +30,8 @@ class FleetRates:
         (:func:`fit_lognormal`, from the counter's prior and ``prior_spread`` while the fleet says little)."""
         horizon_h = min((now - self._start) / 3600.0, self.history_halflife_s / 3600.0)
         counts: dict[tuple[str, str], list[float]] = {}
-        for s in self._series.values():
-            self._fold(s, now)
+        for key, s in self._series.items():
+            self._fold(s, self._series_time(key, now))
             counts.setdefault(s.group, []).append(s.k_hist + len(s.episodes))
         for group, (hours, _) in self._exposure.items():
             if horizon_h <= 0 or hours <= 0:

@@ -109,9 +109,10 @@ class TrendJudgement:
         frozen = np.zeros(n, dtype=bool)
         for i, key in enumerate(keys):
             s = self._series[key]
-            self._fold(s, now)
-            counts = s.window_counts(now)
-            seen_h = (now - s.first) / 3600.0
+            at = self._series_time(key, now)
+            self._fold(s, at)
+            counts = s.window_counts(at)
+            seen_h = (at - s.first) / 3600.0
             # A young record (raswarden started watching hours ago): the second window cannot be judged until the
             # record before it is as long, so a rise an hour or two in would be judged by the first window alone,
             # whose record soon holds the rise's own first hour. The half-record window fills that gap: the
@@ -119,7 +120,7 @@ class TrendJudgement:
             if 2 * windows_h[0] < seen_h < 2 * windows_h[1]:
                 young[i] = True
                 half = seen_h / 2.0
-                counts.append(s.count_since(now - half * 3600.0))
+                counts.append(s.count_since(at - half * 3600.0))
                 exposure[i, n_fixed] = half
             else:
                 counts.append(0)
@@ -211,7 +212,8 @@ class TrendJudgement:
             return
         _, category, words = COUNTERS[key[1]]
         span = w.span()
-        errors = sum(e[1] for e in self._series[key].episodes if e[0] > now - w.span_h[w.best] * 3600.0)
+        since = self._series_time(key, now) - w.span_h[w.best] * 3600.0
+        errors = sum(e[1] for e in self._series[key].episodes if e[0] > since)
         whose = "this part itself showed" if w.own[w.best] else "a healthy part of this fleet shows"
         reason = (f"{words} in {int(w.k[w.best])} separate episodes over the last {span} ({errors:.0f} errors); "
                   f"{whose} {w.expected():.2g} episodes an hour (chance {w.p[w.best]:.1g})")
