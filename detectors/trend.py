@@ -81,7 +81,8 @@ class TrendDetector(FleetRates, TrendJudgement):
 
     name = "trend"
     needs_features = False
-    inputs = {metric: f"{words} (a rate rising against the fleet's)" for metric, (_, _, words) in COUNTERS.items()}
+    inputs = {**{metric: f"{words} (a rate rising against the fleet's)" for metric, (_, _, words) in COUNTERS.items()},
+              "gpu_util_pct": "each part's time in use (counters whose errors come with use)"}
 
     def __init__(self, alpha: float = 1e-7, min_episodes: int = 3, episode_gap_s: float = 300.0,
                  prior_spread: float = 1.5, history_halflife_s: float = 7 * 86400.0,
@@ -108,7 +109,8 @@ class TrendDetector(FleetRates, TrendJudgement):
         # (entity, counter) or, for counters judged together, (entity, category) -> until, reason, score, level,
         # category
         self._alarm: dict[tuple[str, str], tuple[float, str, float, State, str]] = {}
-        # (counter, part model) -> [decayed hours of exposure of all its parts, time of the last update]
+        # (counter, part model) -> [decayed hours of exposure of all its parts, time of the last update, and for a
+        # counter on the clock in use the decayed hours its parts were sampled, in use or not (how many parts)]
         self._exposure: dict[tuple[str, str], list[float]] = {}
         # (counter, part model) -> (mu, sigma): the log-normal spread of healthy parts' episodes per hour
         self._fleet: dict[tuple[str, str], tuple[float, float]] = {}
@@ -235,6 +237,7 @@ class TrendDetector(FleetRates, TrendJudgement):
         seconds."""
         hours = np.nan_to_num(dt, nan=0.0) / 3600.0
         clock = None  # each row's series time: its part's clock in use for a counter that follows use, else now
+        sampled = hours
         follows = names_mask(mnames, USE_FOLLOWING)[mcodes]
         if follows.any():
             idle, idle_s = self._in_use().rows(ecodes, enames)
@@ -245,7 +248,12 @@ class TrendDetector(FleetRates, TrendJudgement):
         model_of, model_names = self._models_of(enames, models)
         for name, rows in self._exposure_groups(ecodes, enames, mcodes, mnames, model_of, model_names):
             acc = self._exposure.setdefault(name, [0.0, now])
-            acc[0] = acc[0] * 0.5 ** ((now - acc[1]) / self.history_halflife_s) + float(hours[rows].sum())
+            decay = 0.5 ** ((now - acc[1]) / self.history_halflife_s)
+            acc[0] = acc[0] * decay + float(hours[rows].sum())
+            if name[0] in USE_FOLLOWING:
+                if len(acc) < 3:  # (a warm state's from before the clock in use: every hour was one in use)
+                    acc.append(acc[0])
+                acc[2] = acc[2] * decay + float(sampled[rows].sum())
             acc[1] = now
         fresh: list[tuple[str, str]] = []
         for i in np.flatnonzero(x > 0):  # the few series with errors this tick

@@ -33,11 +33,13 @@ class FleetRates:
         for key, s in self._series.items():
             self._fold(s, self._series_time(key, now))
             counts.setdefault(s.group, []).append(s.k_hist + len(s.episodes))
-        for group, (hours, _) in self._exposure.items():
+        for group, (hours, _, *sampled) in self._exposure.items():
             if horizon_h <= 0 or hours <= 0:
                 continue
             prior = self._prior_rate(group[0])
-            parts = max(hours / horizon_h, 1.0)  # exposure over time: how many parts
+            # exposure over time: how many parts (for a counter on the clock in use, the hours they were sampled,
+            # in use or not: each part's exposure is then its share of the hours in use)
+            parts = max((sampled[0] if sampled else hours) / horizon_h, 1.0)
             k = np.sort(np.asarray(counts.get(group, []), dtype=float))
             drop = min(len(k), max(1, int(math.ceil(self.trim * parts))))
             k = k[: len(k) - drop]
