@@ -240,11 +240,13 @@ class TrendDetector(FleetRates, TrendJudgement):
         sampled = hours
         follows = names_mask(mnames, USE_FOLLOWING)[mcodes]
         if follows.any():
-            idle, idle_s = self._in_use().rows(ecodes, enames)
-            idle &= follows
-            if idle.any():  # (a part idle now: no exposure, no episode)
-                hours, x = np.where(idle, 0.0, hours), np.where(idle, 0.0, x)
-            clock = np.where(follows, now - idle_s, now)
+            use = self._in_use()
+            kind, idle, lag = use.rows(ecodes, enames)
+            use.learn(kind[follows], idle[follows], x[follows] > 0, hours[follows])
+            left_out = idle & follows & ~use.idle_counts(kind)
+            if left_out.any():  # (a part idle now, of a kind whose errors may follow use: no exposure, no episode)
+                hours, x = np.where(left_out, 0.0, hours), np.where(left_out, 0.0, x)
+            clock = np.where(follows, now - lag, now)
         model_of, model_names = self._models_of(enames, models)
         for name, rows in self._exposure_groups(ecodes, enames, mcodes, mnames, model_of, model_names):
             acc = self._exposure.setdefault(name, [0.0, now])
@@ -295,7 +297,7 @@ class TrendDetector(FleetRates, TrendJudgement):
 
     def _series_time(self, key: tuple[str, str], now: float) -> float:
         """Series ``key``'s time: its part's clock in use for a counter whose errors follow use, else ``now``."""
-        return now - self._in_use().idle_s(key[0]) if key[1] in USE_FOLLOWING else now
+        return now - self._in_use().lag_s(key[0]) if key[1] in USE_FOLLOWING else now
 
     def _exposure_groups(self, ecodes: np.ndarray, enames: np.ndarray, mcodes: np.ndarray, mnames: np.ndarray,
                          model_of: np.ndarray, model_names: list[str]) -> list[tuple[tuple[str, str], np.ndarray]]:

@@ -1,25 +1,35 @@
-"""Each part's time in use, for the trend detector's counters whose healthy errors come with use.
+"""Each part's time in use, for the trend detector's counters whose healthy errors may come with use.
 
 A GPU's PCIe replays, corrected memory errors, NVLink CRC errors and corrected AER errors, and a port's receive
-errors, come with traffic: a healthy part counts several times more of them running a job than idle (a replayed TLP,
-a corrupted packet, a memory read with a corrected bit need a TLP, a packet, a read). Judged on wall time, a healthy
-part idle for hours and then given a job has a quiet record and then a rise, and the trend detector flagged it
-(a week of a fleet idle half the time between jobs, its healthy parts erring at a tenth of their busy rate while
-idle: 311 false flags in 560 node-days; bench/records/detectors-history.md, "Run 16"). A link's symbol errors and
-link error recoveries come on an idle link too (its lanes carry idle symbols) and are judged on wall time.
+errors, may come with traffic: a replayed TLP, a corrupted packet, a memory read with a corrected bit need a TLP, a
+packet, a read. Where they do, a healthy part counts several times more of them running a job than idle, and judged
+on wall time a part idle for hours and then given a job has a quiet record and then a rise: a week of a fleet idle
+half the time between jobs, its healthy parts erring at a tenth of their busy rate while idle, was flagged 311 times
+in 560 node-days (bench/records/detectors-history.md, "Run 16"). Where they do not (no public source says how a
+healthy part's errors follow its load), the time a part was idle is as much a record of it as the time it was busy.
 
-So a counter of :data:`USE_FOLLOWING` is judged on its part's **clock in use**: the wall clock less the time the part
-was idle (an accelerator whose utilisation is under :data:`~detectors.smoothing.BUSY_UTIL_PCT`; a port while fewer
-than half its node's accelerators with a known utilisation are busy). Its samples while idle are left out (no
-episode, no exposure), and its windows (1, 3 and 12 hours) are hours in use. A part whose utilisation is not
-exported is always in use: its clock is the wall clock, as before.
+So the fleet says. Each counter of :data:`USE_FOLLOWING` runs on its part's **clock in use**: the wall clock less the
+time the part was idle (an accelerator whose utilisation is under :data:`~detectors.smoothing.BUSY_UTIL_PCT`; a port
+while fewer than half its node's accelerators with a known utilisation are busy), its samples while idle left out (no
+episode, no exposure), until the fleet shows that its errors do not follow use. Its samples with errors are counted
+idle and busy, pooled over every such counter of a kind of part (accelerators, ports): once it has ``min_busy`` of
+them busy, more idle than a quarter of the busy rate could give (Poisson chance at most ``follows_alpha``) says they
+do not follow use, and that kind of part runs on the wall clock from then on (its clock stops lagging, its idle
+samples count); fewer than half the busy rate could give says they do, and the clock in use stays. Until one is said
+the clock in use runs: a part is not flagged for a job starting on it while the fleet has not yet said (the cost is
+lead, an hour of record or so, on a part that idled in the fleet's first hour). A part whose utilisation is not
+exported is always in use: its clock is the wall clock.
+
+A symbol error or a link error recovery comes on an idle link too (its lanes carry idle symbols): those counters
+run on the wall clock always.
 """
 
 from __future__ import annotations
 
 import numpy as np
+from scipy.special import pdtr, pdtrc
 
-from detectors.schema import entity_kind, name_codes, name_code, node_of
+from detectors.schema import entity_kind, name_code, name_codes, node_of
 from detectors.smoothing import BUSY_UTIL_PCT
 from detectors.trend_counters import LOGGED_AER
 
@@ -28,27 +38,41 @@ USE_FOLLOWING = frozenset({
     "xgmi_ce_total", "aer_correctable_total", "pcie_nack_received_total", LOGGED_AER, "rcv_errors_total",
     "crc_errors_total", "roce_rx_err_pkt_total", "excessive_buffer_overrun_total",
     *(f"hccs_crc_lane{n}_total" for n in range(1, 8))})
-"""Counters whose healthy errors come with traffic (see the module docstring); the others run on wall time."""
+"""Counters whose healthy errors may come with traffic (see the module docstring); the others run on wall time."""
 
 _OTHER, _ACCELERATOR, _PORT = 0, 1, 2
+_KINDS = (_ACCELERATOR, _PORT)
+_KIND_NAMES = {_ACCELERATOR: "accelerator", _PORT: "port"}
 _NO_ROWS = np.zeros(0, dtype=np.int64)
 
 
 class InUseClock:
-    """Idle seconds per accelerator and per node (for its ports), from the utilisation the tick's gauges hold."""
+    """Per accelerator and per node (for its ports): the seconds its clock in use lags the wall clock and whether it
+    is idle now, from the utilisation the tick's gauges hold; and per kind of part, whether the fleet's errors
+    follow use (None until it says)."""
 
-    def __init__(self) -> None:
+    def __init__(self, min_busy: int = 50, min_expected: float = 10.0, follows_alpha: float = 1e-3) -> None:
+        self.min_busy = min_busy
+        self.min_expected = min_expected
+        self.follows_alpha = follows_alpha
+        self.follows: dict[int, bool | None] = {kind: None for kind in _KINDS}
+        # per kind: samples with errors while busy, hours busy, samples with errors while idle, hours idle
+        self._evidence = {kind: np.zeros(4) for kind in _KINDS}
         self._accelerators: dict[str, int] = {}
         self._nodes: dict[str, int] = {}
         self._node_of_accelerator = np.zeros(0, dtype=np.int64)
-        self._idle_s = {_ACCELERATOR: np.zeros(0), _PORT: np.zeros(0)}
-        self._idle_now = {_ACCELERATOR: np.zeros(0, dtype=bool), _PORT: np.zeros(0, dtype=bool)}
+        self._lag_s = {kind: np.zeros(0) for kind in _KINDS}
+        self._idle_now = {kind: np.zeros(0, dtype=bool) for kind in _KINDS}
         self._names_memo: dict[int, tuple] = {}  # id -> (names array, each name's kind, its accelerator or node index)
 
+    def __getstate__(self) -> dict:
+        """Without the names arrays kept for the last ticks (a cache: a warm state need not carry it)."""
+        return dict(self.__dict__, _names_memo={})
+
     def observe(self, gauges, tick_s: float) -> None:
-        """Take the tick's utilisation readings (held ones too) and count ``tick_s`` seconds idle for each
-        accelerator and node idle in it."""
-        at, idle = np.zeros(0, dtype=np.int64), np.zeros(0, dtype=bool)
+        """Take the tick's utilisation readings (held ones too): which accelerators and nodes are idle in it, and
+        ``tick_s`` seconds more lag for each (of a kind whose errors may follow use)."""
+        at, idle = _NO_ROWS, np.zeros(0, dtype=bool)
         if len(gauges):
             mcodes, mnames = name_codes(gauges["metric"])
             util_code = name_code(mnames, "gpu_util_pct")
@@ -69,36 +93,71 @@ class InUseClock:
         node = self._node_of_accelerator
         counted = np.bincount(node[known], minlength=len(self._nodes))
         busy = np.bincount(node[known & ~idle_acc], minlength=len(self._nodes))
-        idle_node = (counted > 0) & (2 * busy < counted)
-        self._idle_now = {_ACCELERATOR: idle_acc, _PORT: idle_node}
+        self._idle_now = {_ACCELERATOR: idle_acc, _PORT: (counted > 0) & (2 * busy < counted)}
         if tick_s > 0:
             for kind, idle_now in self._idle_now.items():
-                self._idle_s[kind][idle_now] += tick_s
+                if self.follows[kind] is not False:
+                    self._lag_s[kind][idle_now] += tick_s
 
-    def rows(self, ecodes: np.ndarray, enames: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
-        """For rows naming entities ``enames[ecodes]``: whether each part is idle this tick, and the seconds it has
-        been idle (its clock in use is the wall clock less those)."""
+    def rows(self, ecodes: np.ndarray, enames: np.ndarray) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
+        """For rows naming entities ``enames[ecodes]``: each part's kind, whether it is idle this tick, and the
+        seconds its clock in use lags the wall clock."""
         kind, index = self._index(enames)
         k, i = kind[ecodes], index[ecodes]
         idle = np.zeros(len(ecodes), dtype=bool)
-        idle_s = np.zeros(len(ecodes))
-        for which in (_ACCELERATOR, _PORT):
+        lag = np.zeros(len(ecodes))
+        for which in _KINDS:
             sel = np.flatnonzero(k == which)
             if len(sel):
                 at = i[sel]
                 idle[sel] = self._idle_now[which][at]
-                idle_s[sel] = self._idle_s[which][at]
-        return idle, idle_s
+                lag[sel] = self._lag_s[which][at]
+        return k, idle, lag
 
-    def idle_s(self, entity: str) -> float:
-        """Seconds part ``entity`` has been idle (0 for a part of no known use)."""
+    def idle_counts(self, kind: np.ndarray) -> np.ndarray:
+        """Whether a row of each kind counts while idle: the fleet said its errors do not follow use."""
+        out = np.zeros(len(kind), dtype=bool)
+        for which in _KINDS:
+            if self.follows[which] is False:
+                out |= kind == which
+        return out
+
+    def learn(self, kind: np.ndarray, idle: np.ndarray, erred: np.ndarray, hours: np.ndarray) -> None:
+        """Take samples of counters that may follow use (each one's kind of part, idle or not, with errors or not,
+        hours it covers), and say for a kind not yet judged whether its errors follow use."""
+        for which in _KINDS:
+            if self.follows[which] is not None:
+                continue
+            sel = kind == which
+            if not sel.any():
+                continue
+            busy, lazy = sel & ~idle, sel & idle
+            self._evidence[which] += (np.count_nonzero(busy & erred), float(hours[busy].sum()),
+                                      np.count_nonzero(lazy & erred), float(hours[lazy].sum()))
+            n_busy, h_busy, n_idle, h_idle = self._evidence[which]
+            if n_busy < self.min_busy or h_idle <= 0:
+                continue
+            busy_rate = n_busy / h_busy
+            half, quarter = 0.5 * busy_rate * h_idle, 0.25 * busy_rate * h_idle  # expected idle at those rates
+            if quarter >= self.min_expected and pdtrc(n_idle - 1, quarter) <= self.follows_alpha:
+                self.follows[which] = False  # more errors idle than a quarter of the busy rate could give
+            elif half >= self.min_expected and pdtr(n_idle, half) <= self.follows_alpha:
+                self.follows[which] = True  # fewer than half the busy rate could give
+
+    def said(self) -> dict[str, bool | None]:
+        """Per kind of part (``accelerator``, ``port``): whether the fleet's errors follow use (None: not yet
+        known)."""
+        return {_KIND_NAMES[k]: v for k, v in self.follows.items()}
+
+    def lag_s(self, entity: str) -> float:
+        """Seconds part ``entity``'s clock in use lags the wall clock (0 for a part of no known use)."""
         kind = entity_kind(entity)
         if kind == "accelerator":
             at = self._accelerators.get(entity)
-            return 0.0 if at is None else float(self._idle_s[_ACCELERATOR][at])
+            return 0.0 if at is None else float(self._lag_s[_ACCELERATOR][at])
         if kind == "port":
             at = self._nodes.get(node_of(entity))
-            return 0.0 if at is None else float(self._idle_s[_PORT][at])
+            return 0.0 if at is None else float(self._lag_s[_PORT][at])
         return 0.0
 
     def _index(self, names: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
@@ -120,12 +179,15 @@ class InUseClock:
         self._names_memo[id(names)] = (names, kind, index)  # (holds the array: its id stays its own)
         return kind, index
 
+    def _grow(self, kind: int) -> None:
+        self._lag_s[kind] = np.append(self._lag_s[kind], 0.0)
+        self._idle_now[kind] = np.append(self._idle_now[kind], False)
+
     def _node(self, node: str) -> int:
         at = self._nodes.get(node)
         if at is None:
             at = self._nodes[node] = len(self._nodes)
-            self._idle_s[_PORT] = np.append(self._idle_s[_PORT], 0.0)
-            self._idle_now[_PORT] = np.append(self._idle_now[_PORT], False)
+            self._grow(_PORT)
         return at
 
     def _accelerator(self, name: str) -> int:
@@ -133,10 +195,5 @@ class InUseClock:
         if at is None:
             at = self._accelerators[name] = len(self._accelerators)
             self._node_of_accelerator = np.append(self._node_of_accelerator, self._node(node_of(name)))
-            self._idle_s[_ACCELERATOR] = np.append(self._idle_s[_ACCELERATOR], 0.0)
-            self._idle_now[_ACCELERATOR] = np.append(self._idle_now[_ACCELERATOR], False)
+            self._grow(_ACCELERATOR)
         return at
-
-    def __getstate__(self) -> dict:
-        """Without the names arrays kept for the last ticks (a cache: a warm state need not carry it)."""
-        return dict(self.__dict__, _names_memo={})

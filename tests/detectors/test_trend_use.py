@@ -2,6 +2,7 @@
 
 import numpy as np
 import pandas as pd
+import pytest
 
 from detectors.contract import TickInput
 from detectors.schema import events_frame
@@ -21,16 +22,35 @@ def test_idle_time_is_counted_per_accelerator_and_per_node_for_its_ports():
     # node a: both accelerators idle; node b: one of two busy (not idle: half its accelerators busy)
     for _ in range(4):
         clock.observe(gauges({"a/gpu0": 0.0, "a/gpu1": 10.0, "b/gpu0": 95.0, "b/gpu1": 0.0}), 30.0)
-    assert clock.idle_s("a/gpu0") == 120.0 and clock.idle_s("b/gpu0") == 0.0 and clock.idle_s("b/gpu1") == 120.0
-    assert clock.idle_s("a/mlx5_0:1") == 120.0 and clock.idle_s("b/mlx5_0:1") == 0.0
+    assert clock.lag_s("a/gpu0") == 120.0 and clock.lag_s("b/gpu0") == 0.0 and clock.lag_s("b/gpu1") == 120.0
+    assert clock.lag_s("a/mlx5_0:1") == 120.0 and clock.lag_s("b/mlx5_0:1") == 0.0
     # no utilisation known (a fleet that does not export it, a lost scrape): nothing is idle
     clock.observe(gauges({}), 30.0)
     clock.observe(gauges({"a/gpu0": float("nan")}), 30.0)
-    assert clock.idle_s("a/gpu0") == 120.0 and clock.idle_s("a/mlx5_0:1") == 120.0
+    assert clock.lag_s("a/gpu0") == 120.0 and clock.lag_s("a/mlx5_0:1") == 120.0
     names = np.array(["a/gpu0", "b/gpu0", "a/mlx5_0:1", "a"], dtype=object)
     clock.observe(gauges({"a/gpu0": 0.0, "a/gpu1": 0.0}), 30.0)
-    idle, idle_s = clock.rows(np.arange(4), names)
-    assert idle.tolist() == [True, False, True, False] and idle_s.tolist() == [150.0, 0.0, 150.0, 0.0]
+    kind, idle, lag = clock.rows(np.arange(4), names)
+    assert idle.tolist() == [True, False, True, False] and lag.tolist() == [150.0, 0.0, 150.0, 0.0]
+    assert clock.idle_counts(kind).tolist() == [False] * 4  # (not yet known whether errors follow use)
+
+
+@pytest.mark.parametrize("idle_rate, follows", [(0.1, True), (1.0, False)])
+def test_the_fleet_says_whether_its_errors_follow_use(idle_rate, follows):
+    """Samples with errors idle against busy, pooled: a tenth as often idle is use; as often is not, and the
+    accelerators' clocks then stop lagging and their idle samples count."""
+    rng = np.random.default_rng(1)
+    clock = InUseClock()
+    hours = np.full(200, 1 / 12)  # 200 accelerators' 5-minute samples, half of them idle
+    idle = np.arange(200) % 2 == 0
+    kind = np.ones(200, dtype=np.int8)
+    for _ in range(60):
+        erred = rng.random(200) < np.where(idle, 0.05 * idle_rate, 0.05)
+        clock.learn(kind, idle, erred, hours)
+    assert clock.said() == {"accelerator": follows, "port": None}
+    assert clock.idle_counts(kind).all() == (not follows)
+    clock.observe(gauges({"a/gpu0": 0.0}), 30.0)
+    assert clock.lag_s("a/gpu0") == (30.0 if follows else 0.0)
 
 
 def _fleet_week(det, hours, busy_of, rate_busy, idle_share, metric, seed=5, n=100, rising=None):
