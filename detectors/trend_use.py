@@ -15,9 +15,9 @@ episode, no exposure), until the fleet shows that its errors do not follow use. 
 idle and busy, pooled over every such counter of a kind of part (accelerators, ports): once it has ``min_busy`` of
 them busy, more idle than a quarter of the busy rate could give (Poisson chance at most ``follows_alpha``) says they
 do not follow use, and that kind of part runs on the wall clock from then on (its clock stops lagging, its idle
-samples count: the time they were idle before it is theirs again, their idle samples until then are lost); fewer
-than half the busy rate could give says they do, and the clock in use stays. Until one is said the clock in use runs:
-a part is not flagged for a job starting on it while the fleet has not yet said. A part whose utilisation is not
+samples count); fewer than half the busy rate could give says they do, and the clock in use stays. Until one is said
+the clock in use runs: a part is not flagged for a job starting on it while the fleet has not yet said (the cost is
+lead, an hour of record or so, on a part that idled in the fleet's first hour). A part whose utilisation is not
 exported is always in use: its clock is the wall clock.
 
 A symbol error or a link error recovery comes on an idle link too (its lanes carry idle symbols): those counters
@@ -141,7 +141,6 @@ class InUseClock:
             half, quarter = 0.5 * busy_rate * h_idle, 0.25 * busy_rate * h_idle  # expected idle at those rates
             if quarter >= self.min_expected and pdtrc(n_idle - 1, quarter) <= self.follows_alpha:
                 self.follows[which] = False  # more errors idle than a quarter of the busy rate could give
-                self._lag_s[which][:] = 0.0  # its parts' clocks are the wall clock, as had it been known at once
             elif half >= self.min_expected and pdtr(n_idle, half) <= self.follows_alpha:
                 self.follows[which] = True  # fewer than half the busy rate could give
 
