@@ -56,6 +56,10 @@ alarm, the chances of the part's counters of that kind (each its best window, as
 Fisher's method over every counter of the kind the part has counted, and a combined chance of at most ``alpha`` with
 at least two counters judged is an alarm (``together``; bench/records/detectors-history.md, "Run 11").
 
+Counters whose healthy errors may come with use (a GPU's replays, corrected ECC, NVLink CRC and AER errors, a port's
+receive errors) run on the part's **clock in use** until the fleet shows that they do not follow use: a part idle
+for hours and then given a job is not a rise (detectors/trend_use.py; bench/records/detectors-history.md, "Run 16").
+
 Magnitude is otherwise the rules' to judge (symbol errors at 120/h, the PCIe replay budget, 50 correctable ECC errors
 an hour); a single burst of any size is one episode here.
 """
