@@ -16,9 +16,11 @@ idle and busy, pooled over every such counter of a kind of part (accelerators, p
 them busy, more idle than a quarter of the busy rate could give (Poisson chance at most ``follows_alpha``) says they
 do not follow use, and that kind of part runs on the wall clock from then on (its clock stops lagging, its idle
 samples count); fewer than half the busy rate could give says they do, and the clock in use stays. Until one is said
-the clock in use runs: a part is not flagged for a job starting on it while the fleet has not yet said (the cost is
-lead, an hour of record or so, on a part that idled in the fleet's first hour). A part whose utilisation is not
-exported is always in use: its clock is the wall clock.
+the clock in use runs: a part is not flagged for a job starting on it while the fleet has not yet said. The time a
+part idled before the fleet said stays out of its record, as its samples then do (made its record again, the
+samples lost with it read as a quiet stretch, and a noisy healthy GPU was flagged: Run 16). The cost is lead on a
+fault that begins within hours of raswarden starting, on a part that idled before the fleet said (a cold start:
+Run 16 counts it). A part whose utilisation is not exported is always in use: its clock is the wall clock.
 
 A symbol error or a link error recovery comes on an idle link too (its lanes carry idle symbols): those counters
 run on the wall clock always.

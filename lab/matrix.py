@@ -5,9 +5,10 @@ Cells: sampling ``15s``, ``60s``, ``300s`` (5-minute downsampled storage: on the
 would have them, and on request ``10s`` and ``300s-live`` (5-minute scrapes with jitter and lost scrapes); noise
 ``quiet`` (this project's simulator before issue 24), ``realistic`` and ``noisy``
 (lab/sim/noise.py), and on request ``bursty`` (``realistic`` with a touched cable now and then: issue 53's
-bursts over a limit's hourly count on healthy parts). In each cell: dense traces (every fault class twice,
-``dense-template-a`` and ``-b`` alternating by seed, the full and stock exporter profiles alternating by pairs of
-seeds) and quiet weeks (``quiet-7d``: no faults, everyday confounders) for the false-flag rate. Every run is
+bursts over a limit's hourly count on healthy parts) and ``loaded`` (``noisy`` whose errors come with use; its quiet
+weeks are ``quiet-7d-half-idle``'s fleet, idle half the time between jobs). In each cell: dense traces (every fault
+class twice, ``dense-template-a`` and ``-b`` alternating by seed, the full and stock exporter profiles alternating by
+pairs of seeds) and quiet weeks (``quiet-7d``: no faults, everyday confounders) for the false-flag rate. Every run is
 scored for raswarden (the rules and statistical detectors, plus a model's learned ones) and for the static-threshold
 baseline,
 straight from the simulator through the pipeline (:func:`lab.evaluate.evaluate_simulation`: the batches a
@@ -46,6 +47,8 @@ SAMPLING = {
 }
 CELLS = ("15s", "60s", "300s", "mixed")
 NOISE = ("quiet", "realistic", "noisy", "bursty", "loaded")
+QUIET_WEEK = {"loaded": "quiet-7d-half-idle"}
+"""A noise cell's quiet weeks where not quiet-7d's busy fleet: errors that follow use are tested where use changes."""
 #: the cells of issue 24's matrix; ``bursty`` (rare bursts over a limit's hourly count, issue 53) is run when named
 DEFAULT_NOISE = NOISE[:3]
 
@@ -66,7 +69,7 @@ def scenario_for(kind: str, sampling: str, noise: str, seed: int, warmup_s: floa
 
     from lab.sim.faults import parse_duration
 
-    base = f"dense-template-{'ab'[seed % 2]}" if kind == "dense" else "quiet-7d"
+    base = f"dense-template-{'ab'[seed % 2]}" if kind == "dense" else QUIET_WEEK.get(noise, "quiet-7d")
     d = yaml.safe_load((SCENARIOS / f"{base}.yaml").read_text())
     resolution, spec = SAMPLING[sampling]
     d.update(name=f"{base}-{sampling}-{noise}-{seed}", seed=seed, resolution=f"{resolution:g}s", sampling=spec,

@@ -82,3 +82,21 @@ def test_the_live_five_minute_cell_scrapes_with_jitter_where_the_stored_one_is_o
     assert all(s.get("aligned") and "jitter" not in s for s in stored.values())
     with pytest.raises(ValueError, match="unknown sampling cell '301s'"):
         check_cells(["301s"], ["realistic"])
+
+
+def test_the_loaded_cell_s_quiet_weeks_are_a_fleet_idle_half_the_time():
+    """Errors that come with use are tested where use changes: its quiet weeks' jobs leave hours idle between them."""
+    import numpy as np
+
+    from lab.matrix import FAULTS
+    from lab.sim.faults import load_library
+    from lab.sim.simulator import Simulator
+
+    busy = {}
+    for noise in ("noisy", "loaded"):
+        d = scenario_for("quiet", "300s", noise, 1)
+        d["duration"] = "2d"
+        sim = Simulator(Scenario.from_dict(d, d["name"]), load_library(FAULTS))
+        busy[noise] = float(sim._util(sim.scenario.start + 300.0 * np.arange(1, 577)).mean())
+    assert scenario_for("quiet", "300s", "loaded", 1)["jobs"]["gap"] == ["2h", "12h"]
+    assert busy["noisy"] > 0.9 and 0.3 < busy["loaded"] < 0.7, busy
