@@ -170,7 +170,9 @@ class TrendDetector(FleetRates, TrendJudgement):
         self._last_now = now
         inc = tick.increases
         models = tick.models or {}
-        self._in_use().observe(tick.gauges, tick_s)
+        use = self._in_use()
+        if not use.settled():
+            use.observe(tick.gauges, tick_s)
         if not inc.empty:
             mcodes, mnames = name_codes(inc["metric"])
             pick = names_mask(mnames, COUNTERS)[mcodes]
@@ -246,7 +248,8 @@ class TrendDetector(FleetRates, TrendJudgement):
         if follows.any():
             use = self._in_use()
             kind, idle, lag = use.rows(ecodes, enames)
-            use.learn(kind[follows], idle[follows], x[follows] > 0, hours[follows])
+            if use.deciding():
+                use.learn(kind[follows], idle[follows], x[follows] > 0, hours[follows])
             left_out = idle & follows & ~use.idle_counts(kind)
             if left_out.any():  # (a part idle now, of a kind whose errors may follow use: no exposure, no episode)
                 hours, x = np.where(left_out, 0.0, hours), np.where(left_out, 0.0, x)

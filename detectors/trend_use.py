@@ -71,6 +71,15 @@ class InUseClock:
         """Without the names arrays kept for the last ticks (a cache: a warm state need not carry it)."""
         return dict(self.__dict__, _names_memo={})
 
+    def settled(self) -> bool:
+        """The fleet said of every kind of part that its errors do not follow use: no part lags any more, and the
+        tick's utilisation need not be read."""
+        return all(v is False for v in self.follows.values())
+
+    def deciding(self) -> bool:
+        """Some kind of part's errors are not yet said to follow use or not."""
+        return any(v is None for v in self.follows.values())
+
     def observe(self, gauges, tick_s: float) -> None:
         """Take the tick's utilisation readings (held ones too): which accelerators and nodes are idle in it, and
         ``tick_s`` seconds more lag for each (of a kind whose errors may follow use)."""
