@@ -130,6 +130,8 @@ class TrendDetector(FleetRates, TrendJudgement):
         self._accelerator_cache: tuple | None = None
         self._group_memo: dict[int, tuple] = {}  # (see _exposure_groups)
         self._use = InUseClock()  # each part's clock in use (detectors/trend_use.py)
+        self._wall: dict[tuple[str, str], CounterRecord] = {}  # (see _on_wall)
+        self._group_kind: dict[tuple[str, str], str] = {}  # (see _group_kinds)
         return self
 
     def __getstate__(self) -> dict:
@@ -153,7 +155,7 @@ class TrendDetector(FleetRates, TrendJudgement):
         """Drop the episodes, history and alarms of the entities in ``scope`` (a node's or one part's: replaced)."""
         if not hasattr(self, "_series"):
             return
-        for d in (self._series, self._alarm, self._baseline, self._size_baseline):
+        for d in (self._series, self._alarm, self._baseline, self._size_baseline, self._on_wall()):
             for key in [k for k in d if within(k[0], scope)]:
                 del d[key]
         self._flagged_before = {e for e in self._flagged_before if not within(e, scope)}
@@ -243,18 +245,25 @@ class TrendDetector(FleetRates, TrendJudgement):
         seconds."""
         hours = np.nan_to_num(dt, nan=0.0) / 3600.0
         clock = None  # each row's series time: its part's clock in use for a counter that follows use, else now
-        sampled = hours
+        sampled, every = hours, x
+        on_wall = None  # rows kept on the wall clock too while the fleet has not said (see _settle)
+        model_of, model_names = self._models_of(enames, models)
         follows = names_mask(mnames, USE_FOLLOWING)[mcodes]
         if follows.any():
             use = self._in_use()
             kind, idle, lag = use.rows(ecodes, enames)
             if use.deciding():
-                use.learn(kind[follows], idle[follows], x[follows] > 0, hours[follows])
+                on_wall = follows & use.undecided(kind) & (x > 0)
+                said = use.learn(kind[follows], idle[follows], x[follows] > 0, hours[follows])
+                if said:
+                    for which, answer in said:
+                        self._settle(which, answer)
+                    on_wall = None
+                    kind, idle, lag = use.rows(ecodes, enames)
             left_out = idle & follows & ~use.idle_counts(kind)
             if left_out.any():  # (a part idle now, of a kind whose errors may follow use: no exposure, no episode)
                 hours, x = np.where(left_out, 0.0, hours), np.where(left_out, 0.0, x)
             clock = np.where(follows, now - lag, now)
-        model_of, model_names = self._models_of(enames, models)
         for name, rows in self._exposure_groups(ecodes, enames, mcodes, mnames, model_of, model_names):
             acc = self._exposure.setdefault(name, [0.0, now])
             decay = 0.5 ** ((now - acc[1]) / self.history_halflife_s)
@@ -263,30 +272,21 @@ class TrendDetector(FleetRates, TrendJudgement):
                 if len(acc) < 3:  # (a warm state's from before the clock in use: every hour was one in use)
                     acc.append(acc[0])
                 acc[2] = acc[2] * decay + float(sampled[rows].sum())
+                kinds = self._group_kinds()
+                if name not in kinds:
+                    kinds[name] = entity_kind(enames[ecodes[rows[0]]])
             acc[1] = now
+        if on_wall is not None and on_wall.any():
+            wall = self._on_wall()
+            for i in np.flatnonzero(on_wall):
+                key = (enames[ecodes[i]], mnames[mcodes[i]])
+                self._fold_in(wall, key, now, float(every[i]), float(dt[i]), model_names[model_of[ecodes[i]]])
         fresh: list[tuple[str, str]] = []
         for i in np.flatnonzero(x > 0):  # the few series with errors this tick
             key = (enames[ecodes[i]], mnames[mcodes[i]])
             at = now if clock is None else float(clock[i])
-            s = self._series.get(key)
-            if s is None:
-                s = self._series[key] = CounterRecord(self._start, (key[1], model_names[model_of[ecodes[i]]]))
-            # an episode is at most episode_gap_s long: a burst is one, a rate that goes on is one per span. The span
-            # begins where its first sample's interval does (at most half a gap back: after a lost stretch, not where
-            # the stretch began); a sample whose interval would carry it past the gap (with a quarter of its own
-            # interval to spare for jitter) starts the next: errors that go on count twelve an hour at 10 s to 5
-            # minutes, a jittered 5-minute scrape 299 s after the last included, which a span taken from tick to
-            # tick merged with every other one
-            span = min(dt[i], self.episode_gap_s / 2) if dt[i] > 0 else 0.0
-            last = s.episodes[-1] if s.episodes else None
-            if last is None or at - s.last_active > self.episode_gap_s or (
-                    at - last[2] >= self.episode_gap_s + span / 4 if len(last) > 2
-                    else at - last[0] >= self.episode_gap_s):  # (an older warm state's: from tick to tick)
-                s.episodes.append([at, float(x[i]), at - span])
+            if self._fold_in(self._series, key, at, float(x[i]), float(dt[i]), model_names[model_of[ecodes[i]]]):
                 fresh.append(key)
-            elif s.episodes:
-                s.episodes[-1][1] += float(x[i])
-            s.last_active = at
         if now - self._learned_at >= self.learn_every_s:
             self._learn_fleet(now)
         if fresh:  # (one series' windows do not move with another's judgement: made together)
@@ -294,6 +294,59 @@ class TrendDetector(FleetRates, TrendJudgement):
             known = self._sibling_windows(fresh, judged, now) if self.together else None
             for key, windows in zip(fresh, judged):
                 self._judge(key, now, windows, known)
+
+    def _fold_in(self, records: dict, key: tuple[str, str], at: float, x: float, dt: float, model: str) -> bool:
+        """Fold ``x`` errors over ``dt`` seconds at series time ``at`` into series ``key`` of ``records`` (made with
+        the part's ``model`` when new); True when they begin a new episode."""
+        s = records.get(key)
+        if s is None:
+            s = records[key] = CounterRecord(self._start, (key[1], model))
+        # an episode is at most episode_gap_s long: a burst is one, a rate that goes on is one per span. The span
+            # begins where its first sample's interval does (at most half a gap back: after a lost stretch, not where
+            # the stretch began); a sample whose interval would carry it past the gap (with a quarter of its own
+            # interval to spare for jitter) starts the next: errors that go on count twelve an hour at 10 s to 5
+            # minutes, a jittered 5-minute scrape 299 s after the last included, which a span taken from tick to
+            # tick merged with every other one
+        span = min(dt, self.episode_gap_s / 2) if dt > 0 else 0.0
+        last = s.episodes[-1] if s.episodes else None
+        new = last is None or at - s.last_active > self.episode_gap_s or (
+            at - last[2] >= self.episode_gap_s + span / 4 if len(last) > 2
+            else at - last[0] >= self.episode_gap_s)  # (an older warm state's: from tick to tick)
+        if new:
+            s.episodes.append([at, x, at - span])
+        elif s.episodes:
+            s.episodes[-1][1] += x
+        s.last_active = at
+        return new
+
+    def _on_wall(self) -> dict[tuple[str, str], CounterRecord]:
+        """The records of counters that may follow use kept on the wall clock, every sample in, while the fleet has
+        not said whether they do (the records judged meanwhile are on the clock in use)."""
+        wall = getattr(self, "_wall", None)
+        if wall is None:
+            wall = self._wall = {}
+        return wall
+
+    def _group_kinds(self) -> dict[tuple[str, str], str]:
+        """The kind of part (``accelerator``, ``port``) of each exposure group of a counter that may follow use."""
+        kinds = getattr(self, "_group_kind", None)
+        if kinds is None:
+            kinds = self._group_kind = {}
+        return kinds
+
+    def _settle(self, kind: str, follows: bool) -> None:
+        """The fleet said whether its parts of ``kind``'s errors follow use: if not, their records on the wall clock
+        (every sample in) replace those on the clock in use, and the fleet's exposure of their counters is every hour
+        sampled; either way the wall clock's records of that kind are done with."""
+        wall = self._on_wall()
+        for key in [k for k in wall if entity_kind(k[0]) == kind]:
+            record = wall.pop(key)
+            if not follows:
+                self._series[key] = record
+        if not follows:  # (a series with errors counted in use has them on the wall clock too: replaced above)
+            for name, acc in self._exposure.items():
+                if len(acc) > 2 and self._group_kinds().get(name) == kind:
+                    acc[0] = acc[2]
 
     def _in_use(self) -> InUseClock:
         """The parts' clocks in use (a warm state from before them starts them now)."""

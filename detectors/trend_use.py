@@ -133,9 +133,19 @@ class InUseClock:
                 out |= kind == which
         return out
 
-    def learn(self, kind: np.ndarray, idle: np.ndarray, erred: np.ndarray, hours: np.ndarray) -> None:
+    def undecided(self, kind: np.ndarray) -> np.ndarray:
+        """Whether rows of each kind are of a kind of part not yet said to follow use or not."""
+        out = np.zeros(len(kind), dtype=bool)
+        for which in _KINDS:
+            if self.follows[which] is None:
+                out |= kind == which
+        return out
+
+    def learn(self, kind: np.ndarray, idle: np.ndarray, erred: np.ndarray, hours: np.ndarray) -> list[tuple[str, bool]]:
         """Take samples of counters that may follow use (each one's kind of part, idle or not, with errors or not,
-        hours it covers), and say for a kind not yet judged whether its errors follow use."""
+        hours it covers), and say for a kind not yet judged whether its errors follow use; returns the kinds said now
+        (``accelerator``, ``port``) and what was said."""
+        said = []
         for which in _KINDS:
             if self.follows[which] is not None:
                 continue
@@ -152,8 +162,12 @@ class InUseClock:
             half, quarter = 0.5 * busy_rate * h_idle, 0.25 * busy_rate * h_idle  # expected idle at those rates
             if quarter >= self.min_expected and pdtrc(n_idle - 1, quarter) <= self.follows_alpha:
                 self.follows[which] = False  # more errors idle than a quarter of the busy rate could give
+                self._lag_s[which][:] = 0.0  # the wall clock, its records the ones kept on it (TrendDetector)
             elif half >= self.min_expected and pdtr(n_idle, half) <= self.follows_alpha:
                 self.follows[which] = True  # fewer than half the busy rate could give
+            if self.follows[which] is not None:
+                said.append((_KIND_NAMES[which], bool(self.follows[which])))
+        return said
 
     def said(self) -> dict[str, bool | None]:
         """Per kind of part (``accelerator``, ``port``): whether the fleet's errors follow use (None: not yet
