@@ -127,17 +127,17 @@ class InUseClock:
 
     def idle_counts(self, kind: np.ndarray) -> np.ndarray:
         """Whether a row of each kind counts while idle: the fleet said its errors do not follow use."""
-        out = np.zeros(len(kind), dtype=bool)
-        for which in _KINDS:
-            if self.follows[which] is False:
-                out |= kind == which
-        return out
+        return self._rows_said(kind, False)
 
     def undecided(self, kind: np.ndarray) -> np.ndarray:
         """Whether rows of each kind are of a kind of part not yet said to follow use or not."""
+        return self._rows_said(kind, None)
+
+    def _rows_said(self, kind: np.ndarray, answer: bool | None) -> np.ndarray:
+        """Rows of a kind of part whose answer is ``answer`` (False, True, or None: not yet said)."""
         out = np.zeros(len(kind), dtype=bool)
         for which in _KINDS:
-            if self.follows[which] is None:
+            if self.follows[which] is answer:
                 out |= kind == which
         return out
 

@@ -97,3 +97,27 @@ def test_a_rise_while_in_use_is_still_flagged_and_symbol_errors_run_on_wall_time
     _fleet_week(det, 1, _idle_then_busy, 0.5, 1.0, "pcie_replay_total")
     assert det._series_time(("n0/mlx5_0:1", "symbol_error_total"), 3600.0) == 3600.0
     assert det._series_time(("n0/gpu0", "pcie_replay_total"), 3600.0) < 3600.0  # idle its first hour
+
+
+def test_once_the_fleet_says_its_errors_do_not_follow_use_its_records_are_the_wall_clock_s():
+    """While the fleet has not said, records on the wall clock are kept beside those judged: when it says its errors
+    do not follow use, a part's record is every sample it sent, idle ones too, as if utilisation were not read."""
+    rng = np.random.default_rng(2)
+    n = 200
+    rate = np.minimum(0.5 * np.exp(rng.normal(0.0, 1.5, n)), 90.0)
+    entities = [f"n{g // 8}/gpu{g % 8}" for g in range(n)]
+    with_use, wall = TrendDetector().fit(), TrendDetector().fit()
+    no_util = gauges({})
+    for k in range(int(12 * 3600 / STEP)):
+        hour = k * STEP / 3600.0
+        busy = np.array([_idle_then_busy(hour, g) for g in range(n)])
+        inc = pd.DataFrame({"entity": entities, "metric": ["pcie_replay_total"] * n,
+                            "increase": rng.poisson(rate * STEP / 3600.0).astype(float), "resets": [0] * n,
+                            "dt": [STEP] * n})
+        util = gauges(dict(zip(entities, np.where(busy, 95.0, 0.0))))
+        with_use.update(TickInput(k * STEP, events_frame([]), inc, util))
+        wall.update(TickInput(k * STEP, events_frame([]), inc, no_util))
+    assert with_use._in_use().said()["accelerator"] is False and not with_use._on_wall()
+    episodes = {k: [e[:2] for e in s.episodes] for k, s in with_use._series.items()}
+    assert episodes == {k: [e[:2] for e in s.episodes] for k, s in wall._series.items()}
+    assert with_use._series_time(("n0/gpu0", "pcie_replay_total"), 3600.0) == 3600.0  # (idle its first 6 h)
