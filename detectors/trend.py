@@ -77,10 +77,10 @@ from detectors.table import keeps_layout
 from detectors.trend_counters import CATEGORY_COUNTERS, COUNTERS, LOGGED_AER_NAMES, CounterRecord
 from detectors.trend_fleet import FleetRates
 from detectors.trend_judge import TrendJudgement
-from detectors.trend_use import USE_FOLLOWING, InUseClock
+from detectors.trend_use import USE_FOLLOWING, InUseClock, InUseRecords
 
 
-class TrendDetector(FleetRates, TrendJudgement):
+class TrendDetector(FleetRates, TrendJudgement, InUseRecords):
     """Episode counts of error counters against the fleet's healthy rate; parameters in ``__init__``."""
 
     name = "trend"
@@ -318,46 +318,6 @@ class TrendDetector(FleetRates, TrendJudgement):
             s.episodes[-1][1] += x
         s.last_active = at
         return new
-
-    def _on_wall(self) -> dict[tuple[str, str], CounterRecord]:
-        """The records of counters that may follow use kept on the wall clock, every sample in, while the fleet has
-        not said whether they do (the records judged meanwhile are on the clock in use)."""
-        wall = getattr(self, "_wall", None)
-        if wall is None:
-            wall = self._wall = {}
-        return wall
-
-    def _group_kinds(self) -> dict[tuple[str, str], str]:
-        """The kind of part (``accelerator``, ``port``) of each exposure group of a counter that may follow use."""
-        kinds = getattr(self, "_group_kind", None)
-        if kinds is None:
-            kinds = self._group_kind = {}
-        return kinds
-
-    def _settle(self, kind: str, follows: bool) -> None:
-        """The fleet said whether its parts of ``kind``'s errors follow use: if not, their records on the wall clock
-        (every sample in) replace those on the clock in use, and the fleet's exposure of their counters is every hour
-        sampled; either way the wall clock's records of that kind are done with."""
-        wall = self._on_wall()
-        for key in [k for k in wall if entity_kind(k[0]) == kind]:
-            record = wall.pop(key)
-            if not follows:
-                self._series[key] = record
-        if not follows:  # (a series with errors counted in use has them on the wall clock too: replaced above)
-            for name, acc in self._exposure.items():
-                if len(acc) > 2 and self._group_kinds().get(name) == kind:
-                    acc[0] = acc[2]
-
-    def _in_use(self) -> InUseClock:
-        """The parts' clocks in use (a warm state from before them starts them now)."""
-        use = getattr(self, "_use", None)
-        if use is None:
-            use = self._use = InUseClock()
-        return use
-
-    def _series_time(self, key: tuple[str, str], now: float) -> float:
-        """Series ``key``'s time: its part's clock in use for a counter whose errors follow use, else ``now``."""
-        return now - self._in_use().lag_s(key[0]) if key[1] in USE_FOLLOWING else now
 
     def _exposure_groups(self, ecodes: np.ndarray, enames: np.ndarray, mcodes: np.ndarray, mnames: np.ndarray,
                          model_of: np.ndarray, model_names: list[str]) -> list[tuple[tuple[str, str], np.ndarray]]:

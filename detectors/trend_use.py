@@ -14,13 +14,13 @@ while fewer than half its node's accelerators with a known utilisation are busy)
 episode, no exposure), until the fleet shows that its errors do not follow use. Its samples with errors are counted
 idle and busy, pooled over every such counter of a kind of part (accelerators, ports): once it has ``min_busy`` of
 them busy, more idle than a quarter of the busy rate could give (Poisson chance at most ``follows_alpha``) says they
-do not follow use, and that kind of part runs on the wall clock from then on (its clock stops lagging, its idle
-samples count); fewer than half the busy rate could give says they do, and the clock in use stays. Until one is said
-the clock in use runs: a part is not flagged for a job starting on it while the fleet has not yet said. The time a
-part idled before the fleet said stays out of its record, as its samples then do (made its record again, the
-samples lost with it read as a quiet stretch, and a noisy healthy GPU was flagged: Run 16). The cost is lead on a
-fault that begins within hours of raswarden starting, on a part that idled before the fleet said (a cold start:
-Run 16 counts it). A part whose utilisation is not exported is always in use: its clock is the wall clock.
+do not follow use, and that kind of part runs on the wall clock from then on; fewer than half the busy rate could
+give says they do, and the clock in use stays. Until one is said the records judged are on the clock in use (a part
+is not flagged for a job starting on it while the fleet has not yet said), and the trend detector keeps records on
+the wall clock beside them, every sample in: when the fleet says its errors do not follow use, those replace the
+ones in use, as had it been known from the start (:meth:`detectors.trend.TrendDetector._settle`; without them a
+part's idle stretch before the answer was lost, or read as quiet: Run 16). A part whose utilisation is not exported
+is always in use: its clock is the wall clock.
 
 A symbol error or a link error recovery comes on an idle link too (its lanes carry idle symbols): those counters
 run on the wall clock always.
@@ -33,7 +33,7 @@ from scipy.special import pdtr, pdtrc
 
 from detectors.schema import entity_kind, name_code, name_codes, node_of
 from detectors.smoothing import BUSY_UTIL_PCT
-from detectors.trend_counters import LOGGED_AER
+from detectors.trend_counters import LOGGED_AER, CounterRecord
 
 USE_FOLLOWING = frozenset({
     "ecc_sbe_total", "pcie_replay_total", "nvlink_crc_flit_total", "nvlink_crc_data_total", "nvlink_replay_total",
@@ -222,3 +222,51 @@ class InUseClock:
             self._node_of_accelerator = np.append(self._node_of_accelerator, self._node(node_of(name)))
             self._grow(_ACCELERATOR)
         return at
+
+
+class InUseRecords:
+    """The trend detector's side of the clock in use: each part's clock, the records kept on the wall clock while the
+    fleet has not said, and taking them up when it says.
+
+    A part of :class:`detectors.trend.TrendDetector`.
+    """
+
+    def _on_wall(self) -> dict[tuple[str, str], CounterRecord]:
+        """The records of counters that may follow use kept on the wall clock, every sample in, while the fleet has
+        not said whether they do (the records judged meanwhile are on the clock in use)."""
+        wall = getattr(self, "_wall", None)
+        if wall is None:
+            wall = self._wall = {}
+        return wall
+
+    def _group_kinds(self) -> dict[tuple[str, str], str]:
+        """The kind of part (``accelerator``, ``port``) of each exposure group of a counter that may follow use."""
+        kinds = getattr(self, "_group_kind", None)
+        if kinds is None:
+            kinds = self._group_kind = {}
+        return kinds
+
+    def _settle(self, kind: str, follows: bool) -> None:
+        """The fleet said whether its parts of ``kind``'s errors follow use: if not, their records on the wall clock
+        (every sample in) replace those on the clock in use, and the fleet's exposure of their counters is every hour
+        sampled; either way the wall clock's records of that kind are done with."""
+        wall = self._on_wall()
+        for key in [k for k in wall if entity_kind(k[0]) == kind]:
+            record = wall.pop(key)
+            if not follows:
+                self._series[key] = record
+        if not follows:  # (a series with errors counted in use has them on the wall clock too: replaced above)
+            for name, acc in self._exposure.items():
+                if len(acc) > 2 and self._group_kinds().get(name) == kind:
+                    acc[0] = acc[2]
+
+    def _in_use(self) -> InUseClock:
+        """The parts' clocks in use (a warm state from before them starts them now)."""
+        use = getattr(self, "_use", None)
+        if use is None:
+            use = self._use = InUseClock()
+        return use
+
+    def _series_time(self, key: tuple[str, str], now: float) -> float:
+        """Series ``key``'s time: its part's clock in use for a counter whose errors follow use, else ``now``."""
+        return now - self._in_use().lag_s(key[0]) if key[1] in USE_FOLLOWING else now
