@@ -249,17 +249,16 @@ class TrendDetector(FleetRates, TrendJudgement, InUseRecords):
         on_wall = None  # rows kept on the wall clock too while the fleet has not said (see _settle)
         model_of, model_names = self._models_of(enames, models)
         follows = names_mask(mnames, USE_FOLLOWING)[mcodes]
-        if follows.any():
-            use = self._in_use()
+        use = self._in_use()
+        if follows.any() and not use.settled():  # (settled: every clock is the wall clock, every sample counts)
             kind, idle, lag = use.rows(ecodes, enames)
             if use.deciding():
-                on_wall = follows & use.undecided(kind) & (x > 0)
                 said = use.learn(kind[follows], idle[follows], x[follows] > 0, hours[follows])
+                for which, answer in said:
+                    self._settle(which, answer)
                 if said:
-                    for which, answer in said:
-                        self._settle(which, answer)
-                    on_wall = None
                     kind, idle, lag = use.rows(ecodes, enames)
+                on_wall = follows & use.undecided(kind) & (x > 0)
             left_out = idle & follows & ~use.idle_counts(kind)
             if left_out.any():  # (a part idle now, of a kind whose errors may follow use: no exposure, no episode)
                 hours, x = np.where(left_out, 0.0, hours), np.where(left_out, 0.0, x)
@@ -302,11 +301,10 @@ class TrendDetector(FleetRates, TrendJudgement, InUseRecords):
         if s is None:
             s = records[key] = CounterRecord(self._start, (key[1], model))
         # an episode is at most episode_gap_s long: a burst is one, a rate that goes on is one per span. The span
-            # begins where its first sample's interval does (at most half a gap back: after a lost stretch, not where
-            # the stretch began); a sample whose interval would carry it past the gap (with a quarter of its own
-            # interval to spare for jitter) starts the next: errors that go on count twelve an hour at 10 s to 5
-            # minutes, a jittered 5-minute scrape 299 s after the last included, which a span taken from tick to
-            # tick merged with every other one
+        # begins where its first sample's interval does (at most half a gap back: after a lost stretch, not where the
+        # stretch began); a sample whose interval would carry it past the gap (with a quarter of its own interval to
+        # spare for jitter) starts the next: errors that go on count twelve an hour at 10 s to 5 minutes, a jittered
+        # 5-minute scrape 299 s after the last included, which a span taken from tick to tick merged with every other
         span = min(dt, self.episode_gap_s / 2) if dt > 0 else 0.0
         last = s.episodes[-1] if s.episodes else None
         new = last is None or at - s.last_active > self.episode_gap_s or (

@@ -33,6 +33,8 @@ class FleetRates:
         for key, s in self._series.items():
             self._fold(s, self._series_time(key, now))
             counts.setdefault(s.group, []).append(s.k_hist + len(s.episodes))
+        for s in self._on_wall().values():  # (kept as long as the fleet has not said: their history folded too)
+            self._fold(s, now)
         for group, (hours, _, *sampled) in self._exposure.items():
             if horizon_h <= 0 or hours <= 0:
                 continue

@@ -269,4 +269,7 @@ class InUseRecords:
 
     def _series_time(self, key: tuple[str, str], now: float) -> float:
         """Series ``key``'s time: its part's clock in use for a counter whose errors follow use, else ``now``."""
-        return now - self._in_use().lag_s(key[0]) if key[1] in USE_FOLLOWING else now
+        if key[1] not in USE_FOLLOWING:
+            return now
+        use = self._in_use()
+        return now if use.settled() else now - use.lag_s(key[0])
