@@ -541,10 +541,7 @@ class Simulator:
         def load_of(gpu: bool) -> np.ndarray:
             if gpu not in load:
                 share = busy.astype(float)
-                if not gpu:
-                    share = np.repeat(share.reshape(t.n_nodes, t.gpus_per_node, n_s).mean(axis=1), t.ports_per_node,
-                                      axis=0)
-                load[gpu] = share
+                load[gpu] = share if gpu else self._node_mean_per_port(share)
             return load[gpu]
 
         for m, noise in self.part_noise.items():
@@ -564,13 +561,17 @@ class Simulator:
         """Each port's bytes, from its node's GPU utilisation; none while the port is not ACTIVE."""
         t = self.topo
         n_s, dt = util.shape[1], self.scenario.resolution
-        node_util = util.reshape(t.n_nodes, t.gpus_per_node, n_s).mean(axis=1) / 100.0
-        traffic = np.repeat(node_util, t.ports_per_node, axis=0) * PORT_BYTES_PER_S * dt
+        traffic = self._node_mean_per_port(util) / 100.0 * PORT_BYTES_PER_S * dt
         port_state_up = np.ones((t.n_ports, n_s), dtype=bool)
         if "port_state" in fx.port_set:
             port_state_up = np.isnan(fx.port_set["port_state"]) | (fx.port_set["port_state"] == 4)
         fx.port_inc["rcv_bytes_total"] += np.floor(traffic * rng.uniform(0.9, 1.0, traffic.shape)) * port_state_up
         fx.port_inc["xmit_bytes_total"] += np.floor(traffic * rng.uniform(0.9, 1.0, traffic.shape)) * port_state_up
+
+    def _node_mean_per_port(self, per_gpu: np.ndarray) -> np.ndarray:
+        """``[ports x steps]``: the mean of each node's GPUs' ``[gpus x steps]`` values, for each of its ports."""
+        t = self.topo
+        return np.repeat(per_gpu.reshape(t.n_nodes, t.gpus_per_node, -1).mean(axis=1), t.ports_per_node, axis=0)
 
     def _xid_gauge(self, ts: np.ndarray, xid_last: np.ndarray, lines: list[tuple[float, str, str]]) -> np.ndarray:
         """The Xid gauge: the last Xid code of each GPU, from the step after its kernel line."""
