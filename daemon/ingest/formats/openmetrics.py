@@ -15,6 +15,7 @@ import math
 import time
 from pathlib import Path
 from collections.abc import Iterator
+from typing import NamedTuple
 
 import numpy as np
 import pyarrow as pa
@@ -22,7 +23,8 @@ import pyarrow.compute as pc
 
 from daemon import metrics
 from daemon.ingest.batch import Batch, samples_from_codes
-from daemon.ingest.formats.reader import COMPRESSED, ReadContext, decode_lines, iter_byte_blocks, open_binary, read_tail
+from daemon.ingest.formats.reader import (COMPRESSED, ReadContext, decode_lines, iter_byte_blocks, open_binary,
+                                          read_tail, scanned_ahead)
 from daemon.ingest.naming import NOT_JOINED, split_series
 
 log = logging.getLogger("raswarden.formats.openmetrics")
@@ -59,8 +61,9 @@ class OpenMetricsReader:
             parts, pending = [], 0
             return Batch(samples=samples_frame(mapper, sid, ts, value, FORMAT))
 
-        for first, raw in iter_byte_blocks(path, ctx.read_bytes, ctx.rejects, FORMAT):
-            block = self._parse_block_fast(raw, first, ctx, cache, src)
+        blocks = iter_byte_blocks(path, ctx.read_bytes, ctx.rejects, FORMAT)
+        for first, raw, scanned in scanned_ahead(blocks, scan_block, ctx.scan_threads):
+            block = None if scanned is None else self._name_block(scanned, first, ctx, cache, src)
             if block is None:
                 sids: list[int] = []
                 tss: list[float] = []
@@ -117,64 +120,19 @@ class OpenMetricsReader:
 
     def _parse_block_fast(self, raw: bytes, first: int, ctx: ReadContext, cache: dict[str, int], src: str,
                           default_ts: float | None = None):
-        """Parse a block of clean lines with Arrow kernels; None when the block needs the line-by-line path.
+        """Parse a block of clean lines with Arrow kernels; None when the block needs the line-by-line path
+        (:func:`scan_block`, then :meth:`_name_block`)."""
+        scanned = scan_block(raw, default_ts)
+        return None if scanned is None else self._name_block(scanned, first, ctx, cache, src)
 
-        The block's bytes become an Arrow string array without copying (line offsets found with numpy).
-        Clean means valid UTF-8 and every non-comment line exactly ``series value timestamp`` separated
-        by single spaces (or, with ``default_ts``, every line ``series value``: a live scrape), with no
-        exemplar and numbers Arrow can parse. Anything else goes line by line, which rejects bad lines
-        with their numbers.
-        """
-        try:
-            raw.decode("utf-8")
-        except UnicodeDecodeError:
-            return None
-        empty_result = np.empty(0, np.int64), np.empty(0), np.empty(0)
-        if not raw:
-            return empty_result
-        buf = np.frombuffer(raw, dtype=np.uint8)
-        newlines = np.flatnonzero(buf == 10)
-        starts = np.empty(len(newlines) + 1, dtype=np.int64)
-        starts[0] = 0
-        starts[1:] = newlines + 1
-        offsets = np.append(starts, len(buf))
-        lines = pa.LargeStringArray.from_buffers(len(starts), pa.py_buffer(offsets), pa.py_buffer(raw))
-        lengths = np.diff(offsets)
-        lengths[:-1] -= 1  # without the newline
-        first_byte = buf[np.minimum(starts, len(buf) - 1)]
-        rows = np.flatnonzero((lengths > 0) & (first_byte != ord("#")))
-        if not len(rows):
-            return empty_result
-        data = lines if len(rows) == len(starts) else lines.take(pa.array(rows))
+    def _name_block(self, scanned: ScannedBlock, first: int, ctx: ReadContext, cache: dict[str, int],
+                    src: str) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
+        """A scanned block's series ids (each new key named once, through ``cache``), stamps and values; a key
+        that names no series, and a value or stamp that is not finite, rejected with its line number."""
+        rows, indices, keys, v, t = scanned
 
         def line_no(row: int) -> int:
             return first + int(rows[row])
-
-        width = 3 if default_ts is None else 2
-        parts = pc.split_pattern(data, " ", max_splits=width - 1, reverse=True)
-        lengths_of = pc.list_value_length(parts)
-        if pc.min(lengths_of).as_py() != width or pc.max(lengths_of).as_py() != width:
-            return None
-        flat = parts.flatten()  # key, value[, timestamp], key, value, ... (zero copy)
-        n = len(data)
-        try:
-            values = flat.take(pa.array(np.arange(1, width * n, width)))
-            if default_ts is None:
-                v = pc.cast(values, pa.float64()).to_numpy()
-                stamps = pc.utf8_rtrim(flat.take(pa.array(np.arange(2, 3 * n, 3))), characters="\n")
-                t = pc.cast(stamps, pa.float64()).to_numpy()
-            else:
-                v = pc.cast(pc.utf8_rtrim(values, characters="\r\n"), pa.float64()).to_numpy()
-                t = np.full(n, default_ts)
-        except pa.ArrowException:  # an unparsable number: the exact path says which line
-            return None
-        enc = pc.dictionary_encode(flat.take(pa.array(np.arange(0, width * n, width))))
-        indices = enc.indices.to_numpy()
-        keys = enc.dictionary.to_pylist()
-        if any(" # " in k for k in keys):  # an exemplar: the exact path strips it
-            return None
-        if default_ts is not None and any(" " in k and not k.endswith("}") for k in keys):
-            return None  # a scrape line with its own timestamp: the exact path reads it
 
         firsts = np.full(len(keys), -1, dtype=np.int64)
         firsts[indices[::-1]] = np.arange(len(indices))[::-1]
@@ -277,6 +235,77 @@ class OpenMetricsReader:
 
 
 #: extensions of a saved scrape's file; a name before them that is an exporter's or a generic word names no host
+class ScannedBlock(NamedTuple):
+    """A block of clean lines as arrays, before any series is named: each data line's row in the block, its key's
+    index into ``keys`` (the block's distinct series keys in order of first sight), its value and stamp."""
+
+    rows: np.ndarray
+    indices: np.ndarray
+    keys: list[str]
+    values: np.ndarray
+    stamps: np.ndarray
+
+
+def scan_block(raw: bytes | memoryview, default_ts: float | None = None) -> ScannedBlock | None:
+    """Split a block of lines into keys, values and stamps with Arrow kernels; None when the block needs the
+    line-by-line path.
+
+    The block's bytes become an Arrow string array without copying (line offsets found with numpy). Clean means
+    valid UTF-8 and every non-comment line exactly ``series value timestamp`` separated by single spaces (or, with
+    ``default_ts``, every line ``series value``: a live scrape), with no exemplar and numbers Arrow can parse.
+    Anything else goes line by line, which rejects bad lines with their numbers. It touches no shared state and
+    Arrow's kernels let go of the interpreter's lock: blocks of one file are scanned side by side in threads
+    (:meth:`OpenMetricsReader.read`).
+    """
+    buf = np.frombuffer(raw, dtype=np.uint8)
+    if (buf >= 0x80).any():  # (not ASCII, which is UTF-8 and what exporters write: checked as UTF-8 whole)
+        try:
+            str(raw, "utf-8")
+        except UnicodeDecodeError:
+            return None
+    empty = ScannedBlock(np.empty(0, np.int64), np.empty(0, np.int64), [], np.empty(0), np.empty(0))
+    if not len(buf):
+        return empty
+    newlines = np.flatnonzero(buf == 10)
+    starts = np.empty(len(newlines) + 1, dtype=np.int64)
+    starts[0] = 0
+    starts[1:] = newlines + 1
+    offsets = np.append(starts, len(buf))
+    lines = pa.LargeStringArray.from_buffers(len(starts), pa.py_buffer(offsets), pa.py_buffer(raw))
+    lengths = np.diff(offsets)
+    lengths[:-1] -= 1  # without the newline
+    first_byte = buf[np.minimum(starts, len(buf) - 1)]
+    rows = np.flatnonzero((lengths > 0) & (first_byte != ord("#")))
+    if not len(rows):
+        return empty
+    data = lines if len(rows) == len(starts) else lines.take(pa.array(rows))
+    width = 3 if default_ts is None else 2
+    parts = pc.split_pattern(data, " ", max_splits=width - 1, reverse=True)
+    lengths_of = pc.list_value_length(parts)
+    if pc.min(lengths_of).as_py() != width or pc.max(lengths_of).as_py() != width:
+        return None
+    flat = parts.flatten()  # key, value[, timestamp], key, value, ... (zero copy)
+    n = len(data)
+    try:
+        values = flat.take(pa.array(np.arange(1, width * n, width)))
+        if default_ts is None:
+            v = pc.cast(values, pa.float64()).to_numpy()
+            stamps = pc.utf8_rtrim(flat.take(pa.array(np.arange(2, 3 * n, 3))), characters="\n")
+            t = pc.cast(stamps, pa.float64()).to_numpy()
+        else:
+            v = pc.cast(pc.utf8_rtrim(values, characters="\r\n"), pa.float64()).to_numpy()
+            t = np.full(n, default_ts)
+    except pa.ArrowException:  # an unparsable number: the exact path says which line
+        return None
+    enc = pc.dictionary_encode(flat.take(pa.array(np.arange(0, width * n, width))))
+    keys = enc.dictionary.to_pylist()
+    if any(" # " in k for k in keys):  # an exemplar: the exact path strips it
+        return None
+    if default_ts is not None and any(" " in k and not k.endswith("}") for k in keys):
+        return None  # a scrape line with its own timestamp: the exact path reads it
+    return ScannedBlock(rows, enc.indices.to_numpy(), keys, v, t)
+
+
 _SCRAPE_SUFFIXES = (".prom", ".metrics", ".om", ".txt")
 _NOT_HOSTS = frozenset({"metrics", "scrape", "exporter", "node-exporter", "node_exporter", "dcgm-exporter",
                         "dcgm_exporter", "e2e-output", "output", "out", "dump"})

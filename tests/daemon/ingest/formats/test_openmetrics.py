@@ -203,3 +203,32 @@ def test_a_saved_scrape_without_a_host_label_takes_its_files_name(tmp_path, ctx)
     assert [host_of_saved_scrape(tmp_path / n) for n in (
         "sn01-b07.prom", "sn01-b07.cluster.local.metrics.gz", "10.0.1.11.prom", "node-exporter.prom", "metrics.txt",
         "sn01-b07.dmesg", ".prom")] == ["sn01-b07", "sn01-b07", "10.0.1.11", None, None, None, None]
+
+
+def test_blocks_scanned_in_threads_read_as_one_after_another(tmp_path):
+    """The reader's blocks are scanned side by side in threads: the same samples in the same order, and the same
+    rejects with the same line numbers, as scanned in turn (small blocks, bad lines and a non-UTF-8 byte among
+    them, so that some blocks go the line-by-line way)."""
+    from daemon.ingest.formats import ReadContext
+    from daemon.ingest.naming import SeriesMapper
+
+    lines = []
+    for i in range(600):
+        lines.append(GOOD.replace(" 41 1772409630", f" {40 + i % 7} {1772409630 + 30 * i}").replace(
+            'gpu="0"', f'gpu="{i % 3}"'))
+        if i % 97 == 5:
+            lines.append(GOOD.replace(" 41 ", " forty-one "))
+        if i % 151 == 9:
+            lines.append(GOOD.replace(" 41 ", " NaN "))
+    raw = ("\n".join(lines) + "\n# EOF\n").encode()
+    raw = raw.replace(b'Hostname="sn01-b01"} 44', b'Hostname="sn01-b01\xff"} 44', 1)
+    p = tmp_path / "threads.om"
+    p.write_bytes(raw)
+    results = []
+    for threads in (1, 3):
+        ctx = ReadContext(mapper=SeriesMapper(), read_bytes=2048, chunk_rows=100, scan_threads=threads)
+        b = read_all(OpenMetricsReader(), p, ctx)
+        results.append((b.samples.astype({"entity": str, "metric": str}).to_dict("list"), ctx.rejects.messages,
+                        dict(ctx.rejects.counts)))
+    assert results[0] == results[1]
+    assert len(results[0][0]["ts"]) >= 590 and results[0][2]  # most lines read, and the bad ones rejected
