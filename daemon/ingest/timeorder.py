@@ -18,6 +18,7 @@ import math
 import shutil
 import tempfile
 from collections import defaultdict
+from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass, field
 from pathlib import Path
 from collections.abc import Iterator
@@ -182,7 +183,7 @@ class TimeSpill:
         last_data = first - 1  # the last tick with data so far
         next_tick = first  # the next tick to yield: never one twice, never back in time
         empty = Batch(samples=empty_samples(), events=empty_events())
-        for bucket in buckets:
+        for bucket, samples, events in self._loaded(buckets):
             start = bucket * self.bucket_ticks
             if idle_ticks is None:
                 for k in range(next_tick, start):
@@ -192,8 +193,6 @@ class TimeSpill:
                 for k in range(next_tick, min(start, last_data + idle_ticks + 1)):
                     yield k * self.interval, empty
                     next_tick = k + 1
-            samples = self._load_samples(bucket)
-            events = self._load_events(bucket)
             s_ticks = tick_index(samples["ts"].to_numpy(), self.interval)
             e_ticks = tick_index(events["ts"].to_numpy(), self.interval)
             bounds = np.arange(start, start + self.bucket_ticks + 1)
@@ -217,6 +216,23 @@ class TimeSpill:
                 )
         for k in range(max(next_tick, last + 1), last + tail_ticks + 1):
             yield k * self.interval, empty
+
+    def _loaded(self, buckets: list[int]) -> Iterator[tuple[int, pd.DataFrame, pd.DataFrame]]:
+        """Each bucket with its samples and events, in order, the next bucket loaded in a thread while the caller
+        ticks this one (reading and sorting it is mostly Arrow's and numpy's work, which let go of the interpreter's
+        lock): two buckets in memory at most."""
+        def load(bucket: int) -> tuple[int, pd.DataFrame, pd.DataFrame]:
+            return bucket, self._load_samples(bucket), self._load_events(bucket)
+
+        if not buckets:
+            return
+        with ThreadPoolExecutor(1, thread_name_prefix="raswarden-spill") as pool:
+            ahead = pool.submit(load, buckets[0])
+            for following in [*buckets[1:], None]:
+                loaded = ahead.result()
+                if following is not None:
+                    ahead = pool.submit(load, following)
+                yield loaded
 
     def close(self) -> None:
         """Remove spilled files (the whole directory when this spill created it)."""

@@ -71,3 +71,24 @@ def test_the_bucket_order_is_the_four_key_sort_with_and_without_repeats():
         order, repeats = _row_order(ts, ent, met, value)
         assert np.array_equal(order, np.lexsort((value, met, ent, ts)))
         assert repeats == (len({(t, e, m) for t, e, m in zip(ts, ent, met)}) < n)
+
+
+def test_buckets_are_loaded_no_further_ahead_than_the_next(tmp_path, monkeypatch):
+    """While a bucket ticks, the next one may be loading (in a thread) and no other: two buckets in memory at most."""
+    spill = TimeSpill(interval=30.0, bucket_ticks=10, directory=tmp_path / "s")
+    spill.add(Batch(samples=samples([(float(t), "a/gpu0", "x", 1.0) for t in range(15, 3000, 15)])))
+    loaded: list[int] = []
+    load = TimeSpill._load_samples
+
+    def recording(self, bucket):
+        loaded.append(bucket)
+        return load(self, bucket)
+
+    monkeypatch.setattr(TimeSpill, "_load_samples", recording)
+    buckets_ticked = []
+    for now, batch in spill.ticks():
+        bucket = int(tick_index(np.array([now]), 30.0)[0]) // 10
+        if not buckets_ticked or buckets_ticked[-1] != bucket:
+            buckets_ticked.append(bucket)
+        assert max(loaded) <= bucket + 1
+    assert loaded == buckets_ticked == list(range(0, 11))
