@@ -35,6 +35,7 @@ from daemon import metrics
 from daemon.ingest.batch import Batch
 from daemon.ingest.formats.reader import ReadContext, host_in_name, iter_lines, note_zoneless
 from daemon.ingest.formats.kernel_events import CperRecords, KernelEvent, MessageJoiner, parse_kernel_message
+from daemon.ingest.formats.locale_dates import MONTH_PATTERN, MONTHS, WEEKDAY_PATTERN
 from daemon.timetext import zoneless_epoch
 from detectors.schema import events_frame
 
@@ -45,7 +46,8 @@ _DECODE = re.compile(r"^([a-z]+)\s*:([a-z]+)\s*: ")
 # RFC 3164 as rsyslog's templates print it: also with fractions of a second and a severity word before the tag
 # (SONiC's "Apr  9 21:05:38.106121 host INFO kernel: ...", sonic-net/sonic-buildimage#7310)
 # A syslog line as received or stored raw keeps its "<PRI>" in front.
-_RFC3164 = re.compile(r"^(?:<\d{1,3}>)?([A-Z][a-z]{2}) +(\d{1,2}) (\d{2}):(\d{2}):(\d{2})(?:\.(?P<frac>\d{1,9}))? "
+_RFC3164 = re.compile(rf"^(?:<\d{{1,3}}>)? *({MONTH_PATTERN}) +(\d{{1,2}}) (\d{{2}}):(\d{{2}}):(\d{{2}})"
+                      r"(?:\.(?P<frac>\d{1,9}))? "
                       r"(?P<host>\S+) (?:(?:EMERG|ALERT|CRIT|ERR|ERROR|WARNING|WARN|NOTICE|INFO|DEBUG) )?"
                       r"(?P<ident>[^:\[]+)(?:\[\d+\])?: (?P<msg>.*)$")
 _RFC3339 = re.compile(
@@ -62,15 +64,16 @@ _RFC5424 = re.compile(r"^(?:<\d{1,3}>\d{1,2} )?(\d{4}-\d{2}-\d{2}T\d{2}:\d{2}:\d
 _SHORT_FULL = re.compile(r"^(?:Mon|Tue|Wed|Thu|Fri|Sat|Sun) (\d{4}-\d{2}-\d{2} \d{2}:\d{2}:\d{2}(?:\.\d+)?) (\S+) "
                          r"(\S+) ([^:\[]+)(?:\[\d+\])?: (.*)$")
 _SHORT_UNIX = re.compile(r"^(\d{9,11}\.\d+) (\S+) ([^:\[]+)(?:\[\d+\])?: (.*)$")
-_DMESG_T = re.compile(r"^\[([A-Z][a-z]{2} [A-Z][a-z]{2} +\d{1,2} \d{2}:\d{2}:\d{2} \d{4})\] ?(.*)$")
+# dmesg -T ("[Thu Jun 12 09:14:02 2025]"), weekday and month in the host's language ("[六 12月  5 ...]": locale_dates)
+_DMESG_T = re.compile(rf"^\[(?:{WEEKDAY_PATTERN}) +({MONTH_PATTERN}) +(\d{{1,2}}) (\d{{2}}):(\d{{2}}):(\d{{2}}) "
+                      r"(\d{4})\] ?(.*)$")
 _DMESG_ISO = re.compile(r"^(\d{4}-\d{2}-\d{2}T\d{2}:\d{2}:\d{2}(?:[.,]\d+)?(?:[+-]\d{2}:?\d{2}|Z)?) (.*)$")
 _DMESG_RAW = re.compile(r"^\[\s*\d+\.\d+\] ")
 # The line shapes a file is tried for, in order: RFC 5424 before RFC 3339 (an RFC 5424 line would pass for one, with
 # "kernel - - - ..." as its tag), journalctl's short-full before RFC 3164.
 _STYLES = (("raw", _DMESG_RAW), ("rfc5424", _RFC5424), ("short-full", _SHORT_FULL), ("short-unix", _SHORT_UNIX),
            ("rfc3339", _RFC3339), ("rfc3164", _RFC3164), ("dmesg-T", _DMESG_T), ("dmesg-iso", _DMESG_ISO))
-_MONTHS = {m: i for i, m in enumerate(
-    ["Jan", "Feb", "Mar", "Apr", "May", "Jun", "Jul", "Aug", "Sep", "Oct", "Nov", "Dec"], start=1)}
+_MONTHS = MONTHS  # the month names of the hosts' locales (journalctl and dmesg -T print them in the host's language)
 
 
 def _strip_decode(line: str) -> tuple[str, str | None]:
@@ -394,8 +397,9 @@ class TextLogReader:
                 m = _DMESG_T.match(line)
                 if not m:
                     return None
-                stamp = dt.datetime.strptime(" ".join(m.group(1).split()), "%a %b %d %H:%M:%S %Y")
-                return zoneless_epoch(stamp, zone), None, None, m.group(2), 0
+                stamp = dt.datetime(int(m.group(6)), _MONTHS[m.group(1)], int(m.group(2)), int(m.group(3)),
+                                    int(m.group(4)), int(m.group(5)))
+                return zoneless_epoch(stamp, zone), None, None, m.group(7), 0
             if style == "dmesg-iso":
                 m = _DMESG_ISO.match(line)
                 return (_iso_to_epoch(m.group(1), zone), None, None, m.group(2), 0) if m else None
