@@ -86,7 +86,7 @@ def test_buckets_are_loaded_no_further_ahead_than_the_next(tmp_path, monkeypatch
 
     monkeypatch.setattr(TimeSpill, "_load_samples", recording)
     buckets_ticked = []
-    for now, batch in spill.ticks():
+    for now, _batch in spill.ticks():
         bucket = int(tick_index(np.array([now]), 30.0)[0]) // 10
         if not buckets_ticked or buckets_ticked[-1] != bucket:
             buckets_ticked.append(bucket)
