@@ -36,7 +36,7 @@ from daemon.ingest.batch import Batch
 from daemon.ingest.formats.reader import ReadContext, host_in_name, iter_lines, note_zoneless
 from daemon.ingest.formats.kernel_events import CperRecords, KernelEvent, MessageJoiner, parse_kernel_message
 from daemon.ingest.formats.locale_dates import MONTH_PATTERN, MONTHS, WEEKDAY_PATTERN
-from daemon.timetext import zoneless_epoch
+from daemon.timetext import zone_name, zoneless_epoch
 from detectors.schema import events_frame
 
 UTC = dt.UTC
@@ -59,8 +59,9 @@ _RFC3339 = re.compile(
 # ("2022-12-26T07:44:45.000000+01:00 server02 kernel - - - BTRFS critical ...", quoted on linux-kernel)
 _RFC5424 = re.compile(r"^(?:<\d{1,3}>\d{1,2} )?(\d{4}-\d{2}-\d{2}T\d{2}:\d{2}:\d{2}(?:[.,]\d+)?(?:Z|[+-]\d{2}:?\d{2})?)"
                       r" (\S+) ([^\s:\[]+) (\S+) (\S+) (-|(?:\[(?:[^\]\\]|\\.)*\])+)(?: (.*))?$")
-# journalctl -o short-full ("Tue 2025-01-21 04:41:44 UTC host kernel: ...", the zone's abbreviation: only UTC and
-# GMT say their offset) and -o short-unix ("1737434504.283302 host kernel: ...")
+# journalctl -o short-full ("Tue 2025-01-21 04:41:44 UTC host kernel: ...", the zone's abbreviation: UTC and GMT
+# say their offset, another only as the hosts' zone's name at that time, _short_full_zone) and -o short-unix
+# ("1737434504.283302 host kernel: ...")
 _SHORT_FULL = re.compile(r"^(?:Mon|Tue|Wed|Thu|Fri|Sat|Sun) (\d{4}-\d{2}-\d{2} \d{2}:\d{2}:\d{2}(?:\.\d+)?) (\S+) "
                          r"(\S+) ([^:\[]+)(?:\[\d+\])?: (.*)$")
 _SHORT_UNIX = re.compile(r"^(\d{9,11}\.\d+) (\S+) ([^:\[]+)(?:\[\d+\])?: (.*)$")
@@ -95,6 +96,19 @@ def _names_no_zone(style: str, line: str) -> bool:
     pattern = {"rfc5424": _RFC5424, "rfc3339": _RFC3339, "dmesg-iso": _DMESG_ISO}.get(style)
     m = pattern.match(_strip_decode(line)[0]) if pattern else None
     return bool(m) and re.search(r"(?:Z|[+-]\d{2}:?\d{2})$", m.group(1)) is None
+
+
+def _short_full_zone(stamp: str, abbreviation: str, zone: dt.tzinfo) -> dt.tzinfo | None:
+    """The zone a journalctl short-full stamp (``2025-01-21 04:41:44 CST``) is in: UTC for UTC and GMT, the hosts'
+    ``zone`` where it goes by the stamp's abbreviation at that time (Asia/Shanghai's CST, Europe/Berlin's CET and
+    CEST), else None (an abbreviation alone does not say its offset: CST is China's and America's)."""
+    if abbreviation in ("UTC", "GMT"):
+        return UTC
+    try:
+        local = dt.datetime.fromisoformat(stamp)
+    except ValueError:
+        return None
+    return zone if zone is not UTC and zone.tzname(local) == abbreviation else None
 
 
 _INT64 = (-(2**63), 2**63)
@@ -260,11 +274,13 @@ class TextLogReader:
                         ctx.rejects.reject(self.format, position, "not a syslog or dmesg line", line)
                         continue
                     zone = _SHORT_FULL.match(line) if style == "short-full" else None
-                    if zone and zone.group(2) not in ("UTC", "GMT"):
+                    if zone and _short_full_zone(zone.group(1), zone.group(2), ctx.zone) is None:
                         ctx.rejects.refuse(
                             self.format, position,
-                            f"journalctl -o short-full stamps name their zone ({zone.group(2)}) but not its offset: "
-                            "record with 'journalctl -o short-iso' (or TZ=UTC), or as journalctl -o json",
+                            f"journalctl -o short-full stamps name their zone ({zone.group(2)}) but not its offset, "
+                            f"and the hosts' zone ({zone_name(ctx.zone)}) does not go by that name: give the hosts' "
+                            "zone (--timezone, timezone: in topology.yaml), or record with 'journalctl -o short-iso' "
+                            "(or TZ=UTC), or as journalctl -o json",
                         )
                         return
                     if self._parse(style, line, 1970, ctx.zone) is None:  # damaged: it only begins like one
@@ -372,9 +388,10 @@ class TextLogReader:
         try:
             if style == "short-full":
                 m = _SHORT_FULL.match(line)
-                if not m or m.group(2) not in ("UTC", "GMT"):
+                in_zone = _short_full_zone(m.group(1), m.group(2), zone) if m else None
+                if in_zone is None:
                     return None
-                return _iso_to_epoch(m.group(1)), m.group(3), m.group(4), m.group(5), 0
+                return _iso_to_epoch(m.group(1), in_zone), m.group(3), m.group(4), m.group(5), 0
             if style == "short-unix":
                 m = _SHORT_UNIX.match(line)
                 return (float(m.group(1)), m.group(2), m.group(3), m.group(4), 0) if m else None

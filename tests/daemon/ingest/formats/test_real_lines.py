@@ -11,6 +11,8 @@ import numpy as np
 import pandas as pd
 import pytest
 
+from tests.conftest import require
+
 from daemon.ingest.formats import (FabricManagerReader, JournalJsonReader, OpenMetricsReader, TextLogReader,
                                    describe_unread, sniff)
 from daemon.ingest.formats.kernel_events import MessageJoiner, parse_kernel_message
@@ -529,6 +531,50 @@ def test_short_full_in_a_named_zone_is_refused_with_what_to_do(journal_file, tmp
                                    check=True).stdout)
     assert len(read_all(TextLogReader(), path, ctx).events) == 0 and ctx.rejects.total == 1
     assert "name their zone (CET) but not its offset" in ctx.rejects.messages[-1]
+
+
+@pytest.mark.parametrize("tz, when", [("Asia/Shanghai", 1737434504.283302), ("Europe/Berlin", 1751334504.0),
+                                      ("Europe/Berlin", 1737434504.283302)])
+def test_short_full_in_the_hosts_zone_is_read_at_its_time(journal_file, tmp_path, ctx, tz, when):
+    """journalctl -o short-full on a host in China names its stamps CST (China's, or America's Central: the name alone
+    does not say): where the hosts' zone is given and goes by that name at the stamp's time, the stamp is read in it
+    (Berlin's CET in January and CEST in July)."""
+    import subprocess
+
+    from daemon.timetext import parse_zone
+
+    out, write = journal_file
+    write((when, "NVRM: Xid (PCI:0000:38:00): 79, pid=0, GPU has fallen off the bus."))
+    path = tmp_path / "kern.log"
+    text = subprocess.run(["journalctl", f"--file={out}", "--output=short-full", "--no-pager", "-q"],
+                          env={**os.environ, "TZ": tz}, capture_output=True, text=True, check=True).stdout
+    path.write_text(text)
+    ctx.zone = parse_zone(tz)
+    ev = read_all(TextLogReader(), path, ctx).events
+    assert list(ev["code"]) == [79] and ev["ts"].iloc[0] == float(int(when)) and ctx.rejects.total == 0, text
+
+
+@pytest.mark.parametrize("lang", ["zh_CN.UTF-8", "ja_JP.UTF-8", "de_DE.UTF-8", "fr_FR.UTF-8", "ru_RU.UTF-8"])
+def test_journalctl_short_in_the_hosts_language_is_read(journal_file, tmp_path, ctx, lang):
+    """The real journalctl's short output under a host's LANG prints the month in its language ("12月 05 ...", "Okt 06
+    ..."): read at the record's time (the file was not even taken for a kernel log under zh_CN, and German lines were
+    rejected: the Xid lost)."""
+    import subprocess
+
+    require(os.path.isdir(f"/usr/lib/locale/{lang.replace('UTF-8', 'utf8')}"),
+            f"the {lang} locale (apt-get install locales-all; scripts/test.sh installs it)")
+    out, write = journal_file
+    times = [1737434504.0, 1741234504.0, 1751334504.0, 1760004504.0, 1765881504.0]  # 2025: Jan, Mar, Jul, Oct, Dec
+    write(*[(t, "NVRM: Xid (PCI:0000:38:00): 79, pid=0, GPU has fallen off the bus.") for t in times])
+    text = subprocess.run(["journalctl", f"--file={out}", "--output=short", "--no-pager", "-q"],
+                          env={**os.environ, "TZ": "UTC", "LANG": lang, "LC_ALL": lang}, capture_output=True,
+                          text=True, check=True).stdout
+    path = tmp_path / "kern.log"
+    path.write_text(text)
+    os.utime(path, (1765881600, 1765881600))  # saved then: the year of stamps without one
+    assert isinstance(sniff(path), TextLogReader), text
+    ev = read_all(TextLogReader(), path, ctx).events
+    assert list(ev["ts"]) == times and ctx.rejects.total == 0, (text, ctx.rejects.messages)
 
 
 def test_a_log_kept_in_local_time_is_read_in_the_zone_named(tmp_path, ctx):
