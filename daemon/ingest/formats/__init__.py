@@ -12,7 +12,7 @@ from daemon.ingest.formats.reader import ReadContext, Reader, open_binary
 from daemon.ingest.formats.columnar import ColumnarReader, ColumnarWriter
 from daemon.ingest.formats.fabricmanager import STAMP as FABRIC_MANAGER_STAMP, FabricManagerReader
 from daemon.ingest.formats.kernel_events import parse_kernel_message
-from daemon.ingest.formats.kernellog import JournalJsonReader, TextLogReader
+from daemon.ingest.formats.kernellog import JournalJsonReader, TextLogReader, unknown_month
 from daemon.ingest.formats.openmetrics import OpenMetricsReader
 from daemon.ingest.formats.promjson import QueryRangeReader
 from daemon.ingest.formats.rasdaemon_sqlite import RasdaemonReader
@@ -126,4 +126,8 @@ def describe_unread(path: Path) -> str:
     if _LEVEL_RAW.match(lines[0]):
         return ("raw dmesg with levels (dmesg -r): its stamps count seconds since boot and the file gives no boot "
                 "time; record it with 'dmesg -T' or 'dmesg --time-format iso'" + held)
+    word = unknown_month(lines[0])
+    if word is not None:
+        return (f"a kernel log whose stamps name the month {word!r}, in no language raswarden reads "
+                "(daemon/ingest/formats/locale_dates.csv): record with 'journalctl -o short-iso' (or LC_ALL=C)" + held)
     return f"not a telemetry format raswarden reads (it begins {lines[0][:60]!r})" + held

@@ -75,6 +75,25 @@ _DMESG_RAW = re.compile(r"^\[\s*\d+\.\d+\] ")
 _STYLES = (("raw", _DMESG_RAW), ("rfc5424", _RFC5424), ("short-full", _SHORT_FULL), ("short-unix", _SHORT_UNIX),
            ("rfc3339", _RFC3339), ("rfc3164", _RFC3164), ("dmesg-T", _DMESG_T), ("dmesg-iso", _DMESG_ISO))
 _MONTHS = MONTHS  # the month names of the hosts' locales (journalctl and dmesg -T print them in the host's language)
+# A syslog or dmesg -T stamp with any word for its month: to say so when the word is not one of MONTHS
+_ANY_MONTH = re.compile(r"^(?:<\d{1,3}>)? *(?:\[[^\s\]]+ +)?([^\s\d\[][^\s]*(?: \d{1,2})?) +\d{1,2} \d{2}:\d{2}:\d{2}"
+                        r"(?:\.\d+)? (?:\S+ \S[^:]*: |\d{4}\] )")
+
+
+def unknown_month(line: str) -> str | None:
+    """The month word of a line stamped as syslog or dmesg -T that is in no locale raswarden reads (a host whose
+    language is not among locale_dates'), else None."""
+    m = _ANY_MONTH.match(line)
+    return m.group(1) if m and m.group(1) not in _MONTHS else None
+
+
+def not_a_log_line(line: str) -> str:
+    """Why a line of a kernel log is not read: its month word named where that is the reason."""
+    word = unknown_month(line)
+    if word is None:
+        return "not a syslog or dmesg line"
+    return (f"a stamp whose month {word!r} is in no language raswarden reads (daemon/ingest/formats/locale_dates.csv): "
+            "record with 'journalctl -o short-iso' (or LC_ALL=C)")
 
 
 def _strip_decode(line: str) -> tuple[str, str | None]:
@@ -261,7 +280,7 @@ class TextLogReader:
                     style = self._detect(line)
                     if expected is not None and style != expected:  # a damaged line cannot fix the file's style
                         style = None
-                        ctx.rejects.reject(self.format, position, "not a syslog or dmesg line", line)
+                        ctx.rejects.reject(self.format, position, not_a_log_line(line), line)
                         continue
                     if style == "raw":
                         ctx.rejects.refuse(
@@ -271,7 +290,7 @@ class TextLogReader:
                         )
                         return
                     if style is None:
-                        ctx.rejects.reject(self.format, position, "not a syslog or dmesg line", line)
+                        ctx.rejects.reject(self.format, position, not_a_log_line(line), line)
                         continue
                     zone = _SHORT_FULL.match(line) if style == "short-full" else None
                     if zone and _short_full_zone(zone.group(1), zone.group(2), ctx.zone) is None:
@@ -285,7 +304,7 @@ class TextLogReader:
                         return
                     if self._parse(style, line, 1970, ctx.zone) is None:  # damaged: it only begins like one
                         style = None
-                        ctx.rejects.reject(self.format, position, "not a syslog or dmesg line", line)
+                        ctx.rejects.reject(self.format, position, not_a_log_line(line), line)
                         continue
                     zoneless = _names_no_zone(style, line)
                     if style.startswith("dmesg") and file_host is None:
@@ -306,7 +325,9 @@ class TextLogReader:
                 other_facility = facility is not None and facility != "kern"
                 parsed = self._parse(style, line, year or 1970, ctx.zone)
                 if parsed is None:
-                    ctx.rejects.reject(self.format, position, f"line does not match the file's {style} format", line)
+                    why = f"line does not match the file's {style} format"
+                    ctx.rejects.reject(self.format, position, why if unknown_month(line) is None else
+                                       not_a_log_line(line), line)
                     continue
                 ts, host, ident, message, month = parsed
                 host = host or file_host or ""

@@ -104,3 +104,19 @@ def test_month_names_of_other_languages_in_syslog_lines(tmp_path, line, month):
 def test_dmesg_t_in_chinese(tmp_path):
     batch, ctx = _read(tmp_path, "gpu01.dmesg", ["[六 12月  5 17:59:27 2026] " + XID])
     assert list(batch.events["ts"]) == [WHEN.replace(tzinfo=dt.UTC).timestamp()] and ctx.rejects.total == 0
+
+
+def test_a_month_in_no_language_read_is_named_with_what_to_do(tmp_path):
+    """A host in a language not among the table's (Thai: glibc's th_TH prints December as ธ.ค.): the file is skipped,
+    or its line rejected, saying the month word is not read and how to record the journal instead."""
+    from daemon.ingest.formats import describe_unread
+
+    thai = "ธ.ค. 05 17:59:27 gpu01 kernel: " + XID
+    p = tmp_path / "gpu01.log"
+    p.write_text(thai + "\n", encoding="utf-8")
+    assert sniff(p) is None
+    why = describe_unread(p)
+    assert "'ธ.ค.'" in why and "short-iso" in why and "xid 79" in why
+    p.write_text("Dec 05 17:59:27 gpu01 kernel: " + XID + "\n" + thai + "\n", encoding="utf-8")
+    _, ctx = _read(tmp_path, "gpu01.log", p.read_text(encoding="utf-8").splitlines())
+    assert ctx.rejects.total == 1 and "'ธ.ค.'" in ctx.rejects.messages[0] and "short-iso" in ctx.rejects.messages[0]
