@@ -199,7 +199,8 @@ def iter_byte_blocks(path: Path, read_bytes: int, rejects: RejectLog | None = No
         readinto = getattr(fh, "readinto", None)
         while True:
             if readinto is not None:
-                buf = bytearray(len(rest) + read_bytes)
+                left = _bytes_left(fh)  # (a small file's buffer as large as the file, not a block)
+                buf = bytearray(len(rest) + (read_bytes if left is None else max(1, min(read_bytes, left + 1))))
                 buf[:len(rest)] = rest
                 got = readinto(memoryview(buf)[len(rest):])
                 if not got:
@@ -227,6 +228,14 @@ def iter_byte_blocks(path: Path, read_bytes: int, rejects: RejectLog | None = No
                            rest[:120].decode("utf-8", "replace"))
     elif rest:
         yield lineno, rest
+
+
+def _bytes_left(fh) -> int | None:
+    """Bytes from a plain file's position to its end as it is now (None: not a plain file)."""
+    try:
+        return os.fstat(fh.fileno()).st_size - fh.tell()
+    except (AttributeError, OSError, io.UnsupportedOperation):
+        return None
 
 
 def scan_threads_default() -> int:
