@@ -12,7 +12,7 @@ from daemon.ingest.formats.reader import ReadContext, Reader, open_binary
 from daemon.ingest.formats.columnar import ColumnarReader, ColumnarWriter
 from daemon.ingest.formats.fabricmanager import STAMP as FABRIC_MANAGER_STAMP, FabricManagerReader
 from daemon.ingest.formats.kernel_events import parse_kernel_message
-from daemon.ingest.formats.kernellog import JournalJsonReader, TextLogReader, unknown_month
+from daemon.ingest.formats.kernellog import JOURNAL_ANNOTATION, JournalJsonReader, TextLogReader, unknown_month
 from daemon.ingest.formats.openmetrics import OpenMetricsReader
 from daemon.ingest.formats.promjson import QueryRangeReader
 from daemon.ingest.formats.rasdaemon_sqlite import RasdaemonReader
@@ -47,6 +47,14 @@ def _text(line: bytes) -> str:
     return line.decode("utf-8", "replace")
 
 
+def _first_record(head: bytes, first: bytes) -> bytes:
+    """A text log's first line that is a record: past journalctl's own lines ("-- Logs begin at ... --")."""
+    if not JOURNAL_ANNOTATION.match(_text(first)):
+        return first
+    return next((ln.strip() for ln in head.splitlines() if ln.strip() and not JOURNAL_ANNOTATION.match(_text(ln))),
+                b"")
+
+
 @dataclass(frozen=True)
 class Shape:
     """A kind of file :func:`sniff` tells: its name, the test on the file's first 4 KiB and first non-blank line,
@@ -73,7 +81,8 @@ SHAPES: tuple[Shape, ...] = (
     Shape("columnar CSV", lambda head, first: first.startswith(b"ts,"), ColumnarReader),
     Shape("nvidia-smi CSV", lambda head, first: nvsmicsv.looks_like(_text(first)), NvidiaSmiCsvReader),
     # log shapes before exposition: "kern  :warn  : 2025-..." (dmesg --decode) also looks like a sample's name
-    Shape("kernel log", lambda head, first: TextLogReader._detect(_text(first)) is not None, TextLogReader),
+    Shape("kernel log", lambda head, first: TextLogReader._detect(_text(_first_record(head, first))) is not None,
+          TextLogReader),
     Shape("Fabric Manager log", lambda head, first: FABRIC_MANAGER_STAMP.match(_text(first)) is not None,
           FabricManagerReader),
     Shape("exposition", lambda head, first: first.startswith(b"#") or _EXPOSITION.match(first) is not None,

@@ -80,6 +80,12 @@ _ANY_MONTH = re.compile(r"^(?:<\d{1,3}>)? *(?:\[[^\s\]]+ +)?([^\s\d\[][^\s]*(?: 
                         r"(?:\.\d+)? (?:\S+ \S[^:]*: |\d{4}\] )")
 
 
+# journalctl's own lines among its records: "-- Logs begin at ..., end at ... --" heading the output (systemd before
+# 246, RHEL 8's and Ubuntu 20.04's), "-- Journal begins at ... --" (246 to 249), "-- Reboot --" and "-- Boot ID --"
+# between boots, "-- No entries --", and -x's catalog text, every line of it "-- ..."; no kernel line begins so
+JOURNAL_ANNOTATION = re.compile(r"^--(?: |$)")
+
+
 def unknown_month(line: str) -> str | None:
     """The month word of a line stamped as syslog or dmesg -T that is in no locale raswarden reads (a host whose
     language is not among locale_dates'), else None."""
@@ -272,7 +278,7 @@ class TextLogReader:
         expected = self._file_style(head[1], ctx) if head else None
         for first, lines in itertools.chain([head] if head else [], chunks):
             for offset, line in enumerate(lines):
-                if not line.strip():
+                if not line.strip() or JOURNAL_ANNOTATION.match(line):
                     continue
                 position = f"{src}:{first + offset}"
                 line, facility = _strip_decode(line)

@@ -607,3 +607,36 @@ def test_a_log_kept_in_local_time_is_read_in_the_zone_named(tmp_path, ctx):
         parse_zone("Mars/Base")
     with pytest.raises(ValueError, match="at most 14 hours"):
         parse_zone("+15:00")
+
+
+def test_journalctl_own_lines_are_not_records(journal_file, tmp_path, ctx):
+    """journalctl prints lines of its own among the records: "-- Boot ID --" between boots (the real journalctl
+    here, without -q), "-- Logs begin at ..., end at ... --" heading its output before systemd 246 (RHEL 8, Ubuntu
+    20.04: such a file was not taken for a kernel log at all, its Xids lost), and -x's catalog text. They are
+    skipped, neither records nor rejects."""
+    import subprocess
+
+    import shutil
+
+    out, _ = journal_file  # (the fixture requires systemd-journal-remote: two boots written here at once)
+    export = "".join(
+        f"__REALTIME_TIMESTAMP={int(ts * 1e6)}\n__MONOTONIC_TIMESTAMP=1\n_BOOT_ID={boot}\n_HOSTNAME=sn01-b01\n"
+        f"_TRANSPORT=kernel\nSYSLOG_IDENTIFIER=kernel\nMESSAGE={msg}\n\n" for ts, boot, msg in (
+            (1765881504.0, "0123456789abcdef0123456789abcdef",
+             "NVRM: Xid (PCI:0000:38:00): 79, pid=0, GPU has fallen off the bus."),
+            (1765881904.0, "fedcba9876543210fedcba9876543210", "NVRM: Xid (PCI:0000:38:00): 48, pid=0, DBE.")))
+    remote = shutil.which("systemd-journal-remote") or "/lib/systemd/systemd-journal-remote"
+    subprocess.run([remote, f"--output={out}", "--split-mode=none", "-"], input=export.encode(), check=True,
+                   capture_output=True)
+    text = subprocess.run(["journalctl", f"--file={out}", "--output=short", "--no-pager"],
+                          env={**os.environ, "TZ": "UTC"}, capture_output=True, text=True, check=True).stdout
+    assert "-- Boot fedcba9876543210fedcba9876543210 --" in text, text
+    head = "-- Logs begin at Tue 2025-12-16 10:00:00 UTC, end at Tue 2025-12-16 10:45:04 UTC. --\n"
+    catalog = "-- Subject: A start job for unit x has finished successfully\n-- Defined-By: systemd\n--\n"
+    path = tmp_path / "kern.log"
+    path.write_text(head + text + catalog)
+    os.utime(path, (1765882000, 1765882000))
+    assert isinstance(sniff(path), TextLogReader)
+    ev = read_all(TextLogReader(), path, ctx).events
+    assert list(ev["code"]) == [79, 48] and list(ev["ts"]) == [1765881504.0, 1765881904.0]
+    assert ctx.rejects.total == 0, ctx.rejects.messages
