@@ -135,6 +135,8 @@ def describe_unread(path: Path) -> str:
     if _LEVEL_RAW.match(lines[0]):
         return ("raw dmesg with levels (dmesg -r): its stamps count seconds since boot and the file gives no boot "
                 "time; record it with 'dmesg -T' or 'dmesg --time-format iso'" + held)
+    if all(JOURNAL_ANNOTATION.match(ln) for ln in lines):
+        return f"journalctl's output without a record (it says {lines[-1].strip()!r})"
     word = unknown_month(lines[0])
     if word is not None:
         return (f"a kernel log whose stamps name the month {word!r}, in no language raswarden reads "

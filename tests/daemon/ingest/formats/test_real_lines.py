@@ -640,3 +640,13 @@ def test_journalctl_own_lines_are_not_records(journal_file, tmp_path, ctx):
     ev = read_all(TextLogReader(), path, ctx).events
     assert list(ev["code"]) == [79, 48] and list(ev["ts"]) == [1765881504.0, 1765881904.0]
     assert ctx.rejects.total == 0, ctx.rejects.messages
+
+
+def test_journalctl_output_without_a_record_is_said_so(tmp_path):
+    from daemon.ingest.formats import describe_unread
+
+    path = tmp_path / "kern.log"
+    path.write_text("-- Logs begin at Tue 2025-12-16 10:00:00 UTC, end at Tue 2025-12-16 10:45:04 UTC. --\n"
+                    "-- No entries --\n")
+    assert sniff(path) is None
+    assert describe_unread(path) == "journalctl's output without a record (it says '-- No entries --')"
