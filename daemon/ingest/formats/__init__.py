@@ -12,7 +12,8 @@ from daemon.ingest.formats.reader import ReadContext, Reader, open_binary
 from daemon.ingest.formats.columnar import ColumnarReader, ColumnarWriter
 from daemon.ingest.formats.fabricmanager import STAMP as FABRIC_MANAGER_STAMP, FabricManagerReader
 from daemon.ingest.formats.kernel_events import parse_kernel_message
-from daemon.ingest.formats.kernellog import JOURNAL_ANNOTATION, JournalJsonReader, TextLogReader, unknown_month
+from daemon.ingest.formats.kernellog import (JOURNAL_ANNOTATION, UNKNOWN_MONTH_ADVICE, JournalJsonReader, TextLogReader,
+                                             unknown_month)
 from daemon.ingest.formats.openmetrics import OpenMetricsReader
 from daemon.ingest.formats.promjson import QueryRangeReader
 from daemon.ingest.formats.rasdaemon_sqlite import RasdaemonReader
@@ -139,6 +140,5 @@ def describe_unread(path: Path) -> str:
         return f"journalctl's output without a record (it says {lines[-1].strip()!r})"
     word = unknown_month(lines[0])
     if word is not None:
-        return (f"a kernel log whose stamps name the month {word!r}, in no language raswarden reads "
-                "(daemon/ingest/formats/locale_dates.csv): record with 'journalctl -o short-iso' (or LC_ALL=C)" + held)
+        return f"a kernel log whose stamps name a month, {word!r}, that {UNKNOWN_MONTH_ADVICE}" + held
     return f"not a telemetry format raswarden reads (it begins {lines[0][:60]!r})" + held

@@ -74,7 +74,6 @@ _DMESG_RAW = re.compile(r"^\[\s*\d+\.\d+\] ")
 # "kernel - - - ..." as its tag), journalctl's short-full before RFC 3164.
 _STYLES = (("raw", _DMESG_RAW), ("rfc5424", _RFC5424), ("short-full", _SHORT_FULL), ("short-unix", _SHORT_UNIX),
            ("rfc3339", _RFC3339), ("rfc3164", _RFC3164), ("dmesg-T", _DMESG_T), ("dmesg-iso", _DMESG_ISO))
-_MONTHS = MONTHS  # the month names of the hosts' locales (journalctl and dmesg -T print them in the host's language)
 # A syslog or dmesg -T stamp with any word for its month: to say so when the word is not one of MONTHS
 _ANY_MONTH = re.compile(r"^(?:<\d{1,3}>)? *(?:\[[^\s\]]+ +)?([^\s\d\[][^\s]*(?: \d{1,2})?) +\d{1,2} \d{2}:\d{2}:\d{2}"
                         r"(?:\.\d+)? (?:\S+ \S[^:]*: |\d{4}\] )")
@@ -86,11 +85,16 @@ _ANY_MONTH = re.compile(r"^(?:<\d{1,3}>)? *(?:\[[^\s\]]+ +)?([^\s\d\[][^\s]*(?: 
 JOURNAL_ANNOTATION = re.compile(r"^--(?: |$)")
 
 
+#: what to do about a month word in no language read (a line's reject, a file's skip)
+UNKNOWN_MONTH_ADVICE = ("is in no language raswarden reads (daemon/ingest/formats/locale_dates.csv): record with "
+                        "'journalctl -o short-iso' (or LC_ALL=C)")
+
+
 def unknown_month(line: str) -> str | None:
     """The month word of a line stamped as syslog or dmesg -T that is in no locale raswarden reads (a host whose
     language is not among locale_dates'), else None."""
     m = _ANY_MONTH.match(line)
-    return m.group(1) if m and m.group(1) not in _MONTHS else None
+    return m.group(1) if m and m.group(1) not in MONTHS else None
 
 
 def not_a_log_line(line: str) -> str:
@@ -98,8 +102,7 @@ def not_a_log_line(line: str) -> str:
     word = unknown_month(line)
     if word is None:
         return "not a syslog or dmesg line"
-    return (f"a stamp whose month {word!r} is in no language raswarden reads (daemon/ingest/formats/locale_dates.csv): "
-            "record with 'journalctl -o short-iso' (or LC_ALL=C)")
+    return f"a stamp whose month {word!r} {UNKNOWN_MONTH_ADVICE}"
 
 
 def _strip_decode(line: str) -> tuple[str, str | None]:
@@ -367,13 +370,13 @@ class TextLogReader:
         """The year of an RFC 3164 file: nearest the span of the trace's stamped data, else its modification year."""
         m = _RFC3164.match(line)
         span = ctx.span
-        if m and m.group(1) in _MONTHS and span is not None:
+        if m and m.group(1) in MONTHS and span is not None:
             lo, hi = span
             best, best_gap = None, math.inf
             for y in range(dt.datetime.fromtimestamp(hi, UTC).year + 1,
                            dt.datetime.fromtimestamp(lo, UTC).year - 2, -1):
                 try:
-                    t = dt.datetime(y, _MONTHS[m.group(1)], int(m.group(2)), tzinfo=UTC).timestamp()
+                    t = dt.datetime(y, MONTHS[m.group(1)], int(m.group(2)), tzinfo=UTC).timestamp()
                 except ValueError:  # Feb 29 of a common year
                     continue
                 gap = 0.0 if lo - 86400 <= t <= hi + 86400 else min(abs(t - lo), abs(t - hi))
@@ -431,9 +434,9 @@ class TextLogReader:
                 return (_iso_to_epoch(m.group(1), zone), m.group(2), m.group(3), m.group(4), 0) if m else None
             if style == "rfc3164":
                 m = _RFC3164.match(line)
-                if not m or m.group(1) not in _MONTHS:
+                if not m or m.group(1) not in MONTHS:
                     return None
-                month = _MONTHS[m.group(1)]
+                month = MONTHS[m.group(1)]
                 stamp = dt.datetime(year, month, int(m.group(2)), int(m.group(3)), int(m.group(4)), int(m.group(5)))
                 frac = float(f"0.{m['frac']}") if m["frac"] else 0.0
                 return zoneless_epoch(stamp, zone) + frac, m["host"], m["ident"], m["msg"], month
@@ -441,7 +444,7 @@ class TextLogReader:
                 m = _DMESG_T.match(line)
                 if not m:
                     return None
-                stamp = dt.datetime(int(m.group(6)), _MONTHS[m.group(1)], int(m.group(2)), int(m.group(3)),
+                stamp = dt.datetime(int(m.group(6)), MONTHS[m.group(1)], int(m.group(2)), int(m.group(3)),
                                     int(m.group(4)), int(m.group(5)))
                 return zoneless_epoch(stamp, zone), None, None, m.group(7), 0
             if style == "dmesg-iso":

@@ -24,8 +24,8 @@ def _alternation(names) -> str:
     return "|".join(re.escape(n) for n in sorted(set(names), key=lambda n: (-len(n), n)))
 
 
-_ROWS = _rows()
 def _months(rows: list[dict[str, str]]) -> dict[str, int]:
+    """Each month name (without its padding) to its number, but a name two locales give two months."""
     meanings: dict[str, set[int]] = {}
     for r in rows:
         if r["kind"] == "month":
@@ -33,6 +33,7 @@ def _months(rows: list[dict[str, str]]) -> dict[str, int]:
     return {name: next(iter(numbers)) for name, numbers in meanings.items() if len(numbers) == 1}
 
 
+_ROWS = _rows()
 #: each month name, as printed without its padding, to its number (January 1)
 MONTHS: dict[str, int] = _months(_ROWS)
 #: each weekday name, as printed without its padding
