@@ -26,6 +26,33 @@ LINK_INTEGRITY_COUNTERS = {
                                          "LocalPhyErrors threshold)",
     "excessive_buffer_overrun_total": "excessive buffer overrun errors (the port's receive buffer overran: packets "
                                       "dropped on a lossless link)"}
+# NVML's GPU recovery action (nvmlDeviceGpuRecoveryAction_t; DCGM_FI_DEV_GET_GPU_RECOVERY_ACTION, nvidia-smi's
+# gpu_recovery_action, drivers from R570): what the driver says the GPU needs after a fault, held until it is done
+# (its change is Xid 154's line). Judged as Xid 154's line is (rules_events): a reboot fails the GPU, a reset or a
+# drain is sub-healthy; the value stays until the action is taken, so the flag does too. (value: name, state, repair,
+# NVML's meaning)
+RECOVERY_ACTIONS = {
+    1: ("GPU_RESET", State.SUBHEALTHY, "reset", "the GPU needs a reset before it runs work again"),
+    2: ("NODE_REBOOT", State.FAILED, "reboot", "the fault left the node in a state only a reboot clears"),
+    3: ("DRAIN_P2P", State.SUBHEALTHY, "none", "peer-to-peer traffic must be stopped before the driver can say more"),
+    4: ("DRAIN_AND_RESET", State.SUBHEALTHY, "reset", "the GPU runs at reduced capacity: drain its work, then reset"),
+    5: ("GPU_RESET_BUS", State.SUBHEALTHY, "reset", "the GPU needs a reset through its bus (a secondary bus reset)"),
+}
+
+
+def recovery_action_evidence(entity: str, value: float) -> Evidence:
+    """What a GPU's recovery action (:data:`RECOVERY_ACTIONS`) says of it; a value NVML does not document is
+    sub-healthy (the driver asks for something: its GPU is not to take new work until someone looks)."""
+    known = RECOVERY_ACTIONS.get(int(value))
+    if known is None:
+        return Evidence(entity, State.SUBHEALTHY, "gpu_compute", [
+            f"GPU recovery action {value:.0f}, a value NVML does not document: the driver asks for an action"])
+    name, level, repair, meaning = known
+    reason = repair_reason(f"GPU recovery action {name} ({value:.0f}): {meaning}",
+                           "NVIDIA: the driver's recovery action", repair)
+    return Evidence(entity, level, "gpu_compute", [reason], hard=level == State.FAILED)
+
+
 _RETIRED_PAGES = ("retired_pages_sbe_total", "retired_pages_dbe_total")
 _THERMAL_VIOLATION = ("thermal_violation_us_total",)
 # Counters whose every increase is judged on its own (the rate rules below read the others).
@@ -228,7 +255,7 @@ class LevelRules:
             hit |= (of("hbm_temp_c") & (peak >= self.hbm_temp_limit_c)) | (of("throttle_thermal") & (last >= 1)) | (
                 (of("accelerator_health") | of("npu_network_health")) & (last == 0)) | (
                 of("retired_pages_pending") & (last >= 1)) | (of("row_remap_pending") & (last >= 1)) | (
-                of("row_remap_banks_exhausted") & (last >= 1))
+                of("row_remap_banks_exhausted") & (last >= 1)) | (of("gpu_recovery_action") & (last >= 1))
         if not hit.any():
             return
         g = g[hit]
@@ -273,6 +300,8 @@ class LevelRules:
                 out.append(Evidence(entity, State.SUSPECT, "gpu_memory", [
                     f"{last:.0f} memory bank(s) with no spare rows left: an uncorrectable error there cannot be "
                     "remapped"]))
+            elif metric == "gpu_recovery_action" and last >= 1:
+                out.append(recovery_action_evidence(entity, last))
             elif metric == "row_remap_failure" and last >= 1:
                 out.append(Evidence(entity, State.FAILED, "gpu_memory", ["row remapping failed"], hard=True))
             elif metric == "port_state" and not np.isnan(last) and last != PORT_ACTIVE:

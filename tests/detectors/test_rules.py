@@ -318,3 +318,22 @@ def test_a_failing_local_disk_is_a_watch_on_its_host_and_one_per_storm():
     assert sum(1 for e in ev if e.entity == "n1") == 1 and "at 49)" in [e for e in ev if e.entity == "n1"][0].reasons[0]
     assert len(det._latches["n1"]) == 1  # a storm of failed requests holds one watch, not fifty
     assert worst(run(RuleDetector(baseline=True).fit(), 30, events=storm[:1]), "n1") == State.HEALTHY
+
+
+def test_the_drivers_recovery_action_is_acted_on_as_xid_154s_line():
+    """NVML's GPU recovery action (DCGM_FI_DEV_GET_GPU_RECOVERY_ACTION, nvidia-smi's gpu_recovery_action): a reboot
+    fails the GPU, a reset or a drain is sub-healthy with the repair it calls for, None is nothing, a value NVML does
+    not document is sub-healthy; the static baseline does not read it."""
+    from detectors.xid_catalog import vendor_repair
+
+    values = [0.0, 1.0, 2.0, 3.0, 4.0, 5.0, 9.0]
+    g = pd.DataFrame({"entity": [f"n/gpu{i}" for i in range(len(values))], "metric": ["gpu_recovery_action"] * 7,
+                      "last": values, "max": values})
+    ev = run(RuleDetector().fit(), 30, gauges=g)
+    got = {e.entity: (e.level, e.hard, vendor_repair(e.reasons)) for e in ev}
+    assert got == {"n/gpu1": (State.SUBHEALTHY, False, "reset"), "n/gpu2": (State.FAILED, True, "reboot"),
+                   "n/gpu3": (State.SUBHEALTHY, False, None), "n/gpu4": (State.SUBHEALTHY, False, "reset"),
+                   "n/gpu5": (State.SUBHEALTHY, False, "reset"), "n/gpu6": (State.SUBHEALTHY, False, None)}
+    assert "NODE_REBOOT" in next(e for e in ev if e.entity == "n/gpu2").reasons[0]
+    assert "does not document" in next(e for e in ev if e.entity == "n/gpu6").reasons[0]
+    assert run(RuleDetector(baseline=True).fit(), 30, gauges=g) == []

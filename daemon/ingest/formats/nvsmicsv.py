@@ -34,6 +34,10 @@ ALIASES = {"clocks.sm": "clocks.current.sm", "clocks.mem": "clocks.current.memor
            "clocks.gr": "clocks.current.graphics", "retired_pages.sbe": "retired_pages.single_bit_ecc.count",
            "retired_pages.dbe": "retired_pages.double_bit.count"}
 WORDS = {"enabled": 1.0, "yes": 1.0, "active": 1.0, "disabled": 0.0, "no": 0.0, "not active": 0.0}
+# gpu_recovery_action's words (nvidia-smi prints None, Reset, Reboot, ...) as NVML's numbers
+# (nvmlDeviceGpuRecoveryAction_t); NVML's own names are taken too. Compared lower-case, letters and digits only.
+RECOVERY_ACTION_WORDS = {"none": 0.0, "reset": 1.0, "gpureset": 1.0, "reboot": 2.0, "nodereboot": 2.0,
+                         "drainp2p": 3.0, "drainandreset": 4.0, "gpuresetbus": 5.0, "resetbus": 5.0}
 LABEL_FIELDS = {"uuid": "uuid", "pci.bus_id": "pci_bus_id", "name": "modelName"}
 _HEADER = re.compile(r"\s*timestamp\s*,.*\bindex\b|\s*index\s*,.*\btimestamp\b")
 _FIELD = re.compile(r"([a-z0-9_.]+)(?:\s*\[([^\]]+)\])?$")
@@ -130,7 +134,7 @@ class NvidiaSmiCsvReader:
         for (field, metric, factor), cell, read in zip(columns, cells, known):
             if not read or cell.startswith("["):
                 continue  # a field no table reads (counted at the header); [N/A], [Not Supported]: no reading
-            value = _value(cell, factor)
+            value = cell_value(field, cell, factor)
             if value is None:
                 ctx.rejects.reject(FORMAT, position, f"{field}: {cell!r} is not a number")
                 continue
@@ -144,9 +148,12 @@ class NvidiaSmiCsvReader:
                 vals.append(value)
 
 
-def _value(cell: str, factor: float) -> float | None:
-    """A cell as the exporter reads it: hex, a word (Enabled, Yes, Active), else its one number times ``factor``."""
+def cell_value(field: str, cell: str, factor: float = 1.0) -> float | None:
+    """A query field's value as the exporter reads it: hex, a word (Enabled, Yes, Active; gpu_recovery_action's
+    Reset, Reboot, ...), else its one number times ``factor``; None when it is none of these."""
     text = cell.strip().lower()
+    if field == "gpu_recovery_action" and not _NUMBER.fullmatch(text):
+        return RECOVERY_ACTION_WORDS.get(re.sub(r"[^a-z0-9]", "", text))
     if text.startswith("0x"):
         try:
             return float(int(text, 16))

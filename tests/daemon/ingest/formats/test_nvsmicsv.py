@@ -69,3 +69,21 @@ def test_bad_lines_are_rejected_with_their_number(tmp_path, ctx):
     s = read_all(NvidiaSmiCsvReader(), path, ctx).samples
     assert s["value"].tolist() == [40, 42]
     assert sorted(m.split(": ")[0].rsplit(":", 1)[1] for m in ctx.rejects.messages) == ["3", "4", "5"]
+
+
+def test_the_recovery_action_is_read_as_nvmls_number(tmp_path, ctx):
+    """``gpu_recovery_action`` (drivers from R570) is a word: None, Reset, Reboot, ... as NVML's
+    nvmlDeviceGpuRecoveryAction_t numbers; a word NVML does not have is a bad value, rejected with its line."""
+    path = tmp_path / "sn01-b01.nvidia-smi.csv"
+    path.write_text("timestamp, index, gpu_recovery_action\n"
+                    "2026/03/02 00:00:30.000, 0, None\n"
+                    "2026/03/02 00:00:30.000, 1, Reset\n"
+                    "2026/03/02 00:00:30.000, 2, Reboot\n"
+                    "2026/03/02 00:00:30.000, 3, Drain P2P\n"
+                    "2026/03/02 00:00:30.000, 4, Drain and Reset\n"
+                    "2026/03/02 00:00:30.000, 5, Soon\n")
+    s = read_all(NvidiaSmiCsvReader(), path, ctx).samples
+    assert set(s["metric"]) == {"gpu_recovery_action"}
+    assert s["value"].tolist() == [0, 1, 2, 3, 4]
+    assert len(ctx.rejects.messages) == 1 and "sn01-b01.nvidia-smi.csv:7" in ctx.rejects.messages[0]
+    assert "'Soon' is not a number" in ctx.rejects.messages[0]
