@@ -44,6 +44,43 @@ _FIELD = re.compile(r"([a-z0-9_.]+)(?:\s*\[([^\]]+)\])?$")
 _NUMBER = re.compile(r"[-+]?(?:\d+\.?\d*|\.\d+)(?:[eE][-+]?\d+)?")
 
 
+def named_host(path: Path, ctx: ReadContext, fmt: str, extension: str) -> str | None:
+    """The host a file of nvidia-smi's output is named for (nvidia-smi names none); None, the file refused saying how
+    to name it, when its name gives none."""
+    host = host_in_name(path, ".nvidia-smi")
+    if not host:
+        ctx.rejects.refuse(fmt, str(path), f"nvidia-smi names no host: name the file <host>.nvidia-smi.{extension}")
+    return host
+
+
+class GpuPoints:
+    """The points a reader of nvidia-smi's output has collected, and its series by (metric, GPU index, uuid)."""
+
+    def __init__(self, ctx: ReadContext, fmt: str) -> None:
+        self.ctx, self.fmt = ctx, fmt
+        self.cache: dict[tuple[str, str, str], int] = {}
+        self.sids: list[int] = []
+        self.tss: list[float] = []
+        self.vals: list[float] = []
+
+    def add(self, metric: str, labels: dict[str, str], ts: float, value: float, position: str) -> None:
+        """One reading of a GPU (``labels`` hold its ``index`` and, where known, ``uuid``)."""
+        key = (metric, labels["index"], labels.get("uuid", ""))
+        sid = self.cache.get(key)
+        if sid is None:
+            sid = self.cache[key] = self.ctx.mapper.series_id(metric, labels, position, self.fmt)
+        if sid >= 0:
+            self.sids.append(sid)
+            self.tss.append(ts)
+            self.vals.append(value)
+
+    def flush(self) -> Batch:
+        """The points collected since the last flush, as one batch."""
+        batch = points_batch(self.ctx.mapper, self.sids, self.tss, self.vals, self.fmt)
+        self.sids, self.tss, self.vals = [], [], []
+        return batch
+
+
 class NvidiaSmiCsvReader:
     """Reads ``nvidia-smi --query-gpu ... --format=csv`` logs; see the module docstring."""
 
@@ -51,15 +88,11 @@ class NvidiaSmiCsvReader:
 
     def read(self, path: Path, ctx: ReadContext) -> Iterator[Batch]:
         src = str(path)
-        host = host_in_name(path, ".nvidia-smi")
+        host = named_host(path, ctx, FORMAT, "csv")
         if not host:
-            ctx.rejects.refuse(FORMAT, src, "nvidia-smi names no host: name the file <host>.nvidia-smi.csv")
             return
         columns: list[tuple[str, str, float]] | None = None  # per column: field, exporter metric, factor
-        cache: dict[tuple[str, str, str], int] = {}
-        sids: list[int] = []
-        tss: list[float] = []
-        vals: list[float] = []
+        points = GpuPoints(ctx, FORMAT)
         latest = -math.inf
         for first, lines in iter_lines(path, ctx.read_bytes, ctx.rejects, FORMAT):
             for offset, line in enumerate(lines):
@@ -73,23 +106,15 @@ class NvidiaSmiCsvReader:
                     if columns is None:
                         return
                     continue
-                self._row(cells, columns, known, host, position, ctx, cache, sids, tss, vals)
-            if len(sids) >= ctx.chunk_rows:
-                latest = max(latest, max(tss))
-                yield self._flush(ctx, sids, tss, vals)
-        if sids:
-            latest = max(latest, max(tss))
-            yield self._flush(ctx, sids, tss, vals)
+                self._row(cells, columns, known, host, position, ctx, points)
+            if len(points.sids) >= ctx.chunk_rows:
+                latest = max(latest, max(points.tss))
+                yield points.flush()
+        if points.sids:
+            latest = max(latest, max(points.tss))
+            yield points.flush()
         if latest > -math.inf:
             note_zoneless(ctx, FORMAT, src, path, latest)
-
-    @staticmethod
-    def _flush(ctx: ReadContext, sids: list[int], tss: list[float], vals: list[float]) -> Batch:
-        batch = points_batch(ctx.mapper, sids, tss, vals, FORMAT)
-        sids.clear()
-        tss.clear()
-        vals.clear()
-        return batch
 
     @staticmethod
     def _columns(cells: list[str], position: str, ctx: ReadContext) -> list[tuple[str, str, float]] | None:
@@ -115,8 +140,7 @@ class NvidiaSmiCsvReader:
 
     @staticmethod
     def _row(cells: list[str], columns: list[tuple[str, str, float]], known: list[bool], host: str, position: str,
-             ctx: ReadContext, cache: dict[tuple[str, str, str], int], sids: list[int], tss: list[float],
-             vals: list[float]) -> None:
+             ctx: ReadContext, points: GpuPoints) -> None:
         if len(cells) != len(columns):
             ctx.rejects.reject(FORMAT, position, f"{len(cells)} fields against the header's {len(columns)}",
                                ",".join(cells)[:120])
@@ -138,14 +162,7 @@ class NvidiaSmiCsvReader:
             if value is None:
                 ctx.rejects.reject(FORMAT, position, f"{field}: {cell!r} is not a number")
                 continue
-            key = (metric, labels["index"], labels.get("uuid", ""))
-            sid = cache.get(key)
-            if sid is None:
-                sid = cache[key] = ctx.mapper.series_id(metric, labels, position, FORMAT)
-            if sid >= 0:
-                sids.append(sid)
-                tss.append(ts)
-                vals.append(value)
+            points.add(metric, labels, ts, value, position)
 
 
 def cell_value(field: str, cell: str, factor: float = 1.0) -> float | None:

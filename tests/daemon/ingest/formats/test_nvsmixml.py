@@ -1,0 +1,150 @@
+"""``nvidia-smi -q -x`` snapshots, on real reports telegraf's nvidia_smi tests keep
+(fixtures/real/telegraf_nvidia_smi/: schema v10 to v13, drivers 418 to 595, an A100 in MIG mode, an A10G, a T4)."""
+
+from __future__ import annotations
+
+import re
+
+import pytest
+
+from daemon.ingest.formats import NvidiaSmiXmlReader, sniff
+from detectors.rules import RuleDetector
+from detectors.schema import State
+from tests.conftest import REAL
+from tests.daemon.ingest.formats.conftest import read_all
+
+CAPTURES = REAL / "telegraf_nvidia_smi"
+
+
+def report(name: str) -> str:
+    return (CAPTURES / name).read_text()
+
+
+def restamped(text: str, stamp: str) -> str:
+    return re.sub(r"<timestamp>[^<]*</timestamp>", f"<timestamp>{stamp}</timestamp>", text)
+
+
+def readings(samples) -> dict[str, float]:
+    return dict(zip(samples["metric"], samples["value"]))
+
+
+@pytest.mark.parametrize("name,expected", [
+    # an A100 SXM4 80GB in MIG mode, driver 535 (schema v12): utilisation and remapped rows N/A, the reset status
+    ("a100-sxm4-v12.xml", {"gpu_temp_c": 27, "hbm_temp_c": 44, "power_w": 67.03, "sm_clock_mhz": 1275,
+                           "mem_clock_mhz": 1593, "fb_used_mib": 50, "fb_free_mib": 80999, "ecc_sbe_total": 0,
+                           "ecc_dbe_total": 0, "ecc_sbe_agg_total": 0, "ecc_dbe_agg_total": 0,
+                           "pcie_replay_total": 0, "throttle_thermal": 0, "gpu_recovery_action": 0}),
+    # an A10G, driver 515 (v11): remapped rows and their histogram
+    ("a10g.xml", {"gpu_temp_c": 17, "power_w": 25.58, "sm_clock_mhz": 210, "mem_clock_mhz": 405, "gpu_util_pct": 0,
+                  "fb_used_mib": 22, "fb_free_mib": 22569, "ecc_sbe_total": 0, "ecc_dbe_total": 0,
+                  "ecc_sbe_agg_total": 0, "ecc_dbe_agg_total": 0, "row_remap_correctable_total": 0,
+                  "row_remap_uncorrectable_total": 0, "row_remap_pending": 0, "row_remap_failure": 0,
+                  "row_remap_banks_exhausted": 0, "pcie_replay_total": 0, "throttle_thermal": 0}),
+    # a T4 (v11): retired pages
+    ("tesla-t4.xml", {"gpu_temp_c": 40, "power_w": 26.78, "sm_clock_mhz": 585, "mem_clock_mhz": 5000,
+                      "gpu_util_pct": 0, "fb_used_mib": 1032, "fb_free_mib": 13939, "ecc_sbe_total": 0,
+                      "ecc_dbe_total": 0, "ecc_sbe_agg_total": 0, "ecc_dbe_agg_total": 0,
+                      "retired_pages_sbe_total": 0, "retired_pages_dbe_total": 0, "retired_pages_pending": 0,
+                      "pcie_replay_total": 0, "throttle_thermal": 0}),
+    # driver 595 (v13): instant power, clock event reasons, gpu_recovery_action; ECC N/A on this part
+    ("rtx-4000-sff-ada-v13.xml", {"gpu_temp_c": 38, "power_w": 8.44, "sm_clock_mhz": 210, "mem_clock_mhz": 405,
+                                  "gpu_util_pct": 0, "fb_used_mib": 3534, "fb_free_mib": 16482,
+                                  "row_remap_correctable_total": 0, "row_remap_uncorrectable_total": 0,
+                                  "row_remap_pending": 0, "row_remap_failure": 0, "row_remap_banks_exhausted": 0,
+                                  "pcie_replay_total": 0, "throttle_thermal": 0, "gpu_recovery_action": 0}),
+    # driver 418 (the schema before 450: single_bit / double_bit totals, N/A on a Quadro)
+    ("quadro-p400.xml", {"gpu_temp_c": 33, "sm_clock_mhz": 139, "mem_clock_mhz": 405, "gpu_util_pct": 0,
+                         "fb_used_mib": 0, "fb_free_mib": 1998, "pcie_replay_total": 0, "throttle_thermal": 0}),
+])
+def test_each_real_report_gives_its_readings(tmp_path, ctx, name, expected):
+    path = tmp_path / "sn01-b01.nvidia-smi.xml"
+    path.write_text(report(name))
+    assert isinstance(sniff(path), NvidiaSmiXmlReader)
+    s = read_all(NvidiaSmiXmlReader(), path, ctx).samples
+    assert readings(s) == pytest.approx(expected)
+    assert set(s["entity"]) == {"sn01-b01/gpu0"} and s["ts"].nunique() == 1
+    assert ctx.rejects.total == 0 and not ctx.mapper.unmapped_metrics
+
+
+def test_the_gpu_is_named_and_placed(tmp_path, ctx):
+    path = tmp_path / "sn01-b01.nvidia-smi.xml"
+    path.write_text(report("a100-sxm4-v12.xml"))
+    s = read_all(NvidiaSmiXmlReader(), path, ctx).samples
+    assert s["ts"].iloc[0] == 1691149470.0  # Fri Aug  4 11:44:30 2023, read as UTC (said in the summary)
+    assert ctx.mapper.accelerator_model["sn01-b01/gpu0"] == "NVIDIA A100-SXM4-80GB"
+    assert ctx.mapper.accelerator_at("sn01-b01", "0000:01:00") == "sn01-b01/gpu0"
+    assert any("read as UTC" in n for n in ctx.rejects.notes)
+
+
+def test_a_log_of_snapshots_with_a_cut_and_a_bad_one(tmp_path, ctx):
+    """``nvidia-smi -q -x -l 60`` appends a report a minute: each is read at its time; one cut short (the file copied
+    mid-write), one the parser refuses, one without a timestamp and a bad value are rejected at their lines."""
+    a10g = report("a10g.xml")
+    pending = a10g.replace("<remapped_row_pending>No</remapped_row_pending>",
+                           "<remapped_row_pending>Yes</remapped_row_pending>")
+    snapshots = [restamped(a10g, "Mon Apr 24 16:11:51 2023"),
+                 restamped(a10g, "Mon Apr 24 16:12:51 2023").split("<temperature>")[0],  # cut short
+                 restamped(pending, "Mon Apr 24 16:13:51 2023").replace("<gpu_temp>17 C</gpu_temp>",
+                                                                        "<gpu_temp>hot</gpu_temp>"),
+                 restamped(a10g, "Mon Apr 24 16:14:51 2023").replace("</fb_memory_usage>", "</fb_memory>", 1),
+                 report("gtx-1070-ti.xml"),  # no timestamp
+                 "Mon Apr 24 16:16:50 UTC 2023",  # a cron job's date between reports
+                 restamped(pending, "Mon Apr 24 16:16:51 2023")]
+    path = tmp_path / "sn01-b01.nvidia-smi.xml"
+    path.write_text("".join(s if s.endswith("\n") else s + "\n" for s in snapshots))
+    starts = [i + 1 for i, line in enumerate(path.read_text().splitlines()) if line.startswith("<?xml")]
+    s = read_all(NvidiaSmiXmlReader(), path, ctx).samples
+    pend = s[s["metric"] == "row_remap_pending"]
+    assert pend["ts"].tolist() == [1682352711.0, 1682352831.0, 1682353011.0] and pend["value"].tolist() == [0, 1, 1]
+    temps = s[s["metric"] == "gpu_temp_c"]
+    assert temps["ts"].tolist() == [1682352711.0, 1682353011.0]  # the bad value alone is not read
+    said = sorted((int(m.split(": ")[0].rsplit(":", 1)[1]), m.split(": ", 1)[1]) for m in ctx.rejects.messages)
+    assert [line for line, _ in said[:2]] == starts[1:3]
+    assert "cut short" in said[0][1] and "<temperature/gpu_temp>: 'hot' is not a number" in said[1][1]
+    assert "not well-formed XML: mismatched tag" in said[2][1] and starts[3] < said[2][0] < starts[4]
+    assert said[3] == (starts[4], "no timestamp it can read (none): a snapshot cannot be placed in time without it")
+    assert said[4] == (starts[5] - 1, "a line outside any report: 'Mon Apr 24 16:16:50 UTC 2023'")
+    assert len(said) == 5
+
+
+def test_the_drivers_recovery_action_and_the_reset_status_before_it(tmp_path, ctx):
+    """R570's gpu_recovery_action word as NVML's number; before it, reset_required as GPU_RESET and
+    drain_and_reset_recommended as DRAIN_AND_RESET; two GPUs of one report are told apart by their order."""
+    v13 = report("rtx-4000-sff-ada-v13.xml")
+    gpu = v13[v13.index("<gpu id"):v13.index("</gpu>") + len("</gpu>")]
+    second = gpu.replace('id="00000000:01:00.0"', 'id="00000000:02:00.0"').replace(
+        "<gpu_recovery_action>None</gpu_recovery_action>", "<gpu_recovery_action>Reboot</gpu_recovery_action>")
+    (tmp_path / "sn01-b01.nvidia-smi.xml").write_text(v13.replace(gpu, gpu + "\n" + second))
+    v12 = report("a100-sxm4-v12.xml").replace("<reset_required>No</reset_required>",
+                                              "<reset_required>Yes</reset_required>")
+    (tmp_path / "sn02-b01.nvidia-smi.xml").write_text(v12)
+    (tmp_path / "sn03-b01.nvidia-smi.xml").write_text(v12.replace(
+        "<drain_and_reset_recommended>No</drain_and_reset_recommended>",
+        "<drain_and_reset_recommended>Yes</drain_and_reset_recommended>"))
+    got = {}
+    for host in ("sn01-b01", "sn02-b01", "sn03-b01"):
+        s = read_all(NvidiaSmiXmlReader(), tmp_path / f"{host}.nvidia-smi.xml", ctx).samples
+        s = s[s["metric"] == "gpu_recovery_action"]
+        got.update(zip(s["entity"], s["value"]))
+    assert got == {"sn01-b01/gpu0": 0, "sn01-b01/gpu1": 2, "sn02-b01/gpu0": 1, "sn03-b01/gpu0": 4}
+    assert ctx.rejects.total == 0
+
+
+def test_a_report_it_cannot_place_is_refused(tmp_path, ctx):
+    path = tmp_path / "gpus.xml"
+    path.write_text(report("a10g.xml"))
+    assert read_all(NvidiaSmiXmlReader(), path, ctx).samples.empty
+    assert "name the file <host>.nvidia-smi.xml" in ctx.rejects.messages[0]
+
+
+def test_a_pending_row_remap_in_a_report_flags_its_gpu(tmp_path, ctx):
+    """The reading the rules act on, end to end from a real report: a remapped row pending its reset is
+    sub-healthy (repair: reset), the same report without it is healthy."""
+    path = tmp_path / "sn01-b01.nvidia-smi.xml"
+    path.write_text(report("a10g.xml").replace("<remapped_row_pending>No</remapped_row_pending>",
+                                               "<remapped_row_pending>Yes</remapped_row_pending>"))
+    s = read_all(NvidiaSmiXmlReader(), path, ctx).samples
+    gauges = s.groupby(["entity", "metric"], as_index=False)["value"].agg(last="last", max="max")
+    from tests.detectors.test_rules import run, worst
+
+    assert worst(run(RuleDetector().fit(), float(s["ts"].max()), gauges=gauges), "sn01-b01/gpu0") == State.SUBHEALTHY
