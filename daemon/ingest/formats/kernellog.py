@@ -1,4 +1,4 @@
-"""Kernel logs: journald JSON export, syslog/kern.log text, and ``dmesg -T`` / ``dmesg --time-format iso``.
+"""Kernel logs: journald JSON export, syslog/kern.log text, and ``dmesg -T`` / ``--time-format iso`` / ``reltime``.
 
 Each record's message goes through :func:`daemon.ingest.formats.kernel_events.parse_kernel_message`;
 only hardware RAS becomes an event. The node is the record's host (``_HOSTNAME``, the syslog host
@@ -16,7 +16,9 @@ journal whose ``_BOOT_ID`` changes (a reboot: a ``boot`` event). RFC 3164 stamps
 that puts the file's first line nearest the rest of the trace (files with full stamps are read first), or,
 for a trace of such files alone, the file's modification year, said in the summary; each later line takes the
 year that puts it nearest its host's previous line (December to January, and a central syslog interleaving
-hosts whose clocks differ across New Year).
+hosts whose clocks differ across New Year). dmesg's reltime stamps (``dmesg -H``) carry no year either, and no
+seconds: a record in a new minute is read at the middle of that minute, the records after it in the same minute by
+their seconds since the record before.
 """
 
 from __future__ import annotations
@@ -69,11 +71,21 @@ _SHORT_UNIX = re.compile(r"^(\d{9,11}\.\d+) (\S+) ([^:\[]+)(?:\[\d+\])?: (.*)$")
 _DMESG_T = re.compile(rf"^\[(?:{WEEKDAY_PATTERN}) +({MONTH_PATTERN}) +(\d{{1,2}}) (\d{{2}}):(\d{{2}}):(\d{{2}}) "
                       r"(\d{4})\] ?(.*)$")
 _DMESG_ISO = re.compile(r"^(\d{4}-\d{2}-\d{2}T\d{2}:\d{2}:\d{2}(?:[.,]\d+)?(?:[+-]\d{2}:?\d{2}|Z)?) (.*)$")
+# dmesg --time-format reltime (and -H, which uses it): a record in a minute other than the last one's stamped with
+# that minute, no year and no seconds (strftime's "%b%e %H:%M": "[Dec 5 02:39]", "[Dec15 02:39]"), the records after
+# it in the same minute with their time since the record before ("[  +0.000013]", "[ +12.500000]"; "[  +0,000013]"
+# under a locale whose decimal mark is a comma)
+_DMESG_RELTIME = re.compile(rf"^\[({MONTH_PATTERN}) ?(\d{{1,2}}) (\d{{2}}):(\d{{2}})\] ?(.*)$")
+_DMESG_DELTA = re.compile(r"^\[ *\+(\d+[.,]\d+)\] ?(.*)$")  # a decimal comma in the hosts' language (de_DE)
+RELTIME_IN_MINUTE_S = 30.0
+"""Where in its minute a reltime stamp is read: the middle, so that no record is more than 30 s off (the seconds are
+not printed; the records after it in the same minute are exact from there)."""
 _DMESG_RAW = re.compile(r"^\[\s*\d+\.\d+\] ")
 # The line shapes a file is tried for, in order: RFC 5424 before RFC 3339 (an RFC 5424 line would pass for one, with
 # "kernel - - - ..." as its tag), journalctl's short-full before RFC 3164.
 _STYLES = (("raw", _DMESG_RAW), ("rfc5424", _RFC5424), ("short-full", _SHORT_FULL), ("short-unix", _SHORT_UNIX),
-           ("rfc3339", _RFC3339), ("rfc3164", _RFC3164), ("dmesg-T", _DMESG_T), ("dmesg-iso", _DMESG_ISO))
+           ("rfc3339", _RFC3339), ("rfc3164", _RFC3164), ("dmesg-T", _DMESG_T), ("dmesg-iso", _DMESG_ISO),
+           ("dmesg-reltime", _DMESG_RELTIME))
 # A syslog or dmesg -T stamp with any word for its month: to say so when the word is not one of MONTHS
 _ANY_MONTH = re.compile(r"^(?:<\d{1,3}>)? *(?:\[[^\s\]]+ +)?([^\s\d\[][^\s]*(?: \d{1,2})?) +\d{1,2} \d{2}:\d{2}:\d{2}"
                         r"(?:\.\d+)? (?:\S+ \S[^:]*: |\d{4}\] )")
@@ -100,6 +112,9 @@ def unknown_month(line: str) -> str | None:
 def not_a_log_line(line: str) -> str:
     """Why a line of a kernel log is not read: its month word named where that is the reason."""
     word = unknown_month(line)
+    if word is None and _DMESG_DELTA.match(line):
+        return ("dmesg reltime's time since the record before, with no stamped record before it (the file begins "
+                "within a minute): its time is unknown")
     if word is None:
         return "not a syslog or dmesg line"
     return f"a stamp whose month {word!r} {UNKNOWN_MONTH_ADVICE}"
@@ -119,7 +134,7 @@ def _iso_to_epoch(text: str, zone: dt.tzinfo = UTC) -> float:
 
 def _names_no_zone(style: str, line: str) -> bool:
     """Whether a file of this style, whose first line this is, stamps its lines without a zone."""
-    if style in ("rfc3164", "dmesg-T"):
+    if style in ("rfc3164", "dmesg-T", "dmesg-reltime"):
         return True
     pattern = {"rfc5424": _RFC5424, "rfc3339": _RFC3339, "dmesg-iso": _DMESG_ISO}.get(style)
     m = pattern.match(_strip_decode(line)[0]) if pattern else None
@@ -322,7 +337,7 @@ class TextLogReader:
                             "dmesg output names no host: name the file '<host>.dmesg' (or '<host>.dmesg.log')",
                         )
                         return
-                if style == "rfc3164" and year is None:
+                if style in ("rfc3164", "dmesg-reltime") and year is None:
                     year = self._year(path, line, ctx, position)
                 if line[:1].isspace() and style.startswith("dmesg") and previous is not None:
                     # dmesg prints the later lines of a multi-line message indented and without a time
@@ -332,7 +347,11 @@ class TextLogReader:
                 # fact the drivers print is kept from those (NVRM lines show up as "syslog:err" where a tool relays the
                 # driver's messages, as leptonai/gpud PR 870 quotes), the rest is not the kernel's
                 other_facility = facility is not None and facility != "kern"
-                parsed = self._parse(style, line, year or 1970, ctx.zone)
+                delta = _DMESG_DELTA.match(line) if style == "dmesg-reltime" else None
+                if delta and previous is not None:  # reltime: the time since the record before
+                    parsed = (previous[0] + float(delta.group(1).replace(",", ".")), None, None, delta.group(2), 0)
+                else:
+                    parsed = self._parse(style, line, year or 1970, ctx.zone)
                 if parsed is None:
                     why = f"line does not match the file's {style} format"
                     ctx.rejects.reject(self.format, position, why if unknown_month(line) is None else
@@ -367,8 +386,9 @@ class TextLogReader:
 
     @staticmethod
     def _year(path: Path, line: str, ctx: ReadContext, position: str) -> int:
-        """The year of an RFC 3164 file: nearest the span of the trace's stamped data, else its modification year."""
-        m = _RFC3164.match(line)
+        """The year of an RFC 3164 (or dmesg reltime) file: nearest the span of the trace's stamped data, else its
+        modification year."""
+        m = _RFC3164.match(line) or _DMESG_RELTIME.match(line)
         span = ctx.span
         if m and m.group(1) in MONTHS and span is not None:
             lo, hi = span
@@ -386,7 +406,7 @@ class TextLogReader:
                 return best
         year = dt.datetime.fromtimestamp(os.stat(path).st_mtime, UTC).year
         ctx.rejects.note("kernlog", position,
-                         f"RFC 3164 stamps carry no year and nothing else in the trace dates them: took {year}, "
+                         f"its stamps carry no year and nothing else in the trace dates them: took {year}, "
                          "the file's modification year")
         return year
 
@@ -447,6 +467,13 @@ class TextLogReader:
                 stamp = dt.datetime(int(m.group(6)), MONTHS[m.group(1)], int(m.group(2)), int(m.group(3)),
                                     int(m.group(4)), int(m.group(5)))
                 return zoneless_epoch(stamp, zone), None, None, m.group(7), 0
+            if style == "dmesg-reltime":
+                m = _DMESG_RELTIME.match(line)
+                if not m:
+                    return None
+                month = MONTHS[m.group(1)]
+                stamp = dt.datetime(year, month, int(m.group(2)), int(m.group(3)), int(m.group(4)))
+                return zoneless_epoch(stamp, zone) + RELTIME_IN_MINUTE_S, None, None, m.group(5), month
             if style == "dmesg-iso":
                 m = _DMESG_ISO.match(line)
                 return (_iso_to_epoch(m.group(1), zone), None, None, m.group(2), 0) if m else None

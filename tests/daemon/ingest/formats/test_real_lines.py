@@ -650,3 +650,63 @@ def test_journalctl_output_without_a_record_is_said_so(tmp_path):
                     "-- No entries --\n")
     assert sniff(path) is None
     assert describe_unread(path) == "journalctl's output without a record (it says '-- No entries --')"
+
+
+# the kernel's records as /dev/kmsg-style raw lines (seconds since boot) for util-linux's dmesg -F to print
+_KMSG_RECORDS = [(201.650687, 6, "NVRM: loading NVIDIA UNIX x86_64 Kernel Module  570.124.06"),
+                 (201.650700, 4, "NVRM: Xid (PCI:0000:18:00): 79, pid=0, GPU has fallen off the bus."),
+                 (205.100000, 6, "mlx5_core 0000:0c:00.0: Port module event: module 0, Cable plugged"),
+                 (400.000000, 4, "NVRM: Xid (PCI:0000:3a:00): 48, pid=1234, An uncorrectable double bit error"),
+                 (400.250000, 6, "  (continued)"),
+                 (4000.000000, 4, "NVRM: Xid (PCI:0000:18:00): 31, pid=77, Ch 00000008, intr 10000000. MMU Fault"),
+                 (4012.500000, 4, "NVRM: Xid (PCI:0000:3a:00): 13, pid=77, Graphics Exception")]
+
+
+def _dmesg(raw: Path, env: dict[str, str], *args: str) -> str:
+    import shutil
+    import subprocess
+
+    require(shutil.which("dmesg") is not None, "util-linux's dmesg")
+    return subprocess.run(["dmesg", "-F", str(raw), *args], env={**os.environ, **env}, capture_output=True,
+                          text=True, check=True).stdout
+
+
+@pytest.mark.parametrize("lang,decode", [("C.UTF-8", False), ("de_DE.UTF-8", False), ("zh_CN.UTF-8", True)])
+def test_dmesg_reltime_is_read_to_its_minute(tmp_path, ctx, lang, decode):
+    """util-linux's ``dmesg --time-format reltime`` (what ``dmesg -H`` prints) stamps a record in a new minute with
+    that minute alone (no year, no seconds: ``[Dec 5 02:39]``) and the records after it with their time since the
+    one before (``[  +0.000013]``; ``+0,000013`` in German). Each record is read within 30 s of the time the real
+    dmesg gives it in ISO, those after a stamped one exactly apart from it; the events are those of the ISO output.
+    (Its RAS lines were skipped with the file before.)"""
+    require(lang.startswith("C.") or os.path.isdir(f"/usr/lib/locale/{lang.replace('UTF-8', 'utf8')}"),
+            f"the {lang} locale (apt-get install locales-all; scripts/test.sh installs it)")
+    raw = tmp_path / "records.kmsg"
+    raw.write_text("".join(f"<{level}>[{t:12.6f}] {message}\n" for t, level, message in _KMSG_RECORDS))
+    env = {"TZ": "UTC", "LANG": lang, "LC_ALL": lang}
+    rel = tmp_path / "sn01-b01.dmesg"
+    rel.write_text(_dmesg(raw, env, "--time-format", "reltime", *(["--decode"] if decode else [])))
+    iso = tmp_path / "sn01-b01.dmesg.iso"
+    iso.write_text(_dmesg(raw, {"TZ": "UTC", "LANG": "C.UTF-8", "LC_ALL": "C.UTF-8"}, "--time-format", "iso"))
+    assert isinstance(sniff(rel), TextLogReader), rel.read_text()
+    got = read_all(TextLogReader(), rel, ctx).events
+    want = read_all(TextLogReader(), iso, ctx).events
+    assert list(got["kind"]) == list(want["kind"]) and len(got) == len(want) == 5, rel.read_text()
+    got, want = got[got["kind"] == "xid"], want[want["kind"] == "xid"]
+    assert list(got["code"]) == list(want["code"]) == [79, 48, 31, 13], rel.read_text()
+    assert list(got["pci"]) == list(want["pci"])
+    assert np.all(np.abs(got["ts"].to_numpy() - want["ts"].to_numpy()) <= 30.0), (rel.read_text(), iso.read_text())
+    assert got["ts"].iloc[3] - got["ts"].iloc[2] == pytest.approx(12.5, abs=1e-6)  # "+12.500000" after the 31
+    assert ctx.rejects.total == 0, ctx.rejects.messages
+
+
+def test_dmesg_reltime_cut_within_a_minute_says_why_its_head_is_not_read(tmp_path, ctx):
+    """A reltime output cut at its head (``dmesg -H | tail``) begins with times since records it does not hold: those
+    lines are rejected saying so; from the first stamped minute on, the records are read."""
+    raw = tmp_path / "records.kmsg"
+    raw.write_text("".join(f"<{level}>[{t:12.6f}] {message}\n" for t, level, message in _KMSG_RECORDS))
+    lines = _dmesg(raw, {"TZ": "UTC", "LANG": "C.UTF-8", "LC_ALL": "C.UTF-8"}, "--time-format", "reltime")
+    path = tmp_path / "sn01-b01.dmesg"
+    path.write_text("".join(lines.splitlines(keepends=True)[1:]))
+    ev = read_all(TextLogReader(), path, ctx).events
+    assert list(ev["code"]) == [48, 31, 13]
+    assert len(ctx.rejects.messages) == 2 and all("no stamped record before it" in m for m in ctx.rejects.messages)
