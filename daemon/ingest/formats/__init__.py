@@ -18,16 +18,16 @@ from daemon.ingest.formats.openmetrics import OpenMetricsReader
 from daemon.ingest.formats.promjson import QueryRangeReader
 from daemon.ingest.formats.rasdaemon_sqlite import RasdaemonReader
 from daemon.ingest.formats.smi import SmiReader
-from daemon.ingest.formats import journalexport, journalfile, nvsmicsv, nvsmixml, vmexport
+from daemon.ingest.formats import journalexport, journalfile, nvsmicsv, nvsmireport, vmexport
 from daemon.ingest.formats.journalexport import JournalExportReader
 from daemon.ingest.formats.journalfile import JournalFileReader
 from daemon.ingest.formats.nvsmicsv import NvidiaSmiCsvReader
-from daemon.ingest.formats.nvsmixml import NvidiaSmiXmlReader
+from daemon.ingest.formats.nvsmireport import NvidiaSmiTextReader, NvidiaSmiXmlReader
 from daemon.ingest.formats.vmexport import VmExportReader
 
 __all__ = [
     "ColumnarReader", "ColumnarWriter", "FabricManagerReader", "JournalExportReader", "JournalFileReader",
-    "JournalJsonReader", "NvidiaSmiCsvReader", "NvidiaSmiXmlReader", "OpenMetricsReader",
+    "JournalJsonReader", "NvidiaSmiCsvReader", "NvidiaSmiTextReader", "NvidiaSmiXmlReader", "OpenMetricsReader",
     "QueryRangeReader", "RasdaemonReader", "ReadContext", "Reader", "SmiReader", "TextLogReader", "VmExportReader",
     "SHAPES", "Shape", "describe_unread", "sniff",
 ]
@@ -82,7 +82,8 @@ SHAPES: tuple[Shape, ...] = (
     Shape("Prometheus query_range", lambda head, first: first.startswith(b"{"), QueryRangeReader),
     Shape("columnar CSV", lambda head, first: first.startswith(b"ts,"), ColumnarReader),
     Shape("nvidia-smi CSV", lambda head, first: nvsmicsv.looks_like(_text(first)), NvidiaSmiCsvReader),
-    Shape("nvidia-smi XML", lambda head, first: nvsmixml.looks_like(head), NvidiaSmiXmlReader),
+    Shape("nvidia-smi XML", lambda head, first: nvsmireport.looks_like_xml(head), NvidiaSmiXmlReader),
+    Shape("nvidia-smi text", lambda head, first: nvsmireport.looks_like_text(_text(first)), NvidiaSmiTextReader),
     # log shapes before exposition: "kern  :warn  : 2025-..." (dmesg --decode) also looks like a sample's name
     Shape("kernel log", lambda head, first: TextLogReader._detect(_text(_first_record(head, first))) is not None,
           TextLogReader),

@@ -1,5 +1,7 @@
-"""``nvidia-smi -q -x`` snapshots, on real reports telegraf's nvidia_smi tests keep
-(fixtures/real/telegraf_nvidia_smi/: schema v10 to v13, drivers 418 to 595, an A100 in MIG mode, an A10G, a T4)."""
+"""``nvidia-smi -q`` reports: XML (``-q -x``) on real reports telegraf's nvidia_smi tests keep
+(fixtures/real/telegraf_nvidia_smi/: schema v10 to v13, drivers 418 to 595, an A100 in MIG mode, an A10G, a T4), text
+on real reports gpud's tests kept (fixtures/real/gpud/gpu-node-0[5-7].nvidia-smi.txt: eight H100s, an A10 with rows
+pending remap, a TITAN V of the schema before 450)."""
 
 from __future__ import annotations
 
@@ -7,13 +9,14 @@ import re
 
 import pytest
 
-from daemon.ingest.formats import NvidiaSmiXmlReader, sniff
+from daemon.ingest.formats import NvidiaSmiTextReader, NvidiaSmiXmlReader, sniff
 from detectors.rules import RuleDetector
 from detectors.schema import State
 from tests.conftest import REAL
 from tests.daemon.ingest.formats.conftest import read_all
 
 CAPTURES = REAL / "telegraf_nvidia_smi"
+GPUD = REAL / "gpud"
 
 
 def report(name: str) -> str:
@@ -100,9 +103,9 @@ def test_a_log_of_snapshots_with_a_cut_and_a_bad_one(tmp_path, ctx):
     assert temps["ts"].tolist() == [1682352711.0, 1682353011.0]  # the bad value alone is not read
     said = sorted((int(m.split(": ")[0].rsplit(":", 1)[1]), m.split(": ", 1)[1]) for m in ctx.rejects.messages)
     assert [line for line, _ in said[:2]] == starts[1:3]
-    assert "cut short" in said[0][1] and "<temperature/gpu_temp>: 'hot' is not a number" in said[1][1]
+    assert "cut short" in said[0][1] and "temperature/gpu_temp: 'hot' is not a number" in said[1][1]
     assert "not well-formed XML: mismatched tag" in said[2][1] and starts[3] < said[2][0] < starts[4]
-    assert said[3] == (starts[4], "no timestamp it can read (none): a snapshot cannot be placed in time without it")
+    assert said[3] == (starts[4], "no timestamp it can read (none): a report cannot be placed in time without it")
     assert said[4] == (starts[5] - 1, "a line outside any report: 'Mon Apr 24 16:16:50 UTC 2023'")
     assert len(said) == 5
 
@@ -148,3 +151,76 @@ def test_a_pending_row_remap_in_a_report_flags_its_gpu(tmp_path, ctx):
     from tests.detectors.test_rules import run, worst
 
     assert worst(run(RuleDetector().fit(), float(s["ts"].max()), gauges=gauges), "sn01-b01/gpu0") == State.SUBHEALTHY
+
+
+def test_a_real_text_report_of_eight_h100s(ctx):
+    """nvidia-smi -q on a node of eight H100s (driver 535.161.08): each GPU by its place and bus id, its readings;
+    HW Slowdown and HW Power Brake Slowdown active on the first (NVML's 0x88: no thermal bit)."""
+    path = GPUD / "gpu-node-05.nvidia-smi.txt"
+    assert isinstance(sniff(path), NvidiaSmiTextReader)
+    s = read_all(NvidiaSmiTextReader(), path, ctx).samples
+    assert ctx.rejects.total == 0 and not ctx.mapper.unmapped_metrics
+    assert sorted(set(s["entity"])) == [f"gpu-node-05/gpu{i}" for i in range(8)]
+    assert readings(s[s["entity"] == "gpu-node-05/gpu0"]) == pytest.approx({
+        "gpu_temp_c": 29, "hbm_temp_c": 39, "power_w": 67.74, "sm_clock_mhz": 86, "mem_clock_mhz": 2619,
+        "gpu_util_pct": 0, "fb_used_mib": 0, "fb_free_mib": 81007, "row_remap_correctable_total": 0,
+        "row_remap_uncorrectable_total": 0, "row_remap_pending": 0, "row_remap_failure": 0,
+        "row_remap_banks_exhausted": 0, "pcie_replay_total": 67, "gpu_recovery_action": 0, "ecc_sbe_total": 0,
+        "ecc_dbe_total": 0, "ecc_sbe_agg_total": 0, "ecc_dbe_agg_total": 0, "throttle_thermal": 0})
+    replays = s[s["metric"] == "pcie_replay_total"]
+    assert replays["value"].min() == 43 and replays["value"].max() == 82 and len(replays) == 8
+    assert set(s["ts"]) == {1722424959.0}  # Wed Jul 31 11:22:39 2024, read as UTC
+    assert ctx.mapper.accelerator_model["gpu-node-05/gpu0"] == "NVIDIA H100 80GB HBM3"
+    assert ctx.mapper.accelerator_at("gpu-node-05", "0000:19:00") == "gpu-node-05/gpu0"
+
+
+def test_a_real_text_report_of_a_gpu_with_rows_pending_remap_flags_it(ctx):
+    """gpud's A10 report (driver 535.129.03): four uncorrectable errors' rows remapped, pending the GPU's reset:
+    sub-healthy, the repair a reset; the TITAN V's report of the schema before 450 gives its readings, its ECC
+    N/A."""
+    from detectors.xid_catalog import vendor_repair
+    from tests.detectors.test_rules import run
+
+    s = read_all(NvidiaSmiTextReader(), GPUD / "gpu-node-06.nvidia-smi.txt", ctx).samples
+    got = readings(s)
+    assert (got["row_remap_uncorrectable_total"], got["row_remap_pending"], got["gpu_recovery_action"]) == (4, 1, 0)
+    gauges = s.groupby(["entity", "metric"], as_index=False)["value"].agg(last="last", max="max")
+    ev = [e for e in run(RuleDetector().fit(), float(s["ts"].max()), gauges=gauges) if e.entity == "gpu-node-06/gpu0"]
+    assert [(e.level, vendor_repair(e.reasons)) for e in ev] == [(State.SUBHEALTHY, "reset")]
+    old = read_all(NvidiaSmiTextReader(), GPUD / "gpu-node-07.nvidia-smi.txt", ctx).samples
+    assert readings(old) == pytest.approx({"gpu_temp_c": 44, "hbm_temp_c": 41, "power_w": 29.02, "sm_clock_mhz": 135,
+                                           "mem_clock_mhz": 850, "gpu_util_pct": 0, "fb_used_mib": 290,
+                                           "fb_free_mib": 11760, "pcie_replay_total": 0, "gpu_recovery_action": 0,
+                                           "throttle_thermal": 0})
+    assert ctx.rejects.total == 0
+
+
+def test_a_log_of_text_reports_each_at_its_time(tmp_path, ctx):
+    """``nvidia-smi -q -l 60 > <host>.nvidia-smi.txt``: each report read at its time; a line before the first
+    report, a value that is no number and a report with no timestamp are rejected with their lines."""
+    a10 = (GPUD / "gpu-node-06.nvidia-smi.txt").read_text()
+    stamp = "Wed Sep 25 10:40:24 2024"
+    later = a10.replace(stamp, "Wed Sep 25 10:41:24 2024").replace("Pending                           : Yes",
+                                                                   "Pending                           : No")
+    bad = a10.replace(stamp, "Wed Sep 25 10:42:24 2024").replace("GPU Current Temp                  : 33 C",
+                                                                 "GPU Current Temp                  : hot")
+    unstamped = a10.replace(f"Timestamp                                 : {stamp}\n", "")
+    misstamped = a10.replace(stamp, "Wed Sep 25 25:40:24 2024")
+    path = tmp_path / "sn01-b01.nvidia-smi.txt"
+    path.write_text("nvidia-smi -q -l 60\n" + a10 + later + bad + unstamped + misstamped)
+    s = read_all(NvidiaSmiTextReader(), path, ctx).samples
+    pending = s[s["metric"] == "row_remap_pending"]
+    assert pending["ts"].tolist() == [1727260824.0, 1727260884.0, 1727260944.0]
+    assert pending["value"].tolist() == [1, 0, 1]
+    assert s[s["metric"] == "gpu_temp_c"]["value"].tolist() == [33, 33]
+    lines = path.read_text().splitlines()
+    said = sorted((int(m.split(": ")[0].rsplit(":", 1)[1]), m.split(": ", 1)[1]) for m in ctx.rejects.messages)
+    heads = [i + 1 for i, line in enumerate(lines) if "NVSMI LOG" in line]
+    stamped = [i + 1 for i, line in enumerate(lines) if line.startswith("Timestamp")]
+    gpus = [i + 1 for i, line in enumerate(lines) if line.startswith("GPU 0000")]
+    assert said == [(1, "a line outside any report: 'nvidia-smi -q -l 60'"),
+                    (gpus[2], "temperature/gpu current temp: 'hot' is not a number"),
+                    (gpus[3], "no timestamp it can read (none): a report cannot be placed in time without it"),
+                    (stamped[-1], "no timestamp it can read (Wed Sep 25 25:40:24 2024): a report cannot be placed in "
+                                  "time without it")]
+    assert len(heads) == 5
