@@ -159,8 +159,9 @@ def register(sub) -> None:
     """Add this module's commands to the ``raswarden`` parser's subcommands."""
     p = sub.add_parser("replay", help="run recorded telemetry through the whole pipeline",
                        description="Replay trace directories or files (OpenMetrics, query_range JSON, journald "
-                                   "JSON, syslog/dmesg, rasdaemon SQLite, Parquet/CSV) through readers, rules, "
-                                   "health and incidents, with the trace's own clock.")
+                                   "JSON, syslog/dmesg, rasdaemon SQLite, nvidia-smi CSV logs and -q reports, "
+                                   "Parquet/CSV; docs/replay.md lists them all) through readers, rules, health and "
+                                   "incidents, with the trace's own clock.")
     p.add_argument("trace", nargs="+", help="trace directories or files")
     p.add_argument("--findings", metavar="FILE.jsonl", help="write every state transition as JSON lines")
     p.add_argument("--db", metavar="URL", help="also record findings and incidents in this database "
