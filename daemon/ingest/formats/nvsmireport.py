@@ -98,7 +98,6 @@ _XML_END = "</nvidia_smi_log>"
 _XML_START = re.compile(r"<\?xml|<nvidia_smi_log[\s>]")
 TEXT_HEADING = re.compile(r"^=+NVSMI LOG=+\s*$")
 _TEXT_GPU = re.compile(r"^GPU ([0-9A-Fa-f]{4,8}:[0-9A-Fa-f]{2}:[0-9A-Fa-f]{2}\.[0-9A-Fa-f])\s*$")
-_TEXT_ITEM = re.compile(r"^( *)([^:]*?)\s*(?::(?: (.*))?)?$")  # "    Key : value", "    Section"
 
 
 def _metric(field: str, unit: str) -> tuple[str, float]:
@@ -203,13 +202,26 @@ def _readings(values: dict[str, str], position: str, ctx: ReadContext,
             break
 
 
-def _flatten(element: ET.Element, prefix: str, out: dict[str, str]) -> dict[str, str]:
-    """An XML element's descendants as a flat map of their paths (``temperature/gpu_temp``) to their text."""
+def _flatten(element: ET.Element, prefix: str, out: dict[str, str],
+             only: frozenset[str] | None = None) -> dict[str, str]:
+    """An XML element's descendants as a flat map of their paths (``temperature/gpu_temp``) to their text; of its
+    children only those named in ``only``, where given."""
     for child in element:
+        if only is not None and child.tag not in only:
+            continue
         path = prefix + child.tag
         out[path] = (child.text or "").strip()
         _flatten(child, path + "/", out)
     return out
+
+
+# the elements of a GPU the readings come from (a report's supported clocks, processes and MIG devices are most of
+# its lines: not walked)
+_READ_ELEMENTS = frozenset(
+    [p.split("/")[0] for _, _, paths in FIELDS for p in paths]
+    + [p.split("/")[0] for pair in RESET_STATUS for p in pair]
+    + [p.split("/")[0] for _, totals, parts in ECC_TOTALS for p in (*totals, *parts)]
+    + [block.rstrip("/") for block, _ in EVENT_REASON_BLOCKS] + ["uuid", "product_name"])
 
 
 class NvidiaSmiXmlReader:
@@ -229,7 +241,8 @@ class NvidiaSmiXmlReader:
             for offset, line in enumerate(lines):
                 if not doc and not line.strip():
                     continue
-                began = _XML_START.match(line.lstrip()) is not None
+                # (the "in" tests first: most lines of a report are neither its start nor its end)
+                began = ("<?xml" in line or "<nvidia_smi_log" in line) and _XML_START.match(line.lstrip()) is not None
                 if doc and ((began and opened) or len(doc) >= MAX_REPORT_LINES):
                     _cut_short(ctx, f"{src}:{start}", doc)  # a report begun again before the last one ended
                     doc = []
@@ -269,7 +282,7 @@ class NvidiaSmiXmlReader:
         if ts is None:
             return
         for index, gpu in enumerate(root.findall("gpu")):
-            reports.gpu(_flatten(gpu, "", {}), index, gpu.get("id", ""), ts, position)
+            reports.gpu(_flatten(gpu, "", {}, _READ_ELEMENTS), index, gpu.get("id", ""), ts, position)
 
 
 def _cut_short(ctx: ReadContext, position: str, doc: list[str]) -> None:
@@ -292,42 +305,47 @@ class NvidiaSmiTextReader:
         ts: float | None = None
         in_report = False
         gpu: tuple[dict[str, str], int, str, str] | None = None  # values, index, bus id, position
-        sections: list[tuple[int, str]] = []  # (indent, name) of the sections the line is in
+        sections: list[tuple[int, str]] = []  # (indent, path) of the sections the line is in
         index, stamp_read = 0, False
         for first, lines in iter_lines(path, ctx.read_bytes, ctx.rejects, TEXT_FORMAT):
             for offset, line in enumerate(lines):
-                if not line.strip():
+                stripped = line.lstrip(" ")
+                if not stripped.strip():
                     continue
-                position = f"{src}:{first + offset}"
-                if TEXT_HEADING.match(line):
-                    if gpu is not None and ts is not None:
-                        reports.gpu(*gpu[:3], ts, gpu[3])
-                    in_report, ts, gpu, index, stamp_read = True, None, None, 0, False
-                    continue
+                if len(stripped) == len(line) and line[0] in "=G":  # (cheap tests first: most lines are keys)
+                    if TEXT_HEADING.match(line):
+                        if gpu is not None and ts is not None:
+                            reports.gpu(*gpu[:3], ts, gpu[3])
+                        in_report, ts, gpu, index, stamp_read = True, None, None, 0, False
+                        continue
+                    heading = _TEXT_GPU.match(line) if in_report else None
+                    if heading:
+                        position = f"{src}:{first + offset}"
+                        if gpu is not None and ts is not None:
+                            reports.gpu(*gpu[:3], ts, gpu[3])
+                        elif gpu is None and not stamp_read:  # the report's first GPU, and no time given before it
+                            reports.stamped("", position)
+                        gpu, sections = ({}, index, heading.group(1), position), []
+                        index += 1
+                        continue
                 if not in_report:
-                    ctx.rejects.reject(TEXT_FORMAT, position, "a line outside any report", line.strip()[:120])
+                    ctx.rejects.reject(TEXT_FORMAT, f"{src}:{first + offset}", "a line outside any report",
+                                       stripped.strip()[:120])
                     continue
-                heading = _TEXT_GPU.match(line)
-                if heading:
-                    if gpu is not None and ts is not None:
-                        reports.gpu(*gpu[:3], ts, gpu[3])
-                    elif gpu is None and not stamp_read:  # the report's first GPU, and no time given before it
-                        reports.stamped("", position)
-                    gpu, sections = ({}, index, heading.group(1), position), []
-                    index += 1
-                    continue
-                item = _TEXT_ITEM.match(line)
-                indent, key, value = len(item.group(1)), " ".join(item.group(2).lower().split()), item.group(3)
+                colon = stripped.find(":")
+                key = (stripped if colon < 0 else stripped[:colon]).rstrip().lower()
                 if gpu is None:  # the report's own lines: its timestamp, driver, count of GPUs
-                    if key == "timestamp" and not stamp_read:
-                        ts, stamp_read = reports.stamped(value or "", position), True
+                    if key == "timestamp" and not stamp_read and colon >= 0:
+                        ts = reports.stamped(stripped[colon + 1:].strip(), f"{src}:{first + offset}")
+                        stamp_read = True
                     continue
+                indent = len(line) - len(stripped)
                 while sections and sections[-1][0] >= indent:
                     sections.pop()
-                key_path = "/".join([name for _, name in sections] + [key])
-                if value is not None:
-                    gpu[0][key_path] = value.strip()
-                sections.append((indent, key))
+                key_path = f"{sections[-1][1]}/{key}" if sections else key
+                if colon >= 0:
+                    gpu[0][key_path] = stripped[colon + 1:].strip()
+                sections.append((indent, key_path))
             if len(reports.points.sids) >= ctx.chunk_rows:
                 yield reports.points.flush()
         if gpu is not None and ts is not None:
