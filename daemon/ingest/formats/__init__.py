@@ -13,23 +13,24 @@ from daemon.ingest.formats.columnar import ColumnarReader, ColumnarWriter
 from daemon.ingest.formats.fabricmanager import STAMP as FABRIC_MANAGER_STAMP, FabricManagerReader
 from daemon.ingest.formats.kernel_events import parse_kernel_message
 from daemon.ingest.formats.kernellog import (JOURNAL_ANNOTATION, UNKNOWN_MONTH_ADVICE, JournalJsonReader, TextLogReader,
-                                             unknown_month)
+                                             looks_like_journal_json, unknown_month)
 from daemon.ingest.formats.openmetrics import OpenMetricsReader
 from daemon.ingest.formats.promjson import QueryRangeReader
 from daemon.ingest.formats.rasdaemon_sqlite import RasdaemonReader
 from daemon.ingest.formats.smi import SmiReader
-from daemon.ingest.formats import journalexport, journalfile, nvsmicsv, nvsmireport, vmexport
+from daemon.ingest.formats import journalexport, journalfile, journalverbose, nvsmicsv, nvsmireport, vmexport
 from daemon.ingest.formats.journalexport import JournalExportReader
 from daemon.ingest.formats.journalfile import JournalFileReader
+from daemon.ingest.formats.journalverbose import JournalVerboseReader
 from daemon.ingest.formats.nvsmicsv import NvidiaSmiCsvReader
 from daemon.ingest.formats.nvsmireport import NvidiaSmiTextReader, NvidiaSmiXmlReader
 from daemon.ingest.formats.vmexport import VmExportReader
 
 __all__ = [
     "ColumnarReader", "ColumnarWriter", "FabricManagerReader", "JournalExportReader", "JournalFileReader",
-    "JournalJsonReader", "NvidiaSmiCsvReader", "NvidiaSmiTextReader", "NvidiaSmiXmlReader", "OpenMetricsReader",
-    "QueryRangeReader", "RasdaemonReader", "ReadContext", "Reader", "SmiReader", "TextLogReader", "VmExportReader",
-    "SHAPES", "Shape", "describe_unread", "sniff",
+    "JournalJsonReader", "JournalVerboseReader", "NvidiaSmiCsvReader", "NvidiaSmiTextReader", "NvidiaSmiXmlReader",
+    "OpenMetricsReader", "QueryRangeReader", "RasdaemonReader", "ReadContext", "Reader", "SmiReader", "TextLogReader",
+    "VmExportReader", "SHAPES", "Shape", "describe_unread", "sniff",
 ]
 
 # A sample line: a metric name, its labels, a number (and a timestamp). "Tue 2025-01-21 04:41:44 UTC host kernel: ..."
@@ -43,6 +44,9 @@ _LABELS_FIRST = re.compile(rb'^\{[a-zA-Z_][a-zA-Z0-9_]*="')
 _KMSG = re.compile(r"^\d+,\d+,\d+,[^;]*;")  # /dev/kmsg: "6,3964,206764307,-;message"
 _PSTORE_HEADER = re.compile(r"^(Panic|Oops|Emergency|Shutdown|Halt|Poweroff|Restart|Unknown)#\d+ Part\d+\s*$")
 _LEVEL_RAW = re.compile(r"^<\d+>\[\s*\d+\.\d+\]")  # dmesg -r / pstore: "<6>[  201.650687] ..."
+# journalctl -o short-delta: "[    0.000001                ] host kernel: ...", "[    1.000001 <    1.000000>] ..."
+_SHORT_DELTA = re.compile(r"^\[\s*\d+\.\d+\s*(?:<\s*\d+\.\d+>)?\s*\] \S+ [^:\[]+(?:\[\d+\])?: ")
+_RECORD_JOURNAL = "record it with 'journalctl -o short-iso' or '-o json'"
 
 
 def _text(line: bytes) -> str:
@@ -75,8 +79,7 @@ SHAPES: tuple[Shape, ...] = (
     Shape("promtool dump", lambda head, first: _LABELS_FIRST.match(first) is not None, OpenMetricsReader),
     Shape("VictoriaMetrics export", lambda head, first: vmexport.looks_like(first), VmExportReader),
     Shape("journal export", lambda head, first: journalexport.looks_like(first), JournalExportReader),
-    Shape("journal JSON", lambda head, first: first.startswith(b"{") and (
-        b"__REALTIME_TIMESTAMP" in first or b"_TRANSPORT" in first), JournalJsonReader),
+    Shape("journal JSON", looks_like_journal_json, JournalJsonReader),
     Shape("smi snapshots", lambda head, first: first.startswith(b"{") and b'"tool"' in first and b'"output"' in first,
           SmiReader),
     Shape("Prometheus query_range", lambda head, first: first.startswith(b"{"), QueryRangeReader),
@@ -84,6 +87,7 @@ SHAPES: tuple[Shape, ...] = (
     Shape("nvidia-smi CSV", lambda head, first: nvsmicsv.looks_like(_text(first)), NvidiaSmiCsvReader),
     Shape("nvidia-smi XML", lambda head, first: nvsmireport.looks_like_xml(head), NvidiaSmiXmlReader),
     Shape("nvidia-smi text", lambda head, first: nvsmireport.looks_like_text(_text(first)), NvidiaSmiTextReader),
+    Shape("journal verbose", lambda head, first: journalverbose.looks_like(_text(first)), JournalVerboseReader),
     # log shapes before exposition: "kern  :warn  : 2025-..." (dmesg --decode) also looks like a sample's name
     Shape("kernel log", lambda head, first: TextLogReader._detect(_text(_first_record(head, first))) is not None,
           TextLogReader),
@@ -144,4 +148,7 @@ def describe_unread(path: Path) -> str:
     word = unknown_month(lines[0])
     if word is not None:
         return f"a kernel log whose stamps name a month, {word!r}, that {UNKNOWN_MONTH_ADVICE}" + held
+    if _SHORT_DELTA.match(lines[0]):
+        return ("journalctl -o short-delta: its stamps count seconds since boot and the file gives no boot time; "
+                f"{_RECORD_JOURNAL}" + held)
     return f"not a telemetry format raswarden reads (it begins {lines[0][:60]!r})" + held

@@ -81,6 +81,7 @@ RELTIME_IN_MINUTE_S = 30.0
 """Where in its minute a reltime stamp is read: the middle, so that no record is more than 30 s off (the seconds are
 not printed; the records after it in the same minute are exact from there)."""
 _DMESG_RAW = re.compile(r"^\[\s*\d+\.\d+\] ")
+_MONOTONIC_HOST = re.compile(r"^\[\s*\d+\.\d+\] \S+ [^:\[\s]+(?:\[\d+\])?: ")  # journalctl -o short-monotonic
 # The line shapes a file is tried for, in order: RFC 5424 before RFC 3339 (an RFC 5424 line would pass for one, with
 # "kernel - - - ..." as its tag), journalctl's short-full before RFC 3164.
 _STYLES = (("raw", _DMESG_RAW), ("rfc5424", _RFC5424), ("short-full", _SHORT_FULL), ("short-unix", _SHORT_UNIX),
@@ -255,21 +256,56 @@ def journal_entry(record: dict, position: str, rows: EventRows, text: str = "") 
 
 
 class JournalJsonReader:
-    """``journalctl -o json`` export: one JSON object per line; kernel records only."""
+    """journalctl's JSON outputs, kernel records only: ``-o json`` (an object a line), ``-o json-seq`` (each headed by
+    RFC 7464's record separator), ``-o json-sse`` (``data: {...}`` lines) and ``-o json-pretty`` (an object over
+    lines, ``{`` and ``}`` alone on theirs)."""
 
     format = "journald"
+    MAX_PRETTY_LINES = 100_000  # a json-pretty object never closed is a damaged file, not an entry to hold on to
 
     def read(self, path: Path, ctx: ReadContext) -> Iterator[Batch]:
         rows = EventRows(ctx, self.format, "kernel")
         src = str(path)
+        pretty: list[str] = []  # the lines of a json-pretty object read so far
+        start = 0
         for first, lines in iter_lines(path, ctx.read_bytes, ctx.rejects, self.format):
             for offset, line in enumerate(lines):
-                if line.strip():
-                    journal_record(line, f"{src}:{first + offset}", rows)
+                text = line.lstrip("\x1e")  # json-seq
+                if text.startswith("data: "):  # json-sse
+                    text = text[6:]
+                if not text.strip():
+                    continue
+                # an object begun before the last one closed: that one was cut short (so a lone "{", a damaged
+                # line of a file of one-line objects, costs itself alone, not the lines after it)
+                if pretty and text.startswith("{"):
+                    journal_record("\n".join(pretty), f"{src}:{start}", rows)
+                    pretty = []
+                if text.rstrip() == "{":
+                    pretty, start = [text], first + offset
+                elif pretty:
+                    pretty.append(text)
+                    if text.rstrip() == "}" or len(pretty) >= self.MAX_PRETTY_LINES:
+                        journal_record("\n".join(pretty), f"{src}:{start}", rows)
+                        pretty = []
+                else:
+                    journal_record(text, f"{src}:{first + offset}", rows)
             if len(rows.rows) >= ctx.chunk_rows:
                 yield rows.take()
+        if pretty:
+            journal_record("\n".join(pretty), f"{src}:{start}", rows)
         if rows.rows:
             yield rows.take()
+
+
+def looks_like_journal_json(head: bytes, first: bytes) -> bool:
+    """Whether a file is one of journalctl's JSON outputs (:class:`JournalJsonReader`), from its first bytes and its
+    first non-blank line."""
+    first = first.lstrip(b"\x1e")
+    if first.startswith(b"data: "):
+        first = first[6:]
+    if first.startswith(b"{") and (b"__REALTIME_TIMESTAMP" in first or b"_TRANSPORT" in first):
+        return True
+    return first == b"{" and (b'"__REALTIME_TIMESTAMP"' in head or b'"__CURSOR"' in head)
 
 
 class TextLogReader:
@@ -307,11 +343,12 @@ class TextLogReader:
                         ctx.rejects.reject(self.format, position, not_a_log_line(line), line)
                         continue
                     if style == "raw":
-                        ctx.rejects.refuse(
-                            self.format, position,
+                        ctx.rejects.refuse(self.format, position, (
+                            "journalctl -o short-monotonic: its stamps count seconds since boot and the file gives no "
+                            "boot time; record it with 'journalctl -o short-iso' or '-o json'"
+                        ) if _MONOTONIC_HOST.match(line) else (
                             "raw dmesg timestamps count seconds since boot and the file gives no boot time; "
-                            "record it with 'dmesg -T' or 'dmesg --time-format iso', or use journald",
-                        )
+                            "record it with 'dmesg -T' or 'dmesg --time-format iso', or use journald"))
                         return
                     if style is None:
                         ctx.rejects.reject(self.format, position, not_a_log_line(line), line)

@@ -77,6 +77,7 @@ class QueryRangeReader:
             return batch
 
         done = 0  # series handled, so a retry with another backend does not read them twice
+        broken = False
         for backend in (ijson, ijson.get_backend("python")):
             with open_binary(path, ctx.rejects, FORMAT) as fh:
                 try:
@@ -92,6 +93,29 @@ class QueryRangeReader:
                     if "overflow" in str(exc) and backend is ijson:
                         continue  # a number too large for the C parser: the pure-Python one takes it
                     ctx.rejects.reject(FORMAT, src, f"JSON ends or breaks early: {str(exc).splitlines()[0]}")
+                    broken = True
                     break
+        if not done and not broken and not _is_response(path):
+            ctx.rejects.refuse(FORMAT, src, "JSON that is no Prometheus query response (no 'status' and 'data' at its "
+                                            "top): nothing read")
         if tss:
             yield flush()
+
+
+# the keys of a Prometheus HTTP API response's top object (its "Format overview")
+_RESPONSE_KEYS = frozenset({"status", "data", "errorType", "error", "warnings", "infos"})
+
+
+def _is_response(path: Path) -> bool:
+    """Whether a JSON file that gave no series is a Prometheus response (an empty result is one), from its top
+    object's first key: read no further than that."""
+    try:
+        with open_binary(path) as fh:
+            for prefix, event, value in ijson.parse(fh):
+                if prefix == "" and event == "map_key":
+                    return value in _RESPONSE_KEYS
+                if prefix == "" and event != "start_map":
+                    return False
+    except (ijson.JSONError, OSError, EOFError):
+        return False
+    return False

@@ -156,6 +156,12 @@ LINE_FORMATS = [
     LineFormat("journal-json", JournalJsonReader, "kernel.json", lambda i: json.dumps(
         {"__REALTIME_TIMESTAMP": str((BASE + i) * 10**6), "_HOSTNAME": "sn01-b01", "_TRANSPORT": "kernel",
          "MESSAGE": XID})),
+    LineFormat("journal-json-seq", JournalJsonReader, "kernel.json", lambda i: "\x1e" + json.dumps(
+        {"__REALTIME_TIMESTAMP": str((BASE + i) * 10**6), "_HOSTNAME": "sn01-b01", "_TRANSPORT": "kernel",
+         "MESSAGE": XID})),
+    LineFormat("journal-json-sse", JournalJsonReader, "kernel.json", lambda i: "data: " + json.dumps(
+        {"__REALTIME_TIMESTAMP": str((BASE + i) * 10**6), "_HOSTNAME": "sn01-b01", "_TRANSPORT": "kernel",
+         "MESSAGE": XID})),
     LineFormat("openmetrics", OpenMetricsReader, "dcgm.prom",
                lambda i: f'DCGM_FI_DEV_GPU_TEMP{{gpu="0",Hostname="sn01-b01"}} {40 + i % 9} {(BASE + i) * 1000}',
                times=_sample_times),

@@ -4,6 +4,7 @@ fixtures/README.md): each shape a fleet's logs come in is read, and what cannot 
 from __future__ import annotations
 
 import json
+import shutil
 import os
 from pathlib import Path
 
@@ -710,3 +711,71 @@ def test_dmesg_reltime_cut_within_a_minute_says_why_its_head_is_not_read(tmp_pat
     ev = read_all(TextLogReader(), path, ctx).events
     assert list(ev["code"]) == [48, 31, 13]
     assert len(ctx.rejects.messages) == 2 and all("no stamped record before it" in m for m in ctx.rejects.messages)
+
+
+@pytest.mark.parametrize("mode", ["json-pretty", "json-seq", "json-sse", "verbose"])
+def test_journalctls_other_outputs_are_read_at_their_time(journal_file, tmp_path, ctx, mode):
+    """What the real journalctl prints with -o json-pretty (an object over lines), json-seq (RFC 7464), json-sse
+    (``data:`` lines) and verbose (every field, a value's later lines indented), kernel records only, at their exact
+    time; a message over two lines is one message. json-pretty was taken for a Prometheus response and read as
+    nothing, without a word; the others were skipped as no format (their Xids listed, not read)."""
+    import struct
+    import subprocess
+
+    out, _ = journal_file
+    remote = shutil.which("systemd-journal-remote") or "/lib/systemd/systemd-journal-remote"
+    entries = [(1737434504.283302, b"NVRM: Xid (PCI:0000:38:00): 79, pid=0, GPU has fallen off the bus."),
+               (1737434505.0, b"nvidia-modeset: Loading\n  NVIDIA Kernel Mode Setting Driver"),  # over two lines
+               (1737434505.5, b"mlx5_core 0000:0c:00.0: Port module event: module 0, Cable unplugged"),
+               (1737434506.25, b"NVRM: Xid (PCI:0000:38:00): 48, pid=1, An uncorrectable double bit error")]
+    export = b"".join(
+        f"__REALTIME_TIMESTAMP={int(ts * 1e6)}\n__MONOTONIC_TIMESTAMP={i + 1}\n_BOOT_ID={'0' * 32}\n"
+        f"_HOSTNAME=sn01-b01\n_TRANSPORT=kernel\nSYSLOG_IDENTIFIER=kernel\nMESSAGE\n".encode()
+        + struct.pack("<Q", len(msg)) + msg + b"\n\n" for i, (ts, msg) in enumerate(entries))
+    subprocess.run([remote, f"--output={out}", "--split-mode=none", "-"], input=export, check=True, capture_output=True)
+    text = subprocess.run(["journalctl", f"--file={out}", f"--output={mode}", "--no-pager", "-q"],
+                          env={**os.environ, "TZ": "Asia/Shanghai"}, capture_output=True, text=True, check=True).stdout
+    path = tmp_path / "kern.log"
+    path.write_text(text)
+    reader = sniff(path)
+    assert reader is not None and type(reader).__name__ == (
+        "JournalVerboseReader" if mode == "verbose" else "JournalJsonReader"), text
+    ev = read_all(reader, path, ctx).events
+    assert list(ev["kind"]) == ["xid", "link", "xid"] and list(ev["code"].iloc[::2]) == [79, 48], ev
+    assert list(ev["ts"]) == pytest.approx([entries[i][0] for i in (0, 2, 3)], abs=1e-6)
+    assert list(ev["entity"].str.split("/").str[0]) == ["sn01-b01"] * 3
+    assert ctx.rejects.total == 0, ctx.rejects.messages
+
+
+def test_json_that_is_no_prometheus_response_is_said_so(tmp_path, ctx):
+    """A JSON file whose top object is not a Prometheus response (a pretty-printed journal entry without its time,
+    an inventory) was read as an empty query result without a word: it is refused, saying what it is not."""
+    from daemon.ingest.formats import QueryRangeReader
+
+    path = tmp_path / "inventory.json"
+    path.write_text('{\n  "hostname": "sn01-b01",\n  "gpus": 8\n}\n')
+    assert isinstance(sniff(path), QueryRangeReader)
+    assert read_all(QueryRangeReader(), path, ctx).samples.empty
+    assert ctx.rejects.messages == [f"{path}: JSON that is no Prometheus query response (no 'status' and 'data' at "
+                                    "its top): nothing read"]
+    empty = tmp_path / "empty.json"
+    empty.write_text('{"status": "success", "data": {"resultType": "matrix", "result": []}}')
+    assert read_all(QueryRangeReader(), empty, ctx).samples.empty and len(ctx.rejects.messages) == 1
+
+
+@pytest.mark.parametrize("mode", ["short-monotonic", "short-delta"])
+def test_journalctls_outputs_stamped_since_boot_say_how_to_record(journal_file, tmp_path, ctx, mode):
+    """The real journalctl's -o short-monotonic and short-delta count seconds since boot: they cannot be placed in
+    time, and the reason names journalctl's own way out (it spoke of dmesg, or of no format, before)."""
+    import subprocess
+
+    out, write = journal_file
+    write((1737434504.283302, "NVRM: Xid (PCI:0000:38:00): 79, pid=0, GPU has fallen off the bus."))
+    path = tmp_path / "kern.log"
+    path.write_text(subprocess.run(["journalctl", f"--file={out}", f"--output={mode}", "--no-pager", "-q"],
+                                   capture_output=True, text=True, check=True).stdout)
+    reader = sniff(path)
+    if reader is not None:
+        assert read_all(reader, path, ctx).events.empty
+    said = " ".join(ctx.rejects.messages) if reader is not None else describe_unread(path)
+    assert f"journalctl -o {mode}" in said and "journalctl -o short-iso" in said, said

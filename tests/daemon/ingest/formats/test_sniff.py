@@ -14,6 +14,8 @@ HEADS = {
     "VictoriaMetrics export": b'{"metric":{"__name__":"x"},"values":[1],"timestamps":[1700000000000]}\n',
     "journal export": b"__CURSOR=s=1;i=1\n__REALTIME_TIMESTAMP=1772409600000000\n",
     "journal JSON": b'{"__REALTIME_TIMESTAMP": "1772409600000000", "_TRANSPORT": "kernel", "MESSAGE": "x"}\n',
+    "journal verbose": b"Tue 2025-01-21 04:41:44.283302 UTC [s=7ee4d0fb;i=1;b=0123456789abcdef;m=1;t=62c2ffe72c4a6;"
+                       b"x=b3681efc]\n    _TRANSPORT=kernel\n",
     "smi snapshots": b'{"ts": 1772409600, "host": "n1", "tool": "amd-smi", "output": {}}\n',
     "Prometheus query_range": b'{"status": "success", "data": {"resultType": "matrix", "result": []}}\n',
     "columnar CSV": b"ts,entity,metric,value\n1772409600,n1/gpu0,gpu_temp_c,40\n",
