@@ -95,7 +95,12 @@ class QueryRangeReader:
                     ctx.rejects.reject(FORMAT, src, f"JSON ends or breaks early: {str(exc).splitlines()[0]}")
                     broken = True
                     break
-        if not done and not broken and not _is_response(path):
+        key = _first_key(path) if not done and not broken else "status"
+        if key == "dmesg":
+            ctx.rejects.refuse(FORMAT, src, "dmesg --json: its times count seconds since boot and the file gives no "
+                                            "boot time; record it with 'dmesg --time-format iso' or 'journalctl -k -o "
+                                            "json'")
+        elif key not in _RESPONSE_KEYS:
             ctx.rejects.refuse(FORMAT, src, "JSON that is no Prometheus query response (no 'status' and 'data' at its "
                                             "top): nothing read")
         if tss:
@@ -106,16 +111,16 @@ class QueryRangeReader:
 _RESPONSE_KEYS = frozenset({"status", "data", "errorType", "error", "warnings", "infos"})
 
 
-def _is_response(path: Path) -> bool:
-    """Whether a JSON file that gave no series is a Prometheus response (an empty result is one), from its top
-    object's first key: read no further than that."""
+def _first_key(path: Path) -> str | None:
+    """The first key of a JSON file's top object (None when it has none, or is no JSON), read no further: whether a
+    file that gave no series is a Prometheus response (an empty result is one) or something else."""
     try:
         with open_binary(path) as fh:
             for prefix, event, value in ijson.parse(fh):
                 if prefix == "" and event == "map_key":
-                    return value in _RESPONSE_KEYS
+                    return str(value)
                 if prefix == "" and event != "start_map":
-                    return False
+                    return None
     except (ijson.JSONError, OSError, EOFError):
-        return False
-    return False
+        return None
+    return None

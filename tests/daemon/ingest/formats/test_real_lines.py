@@ -779,3 +779,18 @@ def test_journalctls_outputs_stamped_since_boot_say_how_to_record(journal_file, 
         assert read_all(reader, path, ctx).events.empty
     said = " ".join(ctx.rejects.messages) if reader is not None else describe_unread(path)
     assert f"journalctl -o {mode}" in said and "journalctl -o short-iso" in said, said
+
+
+def test_dmesg_json_says_it_cannot_be_placed_in_time(tmp_path, ctx):
+    """util-linux's ``dmesg --json`` (2.38: seconds since boot whatever --time-format says) is refused saying so
+    and how to record instead (it was taken for a Prometheus response and read as nothing)."""
+    from daemon.ingest.formats import QueryRangeReader
+
+    raw = tmp_path / "records.kmsg"
+    raw.write_text("".join(f"<{level}>[{t:12.6f}] {message}\n" for t, level, message in _KMSG_RECORDS[:2]))
+    path = tmp_path / "sn01-b01.dmesg.json"
+    path.write_text(_dmesg(raw, {"TZ": "UTC"}, "--json"))
+    assert isinstance(sniff(path), QueryRangeReader)
+    assert read_all(QueryRangeReader(), path, ctx).samples.empty
+    assert len(ctx.rejects.messages) == 1 and "dmesg --json: its times count seconds since boot" in \
+        ctx.rejects.messages[0]
