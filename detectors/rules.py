@@ -43,6 +43,7 @@ from collections import defaultdict, deque
 
 from detectors.contract import Evidence, TickInput
 from detectors.counters import DecayingCount
+from detectors.pcie_width import LinkWidths
 from detectors.rules_events import EventRules
 from detectors.rules_levels import LevelRules
 from detectors.schema import State, within
@@ -155,6 +156,7 @@ class RuleDetector(EventRules, LevelRules):
         self._pruned_at = -math.inf
         self._heat_asked = False  # the last update judged a GPU at its limit against its rack's heat
         self._heat = None if self.baseline else SharedHeat(limit_c=self.gpu_temp_slowdown_c)
+        self._widths = None if self.baseline else LinkWidths()
         return self
 
     def _latch(self, ev: Evidence, until: float, tag: str = "") -> None:
@@ -179,6 +181,8 @@ class RuleDetector(EventRules, LevelRules):
             counts.drop(lambda key: within(key.rsplit("|", 1)[-1], scope))
         if self._heat is not None:
             self._heat.forget(scope)
+        if self._widths is not None:
+            self._widths.forget(scope)
 
     def restore(self, flagged: set[str]) -> None:
         """Nothing to restore: hard facts come again with the next events and levels, and health keeps a restarted
@@ -213,6 +217,8 @@ class RuleDetector(EventRules, LevelRules):
         if self._heat is not None:
             self._heat.observe(now, tick.gauges, tick.racks)
         self._gauges(tick, level_evidence)
+        if self._widths is not None:
+            level_evidence.extend(self._widths.update(tick.gauges))
         if not self.baseline:
             self._thermal_violations(tick)
         out = level_evidence

@@ -64,6 +64,10 @@ FIELDS = (
     ("remapped_rows.histogram.none", "", ("remapped_rows/row_remapper_histogram/row_remapper_histogram_none",
                                           "remapped rows/bank remap availability histogram/none")),
     ("pcie.replay_counter", "", ("pci/replay_counter", "pci/replays since reset")),
+    ("pcie.link.width.current", "", ("pci/pci_gpu_link_info/link_widths/current_link_width",
+                                     "pci/gpu link info/link width/current")),
+    ("pcie.link.width.max", "", ("pci/pci_gpu_link_info/link_widths/max_link_width",
+                                 "pci/gpu link info/link width/max")),
     ("gpu_recovery_action", "", ("gpu_recovery_action", "gpu recovery action")),
 )
 # Before R570: (reset required, drain and reset recommended), as XML and as text

@@ -36,28 +36,33 @@ def readings(samples) -> dict[str, float]:
     ("a100-sxm4-v12.xml", {"gpu_temp_c": 27, "hbm_temp_c": 44, "power_w": 67.03, "sm_clock_mhz": 1275,
                            "mem_clock_mhz": 1593, "fb_used_mib": 50, "fb_free_mib": 80999, "ecc_sbe_total": 0,
                            "ecc_dbe_total": 0, "ecc_sbe_agg_total": 0, "ecc_dbe_agg_total": 0,
-                           "pcie_replay_total": 0, "throttle_thermal": 0, "gpu_recovery_action": 0}),
+                           "pcie_replay_total": 0, "throttle_thermal": 0, "gpu_recovery_action": 0,
+                           "pcie_link_width": 16, "pcie_link_width_max": 16}),
     # an A10G, driver 515 (v11): remapped rows and their histogram
     ("a10g.xml", {"gpu_temp_c": 17, "power_w": 25.58, "sm_clock_mhz": 210, "mem_clock_mhz": 405, "gpu_util_pct": 0,
                   "fb_used_mib": 22, "fb_free_mib": 22569, "ecc_sbe_total": 0, "ecc_dbe_total": 0,
                   "ecc_sbe_agg_total": 0, "ecc_dbe_agg_total": 0, "row_remap_correctable_total": 0,
                   "row_remap_uncorrectable_total": 0, "row_remap_pending": 0, "row_remap_failure": 0,
-                  "row_remap_banks_exhausted": 0, "pcie_replay_total": 0, "throttle_thermal": 0}),
+                  "row_remap_banks_exhausted": 0, "pcie_replay_total": 0, "throttle_thermal": 0,
+                  "pcie_link_width": 8, "pcie_link_width_max": 16}),
     # a T4 (v11): retired pages
     ("tesla-t4.xml", {"gpu_temp_c": 40, "power_w": 26.78, "sm_clock_mhz": 585, "mem_clock_mhz": 5000,
                       "gpu_util_pct": 0, "fb_used_mib": 1032, "fb_free_mib": 13939, "ecc_sbe_total": 0,
                       "ecc_dbe_total": 0, "ecc_sbe_agg_total": 0, "ecc_dbe_agg_total": 0,
                       "retired_pages_sbe_total": 0, "retired_pages_dbe_total": 0, "retired_pages_pending": 0,
-                      "pcie_replay_total": 0, "throttle_thermal": 0}),
+                      "pcie_replay_total": 0, "throttle_thermal": 0, "pcie_link_width": 8,
+                      "pcie_link_width_max": 16}),
     # driver 595 (v13): instant power, clock event reasons, gpu_recovery_action; ECC N/A on this part
     ("rtx-4000-sff-ada-v13.xml", {"gpu_temp_c": 38, "power_w": 8.44, "sm_clock_mhz": 210, "mem_clock_mhz": 405,
                                   "gpu_util_pct": 0, "fb_used_mib": 3534, "fb_free_mib": 16482,
                                   "row_remap_correctable_total": 0, "row_remap_uncorrectable_total": 0,
                                   "row_remap_pending": 0, "row_remap_failure": 0, "row_remap_banks_exhausted": 0,
-                                  "pcie_replay_total": 0, "throttle_thermal": 0, "gpu_recovery_action": 0}),
+                                  "pcie_replay_total": 0, "throttle_thermal": 0, "gpu_recovery_action": 0,
+                                  "pcie_link_width": 16, "pcie_link_width_max": 16}),
     # driver 418 (the schema before 450: single_bit / double_bit totals, N/A on a Quadro)
     ("quadro-p400.xml", {"gpu_temp_c": 33, "sm_clock_mhz": 139, "mem_clock_mhz": 405, "gpu_util_pct": 0,
-                         "fb_used_mib": 0, "fb_free_mib": 1998, "pcie_replay_total": 0, "throttle_thermal": 0}),
+                         "fb_used_mib": 0, "fb_free_mib": 1998, "pcie_replay_total": 0, "throttle_thermal": 0,
+                         "pcie_link_width": 16, "pcie_link_width_max": 16}),
 ])
 def test_each_real_report_gives_its_readings(tmp_path, ctx, name, expected):
     path = tmp_path / "sn01-b01.nvidia-smi.xml"
@@ -166,7 +171,8 @@ def test_a_real_text_report_of_eight_h100s(ctx):
         "gpu_util_pct": 0, "fb_used_mib": 0, "fb_free_mib": 81007, "row_remap_correctable_total": 0,
         "row_remap_uncorrectable_total": 0, "row_remap_pending": 0, "row_remap_failure": 0,
         "row_remap_banks_exhausted": 0, "pcie_replay_total": 67, "gpu_recovery_action": 0, "ecc_sbe_total": 0,
-        "ecc_dbe_total": 0, "ecc_sbe_agg_total": 0, "ecc_dbe_agg_total": 0, "throttle_thermal": 0})
+        "ecc_dbe_total": 0, "ecc_sbe_agg_total": 0, "ecc_dbe_agg_total": 0, "throttle_thermal": 0,
+        "pcie_link_width": 16, "pcie_link_width_max": 16})
     replays = s[s["metric"] == "pcie_replay_total"]
     assert replays["value"].min() == 43 and replays["value"].max() == 82 and len(replays) == 8
     assert set(s["ts"]) == {1722424959.0}  # Wed Jul 31 11:22:39 2024, read as UTC
@@ -191,7 +197,8 @@ def test_a_real_text_report_of_a_gpu_with_rows_pending_remap_flags_it(ctx):
     assert readings(old) == pytest.approx({"gpu_temp_c": 44, "hbm_temp_c": 41, "power_w": 29.02, "sm_clock_mhz": 135,
                                            "mem_clock_mhz": 850, "gpu_util_pct": 0, "fb_used_mib": 290,
                                            "fb_free_mib": 11760, "pcie_replay_total": 0, "gpu_recovery_action": 0,
-                                           "throttle_thermal": 0})
+                                           "throttle_thermal": 0, "pcie_link_width": 16,
+                                           "pcie_link_width_max": 16})
     assert ctx.rejects.total == 0
 
 
@@ -224,3 +231,18 @@ def test_a_log_of_text_reports_each_at_its_time(tmp_path, ctx):
                     (stamped[-1], "no timestamp it can read (Wed Sep 25 25:40:24 2024): a report cannot be placed in "
                                   "time without it")]
     assert len(heads) == 5
+
+
+def test_a_single_gpu_wired_x8_by_design_is_not_watched(tmp_path, ctx):
+    """The real A10G and T4 reports (AWS's single-GPU machines) run x8 of the GPU's x16: the slot, not a lane lost.
+    With no other GPU on the node and no narrower reading before, the PCIe width says nothing."""
+    from tests.detectors.test_rules import run
+
+    for name in ("a10g.xml", "tesla-t4.xml"):
+        path = tmp_path / "sn01-b01.nvidia-smi.xml"
+        path.write_text(report(name))
+        s = read_all(NvidiaSmiXmlReader(), path, ctx).samples
+        assert readings(s)["pcie_link_width"] == 8
+        gauges = s.groupby(["entity", "metric"], as_index=False)["value"].agg(last="last", max="max")
+        assert [e for e in run(RuleDetector().fit(), float(s["ts"].max()), gauges=gauges)
+                if e.category == "gpu_bus"] == []
