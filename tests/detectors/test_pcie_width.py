@@ -52,3 +52,16 @@ def test_the_rules_carry_it_and_the_baseline_does_not():
         "n1/gpu2": "its PCIe link runs x4 of its x16 where 3 of its node's 4 GPUs run x16: a lane lost (reseat the "
                    "GPU or its riser), unless its slot is wired so; a watch"}
     assert run(RuleDetector(baseline=True).fit(), 30, gauges=g) == []
+
+
+def test_amd_smi_gives_the_width_too():
+    """amd-smi metric --json's ``pcie.width`` (the fixture's capture envelope, ROCm 7's form) is the reading."""
+    from daemon.ingest.formats import ReadContext, SmiReader
+    from daemon.ingest.naming import SeriesMapper
+    from tests.conftest import ROOT
+    from tests.daemon.ingest.formats.conftest import read_all
+
+    ctx = ReadContext(mapper=SeriesMapper())
+    s = read_all(SmiReader(), ROOT / "fixtures" / "exporters" / "smi-snapshots.jsonl", ctx).samples
+    width = s[s["metric"] == "pcie_link_width"]
+    assert len(width) > 0 and set(width["value"]) == {16.0}

@@ -11,9 +11,9 @@ Neither tool says which host or when, so each snapshot is kept in a JSON Lines e
   ``temperature.hotspot``/``mem``/``edge``, ``power.socket_power`` (or ``average_socket_power``),
   ``usage.gfx_activity``/``umc_activity``, ``ecc.total_correctable_count``/``total_uncorrectable_count``/
   ``total_deferred_count``, ``ecc_blocks.UMC``/``XGMI_WAFL``, ``pcie.replay_count``/
-  ``l0_to_recovery_count``, ``energy.total_energy_consumption`` (J), ``mem_usage.used_vram``/``free_vram``
-  (MB). A value is a number or ``{"value": ..., "unit": ...}``; ``"N/A"`` means not supported here and is
-  skipped.
+  ``l0_to_recovery_count``/``width`` (the link's current lanes), ``energy.total_energy_consumption`` (J),
+  ``mem_usage.used_vram``/``free_vram`` (MB). A value is a number or ``{"value": ..., "unit": ...}``; ``"N/A"``
+  means not supported here and is skipped.
 * ``rocm-smi --showtemp --showpower --showuse --showmeminfo vram --showreplaycount --showclocks --json``
   (the older ROCm tool; cards keyed ``card0`` or, from ROCm 6, ``card:0``): junction, memory and edge
   temperatures, average or current socket power, GPU use, VRAM used (bytes), the PCIe replay count and the
@@ -61,6 +61,7 @@ AMD_FIELDS = (
     (("ecc_blocks", "XGMI_WAFL", "uncorrectable_count"), "xgmi_ue_total", 1.0),
     (("pcie", "replay_count"), "pcie_replay_total", 1.0),
     (("pcie", "l0_to_recovery_count"), "pcie_recovery_total", 1.0),
+    (("pcie", "width"), "pcie_link_width", 1.0),
     (("energy", "total_energy_consumption"), "energy_mj_total", 1000.0),
     (("mem_usage", "used_vram"), "fb_used_mib", 1.0),
     (("mem_usage", "free_vram"), "fb_free_mib", 1.0),
