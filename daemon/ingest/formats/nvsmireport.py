@@ -26,7 +26,7 @@ import datetime as dt
 import math
 import re
 import xml.etree.ElementTree as ET
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator
 from pathlib import Path
 
 from daemon.ingest.batch import Batch
@@ -140,29 +140,37 @@ class _Reports:
             self.latest = max(self.latest, ts)
         return ts
 
-    def gpu(self, values: dict[str, str], index: int, bus_id: str, ts: float, position: str) -> None:
-        """One GPU of a report: ``values`` by their paths (:data:`FIELDS`)."""
+    def gpu(self, values: dict[str, str], index: int, bus_id: str, ts: float, position: str,
+            lines: dict[str, int] | None = None) -> None:
+        """One GPU of a report: ``values`` by their paths (:data:`FIELDS`); a bad value is rejected at ``position``
+        (the GPU's) or, where ``lines`` gives it, at its own line of the same file."""
         labels = {"Hostname": self.host, "index": str(index)}
         for label, text in (("uuid", values.get("uuid") or values.get("gpu uuid")), ("pci_bus_id", bus_id),
                             ("modelName", values.get("product_name") or values.get("product name"))):
             if text and text.lower() not in NO_READING:
                 labels[label] = text
-        for (field, unit), value in _readings(values, position, self.ctx, self.fmt):
+        src = position.rsplit(":", 1)[0]
+
+        def where(path: str) -> str:
+            return f"{src}:{lines[path]}" if lines and path in lines else position
+
+        for (field, unit), value in _readings(values, where, self.ctx, self.fmt):
             metric, factor = _metric(field, unit)
             if metric in self.ctx.mapper.rules:
                 self.points.add(metric, labels, ts, value * factor, position)
 
     def finish(self, src: str, path: Path) -> Iterator[Batch]:
+        """The points not yielded yet, and the summary's note on the zone the file's times were read in."""
         if self.points.sids:
             yield self.points.flush()
         if self.latest > -math.inf:
             note_zoneless(self.ctx, self.fmt, src, path, self.latest)
 
 
-def _readings(values: dict[str, str], position: str, ctx: ReadContext,
+def _readings(values: dict[str, str], where: Callable[[str], str], ctx: ReadContext,
               fmt: str) -> Iterator[tuple[tuple[str, str], float]]:
     """One GPU's readings as ((query field, unit), value before the unit's factor); a value that is no number is
-    rejected with its path."""
+    rejected with its path, at ``where(path)``."""
 
     def value(field: str, path: str) -> float | None:
         text = values.get(path, "")
@@ -170,7 +178,7 @@ def _readings(values: dict[str, str], position: str, ctx: ReadContext,
             return None
         got = cell_value(field, text)
         if got is None:
-            ctx.rejects.reject(fmt, position, f"{path}: {text[:60]!r} is not a number")
+            ctx.rejects.reject(fmt, where(path), f"{path}: {text[:60]!r} is not a number")
         return got
 
     for field, unit, paths in FIELDS:
@@ -308,7 +316,8 @@ class NvidiaSmiTextReader:
         reports = _Reports(host, ctx, TEXT_FORMAT)
         ts: float | None = None
         in_report = False
-        gpu: tuple[dict[str, str], int, str, str] | None = None  # values, index, bus id, position
+        # the GPU being read: its values, index, bus id, heading's position and its values' line numbers
+        gpu: tuple[dict[str, str], int, str, str, dict[str, int]] | None = None
         sections: list[tuple[int, str]] = []  # (indent, path) of the sections the line is in
         index, stamp_read = 0, False
         for first, lines in iter_lines(path, ctx.read_bytes, ctx.rejects, TEXT_FORMAT):
@@ -319,17 +328,17 @@ class NvidiaSmiTextReader:
                 if len(stripped) == len(line) and line[0] in "=G":  # (cheap tests first: most lines are keys)
                     if TEXT_HEADING.match(line):
                         if gpu is not None and ts is not None:
-                            reports.gpu(*gpu[:3], ts, gpu[3])
+                            reports.gpu(*gpu[:3], ts, *gpu[3:])
                         in_report, ts, gpu, index, stamp_read = True, None, None, 0, False
                         continue
                     heading = _TEXT_GPU.match(line) if in_report else None
                     if heading:
                         position = f"{src}:{first + offset}"
                         if gpu is not None and ts is not None:
-                            reports.gpu(*gpu[:3], ts, gpu[3])
+                            reports.gpu(*gpu[:3], ts, *gpu[3:])
                         elif gpu is None and not stamp_read:  # the report's first GPU, and no time given before it
                             reports.stamped("", position)
-                        gpu, sections = ({}, index, heading.group(1), position), []
+                        gpu, sections = ({}, index, heading.group(1), position, {}), []
                         index += 1
                         continue
                 if not in_report:
@@ -349,11 +358,12 @@ class NvidiaSmiTextReader:
                 key_path = f"{sections[-1][1]}/{key}" if sections else key
                 if colon >= 0:
                     gpu[0][key_path] = stripped[colon + 1:].strip()
+                    gpu[4][key_path] = first + offset
                 sections.append((indent, key_path))
             if len(reports.points.sids) >= ctx.chunk_rows:
                 yield reports.points.flush()
         if gpu is not None and ts is not None:
-            reports.gpu(*gpu[:3], ts, gpu[3])
+            reports.gpu(*gpu[:3], ts, *gpu[3:])
         yield from reports.finish(src, path)
 
 
