@@ -247,3 +247,28 @@ def test_a_single_gpu_wired_x8_by_design_is_not_watched(tmp_path, ctx):
         gauges = s.groupby(["entity", "metric"], as_index=False)["value"].agg(last="last", max="max")
         assert [e for e in run(RuleDetector().fit(), float(s["ts"].max()), gauges=gauges)
                 if e.category == "gpu_bus"] == []
+
+
+def test_a_text_reports_recovery_action_fails_or_flags_its_gpu(tmp_path, ctx):
+    """The text report's ``GPU Recovery Action`` (R570 on: placed as its XML sibling is, after the reset status) and,
+    before it, ``Reset Required``: a reboot fails the GPU, a reset it asks for makes it sub-healthy, end to end
+    through the rules; the other GPUs of the report stay healthy."""
+    from detectors.xid_catalog import vendor_repair
+    from tests.detectors.test_rules import run
+
+    text = (GPUD / "gpu-node-05.nvidia-smi.txt").read_text()
+    status = "        Drain and Reset Recommended       : No\n"
+    first, rest = text.split(status, 1)
+    rebooting = first + status + "    GPU Recovery Action                   : Reboot\n" + rest  # the first GPU
+    reset = text.replace("        Reset Required                    : No\n",
+                         "        Reset Required                    : Yes\n", 1)
+    got = {}
+    for host, report_text in (("sn01-b01", rebooting), ("sn02-b01", reset)):
+        path = tmp_path / f"{host}.nvidia-smi.txt"
+        path.write_text(report_text)
+        s = read_all(NvidiaSmiTextReader(), path, ctx).samples
+        gauges = s.groupby(["entity", "metric"], as_index=False)["value"].agg(last="last", max="max")
+        for e in run(RuleDetector().fit(), float(s["ts"].max()), gauges=gauges):
+            got[e.entity] = (e.level, vendor_repair(e.reasons))
+    assert got == {"sn01-b01/gpu0": (State.FAILED, "reboot"), "sn02-b01/gpu0": (State.SUBHEALTHY, "reset")}
+    assert ctx.rejects.total == 0
