@@ -110,7 +110,7 @@ def _metric(field: str, unit: str) -> tuple[str, float]:
     return "nvidia_smi_" + field.replace(".", "_") + suffix, factor
 
 
-def _stamp(text: str, ctx: ReadContext) -> float | None:
+def report_time(text: str, ctx: ReadContext) -> float | None:
     """A report's timestamp (``Fri Aug  4 11:44:30 2023``, the node's local time) in seconds, None when unreadable."""
     try:
         return zoneless_epoch(dt.datetime.strptime(" ".join(text.split()), "%a %b %d %H:%M:%S %Y"), ctx.zone)
@@ -132,7 +132,7 @@ class _Reports:
 
     def stamped(self, stamp: str, position: str) -> float | None:
         """A report's time, or None (rejected) when it has none that can be read."""
-        ts = _stamp(stamp, self.ctx)
+        ts = report_time(stamp, self.ctx)
         if ts is None:
             self.ctx.rejects.reject(self.fmt, position, f"no timestamp it can read ({stamp or 'none'}): a report "
                                                         "cannot be placed in time without it")

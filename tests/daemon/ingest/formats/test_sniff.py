@@ -23,6 +23,8 @@ HEADS = {
     "nvidia-smi XML": b'<?xml version="1.0" ?>\n<!DOCTYPE nvidia_smi_log SYSTEM "nvsmi_device_v12.dtd">\n'
                       b"<nvidia_smi_log>\n",
     "nvidia-smi text": b"\n==============NVSMI LOG==============\n\nTimestamp : Wed Jul 31 11:22:39 2024\n",
+    "nvidia-smi table": b"Mon Jan 20 10:18:26 2025\n+-----------------+\n| NVIDIA-SMI 550.90.07   Driver Version: "
+                        b"550.90.07   CUDA Version: 12.4 |\n",
     "kernel log": b"2026-03-02T00:00:00+00:00 sn01-b01 kernel: NVRM: Xid (PCI:0000:18:00): 79, pid=0, x\n",
     "Fabric Manager log": b"[Feb 25 2025 13:59:45] [INFO] [tid 1803] Received an inband message\n",
     "exposition": b"# HELP DCGM_FI_DEV_GPU_TEMP GPU temperature (in C).\n",
