@@ -27,41 +27,53 @@ WIDTH, MAX_WIDTH = "pcie_link_width", "pcie_link_width_max"
 
 
 class LinkWidths:
-    """Each GPU's link width, the widest it has run while watched, and its node's; see the module docstring."""
+    """Each GPU's link width, the widest it has run while watched, and its node's; see the module docstring. Widths
+    do not change from scrape to scrape: they are judged every ``every_s`` (a watch held until the next judgement),
+    so that a fleet of 100,000 GPUs exporting them pays for it once in five minutes, not every tick."""
 
-    def __init__(self) -> None:
+    def __init__(self, every_s: float = 300.0) -> None:
+        self.every_s = every_s
         self.width: dict[str, float] = {}  # the last reading of each GPU
         self.widest: dict[str, float] = {}
         self.max_width: dict[str, float] = {}
+        self._judged_at = -np.inf
 
-    def update(self, gauges) -> list[Evidence]:
-        """The watches of this tick's readings (the tick's gauges: ``entity``, ``metric``, ``last``)."""
-        if gauges is None or len(gauges) == 0:
-            return []
+    def update(self, now: float, gauges) -> list[Evidence] | None:
+        """The watches of the GPUs' widths (the tick's gauges: ``entity``, ``metric``, ``last``) when a judgement is
+        due and the tick has widths; else None (the last judgement's watches stand)."""
+        if now < self._judged_at + self.every_s or gauges is None or len(gauges) == 0:
+            return None
         codes, names = name_codes(gauges["metric"])
         width_code, max_code = name_code(names, WIDTH), name_code(names, MAX_WIDTH)
-        if width_code < 0 and max_code < 0:
-            return []
+        if width_code < 0:
+            return None
+        self._judged_at = now
         ecodes, enames = name_codes(gauges["entity"])
         last = np.asarray(gauges["last"], dtype=float)
-        for code, into in ((max_code, self.max_width), (width_code, self.width)):
-            for i in np.flatnonzero((codes == code) & (last > 0)) if code >= 0 else ():
-                into[str(enames[ecodes[i]])] = float(last[i])
-        if width_code < 0:
+        if max_code >= 0:
+            rows = np.flatnonzero((codes == max_code) & (last > 0))
+            self.max_width.update(zip(enames[ecodes[rows]].tolist(), last[rows].tolist()))
+        rows = np.flatnonzero((codes == width_code) & (last > 0))
+        seen = list(zip(enames[ecodes[rows]].tolist(), last[rows].tolist()))
+        self.width.update(seen)
+        widest = self.widest
+        for entity, width in seen:
+            if width > widest.get(entity, 0.0):
+                widest[entity] = width
+        narrow = [(e, w) for e, w in seen if w < widest[e] or w < self.max_width.get(e, np.inf)]
+        if not narrow:
             return []
-        seen = {str(enames[ecodes[i]]) for i in np.flatnonzero((codes == width_code) & (last > 0))}
-        for entity in seen:
-            self.widest[entity] = max(self.widest.get(entity, 0.0), self.width[entity])
         by_node: dict[str, list[float]] = defaultdict(list)
+        nodes = {node_of(e) for e, _ in narrow}
         for entity, width in self.width.items():
-            by_node[node_of(entity)].append(width)
+            if node_of(entity) in nodes:
+                by_node[node_of(entity)].append(width)
         out = []
-        for entity in sorted(seen):
-            width = self.width[entity]
+        for entity, width in sorted(narrow):
             reason = None
-            if width < self.widest[entity]:
-                reason = f"its PCIe link runs x{width:.0f} where it ran x{self.widest[entity]:.0f} while watched"
-            elif width < self.max_width.get(entity, np.inf):
+            if width < widest[entity]:
+                reason = f"its PCIe link runs x{width:.0f} where it ran x{widest[entity]:.0f} while watched"
+            else:
                 peers = by_node[node_of(entity)]
                 usual, count = Counter(peers).most_common(1)[0]
                 if width < usual and count > len(peers) / 2 and len(peers) >= 3:

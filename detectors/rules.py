@@ -157,6 +157,7 @@ class RuleDetector(EventRules, LevelRules):
         self._heat_asked = False  # the last update judged a GPU at its limit against its rack's heat
         self._heat = None if self.baseline else SharedHeat(limit_c=self.gpu_temp_slowdown_c)
         self._widths = None if self.baseline else LinkWidths()
+        self._width_watched: set[str] = set()
         return self
 
     def _latch(self, ev: Evidence, until: float, tag: str = "") -> None:
@@ -199,6 +200,17 @@ class RuleDetector(EventRules, LevelRules):
             until = min(until, min(x[0] for x in latches))
         return until
 
+    def _width_watches(self, now: float, tick: TickInput) -> None:
+        """The PCIe width watches (:mod:`detectors.pcie_width`), latched until the judgement after the next."""
+        judged = self._widths.update(now, tick.gauges)
+        if judged is None:
+            return
+        for entity in self._width_watched:
+            self.clear_latch(entity, "pcie-width")
+        self._width_watched = {ev.entity for ev in judged}
+        for ev in judged:
+            self._latch(ev, now + 2 * self._widths.every_s, "pcie-width")
+
     def clear_latch(self, entity: str, tag: str) -> None:
         """Drop an entity's latched evidence carrying ``tag`` (e.g. a link that came back up)."""
         if entity in self._latches:
@@ -218,7 +230,7 @@ class RuleDetector(EventRules, LevelRules):
             self._heat.observe(now, tick.gauges, tick.racks)
         self._gauges(tick, level_evidence)
         if self._widths is not None:
-            level_evidence.extend(self._widths.update(tick.gauges))
+            self._width_watches(now, tick)
         if not self.baseline:
             self._thermal_violations(tick)
         out = level_evidence

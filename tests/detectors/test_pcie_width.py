@@ -24,26 +24,28 @@ def watched(evidence) -> dict[str, str]:
 
 
 def test_a_gpu_narrower_than_its_node_is_watched():
-    got = watched(LinkWidths().update(widths("n1", [16, 16, 8, 16, 16, 16, 16, 16])))
+    got = watched(LinkWidths().update(0.0, widths("n1", [16, 16, 8, 16, 16, 16, 16, 16])))
     assert list(got) == ["n1/gpu2"]
     assert got["n1/gpu2"].startswith("its PCIe link runs x8 of its x16 where 7 of its node's 8 GPUs run x16")
 
 
 def test_a_node_built_narrow_and_a_gpu_off_the_bus_say_nothing():
-    assert LinkWidths().update(widths("n1", [8] * 8)) == []  # slots wired x8: every GPU alike
-    assert LinkWidths().update(widths("n1", [16, 0, 16, 16])) == []  # 0: no reading
-    assert LinkWidths().update(widths("n1", [16, 8])) == []  # two GPUs: no majority to say which is usual
-    assert LinkWidths().update(widths("n1", [16, 16, 8, 16], most=8)) == []  # at its own maximum
+    assert LinkWidths().update(0.0, widths("n1", [8] * 8)) == []  # slots wired x8: every GPU alike
+    assert LinkWidths().update(0.0, widths("n1", [16, 0, 16, 16])) == []  # 0: no reading
+    assert LinkWidths().update(0.0, widths("n1", [16, 8])) == []  # two GPUs: no majority to say which is usual
+    assert LinkWidths().update(0.0, widths("n1", [16, 16, 8, 16], most=8)) == []  # at its own maximum
 
 
 def test_a_link_that_trained_down_while_watched_is_watched_until_forgotten():
+    """Judged every five minutes (widths do not move from scrape to scrape): between judgements, nothing new."""
     w = LinkWidths()
-    assert w.update(widths("n1", [16])) == []
-    got = watched(w.update(widths("n1", [8])))
+    assert w.update(0.0, widths("n1", [16])) == []
+    assert w.update(30.0, widths("n1", [8])) is None  # not due
+    got = watched(w.update(300.0, widths("n1", [8])))
     assert got["n1/gpu0"].startswith("its PCIe link runs x8 where it ran x16 while watched")
-    assert watched(w.update(widths("n1", [8])))  # for as long as it runs so
+    assert watched(w.update(600.0, widths("n1", [8])))  # for as long as it runs so
     w.forget("n1")  # repaired: its link may be another now
-    assert w.update(widths("n1", [8])) == []
+    assert w.update(900.0, widths("n1", [8])) == []
 
 
 def test_the_rules_carry_it_and_the_baseline_does_not():
@@ -52,6 +54,10 @@ def test_the_rules_carry_it_and_the_baseline_does_not():
         "n1/gpu2": "its PCIe link runs x4 of its x16 where 3 of its node's 4 GPUs run x16: a lane lost (reseat the "
                    "GPU or its riser), unless its slot is wired so; a watch"}
     assert run(RuleDetector(baseline=True).fit(), 30, gauges=g) == []
+    det = RuleDetector().fit()
+    run(det, 30, gauges=g)
+    assert watched(run(det, 60))  # held between judgements, with no widths in the tick
+    assert not watched(run(det, 400, gauges=widths("n1", [16, 16, 16, 16])))  # reseated: judged again, cleared
 
 
 def test_amd_smi_gives_the_width_too():
