@@ -40,14 +40,14 @@ class LinkWidths:
 
     def update(self, now: float, gauges) -> list[Evidence] | None:
         """The watches of the GPUs' widths (the tick's gauges: ``entity``, ``metric``, ``last``) when a judgement is
-        due and the tick has widths; else None (the last judgement's watches stand)."""
+        due and the tick has widths; else None (the last judgement's watches stand until they lapse)."""
         if now < self._judged_at + self.every_s or gauges is None or len(gauges) == 0:
             return None
+        self._judged_at = now  # (a fleet that exports no widths looks once in five minutes, not every tick)
         codes, names = name_codes(gauges["metric"])
         width_code, max_code = name_code(names, WIDTH), name_code(names, MAX_WIDTH)
         if width_code < 0:
             return None
-        self._judged_at = now
         ecodes, enames = name_codes(gauges["entity"])
         last = np.asarray(gauges["last"], dtype=float)
         if max_code >= 0:

@@ -12,8 +12,8 @@ from daemon.ingest.formats.reader import ReadContext, Reader, open_binary
 from daemon.ingest.formats.columnar import ColumnarReader, ColumnarWriter
 from daemon.ingest.formats.fabricmanager import STAMP as FABRIC_MANAGER_STAMP, FabricManagerReader
 from daemon.ingest.formats.kernel_events import parse_kernel_message
-from daemon.ingest.formats.kernellog import (JOURNAL_ANNOTATION, UNKNOWN_MONTH_ADVICE, JournalJsonReader, TextLogReader,
-                                             looks_like_journal_json, unknown_month)
+from daemon.ingest.formats.kernellog import (JOURNAL_ANNOTATION, JOURNAL_SINCE_BOOT, UNKNOWN_MONTH_ADVICE,
+                                             JournalJsonReader, TextLogReader, looks_like_journal_json, unknown_month)
 from daemon.ingest.formats.openmetrics import OpenMetricsReader
 from daemon.ingest.formats.promjson import QueryRangeReader
 from daemon.ingest.formats.rasdaemon_sqlite import RasdaemonReader
@@ -46,8 +46,6 @@ _LABELS_FIRST = re.compile(rb'^\{[a-zA-Z_][a-zA-Z0-9_]*="')
 _KMSG = re.compile(r"^\d+,\d+,\d+,[^;]*;")  # /dev/kmsg: "6,3964,206764307,-;message"
 _PSTORE_HEADER = re.compile(r"^(Panic|Oops|Emergency|Shutdown|Halt|Poweroff|Restart|Unknown)#\d+ Part\d+\s*$")
 _LEVEL_RAW = re.compile(r"^<\d+>\[\s*\d+\.\d+\]")  # dmesg -r / pstore: "<6>[  201.650687] ..."
-# journalctl -o short-delta: "[    0.000001                ] host kernel: ...", "[    1.000001 <    1.000000>] ..."
-_SHORT_DELTA = re.compile(r"^\[\s*\d+\.\d+\s*(?:<\s*\d+\.\d+>)?\s*\] \S+ [^:\[]+(?:\[\d+\])?: ")
 _RECORD_JOURNAL = "record it with 'journalctl -o short-iso' or '-o json'"
 
 
@@ -151,7 +149,7 @@ def describe_unread(path: Path) -> str:
     word = unknown_month(lines[0])
     if word is not None:
         return f"a kernel log whose stamps name a month, {word!r}, that {UNKNOWN_MONTH_ADVICE}" + held
-    if _SHORT_DELTA.match(lines[0]):
+    if JOURNAL_SINCE_BOOT.match(lines[0]):  # (short-monotonic is taken for raw dmesg by the reader, which says so)
         return ("journalctl -o short-delta: its stamps count seconds since boot and the file gives no boot time; "
                 f"{_RECORD_JOURNAL}" + held)
     return f"not a telemetry format raswarden reads (it begins {lines[0][:60]!r})" + held

@@ -81,7 +81,9 @@ RELTIME_IN_MINUTE_S = 30.0
 """Where in its minute a reltime stamp is read: the middle, so that no record is more than 30 s off (the seconds are
 not printed; the records after it in the same minute are exact from there)."""
 _DMESG_RAW = re.compile(r"^\[\s*\d+\.\d+\] ")
-_MONOTONIC_HOST = re.compile(r"^\[\s*\d+\.\d+\] \S+ [^:\[\s]+(?:\[\d+\])?: ")  # journalctl -o short-monotonic
+# journalctl -o short-monotonic and short-delta: seconds since boot, then the host and the identifier
+# ("[    0.000001] host kernel: ...", "[    1.000001 <    1.000000>] host kernel: ...")
+JOURNAL_SINCE_BOOT = re.compile(r"^\[\s*\d+\.\d+\s*(?:<\s*\d+\.\d+>)?\s*\] \S+ [^:\[\s]+(?:\[\d+\])?: ")
 # The line shapes a file is tried for, in order: RFC 5424 before RFC 3339 (an RFC 5424 line would pass for one, with
 # "kernel - - - ..." as its tag), journalctl's short-full before RFC 3164.
 _STYLES = (("raw", _DMESG_RAW), ("rfc5424", _RFC5424), ("short-full", _SHORT_FULL), ("short-unix", _SHORT_UNIX),
@@ -270,9 +272,7 @@ class JournalJsonReader:
         start = 0
         for first, lines in iter_lines(path, ctx.read_bytes, ctx.rejects, self.format):
             for offset, line in enumerate(lines):
-                text = line.lstrip("\x1e")  # json-seq
-                if text.startswith("data: "):  # json-sse
-                    text = text[6:]
+                text = unframed(line)
                 if not text.strip():
                     continue
                 # an object begun before the last one closed: that one was cut short (so a lone "{", a damaged
@@ -297,15 +297,19 @@ class JournalJsonReader:
             yield rows.take()
 
 
+def unframed(line: str) -> str:
+    """A line of journalctl's JSON output without its framing: json-seq's record separator, json-sse's ``data: ``."""
+    text = line.lstrip("\x1e")
+    return text[6:] if text.startswith("data: ") else text
+
+
 def looks_like_journal_json(head: bytes, first: bytes) -> bool:
     """Whether a file is one of journalctl's JSON outputs (:class:`JournalJsonReader`), from its first bytes and its
     first non-blank line."""
-    first = first.lstrip(b"\x1e")
-    if first.startswith(b"data: "):
-        first = first[6:]
-    if first.startswith(b"{") and (b"__REALTIME_TIMESTAMP" in first or b"_TRANSPORT" in first):
+    text = unframed(first.decode("utf-8", "replace"))
+    if text.startswith("{") and ("__REALTIME_TIMESTAMP" in text or "_TRANSPORT" in text):
         return True
-    return first == b"{" and (b'"__REALTIME_TIMESTAMP"' in head or b'"__CURSOR"' in head)
+    return text == "{" and (b'"__REALTIME_TIMESTAMP"' in head or b'"__CURSOR"' in head)
 
 
 class TextLogReader:
@@ -346,7 +350,7 @@ class TextLogReader:
                         ctx.rejects.refuse(self.format, position, (
                             "journalctl -o short-monotonic: its stamps count seconds since boot and the file gives no "
                             "boot time; record it with 'journalctl -o short-iso' or '-o json'"
-                        ) if _MONOTONIC_HOST.match(line) else (
+                        ) if JOURNAL_SINCE_BOOT.match(line) else (
                             "raw dmesg timestamps count seconds since boot and the file gives no boot time; "
                             "record it with 'dmesg -T' or 'dmesg --time-format iso', or use journald"))
                         return

@@ -38,10 +38,19 @@ WORDS = {"enabled": 1.0, "yes": 1.0, "active": 1.0, "disabled": 0.0, "no": 0.0, 
 # (nvmlDeviceGpuRecoveryAction_t); NVML's own names are taken too. Compared lower-case, letters and digits only.
 RECOVERY_ACTION_WORDS = {"none": 0.0, "reset": 1.0, "gpureset": 1.0, "reboot": 2.0, "nodereboot": 2.0,
                          "drainp2p": 3.0, "drainandreset": 4.0, "gpuresetbus": 5.0, "resetbus": 5.0}
+# the fields whose value is a word of their own vocabulary (not the Enabled/Yes/Active of WORDS)
+FIELD_WORDS = {"gpu_recovery_action": RECOVERY_ACTION_WORDS}
 LABEL_FIELDS = {"uuid": "uuid", "pci.bus_id": "pci_bus_id", "name": "modelName"}
 _HEADER = re.compile(r"\s*timestamp\s*,.*\bindex\b|\s*index\s*,.*\btimestamp\b")
 _FIELD = re.compile(r"([a-z0-9_.]+)(?:\s*\[([^\]]+)\])?$")
 _NUMBER = re.compile(r"[-+]?(?:\d+\.?\d*|\.\d+)(?:[eE][-+]?\d+)?")
+
+
+def exporter_metric(field: str, unit: str = "") -> tuple[str, float]:
+    """The metric nvidia_gpu_exporter names a query field by (dots as underscores, the unit's suffix) and the factor
+    its value takes (``memory.used`` in MiB: ``nvidia_smi_memory_used_bytes``, times 1048576)."""
+    suffix, factor = UNITS.get(unit, ("", 1.0))
+    return "nvidia_smi_" + field.replace(".", "_") + suffix, factor
 
 
 def named_host(path: Path, ctx: ReadContext, fmt: str, extension: str) -> str | None:
@@ -54,7 +63,8 @@ def named_host(path: Path, ctx: ReadContext, fmt: str, extension: str) -> str | 
 
 
 class GpuPoints:
-    """The points a reader of nvidia-smi's output has collected, and its series by (metric, GPU index, uuid)."""
+    """The points a reader of nvidia-smi's output has collected, its series by (metric, GPU index, uuid), and the
+    latest time it read (for the summary's note of the zone its times, which name none, were read in)."""
 
     def __init__(self, ctx: ReadContext, fmt: str) -> None:
         self.ctx, self.fmt = ctx, fmt
@@ -62,6 +72,7 @@ class GpuPoints:
         self.sids: list[int] = []
         self.tss: list[float] = []
         self.vals: list[float] = []
+        self.latest = -math.inf
 
     def add(self, metric: str, labels: dict[str, str], ts: float, value: float, position: str) -> None:
         """One reading of a GPU (``labels`` hold its ``index`` and, where known, ``uuid``)."""
@@ -76,9 +87,18 @@ class GpuPoints:
 
     def flush(self) -> Batch:
         """The points collected since the last flush, as one batch."""
+        if self.tss:
+            self.latest = max(self.latest, max(self.tss))
         batch = points_batch(self.ctx.mapper, self.sids, self.tss, self.vals, self.fmt)
         self.sids, self.tss, self.vals = [], [], []
         return batch
+
+    def finish(self, src: str, path: Path) -> Iterator[Batch]:
+        """The points not yielded yet, and the summary's note of the zone the file's times were read in."""
+        if self.sids:
+            yield self.flush()
+        if self.latest > -math.inf:
+            note_zoneless(self.ctx, self.fmt, src, path, self.latest)
 
 
 class NvidiaSmiCsvReader:
@@ -93,7 +113,6 @@ class NvidiaSmiCsvReader:
             return
         columns: list[tuple[str, str, float]] | None = None  # per column: field, exporter metric, factor
         points = GpuPoints(ctx, FORMAT)
-        latest = -math.inf
         for first, lines in iter_lines(path, ctx.read_bytes, ctx.rejects, FORMAT):
             for offset, line in enumerate(lines):
                 if not line.strip():
@@ -108,13 +127,8 @@ class NvidiaSmiCsvReader:
                     continue
                 self._row(cells, columns, known, host, position, ctx, points)
             if len(points.sids) >= ctx.chunk_rows:
-                latest = max(latest, max(points.tss))
                 yield points.flush()
-        if points.sids:
-            latest = max(latest, max(points.tss))
-            yield points.flush()
-        if latest > -math.inf:
-            note_zoneless(ctx, FORMAT, src, path, latest)
+        yield from points.finish(src, path)
 
     @staticmethod
     def _columns(cells: list[str], position: str, ctx: ReadContext) -> list[tuple[str, str, float]] | None:
@@ -126,8 +140,7 @@ class NvidiaSmiCsvReader:
                 ctx.rejects.refuse(FORMAT, position, f"header field {cell!r} is not a query field")
                 return None
             field = ALIASES.get(m.group(1), m.group(1))
-            suffix, factor = UNITS.get(m.group(2) or "", ("", 1.0))
-            names.append((field, "nvidia_smi_" + field.replace(".", "_") + suffix, factor))
+            names.append((field, *exporter_metric(field, m.group(2) or "")))
         fields = {f for f, _, _ in names}
         for field, metric, _ in names:
             if field not in ("timestamp", "index", *LABEL_FIELDS) and metric not in ctx.mapper.rules:
@@ -169,8 +182,9 @@ def cell_value(field: str, cell: str, factor: float = 1.0) -> float | None:
     """A query field's value as the exporter reads it: hex, a word (Enabled, Yes, Active; gpu_recovery_action's
     Reset, Reboot, ...), else its one number times ``factor``; None when it is none of these."""
     text = cell.strip().lower()
-    if field == "gpu_recovery_action" and not _NUMBER.fullmatch(text):
-        return RECOVERY_ACTION_WORDS.get(re.sub(r"[^a-z0-9]", "", text))
+    words = FIELD_WORDS.get(field)
+    if words is not None and not _NUMBER.fullmatch(text):
+        return words.get(re.sub(r"[^a-z0-9]", "", text))
     if text.startswith("0x"):
         try:
             return float(int(text, 16))

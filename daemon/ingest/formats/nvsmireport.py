@@ -23,15 +23,14 @@ report has no end to miss: one cut short gives the readings it holds.)
 from __future__ import annotations
 
 import datetime as dt
-import math
 import re
 import xml.etree.ElementTree as ET
 from collections.abc import Callable, Iterator
 from pathlib import Path
 
 from daemon.ingest.batch import Batch
-from daemon.ingest.formats.nvsmicsv import UNITS, GpuPoints, cell_value, named_host
-from daemon.ingest.formats.reader import ReadContext, iter_lines, note_zoneless
+from daemon.ingest.formats.nvsmicsv import GpuPoints, cell_value, exporter_metric, named_host
+from daemon.ingest.formats.reader import ReadContext, iter_lines
 from daemon.timetext import zoneless_epoch
 
 XML_FORMAT = "nvidia_smi_xml"
@@ -104,12 +103,6 @@ TEXT_HEADING = re.compile(r"^=+NVSMI LOG=+\s*$")
 _TEXT_GPU = re.compile(r"^GPU ([0-9A-Fa-f]{4,8}:[0-9A-Fa-f]{2}:[0-9A-Fa-f]{2}\.[0-9A-Fa-f])\s*$")
 
 
-def _metric(field: str, unit: str) -> tuple[str, float]:
-    """The exporter's metric for a query field and its factor (as the CSV log's header names it)."""
-    suffix, factor = UNITS.get(unit, ("", 1.0))
-    return "nvidia_smi_" + field.replace(".", "_") + suffix, factor
-
-
 def report_time(text: str, ctx: ReadContext) -> float | None:
     """A report's timestamp (``Fri Aug  4 11:44:30 2023``, the node's local time) in seconds, None when unreadable."""
     try:
@@ -124,9 +117,8 @@ class _Reports:
     def __init__(self, host: str, ctx: ReadContext, fmt: str) -> None:
         self.host, self.ctx, self.fmt = host, ctx, fmt
         self.points = GpuPoints(ctx, fmt)
-        self.latest = -math.inf
         for field, unit, _ in FIELDS:
-            metric, _ = _metric(field, unit)
+            metric, _ = exporter_metric(field, unit)
             if metric not in ctx.mapper.rules:
                 ctx.mapper.unmapped_metrics[metric] += 1
 
@@ -136,8 +128,6 @@ class _Reports:
         if ts is None:
             self.ctx.rejects.reject(self.fmt, position, f"no timestamp it can read ({stamp or 'none'}): a report "
                                                         "cannot be placed in time without it")
-        else:
-            self.latest = max(self.latest, ts)
         return ts
 
     def gpu(self, values: dict[str, str], index: int, bus_id: str, ts: float, position: str,
@@ -155,16 +145,10 @@ class _Reports:
             return f"{src}:{lines[path]}" if lines and path in lines else position
 
         for (field, unit), value in _readings(values, where, self.ctx, self.fmt):
-            metric, factor = _metric(field, unit)
+            metric, factor = exporter_metric(field, unit)
             if metric in self.ctx.mapper.rules:
                 self.points.add(metric, labels, ts, value * factor, position)
 
-    def finish(self, src: str, path: Path) -> Iterator[Batch]:
-        """The points not yielded yet, and the summary's note on the zone the file's times were read in."""
-        if self.points.sids:
-            yield self.points.flush()
-        if self.latest > -math.inf:
-            note_zoneless(self.ctx, self.fmt, src, path, self.latest)
 
 
 def _readings(values: dict[str, str], where: Callable[[str], str], ctx: ReadContext,
@@ -273,7 +257,7 @@ class NvidiaSmiXmlReader:
                 yield reports.points.flush()
         if doc:
             _cut_short(ctx, f"{src}:{start}", doc)
-        yield from reports.finish(src, path)
+        yield from reports.points.finish(src, path)
 
     @staticmethod
     def _report(text: str, src: str, line: int, reports: _Reports) -> None:
@@ -364,7 +348,7 @@ class NvidiaSmiTextReader:
                 yield reports.points.flush()
         if gpu is not None and ts is not None:
             reports.gpu(*gpu[:3], ts, *gpu[3:])
-        yield from reports.finish(src, path)
+        yield from reports.points.finish(src, path)
 
 
 def looks_like_xml(head: bytes) -> bool:

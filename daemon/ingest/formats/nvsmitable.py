@@ -17,15 +17,14 @@ seen; the processes table below is passed over. The host is the file's name's, a
 
 from __future__ import annotations
 
-import math
 import re
 from collections.abc import Iterator
 from pathlib import Path
 
 from daemon.ingest.batch import Batch
-from daemon.ingest.formats.nvsmicsv import UNITS, GpuPoints, cell_value, named_host
+from daemon.ingest.formats.nvsmicsv import GpuPoints, cell_value, exporter_metric, named_host
 from daemon.ingest.formats.nvsmireport import report_time
-from daemon.ingest.formats.reader import ReadContext, iter_lines, note_zoneless
+from daemon.ingest.formats.reader import ReadContext, iter_lines
 
 FORMAT = "nvidia_smi_table"
 _TIME = re.compile(r"^(?:Mon|Tue|Wed|Thu|Fri|Sat|Sun) [A-Z][a-z]{2} +\d{1,2} \d{2}:\d{2}:\d{2} \d{4}\s*$")
@@ -52,7 +51,6 @@ class NvidiaSmiTableReader:
         ts: float | None = None
         fresh = False  # a time line read since the last table began
         gpu: tuple[dict[str, str], str, int] | None = None  # the labels and ECC of a GPU whose second line is next
-        latest = -math.inf
         for first, lines in iter_lines(path, ctx.read_bytes, ctx.rejects, FORMAT):
             for offset, line in enumerate(lines):
                 number = first + offset
@@ -76,13 +74,9 @@ class NvidiaSmiTableReader:
                     if not row.group(2).endswith("..."):  # (a long name is cut short in the table)
                         labels["modelName"] = row.group(2)
                     gpu = (labels, row.group(5), number)
-                    latest = max(latest, ts)
             if len(points.sids) >= ctx.chunk_rows:
                 yield points.flush()
-        if points.sids:
-            yield points.flush()
-        if latest > -math.inf:
-            note_zoneless(ctx, FORMAT, src, path, latest)
+        yield from points.finish(src, path)
 
     @staticmethod
     def _second(line: str, gpu: tuple[dict[str, str], str, int], ts: float, position: str, ctx: ReadContext,
@@ -102,8 +96,7 @@ class NvidiaSmiTableReader:
                 ctx.rejects.reject(FORMAT, position, f"{field}: {cell!r} is no reading"
                                    + (" (nvidia-smi could not read it)" if cell == "ERR!" else ""))
                 continue
-            suffix, factor = UNITS.get(unit, ("", 1.0))
-            metric = "nvidia_smi_" + field.replace(".", "_") + suffix
+            metric, factor = exporter_metric(field, unit)
             if metric in ctx.mapper.rules:
                 points.add(metric, labels, ts, value * factor, position)
 
