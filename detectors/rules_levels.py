@@ -53,6 +53,49 @@ def recovery_action_evidence(entity: str, value: float) -> Evidence:
     return Evidence(entity, level, "gpu_compute", [reason], hard=level == State.FAILED)
 
 
+# A node's BMC (ipmi_exporter: FreeIPMI's reading of each sensor against the platform vendor's thresholds in the BMC's
+# SDR; docs/rules.md, "A node's BMC"): per state metric, what the sensor is, the category, and the level of its
+# critical (2, or 3 non-recoverable with the exporter's native IPMI) and of its warning (1) states, with the repair a
+# critical one calls for. A fan or power supply the BMC calls critical is a part to replace (Meta's GCM check_sensors
+# fails such a node); the cooling category is never a drain by itself (its GPUs' own temperatures are), and the
+# generic discrete sensors (slots, drives, event logs, security) only watched: their states vary by BMC, and
+# ipmi_exporter's issue 108 shows one the BMC's own tool read as normal.
+BMC_STATES = {
+    "bmc_temperature_state": ("temperature", "cooling", State.SUBHEALTHY, State.SUSPECT, "inspect"),
+    "bmc_fan_state": ("fan", "cooling", State.SUBHEALTHY, State.SUSPECT, "replace"),
+    "bmc_voltage_state": ("voltage", "host", State.SUBHEALTHY, State.SUSPECT, "inspect"),
+    "bmc_current_state": ("current", "host", State.SUBHEALTHY, State.SUSPECT, "inspect"),
+    "bmc_power_supply_state": ("power supply", "host", State.SUBHEALTHY, State.SUSPECT, "replace"),
+    "bmc_power_state": ("power", "host", State.SUSPECT, None, "none"),
+    "bmc_sensor_state": ("sensor", "host", State.SUSPECT, None, "none"),
+}
+# The chassis' own fault bits (IPMI Get Chassis Status), 1 for a fault here: (what, category, level, repair)
+BMC_FAULTS = {
+    "bmc_cooling_fault": ("a cooling or fan fault", "cooling", State.SUBHEALTHY, "inspect"),
+    "bmc_drive_fault": ("a drive fault", "host", State.SUSPECT, "none"),
+}
+
+
+def bmc_evidence(entity: str, metric: str, value: float) -> Evidence | None:
+    """What a BMC's sensor state (:data:`BMC_STATES`) or chassis fault (:data:`BMC_FAULTS`) says of its node's part,
+    or None (nominal, a warning no rule watches)."""
+    if metric in BMC_FAULTS:
+        what, category, level, repair = BMC_FAULTS[metric]
+        return Evidence(entity, level, category, [repair_reason(f"BMC: the chassis reports {what}",
+                                                                "IPMI chassis status", repair)])
+    what, category, critical, warning, repair = BMC_STATES[metric]
+    sensor = entity.rsplit("/bmc-", 1)[-1].replace("_", " ")
+    if value >= 2:
+        state = "non-recoverable" if value >= 3 else "critical"
+        text = f"BMC: {what} sensor '{sensor}' {state} (past the BMC's own threshold)"
+        return Evidence(entity, critical, category, [repair_reason(text, "the platform's SDR thresholds",
+                                                                   repair if critical == State.SUBHEALTHY else "none")])
+    if value >= 1 and warning is not None:
+        return Evidence(entity, warning, category, [f"BMC: {what} sensor '{sensor}' warning"])
+    return None
+
+
+_BMC_METRICS = frozenset(BMC_STATES) | frozenset(BMC_FAULTS)
 _RETIRED_PAGES = ("retired_pages_sbe_total", "retired_pages_dbe_total")
 _THERMAL_VIOLATION = ("thermal_violation_us_total",)
 # Counters whose every increase is judged on its own (the rate rules below read the others).
@@ -255,7 +298,8 @@ class LevelRules:
             hit |= (of("hbm_temp_c") & (peak >= self.hbm_temp_limit_c)) | (of("throttle_thermal") & (last >= 1)) | (
                 (of("accelerator_health") | of("npu_network_health")) & (last == 0)) | (
                 of("retired_pages_pending") & (last >= 1)) | (of("row_remap_pending") & (last >= 1)) | (
-                of("row_remap_banks_exhausted") & (last >= 1)) | (of("gpu_recovery_action") & (last >= 1))
+                of("row_remap_banks_exhausted") & (last >= 1)) | (of("gpu_recovery_action") & (last >= 1)) | (
+                names_mask(names, _BMC_METRICS)[codes] & (last >= 1))
         if not hit.any():
             return
         g = g[hit]
@@ -302,6 +346,10 @@ class LevelRules:
                     "remapped"]))
             elif metric == "gpu_recovery_action" and last >= 1:
                 out.append(recovery_action_evidence(entity, last))
+            elif metric in _BMC_METRICS and last >= 1:
+                evidence = bmc_evidence(entity, metric, last)
+                if evidence is not None:
+                    out.append(evidence)
             elif metric == "row_remap_failure" and last >= 1:
                 out.append(Evidence(entity, State.FAILED, "gpu_memory", ["row remapping failed"], hard=True))
             elif metric == "port_state" and not np.isnan(last) and last != PORT_ACTIVE:

@@ -15,7 +15,8 @@ TITLES = {"dcgm_exporter.csv": "dcgm-exporter", "dcgm_exporter_1x.csv": "dcgm-ex
           "infiniband_exporter.csv": "infiniband_exporter (switch side)",
           "amd_device_metrics_exporter.csv": "AMD device-metrics-exporter (AMD Instinct, Hygon DCU)",
           "npu_exporter.csv": "Ascend npu-exporter",
-          "nvidia_gpu_exporter.csv": "nvidia_gpu_exporter (nvidia-smi / NVML)"}
+          "nvidia_gpu_exporter.csv": "nvidia_gpu_exporter (nvidia-smi / NVML)",
+          "ipmi_exporter.csv": "ipmi_exporter (a node's BMC)"}
 for table, title in TITLES.items():
     parts += [f"## {title}", "", "| source metric | canonical | type | entity | match | transform |",
               "|---|---|---|---|---|---|"]

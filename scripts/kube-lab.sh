@@ -20,25 +20,13 @@ API_PORT=${KUBE_LAB_PORT:-26443}
 ETCD_PORT=${KUBE_LAB_ETCD_PORT:-23790}
 ETCD_PEER_PORT=$((ETCD_PORT + 10))
 
-stop_pid() {  # stop_pid FILE: TERM, then KILL after 10 s
-  [ -f "$1" ] || return 0
-  local pid; pid=$(cat "$1")
-  if kill -0 "$pid" 2>/dev/null; then
-    kill "$pid" 2>/dev/null || true
-    for _ in $(seq 1 100); do kill -0 "$pid" 2>/dev/null || break; sleep 0.1; done
-    kill -9 "$pid" 2>/dev/null || true
-  fi
-  rm -f "$1"
-}
+. "$ROOT/scripts/lab-common.sh"
 
 case "${1:-}" in
   build)
     command -v go >/dev/null || { echo "kube-lab: no Go on this machine (the Kubernetes tests need it)" >&2; exit 1; }
     cd "$ROOT/scripts/kube"
-    if [ -x "$BUILD/kube-apiserver" ] && [ -x "$BUILD/etcd" ] && [ "$BUILD/kube-apiserver" -nt go.sum ] \
-        && [ "$BUILD/kube-apiserver" -nt go.mod ]; then
-      exit 0
-    fi
+    built_after "$BUILD/kube-apiserver" go.mod go.sum && [ -x "$BUILD/etcd" ] && exit 0
     mkdir -p "$BUILD"
     version=$(go list -m -f '{{.Version}}' k8s.io/kubernetes)
     go build -trimpath -o "$BUILD/etcd" go.etcd.io/etcd/server/v3

@@ -1,6 +1,7 @@
 #!/usr/bin/env bash
 # Set up raswarden and run the whole test suite, with the real components the tests need
-# (PostgreSQL on loopback, Prometheus's promtool, Alertmanager, Slurm with munge, a kube-apiserver built with Go).
+# (PostgreSQL on loopback, Prometheus's promtool, Alertmanager, Slurm with munge, a kube-apiserver and ipmi_exporter
+# built with Go, OpenIPMI's BMC simulator).
 # Extra arguments go to pytest.
 set -euo pipefail
 cd "$(dirname "$0")/.."
@@ -15,16 +16,17 @@ if [ "$(id -u)" = 0 ]; then
   # systemd-nspawn (systemd-container) boots a container whose systemd starts the packaged unit; promtool and
   # VictoriaMetrics (victoria-metrics) dump and export a fleet's long-term storage for the readers' tests; openssl
   # and curl make the Kubernetes lab's certificates and wait for its API server (scripts/kube-lab.sh); locales-all
-  # gives the C library's month and weekday names that journalctl and dmesg -T print in other languages.
+  # gives the C library's month and weekday names that journalctl and dmesg -T print in other languages; OpenIPMI's
+  # ipmi_sim (openipmi) is the BMC that the real FreeIPMI (freeipmi-tools) and ipmi_exporter read (scripts/bmc-lab.sh).
   if ! command -v promtool >/dev/null || ! command -v prometheus-alertmanager >/dev/null \
       || [ ! -x /lib/systemd/systemd-journal-remote ] || ! command -v strace >/dev/null \
       || ! command -v chromium >/dev/null || ! command -v systemd-nspawn >/dev/null \
       || ! command -v victoria-metrics >/dev/null || ! command -v openssl >/dev/null || ! command -v curl >/dev/null \
-      || [ ! -d /usr/lib/locale/zh_CN.utf8 ]; then
+      || [ ! -d /usr/lib/locale/zh_CN.utf8 ] || ! command -v ipmi_sim >/dev/null || [ ! -x /usr/sbin/ipmimonitoring ]; then
     apt-get update -qq
     DEBIAN_FRONTEND=noninteractive apt-get install -y -qq --no-install-recommends prometheus \
       prometheus-alertmanager systemd-journal-remote strace chromium systemd-container victoria-metrics \
-      openssl curl locales-all >/dev/null
+      openssl curl locales-all openipmi freeipmi-tools >/dev/null
   fi
   ./scripts/slurm-lab.sh install  # the playbook tests start their own Slurm labs with it (one with slurmdbd)
   ./scripts/pg-lab.sh install
@@ -39,8 +41,10 @@ if command -v go >/dev/null; then
   # kube-apiserver and etcd from their Go modules for the Kubernetes tests (scripts/kube/go.mod): several minutes
   # the first time on two cores, then cached in build/kube
   ./scripts/kube-lab.sh build
+  ./scripts/bmc-lab.sh build  # ipmi_exporter from its Go module (scripts/bmc/go.mod), cached in build/bmc
 else
-  echo "test: no Go, so kube-apiserver is not built; the Kubernetes tests skip (and fail under CI=true)" >&2
+  echo "test: no Go, so kube-apiserver and ipmi_exporter are not built; the Kubernetes and BMC tests skip (and fail" \
+       "under CI=true)" >&2
 fi
 cleanup() { [ "$pg_started" = 1 ] && ./scripts/pg-lab.sh down || true; }
 trap cleanup EXIT

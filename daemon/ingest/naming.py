@@ -33,6 +33,7 @@ from detectors.schema import entity_kind
 TABLES: tuple[tuple[str, str], ...] = (
     ("dcgm_exporter.csv", ""), ("dcgm_exporter_1x.csv", ""), ("node_exporter.csv", ""), ("infiniband_exporter.csv", ""),
     ("amd_device_metrics_exporter.csv", "amd_"), ("npu_exporter.csv", ""), ("nvidia_gpu_exporter.csv", ""),
+    ("ipmi_exporter.csv", ""),
 )
 # DCGM's blank values (dcgm_structs.h): DCGM_FP64_BLANK is 2^47 and DCGM_INT64_BLANK 0x7ffffffffffffff0, each with
 # NOT_FOUND, NOT_SUPPORTED and NOT_PERMISSIONED just above; dcgm-exporter prints them as values
@@ -40,6 +41,11 @@ TABLES: tuple[tuple[str, str], ...] = (
 # 2^47 (no reading of a GPU comes near) or a counter at or above the int64 blank is no reading.
 BLANKS: dict[str, dict[str, float]] = {table: {"gauge": 2.0**47, "counter": 9.2e18}
                                        for table in ("dcgm_exporter.csv", "dcgm_exporter_1x.csv")}
+# Tables whose exporter writes NaN for a reading it does not have: ipmi_exporter exports every sensor's state and
+# value "even if the value is NaN" (its docs/metrics.md), NaN the state of a sensor FreeIPMI reads as N/A (a
+# discrete sensor without a severity, a reading the BMC did not take). Such a NaN is no bad input: it is counted as
+# not read (the replay summary, raswarden_samples_not_read_total), not rejected line by line.
+NAN_MEANS_NA = frozenset({"ipmi_exporter.csv"})
 # Labels that name an accelerator's model (dcgm-exporter, AMD device-metrics-exporter, Ascend npu-exporter):
 # peer groups never mix models.
 MODEL_LABELS = ("modelName", "card_model", "model_name")
@@ -101,7 +107,8 @@ class Transform:
     keeps the rest; ``nonzero`` turns a share or count into 0/1; ``range:-40,150`` makes a value outside the
     range NaN (a GPU cannot read 345 °C: dcgm-exporter 3.3.5 was seen to report such values, NVIDIA/dcgm-exporter
     issue 312). ``blank`` (set from :data:`BLANKS`, not written in a table) makes an exporter's blank value NaN
-    before the transform proper.
+    before the transform proper; ``na`` (set from :data:`NAN_MEANS_NA`) says a NaN is the exporter's "no reading",
+    which the readers pass on to be counted as not read instead of rejecting it.
     """
 
     text: str
@@ -111,6 +118,11 @@ class Transform:
     keys: tuple[float, ...] = ()
     values: tuple[float, ...] = ()
     blank: float = math.inf
+    na: bool = False
+
+    def with_na(self) -> Transform:
+        """This transform, taking NaN as the exporter's "no reading" (:data:`NAN_MEANS_NA`)."""
+        return dataclasses.replace(self, text=f"{self.text}|na", na=True)
 
     def with_blank(self, blank: float) -> Transform:
         """This transform, with values at or above ``blank`` dropped first."""
@@ -221,6 +233,8 @@ def load_rules(tables: tuple[tuple[str, str], ...] = TABLES) -> dict[str, tuple[
             blank = blanks.get(row["type"])
             if blank is not None:
                 transform = (transform or Transform.parse("none")).with_blank(blank)
+            if table in NAN_MEANS_NA:
+                transform = (transform or Transform.parse("none")).with_na()
             rule = NameRule(row["source_metric"], row["canonical"], row["type"], template, fields,
                             _match(row.get("match") or ""), transform)
             names = [rule.source]
@@ -445,7 +459,7 @@ class SeriesMapper:
             if f not in labels:
                 self.rejects.reject(fmt, position, f"{name} lacks the '{f}' label")
                 return -1
-            values[f] = labels[f]
+            values[f] = "_".join(labels[f].split()) or labels[f]  # (an id has no spaces: a BMC's "Inlet Temp")
         entity = rule.template.format(**values)
         if "node" not in values and entity not in self._linked_switchports():
             self.unlinked_switchports[entity] += 1  # no node port at its other end: not a link we judge
@@ -523,6 +537,10 @@ class SeriesMapper:
             sel = transform_of == code
             transform = self.transforms[int(code)]
             part = value[sel]
+            if transform.na:
+                na = int(np.isnan(part).sum())
+                if na:
+                    self.values_not_read["the exporter's N/A (no reading)"] += na
             blanks = int((part >= transform.blank).sum())
             if blanks:
                 self.values_not_read["the exporter's blank (field not supported or not read yet)"] += blanks
@@ -586,3 +604,17 @@ class SeriesMapper:
         """The accelerator at a PCI address on a node, from telemetry labels or the topology."""
         key = (node, pci)
         return self.pci_accelerator.get(key) or self.topology.pci_accelerator.get(key)
+
+
+def reads_nan(mapper: SeriesMapper, sid: np.ndarray) -> np.ndarray:
+    """Per series id (-1: none), whether a NaN value of it is its exporter's "no reading" (:data:`NAN_MEANS_NA`), to
+    be passed on and counted as not read (:meth:`SeriesMapper.transform_values`), not rejected as bad input."""
+    sid = np.asarray(sid, dtype=np.int64)
+    na_codes = [i for i, t in enumerate(mapper.transforms) if t.na]
+    if not na_codes or not len(sid):
+        return np.zeros(len(sid), dtype=bool)
+    _, _, transform_of = mapper.series_table()
+    known = (sid >= 0) & (sid < len(transform_of))
+    out = np.zeros(len(sid), dtype=bool)
+    out[known] = np.isin(transform_of[sid[known]], na_codes)
+    return out

@@ -27,6 +27,7 @@ from daemon.ingest.batch import Batch
 from daemon.ingest.collectors.collector import Collector, Outcome
 from daemon.ingest.formats.reader import ReadContext
 from daemon.ingest.formats.openmetrics import samples_frame
+from daemon.ingest.naming import reads_nan
 
 FORMAT = "promql"
 
@@ -141,7 +142,8 @@ class PrometheusCollector(Collector):
                     self.ctx.rejects.reject(FORMAT, position, "result without labels and [time, value]",
                                             json.dumps(item, default=str)[:120])
                     continue
-                if not (isfinite(ts) and isfinite(value)):
+                if not (isfinite(ts) and isfinite(value)) and not (
+                        value != value and isfinite(ts) and reads_nan(self.ctx.mapper, np.array([sid]))[0]):
                     self.ctx.rejects.reject(FORMAT, position, "value is NaN or infinite",
                                             json.dumps(item["metric"], default=str)[:120])
                     continue

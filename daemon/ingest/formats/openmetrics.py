@@ -25,7 +25,7 @@ from daemon import metrics
 from daemon.ingest.batch import Batch, samples_from_codes
 from daemon.ingest.formats.reader import (COMPRESSED, ReadContext, decode_lines, iter_byte_blocks, open_binary,
                                           read_tail, scanned_ahead)
-from daemon.ingest.naming import NOT_JOINED, split_series
+from daemon.ingest.naming import NOT_JOINED, reads_nan, split_series
 
 log = logging.getLogger("raswarden.formats.openmetrics")
 
@@ -145,7 +145,12 @@ class OpenMetricsReader:
         sid = key_sid[indices]
         good = sid >= 0
         finite = np.isfinite(v) & np.isfinite(t)
-        for i in np.flatnonzero(good & ~finite):
+        bad = np.flatnonzero(good & ~finite)
+        if len(bad):  # (an exporter's NaN "no reading", naming.NAN_MEANS_NA, goes on to be counted as not read)
+            na = np.isnan(v[bad]) & np.isfinite(t[bad]) & reads_nan(ctx.mapper, sid[bad])
+            finite[bad[na]] = True
+            bad = bad[~na]
+        for i in bad:
             why = "timestamp is not finite" if not np.isfinite(t[i]) else "value is NaN or infinite"
             ctx.rejects.reject(FORMAT, f"{src}:{line_no(int(i))}", why)
         ok = good & finite
@@ -197,7 +202,8 @@ class OpenMetricsReader:
             except ValueError:
                 rejects.reject(FORMAT, f"{src}:{first + offset}", "value or timestamp is not a number", line)
                 continue
-            if not (math.isfinite(v) and math.isfinite(t)):
+            if not (math.isfinite(v) and math.isfinite(t)) and not (
+                    math.isnan(v) and math.isfinite(t) and reads_nan(ctx.mapper, np.array([last_sid]))[0]):
                 why = "timestamp is not finite" if not math.isfinite(t) else "value is NaN or infinite"
                 rejects.reject(FORMAT, f"{src}:{first + offset}", why, line)
                 continue

@@ -13,10 +13,12 @@ from pathlib import Path
 from collections.abc import Iterator
 
 import ijson
+import numpy as np
 
 from daemon.ingest.batch import Batch
 from daemon.ingest.formats.openmetrics import points_batch
 from daemon.ingest.formats.reader import ReadContext, open_binary
+from daemon.ingest.naming import reads_nan
 
 FORMAT = "query_range"
 
@@ -49,12 +51,21 @@ class QueryRangeReader:
         if not isinstance(points, list):
             ctx.rejects.reject(FORMAT, position, "series without a 'values' list or a 'value'")
             return
+        na = None  # (whether a NaN is its exporter's "no reading", asked at the series' first non-finite value)
         for j, point in enumerate(points):
             try:
                 t, v = _point(point)
             except (TypeError, ValueError, OverflowError):
                 ctx.rejects.reject(FORMAT, f"{position}.values[{j}]", "not a [time, \"value\"] pair")
                 continue
+            if math.isnan(v) and math.isfinite(t):
+                if na is None:
+                    na = bool(reads_nan(ctx.mapper, np.array([sid]))[0])
+                if na:  # naming.NAN_MEANS_NA: counted as not read, not rejected
+                    sids.append(sid)
+                    tss.append(t)
+                    vals.append(v)
+                    continue
             if not (math.isfinite(t) and math.isfinite(v)):
                 ctx.rejects.reject(FORMAT, f"{position}.values[{j}]", "value is NaN or infinite")
                 continue

@@ -114,3 +114,20 @@ def test_an_error_status_and_a_non_vector_answer(http_server):
     batch, outcome = c.collect(time.time())
     assert outcome.ok and list(batch.samples["entity"]) == ["n1/gpu2"]  # three items that are no sample: rejected
     assert sum("result without labels" in m for m in c.ctx.rejects.messages) == 3
+
+
+def test_an_ipmi_exporters_nan_is_counted_not_rejected(http_server):
+    """A Prometheus answers ipmi_exporter's N/A states as NaN samples: counted as not read; a GPU's NaN is rejected."""
+    addr, pages = http_server()
+    pages.set("/api/v1/query", '{"status":"success","data":{"resultType":"vector","result":['
+                               '{"metric":{"__name__":"ipmi_sensor_state","id":"7","name":"VBAT","type":"Battery",'
+                               '"node":"n1"},"value":[1700000000.5,"NaN"]},'
+                               '{"metric":{"__name__":"ipmi_fan_speed_state","id":"8","name":"FAN1","node":"n1"},'
+                               '"value":[1700000000.5,"2"]},'
+                               '{"metric":{"__name__":"DCGM_FI_DEV_GPU_TEMP","gpu":"0","Hostname":"n1"},'
+                               '"value":[1700000000.5,"NaN"]}]}}')
+    c = PrometheusCollector("p", ReadContext(), url=f"http://{addr}", queries=["{__name__=~'ipmi_.*|DCGM_.*'}"])
+    batch, outcome = c.collect(time.time())
+    assert outcome.ok and list(zip(batch.samples["entity"], batch.samples["value"])) == [("n1/bmc-FAN1", 2.0)]
+    assert c.ctx.mapper.values_not_read == {"the exporter's N/A (no reading)": 1}
+    assert c.ctx.rejects.total == 1 and "gpu" in c.ctx.rejects.messages[0]

@@ -232,3 +232,20 @@ def test_blocks_scanned_in_threads_read_as_one_after_another(tmp_path):
                         dict(ctx.rejects.counts)))
     assert results[0] == results[1]
     assert len(results[0][0]["ts"]) >= 590 and results[0][2]  # most lines read, and the bad ones rejected
+
+
+def test_an_ipmi_exporters_nan_in_a_dump_is_counted_on_either_path(tmp_path, ctx):
+    """ipmi_exporter's NaN (N/A) in a dump with timestamps: counted as not read, not rejected, on the fast path (clean
+    lines) and on the line-by-line one (a bad line beside it); another exporter's NaN is rejected on both."""
+    lines = ['ipmi_temperature_state{id="18",name="Inlet Temp",node="sn01-b01"} NaN 1772409630',
+             'ipmi_temperature_state{id="18",name="Inlet Temp",node="sn01-b01"} 2 1772409660',
+             'DCGM_FI_DEV_GPU_TEMP{gpu="0",Hostname="sn01-b01"} NaN 1772409690']
+    for name, extra in (("clean.prom", []), ("mixed.prom", ["garbage"])):
+        ctx.rejects.__init__()
+        ctx.mapper.values_not_read.clear()
+        p = tmp_path / name
+        p.write_text("\n".join(lines + extra) + "\n")
+        s = read_all(OpenMetricsReader(), p, ctx).samples
+        assert list(zip(s["entity"], s["value"])) == [("sn01-b01/bmc-Inlet_Temp", 2.0)], name
+        assert ctx.mapper.values_not_read == {"the exporter's N/A (no reading)": 1}, name
+        assert ctx.rejects.total == 1 + len(extra) and f"{p}:3" in ctx.rejects.messages[0], name

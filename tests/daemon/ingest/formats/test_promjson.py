@@ -59,3 +59,19 @@ def test_instant_query_vectors_saved_one_a_scrape_interval(tmp_path, ctx):
     assert result.stats.samples == 6 and result.stats.first_ts == 1772409630.0
     assert {(f["entity"], f["state"]) for f in map(json.loads, out.getvalue().splitlines())} >= {
         ("sn01-b01/mlx5_0:1", "failed")}  # its port DOWN in the last answer
+
+
+def test_an_ipmi_exporters_nan_is_its_na_not_bad_input(tmp_path, ctx):
+    """A Prometheus keeps ipmi_exporter's NaN (a sensor FreeIPMI reads as N/A) as a sample: read back, it is counted
+    as not read; a dcgm-exporter NaN in the same answer is still rejected."""
+    answer = {"status": "success", "data": {"resultType": "matrix", "result": [
+        {"metric": {"__name__": "ipmi_sensor_state", "id": "2215", "name": "VBAT", "type": "Battery",
+                    "node": "sn01-b01"}, "values": [[1772409630, "NaN"], [1772409660, "2"]]},
+        {"metric": {"__name__": "DCGM_FI_DEV_GPU_TEMP", "gpu": "2", "Hostname": "sn01-b01"},
+         "values": [[1772409630, "NaN"]]}]}}
+    p = tmp_path / "q.json"
+    p.write_text(json.dumps(answer))
+    s = read_all(QueryRangeReader(), p, ctx).samples
+    assert list(zip(s["entity"], s["metric"], s["value"])) == [("sn01-b01/bmc-VBAT", "bmc_sensor_state", 2.0)]
+    assert ctx.mapper.values_not_read == {"the exporter's N/A (no reading)": 1}
+    assert ctx.rejects.total == 1 and "data.result[1].values[0]" in ctx.rejects.messages[0]

@@ -1,0 +1,82 @@
+"""A node's BMC end to end: OpenIPMI's ipmi_sim as the board's BMC (lab/bmc.py), the real FreeIPMI and
+prometheus-community/ipmi_exporter built from its Go module reading it (scripts/bmc-lab.sh), raswarden scraping the
+exporter per BMC as Prometheus does (/ipmi?target=...) and judging what the BMC says of its sensors."""
+
+from __future__ import annotations
+
+import json
+import os
+import shutil
+import subprocess
+from pathlib import Path
+
+import pytest
+
+from daemon.ingest.collectors.exposition import ExpositionCollector
+from daemon.ingest.formats.reader import ReadContext
+from daemon.ingest.naming import SeriesMapper
+from daemon.judgement.pipeline import Pipeline
+from daemon.topology import Topology
+from lab.bmc import BmcConsole
+from tests.conftest import ROOT, ports, require
+
+LAB = ROOT / "scripts" / "bmc-lab.sh"
+
+
+@pytest.fixture(scope="module")
+def bmc_lab():
+    """The lab's ports (this worker's own) and directory; stopped after the module."""
+    require(shutil.which("ipmi_sim") is not None, "no ipmi_sim (Debian package openipmi): scripts/test.sh installs it")
+    require(shutil.which("ipmimonitoring", path=os.environ.get("PATH", "") + ":/usr/sbin") is not None,
+            "no FreeIPMI (Debian package freeipmi-tools): scripts/test.sh installs it")
+    require(shutil.which("go") is not None or (ROOT / "build" / "bmc" / "ipmi_exporter").exists(),
+            "no Go to build ipmi_exporter with: scripts/bmc-lab.sh build needs it")
+    env = {**os.environ, "BMC_LAB_PORT": str(ports(29623)), "BMC_LAB_CONSOLE": str(ports(29624)),
+           "BMC_LAB_EXPORTER": str(ports(29290)), "BMC_LAB_DIR": f"/tmp/raswarden-bmclab-{ports(0)}"}
+    built = subprocess.run([str(LAB), "build"], capture_output=True, text=True, timeout=1800, env=env)
+    assert built.returncode == 0, built.stderr[-3000:]
+    up = subprocess.run([str(LAB), "up"], capture_output=True, text=True, timeout=300, env=env)
+    assert up.returncode == 0, up.stderr[-3000:]
+    yield env, Path(up.stdout.strip().splitlines()[-1])
+    subprocess.run([str(LAB), "down"], capture_output=True, timeout=120, env=env)
+
+
+def test_a_failed_fan_and_power_supply_the_bmc_reports_flag_their_node(bmc_lab, tmp_path):
+    env, lab_dir = bmc_lab
+    bmc = f"127.0.0.1:{env['BMC_LAB_PORT']}"
+    target = f"http://127.0.0.1:{env['BMC_LAB_EXPORTER']}/ipmi?target={bmc}"
+    sd = tmp_path / "bmc.json"  # as an operator lists BMCs for Prometheus: the node each one belongs to as a label
+    sd.write_text(json.dumps([{"targets": [target], "labels": {"node": "gpu-node-1", "job": "ipmi"}}]))
+    topology = Topology.from_dict({"racks": [{"name": "r1", "nodes": [{"name": "gpu-node-1"}]}]})
+    ctx = ReadContext(mapper=SeriesMapper(topology=topology))
+    collector = ExpositionCollector("ipmi", ctx, file_sd=[str(sd)], timeout_s=30.0)
+    pipeline = Pipeline(ctx.mapper)
+    console = BmcConsole(int(env["BMC_LAB_CONSOLE"]))
+
+    def tick(now: float) -> dict[str, str]:
+        batch, outcome = collector.collect(now)
+        assert outcome.targets_up == 1, (outcome.errors, (lab_dir / "ipmi_exporter.log").read_text()[-2000:])
+        pipeline.tick(now, batch)
+        entities = ["gpu-node-1", *(f"gpu-node-1/bmc-{name}" for name in ("FAN1", "PSU1_Status", "Inlet_Temp", "12V"))]
+        return {e: pipeline.health.state_of(e).name.lower() for e in entities}
+
+    try:
+        for k in range(3):  # a healthy board: every sensor nominal
+            states = tick(1.8e9 + 60 * k)
+        assert set(states.values()) == {"healthy"}, states
+        assert ctx.rejects.total == 0
+
+        console.set_reading(2, 3)  # FAN1 at 300 RPM, under its lower critical threshold (500)
+        console.set_state(4, 1)  # PSU1: "Power Supply Failure detected"
+        for k in range(3, 6):
+            states = tick(1.8e9 + 60 * k)
+        assert states["gpu-node-1/bmc-FAN1"] == "subhealthy" and states["gpu-node-1/bmc-PSU1_Status"] == "subhealthy"
+        assert states["gpu-node-1/bmc-Inlet_Temp"] == "healthy" and states["gpu-node-1/bmc-12V"] == "healthy"
+        # the node shows it (its roll-up) and each part has an incident, alerted; none is the node's own, so no
+        # playbook drains it for what its BMC says alone (docs/rules.md, "A node's BMC")
+        assert pipeline.reported["gpu-node-1"].label == "subhealthy"
+        opened = {(i.entity, i.kind, i.category) for i in pipeline.incidents.open.values()}
+        assert opened == {("gpu-node-1/bmc-FAN1", "component", "cooling"),
+                          ("gpu-node-1/bmc-PSU1_Status", "component", "host")}
+    finally:
+        collector.close()

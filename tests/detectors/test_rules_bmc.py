@@ -1,0 +1,38 @@
+"""A node's BMC (ipmi_exporter's sensor states and chassis faults) judged by the rules: a critical fan, power supply,
+voltage or current is a part to repair, a critical temperature or fan the node's cooling (never a drain by itself),
+a warning or a generic sensor a watch, nominal nothing; the static baseline does not read them."""
+
+import pandas as pd
+
+from detectors.rules import RuleDetector
+from detectors.schema import State
+from detectors.xid_catalog import vendor_repair
+from tests.detectors.test_rules import run
+
+
+def _gauges(rows: list[tuple[str, str, float]]) -> pd.DataFrame:
+    return pd.DataFrame({"entity": [r[0] for r in rows], "metric": [r[1] for r in rows],
+                         "last": [r[2] for r in rows], "max": [r[2] for r in rows]})
+
+
+def test_bmc_states():
+    g = _gauges([("n/bmc-Inlet_Temp", "bmc_temperature_state", 2.0), ("n/bmc-FAN1", "bmc_fan_state", 3.0),
+                 ("n/bmc-PSU1_Status", "bmc_power_supply_state", 2.0), ("n/bmc-12V", "bmc_voltage_state", 1.0),
+                 ("n/bmc-Current_1", "bmc_current_state", 0.0), ("n/bmc-Pwr_Consumption", "bmc_power_state", 2.0),
+                 ("n/bmc-NIC1-1_Link_Down", "bmc_sensor_state", 1.0), ("n/bmc-Sec._Log_Full", "bmc_sensor_state", 2.0),
+                 ("m", "bmc_cooling_fault", 1.0), ("k", "bmc_cooling_fault", 0.0), ("m", "bmc_drive_fault", 1.0)])
+    ev = run(RuleDetector().fit(), 30, gauges=g)
+    got = {(e.entity, e.category): (e.level, vendor_repair(e.reasons)) for e in ev}
+    assert got == {
+        ("n/bmc-Inlet_Temp", "cooling"): (State.SUBHEALTHY, "inspect"),
+        ("n/bmc-FAN1", "cooling"): (State.SUBHEALTHY, "replace"),
+        ("n/bmc-PSU1_Status", "host"): (State.SUBHEALTHY, "replace"),
+        ("n/bmc-12V", "host"): (State.SUSPECT, None),
+        ("n/bmc-Pwr_Consumption", "host"): (State.SUSPECT, None),
+        ("n/bmc-Sec._Log_Full", "host"): (State.SUSPECT, None),
+        ("m", "cooling"): (State.SUBHEALTHY, "inspect"),
+        ("m", "host"): (State.SUSPECT, None)}
+    reasons = {e.entity: e.reasons[0] for e in ev}
+    assert reasons["n/bmc-Inlet_Temp"].startswith("BMC: temperature sensor 'Inlet Temp' critical")
+    assert "'FAN1' non-recoverable" in reasons["n/bmc-FAN1"]
+    assert run(RuleDetector(baseline=True).fit(), 30, gauges=g) == []
