@@ -77,8 +77,8 @@ RULE_INPUTS: dict[str, str] = {
     "port_state": "fabric port state",
 }
 # (Readings judged where a fleet exports them and never called blind when it does not: a link's integrity counters,
-# DCGM's page retirement, pending row remaps and banks out of spare rows, an NPU's network health; the thermal
-# violation time stands for the throttle reasons.)
+# DCGM's page retirement, pending row remaps and banks out of spare rows, an NPU's network health, a BMC's sensor
+# states; the thermal violation time stands for the throttle reasons.)
 
 
 class RuleDetector(EventRules, LevelRules):
