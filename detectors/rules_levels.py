@@ -101,7 +101,7 @@ _THERMAL_VIOLATION = ("thermal_violation_us_total",)
 # Counters whose every increase is judged on its own (the rate rules below read the others).
 _HARD_COUNTERS = frozenset({"ecc_dbe_total", "ecc_dbe_agg_total", "row_remap_uncorrectable_total",
                             "retired_pages_dbe_total", "link_downed_total", "link_down_events_total",
-                            "edac_ue_total", *LINK_INTEGRITY_COUNTERS})
+                            "edac_ue_total", "bmc_sel_critical_total", *LINK_INTEGRITY_COUNTERS})
 # An Ethernet (RoCE) port's link counters, mlx5's ethtool ``*_phy`` counters as node_exporter's ethtool collector
 # serves them (Linux, Documentation/networking/device_drivers/ethernet/mellanox/mlx5/counters.rst): named apart from
 # the InfiniBand PortCounters, which the same port's RDMA device may show too (zeros on Ethernet), so the two never
@@ -156,6 +156,13 @@ class LevelRules:
             elif metric in ("edac_ue_total",):
                 ev = Evidence(entity, State.FAILED, "host", [f"EDAC uncorrectable errors +{increase:.0f}"], hard=True)
                 self._latch(ev, now + self.failed_hold_s)
+            elif metric == "bmc_sel_critical_total" and not self.baseline:
+                # The BMC's event log gained entries FreeIPMI reads as critical (a memory error, a power supply lost,
+                # a processor's IERR): the exporter counts them by state only, so a watch that says where to look
+                reason = (f"the BMC logged {increase:.0f} critical event(s) in its SEL (ipmi-sel, or the BMC's web "
+                          "page, names them)")
+                self.clear_latch(entity, "bmc-sel")
+                self._latch(Evidence(entity, State.SUSPECT, "host", [reason]), now + self.event_hold_s, "bmc-sel")
         if not self.baseline and "last" in inc:
             self._saturated(inc, now)
             self._retired_pages(inc, now)

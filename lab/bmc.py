@@ -99,7 +99,8 @@ def exporter_config() -> str:
     """ipmi_exporter's module for the simulated BMC: FreeIPMI over IPMI 1.5 LAN (``ipmi_sim`` answers RMCP+ sessions
     without the privilege FreeIPMI asks for)."""
     return "\n".join(["modules:", "  default:", f'    user: "{USER}"', f'    pass: "{PASSWORD}"', '    driver: "LAN"',
-                      '    privilege: "admin"', "    timeout: 10000", "    collectors: [bmc, ipmi, chassis]", ""])
+                      '    privilege: "admin"', "    timeout: 10000",
+                      "    collectors: [bmc, ipmi, chassis, sel-events]", ""])
 
 
 class BmcConsole:
@@ -121,6 +122,13 @@ class BmcConsole:
     def set_state(self, sensor: int, bit: int) -> None:
         """A discrete sensor's state: ``bit`` set, the others cleared."""
         self.run(f"sensor_set_bit_clr_rest 0x20 0 {sensor} {bit} 1 0")
+
+    def log_event(self, sensor_type: int, offset: int, sensor: int = 0x40) -> None:
+        """A system event record in the BMC's event log (SEL, IPMI 2.0 section 32.1): ``offset`` of the sensor-specific
+        event type 6Fh of ``sensor_type`` (0Ch memory: offset 1 an uncorrectable ECC error), from a sensor the SDR
+        does not list (as a BIOS logs memory errors)."""
+        self.run(f"sel_add 0x20 0x02 0x00 0x00 0x00 0x00 0x20 0x00 0x04 0x{sensor_type:02x} 0x{sensor:02x} 0x6f "
+                 f"0x{offset:02x} 0xff 0xff")
 
     def _until_prompt(self, sock: socket.socket) -> str:
         data, deadline = b"", time.monotonic() + self.timeout

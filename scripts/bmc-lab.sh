@@ -34,6 +34,12 @@ case "${1:-}" in
     PATH=$PATH:/usr/sbin
     command -v ipmimonitoring >/dev/null || { echo "bmc-lab: no FreeIPMI (apt-get install freeipmi-tools)" >&2; exit 1; }
     "$0" down >/dev/null 2>&1 || true
+    for port in "$CONSOLE" "$EXPORTER"; do  # another lab's (or anything's): this one would read that one's BMC
+      if (exec 3<>"/dev/tcp/127.0.0.1/$port") 2>/dev/null; then
+        echo "bmc-lab: port $port is taken (BMC_LAB_CONSOLE, BMC_LAB_EXPORTER choose others)" >&2
+        exit 1
+      fi
+    done
     mkdir -p "$DIR/state"
     cd "$DIR"
     (cd "$ROOT" && "$PYTHON" -m lab.bmc write "$DIR" --port "$PORT" --console "$CONSOLE")

@@ -36,3 +36,12 @@ def test_bmc_states():
     assert reasons["n/bmc-Inlet_Temp"].startswith("BMC: temperature sensor 'Inlet Temp' critical")
     assert "'FAN1' non-recoverable" in reasons["n/bmc-FAN1"]
     assert run(RuleDetector(baseline=True).fit(), 30, gauges=g) == []
+
+
+def test_critical_entries_in_the_bmcs_event_log_are_a_watch_on_the_node():
+    inc = pd.DataFrame({"entity": ["n", "m"], "metric": ["bmc_sel_critical_total"] * 2, "increase": [2.0, 0.0],
+                        "resets": [0, 0]})
+    ev = run(RuleDetector().fit(), 30, inc=inc)
+    assert [(e.entity, e.level, e.category) for e in ev] == [("n", State.SUSPECT, "host")]
+    assert "2 critical event(s) in its SEL" in ev[0].reasons[0]
+    assert run(RuleDetector(baseline=True).fit(), 30, inc=inc) == []

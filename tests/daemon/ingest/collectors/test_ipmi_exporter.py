@@ -78,5 +78,12 @@ def test_a_failed_fan_and_power_supply_the_bmc_reports_flag_their_node(bmc_lab, 
         opened = {(i.entity, i.kind, i.category) for i in pipeline.incidents.open.values()}
         assert opened == {("gpu-node-1/bmc-FAN1", "component", "cooling"),
                           ("gpu-node-1/bmc-PSU1_Status", "component", "host")}
+        assert pipeline.health.state_of("gpu-node-1").name == "HEALTHY"
+
+        console.log_event(0x0C, 0x01)  # the BIOS logs an uncorrectable memory error in the BMC's SEL
+        tick(1.8e9 + 60 * 6)
+        tick(1.8e9 + 60 * 7)
+        node = pipeline.health.entities["gpu-node-1"]
+        assert node.state.name == "SUSPECT" and "1 critical event(s) in its SEL" in node.top.reasons[0]
     finally:
         collector.close()
