@@ -48,7 +48,7 @@ from detectors.rules_events import EventRules
 from detectors.rules_levels import LevelRules
 from detectors.schema import State, within
 from detectors.shared_heat import SharedHeat
-from detectors.vendor_events import load_afid_catalog, load_ascend_catalog
+from detectors.vendor_events import load_afid_catalog, load_ascend_catalog, load_sel_catalog
 from detectors.xid_catalog import load_decode_sheet, load_sxid_catalog, load_xid_catalog
 
 #: inputs that read the same signal another way (the other fabric's counter; the time throttled for temperature for
@@ -143,6 +143,7 @@ class RuleDetector(EventRules, LevelRules):
         self._unjudged: dict[tuple[str, int], int] = defaultdict(int)  # since take_unjudged: (catalog, code) -> count
         self.ascend_catalog_ = load_ascend_catalog()
         self.afid_catalog_ = load_afid_catalog()
+        self.sel_catalog_ = load_sel_catalog()
         self.unknown_codes_: dict[int, int] = defaultdict(int)  # vendor fault codes not in their catalogs
         self._latches: dict[str, list[tuple[float, Evidence, str]]] = defaultdict(list)
         self._hourly = DecayingCount(3600.0)

@@ -11,7 +11,7 @@ import pandas as pd
 
 from detectors.contract import Evidence, TickInput
 from detectors.schema import State, entity_kind, event_records, node_of
-from detectors.vendor_events import Verdict, afid_verdict, amdgpu_verdict, ascend_verdict
+from detectors.vendor_events import Verdict, afid_verdict, amdgpu_verdict, ascend_verdict, sel_verdict
 from detectors.xid_catalog import XidRule, decode_nvlink5, repair_reason, state_of
 
 _PID = re.compile(r"pid=('?[^,]*'?)")
@@ -74,6 +74,9 @@ class EventRules:
                 self._vendor(entity, ascend_verdict(code, self.ascend_catalog_, self.baseline), row.ts, now, code)
             elif kind == "afid":
                 self._vendor(entity, afid_verdict(code, self.afid_catalog_, self.baseline), row.ts, now, code)
+            elif kind == "sel":
+                self._vendor(entity, sel_verdict(code, row.message or "", self.sel_catalog_, self.baseline), row.ts,
+                             now, code)
             elif kind == "amdgpu":
                 self._vendor(entity, amdgpu_verdict(row.severity, row.message or "", code, self.baseline), row.ts,
                              now, code)

@@ -25,6 +25,7 @@ fatal interrupts and failed resets; MindCluster's SeparateNPU and RestartNPU; AM
 
 from __future__ import annotations
 
+import re
 from dataclasses import dataclass
 
 from detectors.catalog_files import catalog_rows
@@ -189,3 +190,35 @@ def amdgpu_verdict(severity: str, message: str, count: int | None, baseline: boo
     if rule.state == "application":
         return Verdict(None, "application", f"amdgpu {message}", application=True)
     return Verdict(State.parse(rule.state), rule.category, f"{text} ({rule.meaning[0].lower()}{rule.meaning[1:]})")
+
+
+@dataclass(frozen=True)
+class SelRule:
+    """One row of the SEL catalog (``catalogs/ipmi_sel.csv``): records of a sensor type whose event words it matches."""
+
+    event: re.Pattern
+    state: State
+    category: str
+    repair: str
+    meaning: str
+
+
+def load_sel_catalog() -> dict[int, list[SelRule]]:
+    """The packaged SEL catalog: IPMI sensor type -> its rules, in file order (the first that matches judges)."""
+    out: dict[int, list[SelRule]] = {}
+    for r in catalog_rows("ipmi_sel.csv"):
+        out.setdefault(int(r["sensor_type"], 16), []).append(SelRule(
+            re.compile(r["event"], re.IGNORECASE), State.parse(r["state"]), r["category"], r["repair"], r["meaning"]))
+    return out
+
+
+def sel_verdict(code: int | None, message: str, catalog: dict[int, list[SelRule]],
+                baseline: bool = False) -> Verdict | None:
+    """The verdict on one record of a BMC's event log (``sensor: event`` of IPMI sensor type ``code``); None for one
+    the catalog does not judge (a presence, a boot's progress) and, for the static baseline, for all but hard ones."""
+    event = message.split(": ", 1)[-1]
+    rule = next((r for r in catalog.get(code, ()) if r.event.match(event)), None) if code is not None else None
+    if rule is None or (baseline and rule.state != State.FAILED):
+        return None
+    reason = repair_reason(f"BMC event log: {message}", f"IPMI SEL: {rule.meaning}", rule.repair)
+    return Verdict(rule.state, rule.category, reason, hard=rule.state == State.FAILED)

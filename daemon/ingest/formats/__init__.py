@@ -18,8 +18,9 @@ from daemon.ingest.formats.openmetrics import OpenMetricsReader
 from daemon.ingest.formats.promjson import QueryRangeReader
 from daemon.ingest.formats.rasdaemon_sqlite import RasdaemonReader
 from daemon.ingest.formats.smi import SmiReader
-from daemon.ingest.formats import (journalexport, journalfile, journalverbose, nvsmicsv, nvsmireport, nvsmitable,
-                                   vmexport)
+from daemon.ingest.formats import (ipmisel, journalexport, journalfile, journalverbose, nvsmicsv, nvsmireport,
+                                   nvsmitable, vmexport)
+from daemon.ingest.formats.ipmisel import IpmiSelReader
 from daemon.ingest.formats.journalexport import JournalExportReader
 from daemon.ingest.formats.journalfile import JournalFileReader
 from daemon.ingest.formats.journalverbose import JournalVerboseReader
@@ -29,10 +30,11 @@ from daemon.ingest.formats.nvsmitable import NvidiaSmiTableReader
 from daemon.ingest.formats.vmexport import VmExportReader
 
 __all__ = [
-    "ColumnarReader", "ColumnarWriter", "FabricManagerReader", "JournalExportReader", "JournalFileReader",
-    "JournalJsonReader", "JournalVerboseReader", "NvidiaSmiCsvReader", "NvidiaSmiTableReader", "NvidiaSmiTextReader",
-    "NvidiaSmiXmlReader", "OpenMetricsReader", "QueryRangeReader", "RasdaemonReader", "ReadContext", "Reader",
-    "SmiReader", "TextLogReader", "VmExportReader", "SHAPES", "Shape", "describe_unread", "sniff",
+    "ColumnarReader", "ColumnarWriter", "FabricManagerReader", "IpmiSelReader", "JournalExportReader",
+    "JournalFileReader", "JournalJsonReader", "JournalVerboseReader", "NvidiaSmiCsvReader", "NvidiaSmiTableReader",
+    "NvidiaSmiTextReader", "NvidiaSmiXmlReader", "OpenMetricsReader", "QueryRangeReader", "RasdaemonReader",
+    "ReadContext", "Reader", "SmiReader", "TextLogReader", "VmExportReader", "SHAPES", "Shape", "describe_unread",
+    "sniff",
 ]
 
 # A sample line: a metric name, its labels, a number (and a timestamp). "Tue 2025-01-21 04:41:44 UTC host kernel: ..."
@@ -89,6 +91,7 @@ SHAPES: tuple[Shape, ...] = (
     Shape("nvidia-smi text", lambda head, first: nvsmireport.looks_like_text(_text(first)), NvidiaSmiTextReader),
     Shape("nvidia-smi table", nvsmitable.looks_like, NvidiaSmiTableReader),
     Shape("journal verbose", lambda head, first: journalverbose.looks_like(_text(first)), JournalVerboseReader),
+    Shape("IPMI SEL", lambda head, first: ipmisel.looks_like(_text(first)), IpmiSelReader),
     # log shapes before exposition: "kern  :warn  : 2025-..." (dmesg --decode) also looks like a sample's name
     Shape("kernel log", lambda head, first: TextLogReader._detect(_text(_first_record(head, first))) is not None,
           TextLogReader),
