@@ -8,13 +8,16 @@ the SDR, ``list`` by number; a threshold event adds the reading)::
       33 | 11/15/2019 | 18:52:23 | Fan Processor 1 Fan | Lower Non-critical going low  | Asserted
 
 (ipmitool 1.8.19 writes the year in two digits and the zone it printed in; older ones four digits and no zone).
-``ipmi-sel`` prints a header and then ``ID | Date | Time | Name | Type | [State |] Event`` (``15 | Dec-05-2026 |
-18:31:45 | Sensor #136 | Memory | Uncorrectable memory error``), or the same separated by commas. A record becomes a
-``sel`` event of the node the file is named for (``<host>.sel``), its code the IPMI sensor type (IPMI 2.0, table
-42-3), its message the sensor and the event; the rules judge it by ``detectors/catalogs/ipmi_sel.csv``. A record
-stamped before the BMC knew the time (``Pre-Init``, ``PostInit``) cannot be placed and is rejected saying so; a
-deassertion (a condition ending) is no event; a line of neither shape is rejected with its number. A time without a
-zone is read in the context's zone, as the node's other local times are.
+``ipmi-sel`` prints a header and then ``ID | Date | Time | Name | Type | [State |] [Event Direction |] Event`` (``15 |
+Dec-05-2026 | 18:31:45 | Sensor #136 | Memory | Uncorrectable memory error``), or the same separated by commas; only
+with ``-v`` does it say which records are a condition's end (``Deassertion Event``), so without it a threshold
+crossing (which the BMC logs again when it ends) is not read, and the summary says to record it with ``-v``.
+
+A record becomes a ``sel`` event of the node the file is named for (``<host>.sel``), its code the IPMI sensor type
+(IPMI 2.0, table 42-3), its message the sensor and the event; the rules judge it by
+``detectors/catalogs/ipmi_sel.csv``. A record stamped before the BMC knew the time (``Pre-Init``, ``PostInit``) cannot
+be placed and is rejected saying so; a deassertion (a condition ending) is no event; a line of neither shape is
+rejected with its number. A time without a zone is read in the context's zone, as the node's other local times are.
 """
 
 from __future__ import annotations
@@ -35,7 +38,11 @@ FORMAT = "ipmi_sel"
 _IPMITOOL = re.compile(r"^\s*([0-9a-fA-F]+) \| ([^|]*?) *\|([^|]*)\| ([^|]*?) *\| ([^|]*?) *\| (Asserted|Deasserted)"
                        r"(?: \| .*)?\s*$")
 _SEP = r"\s*[|,]\s*"
-_HEADER = re.compile(rf"^ID{_SEP}Date{_SEP}Time{_SEP}Name{_SEP}Type{_SEP}(State{_SEP})?Event\s*$")
+_HEADER = re.compile(rf"^ID{_SEP}Date{_SEP}Time{_SEP}Name{_SEP}Type{_SEP}(State{_SEP})?(Event Direction{_SEP})?"
+                     r"Event\s*$")
+_CROSSING = re.compile(r"(going high|going low)", re.IGNORECASE)
+UNDIRECTED = ("ipmi-sel without -v does not say which records end a condition: its threshold crossings are not read "
+              "(record it with 'ipmi-sel -v')")
 _NOT_YET = ("Pre-Init", "PostInit")
 # IPMI 2.0 table 42-3, the sensor types raswarden judges, as ipmitool and FreeIPMI name them
 SENSOR_TYPES = {"Temperature": 0x01, "Voltage": 0x02, "Current": 0x03, "Fan": 0x04, "Processor": 0x07,
@@ -95,6 +102,9 @@ class IpmiSelReader:
                 date, time, sensor, kind, event, asserted = record
                 if not asserted:
                     continue
+                if columns is not None and "Event Direction" not in columns and _CROSSING.search(event):
+                    ctx.rejects.note(FORMAT, src, UNDIRECTED)  # (a crossing's end would read as a new one)
+                    continue
                 if date.strip() in _NOT_YET or time.strip() in _NOT_YET or not date.strip():
                     ctx.rejects.reject(FORMAT, position, "logged before the BMC knew the time: cannot be placed",
                                        line[:120])
@@ -131,4 +141,5 @@ class IpmiSelReader:
             return None
         cell = dict(zip(columns, cells))
         event = cell["Event"].split(" ; ")[0]  # (a threshold's reading after it)
-        return cell["Date"], cell["Time"], cell["Name"], cell["Type"], event, True
+        asserted = cell.get("Event Direction", "Assertion Event") == "Assertion Event"
+        return cell["Date"], cell["Time"], cell["Name"], cell["Type"], event, asserted

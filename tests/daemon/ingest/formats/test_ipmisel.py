@@ -94,10 +94,11 @@ LOGGED = [
     ((0x01, 0x59, 0x01), (State.SUBHEALTHY, "cooling", "inspect")),  # temperature: upper critical going high
     ((0x04, 0x52, 0x01), (State.SUBHEALTHY, "cooling", "replace")),  # fan: lower critical going low
     ((0x10, 0x02, 0x6F), None),  # event logging disabled: log area cleared
+    ((0x01, 0x59, 0x81), None),  # the temperature's crossing deasserted: the condition's end, no event
 ]
 
 
-@pytest.mark.parametrize("tool", ["ipmitool elist", "ipmitool list", "ipmi-sel", "ipmi-sel csv"])
+@pytest.mark.parametrize("tool", ["ipmitool elist", "ipmitool list", "ipmi-sel", "ipmi-sel -v", "ipmi-sel csv"])
 def test_the_real_tools_listing_of_a_bmcs_log(bmc_lab, tmp_path, ctx, tool):
     """Records logged in the simulated BMC's SEL (ipmi_sim), listed by the real ipmitool and ipmi-sel and read back:
     every one at its time, judged as the catalog says (the catalog's words are these tools' words)."""
@@ -115,7 +116,7 @@ def test_the_real_tools_listing_of_a_bmcs_log(bmc_lab, tmp_path, ctx, tool):
         cmd = ipmitool + ["sel", tool.split()[1]]
     else:
         cmd = ["/usr/sbin/ipmi-sel", "-D", "LAN", "-h", f"127.0.0.1:{port}", "-u", USER, "-p", PASSWORD, "-l", "ADMIN"]
-        cmd += ["--comma-separated-output", "--output-event-state"] if tool.endswith("csv") else []
+        cmd += ["--comma-separated-output", "--output-event-state"] if tool.endswith("csv") else tool.split()[1:]
     out = subprocess.run(cmd, check=True, capture_output=True, text=True, timeout=120, env={**os.environ, "TZ": "UTC",
                                                                                            "HOME": str(lab_dir)})
     path = tmp_path / "gpu-node-3.sel"
@@ -123,5 +124,8 @@ def test_the_real_tools_listing_of_a_bmcs_log(bmc_lab, tmp_path, ctx, tool):
     ev = read_all(IpmiSelReader(), path, ctx).events
     # (the board's first record, its power supply's presence at power-on, was logged before the BMC had the time)
     assert set(ctx.rejects.counts) == {("ipmi_sel", "logged before the BMC knew the time")}, out.stdout
-    want = [v for (sensor_type, _, _), v in LOGGED if sensor_type != 0x10]  # (a cleared log is no event)
+    want = [v for _, v in LOGGED if v is not None]  # (a cleared log, a deassertion: no event)
+    if tool in ("ipmi-sel", "ipmi-sel csv"):  # without -v: no word of a record's direction, so no crossing is read
+        want = [v for (sensor_type, _, _), v in LOGGED if v is not None and sensor_type not in (0x01, 0x04)]
+        assert any("record it with 'ipmi-sel -v'" in n for n in ctx.rejects.notes)
     assert [v for _, v in _judged(ev)][-len(want):] == want, out.stdout
