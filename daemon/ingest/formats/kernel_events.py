@@ -100,6 +100,12 @@ _RM_INIT = re.compile(r"NVRM: GPU ([0-9A-Fa-f]{4}:[0-9A-Fa-f]{2}:[0-9A-Fa-f]{2}\
 # stopped answering, or reported a fatal error; every port of the function is down until it recovers.
 _MLX5_HEALTH = re.compile(r"mlx5_core ([0-9a-f]{4}:[0-9a-f]{2}:[0-9a-f]{2}\.[0-7]):(?: \w+:\d+:\(pid \d+\):)? "
                           r"(device's health compromised - reached miss count|Fatal error \d+ detected)")
+# mlx5's health buffer (health.c, ``print_health_info``, kernels from 5.17): "Health issue observed, <syndrome>,
+# severity(N) <LEVEL>:" with the firmware's own severity (a kernel log level: 3 ERROR or worse is the adapter failing
+# a function; WARNING and below, e.g. its high temperature, are said by its own lines), and "PCI slot is unavailable"
+# when the adapter no longer answers on PCI (its firmware version reads all ones): gone, its ports with it.
+_MLX5_HEALTH_ISSUE = re.compile(r"mlx5_core ([0-9a-f]{4}:[0-9a-f]{2}:[0-9a-f]{2}\.[0-7]):(?: \w+:\d+:\(pid \d+\):)? "
+                                r"(?:Health issue observed, (.+?), severity\((\d)\)|(PCI slot is unavailable))")
 # mlx5's port module events (events.c, ``port_module``): the transceiver or cable of the function's port, e.g.
 # "Port module event: module 1, Cable unplugged" and "Port module event[error]: module 0, Cable error, High
 # Temperature" (the error form printed with the function:line:(pid) prefix on most kernels).
@@ -215,6 +221,14 @@ def parse_kernel_message(message: str) -> KernelEvent | None:
         if m:
             return KernelEvent("link", None, "error", f"mlx5 adapter {m.group(2)}: its firmware stopped, its ports "
                                "are down", normalize_pci_function(m.group(1)))
+    if "mlx5_core" in message and ("Health issue observed" in message or "PCI slot is unavailable" in message):
+        m = _MLX5_HEALTH_ISSUE.search(message)
+        if m and m.group(4):
+            return KernelEvent("link", None, "error", "mlx5 adapter no longer answers on PCI (slot unavailable): its "
+                               "ports are down", normalize_pci_function(m.group(1)))
+        if m and int(m.group(3)) <= 3:
+            return KernelEvent("link", None, "warning", f"mlx5 adapter's firmware reports {m.group(2)} (severity "
+                               f"{m.group(3)})", normalize_pci_function(m.group(1)))
     if "temperature above threshold" in message or "temperature/speed normal" in message:
         m = _CPU_THROTTLE.search(message)
         if m:

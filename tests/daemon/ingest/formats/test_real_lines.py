@@ -794,3 +794,22 @@ def test_dmesg_json_says_it_cannot_be_placed_in_time(tmp_path, ctx):
     assert read_all(QueryRangeReader(), path, ctx).samples.empty
     assert len(ctx.rejects.messages) == 1 and "dmesg --json: its times count seconds since boot" in \
         ctx.rejects.messages[0]
+
+
+def test_mlx5s_health_buffer_lines_of_newer_kernels():
+    """mlx5's "Health issue observed" (kernels from 5.17): the firmware's own severity ERROR or worse is the adapter
+    unwell (sub-healthy port), WARNING is said by the adapter's own temperature lines; "PCI slot is unavailable" is the
+    adapter gone from PCI, its port failed. Lines made from health.c's format strings."""
+    ev = [parse_kernel_message(ln) for ln in (QUOTED / "mlx5-health-formats.txt").read_text().splitlines()]
+    assert [(e.kind, e.severity, e.pci) if e else None for e in ev] == [
+        ("link", "warning", "0000:ca:00.0"), None, None, ("link", "error", "0000:cc:00.0")]
+    assert "firmware internal error" in ev[0].message
+    ports = [{"device": "mlx5_0", "port": 1, "pci": "0000:ca:00.0"},
+             {"device": "mlx5_2", "port": 1, "pci": "0000:cc:00.0"}]
+    topo = Topology.from_dict({"racks": [{"name": "r1", "nodes": [{"name": "n1", "ports": ports}]}]})
+    frame = events_frame([(5.0, "n1", e.kind, e.code, e.severity, e.message, "kernel", e.pci, e.device)
+                          for e in ev if e is not None])
+    resolved = EventResolver(SeriesMapper(topology=topo)).resolve(frame)
+    out = RuleDetector().fit().update(TickInput(5.0, resolved, pd.DataFrame(), pd.DataFrame()))
+    assert sorted((e.entity, e.level) for e in out) == [("n1/mlx5_0:1", State.SUBHEALTHY),
+                                                         ("n1/mlx5_2:1", State.FAILED)]
