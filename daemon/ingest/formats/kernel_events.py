@@ -72,6 +72,12 @@ _AER = re.compile(
     r"Uncorrectable \(Fatal\)), type=([^,]+)"
 )
 _EDAC = re.compile(r"EDAC (?:\S+ )?MC(\d+): (\d+) (CE|UE) (.*)$")
+# The kernel's handling of a poisoned host memory page (mm/memory-failure.c, ``action_result``: "Memory failure: %#lx:
+# recovery action for %s: %s", "MCE %#lx: ..." before 4.7): contained (Recovered, Delayed) is the deferred error
+# rasdaemon's memory_failure_event records, not contained (Failed, Ignored) an uncorrected one, as that table's rows
+# are read.
+_MEMORY_FAILURE = re.compile(r"(?:Memory failure: |MCE )(0x[0-9a-f]+): recovery action for (.+?): (Recovered|Delayed|"
+                             r"Failed|Ignored)\s*$")  # (kernels before 4.7 prefixed "MCE ")
 _MCE = re.compile(r"\[Hardware Error\]: (?:CPU (\d+): Machine Check(?: Exception)?: (\S+) Bank (\d+): ([0-9a-f]+)"
                   r"|(Machine check events logged))")
 _MCE_FATAL = re.compile(r"Kernel panic - not syncing: (?:Fatal )?[Mm]achine check")
@@ -179,6 +185,12 @@ def parse_kernel_message(message: str) -> KernelEvent | None:
         severity = ("corrected" if sev in ("Corrected", "Correctable")
                     else "fatal" if "(Fatal)" in sev else "uncorrected")
         return KernelEvent("aer", None, severity, f"{sev}, type={m.group(3)}", normalize_pci_function(m.group(1)))
+    if "recovery action for" in message:
+        m = _MEMORY_FAILURE.search(message)
+        if m:
+            contained = m.group(3) in ("Recovered", "Delayed")
+            return KernelEvent("edac", 1, "deferred" if contained else "uncorrected",
+                               f"memory failure at page {m.group(1)} ({m.group(2)}): {m.group(3)}")
     if "EDAC" in message:
         m = _EDAC.search(message)
         if not m:

@@ -813,3 +813,19 @@ def test_mlx5s_health_buffer_lines_of_newer_kernels():
     out = RuleDetector().fit().update(TickInput(5.0, resolved, pd.DataFrame(), pd.DataFrame()))
     assert sorted((e.entity, e.level) for e in out) == [("n1/mlx5_0:1", State.SUBHEALTHY),
                                                          ("n1/mlx5_2:1", State.FAILED)]
+
+
+def test_the_kernels_handling_of_a_poisoned_page_is_read_as_rasdaemon_reads_it():
+    """mm/memory-failure.c's "recovery action" lines: contained (Recovered) is a deferred memory error, a sub-healthy
+    host; not contained (Ignored) an uncorrected one, a failed host (as rasdaemon's memory_failure_event rows)."""
+    from daemon.ingest.formats.kernellog import _MONOTONIC_PREFIX
+
+    lines = (QUOTED / "memory-failure.dmesg.txt").read_text().splitlines()
+    ev = [parse_kernel_message(_MONOTONIC_PREFIX.sub("", ln).strip()) for ln in lines]
+    assert [(e.kind, e.severity) if e else None for e in ev] == [
+        None, ("edac", "deferred"), None, ("edac", "deferred"), ("edac", "deferred"), ("edac", "uncorrected")]
+    assert ev[4].message == "memory failure at page 0x3b6c1f (dirty LRU page): Recovered"
+    frame = events_frame([(5.0, "n1", e.kind, e.code, e.severity, e.message, "kernel", e.pci, e.device)
+                          for e in ev[4:]])
+    out = RuleDetector().fit().update(TickInput(5.0, frame, pd.DataFrame(), pd.DataFrame()))
+    assert max(e.level for e in out) == State.FAILED and {e.level for e in out} == {State.SUBHEALTHY, State.FAILED}
