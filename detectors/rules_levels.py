@@ -84,7 +84,8 @@ def bmc_evidence(entity: str, metric: str, value: float) -> Evidence | None:
         return Evidence(entity, level, category, [repair_reason(f"BMC: the chassis reports {what}",
                                                                 "IPMI chassis status", repair)])
     what, category, critical, warning, repair = BMC_STATES[metric]
-    sensor = entity.rsplit("/bmc-", 1)[-1].replace("_", " ")
+    record, _, name = entity.rsplit("/bmc-", 1)[-1].partition("-")  # ({node}/bmc-{id}-{name}: names repeat)
+    sensor = (name or record).replace("_", " ")
     if value >= 2:
         state = "non-recoverable" if value >= 3 else "critical"
         text = f"BMC: {what} sensor '{sensor}' {state} (past the BMC's own threshold)"

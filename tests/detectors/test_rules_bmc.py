@@ -16,25 +16,29 @@ def _gauges(rows: list[tuple[str, str, float]]) -> pd.DataFrame:
 
 
 def test_bmc_states():
-    g = _gauges([("n/bmc-Inlet_Temp", "bmc_temperature_state", 2.0), ("n/bmc-FAN1", "bmc_fan_state", 3.0),
-                 ("n/bmc-PSU1_Status", "bmc_power_supply_state", 2.0), ("n/bmc-12V", "bmc_voltage_state", 1.0),
-                 ("n/bmc-Current_1", "bmc_current_state", 0.0), ("n/bmc-Pwr_Consumption", "bmc_power_state", 2.0),
-                 ("n/bmc-NIC1-1_Link_Down", "bmc_sensor_state", 1.0), ("n/bmc-Sec._Log_Full", "bmc_sensor_state", 2.0),
+    g = _gauges([("n/bmc-1-Inlet_Temp", "bmc_temperature_state", 2.0), ("n/bmc-2-FAN1", "bmc_fan_state", 3.0),
+                 ("n/bmc-4-PSU1_Status", "bmc_power_supply_state", 2.0), ("n/bmc-3-12V", "bmc_voltage_state", 1.0),
+                 ("n/bmc-91-Current_1", "bmc_current_state", 0.0), ("n/bmc-90-Pwr_Consumption", "bmc_power_state", 2.0),
+                 ("n/bmc-146-NIC1-1_Link_Down", "bmc_sensor_state", 1.0),
+                 ("n/bmc-123-Sec._Log_Full", "bmc_sensor_state", 2.0),
                  ("m", "bmc_cooling_fault", 1.0), ("k", "bmc_cooling_fault", 0.0), ("m", "bmc_drive_fault", 1.0)])
     ev = run(RuleDetector().fit(), 30, gauges=g)
     got = {(e.entity, e.category): (e.level, vendor_repair(e.reasons)) for e in ev}
     assert got == {
-        ("n/bmc-Inlet_Temp", "cooling"): (State.SUBHEALTHY, "inspect"),
-        ("n/bmc-FAN1", "cooling"): (State.SUBHEALTHY, "replace"),
-        ("n/bmc-PSU1_Status", "host"): (State.SUBHEALTHY, "replace"),
-        ("n/bmc-12V", "host"): (State.SUSPECT, None),
-        ("n/bmc-Pwr_Consumption", "host"): (State.SUSPECT, None),
-        ("n/bmc-Sec._Log_Full", "host"): (State.SUSPECT, None),
+        ("n/bmc-1-Inlet_Temp", "cooling"): (State.SUBHEALTHY, "inspect"),
+        ("n/bmc-2-FAN1", "cooling"): (State.SUBHEALTHY, "replace"),
+        ("n/bmc-4-PSU1_Status", "host"): (State.SUBHEALTHY, "replace"),
+        ("n/bmc-3-12V", "host"): (State.SUSPECT, None),
+        ("n/bmc-90-Pwr_Consumption", "host"): (State.SUSPECT, None),
+        ("n/bmc-123-Sec._Log_Full", "host"): (State.SUSPECT, None),
         ("m", "cooling"): (State.SUBHEALTHY, "inspect"),
         ("m", "host"): (State.SUSPECT, None)}
     reasons = {e.entity: e.reasons[0] for e in ev}
-    assert reasons["n/bmc-Inlet_Temp"].startswith("BMC: temperature sensor 'Inlet Temp' critical")
-    assert "'FAN1' non-recoverable" in reasons["n/bmc-FAN1"]
+    assert reasons["n/bmc-1-Inlet_Temp"].startswith("BMC: temperature sensor 'Inlet Temp' critical")
+    assert "'FAN1' non-recoverable" in reasons["n/bmc-2-FAN1"]
+    # a sensor name with a dash keeps it (the record's number is cut at the first)
+    assert "'NIC1-1 Link Down'" in run(RuleDetector().fit(), 30, gauges=_gauges([
+        ("n/bmc-146-NIC1-1_Link_Down", "bmc_sensor_state", 2.0)]))[0].reasons[0]
     assert run(RuleDetector(baseline=True).fit(), 30, gauges=g) == []
 
 

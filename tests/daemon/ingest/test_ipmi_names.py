@@ -19,10 +19,10 @@ def test_real_quoted_sensor_states_are_read_per_sensor():
     s, ctx = _read(text, node="gpu-node-3")
     got = dict(zip(zip(s["entity"].astype(str), s["metric"].astype(str)), s["value"]))
     assert ctx.rejects.total == 0
-    assert got[("gpu-node-3/bmc-PSU1_PF_Failure", "bmc_power_supply_state")] == 0
-    assert got[("gpu-node-3/bmc-PSU1_IN_Failure", "bmc_power_supply_state")] == 0
-    assert got[("gpu-node-3/bmc-Drive_17", "bmc_sensor_state")] == 0
-    assert got[("gpu-node-3/bmc-Current_2", "bmc_current_state")] == 0
+    assert got[("gpu-node-3/bmc-16-PSU1_PF_Failure", "bmc_power_supply_state")] == 0
+    assert got[("gpu-node-3/bmc-17-PSU1_IN_Failure", "bmc_power_supply_state")] == 0
+    assert got[("gpu-node-3/bmc-190-Drive_17", "bmc_sensor_state")] == 0
+    assert got[("gpu-node-3/bmc-92-Current_2", "bmc_current_state")] == 0
     assert got[("gpu-node-3", "bmc_drive_fault")] == 0  # the exporter's 1 is "no fault"
     # readings and the chassis power state are not read: the states carry the BMC's own thresholds
     assert not any(m.startswith("ipmi_") for _, m in got) and len(got) == 20 + 2 + 1
@@ -38,7 +38,7 @@ def test_nan_is_the_exporters_na_counted_not_rejected():
             'DCGM_FI_DEV_GPU_TEMP{gpu="0",Hostname="gpu-node-3"} NaN\n')
     s, ctx = _read(text, node="gpu-node-3")
     assert list(zip(s["entity"].astype(str), s["metric"].astype(str), s["value"])) == [
-        ("gpu-node-3/bmc-Exhaust_Temp", "bmc_temperature_state", 2.0)]
+        ("gpu-node-3/bmc-19-Exhaust_Temp", "bmc_temperature_state", 2.0)]
     assert ctx.mapper.values_not_read == {"the exporter's N/A (no reading)": 2}
     (message,) = ctx.rejects.messages
     assert "scrape:5" in message and "NaN" in message
@@ -54,4 +54,4 @@ def test_a_bmc_address_names_its_node_through_the_topologys_aliases():
     sid = m.series_id("ipmi_fan_speed_state", {"id": "12", "name": "Fan1A", "instance": "10.0.9.7"}, "f:1",
                       "openmetrics")
     ent, met, _ = m.series_table()
-    assert (m.entities[ent[sid]], m.metrics[met[sid]]) == ("gpu-node-3/bmc-Fan1A", "bmc_fan_state")
+    assert (m.entities[ent[sid]], m.metrics[met[sid]]) == ("gpu-node-3/bmc-12-Fan1A", "bmc_fan_state")

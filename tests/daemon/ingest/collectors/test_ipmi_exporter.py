@@ -29,7 +29,8 @@ def test_a_failed_fan_and_power_supply_the_bmc_reports_flag_their_node(bmc_lab, 
         batch, outcome = collector.collect(now)
         assert outcome.targets_up == 1, (outcome.errors, (lab_dir / "ipmi_exporter.log").read_text()[-2000:])
         pipeline.tick(now, batch)
-        entities = ["gpu-node-1", *(f"gpu-node-1/bmc-{name}" for name in ("FAN1", "PSU1_Status", "Inlet_Temp", "12V"))]
+        sensors = ("2-FAN1", "4-PSU1_Status", "1-Inlet_Temp", "3-12V")  # (their SDR records, lab/bmc.py)
+        entities = ["gpu-node-1", *(f"gpu-node-1/bmc-{sensor}" for sensor in sensors)]
         return {e: pipeline.health.state_of(e).name.lower() for e in entities}
 
     try:
@@ -42,14 +43,14 @@ def test_a_failed_fan_and_power_supply_the_bmc_reports_flag_their_node(bmc_lab, 
         console.set_state(4, 1)  # PSU1: "Power Supply Failure detected"
         for k in range(3, 6):
             states = tick(1.8e9 + 60 * k)
-        assert states["gpu-node-1/bmc-FAN1"] == "subhealthy" and states["gpu-node-1/bmc-PSU1_Status"] == "subhealthy"
-        assert states["gpu-node-1/bmc-Inlet_Temp"] == "healthy" and states["gpu-node-1/bmc-12V"] == "healthy"
+        assert states["gpu-node-1/bmc-2-FAN1"] == states["gpu-node-1/bmc-4-PSU1_Status"] == "subhealthy"
+        assert states["gpu-node-1/bmc-1-Inlet_Temp"] == "healthy" and states["gpu-node-1/bmc-3-12V"] == "healthy"
         # the node shows it (its roll-up) and each part has an incident, alerted; none is the node's own, so no
         # playbook drains it for what its BMC says alone (docs/rules.md, "A node's BMC")
         assert pipeline.reported["gpu-node-1"].label == "subhealthy"
         opened = {(i.entity, i.kind, i.category) for i in pipeline.incidents.open.values()}
-        assert opened == {("gpu-node-1/bmc-FAN1", "component", "cooling"),
-                          ("gpu-node-1/bmc-PSU1_Status", "component", "host")}
+        assert opened == {("gpu-node-1/bmc-2-FAN1", "component", "cooling"),
+                          ("gpu-node-1/bmc-4-PSU1_Status", "component", "host")}
         assert pipeline.health.state_of("gpu-node-1").name == "HEALTHY"
 
         console.log_event(0x0C, 0x01)  # the BIOS logs an uncorrectable memory error in the BMC's SEL

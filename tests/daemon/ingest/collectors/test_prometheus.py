@@ -128,6 +128,6 @@ def test_an_ipmi_exporters_nan_is_counted_not_rejected(http_server):
                                '"value":[1700000000.5,"NaN"]}]}}')
     c = PrometheusCollector("p", ReadContext(), url=f"http://{addr}", queries=["{__name__=~'ipmi_.*|DCGM_.*'}"])
     batch, outcome = c.collect(time.time())
-    assert outcome.ok and list(zip(batch.samples["entity"], batch.samples["value"])) == [("n1/bmc-FAN1", 2.0)]
+    assert outcome.ok and list(zip(batch.samples["entity"], batch.samples["value"])) == [("n1/bmc-8-FAN1", 2.0)]
     assert c.ctx.mapper.values_not_read == {"the exporter's N/A (no reading)": 1}
     assert c.ctx.rejects.total == 1 and "gpu" in c.ctx.rejects.messages[0]

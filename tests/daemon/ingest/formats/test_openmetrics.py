@@ -246,6 +246,6 @@ def test_an_ipmi_exporters_nan_in_a_dump_is_counted_on_either_path(tmp_path, ctx
         p = tmp_path / name
         p.write_text("\n".join(lines + extra) + "\n")
         s = read_all(OpenMetricsReader(), p, ctx).samples
-        assert list(zip(s["entity"], s["value"])) == [("sn01-b01/bmc-Inlet_Temp", 2.0)], name
+        assert list(zip(s["entity"], s["value"])) == [("sn01-b01/bmc-18-Inlet_Temp", 2.0)], name
         assert ctx.mapper.values_not_read == {"the exporter's N/A (no reading)": 1}, name
         assert ctx.rejects.total == 1 + len(extra) and f"{p}:3" in ctx.rejects.messages[0], name

@@ -72,6 +72,6 @@ def test_an_ipmi_exporters_nan_is_its_na_not_bad_input(tmp_path, ctx):
     p = tmp_path / "q.json"
     p.write_text(json.dumps(answer))
     s = read_all(QueryRangeReader(), p, ctx).samples
-    assert list(zip(s["entity"], s["metric"], s["value"])) == [("sn01-b01/bmc-VBAT", "bmc_sensor_state", 2.0)]
+    assert list(zip(s["entity"], s["metric"], s["value"])) == [("sn01-b01/bmc-2215-VBAT", "bmc_sensor_state", 2.0)]
     assert ctx.mapper.values_not_read == {"the exporter's N/A (no reading)": 1}
     assert ctx.rejects.total == 1 and "data.result[1].values[0]" in ctx.rejects.messages[0]
