@@ -10,6 +10,7 @@ import subprocess
 import pytest
 
 from daemon.ingest.formats import IpmiSelReader, sniff
+from daemon.ingest.formats.ipmisel import SENSOR_TYPES
 from detectors.rules import RuleDetector
 from detectors.schema import State
 from detectors.xid_catalog import vendor_repair
@@ -93,6 +94,15 @@ LOGGED = [
     ((0x08, 0x03, 0x6F), (State.SUBHEALTHY, "host", "inspect")),  # its AC lost
     ((0x01, 0x59, 0x01), (State.SUBHEALTHY, "cooling", "inspect")),  # temperature: upper critical going high
     ((0x04, 0x52, 0x01), (State.SUBHEALTHY, "cooling", "replace")),  # fan: lower critical going low
+    ((0x0C, 0x03, 0x6F), (State.SUBHEALTHY, "host", "replace")),  # memory scrub failed
+    ((0x0C, 0x0A, 0x6F), (State.SUBHEALTHY, "cooling", "inspect")),  # memory: critical overtemperature
+    ((0x07, 0x02, 0x6F), (State.SUBHEALTHY, "host", "inspect")),  # processor: FRB1/BIST failure
+    ((0x13, 0x09, 0x6F), (State.FAILED, "host", "inspect")),  # critical interrupt: fatal NMI
+    ((0x08, 0x04, 0x6F), (State.SUBHEALTHY, "host", "inspect")),  # power supply: AC lost or out-of-range
+    ((0x08, 0x06, 0x6F), (State.SUSPECT, "host", None)),  # its configuration error
+    ((0x20, 0x01, 0x6F), (State.SUSPECT, "host", None)),  # OS critical stop: run-time critical stop
+    ((0x23, 0x01, 0x6F), (State.SUSPECT, "host", None)),  # watchdog 2: hard reset
+    ((0x0C, 0x08, 0x6F), None),  # memory: a spare (no fault)
     ((0x10, 0x02, 0x6F), None),  # event logging disabled: log area cleared
     ((0x01, 0x59, 0x81), None),  # the temperature's crossing deasserted: the condition's end, no event
 ]
@@ -124,8 +134,11 @@ def test_the_real_tools_listing_of_a_bmcs_log(bmc_lab, tmp_path, ctx, tool):
     ev = read_all(IpmiSelReader(), path, ctx).events
     # (the board's first record, its power supply's presence at power-on, was logged before the BMC had the time)
     assert set(ctx.rejects.counts) == {("ipmi_sel", "logged before the BMC knew the time")}, out.stdout
-    want = [v for _, v in LOGGED if v is not None]  # (a cleared log, a deassertion: no event)
-    if tool in ("ipmi-sel", "ipmi-sel csv"):  # without -v: no word of a record's direction, so no crossing is read
-        want = [v for (sensor_type, _, _), v in LOGGED if v is not None and sensor_type not in (0x01, 0x04)]
+    # the records read: of a judged sensor type, asserted (a deassertion is a condition's end), and a threshold
+    # crossing only where the listing says its direction (ipmi-sel without -v does not)
+    undirected = tool in ("ipmi-sel", "ipmi-sel csv")
+    want = [v for (sensor_type, _, reading_type), v in LOGGED if sensor_type in SENSOR_TYPES.values()
+            and not reading_type & 0x80 and not (undirected and reading_type == 0x01)]
+    if undirected:
         assert any("record it with 'ipmi-sel -v'" in n for n in ctx.rejects.notes)
     assert [v for _, v in _judged(ev)][-len(want):] == want, out.stdout
