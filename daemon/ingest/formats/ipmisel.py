@@ -15,9 +15,10 @@ crossing (which the BMC logs again when it ends) is not read, and the summary sa
 
 A record becomes a ``sel`` event of the node the file is named for (``<host>.sel``), its code the IPMI sensor type
 (IPMI 2.0, table 42-3), its message the sensor and the event; the rules judge it by
-``detectors/catalogs/ipmi_sel.csv``. A record stamped before the BMC knew the time (``Pre-Init``, ``PostInit``) cannot
-be placed and is rejected saying so; a deassertion (a condition ending) is no event; a line of neither shape is
-rejected with its number. A time without a zone is read in the context's zone, as the node's other local times are.
+``detectors/catalogs/ipmi_sel.csv``; a record it does not judge (a presence detected, a boot's progress, a deassertion:
+a condition ending) passes unread. One it judges that was stamped before the BMC knew the time (``Pre-Init``,
+``PostInit``: a BIOS's memory errors at power-on) cannot be placed and is rejected saying so; a line of neither shape
+is rejected with its number. A time without a zone is read in the context's zone, as the node's other local times are.
 """
 
 from __future__ import annotations
@@ -33,6 +34,7 @@ from daemon.ingest.formats.kernel_events import KernelEvent
 from daemon.ingest.formats.kernellog import EventRows
 from daemon.ingest.formats.reader import ReadContext, host_in_name, iter_lines, note_zoneless
 from daemon.timetext import zoneless_epoch
+from detectors.vendor_events import load_sel_catalog, sel_verdict
 
 FORMAT = "ipmi_sel"
 _IPMITOOL = re.compile(r"^\s*([0-9a-fA-F]+) \| ([^|]*?) *\|([^|]*)\| ([^|]*?) *\| ([^|]*?) *\| (Asserted|Deasserted)"
@@ -84,6 +86,7 @@ class IpmiSelReader:
             ctx.rejects.refuse(FORMAT, src, "a SEL listing names no host: name the file <host>.sel")
             return
         rows = EventRows(ctx, FORMAT, "bmc")
+        catalog = load_sel_catalog()
         columns: list[str] | None = None  # ipmi-sel's, from its header
         latest = -math.inf  # (the latest time read in the context's zone, for the summary's note)
         for first, lines in iter_lines(path, ctx.read_bytes, ctx.rejects, FORMAT):
@@ -100,8 +103,10 @@ class IpmiSelReader:
                     ctx.rejects.reject(FORMAT, position, "not a SEL record (ipmitool's or ipmi-sel's)", line[:120])
                     continue
                 date, time, sensor, kind, event, asserted = record
-                if not asserted:
-                    continue
+                code = SENSOR_TYPES.get(kind)
+                message = f"{sensor}: {event}"
+                if not asserted or code is None or sel_verdict(code, message, catalog) is None:
+                    continue  # (a condition's end; a presence, a boot's progress: nothing to judge)
                 if columns is not None and "Event Direction" not in columns and _CROSSING.search(event):
                     ctx.rejects.note(FORMAT, src, UNDIRECTED)  # (a crossing's end would read as a new one)
                     continue
@@ -115,9 +120,7 @@ class IpmiSelReader:
                 if ts is None:
                     ctx.rejects.reject(FORMAT, position, "date or time unreadable", line[:120])
                     continue
-                code = SENSOR_TYPES.get(kind)
-                if code is not None:
-                    rows.append_event(ts, host, KernelEvent("sel", code, "asserted", f"{sensor}: {event}"), position)
+                rows.append_event(ts, host, KernelEvent("sel", code, "asserted", message), position)
             if len(rows.rows) >= ctx.chunk_rows:
                 yield rows.take()
         if rows.rows:
