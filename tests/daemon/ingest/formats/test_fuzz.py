@@ -31,9 +31,9 @@ import pytest
 from hypothesis import HealthCheck, given, seed, settings
 from hypothesis import strategies as st
 
-from daemon.ingest.formats import (ColumnarReader, FabricManagerReader, JournalExportReader, JournalJsonReader,
-                                   NvidiaSmiCsvReader, OpenMetricsReader, QueryRangeReader, RasdaemonReader,
-                                   ReadContext, SmiReader, TextLogReader, VmExportReader)
+from daemon.ingest.formats import (ColumnarReader, FabricManagerReader, IpmiSelReader, JournalExportReader,
+                                   JournalJsonReader, NvidiaSmiCsvReader, OpenMetricsReader, QueryRangeReader,
+                                   RasdaemonReader, ReadContext, SmiReader, TextLogReader, VmExportReader)
 from daemon.ingest.naming import SeriesMapper
 from tests.conftest import REAL, ROOT
 from tests.daemon.ingest.formats.conftest import read_all
@@ -172,6 +172,12 @@ LINE_FORMATS = [
                lambda i: f"2026/03/02 00:{i // 60:02d}:{i % 60:02d}.000, 0, GPU-a, {40 + i % 9}, 300.5 W",
                header=("timestamp, index, uuid, temperature.gpu, power.draw [W]",),
                times=lambda b: set(b.samples[b.samples["metric"] == "gpu_temp_c"]["ts"]) if len(b.samples) else set()),
+    LineFormat("ipmitool-sel", IpmiSelReader, "sn01-b01.sel",
+               lambda i: f"{i + 1:4x} | 03/02/2026 | 00:{i // 60:02d}:{i % 60:02d} | Memory #0x88 | "
+                         "Uncorrectable ECC | Asserted"),
+    LineFormat("ipmi-sel-csv", IpmiSelReader, "sn01-b01.sel",
+               lambda i: f"{i + 1},Mar-02-2026,00:{i // 60:02d}:{i % 60:02d},Sensor #136,Memory,Critical,"
+                         "Uncorrectable memory error", header=("ID,Date,Time,Name,Type,State,Event",)),
     LineFormat("columnar-csv", ColumnarReader, "samples.csv",
                lambda i: f"{BASE + i},sn01-b01/gpu0,gpu_temp_c,{40 + i % 9}", header=("ts,entity,metric,value",),
                times=_sample_times),
