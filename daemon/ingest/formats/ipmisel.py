@@ -39,6 +39,9 @@ from detectors.vendor_events import load_sel_catalog, sel_verdict
 FORMAT = "ipmi_sel"
 _IPMITOOL = re.compile(r"^\s*([0-9a-fA-F]+) \| ([^|]*?) *\|([^|]*)\| ([^|]*?) *\| ([^|]*?) *\| (Asserted|Deasserted)"
                        r"(?: \| .*)?\s*$")
+# ipmitool's OEM records (types C0h-FFh: "7b | 04/20/2015 | 03:03:14 | OEM record c0 | 000000 | 3a1100ffffff", or
+# "id | OEM record e0 | data" without a time): the vendor's own bytes, nothing the catalog judges; passed unread
+_OEM = re.compile(r"^\s*[0-9a-fA-F]+ \|(?:[^|]*\|[^|]*\|)? OEM record [0-9a-fA-F]{2} \|")
 _SEP = r"\s*[|,]\s*"
 _HEADER = re.compile(rf"^ID{_SEP}Date{_SEP}Time{_SEP}Name{_SEP}Type{_SEP}(State{_SEP})?(Event Direction{_SEP})?"
                      r"Event\s*$")
@@ -99,6 +102,8 @@ class IpmiSelReader:
                     columns = [c.strip() for c in re.split(r"[|,]", line.strip())]
                     continue
                 record = self._record(line, columns)
+                if record is None and _OEM.match(line):
+                    continue
                 if record is None:
                     ctx.rejects.reject(FORMAT, position, "not a SEL record (ipmitool's or ipmi-sel's)", line[:120])
                     continue

@@ -35,7 +35,7 @@ def _judged(events) -> list[tuple[str, tuple[State, str, str | None] | None]]:
 def test_quoted_ipmitool_lines(tmp_path, ctx):
     """ipmitool's list and elist lines as public issues quote them: two- and four-digit years, a zone word, an empty
     event, a deassertion; each record the catalog judges is an event at its time, the rest (a temperature record
-    without words, a power unit, a cleared log, a boot's progress) pass unread."""
+    without words, a power unit, a cleared log, a boot's progress, an OEM record) pass unread."""
     path = REAL / "quoted" / "ipmitool-sel-quoted.sel"
     assert isinstance(sniff(path), IpmiSelReader)
     ev = read_all(IpmiSelReader(), path, ctx).events
