@@ -16,7 +16,8 @@ crossing (which the BMC logs again when it ends) is not read, and the summary sa
 A record becomes a ``sel`` event of the node the file is named for (``<host>.sel``), its code the IPMI sensor type
 (IPMI 2.0, table 42-3), its message the sensor and the event; the rules judge it by
 ``detectors/catalogs/ipmi_sel.csv``; a record it does not judge (a presence detected, a boot's progress, a deassertion:
-a condition ending) passes unread. One it judges that was stamped before the BMC knew the time (``Pre-Init``,
+a condition ending) passes unread, and the summary counts those of the judged sensor types by their words (a vendor's
+wording the catalog lacks shows there). One it judges that was stamped before the BMC knew the time (``Pre-Init``,
 ``PostInit``: a BIOS's memory errors at power-on) cannot be placed and is rejected saying so; a line of neither shape
 is rejected with its number. A time without a zone is read in the context's zone, as the node's other local times are.
 """
@@ -26,6 +27,7 @@ from __future__ import annotations
 import datetime as dt
 import math
 import re
+from collections import Counter
 from collections.abc import Iterator
 from pathlib import Path
 
@@ -92,6 +94,7 @@ class IpmiSelReader:
         catalog = load_sel_catalog()
         columns: list[str] | None = None  # ipmi-sel's, from its header
         latest = -math.inf  # (the latest time read in the context's zone, for the summary's note)
+        unjudged: Counter = Counter()
         for first, lines in iter_lines(path, ctx.read_bytes, ctx.rejects, FORMAT):
             for offset, line in enumerate(lines):
                 if not line.strip():
@@ -110,8 +113,11 @@ class IpmiSelReader:
                 date, time, sensor, kind, event, asserted = record
                 code = SENSOR_TYPES.get(kind)
                 message = f"{sensor}: {event}"
-                if not asserted or code is None or sel_verdict(code, message, catalog) is None:
-                    continue  # (a condition's end; a presence, a boot's progress: nothing to judge)
+                if not asserted or code is None:
+                    continue  # (a condition's end; a boot's progress, a power unit: nothing to judge)
+                if sel_verdict(code, message, catalog) is None:
+                    unjudged[f"{kind}: {event}"] += 1  # (a presence detected; or words the catalog lacks: said)
+                    continue
                 if columns is not None and "Event Direction" not in columns and _CROSSING.search(event):
                     ctx.rejects.note(FORMAT, src, UNDIRECTED)  # (a crossing's end would read as a new one)
                     continue
@@ -132,6 +138,10 @@ class IpmiSelReader:
             yield rows.take()
         if latest > -math.inf:
             note_zoneless(ctx, FORMAT, src, path, latest)
+        if unjudged:
+            shown = ", ".join(f"'{words}' x{n}" for words, n in unjudged.most_common(3))
+            ctx.rejects.note(FORMAT, src, f"{sum(unjudged.values())} record(s) of judged sensor types passed unread, "
+                                          f"their words not in the SEL catalog: {shown}")
 
     @staticmethod
     def _record(line: str, columns: list[str] | None) -> tuple[str, str, str, str, str, bool] | None:

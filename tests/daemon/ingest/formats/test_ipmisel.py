@@ -51,6 +51,9 @@ def test_quoted_ipmitool_lines(tmp_path, ctx):
     assert judged["Memory #0x88: Correctable ECC (CPU0_G1)"] == (State.SUSPECT, "host", None)
     assert judged["Processor #0x40: Uncorrectable machine check exception"] == (State.FAILED, "host", "inspect")
     assert any("its times name no zone: read as UTC" in n for n in ctx.rejects.notes)
+    # a record of a judged type whose words the catalog lacks is said, not silently dropped
+    assert any("1 record(s) of judged sensor types passed unread" in n and "'Temperature: ' x1" in n
+               for n in ctx.rejects.notes), ctx.rejects.notes
 
 
 def test_the_static_baseline_reads_only_the_hard_records():
