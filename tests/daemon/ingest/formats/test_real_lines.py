@@ -829,3 +829,17 @@ def test_the_kernels_handling_of_a_poisoned_page_is_read_as_rasdaemon_reads_it()
                           for e in ev[4:]])
     out = RuleDetector().fit().update(TickInput(5.0, frame, pd.DataFrame(), pd.DataFrame()))
     assert max(e.level for e in out) == State.FAILED and {e.level for e in out} == {State.SUBHEALTHY, State.FAILED}
+
+
+def test_an_mi300x_fleets_fatal_error_interrupt_fails_its_gpu():
+    """The fatal-error interrupt as a ROCm 6.2 kernel prints it on MI300X (lower case, "{1}" before it; ROCm issue
+    4021): a fatal amdgpu event of that GPU, failed; the ACA register dump beside it is no event of its own."""
+    from daemon.ingest.formats.kernellog import _MONOTONIC_PREFIX
+
+    lines = (QUOTED / "rocm-4021-mi300x.dmesg.txt").read_text().splitlines()
+    ev = [parse_kernel_message(_MONOTONIC_PREFIX.sub("", ln).strip()) for ln in lines]
+    assert [(e.kind, e.severity, e.pci) for e in ev if e] == [("amdgpu", "fatal", "0000:68:00")]
+    frame = events_frame([(5.0, "n1/gpu0", e.kind, e.code, e.severity, e.message, "kernel", e.pci, e.device)
+                          for e in ev if e])
+    out = RuleDetector().fit().update(TickInput(5.0, frame, pd.DataFrame(), pd.DataFrame()))
+    assert [(e.entity, e.level, e.hard) for e in out] == [("n1/gpu0", State.FAILED, True)]
