@@ -15,8 +15,8 @@ mlx5 (en_main.c ``mlx5e_update_carrier``): ``mlx5_core 0000:0c:00.0 ibp12s0: Lin
 ``amdgpu 0000:05:00.0: amdgpu: socket: 0, die: 0, 3 new correctable hardware errors detected in umc block``
 (older kernels: ``3 correctable hardware errors detected in umc block, no user action is needed.``; the
 cumulative ``... detected in total in ...`` lines repeat counts and are not events), the fatal-error
-interrupt's ``Uncorrectable hardware error(ERREVENT_ATHUB_INTERRUPT) detected!`` (in lower case in later drivers,
-ROCm 6.2's) and amdgpu_device.c's ``GPU reset begin!`` and ``GPU reset(2) failed`` (``succeeded!`` ends a reset
+interrupt's ``uncorrectable hardware error(ERREVENT_ATHUB_INTERRUPT) detected!`` (as amdgpu_ras.c prints it; either
+case is read) and amdgpu_device.c's ``GPU reset begin!`` and ``GPU reset(2) failed`` (``succeeded!`` ends a reset
 already reported); GPU page faults (``[gfxhub] page fault``, gmc_v9_0.c) and ring timeouts (``ring gfx_0.0.0
 timeout``, amdgpu_job.c), the job's faults as a rule.
 
@@ -85,7 +85,7 @@ _AMDGPU_PCI = re.compile(r"amdgpu ([0-9a-f]{4}:[0-9a-f]{2}:[0-9a-f]{2}\.[0-7]):"
 _AMDGPU_RAS = re.compile(r"(?:socket: \d+, die: \d+,? )?(\d+) (new )?(correctable|uncorrectable|deferred|poison) "
                          r"hardware errors detected in (total in )?(\w+) block")
 _AMDGPU_RESET = re.compile(r"GPU reset(?:\((\d+)\))? (begin!|succeeded!|failed)")
-_AMDGPU_FATAL = re.compile(r"[Uu]ncorrectable hardware error\((\w+)\) detected")  # (lower case in ROCm 6.2's driver)
+_AMDGPU_FATAL = re.compile(r"[Uu]ncorrectable hardware error\((\w+)\) detected")
 # The bad-page table in the GPU's EEPROM over the driver's threshold (amdgpu_ras_eeprom.c and the RAS core's
 # ras_eeprom.c: "RAS records:%d exceed threshold:%d[, GPU will not be initialized. Replace this GPU or increase the
 # threshold]"), and the warning before it ("RAS records:%u exceeds 90%% of threshold:%d")

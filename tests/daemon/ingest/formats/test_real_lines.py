@@ -831,15 +831,20 @@ def test_the_kernels_handling_of_a_poisoned_page_is_read_as_rasdaemon_reads_it()
     assert max(e.level for e in out) == State.FAILED and {e.level for e in out} == {State.SUBHEALTHY, State.FAILED}
 
 
-def test_an_mi300x_fleets_fatal_error_interrupt_fails_its_gpu():
-    """The fatal-error interrupt as a ROCm 6.2 kernel prints it on MI300X (lower case, "{1}" before it; ROCm issue
-    4021): a fatal amdgpu event of that GPU, failed; the ACA register dump beside it is no event of its own."""
+def test_amdgpus_fatal_error_interrupt_as_fleets_print_it_fails_its_gpu():
+    """The fatal-error interrupt as amdgpu prints it, in lower case (ROCm issues 4021, an MI300X fleet with "{1}"
+    before it; 1386 and 1886, MI50s): a fatal amdgpu event of that GPU, failed; the ACA register dump beside it is no
+    event of its own."""
+    import re
+
     from daemon.ingest.formats.kernellog import _MONOTONIC_PREFIX
 
-    lines = (QUOTED / "rocm-4021-mi300x.dmesg.txt").read_text().splitlines()
-    ev = [parse_kernel_message(_MONOTONIC_PREFIX.sub("", ln).strip()) for ln in lines]
-    assert [(e.kind, e.severity, e.pci) for e in ev if e] == [("amdgpu", "fatal", "0000:68:00")]
+    lines = (QUOTED / "rocm-athub-fatal.dmesg.txt").read_text().splitlines()
+    ev = [parse_kernel_message(re.sub(r"^\[[A-Z][a-z]{2} [^]]*\] ", "", _MONOTONIC_PREFIX.sub("", ln)).strip())
+          for ln in lines]
+    assert [(e.kind, e.severity, e.pci) for e in ev if e] == [
+        ("amdgpu", "fatal", "0000:68:00"), ("amdgpu", "fatal", "0000:83:00"), ("amdgpu", "fatal", "0000:e3:00")]
     frame = events_frame([(5.0, "n1/gpu0", e.kind, e.code, e.severity, e.message, "kernel", e.pci, e.device)
-                          for e in ev if e])
+                          for e in ev[:1]])
     out = RuleDetector().fit().update(TickInput(5.0, frame, pd.DataFrame(), pd.DataFrame()))
     assert [(e.entity, e.level, e.hard) for e in out] == [("n1/gpu0", State.FAILED, True)]
