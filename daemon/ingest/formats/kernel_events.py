@@ -315,6 +315,9 @@ def _amdgpu(message: str) -> KernelEvent | None:
     m = _AMDGPU_FATAL.search(message)
     if m:
         return KernelEvent("amdgpu", None, "fatal", f"uncorrectable hardware error {m.group(1)}", pci)
+    if "Fatal error during GPU init" in message and pci:  # (amdgpu_device.c: the driver could not bring it up)
+        return KernelEvent("gpu_init", None, "error", "amdgpu: fatal error during GPU init: the driver could not "
+                           "initialize the GPU", pci)
     m = _AMDGPU_APP.search(message)
     if m:  # the job's fault, usually: judged by repetition on one GPU, like application Xids
         what = f"{m.group(1)} page fault" if m.group(1) else f"ring {m.group(2)} timeout"

@@ -848,3 +848,16 @@ def test_amdgpus_fatal_error_interrupt_as_fleets_print_it_fails_its_gpu():
                           for e in ev[:1]])
     out = RuleDetector().fit().update(TickInput(5.0, frame, pd.DataFrame(), pd.DataFrame()))
     assert [(e.entity, e.level, e.hard) for e in out] == [("n1/gpu0", State.FAILED, True)]
+
+
+def test_amdgpu_failing_to_bring_a_gpu_up_is_read_as_nvidias_rminitadapter():
+    """amdgpu_device.c's "Fatal error during GPU init" (its dev_err: the device's prefix, then amdgpu's; ROCm issues
+    1552 and 5008 name it for an MI50 and an MI300A the driver could not initialize): a gpu_init event of that GPU,
+    sub-healthy (gpu_bus), as NVIDIA's RmInitAdapter."""
+    event = parse_kernel_message("amdgpu 0000:03:00.0: amdgpu: Fatal error during GPU init")
+    assert (event.kind, event.severity, event.pci) == ("gpu_init", "error", "0000:03:00")
+    frame = events_frame([(5.0, "n1/gpu0", event.kind, event.code, event.severity, event.message, "kernel", event.pci,
+                           None)])
+    out = RuleDetector().fit().update(TickInput(5.0, frame, pd.DataFrame(), pd.DataFrame()))
+    assert [(e.entity, e.level, e.category) for e in out] == [("n1/gpu0", State.SUBHEALTHY, "gpu_bus")]
+    assert parse_kernel_message("amdgpu: Fatal error during GPU init") is None  # (no GPU named: nothing to place)
