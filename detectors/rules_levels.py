@@ -69,10 +69,13 @@ BMC_STATES = {
     "bmc_power_state": ("power", "host", State.SUSPECT, None, "none"),
     "bmc_sensor_state": ("sensor", "host", State.SUSPECT, None, "none"),
 }
-# The chassis' own fault bits (IPMI Get Chassis Status), 1 for a fault here: (what, category, level, repair)
+# The chassis' own fault bits (IPMI Get Chassis Status), 1 for a fault here, and a BMC its exporter could not read
+# (ipmi_up 0: its sensors' states are unknown, not nominal): (what, category, level, repair)
 BMC_FAULTS = {
-    "bmc_cooling_fault": ("a cooling or fan fault", "cooling", State.SUBHEALTHY, "inspect"),
-    "bmc_drive_fault": ("a drive fault", "host", State.SUSPECT, "none"),
+    "bmc_cooling_fault": ("the chassis reports a cooling or fan fault", "cooling", State.SUBHEALTHY, "inspect"),
+    "bmc_drive_fault": ("the chassis reports a drive fault", "host", State.SUSPECT, "none"),
+    "bmc_unreachable": ("it does not answer its exporter (ipmi_up 0): its sensors are not read", "telemetry",
+                        State.SUSPECT, "none"),
 }
 
 
@@ -81,8 +84,8 @@ def bmc_evidence(entity: str, metric: str, value: float) -> Evidence | None:
     or None (nominal, a warning no rule watches)."""
     if metric in BMC_FAULTS:
         what, category, level, repair = BMC_FAULTS[metric]
-        return Evidence(entity, level, category, [repair_reason(f"BMC: the chassis reports {what}",
-                                                                "IPMI chassis status", repair)])
+        return Evidence(entity, level, category, [repair_reason(f"BMC: {what}", "IPMI chassis status", repair)
+                                                  if metric != "bmc_unreachable" else f"BMC: {what}"])
     what, category, critical, warning, repair = BMC_STATES[metric]
     record, _, name = entity.rsplit("/bmc-", 1)[-1].partition("-")  # ({node}/bmc-{id}-{name}: names repeat)
     sensor = (name or record).replace("_", " ")

@@ -21,7 +21,8 @@ def test_bmc_states():
                  ("n/bmc-91-Current_1", "bmc_current_state", 0.0), ("n/bmc-90-Pwr_Consumption", "bmc_power_state", 2.0),
                  ("n/bmc-146-NIC1-1_Link_Down", "bmc_sensor_state", 1.0),
                  ("n/bmc-123-Sec._Log_Full", "bmc_sensor_state", 2.0),
-                 ("m", "bmc_cooling_fault", 1.0), ("k", "bmc_cooling_fault", 0.0), ("m", "bmc_drive_fault", 1.0)])
+                 ("m", "bmc_cooling_fault", 1.0), ("k", "bmc_cooling_fault", 0.0), ("m", "bmc_drive_fault", 1.0),
+                 ("j", "bmc_unreachable", 1.0), ("k", "bmc_unreachable", 0.0)])
     ev = run(RuleDetector().fit(), 30, gauges=g)
     got = {(e.entity, e.category): (e.level, vendor_repair(e.reasons)) for e in ev}
     assert got == {
@@ -32,8 +33,10 @@ def test_bmc_states():
         ("n/bmc-90-Pwr_Consumption", "host"): (State.SUSPECT, None),
         ("n/bmc-123-Sec._Log_Full", "host"): (State.SUSPECT, None),
         ("m", "cooling"): (State.SUBHEALTHY, "inspect"),
-        ("m", "host"): (State.SUSPECT, None)}
+        ("m", "host"): (State.SUSPECT, None),
+        ("j", "telemetry"): (State.SUSPECT, None)}
     reasons = {e.entity: e.reasons[0] for e in ev}
+    assert reasons["j"] == "BMC: it does not answer its exporter (ipmi_up 0): its sensors are not read"
     assert reasons["n/bmc-1-Inlet_Temp"].startswith("BMC: temperature sensor 'Inlet Temp' critical")
     assert "'FAN1' non-recoverable" in reasons["n/bmc-2-FAN1"]
     # a sensor name with a dash keeps it (the record's number is cut at the first)

@@ -24,6 +24,9 @@ def test_real_quoted_sensor_states_are_read_per_sensor():
     assert got[("gpu-node-3/bmc-190-Drive_17", "bmc_sensor_state")] == 0
     assert got[("gpu-node-3/bmc-92-Current_2", "bmc_current_state")] == 0
     assert got[("gpu-node-3", "bmc_drive_fault")] == 0  # the exporter's 1 is "no fault"
+    s, _ = _read('ipmi_up{collector="ipmi"} 0\nipmi_up{collector="bmc"} 1\n', node="gpu-node-3")
+    assert list(zip(s["entity"].astype(str), s["metric"].astype(str), s["value"])) == [
+        ("gpu-node-3", "bmc_unreachable", 1.0)]  # (the sensors' collector alone: the others say nothing of them)
     # readings and the chassis power state are not read: the states carry the BMC's own thresholds
     assert not any(m.startswith("ipmi_") for _, m in got) and len(got) == 20 + 2 + 1
 
