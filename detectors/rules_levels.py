@@ -70,12 +70,13 @@ BMC_STATES = {
     "bmc_sensor_state": ("sensor", "host", State.SUSPECT, None, "none"),
 }
 # The chassis' own fault bits (IPMI Get Chassis Status), 1 for a fault here, and a BMC its exporter could not read
-# (ipmi_up 0: its sensors' states are unknown, not nominal): (what, category, level, repair)
+# (ipmi_up 0: its sensors' states are unknown, not nominal): (what, category, level, repair, whose word it is)
 BMC_FAULTS = {
-    "bmc_cooling_fault": ("the chassis reports a cooling or fan fault", "cooling", State.SUBHEALTHY, "inspect"),
-    "bmc_drive_fault": ("the chassis reports a drive fault", "host", State.SUSPECT, "none"),
+    "bmc_cooling_fault": ("the chassis reports a cooling or fan fault", "cooling", State.SUBHEALTHY, "inspect",
+                          "IPMI chassis status"),
+    "bmc_drive_fault": ("the chassis reports a drive fault", "host", State.SUSPECT, "none", "IPMI chassis status"),
     "bmc_unreachable": ("it does not answer its exporter (ipmi_up 0): its sensors are not read", "telemetry",
-                        State.SUSPECT, "none"),
+                        State.SUSPECT, "none", ""),
 }
 
 
@@ -83,9 +84,9 @@ def bmc_evidence(entity: str, metric: str, value: float) -> Evidence | None:
     """What a BMC's sensor state (:data:`BMC_STATES`) or chassis fault (:data:`BMC_FAULTS`) says of its node's part,
     or None (nominal, a warning no rule watches)."""
     if metric in BMC_FAULTS:
-        what, category, level, repair = BMC_FAULTS[metric]
-        return Evidence(entity, level, category, [repair_reason(f"BMC: {what}", "IPMI chassis status", repair)
-                                                  if metric != "bmc_unreachable" else f"BMC: {what}"])
+        what, category, level, repair, source = BMC_FAULTS[metric]
+        text = f"BMC: {what}"
+        return Evidence(entity, level, category, [repair_reason(text, source, repair) if source else text])
     what, category, critical, warning, repair = BMC_STATES[metric]
     record, _, name = entity.rsplit("/bmc-", 1)[-1].partition("-")  # ({node}/bmc-{id}-{name}: names repeat)
     sensor = (name or record).replace("_", " ")

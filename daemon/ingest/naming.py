@@ -610,11 +610,9 @@ def reads_nan(mapper: SeriesMapper, sid: np.ndarray) -> np.ndarray:
     """Per series id (-1: none), whether a NaN value of it is its exporter's "no reading" (:data:`NAN_MEANS_NA`), to
     be passed on and counted as not read (:meth:`SeriesMapper.transform_values`), not rejected as bad input."""
     sid = np.asarray(sid, dtype=np.int64)
-    na_codes = [i for i, t in enumerate(mapper.transforms) if t.na]
+    na_codes = {i for i, t in enumerate(mapper.transforms) if t.na}
     if not na_codes or not len(sid):
         return np.zeros(len(sid), dtype=bool)
-    _, _, transform_of = mapper.series_table()
-    known = (sid >= 0) & (sid < len(transform_of))
-    out = np.zeros(len(sid), dtype=bool)
-    out[known] = np.isin(transform_of[sid[known]], na_codes)
-    return out
+    series = mapper._series  # (each id looked up alone: no copy of the whole table for a NaN or two)
+    return np.fromiter((0 <= s < len(series) and series[s][2] in na_codes for s in sid.tolist()), dtype=bool,
+                       count=len(sid))

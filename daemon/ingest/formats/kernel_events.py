@@ -77,7 +77,7 @@ _EDAC = re.compile(r"EDAC (?:\S+ )?MC(\d+): (\d+) (CE|UE) (.*)$")
 # rasdaemon's memory_failure_event records, not contained (Failed, Ignored) an uncorrected one, as that table's rows
 # are read.
 _MEMORY_FAILURE = re.compile(r"(?:Memory failure: |MCE )(0x[0-9a-f]+): recovery action for (.+?): (Recovered|Delayed|"
-                             r"Failed|Ignored)\s*$")  # (kernels before 4.7 prefixed "MCE ")
+                             r"Failed|Ignored)\s*$")
 _MCE = re.compile(r"\[Hardware Error\]: (?:CPU (\d+): Machine Check(?: Exception)?: (\S+) Bank (\d+): ([0-9a-f]+)"
                   r"|(Machine check events logged))")
 _MCE_FATAL = re.compile(r"Kernel panic - not syncing: (?:Fatal )?[Mm]achine check")
