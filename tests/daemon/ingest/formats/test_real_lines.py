@@ -663,6 +663,18 @@ _KMSG_RECORDS = [(201.650687, 6, "NVRM: loading NVIDIA UNIX x86_64 Kernel Module
                  (4012.500000, 4, "NVRM: Xid (PCI:0000:3a:00): 13, pid=77, Graphics Exception")]
 
 
+def _minute_aligned(records: list[tuple[float, int, str]]) -> list[tuple[float, int, str]]:
+    """The records moved later by under a minute, so that the real dmesg, which dates a record by this machine's
+    boot time, puts the first about 10 s into its minute: then each record printed as the time since the one before
+    (the 2nd, 3rd, 5th and 7th) shares its minute with that one whatever the clock reads (in a new minute dmesg's
+    reltime would stamp it with that minute instead)."""
+    import time
+
+    boot = time.time() - time.clock_gettime(time.CLOCK_BOOTTIME)
+    shift = (10.0 - (boot + records[0][0])) % 60.0
+    return [(t + shift, level, message) for t, level, message in records]
+
+
 def _dmesg(raw: Path, env: dict[str, str], *args: str) -> str:
     import shutil
     import subprocess
@@ -682,7 +694,7 @@ def test_dmesg_reltime_is_read_to_its_minute(tmp_path, ctx, lang, decode):
     require(lang.startswith("C.") or os.path.isdir(f"/usr/lib/locale/{lang.replace('UTF-8', 'utf8')}"),
             f"the {lang} locale (apt-get install locales-all; scripts/test.sh installs it)")
     raw = tmp_path / "records.kmsg"
-    raw.write_text("".join(f"<{level}>[{t:12.6f}] {message}\n" for t, level, message in _KMSG_RECORDS))
+    raw.write_text("".join(f"<{level}>[{t:12.6f}] {message}\n" for t, level, message in _minute_aligned(_KMSG_RECORDS)))
     env = {"TZ": "UTC", "LANG": lang, "LC_ALL": lang}
     rel = tmp_path / "sn01-b01.dmesg"
     rel.write_text(_dmesg(raw, env, "--time-format", "reltime", *(["--decode"] if decode else [])))
@@ -696,6 +708,7 @@ def test_dmesg_reltime_is_read_to_its_minute(tmp_path, ctx, lang, decode):
     assert list(got["code"]) == list(want["code"]) == [79, 48, 31, 13], rel.read_text()
     assert list(got["pci"]) == list(want["pci"])
     assert np.all(np.abs(got["ts"].to_numpy() - want["ts"].to_numpy()) <= 30.0), (rel.read_text(), iso.read_text())
+    assert want["ts"].iloc[2] // 60 == want["ts"].iloc[3] // 60, "the 31 and the 13 were to share a minute"
     assert got["ts"].iloc[3] - got["ts"].iloc[2] == pytest.approx(12.5, abs=1e-6)  # "+12.500000" after the 31
     assert ctx.rejects.total == 0, ctx.rejects.messages
 
@@ -704,7 +717,7 @@ def test_dmesg_reltime_cut_within_a_minute_says_why_its_head_is_not_read(tmp_pat
     """A reltime output cut at its head (``dmesg -H | tail``) begins with times since records it does not hold: those
     lines are rejected saying so; from the first stamped minute on, the records are read."""
     raw = tmp_path / "records.kmsg"
-    raw.write_text("".join(f"<{level}>[{t:12.6f}] {message}\n" for t, level, message in _KMSG_RECORDS))
+    raw.write_text("".join(f"<{level}>[{t:12.6f}] {message}\n" for t, level, message in _minute_aligned(_KMSG_RECORDS)))
     lines = _dmesg(raw, {"TZ": "UTC", "LANG": "C.UTF-8", "LC_ALL": "C.UTF-8"}, "--time-format", "reltime")
     path = tmp_path / "sn01-b01.dmesg"
     path.write_text("".join(lines.splitlines(keepends=True)[1:]))
