@@ -70,6 +70,8 @@ class EventRules:
                 # node alike (the roll-up makes that a node incident), a bad part only its own
                 self._latch(Evidence(entity, State.SUBHEALTHY, "gpu_bus", [f"kernel: {row.message}"]),
                             now + self.event_hold_s)
+            elif kind == "gpu_state":
+                self._gpu_state(entity, row.severity, row.message or "", now)
             elif kind == "ascend":
                 self._vendor(entity, ascend_verdict(code, self.ascend_catalog_, self.baseline), row.ts, now, code)
             elif kind == "afid":
@@ -239,6 +241,24 @@ class EventRules:
                           [f"{label} repeated {len(seen)}x on this accelerator alone within "
                            f"{self.app_xid_window_s / 3600:.0f} h"])
             self._latch(ev, now + self.event_hold_s)
+
+    def _gpu_state(self, entity: str, severity: str, message: str, now: float) -> None:
+        """The NVIDIA driver's status in its assertion lines (a GPU that needs a reset, or lost), which name no GPU:
+        the node's, with the repair NVIDIA's catalog gives the Xid of that state (119/154's reset, 79's reboot). One
+        watch per node, refreshed by every line (the driver repeats them for every call that fails)."""
+        lost = severity == "lost"
+        if self.baseline and not lost:
+            return
+        repair = "reboot" if lost else "reset"
+        reason = repair_reason(f"kernel: {message}", "NVIDIA: the driver's status; nvidia-smi's gpu_recovery_action "
+                               "names the GPU", repair)
+        self.clear_latch(entity, "gpu-state")
+        if lost:
+            self._latch(Evidence(entity, State.FAILED, "gpu_bus", [reason], hard=True), now + self.failed_hold_s,
+                        "gpu-state")
+        else:
+            self._latch(Evidence(entity, State.SUBHEALTHY, "gpu_compute", [reason]), now + self.event_hold_s,
+                        "gpu-state")
 
     def _aer(self, entity: str, severity: str, message: str, ts: float, now: float) -> None:
         category = "gpu_bus" if entity_kind(entity) == "accelerator" else "host"

@@ -19,7 +19,8 @@ SAMPLE_COLUMNS = ("ts", "entity", "metric", "value")
 EVENT_COLUMNS = ("ts", "entity", "kind", "code", "severity", "message", "source", "pci", "device")
 
 EVENT_KINDS = frozenset({"xid", "sxid", "amdgpu", "ascend", "afid", "ecc", "aer", "mce", "edac", "arm", "cper", "disk",
-                         "link", "devlink", "thermal", "boot", "telemetry", "gpu_init", "sel"})
+                         "link", "devlink", "thermal", "boot", "telemetry", "gpu_init", "gpu_state",
+                         "sel"})
 
 CATEGORIES = (
     "gpu_memory",

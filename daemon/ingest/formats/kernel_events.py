@@ -30,10 +30,13 @@ severity word (``149, NETIR_LINK_EVT Fatal XC0 ...``); and the kernel's boot ban
 ``boot`` event that tells the pipeline the node restarted. mlx5's health poller finding the adapter's firmware
 silent or fatal (``mlx5_core 0000:41:00.0: poll_health:852:(pid 0): device's health compromised - reached miss
 count``), a link down of that function's port; a GPU the NVIDIA driver could not initialize (``NVRM: GPU
-0000:0a:00.0: RmInitAdapter failed! (0x24:0x72:1568)``), a ``gpu_init`` event of that GPU. mlx5's port module
-events: a cable unplugged or disabled is a link down of that function's port, plugged a port on its way up, a
-module error (``Port module event[error]: module 0, Cable error, High Temperature``) and the adapter's temperature
-warning (``temp_warn:170:(pid 0): High temperature on sensors with bit set 0 1``) a sub-healthy port. The x86
+0000:0a:00.0: RmInitAdapter failed! (0x24:0x72:1568)``), a ``gpu_init`` event of that GPU; its own line for a lost
+GPU (``NVRM: GPU 0000:3b:00.0: GPU has fallen off the bus.``), Xid 79; a device below an erring PCIe port whose driver
+cannot recover (``nvidia 0000:03:00.0: AER: can't recover (no error_detected callback)``), an uncorrected AER of it.
+mlx5's port module events: a cable unplugged or disabled is a link down of that function's port, plugged a port on
+its way up, a module error (``Port module event[error]: module 0, Cable error, High Temperature``) and the adapter's
+temperature warning (``temp_warn:170:(pid 0): High temperature on sensors with bit set 0 1``) a sub-healthy
+port. The x86
 thermal throttling interrupt's ``mce: CPU3: Package temperature above threshold, cpu clock throttled (total events =
 72)``, a ``thermal`` event of the node (the CPU in ``code``), and its ``temperature/speed normal``; a thermal zone
 past its critical trip (``thermal thermal_zone4: critical temperature reached (128 C), shutting down``), a
@@ -140,7 +143,27 @@ _IB_PORT = re.compile(r"(?:^|\s)([0-9a-f]{4}:[0-9a-f]{2}:[0-9a-f]{2}\.[0-7]) (\S
                       r"(NOP|DOWN|INIT|ARMED|ACTIVE_DEFER|ACTIVE)\b")
 _IB_STATE_SEVERITY = {"DOWN": "error", "ACTIVE": "info", "ACTIVE_DEFER": "info"}  # INIT, ARMED, NOP: coming up
 _OFF_BUS = re.compile(r"NVRM: The NVIDIA GPU ([0-9A-Fa-f]{4,8}:[0-9A-Fa-f]{2}:[0-9A-Fa-f]{2}(?:\.[0-7])?)")
+# The driver's own line beside its Xid 79 (osinit.c ``osHandleGpuLost``: NV_DEV_PRINTF's "NVRM: GPU %04x:%02x:%02x.%x: "
+# prefix, then "GPU has fallen off the bus."), and older drivers' "NVRM: GPU at 0000:01:00.0 has fallen off the bus."
+_OFF_BUS_DEV = re.compile(r"NVRM: GPU (?:at )?([0-9A-Fa-f]{4,8}:[0-9A-Fa-f]{2}:[0-9A-Fa-f]{2}\.[0-7]):? (?:GPU )?has "
+                          r"fallen off the bus")
+# The NVIDIA driver's own status in its assertion lines (``nvAssertOkFailedNoLog``): "NVRM: nvAssertOkFailedNoLog:
+# Assertion failed: Reset required [NV_ERR_RESET_REQUIRED] (0x00000062) returned from status @ kernel_channel.c:2874"
+# (its GSP firmware stopped: every new channel fails until the GPU is reset) and "... GPU lost from the bus
+# [NV_ERR_GPU_IS_LOST] (0x0000000F) ...". They name no GPU (at most the driver's own instance, "NVRM: GPU0
+# nvAssert..."): the node's.
+_NV_STATUS = re.compile(r"NVRM: (?:GPU\d+ )?nvAssert\w*: Assertion failed: .*?"
+                        r"\[(NV_ERR_RESET_REQUIRED|NV_ERR_GPU_IS_LOST)\]")
+# The kernel's AER recovery (drivers/pci/pcie/err.c, ``report_error_detected``) reaching a device whose driver has no
+# error handlers, the NVIDIA driver among them: "nvidia 0000:03:00.0: AER: can't recover (no error_detected
+# callback)", older kernels' "device has no AER-aware driver". An uncorrectable error on the device's PCIe path that its
+# driver cannot take part in recovering; the error itself is logged by the port above it, which names no GPU.
+_AER_UNRECOVERED = re.compile(r"(?:^|\s)(\S+) ([0-9a-f]{4}:[0-9a-f]{2}:[0-9a-f]{2}\.[0-7]): "
+                              r"(?:AER: can't recover \(no error_detected callback\)|device has no AER-aware driver)")
 _OFF_BUS_TEXT = "fallen off the bus"
+DRIVER_MESSAGE = "(the driver's message)"
+"""How an Xid 79 read from the driver's own words for a lost GPU (not its Xid line) ends: the same fact as the Xid
+line the driver prints beside it, merged with it (:meth:`daemon.judgement.resolve.EventResolver.merge_xids`)."""
 # The NVLink 5 Xids (144-150) print their own severity after the unit: "149, NETIR_LINK_EVT Fatal XC0 i0 Link 00 ..."
 _XID_SEVERITY = re.compile(r"^\S+ (Fatal|Non-?[Ff]atal)\b")
 SELF_RATED_XIDS = frozenset(range(144, 151))
@@ -169,8 +192,26 @@ def parse_kernel_message(message: str) -> KernelEvent | None:
         m = _OFF_BUS.search(message)
         if not m:
             return None
-        return KernelEvent("xid", 79, "error", "GPU has fallen off the bus and is not responding to commands "
-                           "(the driver's message, no Xid line)", normalize_pci(m.group(1)))
+        return KernelEvent("xid", 79, "error", f"GPU has fallen off the bus and is not responding to commands "
+                           f"{DRIVER_MESSAGE}", normalize_pci(m.group(1)))
+    if _OFF_BUS_TEXT in message and "NVRM: GPU " in message:
+        m = _OFF_BUS_DEV.search(message)
+        if m:
+            return KernelEvent("xid", 79, "error", f"GPU has fallen off the bus {DRIVER_MESSAGE}",
+                               normalize_pci(m.group(1)))
+    if "NV_ERR_" in message:
+        m = _NV_STATUS.search(message)
+        if m:
+            lost = m.group(1) == "NV_ERR_GPU_IS_LOST"
+            return KernelEvent("gpu_state", None, "lost" if lost else "reset_required",
+                               "the NVIDIA driver: " + ("a GPU lost from the bus" if lost else "a GPU needs a reset "
+                                                        "(its firmware stopped; new work fails on it)")
+                               + f" [{m.group(1)}], no GPU named")
+    if "can't recover" in message or "AER-aware" in message:
+        m = _AER_UNRECOVERED.search(message)
+        if m:
+            return KernelEvent("aer", None, "uncorrected", f"uncorrectable error on its PCIe path, not recovered: its "
+                               f"driver ({m.group(1)}) has no error recovery", normalize_pci_function(m.group(2)))
     if "SXid" in message:
         m = _SXID.search(message)
         if not m:

@@ -6,6 +6,7 @@ from __future__ import annotations
 import json
 import shutil
 import os
+import re
 from pathlib import Path
 
 import numpy as np
@@ -874,3 +875,83 @@ def test_amdgpu_failing_to_bring_a_gpu_up_is_read_as_nvidias_rminitadapter():
     out = RuleDetector().fit().update(TickInput(5.0, frame, pd.DataFrame(), pd.DataFrame()))
     assert [(e.entity, e.level, e.category) for e in out] == [("n1/gpu0", State.SUBHEALTHY, "gpu_bus")]
     assert parse_kernel_message("amdgpu: Fatal error during GPU init") is None  # (no GPU named: nothing to place)
+
+
+def test_a_device_its_driver_cannot_recover_from_an_uncorrectable_pcie_error():
+    """The kernel's AER recovery names each device below the erring port whose driver has no error handlers, the
+    NVIDIA driver's GPUs among them ("can't recover (no error_detected callback)", "device has no AER-aware driver"
+    on older kernels): an uncorrected AER event of that device, where the port's own line names no GPU. Lines quoted in
+    rwth-i6/returnn issue 1500 and wilicc/gpu-burn issue 1. Meta's GCM rates the line critical: raswarden makes the
+    GPU sub-healthy (gpu_bus), its port's fatal line fails the node's host as before (docs/rules.md)."""
+    from daemon.ingest.formats.kernellog import _MONOTONIC_PREFIX
+
+    lines = (QUOTED / "aer-unrecovered.dmesg.txt").read_text().splitlines()
+    ev = [parse_kernel_message(_MONOTONIC_PREFIX.sub("", re.sub(r"^\[\s*\+[0-9.]+\] ", "", ln)).strip())
+          for ln in lines]
+    got = [(e.kind, e.code, e.severity, e.pci) for e in ev if e]
+    assert got == [("aer", None, "uncorrected", "0000:03:00.0"), ("aer", None, "uncorrected", "0000:03:00.1"),
+                   ("aer", None, "fatal", "0000:00:03.0"),
+                   ("aer", None, "uncorrected", "0000:03:00.0"), ("aer", None, "uncorrected", "0000:03:00.1"),
+                   ("aer", None, "fatal", "0000:00:02.0"), ("aer", None, "uncorrected", "0000:02:00.0"),
+                   ("xid", 79, "error", "0000:02:00")]
+    assert "its driver (nvidia) has no error recovery" in ev[0].message
+    topo = Topology.from_dict({"racks": [{"name": "r1", "nodes": [{"name": "n1", "accelerators": [
+        {"index": 0, "pci_bus_id": "00000000:03:00.0"}, {"index": 1, "pci_bus_id": "00000000:04:00.0"}]}]}]})
+    frame = events_frame([(5.0, "n1", e.kind, e.code, e.severity, e.message, "kernel", e.pci, e.device)
+                          for e in ev[:5] if e is not None])
+    resolved = EventResolver(SeriesMapper(topology=topo)).resolve(frame)
+    assert list(resolved["entity"]) == ["n1/gpu0", "n1/gpu0", "n1"]  # (the GPU's audio function is the GPU's card)
+    out = RuleDetector().fit().update(TickInput(5.0, resolved, pd.DataFrame(), pd.DataFrame()))
+    assert sorted({(e.entity, e.level, e.category) for e in out}) == [("n1", State.FAILED, "host"),
+                                                                    ("n1/gpu0", State.SUBHEALTHY, "gpu_bus")]
+    assert parse_kernel_message("pcieport 0000:00:03.0: AER: device recovery failed") is None
+
+
+def test_the_nvidia_drivers_own_line_for_a_gpu_fallen_off_the_bus():
+    """Beside its Xid 79 the driver prints the loss itself (osinit.c ``osHandleGpuLost``, NVIDIA/open-gpu-kernel-
+    modules, NV_DEV_PRINTF's "NVRM: GPU 0000:3b:00.0: " prefix) and older drivers printed "NVRM: GPU at 0000:01:00.0
+    has fallen off the bus." alone (Bumblebee-Project/Bumblebee issue 554): each is read as Xid 79 of that GPU."""
+    lines = [re.sub(r"^\[[ 0-9.]+\] ", "", ln) for ln in (QUOTED / "nvrm-off-bus-forms.txt").read_text().splitlines()]
+    ev = [parse_kernel_message(ln) for ln in lines]
+    assert [(e.kind, e.code, e.pci) if e else None for e in ev] == [
+        ("xid", 79, "0000:01:00"), None, ("xid", 79, "0000:01:00"), ("xid", 79, "0000:3b:00")]
+    assert parse_kernel_message("NVRM: GPU 0000:3b:00.0: GPU serial number is 1652922016402.") is None
+    # beside its Xid 79 line (nvErrorLog_va prints that first), the same fact: one event, the Xid line's
+    xid = parse_kernel_message("NVRM: Xid (PCI:0000:3b:00): 79, pid=0, GPU has fallen off the bus.")
+    resolver = EventResolver(SeriesMapper())
+    out = resolver.merge_xids(events_frame([(9.0, "n1/gpu0", e.kind, e.code, e.severity, e.message, "kernel", e.pci,
+                                             None) for e in (xid, ev[3])]), 9.0)
+    assert list(out["message"]) == ["pid=0, GPU has fallen off the bus."] and resolver.merged == 1
+    again = resolver.merge_xids(events_frame([(9000.0, "n1/gpu0", "xid", 79, "error", xid.message, "kernel",
+                                               xid.pci, None)]), 9000.0)
+    assert len(again) == 1  # (the kernel repeating an Xid later is another event, as before)
+
+
+def test_the_nvidia_drivers_status_in_its_assertion_lines():
+    """The driver's assertion lines carry its status: "Reset required [NV_ERR_RESET_REQUIRED]" (its GSP firmware
+    stopped; a GB200 and an H100 fleet quote it with nothing else in dmesg, scitix/sichek rates it critical) and
+    "GPU lost from the bus [NV_ERR_GPU_IS_LOST]". They name no GPU: a ``gpu_state`` event of the node, sub-healthy with
+    repair reset, failed (hard) with repair reboot when lost. An assertion without such a status is no event."""
+    from daemon.ingest.formats.kernellog import _MONOTONIC_PREFIX
+
+    def message(line: str) -> str:
+        line = re.sub(r"^(?:\[[A-Z][a-z]{2} [^]]*\] |[A-Z][a-z]{2} [ 0-9]\d \S+ \S+ kernel: )", "", line)
+        return _MONOTONIC_PREFIX.sub("", line).strip()
+
+    ev = [parse_kernel_message(message(ln)) for ln in (QUOTED / "nvrm-status-asserts.txt").read_text().splitlines()]
+    assert [(e.kind, e.severity, e.pci) if e else None for e in ev] == [
+        ("gpu_state", "reset_required", None), None, ("gpu_state", "reset_required", None),
+        ("gpu_state", "lost", None), None, None, None]
+    frame = events_frame([(5.0, f"n{i}", e.kind, e.code, e.severity, e.message, "kernel", e.pci, e.device)
+                          for i, e in enumerate(ev) if e is not None])
+    rules = RuleDetector().fit()
+    out = rules.update(TickInput(5.0, frame, pd.DataFrame(), pd.DataFrame()))
+    assert sorted((e.entity, e.level, e.category, e.hard) for e in out) == [
+        ("n0", State.SUBHEALTHY, "gpu_compute", False), ("n2", State.SUBHEALTHY, "gpu_compute", False),
+        ("n3", State.FAILED, "gpu_bus", True)]
+    assert all("repair: reset" in e.reasons[0] for e in out if e.entity != "n3")
+    assert "repair: reboot" in [e for e in out if e.entity == "n3"][0].reasons[0]
+    again = rules.update(TickInput(65.0, frame.assign(ts=65.0), pd.DataFrame(), pd.DataFrame()))
+    assert len(again) == 3  # (the driver repeats its lines: one watch a node, refreshed)
+    base = RuleDetector(baseline=True).fit().update(TickInput(5.0, frame, pd.DataFrame(), pd.DataFrame()))
+    assert [(e.entity, e.level) for e in base] == [("n3", State.FAILED)]  # (the static baseline: the hard fault only)
