@@ -19,7 +19,7 @@ from daemon.ingest.formats.promjson import QueryRangeReader
 from daemon.ingest.formats.rasdaemon_sqlite import RasdaemonReader
 from daemon.ingest.formats.smi import SmiReader
 from daemon.ingest.formats import (ipmisel, journalexport, journalfile, journalverbose, nvsmicsv, nvsmireport,
-                                   nvsmitable, vmexport)
+                                   nvsmitable, rasmcctl, vmexport)
 from daemon.ingest.formats.ipmisel import IpmiSelReader
 from daemon.ingest.formats.journalexport import JournalExportReader
 from daemon.ingest.formats.journalfile import JournalFileReader
@@ -27,12 +27,14 @@ from daemon.ingest.formats.journalverbose import JournalVerboseReader
 from daemon.ingest.formats.nvsmicsv import NvidiaSmiCsvReader
 from daemon.ingest.formats.nvsmireport import NvidiaSmiTextReader, NvidiaSmiXmlReader
 from daemon.ingest.formats.nvsmitable import NvidiaSmiTableReader
+from daemon.ingest.formats.rasmcctl import RasMcCtlReader
 from daemon.ingest.formats.vmexport import VmExportReader
 
 __all__ = [
     "ColumnarReader", "ColumnarWriter", "FabricManagerReader", "IpmiSelReader", "JournalExportReader",
     "JournalFileReader", "JournalJsonReader", "JournalVerboseReader", "NvidiaSmiCsvReader", "NvidiaSmiTableReader",
-    "NvidiaSmiTextReader", "NvidiaSmiXmlReader", "OpenMetricsReader", "QueryRangeReader", "RasdaemonReader",
+    "NvidiaSmiTextReader", "NvidiaSmiXmlReader", "OpenMetricsReader", "QueryRangeReader", "RasMcCtlReader",
+    "RasdaemonReader",
     "ReadContext", "Reader", "SmiReader", "TextLogReader", "VmExportReader", "SHAPES", "Shape", "describe_unread",
     "sniff",
 ]
@@ -92,6 +94,7 @@ SHAPES: tuple[Shape, ...] = (
     Shape("nvidia-smi table", nvsmitable.looks_like, NvidiaSmiTableReader),
     Shape("journal verbose", lambda head, first: journalverbose.looks_like(_text(first)), JournalVerboseReader),
     Shape("IPMI SEL", lambda head, first: ipmisel.looks_like(_text(first)), IpmiSelReader),
+    Shape("ras-mc-ctl --errors", lambda head, first: rasmcctl.looks_like(_text(first)), RasMcCtlReader),
     # log shapes before exposition: "kern  :warn  : 2025-..." (dmesg --decode) also looks like a sample's name
     Shape("kernel log", lambda head, first: TextLogReader._detect(_text(_first_record(head, first))) is not None,
           TextLogReader),

@@ -22,7 +22,7 @@ import datetime as dt
 import sqlite3
 import uuid
 from pathlib import Path
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator
 
 from daemon import metrics
 from daemon.ingest.batch import Batch
@@ -48,8 +48,8 @@ _COLUMNS = {
 }
 # CPER section severities (UEFI spec, N.2.1): 0 recoverable, 1 fatal, 2 corrected, 3 informational.
 _CPER_SEVERITY = {0: "uncorrected", 1: "fatal", 2: "corrected", 3: "info"}
-# the same, as rasdaemon's non-standard handler words them
-_GHES_SEVERITY = {"recoverable": "uncorrected", "fatal": "fatal", "corrected": "corrected", "informational": "info"}
+# the same, as rasdaemon's non-standard handler and ras-mc-ctl's Extlog section word them
+GHES_SEVERITY = {"recoverable": "uncorrected", "fatal": "fatal", "corrected": "corrected", "informational": "info"}
 # The ARM processor error information's error_info (UEFI spec, N.2.4.4.1): its low 16 bits say which fields are
 # valid; processor context corrupt (valid bit 3) at bit 25, corrected (valid bit 4) at bit 26.
 _ARM_VALID_CONTEXT_CORRUPT, _ARM_CONTEXT_CORRUPT = 1 << 3, 1 << 25
@@ -87,8 +87,9 @@ def _severity_of(err_type: str) -> str:
     return "info"
 
 
-def _event(table: str, row: tuple) -> tuple[str, int | None, str, str, str | None]:
-    """(kind, code, severity, message, pci) for one row of a table."""
+def row_event(table: str, row: tuple) -> tuple[str, int | None, str, str, str | None]:
+    """(kind, code, severity, message, pci) for one row of a table (its id, time, then :data:`_COLUMNS`' columns);
+    ``ras-mc-ctl --errors`` listings are read through it too (:mod:`rasmcctl`)."""
     if table == "mc_event":
         _, _, count, err_type, err_msg, label = row
         return "edac", int(count or 1), _severity_of(err_type), f"{err_type} {err_msg or ''} on {label or '?'}", None
@@ -99,7 +100,8 @@ def _event(table: str, row: tuple) -> tuple[str, int | None, str, str, str | Non
         _, _, bank, error_msg, mci, mcg = row
         status = f"{mci or ''} {mcg or ''}"
         severity = "fatal" if ("Uncorrected" in status or "PCC" in status) else "corrected"
-        return "mce", int(bank) if bank is not None else None, severity, f"bank {bank}: {error_msg or ''}".strip(), None
+        code = int(bank) if bank is not None else None  # (None: ras-mc-ctl prints no bank 0)
+        return "mce", code, severity, f"bank {'?' if code is None else code}: {error_msg or ''}".strip(), None
     if table == "devlink_event":
         _, _, bus, dev, driver, reporter, msg = row
         what = f"{driver or '?'} {reporter or '?'} health report: {msg or ''}".strip()
@@ -117,7 +119,7 @@ def _event(table: str, row: tuple) -> tuple[str, int | None, str, str, str | Non
     if table == "non_standard_event":
         _, _, sec_type, fru, severity = row
         section = _uuid_text(sec_type)
-        return ("cper", None, _GHES_SEVERITY.get((severity or "").strip().lower(), "info"),
+        return ("cper", None, GHES_SEVERITY.get((severity or "").strip().lower(), "info"),
                 f"{severity or '?'} error in {fru or 'an unnamed part'} (section {section})", None)
     if table == "disk_errors":
         _, _, dev, sector, nr_sector, error, rwbs = row
@@ -164,7 +166,23 @@ def _query(conn: sqlite3.Connection, table: str) -> str:
     return f"SELECT id, timestamp, {columns} FROM {table}"
 
 
-def _parse_ts(text: str) -> float:
+def append_record(out: list[tuple], ctx: ReadContext, where: tuple[str, str, str], node: str, table: str,
+                  time_text: str, make: Callable[[str, tuple], tuple], row: tuple) -> None:
+    """Append to ``out`` the event of one record of ``table`` (its time's text; ``make(table, row)`` its kind, code,
+    severity, message and PCI address), or reject it where ``where`` (format, position, reason) says when either is
+    unreadable."""
+    try:
+        ts = parse_time(time_text)
+        kind, code, severity, message, pci = make(table, row)
+    except (ValueError, TypeError) as exc:
+        ctx.rejects.reject(where[0], where[1], where[2], str(exc))
+        return
+    out.append((ts, node, kind, code, severity, message, f"rasdaemon:{table}", pci, None))
+    metrics.EVENTS_INGESTED.labels(where[0], kind).inc()
+
+
+def parse_time(text: str) -> float:
+    """A rasdaemon time (``2026-03-02 00:01:00 +0000``) in epoch seconds."""
     return dt.datetime.strptime(text.strip(), "%Y-%m-%d %H:%M:%S %z").timestamp()
 
 
@@ -226,14 +244,7 @@ class RasdaemonReader:
                         yield Batch(events=events_frame(out))
                     return
                 last = row[0]
-                try:
-                    ts = _parse_ts(str(row[1]))
-                    kind, code, severity, message, pci = _event(table, row)
-                except (ValueError, TypeError) as exc:
-                    ctx.rejects.reject(FORMAT, position, "bad row", str(exc))
-                    continue
-                out.append((ts, node, kind, code, severity, message, f"rasdaemon:{table}", pci, None))
-                metrics.EVENTS_INGESTED.labels(FORMAT, kind).inc()
+                append_record(out, ctx, (FORMAT, position, "bad row"), node, table, str(row[1]), row_event, row)
             cursors[table] = last
             if out:
                 yield Batch(events=events_frame(out))

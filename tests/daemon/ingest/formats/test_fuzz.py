@@ -33,7 +33,8 @@ from hypothesis import strategies as st
 
 from daemon.ingest.formats import (ColumnarReader, FabricManagerReader, IpmiSelReader, JournalExportReader,
                                    JournalJsonReader, NvidiaSmiCsvReader, OpenMetricsReader, QueryRangeReader,
-                                   RasdaemonReader, ReadContext, SmiReader, TextLogReader, VmExportReader)
+                                   RasMcCtlReader, RasdaemonReader, ReadContext, SmiReader, TextLogReader,
+                                   VmExportReader)
 from daemon.ingest.naming import SeriesMapper
 from tests.conftest import REAL, ROOT
 from tests.daemon.ingest.formats.conftest import read_all
@@ -178,6 +179,9 @@ LINE_FORMATS = [
     LineFormat("ipmi-sel-csv", IpmiSelReader, "sn01-b01.sel",
                lambda i: f"{i + 1},Mar-02-2026,00:{i // 60:02d}:{i % 60:02d},Sensor #136,Memory,Critical,"
                          "Uncorrectable memory error", header=("ID,Date,Time,Name,Type,State,Event",)),
+    LineFormat("ras-mc-ctl", RasMcCtlReader, "sn01-b01.ras-mc-ctl",
+               lambda i: f"{i + 1} 2026-03-02 00:{i // 60:02d}:{i % 60:02d} +0000 0000:3a:00.0 Uncorrected (Fatal) "
+                         "error: Surprise Down Error", header=("No Memory errors.", "", "PCIe AER events:")),
     LineFormat("columnar-csv", ColumnarReader, "samples.csv",
                lambda i: f"{BASE + i},sn01-b01/gpu0,gpu_temp_c,{40 + i % 9}", header=("ts,entity,metric,value",),
                times=_sample_times),

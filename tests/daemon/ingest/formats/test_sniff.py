@@ -26,6 +26,7 @@ HEADS = {
     "nvidia-smi table": b"Mon Jan 20 10:18:26 2025\n+-----------------+\n| NVIDIA-SMI 550.90.07   Driver Version: "
                         b"550.90.07   CUDA Version: 12.4 |\n",
     "IPMI SEL": b"   f | 12/05/26 | 18:31:45 UTC | Memory #0x88 | Uncorrectable ECC | Asserted\n",
+    "ras-mc-ctl --errors": b"No Memory errors.\n\nNo PCIe AER errors.\n\nMCE events:\n",
     "kernel log": b"2026-03-02T00:00:00+00:00 sn01-b01 kernel: NVRM: Xid (PCI:0000:18:00): 79, pid=0, x\n",
     "Fabric Manager log": b"[Feb 25 2025 13:59:45] [INFO] [tid 1803] Received an inband message\n",
     "exposition": b"# HELP DCGM_FI_DEV_GPU_TEMP GPU temperature (in C).\n",
