@@ -89,6 +89,11 @@ _AMDGPU_RAS = re.compile(r"(?:socket: \d+, die: \d+,? )?(\d+) (new )?(correctabl
                          r"hardware errors detected in (total in )?(\w+) block")
 _AMDGPU_RESET = re.compile(r"GPU reset(?:\((\d+)\))? (begin!|succeeded!|failed)")
 _AMDGPU_FATAL = re.compile(r"[Uu]ncorrectable hardware error\((\w+)\) detected")
+# A reset that could not bring the GPU back (amdgpu_job.c, ``amdgpu_job_timedout``: "GPU Recovery Failed: %d", where
+# the reset's own "GPU reset(N) failed" is not always printed), and the GPU gone from PCI, its configuration space
+# reading all ones (amdgpu_device.c's health check before a reset: "device lost from bus!"): amdgpu's Xid 79.
+_AMDGPU_RECOVERY_FAILED = re.compile(r"GPU Recovery Failed: (-?\d+)")
+_AMDGPU_LOST = "device lost from bus!"
 # The bad-page table in the GPU's EEPROM over the driver's threshold (amdgpu_ras_eeprom.c and the RAS core's
 # ras_eeprom.c: "RAS records:%d exceed threshold:%d[, GPU will not be initialized. Replace this GPU or increase the
 # threshold]"), and the warning before it ("RAS records:%u exceeds 90%% of threshold:%d")
@@ -356,6 +361,12 @@ def _amdgpu(message: str) -> KernelEvent | None:
     m = _AMDGPU_FATAL.search(message)
     if m:
         return KernelEvent("amdgpu", None, "fatal", f"uncorrectable hardware error {m.group(1)}", pci)
+    if _AMDGPU_LOST in message:
+        return KernelEvent("amdgpu", None, "lost", "the GPU no longer answers on PCI (device lost from bus)", pci)
+    m = _AMDGPU_RECOVERY_FAILED.search(message)
+    if m:
+        return KernelEvent("amdgpu", None, "fatal", f"GPU recovery failed (error {m.group(1)}): the reset did not "
+                           "bring the GPU back", pci)
     if "Fatal error during GPU init" in message and pci:  # (amdgpu_device.c: the driver could not bring it up)
         return KernelEvent("gpu_init", None, "error", "amdgpu: fatal error during GPU init: the driver could not "
                            "initialize the GPU", pci)

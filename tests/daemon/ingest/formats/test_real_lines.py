@@ -955,3 +955,19 @@ def test_the_nvidia_drivers_status_in_its_assertion_lines():
     assert len(again) == 3  # (the driver repeats its lines: one watch a node, refreshed)
     base = RuleDetector(baseline=True).fit().update(TickInput(5.0, frame, pd.DataFrame(), pd.DataFrame()))
     assert [(e.entity, e.level) for e in base] == [("n3", State.FAILED)]  # (the static baseline: the hard fault only)
+
+
+def test_amdgpu_gpu_lost_from_the_bus_and_a_recovery_that_failed(tmp_path, ctx):
+    """amdgpu's health check before a reset finds the GPU's configuration space all ones ("device lost from bus!":
+    NVIDIA's Xid 79) and the job timeout's reset fails ("GPU Recovery Failed: -19"): a journal in French quoted in
+    Dasharo/dasharo-issues 1849, read whole; both fail the GPU, and the lines around them are no event."""
+    path = tmp_path / "sn01-b01.kern.log"
+    shutil.copy(QUOTED / "dasharo-1849-amdgpu-lost.kern.log", path)
+    ev = read_all(TextLogReader(), path, ctx).events
+    assert [(e.kind, e.severity, e.pci) for e in ev.itertuples()] == [("amdgpu", "lost", "0000:06:00"),
+                                                                      ("amdgpu", "fatal", "0000:06:00")]
+    assert "error -19" in ev["message"].iloc[1]
+    frame = ev.assign(entity="n1/gpu0")
+    out = RuleDetector().fit().update(TickInput(float(ev["ts"].max()), frame, pd.DataFrame(), pd.DataFrame()))
+    assert {(e.entity, e.level, e.category, e.hard) for e in out} == {
+        ("n1/gpu0", State.FAILED, "gpu_bus", True), ("n1/gpu0", State.FAILED, "gpu_compute", True)}
