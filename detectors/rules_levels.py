@@ -106,7 +106,8 @@ _THERMAL_VIOLATION = ("thermal_violation_us_total",)
 # Counters whose every increase is judged on its own (the rate rules below read the others).
 _HARD_COUNTERS = frozenset({"ecc_dbe_total", "ecc_dbe_agg_total", "row_remap_uncorrectable_total",
                             "retired_pages_dbe_total", "link_downed_total", "link_down_events_total",
-                            "edac_ue_total", "bmc_sel_critical_total", *LINK_INTEGRITY_COUNTERS})
+                            "edac_ue_total", "bmc_sel_critical_total", "nvlink_recovery_failed_total",
+                            *LINK_INTEGRITY_COUNTERS})
 # An Ethernet (RoCE) port's link counters, mlx5's ethtool ``*_phy`` counters as node_exporter's ethtool collector
 # serves them (Linux, Documentation/networking/device_drivers/ethernet/mellanox/mlx5/counters.rst): named apart from
 # the InfiniBand PortCounters, which the same port's RDMA device may show too (zeros on Ethernet), so the two never
@@ -158,6 +159,12 @@ class LevelRules:
                 self.clear_latch(entity, f"integrity-{metric}")
                 self._latch(Evidence(entity, State.SUSPECT, "fabric_link", [reason]), now + self.event_hold_s,
                             f"integrity-{metric}")
+            elif metric == "nvlink_recovery_failed_total" and not self.baseline:
+                # NVLink 5 (DCGM field 1212): the link went into recovery, failed it and was declared down; the GPU
+                # runs on with its other links (an NVL72's bandwidth less one link) until its links are retrained
+                reason = repair_reason(f"NVLink recovery failed +{increase:.0f}: a link of this GPU was declared "
+                                       "down", "NVIDIA's Xid 149 for a link down, NETIR_LINK_DOWN: RESET_GPU", "reset")
+                self._latch(Evidence(entity, State.SUBHEALTHY, "scaleup_link", [reason]), now + self.event_hold_s)
             elif metric in ("edac_ue_total",):
                 ev = Evidence(entity, State.FAILED, "host", [f"EDAC uncorrectable errors +{increase:.0f}"], hard=True)
                 self._latch(ev, now + self.failed_hold_s)

@@ -49,6 +49,19 @@ COUNTERS = {
     "nvlink_crc_data_total": (1 / 10, "scaleup_link", "NVLink data CRC errors"),
     "nvlink_replay_total": (1 / 10, "scaleup_link", "NVLink replays"),
     "nvlink_recovery_total": (1 / 500, "scaleup_link", "NVLink recoveries"),
+    # NVLink 5's (Blackwell) own counters (DCGM fields 1209, 1219): errors forward error correction left (each one a
+    # replay), and the link's local errors over their threshold; its successful recoveries (1211) are
+    # nvlink_recovery_total, its failed ones a rule (rules_levels). Rare on a healthy link, as the InfiniBand counters
+    # they follow: a GB200 link that went down (Xid 149) had counted 505 recoveries and kept counting in the five days
+    # before, where the 5,759 other links swept with it counted none (marin-community/marin issue 9086)
+    "nvlink_effective_error_total": (1 / 500, "scaleup_link", "NVLink errors after FEC"),
+    "nvlink_link_integrity_total": (1 / 500, "scaleup_link", "NVLink local link integrity errors"),
+    # Grace-Blackwell's chip-to-chip link between the CPU and the GPU (DCGM fields 1400, 1401): CRC errors and replays
+    "c2c_crc_error_total": (1 / 10, "gpu_bus", "C2C link CRC errors"),
+    "c2c_replay_total": (1 / 10, "gpu_bus", "C2C link replays"),
+    # the GPU's own count of its PCIe correctable errors (DCGM field 1501), beside the kernel's (aer_correctable_total,
+    # sysfs): named apart, as a fleet may read both and they count from different starts
+    "pcie_correctable_total": (1 / 50, "gpu_bus", "PCIe correctable errors"),
     "xgmi_ce_total": (1 / 10, "scaleup_link", "XGMI correctable errors"),
     # The kernel's per-device AER counters (sysfs aer_dev_correctable): any vendor's PCIe link, and for an
     # NPU whose exporter has no replay counter the only early sign of a link going bad.

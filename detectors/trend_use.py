@@ -38,7 +38,8 @@ from detectors.trend_counters import LOGGED_AER, CounterRecord
 USE_FOLLOWING = frozenset({
     "ecc_sbe_total", "pcie_replay_total", "nvlink_crc_flit_total", "nvlink_crc_data_total", "nvlink_replay_total",
     "xgmi_ce_total", "aer_correctable_total", "pcie_nack_received_total", LOGGED_AER, "rcv_errors_total",
-    "crc_errors_total", "roce_rx_err_pkt_total", "excessive_buffer_overrun_total",
+    "crc_errors_total", "roce_rx_err_pkt_total", "excessive_buffer_overrun_total", "nvlink_effective_error_total",
+    "c2c_crc_error_total", "c2c_replay_total", "pcie_correctable_total",
     *(f"hccs_crc_lane{n}_total" for n in range(1, 8))})
 """Counters whose healthy errors may come with traffic (see the module docstring); the others run on wall time."""
 

@@ -195,6 +195,20 @@ def test_a_link_out_of_its_specification_is_watched_at_one_error_and_a_stuck_cou
         == State.HEALTHY
 
 
+def test_an_nvlink_5_link_that_failed_its_recovery_is_sub_healthy():
+    """NVLink 5's failed recoveries (DCGM field 1212: the link went into recovery, failed it and was declared down):
+    each increase makes its GPU sub-healthy on its scale-up link, the repair a reset (NVIDIA's Xid 149 decode for
+    NETIR_LINK_DOWN: RESET_GPU); the static baseline judges it not."""
+    from detectors.xid_catalog import vendor_repair
+
+    inc = pd.DataFrame({"entity": ["n/gpu3"], "metric": ["nvlink_recovery_failed_total"], "increase": [1.0],
+                        "resets": [0], "last": [1.0]})
+    ev = run(RuleDetector().fit(), 30, inc=inc)
+    assert [(e.entity, e.level, e.category) for e in ev] == [("n/gpu3", State.SUBHEALTHY, "scaleup_link")]
+    assert "NVLink recovery failed +1" in ev[0].reasons[0] and vendor_repair(ev[0].reasons) == "reset"
+    assert run(RuleDetector(baseline=True).fit(), 30, inc=inc) == []
+
+
 def test_dcgm_s_page_retirement_and_an_npu_s_network_health():
     """DCGM's health check: pages pending retirement are a watch ("monitor, the GPU can still perform workload");
     63 retired pages, single- and double-bit together, are its limit (run the field diagnostic): sub-healthy, the

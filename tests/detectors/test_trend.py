@@ -443,10 +443,14 @@ def test_a_tick_of_many_new_episodes_is_judged_as_each_alone():
     ("excessive_buffer_overrun_total", "excessive buffer overrun errors"),
     ("nvlink_recovery_total", "NVLink recoveries"), ("nvlink_replay_total", "NVLink replays"),
     ("nvlink_crc_data_total", "NVLink data CRC errors"), ("pcie_recovery_total", "PCIe link recoveries"),
-    ("pcie_nack_received_total", "PCIe NAKs received"), ("roce_rx_err_pkt_total", "RoCE receive errors")])
+    ("pcie_nack_received_total", "PCIe NAKs received"), ("roce_rx_err_pkt_total", "RoCE receive errors"),
+    ("nvlink_effective_error_total", "NVLink errors after FEC"),
+    ("nvlink_link_integrity_total", "NVLink local link integrity errors"),
+    ("c2c_crc_error_total", "C2C link CRC errors"), ("pcie_correctable_total", "PCIe correctable errors")])
 def test_a_counter_of_the_vendors_again_and_again_is_flagged_once_is_not(metric, words):
     """The counters peers and the vendors' health checks judge (a link's integrity and buffer overruns, NVLink's
-    replays and recoveries, AMD's PCIe NAKs and recoveries, an NPU's RoCE receive errors): a part that shows one now
+    replays and recoveries, NVLink 5's errors after FEC and integrity errors, Grace-Blackwell's C2C link, a GPU's own
+    PCIe correctable errors, AMD's PCIe NAKs and recoveries, an NPU's RoCE receive errors): a part that shows one now
     and then, like several of a 200-part fleet over a day, raises nothing; one that shows them in every 5-minute
     sample is flagged within the hour, naming them."""
     det = TrendDetector().fit()

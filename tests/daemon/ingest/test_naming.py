@@ -199,3 +199,27 @@ def test_a_series_own_instance_renamed_by_prometheus_names_its_node():
               "exported_job": "node", "job": "pushgateway"}
     assert m.node_for(labels) == "gpu-node-7"
     assert m.node_for({k: v for k, v in labels.items() if k != "exported_instance"}) == "pushgw"
+
+
+def test_nvlink_5s_counters_of_a_gb200_tray():
+    """NVLink 5 (Blackwell) has counters of its own (DCGM fields 1200-1219), one series per GPU as dcgm-exporter 4.x
+    serves them on a GB200 tray (real lines of NVIDIA/dcgm-exporter issue 581): its successful link recoveries are
+    ``nvlink_recovery_total`` as the older GPUs' DL recoveries; a field raswarden does not judge (tx discards) is
+    skipped and counted, not an error."""
+    from daemon.ingest.formats import ReadContext
+    from daemon.ingest.formats.openmetrics import parse_scrape
+
+    text = (REAL / "quoted" / "dcgm-exporter-581-gb200.prom").read_text()
+    ctx = ReadContext()
+    s = parse_scrape(text.encode(), ctx, {}, "scrape", 1.8e9).samples
+    assert sorted(zip(s["entity"].astype(str), s["metric"].astype(str))) == [
+        (f"3f546054f69d/gpu{i}", "nvlink_recovery_total") for i in range(4)]
+    assert ctx.rejects.total == 0 and ctx.mapper.unmapped_metrics["DCGM_FI_DEV_NVLINK_COUNT_TX_DISCARDS"] == 1
+    m = SeriesMapper()
+    for field, canonical in (("DCGM_FI_DEV_NVLINK_COUNT_LINK_RECOVERY_FAILED_EVENTS", "nvlink_recovery_failed_total"),
+                             ("DCGM_FI_DEV_NVLINK_COUNT_EFFECTIVE_ERRORS", "nvlink_effective_error_total"),
+                             ("DCGM_FI_DEV_NVLINK_COUNT_LOCAL_LINK_INTEGRITY_ERRORS", "nvlink_link_integrity_total"),
+                             ("DCGM_FI_DEV_C2C_LINK_ERROR_INTR", "c2c_crc_error_total"),
+                             ("DCGM_FI_DEV_PCIE_COUNT_CORRECTABLE_ERRORS", "pcie_correctable_total")):
+        assert [r.canonical for r in m.rules[field]] == [canonical], field
+    assert "DCGM_FI_DEV_NVLINK_COUNT_LINK_RECOVERY_EVENTS" not in m.rules  # (1211 + 1212: read as those two)
