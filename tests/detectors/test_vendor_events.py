@@ -131,3 +131,48 @@ def test_the_rule_detector_judges_amd_field_ids():
     assert out["n2/gpu1"].level == State.SUBHEALTHY and out["n2/gpu1"].category == "gpu_memory"
     assert out["n2/gpu2"].level == State.SUSPECT and out["n2/gpu3"].level == State.SUSPECT
     assert rules.unknown_codes_ == {4242: 1}
+
+
+# One line for each row of detectors/catalogs/amdgpu.csv, in the driver's formats (amdgpu_ras.c's error counts with
+# the RAS core's socket/die prefix, amdgpu_ras.c's fatal-error interrupt, amdgpu_device.c's reset and health check,
+# amdgpu_ras_eeprom.c's bad-page table, gmc_v9_0.c's page fault), by (event, block); "*" rows by a block no other
+# row names.
+_AMDGPU_LINES = {
+    ("uncorrected", "umc"): "socket: 0, die: 0, 1 new uncorrectable hardware errors detected in umc block",
+    ("uncorrected", "xgmi_wafl"): "socket: 0, die: 0, 2 new uncorrectable hardware errors detected in xgmi_wafl block",
+    ("uncorrected", "pcie_bif"): "socket: 0, die: 0, 1 new uncorrectable hardware errors detected in pcie_bif block",
+    ("uncorrected", "*"): "socket: 0, die: 0, 1 new uncorrectable hardware errors detected in gfx block",
+    ("fatal", "*"): "uncorrectable hardware error(ERREVENT_ATHUB_INTERRUPT) detected!",
+    ("lost", "*"): "device lost from bus!",
+    ("bad_pages", "*"): "RAS records:513 exceed threshold:512",
+    ("bad_pages_near", "*"): "RAS records:461 exceeds 90% of threshold:512",
+    ("deferred", "umc"): "socket: 0, die: 0, 1 new deferred hardware errors detected in umc block",
+    ("deferred", "*"): "socket: 0, die: 0, 1 new deferred hardware errors detected in sdma block",
+    ("corrected", "umc"): "socket: 0, die: 0, 3 new correctable hardware errors detected in umc block",
+    ("corrected", "xgmi_wafl"): "socket: 0, die: 0, 3 new correctable hardware errors detected in xgmi_wafl block",
+    ("corrected", "*"): "socket: 0, die: 0, 3 new correctable hardware errors detected in mmhub block",
+    ("info", "*"): "GPU reset begin!",
+    ("application", "*"): "[gfxhub] page fault (src_id:0 ring:24 vmid:8 pasid:32770)",
+}
+
+
+def test_every_amdgpu_catalog_row_is_reached_by_a_line_of_its_own():
+    """Generated from the catalog: each row has a line in the driver's format that the kernel-line reader reads as
+    that row's event and block, and the verdict is that row's state and category (rate rows: counted toward the
+    hourly limit; application rows: the job's)."""
+    from daemon.ingest.formats.kernel_events import parse_kernel_message
+    from detectors.vendor_events import load_amdgpu_catalog
+
+    rows = load_amdgpu_catalog()
+    assert {(r.event, r.block) for r in rows} == set(_AMDGPU_LINES)
+    for r in rows:
+        event = parse_kernel_message(f"amdgpu 0000:05:00.0: amdgpu: {_AMDGPU_LINES[(r.event, r.block)]}")
+        assert (event.kind, event.severity, event.pci) == ("amdgpu", r.event, "0000:05:00"), r
+        v = amdgpu_verdict(event.severity, event.message, event.code)
+        assert v is not None and v.category == r.category, (r, v)
+        if r.state == "rate":
+            assert v.rate_key and v.level is None, r
+        elif r.state == "application":
+            assert v.application, r
+        else:
+            assert v.level == State.parse(r.state), r
