@@ -237,3 +237,49 @@ def test_a_trace_whose_hosts_log_in_local_time_replays_as_its_journal_does(trace
     notes = result.pipeline.mapper.rejects.notes
     assert f"{local / 'kern.log'}: its times name no zone: read as Asia/Shanghai" in notes
     assert utc.get("sn01-b03/gpu2") != reference["sn01-b03/gpu2"]
+
+
+def test_a_gb200_link_counting_recoveries_and_one_that_failed_its_recovery(tmp_path):
+    """NVLink 5's counters through the whole pipeline: 18 GB200 trays (72 GPUs, labels as dcgm-exporter 4.x gives
+    them, NVIDIA/dcgm-exporter issue 581) scraped every 60 s for 12 h. One GPU's link starts counting recoveries at
+    8 h, one every 7 minutes (the rate of the link marin-community/marin issue 9086 saw go down days later); another
+    GPU recovers once (a touched cable); a third fails a recovery at 10 h (the link declared down). The first is
+    flagged sub-healthy on its scale-up link within two hours for its recoveries, the third for its failed
+    recovery; nothing else."""
+    t0 = 1_772_409_600
+    lines = ["# TYPE DCGM_FI_DEV_GPU_TEMP gauge",
+             "# TYPE DCGM_FI_DEV_NVLINK_COUNT_LINK_RECOVERY_SUCCESSFUL_EVENTS counter",
+             "# TYPE DCGM_FI_DEV_NVLINK_COUNT_LINK_RECOVERY_FAILED_EVENTS counter"]
+    bad, touched, down = ("gb-07", 2), ("gb-11", 0), ("gb-15", 3)
+    for k in range(720):
+        t = t0 + 60 * k
+        for tray in range(1, 19):
+            host = f"gb-{tray:02d}"
+            for gpu in range(4):
+                labels = (f'gpu="{gpu}",UUID="GPU-{tray:02d}{gpu}",pci_bus_id="0000000{8 + gpu:X}:01:00.0",'
+                          f'device="nvidia{gpu}",modelName="NVIDIA GB200",Hostname="{host}"')
+                recoveries = 0
+                if (host, gpu) == bad and k >= 480:
+                    recoveries = (k - 480) // 7 + 1
+                if (host, gpu) == touched and k >= 180:
+                    recoveries = 1
+                failed = 1 if (host, gpu) == down and k >= 600 else 0
+                lines.append(f"DCGM_FI_DEV_GPU_TEMP{{{labels}}} 52 {t}")
+                lines.append(f"DCGM_FI_DEV_NVLINK_COUNT_LINK_RECOVERY_SUCCESSFUL_EVENTS{{{labels}}} {recoveries} "
+                             f"{t}")
+                lines.append(f"DCGM_FI_DEV_NVLINK_COUNT_LINK_RECOVERY_FAILED_EVENTS{{{labels}}} {failed} {t}")
+    lines.append("# EOF")
+    trace = tmp_path / "trace"
+    trace.mkdir()
+    (trace / "dcgm.om").write_text("\n".join(lines) + "\n")
+    text, result = run([trace])
+    findings = [json.loads(line) for line in text.splitlines()]
+    flags = [f for f in findings if f["state"] in ("subhealthy", "failed") and "/" in f["entity"]]
+    assert {f["entity"] for f in flags} == {"gb-07/gpu2", "gb-15/gpu3"}, flags
+    first = {e: min(f["ts"] for f in flags if f["entity"] == e) for e in ("gb-07/gpu2", "gb-15/gpu3")}
+    assert t0 + 480 * 60 < first["gb-07/gpu2"] <= t0 + 600 * 60, first
+    assert t0 + 600 * 60 <= first["gb-15/gpu3"] <= t0 + 602 * 60, first
+    reasons = {f["entity"]: " ".join(f["reasons"]) for f in flags}
+    assert "NVLink recoveries" in reasons["gb-07/gpu2"]
+    assert "NVLink recovery failed +1" in reasons["gb-15/gpu3"]
+    assert result.rejects.total == 0
