@@ -53,6 +53,25 @@ def recovery_action_evidence(entity: str, value: float) -> Evidence:
     return Evidence(entity, level, "gpu_compute", [reason], hard=level == State.FAILED)
 
 
+# NVML's GPU fabric health summary (nvmlGpuFabricInfo_v3's healthSummary, DCGM_FI_DEV_FABRIC_HEALTH_SUMMARY, 175):
+# 0 not supported, 1 healthy, 2 unhealthy, 3 limited capacity, the GPU's own word on its NVLink fabric (an NVL72's
+# routes and bandwidth; DCGM's NVLink health watch raises an incident on its health mask, a route unhealthy among
+# them). Unhealthy is sub-healthy on the scale-up link; limited capacity (the fabric runs, with less) a watch.
+FABRIC_UNHEALTHY = 2
+FABRIC_LIMITED = 3
+
+
+def fabric_health_evidence(entity: str, value: float) -> Evidence:
+    """What a GPU's fabric health summary (:data:`FABRIC_UNHEALTHY` or more) says of it; a value NVML does not
+    document is a watch."""
+    if int(value) == FABRIC_UNHEALTHY:
+        return Evidence(entity, State.SUBHEALTHY, "scaleup_link", [
+            "NVLink fabric health UNHEALTHY (the GPU's own summary, NVML/DCGM field 175)"])
+    what = "LIMITED_CAPACITY: the fabric runs with less than its full capacity" if int(value) == FABRIC_LIMITED \
+        else f"{value:.0f}, a value NVML does not document"
+    return Evidence(entity, State.SUSPECT, "scaleup_link", [f"NVLink fabric health {what} (NVML/DCGM field 175)"])
+
+
 # A node's BMC (ipmi_exporter: FreeIPMI's reading of each sensor against the platform vendor's thresholds in the BMC's
 # SDR; docs/rules.md, "A node's BMC"): per state metric, what the sensor is, the category, and the level of its
 # critical (2, or 3 non-recoverable with the exporter's native IPMI) and of its warning (1) states, with the repair a
@@ -318,6 +337,7 @@ class LevelRules:
                 (of("accelerator_health") | of("npu_network_health")) & (last == 0)) | (
                 of("retired_pages_pending") & (last >= 1)) | (of("row_remap_pending") & (last >= 1)) | (
                 of("row_remap_banks_exhausted") & (last >= 1)) | (of("gpu_recovery_action") & (last >= 1)) | (
+                of("fabric_health") & (last >= FABRIC_UNHEALTHY)) | (
                 names_mask(names, _BMC_METRICS)[codes] & (last >= 1))
         if not hit.any():
             return
@@ -365,6 +385,8 @@ class LevelRules:
                     "remapped"]))
             elif metric == "gpu_recovery_action" and last >= 1:
                 out.append(recovery_action_evidence(entity, last))
+            elif metric == "fabric_health" and last >= FABRIC_UNHEALTHY:
+                out.append(fabric_health_evidence(entity, last))
             elif metric in _BMC_METRICS and last >= 1:
                 evidence = bmc_evidence(entity, metric, last)
                 if evidence is not None:

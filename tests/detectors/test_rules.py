@@ -334,6 +334,21 @@ def test_a_failing_local_disk_is_a_watch_on_its_host_and_one_per_storm():
     assert worst(run(RuleDetector(baseline=True).fit(), 30, events=storm[:1]), "n1") == State.HEALTHY
 
 
+def test_a_gpus_nvlink_fabric_health_summary():
+    """NVML's fabric health summary (DCGM_FI_DEV_FABRIC_HEALTH_SUMMARY: 0 not supported, 1 healthy, 2 unhealthy,
+    3 limited capacity): unhealthy is sub-healthy on the scale-up link, limited capacity and a value NVML does not
+    document a watch, the others nothing; the static baseline does not read it."""
+    values = [0.0, 1.0, 2.0, 3.0, 7.0]
+    g = pd.DataFrame({"entity": [f"n/gpu{i}" for i in range(len(values))], "metric": ["fabric_health"] * 5,
+                      "last": values, "max": values})
+    ev = run(RuleDetector().fit(), 30, gauges=g)
+    assert {e.entity: (e.level, e.category) for e in ev} == {
+        "n/gpu2": (State.SUBHEALTHY, "scaleup_link"), "n/gpu3": (State.SUSPECT, "scaleup_link"),
+        "n/gpu4": (State.SUSPECT, "scaleup_link")}
+    assert "LIMITED_CAPACITY" in next(e for e in ev if e.entity == "n/gpu3").reasons[0]
+    assert run(RuleDetector(baseline=True).fit(), 30, gauges=g) == []
+
+
 def test_the_drivers_recovery_action_is_acted_on_as_xid_154s_line():
     """NVML's GPU recovery action (DCGM_FI_DEV_GET_GPU_RECOVERY_ACTION, nvidia-smi's gpu_recovery_action): a reboot
     fails the GPU, a reset or a drain is sub-healthy with the repair it calls for, None is nothing, a value NVML does
