@@ -330,6 +330,7 @@ class LevelRules:
         hit = (
             (of("gpu_temp_c") & (peak >= self.gpu_temp_slowdown_c))
             | (of("row_remap_failure") & (last >= 1))
+            | (of("memory_unrepairable") & (last >= 1))
             | (of("port_state") & (last != PORT_ACTIVE) & ~np.isnan(last))
         )
         if not self.baseline:
@@ -393,6 +394,12 @@ class LevelRules:
                     out.append(evidence)
             elif metric == "row_remap_failure" and last >= 1:
                 out.append(Evidence(entity, State.FAILED, "gpu_memory", ["row remapping failed"], hard=True))
+            elif metric == "memory_unrepairable" and last >= 1:
+                # NVML's unrepairable memory flag (nvmlDeviceGetUnrepairableMemoryFlag_v1, DCGM field 1507): the GPU's
+                # memory has an error it cannot repair; DCGM's memory health watch fails the GPU on it
+                out.append(Evidence(entity, State.FAILED, "gpu_memory", [repair_reason(
+                    "memory unrepairable: the GPU's memory has an error it cannot repair", "DCGM: memory health "
+                    "watch fails the GPU", "replace")], hard=True))
             elif metric == "port_state" and not np.isnan(last) and last != PORT_ACTIVE:
                 if node_of(entity) in tick.grace_nodes:
                     continue

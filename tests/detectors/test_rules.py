@@ -349,6 +349,20 @@ def test_a_gpus_nvlink_fabric_health_summary():
     assert run(RuleDetector(baseline=True).fit(), 30, gauges=g) == []
 
 
+def test_a_gpus_memory_it_cannot_repair_fails_it_for_replacement():
+    """NVML's unrepairable memory flag (DCGM_FI_DEV_MEMORY_UNREPAIRABLE_FLAG, 1 yes, 0 no; DCGM's memory health watch
+    fails the GPU on it): failed (hard), the repair a replacement; the static baseline reads it too, as a row
+    remapping failure."""
+    from detectors.xid_catalog import vendor_repair
+
+    g = pd.DataFrame({"entity": ["n/gpu0", "n/gpu1"], "metric": ["memory_unrepairable"] * 2, "last": [0.0, 1.0],
+                      "max": [0.0, 1.0]})
+    ev = run(RuleDetector().fit(), 30, gauges=g)
+    assert [(e.entity, e.level, e.hard, vendor_repair(e.reasons)) for e in ev] == [
+        ("n/gpu1", State.FAILED, True, "replace")]
+    assert [e.entity for e in run(RuleDetector(baseline=True).fit(), 30, gauges=g)] == ["n/gpu1"]
+
+
 def test_the_drivers_recovery_action_is_acted_on_as_xid_154s_line():
     """NVML's GPU recovery action (DCGM_FI_DEV_GET_GPU_RECOVERY_ACTION, nvidia-smi's gpu_recovery_action): a reboot
     fails the GPU, a reset or a drain is sub-healthy with the repair it calls for, None is nothing, a value NVML does

@@ -221,6 +221,7 @@ def test_nvlink_5s_counters_of_a_gb200_tray():
                              ("DCGM_FI_DEV_NVLINK_COUNT_LOCAL_LINK_INTEGRITY_ERRORS", "nvlink_link_integrity_total"),
                              ("DCGM_FI_DEV_C2C_LINK_ERROR_INTR", "c2c_crc_error_total"),
                              ("DCGM_FI_DEV_PCIE_COUNT_CORRECTABLE_ERRORS", "pcie_correctable_total"),
-                             ("DCGM_FI_DEV_FABRIC_HEALTH_SUMMARY", "fabric_health")):
+                             ("DCGM_FI_DEV_FABRIC_HEALTH_SUMMARY", "fabric_health"),
+                             ("DCGM_FI_DEV_MEMORY_UNREPAIRABLE_FLAG", "memory_unrepairable")):
         assert [r.canonical for r in m.rules[field]] == [canonical], field
     assert "DCGM_FI_DEV_NVLINK_COUNT_LINK_RECOVERY_EVENTS" not in m.rules  # (1211 + 1212: read as those two)
