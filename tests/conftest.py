@@ -3,6 +3,7 @@ loopback."""
 
 from __future__ import annotations
 
+import fcntl
 import os
 import shutil
 import signal
@@ -10,6 +11,8 @@ import subprocess
 import sys
 import threading
 import time
+from collections.abc import Iterator
+from contextlib import contextmanager
 from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 from pathlib import Path
 
@@ -143,6 +146,20 @@ def pg_url() -> str:
     return url
 
 
+@contextmanager
+def tree_build_lock() -> Iterator[None]:
+    """Held while a build from this checkout runs: setuptools writes into its build/ and raswarden.egg-info/, so two
+    builds at once on two workers (the Debian package's wheel, the release artifacts) took each other's files away
+    (a wheel's METADATA gone mid-build)."""
+    (ROOT / "build").mkdir(exist_ok=True)
+    with open(ROOT / "build" / ".tree-build.lock", "w") as fh:
+        fcntl.flock(fh, fcntl.LOCK_EX)
+        try:
+            yield
+        finally:
+            fcntl.flock(fh, fcntl.LOCK_UN)
+
+
 @pytest.fixture(scope="session")
 def debian_package(tmp_path_factory) -> Path:
     """The Debian package of this checkout, built once per session by packaging/build-deb.sh (uncompressed: the
@@ -150,9 +167,10 @@ def debian_package(tmp_path_factory) -> Path:
     require(os.geteuid() == 0 and bool(shutil.which("dpkg-deb")),
             "building and installing the Debian package needs root and dpkg-deb (scripts/test.sh runs as root)")
     out = tmp_path_factory.mktemp("deb")
-    built = subprocess.run([str(ROOT / "packaging" / "build-deb.sh"), "--out", str(out), "--uncompressed"],
-                           capture_output=True, text=True, timeout=900, cwd=ROOT,
-                           env={**os.environ, "BUILD_PYTHON": sys.executable})
+    with tree_build_lock():
+        built = subprocess.run([str(ROOT / "packaging" / "build-deb.sh"), "--out", str(out), "--uncompressed"],
+                               capture_output=True, text=True, timeout=900, cwd=ROOT,
+                               env={**os.environ, "BUILD_PYTHON": sys.executable})
     assert built.returncode == 0, built.stderr[-3000:]
     return Path(built.stdout.strip().splitlines()[-1])
 

@@ -13,14 +13,15 @@ import zipfile
 
 import pytest
 
-from tests.conftest import ROOT
+from tests.conftest import ROOT, tree_build_lock
 
 
 @pytest.fixture(scope="module")
 def dist(tmp_path_factory):
     out = tmp_path_factory.mktemp("dist")
-    r = subprocess.run([sys.executable, "-m", "build", "--sdist", "--wheel", "--outdir", str(out), str(ROOT)],
-                       capture_output=True, text=True, timeout=600)
+    with tree_build_lock():  # (the Debian package's build writes into the same build/ on another worker)
+        r = subprocess.run([sys.executable, "-m", "build", "--sdist", "--wheel", "--outdir", str(out), str(ROOT)],
+                           capture_output=True, text=True, timeout=600)
     assert r.returncode == 0, r.stdout[-3000:] + r.stderr[-3000:]
     return out
 
