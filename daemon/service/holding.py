@@ -111,7 +111,11 @@ class ShardHolding:
     def _take_a_shard(self) -> bool:
         """A pool member: hold the first shard whose lease no live instance holds, and whose own instance does not
         ask for it, and become its instance (its part of the cluster, its warm state, incidents and cursors); False
-        while every shard is held."""
+        while every shard is held, or the member is stopping (it would take a shard only to let it go again: the
+        instances of one node stopped together release theirs as it stops, and a shard taken then held its stop for
+        a whole activation and cycle, past systemd's stop timeout)."""
+        if self.stop_event.is_set() or self.jobs.stopping.is_set():
+            return False
         for name in self.pool:
             if self._asked_back(name):
                 continue

@@ -129,6 +129,25 @@ def test_a_pool_member_serves_whichever_shard_has_no_live_holder(live):
             svc.stop()
 
 
+def test_a_stopping_pool_member_takes_no_shard(live):
+    """A pool member told to stop takes no shard a stopping instance leaves (systemctl stops a node's instances
+    together): it would activate and run a cycle only to let the shard go again, holding its stop past systemd's
+    timeout; until it is told, it takes the shard as before."""
+    a = Service(load(live.config("a.toml", extra=SHARDS, service_extra='shard = "a"')))
+    b = Service(load(live.config("b.toml", extra=SHARDS, service_extra='shard = "b"')))
+    pool = Service(load(live.config("p.toml", extra=SHARDS, service_extra='shard = "*"')))
+    try:
+        assert a.cycle() is not None and b.cycle() is not None and pool.cycle() is None  # both held: it waits
+        a.stop()
+        pool.stop_event.set()
+        assert pool.cycle() is None and not pool.active and pool.cfg.service.shard == "*"
+        pool.stop_event.clear()
+        assert pool.cycle() is not None and pool.cfg.service.shard == "a"
+    finally:
+        for svc in (pool, b):
+            svc.stop()
+
+
 def test_a_pool_member_hands_a_shard_back_when_its_own_instance_returns(live, capsys):
     """Rebalancing when a management node comes back: a pool member that took shard a while a's own instance was
     away hands it over at its next cycle once that instance stands by again (warm state, cursors and incidents go
