@@ -18,17 +18,18 @@ if [ "$(id -u)" = 0 ]; then
   # and curl make the Kubernetes lab's certificates and wait for its API server (scripts/kube-lab.sh); locales-all
   # gives the C library's month and weekday names that journalctl and dmesg -T print in other languages; OpenIPMI's
   # ipmi_sim (openipmi) is the BMC that the real FreeIPMI (freeipmi-tools), ipmitool and ipmi_exporter read
-  # (scripts/bmc-lab.sh); rasdaemon's ras-mc-ctl lists a database for the ras-mc-ctl reader's test.
+  # (scripts/bmc-lab.sh); rasdaemon's ras-mc-ctl lists a database for the ras-mc-ctl reader's test (it stops at
+  # start-up without modprobe: kmod).
   if ! command -v promtool >/dev/null || ! command -v prometheus-alertmanager >/dev/null \
       || [ ! -x /lib/systemd/systemd-journal-remote ] || ! command -v strace >/dev/null \
       || ! command -v chromium >/dev/null || ! command -v systemd-nspawn >/dev/null \
       || ! command -v victoria-metrics >/dev/null || ! command -v openssl >/dev/null || ! command -v curl >/dev/null \
       || [ ! -d /usr/lib/locale/zh_CN.utf8 ] || ! command -v ipmi_sim >/dev/null || [ ! -x /usr/sbin/ipmimonitoring ] \
-      || ! command -v ipmitool >/dev/null || ! command -v ras-mc-ctl >/dev/null; then
+      || ! command -v ipmitool >/dev/null || ! command -v ras-mc-ctl >/dev/null || ! command -v modprobe >/dev/null; then
     apt-get update -qq
     DEBIAN_FRONTEND=noninteractive apt-get install -y -qq --no-install-recommends prometheus \
       prometheus-alertmanager systemd-journal-remote strace chromium systemd-container victoria-metrics \
-      openssl curl locales-all openipmi freeipmi-tools ipmitool rasdaemon >/dev/null
+      openssl curl locales-all openipmi freeipmi-tools ipmitool rasdaemon kmod >/dev/null
   fi
   ./scripts/slurm-lab.sh install  # the playbook tests start their own Slurm labs with it (one with slurmdbd)
   ./scripts/pg-lab.sh install
