@@ -21,7 +21,6 @@ from __future__ import annotations
 import numpy as np
 import pandas as pd
 
-from daemon.ingest.formats.kernel_events import DRIVER_MESSAGE
 from daemon.ingest.naming import SeriesMapper
 from daemon.topology import normalize_pci
 from detectors.schema import EVENT_COLUMNS, NamesWhere, event_rows, events_frame, name_codes, names_in
@@ -261,18 +260,14 @@ class EventResolver:
         if events.empty:
             return events
         ts, entity = events["ts"].tolist(), events["entity"].tolist()
-        # the driver's own words for a lost GPU are a source of their own: merged with its Xid 79 line, which is kept
-        sources = [f"{s}:driver" if isinstance(m, str) and m.endswith(DRIVER_MESSAGE) else s
-                   for s, m in zip(events["source"].tolist(), events["message"].tolist())]
-        rank = [s != "kernel" for s in sources]
+        rank = [s != "kernel" for s in events["source"].tolist()]
         # (ts, entity, the kernel line first), stable: a tick's few events sorted in Python, not by a frame's sort
         order = sorted(range(len(events)), key=lambda i: (ts[i], entity[i], rank[i]))
         if order != list(range(len(events))):
             events = events.take(order).reset_index(drop=True)
         keep = np.ones(len(events), dtype=bool)
-        sources = [sources[i] for i in order]
         for i, (kind, entity, code, ts, source) in enumerate(zip(*(events[c].tolist() for c in (
-                "kind", "entity", "code", "ts")), sources)):
+                "kind", "entity", "code", "ts", "source")))):
             if kind != "xid" or pd.isna(code):
                 continue
             key = (entity, int(code))

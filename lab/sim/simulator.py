@@ -781,7 +781,8 @@ def chunk_event_rows(chunk: SimChunk) -> list[tuple]:
     for ts_line, node, line in chunk.lines:
         ev = parse_kernel_message(line)
         if ev is not None:
-            rows.append((ts_line, node, ev.kind, ev.code, ev.severity, ev.message, "kernel", ev.pci, ev.device))
+            rows.append((ts_line, node, ev.kind, ev.code, ev.severity, ev.message, ev.source or "kernel", ev.pci,
+                         ev.device))
     return rows
 
 

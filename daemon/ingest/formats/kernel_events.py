@@ -63,6 +63,7 @@ class KernelEvent:
     message: str
     pci: str | None = None
     device: str | None = None  # e.g. the netdev of a link event
+    source: str | None = None  # who says it, where not the log itself: :data:`DRIVER_SOURCE`
 
 
 # "NVRM: Xid (PCI:0000:3b:00): 79, ..."; older drivers print the address without "PCI:" ("NVRM: Xid (0000:03:00): 14,
@@ -166,9 +167,10 @@ _NV_STATUS = re.compile(r"NVRM: (?:GPU\d+ )?nvAssert\w*: Assertion failed: .*?"
 _AER_UNRECOVERED = re.compile(r"(?:^|\s)(\S+) ([0-9a-f]{4}:[0-9a-f]{2}:[0-9a-f]{2}\.[0-7]): "
                               r"(?:AER: can't recover \(no error_detected callback\)|device has no AER-aware driver)")
 _OFF_BUS_TEXT = "fallen off the bus"
-DRIVER_MESSAGE = "(the driver's message)"
-"""How an Xid 79 read from the driver's own words for a lost GPU (not its Xid line) ends: the same fact as the Xid
-line the driver prints beside it, merged with it (:meth:`daemon.judgement.resolve.EventResolver.merge_xids`)."""
+DRIVER_SOURCE = "kernel:driver"
+"""The source of an Xid 79 read from the driver's own words for a lost GPU (not its Xid line): the same fact as the
+Xid line the driver prints beside it, from another source, so merged with it as a gauge's report of an Xid is
+(:meth:`daemon.judgement.resolve.EventResolver.merge_xids`)."""
 # The NVLink 5 Xids (144-150) print their own severity after the unit: "149, NETIR_LINK_EVT Fatal XC0 i0 Link 00 ..."
 _XID_SEVERITY = re.compile(r"^\S+ (Fatal|Non-?[Ff]atal)\b")
 SELF_RATED_XIDS = frozenset(range(144, 151))
@@ -197,13 +199,13 @@ def parse_kernel_message(message: str) -> KernelEvent | None:
         m = _OFF_BUS.search(message)
         if not m:
             return None
-        return KernelEvent("xid", 79, "error", f"GPU has fallen off the bus and is not responding to commands "
-                           f"{DRIVER_MESSAGE}", normalize_pci(m.group(1)))
+        return KernelEvent("xid", 79, "error", "GPU has fallen off the bus and is not responding to commands "
+                           "(the driver's message)", normalize_pci(m.group(1)), source=DRIVER_SOURCE)
     if _OFF_BUS_TEXT in message and "NVRM: GPU " in message:
         m = _OFF_BUS_DEV.search(message)
         if m:
-            return KernelEvent("xid", 79, "error", f"GPU has fallen off the bus {DRIVER_MESSAGE}",
-                               normalize_pci(m.group(1)))
+            return KernelEvent("xid", 79, "error", "GPU has fallen off the bus (the driver's message)",
+                               normalize_pci(m.group(1)), source=DRIVER_SOURCE)
     if "NV_ERR_" in message:
         m = _NV_STATUS.search(message)
         if m:

@@ -204,7 +204,8 @@ class EventRows:
             self.ctx.rejects.reject(self.fmt, position, f"host {host!r} is an address with no alias in the topology")
             return
         self.rows.append(
-            (ts, node, event.kind, event.code, event.severity, event.message, self.source, event.pci, event.device)
+            (ts, node, event.kind, event.code, event.severity, event.message, event.source or self.source, event.pci,
+             event.device)
         )
         metrics.EVENTS_INGESTED.labels(self.fmt, event.kind).inc()
 

@@ -17,7 +17,7 @@ from tests.conftest import require
 
 from daemon.ingest.formats import (FabricManagerReader, JournalJsonReader, OpenMetricsReader, TextLogReader,
                                    describe_unread, sniff)
-from daemon.ingest.formats.kernel_events import MessageJoiner, parse_kernel_message
+from daemon.ingest.formats.kernel_events import DRIVER_SOURCE, MessageJoiner, parse_kernel_message
 from daemon.ingest.naming import SeriesMapper
 from daemon.judgement.resolve import EventResolver
 from daemon.topology import Topology
@@ -919,8 +919,9 @@ def test_the_nvidia_drivers_own_line_for_a_gpu_fallen_off_the_bus():
     # beside its Xid 79 line (nvErrorLog_va prints that first), the same fact: one event, the Xid line's
     xid = parse_kernel_message("NVRM: Xid (PCI:0000:3b:00): 79, pid=0, GPU has fallen off the bus.")
     resolver = EventResolver(SeriesMapper())
-    out = resolver.merge_xids(events_frame([(9.0, "n1/gpu0", e.kind, e.code, e.severity, e.message, "kernel", e.pci,
-                                             None) for e in (xid, ev[3])]), 9.0)
+    assert (xid.source, ev[3].source) == (None, DRIVER_SOURCE)  # (the reader's own for the Xid line: "kernel")
+    out = resolver.merge_xids(events_frame([(9.0, "n1/gpu0", e.kind, e.code, e.severity, e.message,
+                                             e.source or "kernel", e.pci, None) for e in (xid, ev[3])]), 9.0)
     assert list(out["message"]) == ["pid=0, GPU has fallen off the bus."] and resolver.merged == 1
     again = resolver.merge_xids(events_frame([(9000.0, "n1/gpu0", "xid", 79, "error", xid.message, "kernel",
                                                xid.pci, None)]), 9000.0)
