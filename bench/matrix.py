@@ -19,8 +19,8 @@ sys.path.insert(0, str(ROOT / "bench"))
 
 from common import cores  # noqa: E402
 
-from lab.matrix import (CELLS, check_cells, DEFAULT_NOISE, NOISE, SAMPLING, differences, parse_seeds, report,  # noqa: E402
-                        run_matrix)
+from lab.matrix import (CELLS, check_cells, DEFAULT_FLEET, DEFAULT_NOISE, FLEETS, NOISE, SAMPLING,  # noqa: E402
+                        differences, parse_seeds, report, run_matrix)
 from lab.sim.faults import parse_duration  # noqa: E402
 
 
@@ -28,7 +28,8 @@ def progress(r: dict) -> None:
     a = r["raswarden"]
     hit = sum(c["flagged"] for c in a["classes"].values())
     n = sum(c["faults"] for c in a["classes"].values())
-    print(f"{r['kind']:5} {r['sampling']:5} {r['noise']:9} seed {r['seed']:3}: recall {hit}/{n}, false "
+    fleet = f"{r['fleet']} " if "fleet" in r else ""
+    print(f"{r['kind']:5} {fleet}{r['sampling']:5} {r['noise']:9} seed {r['seed']:3}: recall {hit}/{n}, false "
           f"{a['false_flags']} ({r['wall_s']:.0f} s)", flush=True)
 
 
@@ -38,6 +39,9 @@ def main() -> int:
                     help=f"cells' sampling: {', '.join(SAMPLING)} (default {','.join(CELLS)})")
     ap.add_argument("--noise", default=",".join(DEFAULT_NOISE),
                     help=f"cells' noise: {', '.join(NOISE)} (default {','.join(DEFAULT_NOISE)})")
+    ap.add_argument("--fleet", default=DEFAULT_FLEET,
+                    help=f"the hardware: {', '.join(FLEETS)} (default {DEFAULT_FLEET}, an H100 rack; gb200: nine GB200 "
+                         "NVL72 racks, NVLink 5's counters and lines)")
     ap.add_argument("--seeds", default="1..20", help="dense seeds, e.g. 1..20")
     ap.add_argument("--quiet-seeds", default="1..4", help="quiet-week seeds")
     ap.add_argument("--model", help="a model directory (adds the learned detectors)")
@@ -58,11 +62,11 @@ def main() -> int:
     try:  # the arguments only: an error inside a run is a traceback, not a usage message
         seeds, quiet_seeds = parse_seeds(args.seeds), parse_seeds(args.quiet_seeds)
         warmup_s = parse_duration(args.warmup, "--warmup")
-        check_cells(args.sampling.split(","), args.noise.split(","))
+        check_cells(args.sampling.split(","), args.noise.split(","), args.fleet)
     except ValueError as exc:
         ap.error(str(exc))
     results = run_matrix(args.sampling.split(","), args.noise.split(","), seeds, quiet_seeds, args.out, args.jobs,
-                         args.model, progress, warmup_s, baseline=not args.no_baseline)
+                         args.model, progress, warmup_s, baseline=not args.no_baseline, fleet=args.fleet)
     print(report(results))
     return same_as(args.out, args.same_as) if args.same_as else 0
 

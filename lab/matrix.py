@@ -14,6 +14,11 @@ baseline,
 straight from the simulator through the pipeline (:func:`lab.evaluate.evaluate_simulation`: the batches a
 replay of the trace would make, without writing hundreds of gigabytes of traces).
 
+A fleet other than the default (``--fleet``) runs the same scenarios on other hardware: ``gb200`` is nine GB200
+NVL72 racks (648 Blackwell GPUs in 162 trays of 4, a port per GPU: lab/sim/layout.py), whose exporters publish
+NVLink 5's counters where the H100 rack's publish NVLink CRC errors and whose driver prints NVLink 5's Xid 149 for
+an NVLink error (lab/sim/vendors.py), so the matrix measures the readings and rules a Blackwell fleet needs.
+
 A dense run may begin with ``warmup_s`` of the same fleet without faults (``--warmup 24h``): the faults, and
 every confounder that starts later than the first instant, move that much later; a condition present from the start
 (a warm slot) stays so. Without it, a fault begins 1 to 10 hours after raswarden starts watching, which no fleet's
@@ -51,6 +56,9 @@ QUIET_WEEK = {"loaded": "quiet-7d-half-idle"}
 """A noise cell's quiet weeks where not quiet-7d's busy fleet: errors that follow use are tested where use changes."""
 #: the cells of issue 24's matrix; ``bursty`` (rare bursts over a limit's hourly count, issue 53) is run when named
 DEFAULT_NOISE = NOISE[:3]
+FLEETS = {"scalex640": None, "gb200": {"preset": "nvl72", "accelerators": 648}}
+"""The fleets a cell can run on: the scenarios' own topology (one scaleX640 rack of H100 blades), or another."""
+DEFAULT_FLEET = "scalex640"
 
 
 def parse_seeds(text: str) -> list[int]:
@@ -62,9 +70,10 @@ def parse_seeds(text: str) -> list[int]:
     return out
 
 
-def scenario_for(kind: str, sampling: str, noise: str, seed: int, warmup_s: float = 0.0) -> dict:
-    """The scenario of one run: the base scenario with the cell's sampling and noise (and seed), its faults
-    ``warmup_s`` later (a dense run only)."""
+def scenario_for(kind: str, sampling: str, noise: str, seed: int, warmup_s: float = 0.0,
+                 fleet: str = DEFAULT_FLEET) -> dict:
+    """The scenario of one run: the base scenario with the cell's sampling and noise (and seed) on ``fleet``, its
+    faults ``warmup_s`` later (a dense run only)."""
     import yaml
 
     from lab.sim.faults import parse_duration
@@ -74,6 +83,8 @@ def scenario_for(kind: str, sampling: str, noise: str, seed: int, warmup_s: floa
     resolution, spec = SAMPLING[sampling]
     d.update(name=f"{base}-{sampling}-{noise}-{seed}", seed=seed, resolution=f"{resolution:g}s", sampling=spec,
              noise=noise)
+    if FLEETS[fleet] is not None:
+        d.update(name=f"{d['name']}-{fleet}", topology=dict(FLEETS[fleet]))
     if kind == "dense":
         d["profile"] = "full" if (seed // 2) % 2 == 0 else "stock"
         if warmup_s > 0:
@@ -89,16 +100,16 @@ def scenario_for(kind: str, sampling: str, noise: str, seed: int, warmup_s: floa
 
 
 def run_one(kind: str, sampling: str, noise: str, seed: int, model: str | None, warmup_s: float = 0.0,
-            baseline: bool = True) -> dict:
+            baseline: bool = True, fleet: str = DEFAULT_FLEET) -> dict:
     """One run of the matrix, scored for raswarden and (unless not ``baseline``: its ``baseline`` is None then) for
-    the baseline."""
+    the baseline; on a fleet other than the default its record names it."""
     from lab.evaluate import evaluate_simulation_judges
     from lab.sim.simulator import Simulator
     from lab.sim.faults import load_library
     from lab.sim.scenario import Scenario
     from detectors.bundle import ModelBundle
 
-    d = scenario_for(kind, sampling, noise, seed, warmup_s if kind == "dense" else 0.0)
+    d = scenario_for(kind, sampling, noise, seed, warmup_s if kind == "dense" else 0.0, fleet)
     library = load_library(FAULTS)
     started = time.perf_counter()
     bundle = ModelBundle.load(Path(model)) if model else None
@@ -109,7 +120,7 @@ def run_one(kind: str, sampling: str, noise: str, seed: int, model: str | None, 
     return {"kind": kind, "sampling": sampling, "noise": noise, "seed": seed, "profile": d.get("profile", "full"),
             "model": model, "warmup_s": warmup_s if kind == "dense" else 0.0, "raswarden": raw(ours),
             "baseline": raw(base) if base is not None else None,
-            "wall_s": round(time.perf_counter() - started, 1)}
+            "wall_s": round(time.perf_counter() - started, 1)} | ({"fleet": fleet} if fleet != DEFAULT_FLEET else {})
 
 
 def raw(ev) -> dict:
@@ -123,7 +134,8 @@ def raw(ev) -> dict:
 
 
 def key(r: dict) -> tuple:
-    return (r["kind"], r["sampling"], r["noise"], r["seed"], r.get("model"), r.get("warmup_s", 0.0))
+    return (r["kind"], r["sampling"], r["noise"], r["seed"], r.get("model"), r.get("warmup_s", 0.0),
+            r.get("fleet", DEFAULT_FLEET))
 
 
 def pooled(runs: list[dict], who: str) -> dict:
@@ -175,13 +187,16 @@ def report(results: dict) -> str:
         return "-" if x is None else format(x, fmt)
 
     warmups = sorted({r.get("warmup_s", 0.0) for r in runs if r["kind"] == "dense"}) or [0.0]
-    for sampling, noise, warm in ((s, n, w) for s in SAMPLING for n in NOISE for w in warmups):
+    for fleet, sampling, noise, warm in ((fl, s, n, w) for fl in FLEETS for s in SAMPLING for n in NOISE
+                                         for w in warmups):
         # a cell's dense runs of one warm-up, with its quiet weeks (which have none)
         cell = [r for r in runs if r["sampling"] == sampling and r["noise"] == noise
+                and r.get("fleet", DEFAULT_FLEET) == fleet
                 and (r["kind"] == "quiet" or r.get("warmup_s", 0.0) == warm)]
         if not cell:
             continue
-        name = f"{sampling}/{noise}" + (f" +{warm / 3600:g}h" if warm else "")
+        name = (f"{fleet} " if fleet != DEFAULT_FLEET else "") + f"{sampling}/{noise}" + (
+            f" +{warm / 3600:g}h" if warm else "")
         for who in ("raswarden", "baseline"):
             dense = pooled([r for r in cell if r["kind"] == "dense"], who)
             quiet = pooled([r for r in cell if r["kind"] == "quiet"], who)
@@ -215,7 +230,9 @@ def differences(a: dict, b: dict) -> tuple[int, list[str]]:
             what = [k for k in sorted(set(x) | set(y)) if x.get(k) != y.get(k)
                     and not (k == "findings_digest" and not (x.get(k) and y.get(k)))]
             if what:
-                out.append(f"{r['kind']} {r['sampling']}/{r['noise']} seed {r['seed']} ({who}): {', '.join(what)}")
+                fleet = f"{r['fleet']} " if r.get("fleet", DEFAULT_FLEET) != DEFAULT_FLEET else ""
+                out.append(f"{r['kind']} {fleet}{r['sampling']}/{r['noise']} seed {r['seed']} ({who}): "
+                           f"{', '.join(what)}")
     return compared, out
 
 
@@ -227,8 +244,10 @@ def write_results(path: Path, results: dict) -> None:
     os.replace(tmp, path)
 
 
-def check_cells(sampling: list[str], noise: list[str]) -> None:
-    """ValueError naming a sampling or noise cell the matrix does not have."""
+def check_cells(sampling: list[str], noise: list[str], fleet: str = DEFAULT_FLEET) -> None:
+    """ValueError naming a sampling or noise cell or a fleet the matrix does not have."""
+    if fleet not in FLEETS:
+        raise ValueError(f"unknown fleet {fleet!r} (one of {', '.join(FLEETS)})")
     for name in sampling:
         if name not in SAMPLING:
             raise ValueError(f"unknown sampling cell {name!r} (one of {', '.join(SAMPLING)})")
@@ -240,26 +259,28 @@ def check_cells(sampling: list[str], noise: list[str]) -> None:
 def run_matrix(sampling: list[str], noise: list[str], dense_seeds: list[int], quiet_seeds: list[int],
                out: Path, jobs: int = 1, model: str | None = None,
                progress: Callable[[dict], None] | None = None, warmup_s: float = 0.0,
-               baseline: bool = True, runner: Callable[..., dict] | None = None) -> dict:
+               baseline: bool = True, runner: Callable[..., dict] | None = None,
+               fleet: str = DEFAULT_FLEET) -> dict:
     """Run the cells' runs not yet in ``out`` (seed-major: a matrix stopped part-way holds as many seeds in every
     cell), appending each to ``out`` as it finishes; returns the results. Without ``baseline`` the static-threshold
     baseline is not run (its code is unchanged between runs of raswarden; a quarter of a run, which shares the
     simulation with it). ``runner`` makes one run in place of :func:`run_one` (same arguments and record; a bench's
-    variant, picklable for ``jobs`` > 1)."""
+    variant, picklable for ``jobs`` > 1; given ``fleet`` only when it is not the default)."""
     runner = runner or run_one
-    check_cells(sampling, noise)
+    check_cells(sampling, noise, fleet)
+    extra = {"fleet": fleet} if fleet != DEFAULT_FLEET else {}
     results = json.loads(out.read_text()) if out.exists() else {"runs": []}
     done = {key(r) for r in results["runs"]}
     todo = [(kind, s, n, seed) for s in sampling for n in noise
             for kind, group in (("dense", dense_seeds), ("quiet", quiet_seeds)) for seed in group
-            if (kind, s, n, seed, model, warmup_s if kind == "dense" else 0.0) not in done]
+            if (kind, s, n, seed, model, warmup_s if kind == "dense" else 0.0, fleet) not in done]
     todo.sort(key=lambda t: (t[0] != "dense", t[3]))
     if jobs <= 1:
         for t in todo:
-            _done(runner(*t, model, warmup_s, baseline), results, out, progress)
+            _done(runner(*t, model, warmup_s, baseline, **extra), results, out, progress)
         return results
     with ProcessPoolExecutor(max_workers=jobs) as pool:
-        for fut in as_completed([pool.submit(runner, *t, model, warmup_s, baseline) for t in todo]):
+        for fut in as_completed([pool.submit(runner, *t, model, warmup_s, baseline, **extra) for t in todo]):
             _done(fut.result(), results, out, progress)
     return results
 

@@ -87,20 +87,21 @@ def _evaluate_matrix(args: argparse.Namespace, console) -> int:
         a = r["raswarden"]
         hit = sum(c["flagged"] for c in a["classes"].values())
         n = sum(c["faults"] for c in a["classes"].values())
-        console.print(f"{r['kind']} {r['sampling']}/{r['noise']} seed {r['seed']}: {hit}/{n} faults flagged before "
-                      f"failure, {a['false_flags']} false flags ({r['wall_s']:.0f} s)")
+        fleet = f"{r['fleet']} " if "fleet" in r else ""
+        console.print(f"{r['kind']} {fleet}{r['sampling']}/{r['noise']} seed {r['seed']}: {hit}/{n} faults flagged "
+                      f"before failure, {a['false_flags']} false flags ({r['wall_s']:.0f} s)")
 
     try:  # the arguments only: an error inside a run is a traceback, not a usage message
         from lab.sim.faults import parse_duration  # its TemplateError is a ValueError
 
         warmup_s = parse_duration(args.warmup, "--warmup")
         seeds, quiet_seeds = parse_seeds(args.seeds), parse_seeds(args.quiet_seeds)
-        check_cells(args.sampling.split(","), args.noise.split(","))
+        check_cells(args.sampling.split(","), args.noise.split(","), args.fleet)
     except ValueError as exc:
         print(f"raswarden: error: {exc}", file=sys.stderr)
         return 2
     results = run_matrix(args.sampling.split(","), args.noise.split(","), seeds, quiet_seeds, out, args.jobs,
-                         args.model, progress, warmup_s)
+                         args.model, progress, warmup_s, fleet=args.fleet)
     print(report(results))
     console.print(f"results in {out}")
     return 0
@@ -164,6 +165,8 @@ def register(sub) -> None:
                                                                      "mixed, 300s-live (default: issue 24's four)")
     m.add_argument("--noise", default="quiet,realistic,noisy", help="matrix cells' noise (default: all)")
     m.add_argument("--seeds", default="1..3", help="dense-trace seeds per cell (default 1..3)")
+    m.add_argument("--fleet", default="scalex640",
+                   help="the hardware: scalex640 (an H100 rack, default) or gb200 (nine GB200 NVL72 racks)")
     m.add_argument("--quiet-seeds", default="", help="quiet-week seeds per cell, e.g. 1..4 (default none)")
     m.add_argument("--jobs", type=int, default=1, help="runs at once (default 1)")
     m.add_argument("--warmup", default="0s", help="dense runs: this long a healthy fleet watched before the faults "

@@ -15,16 +15,17 @@ from importlib import resources
 import numpy as np
 
 from daemon.ingest.naming import Transform
-from lab.sim.layout import MODEL
+from lab.sim.vendors import VENDORS
 
-DRIVER = "550.90.07"
 # Where each vendor's accelerator and port series are published: (file, name table, label set).
 EXPORTER_FILES = {("nvidia", True): ("dcgm-exporter.om", "dcgm_exporter.csv", "dcgm"),
                   ("amd", True): ("amd-device-metrics-exporter.om", "amd_device_metrics_exporter.csv", "amd"),
                   ("ascend", True): ("npu-exporter.om", "npu_exporter.csv", "npu"),
                   ("nvidia", False): ("node-exporter.om", "node_exporter.csv", "node"),
                   ("amd", False): ("node-exporter.om", "node_exporter.csv", "node"),
-                  ("ascend", False): ("npu-exporter.om", "npu_exporter.csv", "npu-port")}
+                  ("ascend", False): ("npu-exporter.om", "npu_exporter.csv", "npu-port"),
+                  ("gb200", True): ("dcgm-exporter.om", "dcgm_exporter.csv", "dcgm"),
+                  ("gb200", False): ("node-exporter.om", "node_exporter.csv", "node")}
 
 
 @dataclass(frozen=True)
@@ -51,14 +52,24 @@ class SourceName:
         return out
 
 
-def source_names(table: str) -> dict[str, SourceName]:
-    """canonical metric -> how it is published, from a name table (the first row of a canonical wins)."""
+def source_names(table: str, prefer: tuple[tuple[str, str], ...] = ()) -> dict[str, SourceName]:
+    """canonical metric -> how it is published, from a name table: the first row of a canonical wins, but where
+    ``prefer`` names the field a canonical is published as (a vendor profile's ``sources``: another generation's
+    field comes first in the table)."""
     text = resources.files("daemon.ingest.names").joinpath(table).read_text()
     out: dict[str, SourceName] = {}
+    preferred = dict(prefer)
+    seen: set[str] = set()
     for row in csv.DictReader(line for line in text.splitlines() if not line.startswith("#")):
         extra = "".join(f',{k}="{v}"' for k, v in (p.split("=", 1) for p in (row.get("match") or "").split(";") if p))
-        out.setdefault(row["canonical"], SourceName(row["source_metric"], extra,
-                                                    Transform.parse(row.get("transform") or "")))
+        name = SourceName(row["source_metric"], extra, Transform.parse(row.get("transform") or ""))
+        seen.add(row["canonical"])
+        if preferred.get(row["canonical"]) == row["source_metric"]:
+            out[row["canonical"]] = name
+        elif row["canonical"] not in preferred:
+            out.setdefault(row["canonical"], name)
+    if missing := (set(preferred) & seen) - set(out):
+        raise ValueError(f"{table}: no row publishes {', '.join(sorted(missing))} as the profile says")
     return out
 
 
@@ -83,7 +94,7 @@ EXPORTER_PORTS = {"dcgm-exporter.om": 9400, "amd-device-metrics-exporter.om": 50
 def published_families(sim, families: list[tuple], scraped: bool) -> tuple[list[Family], list[str]]:
     """The families of ``emission(sim, profile)`` as each vendor's exporter publishes them, and the canonical
     metrics no exporter names (left out)."""
-    names: dict[str, dict[str, SourceName]] = {}
+    names: dict[tuple[str, str], dict[str, SourceName]] = {}
     gpu_vendor = [v.name for v in sim.gpu_vendor]
     port_vendor = [sim.node_vendor[int(n)].name for n in sim.port_node]
     out, unpublished = [], []
@@ -93,9 +104,9 @@ def published_families(sim, families: list[tuple], scraped: bool) -> tuple[list[
             continue
         vendor = (gpu_vendor if is_gpu else port_vendor)[int(idx[0])]
         path, table, kind = EXPORTER_FILES[(vendor, is_gpu)]
-        if table not in names:
-            names[table] = source_names(table)
-        source = names[table].get(out_metric)
+        if (table, vendor) not in names:
+            names[(table, vendor)] = source_names(table, VENDORS[vendor].sources)
+        source = names[(table, vendor)].get(out_metric)
         if source is None:
             unpublished.append(f"{out_metric} ({vendor})")
             continue
@@ -146,8 +157,9 @@ def dcgm_labels(sim, gpu_row: int, scraped: bool) -> str:
     """dcgm-exporter's label set of one GPU; ``scraped`` adds what Prometheus attaches (instance, job)."""
     topo = sim.topo
     n, g = divmod(gpu_row, topo.gpus_per_node)
+    vendor = topo.vendor(n)
     labels = (f'gpu="{g}",UUID="GPU-{sim.uuids[gpu_row]}",pci_bus_id="{topo.gpu_pci(g)}",device="nvidia{g}",'
-              f'modelName="{MODEL}",Hostname="{topo.nodes[n]}",DCGM_FI_DRIVER_VERSION="{DRIVER}"')
+              f'modelName="{vendor.model}",Hostname="{topo.nodes[n]}",DCGM_FI_DRIVER_VERSION="{vendor.driver}"')
     return labels + (f',instance="{topo.address(n)}:9400",job="dcgm"' if scraped else "")
 
 

@@ -10,8 +10,9 @@ Presets (``topology: {preset: ..., accelerators: N}`` in a scenario):
 * ``cloudmatrix384``: 384 Ascend NPUs in one supernode spread over 16 racks: 12 compute racks of 4 nodes × 8
   NPUs and 4 network racks of the unified-bus switches (no nodes), one NPU RoCE port each; cooling per
   rack pair;
-* ``nvl72``: 72 GPUs in 18 compute trays of 4 per rack, one NVLink domain (a supernode per rack), 4 × 400G
-  ports per tray.
+* ``nvl72``: GB200 NVL72, 72 Blackwell GPUs in 18 compute trays of 4 per rack, one NVLink domain (a supernode per
+  rack), 4 × 400G ports per tray; the GPUs at the PCI addresses a real tray's dcgm-exporter names (domains 8, 9,
+  0x18 and 0x19, bus 1: NVIDIA/dcgm-exporter issue 581).
 
 The result is written as ``topology.yaml`` and read back by :class:`daemon.topology.Topology`.
 """
@@ -27,6 +28,7 @@ import yaml
 from lab.sim.vendors import VENDORS, VendorProfile
 
 GPU_PCI = ("18", "2a", "3a", "5d", "9a", "ab", "ba", "db")
+GB200_PCI = ("00000008:01:00.0", "00000009:01:00.0", "00000018:01:00.0", "00000019:01:00.0")
 PORT_PCI = ("0c", "2c", "8c", "ac", "1c", "3c", "9c", "bc")
 MODEL = VENDORS["nvidia"].model
 
@@ -50,6 +52,7 @@ class SimTopology:
     cooling_of_rack: tuple[str, ...]
     node_vendor: tuple[str, ...] = ()  # vendor name per node (default: all NVIDIA)
     nodes_per_leaf: int = 80  # switch port numbering: a leaf's port per node of its rack
+    gpu_pci_ids: tuple[str, ...] = ()  # each GPU index's PCI address on a node (default: bus GPU_PCI[g], domain 0)
 
     def vendor(self, node_index: int) -> VendorProfile:
         return VENDORS[self.node_vendor[node_index]] if self.node_vendor else VENDORS["nvidia"]
@@ -83,6 +86,8 @@ class SimTopology:
         return "10." + host_octets(node_index)
 
     def gpu_pci(self, g: int) -> str:
+        if self.gpu_pci_ids:
+            return self.gpu_pci_ids[g % len(self.gpu_pci_ids)]
         return f"00000000:{GPU_PCI[g % len(GPU_PCI)].upper()}:00.0"
 
     def port_pci(self, p: int) -> str:
@@ -178,15 +183,15 @@ def cloudmatrix384(accelerators: int = 384) -> SimTopology:
 
 
 def nvl72(accelerators: int = 72) -> SimTopology:
-    """GB200 NVL72: 18 compute trays of 4 GPUs per rack, one NVLink domain (supernode) per rack."""
+    """GB200 NVL72: 18 compute trays of 4 GB200 GPUs per rack, one NVLink domain (supernode) per rack."""
     if accelerators % 72:
         raise ValueError("nvl72 takes multiples of 72 accelerators")
     n_racks = accelerators // 72
     racks = _racks(n_racks, "nvl")
     nodes = [f"{rack}-t{t + 1:02d}" for rack in racks for t in range(18)]
     node_rack = np.repeat(np.arange(n_racks), 18)
-    return SimTopology(tuple(nodes), node_rack, racks, 4, 4, racks, _racks(n_racks, "cdu"), ("nvidia",) * len(nodes),
-                       18)
+    return SimTopology(tuple(nodes), node_rack, racks, 4, 4, racks, _racks(n_racks, "cdu"), ("gb200",) * len(nodes),
+                       18, GB200_PCI)
 
 
 PRESETS = {"scalex640": scalex640, "scalex640-mixed": scalex640_mixed, "cloudmatrix384": cloudmatrix384,

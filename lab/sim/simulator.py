@@ -48,7 +48,10 @@ PORT_COUNTERS = ("symbol_error_total", "link_error_recovery_total", "link_downed
                  "rcv_bytes_total", "xmit_bytes_total")
 # What each exporter profile publishes (stock = dcgm-exporter's default-counters.csv).
 FULL_ONLY = frozenset({"ecc_sbe_total", "ecc_dbe_total", "nvlink_crc_flit_total", "throttle_thermal"})
-NVIDIA_NEVER = frozenset({"npu_error_code_0"})  # engine arrays no NVIDIA exporter publishes
+# Counters drawn from others, for the vendors that publish them only: NVLink 5's successful link recoveries (GB200),
+# a share of its errors left after FEC (lab/sim/vendors.py)
+DERIVED_COUNTERS = ("nvlink_recovery_total",)
+NVIDIA_NEVER = frozenset({"npu_error_code_0", *DERIVED_COUNTERS})  # engine arrays no H100 exporter publishes
 # npu-exporter keeps reporting an NPU it can no longer read (its other values are failure values, dropped
 # by the name table): its fault codes are what says it is gone.
 STILL_REPORTED = frozenset({"npu_error_code_0"})
@@ -161,6 +164,12 @@ class Simulator:
         self.clock_idle = np.array([v.clock_idle for v in self.gpu_vendor])
         self.fb_total = np.array([v.fb_total_mib for v in self.gpu_vendor])
         self.fb_busy = np.where(self.fb_total == FB_TOTAL_MIB, 71000.0, np.round(self.fb_total * 0.87))
+        # GB200 GPUs: NVLink 5's recoveries are a share of the errors left after FEC, the share drawn once per fleet
+        # (1e-3 to 1e-2, log-uniform; assumed: no public source gives it), from a stream of its own (the other
+        # vendors' traces stay those of before)
+        self.recovery_rows = np.flatnonzero([v.name == "gb200" for v in self.gpu_vendor])
+        self.recovery_share = (float(10 ** np.random.default_rng([scenario.seed, 19]).uniform(-3.0, -2.0))
+                               if len(self.recovery_rows) else 0.0)
         self.uuids = [str(uuidlib.UUID(int=int(g.integers(0, 2**62)) << 64 | int(g.integers(0, 2**62))))
                       for _ in range(t.n_gpus)]
         self.jobs = self._plan_jobs()
@@ -358,7 +367,8 @@ class Simulator:
         rng = np.random.default_rng(sc.seed + 1)
         self._noise_rng = np.random.default_rng([sc.seed, 7])
         self._aer_rng = np.random.default_rng([sc.seed, 17])
-        carry_gpu = {m: np.zeros(t.n_gpus) for m in GPU_COUNTERS}
+        self._recovery_rng = np.random.default_rng([sc.seed, 23])
+        carry_gpu = {m: np.zeros(t.n_gpus) for m in GPU_COUNTERS + DERIVED_COUNTERS}
         carry_port = {m: np.zeros(t.n_ports) for m in PORT_COUNTERS}
         xid_last = np.zeros(t.n_gpus)
         # Each line and code with its fault: a fault's ``until`` can move while the run goes on (the closed
@@ -424,6 +434,9 @@ class Simulator:
                 gpu["xid_last"][rows, step:] = 0.0
         for m in GPU_COUNTERS:
             gpu[m] = _accumulate(carry_gpu[m], fx.gpu_inc[m], [(r, s) for r, s in fx.gpu_reset if len(r)])
+        if len(self.recovery_rows):
+            gpu["nvlink_recovery_total"] = _accumulate(carry_gpu["nvlink_recovery_total"], self._recoveries(fx),
+                                                       [(r, s) for r, s in fx.gpu_reset if len(r)])
         port: dict[str, np.ndarray] = {}
         for m in PORT_COUNTERS:
             port[m] = _accumulate(carry_port[m], fx.port_inc[m], [(r, s) for r, s in fx.port_reset if len(r)])
@@ -436,6 +449,16 @@ class Simulator:
         port_sampled = obs.sampled("node", self.port_node, ts) if obs else None
         return SimChunk(ts, gpu, port, fx.gpu_present, fx.port_present, lines, np.clip(speed, 0.0, 1.0),
                         gpu_sampled, port_sampled)
+
+    def _recoveries(self, fx: _Effects) -> np.ndarray:
+        """NVLink 5's successful link recoveries of the chunk's steps ([gpus x steps]; 0 but on GB200 GPUs): each of a
+        GPU's NVLink errors (the engine's CRC errors, NVLink 5's errors left after FEC) a recovery at the fleet's
+        share."""
+        errors = fx.gpu_inc["nvlink_crc_flit_total"]
+        out = np.zeros_like(errors)
+        rows = self.recovery_rows
+        out[rows] = self._recovery_rng.binomial(errors[rows].astype(np.int64), self.recovery_share)
+        return out
 
     def _repairs(self, ts: np.ndarray, fx: _Effects) -> None:
         """A repaired part comes back reset: counters from zero, no last Xid."""
@@ -680,7 +703,7 @@ def emission(sim: Simulator, profile: str) -> list[tuple[str, str, bool, np.ndar
     for name in sim.topo.vendors:
         v = VENDORS[name]
         rows = np.flatnonzero(gpu_vendor == name)
-        out += [(v.canonical(m), m, True, rows) for m in GPU_GAUGES + GPU_COUNTERS
+        out += [(v.canonical(m), m, True, rows) for m in GPU_GAUGES + GPU_COUNTERS + DERIVED_COUNTERS
                 if v.publishes(m, profile, FULL_ONLY, NVIDIA_NEVER)]
         rows = np.flatnonzero(port_vendor == name)
         out += [(v.canonical(m), m, False, rows) for m in PORT_GAUGES + PORT_COUNTERS if v.publishes_port(m)]

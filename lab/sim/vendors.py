@@ -10,6 +10,15 @@ stack reports the same fact:
   the ``xgmi_wafl`` block, a GPU lost from the bus (79) the fatal ``ERREVENT_ATHUB_INTERRUPT`` and a failed
   reset; application faults (13, 31, 43) a GPU page fault, which is no RAS event. AER lines name the amdgpu
   driver.
+* **GB200** (NVIDIA Grace-Blackwell, NVLink 5): NVIDIA's own lines, but NVLink 5 serves none of the DL CRC, replay
+  and recovery counters DCGM's older NVLink fields read (unsupported there): its exporter publishes the link's
+  errors left after FEC (DCGM field 1219, ``DCGM_FI_DEV_NVLINK_COUNT_EFFECTIVE_ERRORS``) where an H100's CRC flit
+  errors stand, and its successful link recoveries (1211), which the simulator draws from those errors (a recovery
+  for a share of them, the share drawn per fleet: no public source gives it; a real GB200 link that went down
+  had counted 505 recoveries over five days where thousands of healthy links counted none, marin-community/marin
+  issue 9086). An NVLink error the H100 reports as Xid 74 is NVLink 5's NETIR_BER_EVENT, Xid 149 Nonfatal (its
+  IntrInfo the decode sheet's V1 pattern, the driver being R570: NVIDIA's action IGNORE, investigate the link's
+  cables), so the fault is the counters' to find.
 * **Ascend**: no kernel lines. npu-exporter reports the NPU's active fault codes
   (``npu_chip_info_error_code``); each Xid becomes a code of the MindCluster handling level such a fault gets
   (a hard fault: SeparateNPU or RestartNPU; a remapped row: SubHealthFault; an application fault:
@@ -50,6 +59,9 @@ class VendorProfile:
     renames: tuple[tuple[str, str], ...] = ()  # engine metric -> this vendor's canonical metric
     port_metrics: frozenset[str] | None = None  # None: node_exporter's InfiniBand set
     port_renames: tuple[tuple[str, str], ...] = ()
+    sources: tuple[tuple[str, str], ...] = ()  # canonical metric -> the exporter field it is published as, where
+    # the name table's first row for it is another generation's field
+    driver: str = "550.90.07"  # the driver version its exporter and lines report
 
     def publishes(self, metric: str, profile: str, full_only: frozenset[str], never: frozenset[str]) -> bool:
         """Whether this vendor's exporter publishes the engine's accelerator metric in ``profile``."""
@@ -82,7 +94,19 @@ ASCEND = VendorProfile("ascend", "npu", "Ascend910B3", "hccn{p}", "npu-exporter"
                         ("pcie_replay_total", "aer_correctable_total")),
                        frozenset({"port_state", "link_downed_total", "symbol_error_total", "rcv_errors_total"}),
                        (("symbol_error_total", "rcv_errors_total"), ("rcv_errors_total", "roce_rx_err_pkt_total")))
-VENDORS = {v.name: v for v in (NVIDIA, AMD, ASCEND)}
+# GB200 (one GPU of a Grace-Blackwell superchip): 1,200 W board power; under the same AcmeTrace-calibrated load as
+# the H100 profile (430 of 700 W) about 740 W; 189,471 MiB of HBM3e as nvidia-smi reports a GB200's (assumed from
+# the 186 GB NVIDIA states). Its exporter publishes what an H100's does but NVLink 5's counters (module docstring).
+GB200 = VendorProfile("gb200", "gpu", "NVIDIA GB200", "mlx5_{p}", "dcgm-exporter", 160.0, 740.0, 1965.0, 345.0,
+                      189471.0,
+                      _COMMON | {"mem_clock_mhz", "mem_copy_util_pct", "fb_free_mib", "energy_mj_total",
+                                 "pcie_replay_total", "row_remap_correctable_total", "row_remap_uncorrectable_total",
+                                 "row_remap_failure", "xid_last", "throttle_thermal", "nvlink_crc_flit_total",
+                                 "nvlink_recovery_total"},
+                      (("nvlink_crc_flit_total", "nvlink_effective_error_total"),),
+                      sources=(("nvlink_recovery_total", "DCGM_FI_DEV_NVLINK_COUNT_LINK_RECOVERY_SUCCESSFUL_EVENTS"),),
+                      driver="570.133.20")
+VENDORS = {v.name: v for v in (NVIDIA, AMD, ASCEND, GB200)}
 
 _XID = re.compile(r"NVRM: Xid \(PCI:([0-9A-Fa-f:.]+)\): (\d+)(?:, (.*))?$")
 _NV_GONE = re.compile(r"NVRM: GPU \S+: GPU has fallen off the bus")
@@ -101,6 +125,11 @@ AMD_LINES: dict[int, tuple[str, ...]] = {
     31: ("amdgpu {pci}: amdgpu: [gfxhub] page fault (src_id:0 ring:24 vmid:8 pasid:32769)",),
     43: ("amdgpu {pci}: amdgpu: ring gfx_0.0.0 timeout, signaled seq=1042, emitted seq=1043",),
 }
+# NVLink 5's word for an NVLink error (Xid 74 on an H100): NETIR_BER_EVENT, the decode sheet's V1 IntrInfo
+# (unit bits 0x226) and error status 1 (fixtures/real/quoted/gpud-*: the line's shape).
+_NVLINK5_BER = ("NVRM: Xid (PCI:{pci_xid}): 149, NETIR_BER_EVENT Nonfatal XC0 i0 Link {link:02d} (0x00000226 "
+                "0x00000001 0x00000000 0x00000000 0x00000000 0x00000000)")
+_LINK = re.compile(r"[Ll]ink (\d+)")
 # Xid -> an Ascend fault code of the MindCluster level the same fault gets (detectors/catalogs).
 SEPARATE, RESTART_NPU, FREE_RESTART, SUB_HEALTH, RESTART_BUSINESS = (0x80E18402, 0x80E18008, 0x8C0E4E00,
                                                                      0x80E18405, 0x8C204E00)
@@ -115,6 +144,13 @@ def render_line(vendor: VendorProfile, line: str) -> list[str] | int | None:
     if vendor.name == "nvidia":
         return [line]
     m = _XID.search(line)
+    if m and vendor.name == "gb200":
+        if int(m.group(2)) != 74:
+            return [line]
+        link = _LINK.search(m.group(3) or "")
+        return [line[:m.start()] + _NVLINK5_BER.format(pci_xid=m.group(1), link=int(link.group(1)) if link else 0)]
+    if vendor.name == "gb200":
+        return [line]
     if m:
         code, text = int(m.group(2)), (m.group(3) or "").lower()
         if code == 154:  # the driver's recovery action: reboot (hard) or reset

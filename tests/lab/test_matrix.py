@@ -100,3 +100,20 @@ def test_the_loaded_cell_s_quiet_weeks_are_a_fleet_idle_half_the_time():
         busy[noise] = float(sim._util(sim.scenario.start + 300.0 * np.arange(1, 577)).mean())
     assert scenario_for("quiet", "300s", "loaded", 1)["jobs"]["gap"] == ["2h", "12h"]
     assert busy["noisy"] > 0.9 and 0.3 < busy["loaded"] < 0.7, busy
+
+
+def test_a_gb200_fleet_runs_the_same_scenarios_on_nvl72_racks_and_is_kept_and_tabled_apart():
+    h100, gb200 = scenario_for("dense", "60s", "noisy", 3), scenario_for("dense", "60s", "noisy", 3, fleet="gb200")
+    assert gb200["topology"] == {"preset": "nvl72", "accelerators": 648}
+    assert h100["topology"]["preset"] == "scalex640" and gb200["faults"] == h100["faults"]
+    assert Scenario.from_dict(gb200, gb200["name"]).preset == "nvl72"
+    runs = [_run(0.0, 1), {**_run(0.0, 2), "fleet": "gb200"}]
+    assert key(runs[0]) != key(runs[1])
+    lines = report({"runs": runs}).splitlines()
+    assert any(line.startswith("300s/realistic   raswarden    0.500") for line in lines)
+    assert any(line.startswith("gb200 300s/realistic raswarden    1.000") for line in lines)
+    changed = {**runs[1], "raswarden": {**runs[1]["raswarden"], "false_flags": 1}}
+    assert differences({"runs": [changed]}, {"runs": runs})[1] == [
+        "dense gb200 300s/realistic seed 1 (raswarden): false_flags"]
+    with pytest.raises(ValueError, match="unknown fleet"):
+        check_cells(["60s"], ["noisy"], "b300")

@@ -6,12 +6,14 @@ import json
 import numpy as np
 import pytest
 
+from daemon.ingest.formats.kernel_events import parse_kernel_message
 from daemon.replay import replay
+from detectors.xid_catalog import decode_nvlink5, load_decode_sheet
 from lab.sim.simulator import Simulator, chunk_to_batch
 from lab.sim.faults import load_library
 from lab.sim.scenario import Scenario
 from lab.sim.layout import PRESETS
-from lab.sim.vendors import AMD, ASCEND, NVIDIA, render_line
+from lab.sim.vendors import AMD, ASCEND, GB200, NVIDIA, render_line
 from lab.sim.writer import simulate_to
 from daemon.topology import Topology
 from tests.detectors.sim_helpers import LIBRARY
@@ -22,7 +24,9 @@ def test_presets_of_the_sources():
     assert (cm.n_gpus, cm.n_nodes, len(cm.racks), cm.vendors) == (384, 48, 16, ("ascend",))
     assert len(set(cm.supernode_of_rack)) == 1 and set(cm.node_rack) == set(range(12))  # 4 racks of UB switches
     nvl = PRESETS["nvl72"]()
-    assert (nvl.n_gpus, nvl.n_nodes, nvl.gpus_per_node, len(nvl.racks)) == (72, 18, 4, 1)
+    assert (nvl.n_gpus, nvl.n_nodes, nvl.gpus_per_node, len(nvl.racks), nvl.vendors) == (72, 18, 4, 1, ("gb200",))
+    assert [nvl.gpu_pci(g) for g in range(4)] == ["00000008:01:00.0", "00000009:01:00.0", "00000018:01:00.0",
+                                                  "00000019:01:00.0"]  # a real GB200 tray's (dcgm-exporter 581)
     mixed = PRESETS["scalex640-mixed"]()
     assert mixed.n_gpus == 640 and mixed.vendors == ("nvidia", "amd", "ascend")
     counts = {v: mixed.node_vendor.count(v) for v in mixed.vendors}
@@ -130,3 +134,72 @@ def test_vendor_picks_only_that_vendors_hardware():
     amd_nodes = {n for i, n in enumerate(sim.topo.nodes) if sim.node_vendor[i].name == "amd"}
     assert {p.inst.entity.split("/")[0] for p in sim.placed} <= amd_nodes
     assert np.all([p.inst.entity.split("/")[1].startswith("mlx5_") for p in sim.placed])
+
+
+def test_gb200_reports_an_nvlink_error_as_nvlink_5_does():
+    xid74 = ("NVRM: Xid (PCI:0018:01:00): 74, pid=7, name=python3, NVLink: fatal error detected on link 5(0x0, 0x0, "
+             "0x10000, 0x0, 0x0, 0x0, 0x0)")
+    [line] = render_line(GB200, xid74)
+    assert line == ("NVRM: Xid (PCI:0018:01:00): 149, NETIR_BER_EVENT Nonfatal XC0 i0 Link 05 (0x00000226 0x00000001 "
+                    "0x00000000 0x00000000 0x00000000 0x00000000)")
+    ev = parse_kernel_message(line)
+    decoded = decode_nvlink5(ev.code, ev.message, load_decode_sheet())
+    assert (ev.code, decoded.row.unit, decoded.action, decoded.state) == (149, "NETIR_BER_EVENT", "IGNORE", "suspect")
+    for other in ("NVRM: Xid (PCI:0018:01:00): 79, pid=0, GPU has fallen off the bus.",
+                  "NVRM: Xid (PCI:0018:01:00): 154, GPU recovery action changed from 0x0 (None) to 0x2 (Node Reboot "
+                  "Required)", "NVRM: GPU 0018:01:00.0: GPU has fallen off the bus."):
+        assert render_line(GB200, other) == [other]
+
+
+def gb200(faults, duration="3h", seed=4):
+    return Scenario.from_dict({"name": "g", "seed": seed, "topology": {"preset": "nvl72", "accelerators": 72},
+                               "duration": duration, "resolution": "30s", "profile": "full", "noise": "noisy",
+                               "jobs": {"nodes_per_job": [3, 6], "duration": ["2h", "6h"], "gap": ["5m", "20m"]},
+                               "faults": faults}, "g")
+
+
+def test_a_gb200_exporter_publishes_nvlink_5_s_counters_in_place_of_the_dl_ones(tmp_path):
+    sim = Simulator(gb200([]), load_library(LIBRARY))
+    assert 1e-3 <= sim.recovery_share <= 1e-2
+    out = tmp_path / "t"
+    writer = simulate_to(sim, out, fmt="openmetrics")
+    assert writer.unpublished == []
+    text = (out / "dcgm-exporter.om").read_text()
+    assert "DCGM_FI_DEV_NVLINK_COUNT_EFFECTIVE_ERRORS{" in text
+    assert "DCGM_FI_DEV_NVLINK_COUNT_LINK_RECOVERY_SUCCESSFUL_EVENTS{" in text
+    assert "NVLINK_CRC_FLIT" not in text and "DCGM_FI_DEV_NVLINK_RECOVERY_ERROR_COUNT_TOTAL" not in text
+    assert 'pci_bus_id="00000019:01:00.0",device="nvidia3",modelName="NVIDIA GB200"' in text
+    assert 'DCGM_FI_DRIVER_VERSION="570.133.20"' in text
+    sim = Simulator(gb200([]), load_library(LIBRARY))
+    metrics = set(chunk_to_batch(sim, next(sim.chunks())).samples["metric"].astype(str))
+    assert {"nvlink_effective_error_total", "nvlink_recovery_total"} <= metrics
+    assert "nvlink_crc_flit_total" not in metrics
+
+
+def test_an_h100_trace_is_the_same_with_gb200_in_the_simulator():
+    # the GB200 draws come from streams of their own: an H100 rack's trace is the one it was
+    sc = Scenario.from_dict({"name": "h", "seed": 4, "topology": {"preset": "scalex640", "accelerators": 64},
+                             "duration": "1h", "resolution": "30s", "profile": "full", "noise": "noisy",
+                             "faults": [{"entity": "random", "fault": "nvlink_errors", "template": "b",
+                                         "onset": "10m", "failure": "50m"}]}, "h")
+    sim = Simulator(sc, load_library(LIBRARY))
+    assert sim.recovery_share == 0.0 and not len(sim.recovery_rows)
+    metrics = set(chunk_to_batch(sim, next(sim.chunks())).samples["metric"].astype(str))
+    assert "nvlink_crc_flit_total" in metrics and "nvlink_recovery_total" not in metrics
+
+
+def test_an_nvlink_fault_on_gb200_is_found_by_nvlink_5_s_counters_before_it_fails(tmp_path):
+    sc = gb200([{"entity": "random", "fault": "nvlink_errors", "template": "a", "onset": "2h", "failure": "6h"}],
+               duration="6h30m")
+    out = tmp_path / "t"
+    simulate_to(Simulator(sc, load_library(LIBRARY)), out, fmt="parquet")
+    label = next(json.loads(x) for x in (out / "labels.jsonl").read_text().splitlines()
+                 if json.loads(x)["fault"] == "nvlink_errors")
+    buf = io.StringIO()
+    replay([out], findings_out=buf)
+    found = [json.loads(x) for x in buf.getvalue().splitlines()]
+    flagged = [f for f in found if f["state"] in ("subhealthy", "failed")]
+    assert {f["entity"].split("/")[0] for f in flagged} == {label["entity"].split("/")[0]}  # no healthy part
+    early = [f for f in flagged if f["entity"] == label["entity"] and f["state"] == "subhealthy"]
+    assert early and early[0]["ts"] < label["failure"]
+    assert "NVLink errors after FEC" in " ".join(early[0]["reasons"])
