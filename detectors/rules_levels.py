@@ -72,6 +72,22 @@ def fabric_health_evidence(entity: str, value: float) -> Evidence:
     return Evidence(entity, State.SUSPECT, "scaleup_link", [f"NVLink fabric health {what} (NVML/DCGM field 175)"])
 
 
+# NVLink 5's effective bit error rate (the errors FEC left, per bit: NVML's packed BER, DCGM_FI_DEV_NVLINK_COUNT_
+# EFFECTIVE_BER 1217, or decoded, _FLOAT 1218): DCGM's NVLink health watch fails the GPU above 1e-12 (its health
+# module's tests and DcgmNs::Utils::IsEffectiveBerThresholdExceeded, NVIDIA/DCGM, Apache-2.0: 1e-12 passes, 1.1e-12
+# fails), the IBTA's bit error budget that the symbol-error limit rests on too. NVML's floor, 1.5e-254, is none.
+NVLINK_EFFECTIVE_BER_LIMIT = 1e-12
+
+
+def effective_ber_evidence(entity: str, value: float) -> Evidence:
+    """A GPU whose NVLink 5 effective BER is over :data:`NVLINK_EFFECTIVE_BER_LIMIT`: sub-healthy on its scale-up
+    link, the link's cables and signal to be looked at (NVIDIA's decode of the driver's own BER event: investigate
+    the link's signal integrity and cables)."""
+    text = f"NVLink effective BER {value:.2g} (limit {NVLINK_EFFECTIVE_BER_LIMIT:.0e})"
+    return Evidence(entity, State.SUBHEALTHY, "scaleup_link", [repair_reason(
+        text, "DCGM: NVLink health watch fails the GPU (NVLINK_EFFECTIVE_BER_THRESHOLD)", "inspect")])
+
+
 # A node's BMC (ipmi_exporter: FreeIPMI's reading of each sensor against the platform vendor's thresholds in the BMC's
 # SDR; docs/rules.md, "A node's BMC"): per state metric, what the sensor is, the category, and the level of its
 # critical (2, or 3 non-recoverable with the exporter's native IPMI) and of its warning (1) states, with the repair a
@@ -339,6 +355,7 @@ class LevelRules:
                 of("retired_pages_pending") & (last >= 1)) | (of("row_remap_pending") & (last >= 1)) | (
                 of("row_remap_banks_exhausted") & (last >= 1)) | (of("gpu_recovery_action") & (last >= 1)) | (
                 of("fabric_health") & (last >= FABRIC_UNHEALTHY)) | (
+                of("nvlink_effective_ber") & (last > NVLINK_EFFECTIVE_BER_LIMIT)) | (
                 names_mask(names, _BMC_METRICS)[codes] & (last >= 1))
         if not hit.any():
             return
@@ -388,6 +405,8 @@ class LevelRules:
                 out.append(recovery_action_evidence(entity, last))
             elif metric == "fabric_health" and last >= FABRIC_UNHEALTHY:
                 out.append(fabric_health_evidence(entity, last))
+            elif metric == "nvlink_effective_ber" and last > NVLINK_EFFECTIVE_BER_LIMIT:
+                out.append(effective_ber_evidence(entity, last))
             elif metric in _BMC_METRICS and last >= 1:
                 evidence = bmc_evidence(entity, metric, last)
                 if evidence is not None:

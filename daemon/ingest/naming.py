@@ -106,9 +106,11 @@ class Transform:
     npu-exporter's -1 for a read that failed); ``invalid:4294967295`` makes the listed failure values NaN and
     keeps the rest; ``nonzero`` turns a share or count into 0/1; ``range:-40,150`` makes a value outside the
     range NaN (a GPU cannot read 345 °C: dcgm-exporter 3.3.5 was seen to report such values, NVIDIA/dcgm-exporter
-    issue 312). ``blank`` (set from :data:`BLANKS`, not written in a table) makes an exporter's blank value NaN
-    before the transform proper; ``na`` (set from :data:`NAN_MEANS_NA`) says a NaN is the exporter's "no reading",
-    which the readers pass on to be counted as not read instead of rejecting it.
+    issue 312); ``ber`` decodes NVML's packed bit error rate (``NVML_NVLINK_ERROR_COUNTER_BER_GET``: the mantissa in
+    bits 8-11, the exponent in bits 0-7, the rate the mantissa times ten to the minus exponent; NVLink 5's effective
+    and symbol BER, DCGM fields 1215 and 1217). ``blank`` (set from :data:`BLANKS`, not written in a table) makes an
+    exporter's blank value NaN before the transform proper; ``na`` (set from :data:`NAN_MEANS_NA`) says a NaN is the
+    exporter's "no reading", which the readers pass on to be counted as not read instead of rejecting it.
     """
 
     text: str
@@ -135,6 +137,8 @@ class Transform:
             return f"outside {self.keys[0]:g}..{self.keys[1]:g}"
         if self.kind in ("map", "invalid"):
             return "the exporter's failure value"
+        if self.kind == "ber":
+            return "not a packed bit error rate (NVML's BER)"
         return "not a reading"
 
     @classmethod
@@ -160,7 +164,7 @@ class Transform:
         if kind == "range":
             lo, _, hi = arg.partition(",")
             return cls(text, kind, keys=(float(lo), float(hi)))
-        if kind == "none" and not arg:  # only a blank (see with_blank)
+        if kind in ("none", "ber") and not arg:  # none: only a blank (see with_blank)
             return cls(text, kind)
         raise ValueError(f"unknown transform {text!r}")
 
@@ -182,6 +186,11 @@ class Transform:
             return x * self.factor
         if self.kind == "nonzero":
             return np.where(np.isfinite(x), (x != 0).astype(np.float64), np.nan)
+        if self.kind == "ber":
+            ok = np.isfinite(x) & (x >= 0) & (x == np.floor(x)) & (x < 2**63)
+            packed = np.where(ok, x, 0).astype(np.int64)
+            decoded = ((packed >> 8) & 0xF) * np.power(10.0, -(packed & 0xFF).astype(np.float64))
+            return np.where(ok, decoded, np.nan)
         if self.kind == "invalid":
             return np.where(np.isin(x, self.keys), np.nan, x)
         keys, values = np.asarray(self.keys), np.asarray(self.values)

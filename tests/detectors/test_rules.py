@@ -349,6 +349,23 @@ def test_a_gpus_nvlink_fabric_health_summary():
     assert run(RuleDetector(baseline=True).fit(), 30, gauges=g) == []
 
 
+def test_nvlink_5_s_effective_ber_over_dcgm_s_limit_is_a_link_to_inspect():
+    """DCGM's NVLink health watch fails a GPU whose effective BER is over 1e-12 (1e-12 passes, 1.1e-12 fails): here
+    sub-healthy on the scale-up link, its cables and signal to be looked at; NVML's floor (1.5e-254) is nothing; the
+    static baseline does not read it."""
+    from detectors.xid_catalog import vendor_repair
+
+    values = [1.5e-254, 1e-12, 1.1e-12, 3e-9]
+    g = pd.DataFrame({"entity": [f"n/gpu{i}" for i in range(4)], "metric": ["nvlink_effective_ber"] * 4,
+                      "last": values, "max": values})
+    ev = run(RuleDetector().fit(), 30, gauges=g)
+    assert [(e.entity, e.level, e.category, vendor_repair(e.reasons)) for e in ev] == [
+        ("n/gpu2", State.SUBHEALTHY, "scaleup_link", "inspect"),
+        ("n/gpu3", State.SUBHEALTHY, "scaleup_link", "inspect")]
+    assert ev[0].reasons[0].startswith("NVLink effective BER 1.1e-12 (limit 1e-12)")
+    assert run(RuleDetector(baseline=True).fit(), 30, gauges=g) == []
+
+
 def test_a_gpus_memory_it_cannot_repair_fails_it_for_replacement():
     """NVML's unrepairable memory flag (DCGM_FI_DEV_MEMORY_UNREPAIRABLE_FLAG, 1 yes, 0 no; DCGM's memory health watch
     fails the GPU on it): failed (hard), the repair a replacement; the static baseline reads it too, as a row

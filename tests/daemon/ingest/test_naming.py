@@ -225,3 +225,24 @@ def test_nvlink_5s_counters_of_a_gb200_tray():
                              ("DCGM_FI_DEV_MEMORY_UNREPAIRABLE_FLAG", "memory_unrepairable")):
         assert [r.canonical for r in m.rules[field]] == [canonical], field
     assert "DCGM_FI_DEV_NVLINK_COUNT_LINK_RECOVERY_EVENTS" not in m.rules  # (1211 + 1212: read as those two)
+
+
+def test_nvlink_5_s_effective_ber_is_read_packed_or_decoded():
+    """NVML packs a BER as a mantissa (bits 8-11) and an exponent (bits 0-7), the rate the mantissa times ten to the
+    minus exponent (NVML_NVLINK_ERROR_COUNTER_BER_GET; DCGM field 1217); 1218 is the same decoded. NVML's floor,
+    15 and 255 (1.5e-254), is no error at all; a value that is no packed BER is not a reading."""
+    from daemon.ingest.formats import ReadContext
+    from daemon.ingest.formats.openmetrics import parse_scrape
+
+    labels = '{gpu="%d",UUID="GPU-%d",pci_bus_id="00000008:01:00.0",device="nvidia%d",modelName="NVIDIA GB200",' \
+             'Hostname="t1"}'
+    packed = [(2 << 8) | 12, (15 << 8) | 255, (11 << 8) | 13, -5]
+    text = "".join(f"DCGM_FI_DEV_NVLINK_COUNT_EFFECTIVE_BER{labels % (i, i, i)} {v}\n" for i, v in enumerate(packed))
+    text += f"DCGM_FI_DEV_NVLINK_COUNT_EFFECTIVE_BER_FLOAT{labels % (9, 9, 9)} 3.5e-13\n"
+    ctx = ReadContext()
+    s = parse_scrape(text.encode(), ctx, {}, "scrape", 1.8e9).samples
+    got = dict(zip(s["entity"].astype(str), s["value"]))
+    assert set(s["metric"].astype(str)) == {"nvlink_effective_ber"}
+    assert got["t1/gpu0"] == pytest.approx(2e-12) and got["t1/gpu1"] == pytest.approx(1.5e-254)
+    assert got["t1/gpu2"] == pytest.approx(1.1e-12) and got["t1/gpu9"] == pytest.approx(3.5e-13)
+    assert "t1/gpu3" not in got and ctx.mapper.values_not_read["not a packed bit error rate (NVML's BER)"] == 1
