@@ -614,7 +614,7 @@ class Simulator:
         """A kernel line about GPU ``row`` (``{pci}``, ``{pci_xid}`` filled in) as its vendor reports it, and its
         node."""
         pci = normalize_pci(self.topo.gpu_pci(row % self.topo.gpus_per_node))
-        said = render_line(self.gpu_vendor[row], line.format(pci_xid=pci, pci=f"{pci}.0", **fields))
+        said = render_line(self.gpu_vendor[row], line.format(pci_xid=pci, pci=f"{pci}.0", **fields), self.gpu_ids[row])
         return self.topo.nodes[int(self.gpu_node[row])], said
 
     def _aer_lines(self, ts: np.ndarray, errors: np.ndarray, present: np.ndarray) -> list[tuple[float, str, str]]:

@@ -16,9 +16,12 @@ stack reports the same fact:
   errors stand, and its successful link recoveries (1211), which the simulator draws from those errors (a recovery
   for a share of them, the share drawn per fleet: no public source gives it; a real GB200 link that went down
   had counted 505 recoveries over five days where thousands of healthy links counted none, marin-community/marin
-  issue 9086). An NVLink error the H100 reports as Xid 74 is NVLink 5's NETIR_BER_EVENT, Xid 149 Nonfatal (its
-  IntrInfo the decode sheet's V1 pattern, the driver being R570: NVIDIA's action IGNORE, investigate the link's
-  cables), so the fault is the counters' to find.
+  issue 9086). An NVLink error the H100 reports as Xid 74 is one of NVLink 5's Xid 149 lines, which one the
+  simulator cannot know: for half of the faulty GPUs (by a hash of the GPU, no random draw) the link going down,
+  NETIR_LINK_EVT Fatal (the decode sheet's NETIR_LINK_DOWN row: Link Fatal, RESET_GPU, investigate the link's signal
+  integrity), for the other half its error rate over the driver's threshold, NETIR_BER_EVENT Nonfatal (IGNORE,
+  investigate the link's cables), which leaves the fault to the counters to find; the IntrInfo is the sheet's V1
+  pattern, the driver being R570.
 * **Ascend**: no kernel lines. npu-exporter reports the NPU's active fault codes
   (``npu_chip_info_error_code``); each Xid becomes a code of the MindCluster handling level such a fault gets
   (a hard fault: SeparateNPU or RestartNPU; a remapped row: SubHealthFault; an application fault:
@@ -34,6 +37,7 @@ AcmeTrace-calibrated load of the NVIDIA profile).
 from __future__ import annotations
 
 import re
+import zlib
 from dataclasses import dataclass
 
 # Canonical accelerator metrics each vendor's exporter publishes (besides what every one does).
@@ -125,10 +129,14 @@ AMD_LINES: dict[int, tuple[str, ...]] = {
     31: ("amdgpu {pci}: amdgpu: [gfxhub] page fault (src_id:0 ring:24 vmid:8 pasid:32769)",),
     43: ("amdgpu {pci}: amdgpu: ring gfx_0.0.0 timeout, signaled seq=1042, emitted seq=1043",),
 }
-# NVLink 5's word for an NVLink error (Xid 74 on an H100): NETIR_BER_EVENT, the decode sheet's V1 IntrInfo
-# (unit bits 0x226) and error status 1 (fixtures/real/quoted/gpud-*: the line's shape).
-_NVLINK5_BER = ("NVRM: Xid (PCI:{pci_xid}): 149, NETIR_BER_EVENT Nonfatal XC0 i0 Link {link:02d} (0x00000226 "
-                "0x00000001 0x00000000 0x00000000 0x00000000 0x00000000)")
+# NVLink 5's words for an NVLink error (Xid 74 on an H100), in the lines' shape (fixtures/real/quoted/gpud-*): the link
+# going down (NETIR_LINK_DOWN's V1 IntrInfo, reason bits 000010: investigate the link's signal integrity) or its error
+# rate over the driver's threshold (NETIR_BER_EVENT's, error status 1).
+_NVLINK5_LINES = (
+    "NVRM: Xid (PCI:{pci_xid}): 149, NETIR_LINK_EVT Fatal XC0 i0 Link {link:02d} (0x002001c6 0x00000000 0x00000000 "
+    "0x00000000 0x00000000 0x00000000)",
+    "NVRM: Xid (PCI:{pci_xid}): 149, NETIR_BER_EVENT Nonfatal XC0 i0 Link {link:02d} (0x00000226 0x00000001 "
+    "0x00000000 0x00000000 0x00000000 0x00000000)")
 _LINK = re.compile(r"[Ll]ink (\d+)")
 # Xid -> an Ascend fault code of the MindCluster level the same fault gets (detectors/catalogs).
 SEPARATE, RESTART_NPU, FREE_RESTART, SUB_HEALTH, RESTART_BUSINESS = (0x80E18402, 0x80E18008, 0x8C0E4E00,
@@ -138,9 +146,10 @@ ASCEND_CODES: dict[int, int] = {48: SEPARATE, 64: SEPARATE, 95: SEPARATE, 79: RE
                                 43: RESTART_BUSINESS}
 
 
-def render_line(vendor: VendorProfile, line: str) -> list[str] | int | None:
+def render_line(vendor: VendorProfile, line: str, part: str = "") -> list[str] | int | None:
     """An NVIDIA kernel line as ``vendor`` reports the same fact: kernel lines, an Ascend fault code, or None
-    (nothing to report)."""
+    (nothing to report). ``part`` (the GPU's id) picks among a vendor's ways of saying it where the simulator cannot
+    know which one the hardware takes (GB200's NVLink errors), the same way for the same GPU every time."""
     if vendor.name == "nvidia":
         return [line]
     m = _XID.search(line)
@@ -148,7 +157,8 @@ def render_line(vendor: VendorProfile, line: str) -> list[str] | int | None:
         if int(m.group(2)) != 74:
             return [line]
         link = _LINK.search(m.group(3) or "")
-        return [line[:m.start()] + _NVLINK5_BER.format(pci_xid=m.group(1), link=int(link.group(1)) if link else 0)]
+        said = _NVLINK5_LINES[zlib.crc32(part.encode()) % len(_NVLINK5_LINES)]
+        return [line[:m.start()] + said.format(pci_xid=m.group(1), link=int(link.group(1)) if link else 0)]
     if vendor.name == "gb200":
         return [line]
     if m:

@@ -139,12 +139,20 @@ def test_vendor_picks_only_that_vendors_hardware():
 def test_gb200_reports_an_nvlink_error_as_nvlink_5_does():
     xid74 = ("NVRM: Xid (PCI:0018:01:00): 74, pid=7, name=python3, NVLink: fatal error detected on link 5(0x0, 0x0, "
              "0x10000, 0x0, 0x0, 0x0, 0x0)")
-    [line] = render_line(GB200, xid74)
-    assert line == ("NVRM: Xid (PCI:0018:01:00): 149, NETIR_BER_EVENT Nonfatal XC0 i0 Link 05 (0x00000226 0x00000001 "
-                    "0x00000000 0x00000000 0x00000000 0x00000000)")
-    ev = parse_kernel_message(line)
-    decoded = decode_nvlink5(ev.code, ev.message, load_decode_sheet())
-    assert (ev.code, decoded.row.unit, decoded.action, decoded.state) == (149, "NETIR_BER_EVENT", "IGNORE", "suspect")
+    # which of NVLink 5's lines a GPU prints is the GPU's (a hash of its id): the link going down, or its errors over
+    # the driver's threshold; the same GPU the same line every time
+    [down] = render_line(GB200, xid74, "nvl01-t01/gpu0")
+    [ber] = render_line(GB200, xid74, "nvl01-t03/gpu2")
+    assert render_line(GB200, xid74, "nvl01-t03/gpu2") == [ber]
+    assert ber == ("NVRM: Xid (PCI:0018:01:00): 149, NETIR_BER_EVENT Nonfatal XC0 i0 Link 05 (0x00000226 0x00000001 "
+                   "0x00000000 0x00000000 0x00000000 0x00000000)")
+    assert down.startswith("NVRM: Xid (PCI:0018:01:00): 149, NETIR_LINK_EVT Fatal XC0 i0 Link 05 (0x002001c6 ")
+    sheet = load_decode_sheet()
+    for line, unit, action, state in ((ber, "NETIR_BER_EVENT", "IGNORE", "suspect"),
+                                      (down, "NETIR_LINK_EVT/NETIR_LINK_DOWN", "RESET_GPU", "subhealthy")):
+        ev = parse_kernel_message(line)
+        decoded = decode_nvlink5(ev.code, ev.message, sheet)
+        assert (ev.code, decoded.row.unit, decoded.action, decoded.state) == (149, unit, action, state)
     for other in ("NVRM: Xid (PCI:0018:01:00): 79, pid=0, GPU has fallen off the bus.",
                   "NVRM: Xid (PCI:0018:01:00): 154, GPU recovery action changed from 0x0 (None) to 0x2 (Node Reboot "
                   "Required)", "NVRM: GPU 0018:01:00.0: GPU has fallen off the bus."):
@@ -189,8 +197,9 @@ def test_an_h100_trace_is_the_same_with_gb200_in_the_simulator():
 
 
 def test_an_nvlink_fault_on_gb200_is_found_by_nvlink_5_s_counters_before_it_fails(tmp_path):
-    sc = gb200([{"entity": "random", "fault": "nvlink_errors", "template": "a", "onset": "2h", "failure": "6h"}],
-               duration="6h30m")
+    # a GPU whose NVLink 5 lines are BER events (NVIDIA: IGNORE): the fault is the counters' to find
+    sc = gb200([{"entity": "nvl01-t03/gpu2", "fault": "nvlink_errors", "template": "a", "onset": "2h",
+                 "failure": "6h"}], duration="6h30m")
     out = tmp_path / "t"
     simulate_to(Simulator(sc, load_library(LIBRARY)), out, fmt="parquet")
     label = next(json.loads(x) for x in (out / "labels.jsonl").read_text().splitlines()
