@@ -48,7 +48,7 @@ def cmd_simulate(args: argparse.Namespace) -> int:
 
         port = {path.split("-exporter")[0]: p + args.port_offset for path, p in EXPORTER_PORTS.items()}
         exporters = (f"dcgm-exporter on port {port['dcgm']}, node_exporter on port {port['node']}"
-                     if sim.topo.vendors == ("nvidia",) else
+                     if set(sim.topo.vendors) <= {"nvidia", "gb200"} else
                      f"each vendor's exporter (dcgm-exporter {port['dcgm']}, AMD {port['amd-device-metrics']}, "
                      f"npu-exporter {port['npu']}) and node_exporter {port['node']}")
         print(f"serving {sim.topo.n_nodes} nodes at {args.speed:g}x on {loopback(0)} .. "
