@@ -2,8 +2,9 @@
 
 Each tick, for every accelerator with fresh temperature and power, the power-corrected temperature ``temp - b * power``
 (``b`` fitted across the fleet that tick, so busy and idle GPUs compare) is set against the median of the accelerators
-of its node at comparable load (busy with busy, idle with idle): a rack-wide coolant swing moves all of them and cancels
-out; a half-used node does not look like a fault. The residual is smoothed (EWMA; each sample folded in once, when it
+of its node at comparable load (busy with busy, idle with idle; the whole node where fewer than four share its load, as
+a node of four GPUs running a half-node job does): a rack-wide coolant swing moves all of them and cancels out; a
+half-used node does not look like a fault. The residual is smoothed (EWMA; each sample folded in once, when it
 comes, weighted by the time since the one before: a reading held between two 5-minute samples is judged as it stands,
 not counted again) and scored as a robust z-score against the fleet's residual spread (MAD). ``subhealthy`` needs the
 z-score, an absolute residual of ``min_excess_c`` (8 °C) *and* a rise of ``min_rise_c`` over the GPU's own baseline (its
@@ -65,6 +66,20 @@ def _thermal_rows(rows: np.ndarray) -> np.ndarray:
 def _metric_groups(codes: np.ndarray) -> np.ndarray:
     """Peer group codes of the metric-major thermal rows: each metric's groups apart."""
     return np.concatenate([codes + m * (int(codes.max()) + 1) for m in range(len(_THERMAL))])
+
+
+def _peer_median(groups: np.ndarray, nodes: np.ndarray, values: np.ndarray, enough: int) -> np.ndarray:
+    """Each row's reference: the median of its peer group's finite ``values`` (the node's accelerators at its load)
+    where the group has ``enough`` of them, else of its whole node's (all loads, the power correction the comparison)
+    where that has enough, else NaN. A node of four runs a half-node job as two busy and two idle: judged by load
+    alone, none of its GPUs would ever be compared."""
+    median, count = group_median(groups, values)
+    out = np.where(count[groups] >= enough, median[groups], np.nan)
+    short = np.isnan(out) & (count[groups] > 0)
+    if short.any():
+        node_median, node_count = group_median(nodes, values)
+        out = np.where(short & (node_count[nodes] >= enough), node_median[nodes], out)
+    return out
 
 
 def _spreads(values) -> np.ndarray:
@@ -314,7 +329,7 @@ class PeerDeviation:
         # Peers at comparable load: busy GPUs against the node's busy ones, idle against idle (a half-used
         # node's median otherwise moves with its job mix); all together where utilisation is unknown.
         peer_code = node_code * 3 + load
-        out = self._temperatures(tick.now, ids, rows, peer_code, columns, load, settled, fresh)
+        out = self._temperatures(tick.now, ids, rows, peer_code, node_code, columns, load, settled, fresh)
         if not np.isnan(columns["sm_clock_mhz"]).all():
             out += self._slow(tick.now, ids, rows, node_code, columns["sm_clock_mhz"], util, fresh["sm_clock_mhz"])
         return out
@@ -331,10 +346,11 @@ class PeerDeviation:
         self._settled[rows] = settled
         return settled
 
-    def _against_peers(self, codes: np.ndarray, t: np.ndarray, p: np.ndarray) -> tuple | None:
+    def _against_peers(self, codes: np.ndarray, nodes: np.ndarray, t: np.ndarray, p: np.ndarray) -> tuple | None:
         """Each GPU's power-corrected temperatures (``t``: the rows of :data:`_THERMAL`), their residuals against
-        the peer group's median, both metrics in one array (metric-major, NaN where not judged: fewer than four
-        readings), each metric's spread of residuals and the rows' peer groups; None where neither is judged. A
+        the peer group's median (the whole node's where the group has fewer than four readings: :func:`_peer_median`),
+        both metrics in one array (metric-major, NaN where not judged: fewer than four readings in the node), each
+        metric's spread of residuals and the rows' peer groups and nodes; None where neither is judged. A
         function of the readings alone: a tick whose readings are the last tick's (a tick between two 5-minute
         samples, the held readings judged again) is given the same figures without working them out again."""
         memo = getattr(self, "_peer_memo", None)
@@ -342,7 +358,7 @@ class PeerDeviation:
             memo = self._peer_memo = {}
         last = memo.get("thermal")
         if last is not None and all(a.shape == b.shape and np.array_equal(a, b, equal_nan=True)
-                                    for a, b in zip(last[0], (codes, t, p))):
+                                    for a, b in zip(last[0], (codes, nodes, t, p))):
             return last[1]
         level = np.full(t.shape, np.nan)
         judged = np.zeros(len(_THERMAL), dtype=bool)
@@ -357,22 +373,20 @@ class PeerDeviation:
         found = None
         if judged.any():
             level = level.ravel()
-            group = _metric_groups(codes)
-            median, count = group_median(group, level)
-            residual = level - median[group]
-            residual[count[group] < self.min_peers + 1] = np.nan
-            found = (level, residual, _spreads(residual.reshape(t.shape)), group)
-        memo["thermal"] = ((codes.copy(), t.copy(), p.copy()), found)
+            group, node = _metric_groups(codes), _metric_groups(nodes)
+            residual = level - _peer_median(group, node, level, self.min_peers + 1)
+            found = (level, residual, _spreads(residual.reshape(t.shape)), group, node)
+        memo["thermal"] = ((codes.copy(), nodes.copy(), t.copy(), p.copy()), found)
         return found
 
-    def _temperatures(self, now, ids, rows, codes, columns, load, settled, fresh) -> list[Evidence]:
+    def _temperatures(self, now, ids, rows, codes, nodes, columns, load, settled, fresh) -> list[Evidence]:
         """The GPU and HBM temperatures of the fleet judged in one pass (rows metric-major: the GPUs' evidence
         first, as one pass a metric gave it)."""
         n = len(ids)
-        found = self._against_peers(codes, np.vstack([columns[m] for m in _THERMAL]), columns["power_w"])
+        found = self._against_peers(codes, nodes, np.vstack([columns[m] for m in _THERMAL]), columns["power_w"])
         if found is None:
             return []
-        level, residual, spread, group = found
+        level, residual, spread, group, node = found
         sel = np.flatnonzero(np.isfinite(residual))
         metric, i = np.divmod(sel, n)
         gpu = metric == 0
@@ -397,9 +411,8 @@ class PeerDeviation:
         for state in LOAD_STATES:
             k = np.flatnonzero(ld == state)
             offset[k] = self._own[state].value[r[k]]
-        group = group[sel]
-        reference, count = group_median(group, level[sel] - offset)
-        steady = np.where(count[group] >= self.min_peers + 1, level[sel] - reference[group], residual[sel])
+        reference = _peer_median(group[sel], node[sel], level[sel] - offset, self.min_peers + 1)
+        steady = np.where(np.isfinite(reference), level[sel] - reference, residual[sel])
         own = self._level.update(r, steady, now, frozen=held)
         rise = np.full(len(sel), np.nan)
         for state in LOAD_STATES:

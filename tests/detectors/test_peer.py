@@ -259,3 +259,39 @@ def test_a_reading_held_between_samples_is_folded_in_once():
             first = k
     assert first is not None and first % 10 == 0
     np.testing.assert_array_equal(held._smooth.value, once._smooth.value)
+
+
+def test_a_node_of_four_running_a_half_node_job_is_judged_as_a_whole():
+    """A GB200 tray (or any node of four GPUs) running a half-node job has two busy GPUs and two idle: fewer than four
+    share either load, so each is set against the whole node, power-corrected. An idle GPU whose cold plate lets go is
+    flagged; its idle twin and the busy pair are not."""
+    import pandas as pd
+
+    from detectors.contract import TickInput
+    from detectors.schema import events_frame
+
+    rng = np.random.default_rng(5)
+    d = PeerDeviation().fit()
+    first_hot = {}
+    for k in range(4 * 120):  # 4 h at 30 s
+        now = 30.0 * k
+        rows = []
+        for n in range(6):
+            for g in range(4):
+                busy = g < 2
+                power = (700.0 if busy else 160.0) + rng.normal(0, 6)
+                temp = 30.0 + 0.045 * power + rng.normal(0, 0.7)
+                if (n, g) == (1, 2):
+                    temp += max(0.0, (now - 3600.0) / 600.0)  # degrading from 1 h, idle: +1 °C every 10 min
+                rows += [(f"t{n}/gpu{g}", "gpu_temp_c", temp), (f"t{n}/gpu{g}", "power_w", power),
+                         (f"t{n}/gpu{g}", "gpu_util_pct", 95.0 if busy else 0.0)]
+        g = pd.DataFrame({"entity": pd.Series([r[0] for r in rows], dtype=object),
+                          "metric": pd.Series([r[1] for r in rows], dtype=object),
+                          "last": [r[2] for r in rows], "max": [r[2] for r in rows]})
+        tick = TickInput(now, events_frame([]), pd.DataFrame({"entity": [], "metric": [], "increase": [],
+                                                              "resets": []}), g)
+        for ev in d.update(tick):
+            if ev.level == State.SUBHEALTHY:
+                first_hot.setdefault(ev.entity, now)
+    assert set(first_hot) == {"t1/gpu2"}
+    assert first_hot["t1/gpu2"] <= 3600.0 + 5400.0  # within 90 minutes of its first degree
