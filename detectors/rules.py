@@ -16,7 +16,9 @@ Rules (docs/architecture.md §5):
   "Link down" is ``failed`` (not during a node's reboot grace); symbol errors above 120/h (the IBTA 1e-12 BER limit
   NVSentinel uses; an Ethernet port's left by FEC, ``rx_pcs_symbol_err_phy``) and link error recoveries above
   ``link_recovery_per_hour`` are ``subhealthy`` when the hour's errors came in several samples; one burst over a
-  limit is a watch (:meth:`RuleDetector._rates`).
+  limit is a watch (:meth:`RuleDetector._rates`). NVLink recoveries (an H100's DL recovery errors, NVLink 5's
+  successful link recoveries) at ``nvlink_recovery_per_hour`` the same way: DCGM's NVLink health watch fails a GPU at
+  one, here a link that keeps recovering is flagged whether or not raswarden has a record of it, one recovery watched.
 * Thermal: GPU temperature at the slowdown limit or thermal throttling ``subhealthy`` (a ``suspect`` watch when
   the GPU's rack warmed with it: :mod:`detectors.shared_heat`), at the shutdown limit ``failed``; HBM at its limit
   (95 °C) ``suspect`` (a watch: a warm slot gets there in a rack-wide coolant swing; a degrading GPU is flagged by
@@ -29,8 +31,8 @@ Rules (docs/architecture.md §5):
 ``baseline=True`` keeps only what shipped static-threshold tools (DCGM health checks, NVSentinel) act on:
 any DBE increase, any Xid of the hardware set (as fatal), a row-remap failure, AER fatal, EDAC
 uncorrected and fatal MCE, GPU temperature at the slowdown/shutdown limits, a thermal shutdown, ``link_downed``
-increase, a port not ACTIVE or an mlx5 "Link down", symbol errors above 120/h. It is the yardstick the evaluation
-reports beside raswarden's own detectors.
+increase, a port not ACTIVE or an mlx5 "Link down", symbol errors above 120/h, an NVLink recovery. It is the yardstick
+the evaluation reports beside raswarden's own detectors.
 
 Discrete events hold their evidence for a while (``event_hold_s``; ``failed_hold_s`` for hard
 faults) so that the health hysteresis sees them; level rules hold only while the level lasts.
@@ -99,6 +101,7 @@ class RuleDetector(EventRules, LevelRules):
         aer_corrected_per_hour: float = 20.0,
         symbol_errors_per_hour: float = 120.0,
         link_recovery_per_hour: float = 300.0,
+        nvlink_recovery_per_hour: float = 1.0,
         edac_ce_per_day: float = 50.0,
         gpu_temp_slowdown_c: float = 87.0,
         gpu_temp_shutdown_c: float = 92.0,
@@ -118,6 +121,7 @@ class RuleDetector(EventRules, LevelRules):
         self.aer_corrected_per_hour = aer_corrected_per_hour
         self.symbol_errors_per_hour = symbol_errors_per_hour
         self.link_recovery_per_hour = link_recovery_per_hour
+        self.nvlink_recovery_per_hour = nvlink_recovery_per_hour
         self.edac_ce_per_day = edac_ce_per_day
         self.gpu_temp_slowdown_c = gpu_temp_slowdown_c
         self.gpu_temp_shutdown_c = gpu_temp_shutdown_c

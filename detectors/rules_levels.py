@@ -136,6 +136,8 @@ def bmc_evidence(entity: str, metric: str, value: float) -> Evidence | None:
 
 
 _BMC_METRICS = frozenset(BMC_STATES) | frozenset(BMC_FAULTS)
+# The rate rules the static-threshold baseline keeps (NVSentinel's symbol-error limit, DCGM's NVLink recovery)
+_BASELINE_RATES = frozenset({"symbol_error_total", "pcs_symbol_error_total", "nvlink_recovery_total"})
 _RETIRED_PAGES = ("retired_pages_sbe_total", "retired_pages_dbe_total")
 _THERMAL_VIOLATION = ("thermal_violation_us_total",)
 # Counters whose every increase is judged on its own (the rate rules below read the others).
@@ -215,7 +217,7 @@ class LevelRules:
             self._retired_pages(inc, now)
         rates = self.rate_limits_
         for metric, (limit, _, _) in rates.items():
-            if self.baseline and metric not in ("symbol_error_total", "pcs_symbol_error_total"):
+            if self.baseline and metric not in _BASELINE_RATES:
                 continue
             code = name_code(mnames, metric)
             if code < 0:  # (not in this tick)
@@ -239,6 +241,9 @@ class LevelRules:
             "symbol_error_total": (self.symbol_errors_per_hour, "fabric_link", "symbol errors"),
             "pcs_symbol_error_total": (self.symbol_errors_per_hour, "fabric_link", "symbol errors after FEC"),
             "link_error_recovery_total": (self.link_recovery_per_hour, "fabric_link", "link error recoveries"),
+            # DCGM_LIMIT_MAX_NVLINK_ERROR: DCGM's NVLink health watch fails a GPU at one recovery (replay and
+            # recovery errors before Blackwell, link recovery events on it); a rate that lasts here, as every limit
+            "nvlink_recovery_total": (self.nvlink_recovery_per_hour, "scaleup_link", "NVLink recoveries"),
         }
 
     def _rates(self, now: float, out: list[Evidence]) -> None:

@@ -13,15 +13,15 @@ stack reports the same fact:
 * **GB200** (NVIDIA Grace-Blackwell, NVLink 5): NVIDIA's own lines, but NVLink 5 serves none of the DL CRC, replay
   and recovery counters DCGM's older NVLink fields read (unsupported there): its exporter publishes the link's
   errors left after FEC (DCGM field 1219, ``DCGM_FI_DEV_NVLINK_COUNT_EFFECTIVE_ERRORS``) where an H100's CRC flit
-  errors stand, and its successful link recoveries (1211), which the simulator draws from those errors (a recovery
-  for a share of them, the share drawn per fleet: no public source gives it; a real GB200 link that went down
-  had counted 505 recoveries over five days where thousands of healthy links counted none, marin-community/marin
-  issue 9086). An NVLink error the H100 reports as Xid 74 is one of NVLink 5's Xid 149 lines, which one the
-  simulator cannot know: for half of the faulty GPUs (by a hash of the GPU, no random draw) the link going down,
-  NETIR_LINK_EVT Fatal (the decode sheet's NETIR_LINK_DOWN row: Link Fatal, RESET_GPU, investigate the link's signal
-  integrity), for the other half its error rate over the driver's threshold, NETIR_BER_EVENT Nonfatal (IGNORE,
-  investigate the link's cables), which leaves the fault to the counters to find; the IntrInfo is the sheet's V1
-  pattern, the driver being R570.
+  errors stand, and its successful link recoveries (1211), which the simulator draws from a fault's errors (a
+  recovery for a share of them, the share drawn per fleet: no public source gives it) and, for a healthy GPU, at
+  the rate a real fleet bounds: a GB200 link that went down had counted 505 recoveries over five days where the
+  5,759 healthy links swept with it counted none (marin-community/marin issue 9086). An NVLink error the H100
+  reports as Xid 74 is one of NVLink 5's Xid 149 lines, which one the simulator cannot know: for half of the faulty
+  GPUs (by a hash of the GPU, no random draw) the link going down, NETIR_LINK_EVT Fatal (the decode sheet's
+  NETIR_LINK_DOWN row: Link Fatal, RESET_GPU, investigate the link's signal integrity), for the other half its error
+  rate over the driver's threshold, NETIR_BER_EVENT Nonfatal (IGNORE, investigate the link's cables), which leaves
+  the fault to the counters to find; the IntrInfo is the sheet's V1 pattern, the driver being R570.
 * **Ascend**: no kernel lines. npu-exporter reports the NPU's active fault codes
   (``npu_chip_info_error_code``); each Xid becomes a code of the MindCluster handling level such a fault gets
   (a hard fault: SeparateNPU or RestartNPU; a remapped row: SubHealthFault; an application fault:

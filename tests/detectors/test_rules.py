@@ -104,6 +104,29 @@ def test_rate_rule_fires_only_above_the_limit():
     assert worst(ev, "n/mlx5_0:1") == State.SUBHEALTHY
 
 
+def recoveries(n: float, entity: str = "t/gpu2") -> pd.DataFrame:
+    return pd.DataFrame({"entity": [entity], "metric": ["nvlink_recovery_total"], "increase": [n], "resets": [0]})
+
+
+def test_an_nvlink_that_keeps_recovering_is_flagged_from_its_first_hour_and_one_recovery_is_watched():
+    """DCGM's NVLink health watch fails a GPU at one recovery; here a link that recovers again and again (a GB200
+    link before it went down counted about four an hour, marin-community/marin 9086) is sub-healthy within its first
+    hour whether or not raswarden has a record of it, and one recovery is a watch. The baseline acts on one, as
+    DCGM does."""
+    det = RuleDetector().fit()
+    ev = run(det, 60.0, inc=recoveries(1.0, "t/gpu0"))
+    assert worst(ev, "t/gpu0") == State.SUSPECT and "a burst, watched" in ev[0].reasons[0]
+    flagged_at = None
+    for k in range(1, 121):  # a recovery every 15 minutes from raswarden's first sample, sampled every minute
+        ev = run(det, 60.0 + 60.0 * k, inc=recoveries(1.0 if k % 15 == 0 else 0.0))
+        if flagged_at is None and worst(ev, "t/gpu2") == State.SUBHEALTHY:
+            flagged_at = 60.0 * k
+    assert flagged_at is not None and flagged_at <= 3600.0
+    reason = next(e for e in ev if e.entity == "t/gpu2").reasons[0]
+    assert reason.startswith("NVLink recoveries") and "samples of the last hour" in reason
+    assert worst(run(RuleDetector(baseline=True).fit(), 60.0, inc=recoveries(1.0)), "t/gpu2") == State.SUBHEALTHY
+
+
 def test_baseline_keeps_only_the_static_thresholds():
     det = RuleDetector(baseline=True).fit()
     ev = run(det, 30, [xid(20, "n/gpu0", 63, "Row Remapper"), xid(20, "n/gpu1", 13), xid(20, "n/gpu2", 999)])
