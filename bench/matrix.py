@@ -20,7 +20,7 @@ sys.path.insert(0, str(ROOT / "bench"))
 from common import cores  # noqa: E402
 
 from lab.matrix import (CELLS, check_cells, DEFAULT_FLEET, DEFAULT_NOISE, FLEETS, NOISE, SAMPLING,  # noqa: E402
-                        differences, parse_seeds, report, run_matrix)
+                        differences, fleet_label, parse_seeds, report, run_matrix)
 from lab.sim.faults import parse_duration  # noqa: E402
 
 
@@ -28,8 +28,7 @@ def progress(r: dict) -> None:
     a = r["raswarden"]
     hit = sum(c["flagged"] for c in a["classes"].values())
     n = sum(c["faults"] for c in a["classes"].values())
-    fleet = f"{r['fleet']} " if "fleet" in r else ""
-    print(f"{r['kind']:5} {fleet}{r['sampling']:5} {r['noise']:9} seed {r['seed']:3}: recall {hit}/{n}, false "
+    print(f"{r['kind']:5} {fleet_label(r)}{r['sampling']:5} {r['noise']:9} seed {r['seed']:3}: recall {hit}/{n}, false "
           f"{a['false_flags']} ({r['wall_s']:.0f} s)", flush=True)
 
 

@@ -51,9 +51,10 @@ COUNTERS = {
     "nvlink_recovery_total": (1 / 500, "scaleup_link", "NVLink recoveries"),
     # NVLink 5's (Blackwell) own counters (DCGM fields 1209, 1219): errors forward error correction left (each one a
     # replay), and the link's local errors over their threshold; its successful recoveries (1211) are
-    # nvlink_recovery_total, its failed ones a rule (rules_levels). Rare on a healthy link, as the InfiniBand counters
-    # they follow: a GB200 link that went down (Xid 149) had counted 505 recoveries and kept counting in the five days
-    # before, where the 5,759 other links swept with it counted none (marin-community/marin issue 9086)
+    # nvlink_recovery_total (here, and a rate rule at DCGM's limit: rules_levels), its failed ones a rule. Rare on a
+    # healthy link, as the InfiniBand counters they follow: a GB200 link that went down (Xid 149) had counted 505
+    # recoveries and kept counting in the five days before, where the 5,759 other links swept with it counted none
+    # (marin-community/marin issue 9086)
     "nvlink_effective_error_total": (1 / 500, "scaleup_link", "NVLink errors after FEC"),
     "nvlink_link_integrity_total": (1 / 500, "scaleup_link", "NVLink local link integrity errors"),
     # Grace-Blackwell's chip-to-chip link between the CPU and the GPU (DCGM fields 1400, 1401): CRC errors and replays

@@ -133,6 +133,11 @@ def raw(ev) -> dict:
             "false_flag_list": [f.as_dict() for f in ev.false_flag_list], "findings_digest": ev.findings_digest}
 
 
+def fleet_label(r: dict) -> str:
+    """A run's fleet as its lines name it: "" on the default fleet, else its name and a space."""
+    return f"{r['fleet']} " if r.get("fleet", DEFAULT_FLEET) != DEFAULT_FLEET else ""
+
+
 def key(r: dict) -> tuple:
     return (r["kind"], r["sampling"], r["noise"], r["seed"], r.get("model"), r.get("warmup_s", 0.0),
             r.get("fleet", DEFAULT_FLEET))
@@ -195,7 +200,7 @@ def report(results: dict) -> str:
                 and (r["kind"] == "quiet" or r.get("warmup_s", 0.0) == warm)]
         if not cell:
             continue
-        name = (f"{fleet} " if fleet != DEFAULT_FLEET else "") + f"{sampling}/{noise}" + (
+        name = fleet_label({"fleet": fleet}) + f"{sampling}/{noise}" + (
             f" +{warm / 3600:g}h" if warm else "")
         for who in ("raswarden", "baseline"):
             dense = pooled([r for r in cell if r["kind"] == "dense"], who)
@@ -230,8 +235,7 @@ def differences(a: dict, b: dict) -> tuple[int, list[str]]:
             what = [k for k in sorted(set(x) | set(y)) if x.get(k) != y.get(k)
                     and not (k == "findings_digest" and not (x.get(k) and y.get(k)))]
             if what:
-                fleet = f"{r['fleet']} " if r.get("fleet", DEFAULT_FLEET) != DEFAULT_FLEET else ""
-                out.append(f"{r['kind']} {fleet}{r['sampling']}/{r['noise']} seed {r['seed']} ({who}): "
+                out.append(f"{r['kind']} {fleet_label(r)}{r['sampling']}/{r['noise']} seed {r['seed']} ({who}): "
                            f"{', '.join(what)}")
     return compared, out
 

@@ -79,7 +79,7 @@ def _evaluate_matrix(args: argparse.Namespace, console) -> int:
     """``evaluate --matrix``: the cells' runs (resumed from ``--json``), then the table per cell."""
     import tempfile
 
-    from lab.matrix import check_cells, parse_seeds, report, run_matrix
+    from lab.matrix import check_cells, fleet_label, parse_seeds, report, run_matrix
 
     out = Path(args.json) if args.json else Path(tempfile.mkdtemp(prefix="raswarden-matrix-")) / "matrix.json"
 
@@ -87,9 +87,8 @@ def _evaluate_matrix(args: argparse.Namespace, console) -> int:
         a = r["raswarden"]
         hit = sum(c["flagged"] for c in a["classes"].values())
         n = sum(c["faults"] for c in a["classes"].values())
-        fleet = f"{r['fleet']} " if "fleet" in r else ""
-        console.print(f"{r['kind']} {fleet}{r['sampling']}/{r['noise']} seed {r['seed']}: {hit}/{n} faults flagged "
-                      f"before failure, {a['false_flags']} false flags ({r['wall_s']:.0f} s)")
+        console.print(f"{r['kind']} {fleet_label(r)}{r['sampling']}/{r['noise']} seed {r['seed']}: {hit}/{n} faults "
+                      f"flagged before failure, {a['false_flags']} false flags ({r['wall_s']:.0f} s)")
 
     try:  # the arguments only: an error inside a run is a traceback, not a usage message
         from lab.sim.faults import parse_duration  # its TemplateError is a ValueError

@@ -44,11 +44,12 @@ def cmd_simulate(args: argparse.Namespace) -> int:
     if args.serve:
         from lab.sim.serve import loopback, serve
 
-        from lab.sim.exporter_names import EXPORTER_PORTS
+        from lab.sim.exporter_names import EXPORTER_FILES, EXPORTER_PORTS
 
         port = {path.split("-exporter")[0]: p + args.port_offset for path, p in EXPORTER_PORTS.items()}
+        served = {EXPORTER_FILES[(v, gpu)][0] for v in sim.topo.vendors for gpu in (True, False)}
         exporters = (f"dcgm-exporter on port {port['dcgm']}, node_exporter on port {port['node']}"
-                     if set(sim.topo.vendors) <= {"nvidia", "gb200"} else
+                     if served == {"dcgm-exporter.om", "node-exporter.om"} else
                      f"each vendor's exporter (dcgm-exporter {port['dcgm']}, AMD {port['amd-device-metrics']}, "
                      f"npu-exporter {port['npu']}) and node_exporter {port['node']}")
         print(f"serving {sim.topo.n_nodes} nodes at {args.speed:g}x on {loopback(0)} .. "

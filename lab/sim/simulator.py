@@ -48,8 +48,8 @@ PORT_COUNTERS = ("symbol_error_total", "link_error_recovery_total", "link_downed
                  "rcv_bytes_total", "xmit_bytes_total")
 # What each exporter profile publishes (stock = dcgm-exporter's default-counters.csv).
 FULL_ONLY = frozenset({"ecc_sbe_total", "ecc_dbe_total", "nvlink_crc_flit_total", "throttle_thermal"})
-# Counters drawn from others, for the vendors that publish them only: NVLink 5's successful link recoveries (GB200),
-# a share of its errors left after FEC (lab/sim/vendors.py)
+# Counters drawn for the vendors that publish them only: NVLink 5's successful link recoveries (GB200), from a
+# fault's NVLink errors and a healthy link's rare own (Simulator._recoveries)
 DERIVED_COUNTERS = ("nvlink_recovery_total",)
 HEALTHY_RECOVERY_PER_H = 1e-4
 """A healthy GB200 GPU's NVLink recoveries an hour: about the bound 5,759 links counting none in five days puts on
@@ -167,10 +167,10 @@ class Simulator:
         self.clock_idle = np.array([v.clock_idle for v in self.gpu_vendor])
         self.fb_total = np.array([v.fb_total_mib for v in self.gpu_vendor])
         self.fb_busy = np.where(self.fb_total == FB_TOTAL_MIB, 71000.0, np.round(self.fb_total * 0.87))
-        # GB200 GPUs: NVLink 5's recoveries are a share of the errors left after FEC, the share drawn once per fleet
-        # (1e-3 to 1e-2, log-uniform; assumed: no public source gives it), from a stream of its own (the other
-        # vendors' traces stay those of before)
-        self.recovery_rows = np.flatnonzero([v.name == "gb200" for v in self.gpu_vendor])
+        # GPUs whose exporter publishes NVLink 5's recoveries (GB200): a recovery for a share of a fault's NVLink
+        # errors, the share drawn once per fleet (1e-3 to 1e-2, log-uniform; assumed: no public source gives it),
+        # from a stream of its own (the other vendors' traces stay those of before)
+        self.recovery_rows = np.flatnonzero(["nvlink_recovery_total" in v.metrics for v in self.gpu_vendor])
         self.recovery_share = (float(10 ** np.random.default_rng([scenario.seed, 19]).uniform(-3.0, -2.0))
                                if len(self.recovery_rows) else 0.0)
         self.uuids = [str(uuidlib.UUID(int=int(g.integers(0, 2**62)) << 64 | int(g.integers(0, 2**62))))

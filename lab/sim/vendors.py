@@ -153,14 +153,12 @@ def render_line(vendor: VendorProfile, line: str, part: str = "") -> list[str] |
     if vendor.name == "nvidia":
         return [line]
     m = _XID.search(line)
-    if m and vendor.name == "gb200":
-        if int(m.group(2)) != 74:
+    if vendor.name == "gb200":  # NVIDIA's lines, but NVLink 5's for an NVLink error
+        if not m or int(m.group(2)) != 74:
             return [line]
         link = _LINK.search(m.group(3) or "")
         said = _NVLINK5_LINES[zlib.crc32(part.encode()) % len(_NVLINK5_LINES)]
         return [line[:m.start()] + said.format(pci_xid=m.group(1), link=int(link.group(1)) if link else 0)]
-    if vendor.name == "gb200":
-        return [line]
     if m:
         code, text = int(m.group(2)), (m.group(3) or "").lower()
         if code == 154:  # the driver's recovery action: reboot (hard) or reset
