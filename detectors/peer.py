@@ -11,17 +11,17 @@ z-score, an absolute residual of ``min_excess_c`` (8 °C) *and* a rise of ``min_
 residual smoothed over ``baseline_halflife_s``, 24 h, per load state, busy or idle, frozen while it is flagged; none for
 ten minutes after a load change; the residual here against the median of its peers each less its own baseline, which
 does not move with which peers share its load): a GPU in a warmer slot runs several degrees above its peers for ever and
-is not a fault, while a degrading one moves away from where it was. Above ``absolute_excess_c`` (15 °C) the rise is not
-needed (a GPU that was already degrading when raswarden started). A GPU whose own temperature moved away from its
-baseline much further than the fleet's GPUs move from theirs is ``subhealthy`` earlier: a rise of ``min_rise_c`` with a
-z-score of ``z_threshold`` against the fleet's spread of rises (MAD, learned each tick, so a fleet whose temperatures
-wander more asks for more), now warmer than its peers' median (``moved_excess_c``, 0 °C: a GPU in a cool slot that
-jumped 6 °C may still be only a little above them); a step in the thermal interface shows so within minutes, long before
-the GPU is ``min_excess_c`` above its peers. Not the HBM's: its temperature follows the memory traffic of the job, which
-the power correction does not see (a job that works the memory harder warms it by degrees: in the matrix' quiet fleets
-that path flagged two healthy GPUs). Once flagged, it clears only ``clear_margin_c`` below the entry levels. HBM
-temperature is judged the same way otherwise, and SM clocks of busy GPUs against busy peers (fail-slow: a GPU that stays
-up but runs slower).
+is not a fault, while a degrading one moves away from where it was. Above ``absolute_excess_c`` (15 °C; the HBM's
+``hbm_absolute_excess_c``, 17 °C) the rise is not needed (a GPU that was already degrading when raswarden started). A
+GPU whose own temperature moved away from its baseline much further than the fleet's GPUs move from theirs is
+``subhealthy`` earlier: a rise of ``min_rise_c`` with a z-score of ``z_threshold`` against the fleet's spread of rises
+(MAD, learned each tick, so a fleet whose temperatures wander more asks for more), now warmer than its peers' median
+(``moved_excess_c``, 0 °C: a GPU in a cool slot that jumped 6 °C may still be only a little above them); a step in the
+thermal interface shows so within minutes, long before the GPU is ``min_excess_c`` above its peers. Not the HBM's: its
+temperature follows the memory traffic of the job, which the power correction does not see (a job that works the memory
+harder warms it by degrees: in the matrix' quiet fleets that path flagged two healthy GPUs). Once flagged, it clears
+only ``clear_margin_c`` below the entry levels. HBM temperature is judged the same way otherwise, and SM clocks of busy
+GPUs against busy peers (fail-slow: a GPU that stays up but runs slower).
 """
 
 from __future__ import annotations
@@ -219,7 +219,8 @@ class PeerDeviation:
     def __init__(self, z_threshold: float = 6.0, min_excess_c: float = 8.0, suspect_excess_c: float = 6.0,
                  hbm_min_excess_c: float = 10.0, slow_ratio: float = 0.85, halflife_s: float = 300.0,
                  min_peers: int = 3, min_rise_c: float = 4.0, absolute_excess_c: float = 15.0,
-                 baseline_halflife_s: float = 86400.0, clear_margin_c: float = 2.0, moved_excess_c: float = 0.0):
+                 hbm_absolute_excess_c: float = 17.0, baseline_halflife_s: float = 86400.0,
+                 clear_margin_c: float = 2.0, moved_excess_c: float = 0.0):
         self.z_threshold = z_threshold
         self.min_excess_c = min_excess_c
         self.suspect_excess_c = suspect_excess_c
@@ -229,6 +230,7 @@ class PeerDeviation:
         self.min_peers = min_peers
         self.min_rise_c = min_rise_c
         self.absolute_excess_c = absolute_excess_c
+        self.hbm_absolute_excess_c = hbm_absolute_excess_c
         self.baseline_halflife_s = baseline_halflife_s
         self.clear_margin_c = clear_margin_c
         self.moved_excess_c = moved_excess_c
@@ -423,13 +425,17 @@ class PeerDeviation:
         # How far the fleet's GPUs move from their own baselines (noise, workload): a rise is judged against it.
         rise_spread = _spreads([rise[metric == m] for m in range(len(_THERMAL))])[metric]
         spread = spread[metric]
+        # The HBM's bars stand 2 °C above the die's: its temperature follows the job's memory traffic, which the
+        # power correction does not see (a GB200 tray's warm slot, its HBM 15.0 °C over its three peers for a day
+        # without a rise, was flagged at the die's 15 °C: detectors-history.md, Run 18)
         min_excess = np.where(gpu, self.min_excess_c, self.hbm_min_excess_c)
+        absolute = np.where(gpu, self.absolute_excess_c, self.hbm_absolute_excess_c)
         with np.errstate(invalid="ignore"):
             rising = np.where(st, rise >= self.min_rise_c - margin, was_hot)
             z = smooth / spread
             rise_z = rise / rise_spread
             hot = (smooth >= min_excess - margin) & (z >= self.z_threshold - margin / spread) & (
-                rising | (smooth >= self.absolute_excess_c - margin))
+                rising | (smooth >= absolute - margin))
             # Not the HBM's: its temperature follows the memory traffic, which power does not show
             risen = gpu & st & (rise >= self.min_rise_c - margin) & (
                 rise_z >= self.z_threshold - margin / rise_spread) & (smooth >= self.moved_excess_c - margin)

@@ -196,9 +196,9 @@ def _long_tick(now, samples, with_mean=True):
 
 
 def test_a_tick_over_many_scrapes_reads_their_mean_not_the_last_ones_noise():
-    """A day of 5-minute ticks over 30 s scrapes (noise 1 °C a scrape): a GPU whose HBM always runs 13.5 °C above its
-    peers' (a warm slot, under the 15 °C that flags without a rise) is never flagged when the tick's mean is read;
-    read from each tick's last scrape alone, the noise the smoothing no longer averages away flags it."""
+    """A day of 5-minute ticks over 30 s scrapes (noise 1 °C a scrape): a GPU whose HBM always runs 15.5 °C above its
+    peers' (a warm slot, under the 17 °C that flags an HBM without a rise) is never flagged when the tick's mean is
+    read; read from each tick's last scrape alone, the noise the smoothing no longer averages away flags it."""
     flagged = {}
     for with_mean in (True, False):
         rng = np.random.default_rng(5)
@@ -208,12 +208,35 @@ def test_a_tick_over_many_scrapes_reads_their_mean_not_the_last_ones_noise():
             samples = {}
             for n in range(4):
                 for gpu in range(8):
-                    hbm = 70.0 + (13.5 if (n, gpu) == (0, 1) else 0.0) + rng.normal(0, 1.0, 10)
+                    hbm = 70.0 + (15.5 if (n, gpu) == (0, 1) else 0.0) + rng.normal(0, 1.0, 10)
                     samples[f"n{n}/gpu{gpu}"] = {"gpu_temp_c": list(60.0 + rng.normal(0, 1.0, 10)),
                                                  "hbm_temp_c": list(hbm), "power_w": [400.0] * 10}
             flagged[with_mean] += sum(ev.level == State.SUBHEALTHY for ev in d.update(_long_tick(300.0 * k, samples,
                                                                                                   with_mean)))
     assert flagged[True] == 0 and flagged[False] > 0, flagged
+
+
+def test_a_gpu_far_above_its_peers_from_its_first_sample_needs_no_rise_its_hbm_two_degrees_more():
+    """Three hours of four nodes of eight: a GPU whose die runs 16 °C above its peers' from raswarden's first sample
+    (already degrading when it started) is flagged without a rise; a GPU whose HBM alone stands 16 °C above (its
+    memory traffic, which the power does not show) is not, one whose HBM stands 18 °C above is."""
+    rng = np.random.default_rng(7)
+    d = PeerDeviation().fit()
+    flagged: dict[str, float] = {}
+    for k in range(3 * 120):
+        now = 30.0 * k
+        samples = {}
+        for n in range(4):
+            for gpu in range(8):
+                e = f"n{n}/gpu{gpu}"
+                die = 60.0 + (16.0 if e == "n0/gpu1" else 0.0) + rng.normal(0, 0.5)
+                hbm = die + 5.0 + {"n1/gpu2": 16.0, "n2/gpu3": 18.0}.get(e, 0.0) + rng.normal(0, 0.5)
+                samples[e] = {"gpu_temp_c": [die], "hbm_temp_c": [hbm], "power_w": [400.0]}
+        for ev in d.update(_long_tick(now, samples)):
+            if ev.level == State.SUBHEALTHY:
+                flagged.setdefault(ev.entity, now)
+    assert set(flagged) == {"n0/gpu1", "n2/gpu3"}, flagged
+    assert max(flagged.values()) <= 1800, flagged  # (the smoothing's half-hour, not a rise's)
 
 
 def test_readings_held_between_samples_are_judged_as_when_worked_out_again():
