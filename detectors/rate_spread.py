@@ -10,7 +10,7 @@ from __future__ import annotations
 import math
 
 import numpy as np
-from scipy.special import gammainc, gammaln
+from scipy.special import betainc, gammainc, gammaln
 
 GRID_PER_H = np.logspace(-6.0, 2.0, 129)
 """The rates a part may have, episodes per hour (5-minute episodes can show at most 12 an hour)."""
@@ -29,22 +29,45 @@ PRIOR_FLOOR = math.log(1e-300)
 """The least log mass a rate keeps in a part's prior (a record can still move it)."""
 
 
-def episodes_tail(k: np.ndarray, exposure_h: np.ndarray, log_weights: np.ndarray) -> np.ndarray:
+def episodes_tail(k: np.ndarray, exposure_h: np.ndarray, log_weights: np.ndarray,
+                  span_h: float | None = None) -> np.ndarray:
     """P(K >= k) for K Poisson over ``exposure_h`` hours at a rate drawn from ``log_weights`` (``[..., grid]``, the
-    log of a mass on :data:`GRID_PER_H`, normalised here). ``k`` <= 0 gives 1."""
+    log of a mass on :data:`GRID_PER_H`, normalised here). ``k`` <= 0 gives 1.
+
+    With ``span_h``, K counts episodes, at most one a span: the chance is also at most the binomial tail of ``k`` of
+    the exposure's spans (one more for a window that begins inside one) having errors, each with the chance
+    ``1 - exp(-rate * span_h)``; the smaller of the two, each a bound on the chance of that many episodes of a part
+    whose errors come at that rate (a span with errors is one episode however many it holds: the Poisson tail of
+    errors overstates a run of episodes many times near one a span)."""
     k = np.asarray(k, dtype=float)
     lw = np.asarray(log_weights, dtype=float)
     w = np.exp(lw - lw.max(axis=-1, keepdims=True))
     w /= w.sum(axis=-1, keepdims=True)
-    mean = np.asarray(exposure_h, dtype=float)[..., None] * GRID_PER_H
-    tail = gammainc(np.maximum(k, 1e-300)[..., None], mean)  # P(Poisson(mean) >= k), continuous in k
+    exposure = np.asarray(exposure_h, dtype=float)[..., None]
+    kk = np.maximum(k, 1e-300)[..., None]
+    tail = gammainc(kk, exposure * GRID_PER_H)  # P(Poisson(mean) >= k), continuous in k
+    if span_h is not None:
+        trials = exposure / span_h + 1.0
+        with np.errstate(invalid="ignore"):
+            spans = betainc(kk, np.maximum(trials - kk + 1.0, 1e-300), -np.expm1(-GRID_PER_H * span_h))
+        tail = np.where(kk <= trials, np.minimum(tail, spans), tail)
     return np.where(k > 0, (w * tail).sum(axis=-1), 1.0)
 
 
-def record_log_weights(log_prior: np.ndarray, k_before: np.ndarray, t_before_h: np.ndarray) -> np.ndarray:
-    """The log mass over rates after a record of ``k_before`` episodes in ``t_before_h`` hours (unnormalised)."""
-    return log_prior + np.asarray(k_before, dtype=float)[..., None] * LOG_GRID - \
-        np.asarray(t_before_h, dtype=float)[..., None] * GRID_PER_H
+def record_log_weights(log_prior: np.ndarray, k_before: np.ndarray, t_before_h: np.ndarray,
+                       span_h: float | None = None) -> np.ndarray:
+    """The log mass over rates after a record of ``k_before`` episodes in ``t_before_h`` hours (unnormalised).
+
+    With ``span_h``, episodes at most one a span (:func:`episodes_tail`): the likelihood of ``k_before`` spans with
+    errors and the rest of the record's spans without, so a record with errors in nearly every span says "at least
+    so many", not "about so many"."""
+    k = np.asarray(k_before, dtype=float)[..., None]
+    t = np.asarray(t_before_h, dtype=float)[..., None]
+    if span_h is None:
+        return log_prior + k * LOG_GRID - t * GRID_PER_H
+    with np.errstate(divide="ignore"):
+        hit = np.log(-np.expm1(-GRID_PER_H * span_h)) - math.log(span_h)  # (log rate where the span is short)
+    return log_prior + k * hit - np.maximum(t - k * span_h, 0.0) * GRID_PER_H
 
 
 LOG_SIGMA = (-3.0, 1.5)

@@ -25,8 +25,14 @@ finds the fleet under half as spread as it is in its first hours: its noisiest h
 (bench/records/detectors-history.md, "Run 4").
 A record the fleet could hardly have given (chance at most ``conflict_alpha``: a part beyond the fleet's fitted
 spread) is a part unlike the fleet, judged against its own record alone (Jeffreys' prior).
-The chance of ``k`` or more episodes is then the Poisson tail averaged over that rate. A window whose chance is at most
-``alpha`` (over the windows judged), with at least ``min_episodes``, is an alarm held for ``hold_s``. So a part
+The chance of ``k`` or more episodes is then the Poisson tail averaged over that rate, or, where smaller, the binomial
+tail of ``k`` of the window's spans of ``episode_span_s`` (225 s: at most one episode a span, as the episodes' rule
+allows no two closer at any sampling up to 5 minutes) each with errors at that rate: near one episode a span the
+Poisson tail of the errors overstates a healthy part's chance of such a run by orders of magnitude (a part quiet for
+an hour that then errs in every sample was judged as if it might have done so by chance). The record before a window is
+read the same way (its spans with errors and without), so a part that errs in nearly every span is taken as at least
+that noisy. A window whose chance is at most ``alpha`` (over the windows judged), with at least ``min_episodes``, is
+an alarm held for ``hold_s``. So a part
 with a few errors a day against a fleet that shows them too is quiet, a part that always shows more learns its
 own rate, and a rate that rises an order of magnitude is seen within an hour or two.
 
@@ -92,8 +98,9 @@ class TrendDetector(FleetRates, TrendJudgement, InUseRecords):
                  prior_spread: float = 1.5, history_halflife_s: float = 7 * 86400.0,
                  hold_s: float = 3600.0, min_fleet_rate_per_h: float = 1e-4, trim: float = 0.001,
                  learn_every_s: float = 600.0, conflict_alpha: float = 1e-4, min_size_record: int = 24,
-                 size_ratio: float = 3.0, together: bool = True):
+                 size_ratio: float = 3.0, together: bool = True, episode_span_s: float = 225.0):
         self.alpha = alpha
+        self.episode_span_s = episode_span_s
         self.min_episodes = min_episodes
         self.episode_gap_s = episode_gap_s
         self.prior_spread = prior_spread

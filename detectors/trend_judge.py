@@ -144,12 +144,14 @@ class TrendJudgement:
         # (The chances over the grid are worked out only where they are asked: a record with episodes, a window
         # judged; most of a tick's new episodes are a quiet part's first.)
         fleet = prior[:, None, :]
+        span = self.episode_span_s / 3600.0 if self.episode_span_s else None
         own = np.zeros((n, n_w), dtype=bool)
         i, j = np.nonzero(~frozen[:, None] & (k_before > 0) & (t_before > 0))
         if len(i):
-            own[i, j] = episodes_tail(k_before[i, j], t_before[i, j], prior[i]) <= self.conflict_alpha
+            own[i, j] = episodes_tail(k_before[i, j], t_before[i, j], prior[i], span) <= self.conflict_alpha
         log_w = np.where(frozen[:, None, None], np.broadcast_to(fleet, (n, n_w, len(GRID_PER_H))),
-                         record_log_weights(np.where(own[:, :, None], 0.5 * LOG_GRID, fleet), k_before, t_before))
+                         record_log_weights(np.where(own[:, :, None], 0.5 * LOG_GRID, fleet), k_before, t_before,
+                                            span))
         # the first window is judged against the fleet from the start (a watch until the part has a record of its
         # own before it, below); a longer one (a slow rise) only against a record of the part's own at least as
         # long (or the rate frozen at the alarm): without one, a part that was always this noisy looks risen
@@ -160,7 +162,7 @@ class TrendJudgement:
         i, j = np.nonzero(judged)
         if len(i):
             windows = n_fixed + young[i]  # the windows a series is judged by, each chance times their number
-            p[i, j] = np.minimum(episodes_tail(k[i, j], exposure[i, j], log_w[i, j]) * windows, 1.0)
+            p[i, j] = np.minimum(episodes_tail(k[i, j], exposure[i, j], log_w[i, j], span) * windows, 1.0)
         span_h = np.broadcast_to(np.append(windows_h, 0.0)[:n_w], (n, n_w)).copy()
         if n_w > n_fixed:
             span_h[:, n_fixed] = exposure[:, n_fixed]

@@ -81,3 +81,36 @@ def test_the_fit_is_the_posteriors_mode_from_near_and_far():
             for x in (nm_start, x0):
                 other = minimize(cost, x, method="Nelder-Mead", options={"xatol": 1e-5, "fatol": 1e-7}).x
                 assert cost(x0) <= cost(other) + 1e-7 * max(1.0, abs(cost(other))), (case, start)
+
+
+def test_episodes_bounded_by_their_spans_take_the_smaller_of_two_tails():
+    """At a known rate, with spans: the binomial tail of k of the exposure's spans (and one more) each with errors at
+    chance 1 - exp(-rate * span), where that is under the Poisson tail (a run of episodes near one a span), the
+    Poisson tail where not (a few episodes in a long window), and the Poisson tail past the spans' count. A record's
+    weights with spans match the Poisson record's for a quiet part, and favour higher rates for one with errors in
+    nearly every span."""
+    from scipy.stats import binom
+
+    from detectors.rate_spread import LOG_GRID, record_log_weights
+
+    point = np.full(len(GRID_PER_H), -np.inf)
+    point[100] = 0.0
+    r, span = GRID_PER_H[100], 225.0 / 3600.0  # 1.8 an hour
+    p = -math.expm1(-r * span)
+    for k, t in ((12.0, 1.0), (10.0, 1.0), (2.0, 12.0)):
+        got = episodes_tail(np.array([k]), np.array([t]), point[None, :], span)[0]
+        spans = binom.sf(k - 1, t / span + 1, p)
+        assert got == pytest.approx(min(spans, poisson.sf(k - 1, r * t)), rel=1e-6)
+    assert episodes_tail(np.array([12.0]), np.array([1.0]), point[None, :], span)[0] < \
+        0.02 * episodes_tail(np.array([12.0]), np.array([1.0]), point[None, :])[0]
+    assert episodes_tail(np.array([40.0]), np.array([1.0]), point[None, :], span)[0] == pytest.approx(
+        poisson.sf(39, r), rel=1e-6)  # (more than the spans hold: the Poisson tail)
+    flat = np.zeros(len(GRID_PER_H))
+    quiet = record_log_weights(flat, np.array([1.0]), np.array([10.0]), span)[0]
+    plain = record_log_weights(flat, np.array([1.0]), np.array([10.0]))[0]
+    low = GRID_PER_H < 1.0
+    assert np.allclose(quiet[low] - quiet[low].max(), plain[low] - plain[low].max(), atol=0.05)
+    busy = record_log_weights(flat, np.array([15.0]), np.array([1.0]), span)[0]
+    assert GRID_PER_H[np.argmax(busy)] > 2 * GRID_PER_H[np.argmax(record_log_weights(flat, np.array([15.0]),
+                                                                                       np.array([1.0]))[0])]
+    assert np.isfinite(busy).all() and LOG_GRID.shape == busy.shape

@@ -342,8 +342,10 @@ def test_a_rise_in_a_young_record_is_judged_by_its_second_half_against_its_first
     5-minute sample. Its first window soon holds the rise's own first hour in the record before it (the part looks
     as if it always counted so) and its 3-hour window needs 3 h of record: judged by those alone it is not flagged
     in the 4 h that follow (measured: seeds 3-7). The record's second half against its first is flagged within 2 h
-    of the rise, and no healthy GPU of the fleet is flagged in those first hours."""
-    out = _fleet_with_one_rising_gpu(TrendDetector().fit(), None, 300, seed=seed, rise_h=2.0, hours=6.0)
+    of the rise, and no healthy GPU of the fleet is flagged in those first hours. (The Poisson tail alone, as the
+    windows were judged before episodes were bounded by their spans: the test below.)"""
+    out = _fleet_with_one_rising_gpu(TrendDetector(episode_span_s=0.0).fit(), None, 300, seed=seed, rise_h=2.0,
+                                     hours=6.0)
     assert not [o for o in out if o[1] != "n0/gpu0" and o[2] == "subhealthy"], seed
     first = next((o for o in out if o[1] == "n0/gpu0" and o[2] == "subhealthy"), None)
     assert first is not None and first[0] <= 2 * 3600, (seed, first)
@@ -357,13 +359,32 @@ def test_a_rise_soon_after_the_start_is_judged_by_its_episodes_sizes_on_two_hour
     simulator's template a), sampled every minute. Its episodes saturate at 12 an hour within the hour, so their
     count rises no more; their sizes do, three times an hour. A record of 24 episodes' sizes (2 h of a counter in
     every sample) flags it 3.0-3.1 h into the rise, half an hour before the replay budget's hour count would (3.6 h);
-    one of 36 (3 h) waited 4.05-4.1 h. No healthy GPU is flagged."""
-    out = _fleet_with_one_rising_gpu(TrendDetector().fit(), None, None, seed=seed, step=60.0, rise_h=1.5, hours=6.0,
-                                     replays_per_h=lambda h: 30.0 * (4000 / 30.0) ** (h / 4.5))
+    one of 36 (3 h) waited 4.05-4.1 h. No healthy GPU is flagged. (The Poisson tail alone: the test below.)"""
+    out = _fleet_with_one_rising_gpu(TrendDetector(episode_span_s=0.0).fit(), None, None, seed=seed, step=60.0,
+                                     rise_h=1.5, hours=6.0, replays_per_h=lambda h: 30.0 * (4000 / 30.0) ** (h / 4.5))
     assert not [o for o in out if o[1] != "n0/gpu0" and o[2] == "subhealthy"], seed
     first = next((o for o in out if o[1] == "n0/gpu0" and o[2] == "subhealthy"), None)
     assert first is not None and first[0] <= 3.5 * 3600, (seed, first)
     assert "PCIe replays larger in each episode" in first[3], first
+
+
+@pytest.mark.parametrize("seed", [3, 4, 5])
+def test_a_run_of_episodes_near_one_a_span_is_judged_by_its_spans_not_the_poisson_tail(seed):
+    """The two rises above, judged with episodes bounded by their spans (at most one a 225 s span: the binomial tail
+    of that many spans with errors): a GPU counting replays in every 5-minute sample from 2 h in is flagged by its
+    1-hour window within the hour (the Poisson tail of its errors' rate: the half-record window, within 2 h), and the
+    off-the-bus rise from 1.5 h in within 1.5 h (the Poisson tail: its sizes, 3.0-3.1 h). No healthy GPU of the
+    noisy fleet (some at 92 replays an hour) is flagged."""
+    out = _fleet_with_one_rising_gpu(TrendDetector().fit(), None, 300, seed=seed, rise_h=2.0, hours=6.0)
+    assert not [o for o in out if o[1] != "n0/gpu0" and o[2] == "subhealthy"], seed
+    first = next((o for o in out if o[1] == "n0/gpu0" and o[2] == "subhealthy"), None)
+    assert first is not None and first[0] <= 3600, (seed, first)
+    assert "PCIe replays in" in first[3] and " episodes over the last 1 h" in first[3], first
+    out = _fleet_with_one_rising_gpu(TrendDetector().fit(), None, None, seed=seed, step=60.0, rise_h=1.5, hours=6.0,
+                                     replays_per_h=lambda h: 30.0 * (4000 / 30.0) ** (h / 4.5))
+    assert not [o for o in out if o[1] != "n0/gpu0" and o[2] == "subhealthy"], seed
+    first = next((o for o in out if o[1] == "n0/gpu0" and o[2] == "subhealthy"), None)
+    assert first is not None and first[0] <= 1.5 * 3600, (seed, first)
 
 
 @pytest.mark.parametrize("aer_every_s", [None, 900])
