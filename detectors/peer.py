@@ -427,15 +427,17 @@ class PeerDeviation:
         spread = spread[metric]
         # The HBM's bars stand 2 °C above the die's: its temperature follows the job's memory traffic, which the
         # power correction does not see (a GB200 tray's warm slot, its HBM 15.0 °C over its three peers for a day
-        # without a rise, was flagged at the die's 15 °C: detectors-history.md, Run 18)
+        # without a rise, was flagged at the die's 15 °C: detectors-history.md, Run 18). Once flagged, either is
+        # held down to the die's level less the margin (a degrading GPU's HBM between load changes stays flagged).
         min_excess = np.where(gpu, self.min_excess_c, self.hbm_min_excess_c)
-        absolute = np.where(gpu, self.absolute_excess_c, self.hbm_absolute_excess_c)
+        absolute = np.where(was_hot, self.absolute_excess_c - self.clear_margin_c,
+                            np.where(gpu, self.absolute_excess_c, self.hbm_absolute_excess_c))
         with np.errstate(invalid="ignore"):
             rising = np.where(st, rise >= self.min_rise_c - margin, was_hot)
             z = smooth / spread
             rise_z = rise / rise_spread
             hot = (smooth >= min_excess - margin) & (z >= self.z_threshold - margin / spread) & (
-                rising | (smooth >= absolute - margin))
+                rising | (smooth >= absolute))
             # Not the HBM's: its temperature follows the memory traffic, which power does not show
             risen = gpu & st & (rise >= self.min_rise_c - margin) & (
                 rise_z >= self.z_threshold - margin / rise_spread) & (smooth >= self.moved_excess_c - margin)
