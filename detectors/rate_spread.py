@@ -7,6 +7,7 @@ Poisson tail averaged over the mass. The trend detector (:mod:`detectors.trend`)
 """
 from __future__ import annotations
 
+import functools
 import math
 
 import numpy as np
@@ -65,9 +66,17 @@ def record_log_weights(log_prior: np.ndarray, k_before: np.ndarray, t_before_h: 
     t = np.asarray(t_before_h, dtype=float)[..., None]
     if span_h is None:
         return log_prior + k * LOG_GRID - t * GRID_PER_H
+    return log_prior + k * _span_hit(span_h) - np.maximum(t - k * span_h, 0.0) * GRID_PER_H
+
+
+@functools.lru_cache(maxsize=8)
+def _span_hit(span_h: float) -> np.ndarray:
+    """log(1 - exp(-rate * span)) - log(span) on the grid: a span's log chance of errors, in the units of a log rate
+    (the log rate itself where the span is short). Read-only: shared by every call."""
     with np.errstate(divide="ignore"):
-        hit = np.log(-np.expm1(-GRID_PER_H * span_h)) - math.log(span_h)  # (log rate where the span is short)
-    return log_prior + k * hit - np.maximum(t - k * span_h, 0.0) * GRID_PER_H
+        hit = np.log(-np.expm1(-GRID_PER_H * span_h)) - math.log(span_h)
+    hit.flags.writeable = False
+    return hit
 
 
 LOG_SIGMA = (-3.0, 1.5)

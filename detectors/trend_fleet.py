@@ -16,7 +16,6 @@ from detectors.rate_spread import (
     log_rate_weights,
 )
 from detectors.trend_counters import COUNTERS, WINDOWS_S, CounterRecord
-from detectors.trend_use import USE_FOLLOWING
 
 
 class FleetRates:
@@ -31,16 +30,10 @@ class FleetRates:
         (:func:`fit_lognormal`, from the counter's prior and ``prior_spread`` while the fleet says little)."""
         horizon_h = min((now - self._start) / 3600.0, self.history_halflife_s / 3600.0)
         counts: dict[tuple[str, str], list[float]] = {}
-        # (thousands of series every learn: the series time worked out here, not a call each as _series_time)
-        use = self._in_use()
-        wall = use.settled()
-        fold = self._fold
+        at = self._series_clock(now)  # (thousands of series a learning: the clock in use asked once)
         for key, s in self._series.items():
-            fold(s, now if wall or key[1] not in USE_FOLLOWING else now - use.lag_s(key[0]))
-            group = counts.get(s.group)
-            if group is None:
-                group = counts[s.group] = []
-            group.append(s.k_hist + len(s.episodes))
+            self._fold(s, at(key))
+            counts.setdefault(s.group, []).append(s.k_hist + len(s.episodes))
         for s in self._on_wall().values():  # (kept as long as the fleet has not said: their history folded too)
             self._fold(s, now)
         for group, (hours, _, *sampled) in self._exposure.items():
