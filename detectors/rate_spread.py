@@ -31,7 +31,7 @@ PRIOR_FLOOR = math.log(1e-300)
 
 
 def episodes_tail(k: np.ndarray, exposure_h: np.ndarray, log_weights: np.ndarray,
-                  span_h: float | None = None) -> np.ndarray:
+                  span_h: float | None = None, reuse: bool = False) -> np.ndarray:
     """P(K >= k) for K Poisson over ``exposure_h`` hours at a rate drawn from ``log_weights`` (``[..., grid]``, the
     log of a mass on :data:`GRID_PER_H`, normalised here). ``k`` <= 0 gives 1.
 
@@ -39,20 +39,93 @@ def episodes_tail(k: np.ndarray, exposure_h: np.ndarray, log_weights: np.ndarray
     the exposure's spans (one more for a window that begins inside one) having errors, each with the chance
     ``1 - exp(-rate * span_h)``; the smaller of the two, each a bound on the chance of that many episodes of a part
     whose errors come at that rate (a span with errors is one episode however many it holds: the Poisson tail of
-    errors overstates a run of episodes many times near one a span)."""
+    errors overstates a run of episodes many times near one a span).
+
+    With ``reuse``, each (``k``, exposure)'s tail over the grid is kept for the next call (the counts of fixed windows
+    come back tick after tick; a record's exposure does not): the same figures, worked out once."""
     k = np.asarray(k, dtype=float)
+    exposure = np.broadcast_to(np.asarray(exposure_h, dtype=float), k.shape)
+    tail = (_TAIL_ROWS.rows if reuse else _tail_grid)(k.ravel(), exposure.ravel(), span_h)
+    tail = tail.reshape(k.shape + (len(GRID_PER_H),))
+    return np.where(k > 0, (_weights(log_weights) * tail).sum(axis=-1), 1.0)
+
+
+def episodes_tail_at_most(k: np.ndarray, exposure_h: np.ndarray, log_weights: np.ndarray, alpha: float,
+                          span_h: float | None = None) -> np.ndarray:
+    """``episodes_tail(k, exposure_h, log_weights, span_h) <= alpha``, the same answer, for 1-D ``k`` and
+    ``exposure_h`` (``k`` > 0, ``exposure_h`` > 0) and 2-D ``log_weights``: the tails are worked out only where a
+    lower bound on them, cheap to reach, does not already stand above ``alpha`` (most of a fleet's records are
+    nothing like so unlikely).
+
+    The bound at each rate: the first term of each tail's series, ``mean^k e^-mean / k!`` for the Poisson one and
+    ``x^k (1-x)^(n-k+1) / (k B(k, n-k+1))`` for the binomial one (``x`` a span's chance of errors, ``n`` the
+    spans); the rest of either series is positive. A bound within a thousandth over ``alpha`` is not trusted."""
+    k = np.asarray(k, dtype=float)
+    exposure = np.asarray(exposure_h, dtype=float)
+    w = _weights(log_weights)
+    kk, t = k[:, None], exposure[:, None]
+    mean = t * GRID_PER_H
+    low = kk * np.log(mean) - mean - gammaln(kk + 1.0)
+    if span_h is not None:
+        trials = t / span_h + 1.0
+        b = np.maximum(trials - kk + 1.0, 1e-300)
+        spans = (kk * (_span_hit(span_h) + math.log(span_h)) - b * (GRID_PER_H * span_h) - np.log(kk)
+                 - (gammaln(kk) + gammaln(b) - gammaln(kk + b)))
+        low = np.where(kk <= trials, np.minimum(low, spans), low)
+    undecided = (w * np.exp(low)).sum(axis=-1) <= alpha * 1.001
+    out = np.zeros(len(k), dtype=bool)
+    if undecided.any():
+        out[undecided] = episodes_tail(k[undecided], exposure[undecided], log_weights[undecided], span_h) <= alpha
+    return out
+
+
+def _weights(log_weights: np.ndarray) -> np.ndarray:
+    """The mass on the grid from its log (``[..., grid]``), summing to 1."""
     lw = np.asarray(log_weights, dtype=float)
     w = np.exp(lw - lw.max(axis=-1, keepdims=True))
     w /= w.sum(axis=-1, keepdims=True)
-    exposure = np.asarray(exposure_h, dtype=float)[..., None]
-    kk = np.maximum(k, 1e-300)[..., None]
+    return w
+
+
+def _tail_grid(k: np.ndarray, exposure_h: np.ndarray, span_h: float | None) -> np.ndarray:
+    """The tail of :func:`episodes_tail` at each rate of the grid, ``[len(k), grid]`` (1-D ``k`` and ``exposure_h``;
+    what ``k`` <= 0 gives here is not used)."""
+    kk = np.maximum(k, 1e-300)[:, None]
+    exposure = exposure_h[:, None]
     tail = gammainc(kk, exposure * GRID_PER_H)  # P(Poisson(mean) >= k), continuous in k
     if span_h is not None:
         trials = exposure / span_h + 1.0
         with np.errstate(invalid="ignore"):
             spans = betainc(kk, np.maximum(trials - kk + 1.0, 1e-300), -np.expm1(-GRID_PER_H * span_h))
         tail = np.where(kk <= trials, np.minimum(tail, spans), tail)
-    return np.where(k > 0, (w * tail).sum(axis=-1), 1.0)
+    return tail
+
+
+class _TailRows:
+    """:func:`_tail_grid`'s rows kept by (k, exposure, span), at most ``size`` of them (then begun again)."""
+
+    def __init__(self, size: int = 4096):
+        self.size = size
+        self._rows: dict[tuple[float, float, float | None], np.ndarray] = {}
+
+    def rows(self, k: np.ndarray, exposure_h: np.ndarray, span_h: float | None) -> np.ndarray:
+        """The rows of ``k`` and ``exposure_h`` (1-D), worked out where not kept."""
+        keys = [(a, b, span_h) for a, b in zip(k.tolist(), exposure_h.tolist())]
+        missing = [i for i, key in enumerate(keys) if key not in self._rows]
+        if missing and len(self._rows) + len(missing) > self.size:
+            self._rows.clear()
+            missing = list(range(len(keys)))
+        if missing:
+            fresh = _tail_grid(k[missing], exposure_h[missing], span_h)
+            for i, row in zip(missing, fresh):
+                row.flags.writeable = False
+                self._rows[keys[i]] = row
+        if not keys:
+            return np.empty((0, len(GRID_PER_H)))
+        return np.stack([self._rows[key] for key in keys])
+
+
+_TAIL_ROWS = _TailRows()
 
 
 def record_log_weights(log_prior: np.ndarray, k_before: np.ndarray, t_before_h: np.ndarray,

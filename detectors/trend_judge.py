@@ -17,6 +17,7 @@ from detectors.rate_spread import (
     GRID_PER_H,
     LOG_GRID,
     episodes_tail,
+    episodes_tail_at_most,
     record_log_weights,
 )
 from detectors.schema import State
@@ -148,7 +149,7 @@ class TrendJudgement:
         own = np.zeros((n, n_w), dtype=bool)
         i, j = np.nonzero(~frozen[:, None] & (k_before > 0) & (t_before > 0))
         if len(i):
-            own[i, j] = episodes_tail(k_before[i, j], t_before[i, j], prior[i], span) <= self.conflict_alpha
+            own[i, j] = episodes_tail_at_most(k_before[i, j], t_before[i, j], prior[i], self.conflict_alpha, span)
         log_w = np.where(frozen[:, None, None], np.broadcast_to(fleet, (n, n_w, len(GRID_PER_H))),
                          record_log_weights(np.where(own[:, :, None], 0.5 * LOG_GRID, fleet), k_before, t_before,
                                             span))
@@ -162,7 +163,8 @@ class TrendJudgement:
         i, j = np.nonzero(judged)
         if len(i):
             windows = n_fixed + young[i]  # the windows a series is judged by, each chance times their number
-            p[i, j] = np.minimum(episodes_tail(k[i, j], exposure[i, j], log_w[i, j], span) * windows, 1.0)
+            p[i, j] = np.minimum(episodes_tail(k[i, j], exposure[i, j], log_w[i, j], span, reuse=True) * windows,
+                                 1.0)
         span_h = np.broadcast_to(np.append(windows_h, 0.0)[:n_w], (n, n_w)).copy()
         if n_w > n_fixed:
             span_h[:, n_fixed] = exposure[:, n_fixed]

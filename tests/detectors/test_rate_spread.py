@@ -114,3 +114,51 @@ def test_episodes_bounded_by_their_spans_take_the_smaller_of_two_tails():
     assert GRID_PER_H[np.argmax(busy)] > 2 * GRID_PER_H[np.argmax(record_log_weights(flat, np.array([15.0]),
                                                                                        np.array([1.0]))[0])]
     assert np.isfinite(busy).all() and LOG_GRID.shape == busy.shape
+
+
+def test_the_cheap_test_of_a_records_chance_gives_the_tails_own_answer():
+    """``episodes_tail_at_most`` answers as the tail itself does, with spans and without, on records from quiet to
+    one error a span, against fleets narrow and wide, including records whose chance stands just at the bar (where
+    the bound cannot settle it and the tail is worked out)."""
+    from detectors.rate_spread import episodes_tail_at_most, log_rate_weights
+
+    rng = np.random.default_rng(11)
+    n = 4000
+    t = rng.uniform(0.05, 200.0, n)
+    k = np.maximum(1.0, np.round(t * np.exp(rng.uniform(np.log(1e-3), np.log(16.0), n))))
+    lw = np.stack([log_rate_weights(m, s) for m, s in zip(rng.uniform(-8.0, 1.0, n), rng.uniform(0.2, 3.0, n))])
+    for span in (None, 225.0 / 3600.0):
+        exact = episodes_tail(k, t, lw, span)
+        for alpha in (1e-4, float(np.median(exact)), float(np.quantile(exact, 0.1))):
+            assert np.array_equal(episodes_tail_at_most(k, t, lw, alpha, span), exact <= alpha)
+        at_bar = exact[(exact > 0) & (exact < 1)][:50]  # a chance exactly at the bar is at most it
+        rows = np.isin(exact, at_bar)
+        for alpha in at_bar:
+            assert np.array_equal(episodes_tail_at_most(k[rows], t[rows], lw[rows], alpha, span),
+                                  exact[rows] <= alpha)
+
+
+def test_a_windows_tail_kept_for_the_next_call_is_the_same_figure():
+    """The tails kept by (count, exposure) give the figures worked out afresh, bit for bit, through a cache that
+    fills and begins again."""
+    import detectors.rate_spread as rate_spread
+
+    rng = np.random.default_rng(3)
+    kept = rate_spread._TailRows(size=64)
+    lw = np.stack([_log_rate_weights_of(rng) for _ in range(40)])
+    for _ in range(20):
+        k = rng.integers(0, 30, 40).astype(float)
+        t = rng.choice([1.0, 3.0, 12.0, 0.75], 40)
+        w = rate_spread._weights(lw)
+        for span in (None, 225.0 / 3600.0):
+            afresh = episodes_tail(k, t, lw, span)
+            got = np.where(k > 0, (w * kept.rows(k, t, span)).sum(axis=-1), 1.0)
+            assert np.array_equal(got, afresh)
+            assert np.array_equal(episodes_tail(k, t, lw, span, reuse=True), afresh)
+    assert len(kept._rows) <= 64 + 40
+
+
+def _log_rate_weights_of(rng: np.random.Generator) -> np.ndarray:
+    from detectors.rate_spread import log_rate_weights
+
+    return log_rate_weights(rng.uniform(-6.0, 0.0), rng.uniform(0.3, 2.5))
