@@ -73,6 +73,14 @@ def _higher_quantile(x: np.ndarray, q: float) -> float:
     return float(np.partition(x, i)[i])
 
 
+def _above_all(k: int, n: int, record: int) -> float:
+    """The chance that at least ``k`` of a window's ``n`` episodes are larger than every one of a record's
+    ``record`` before it, all alike (exchangeable: any order of the ``record + n`` sizes as likely): the top ``k``
+    of them all in the window, C(n, k) / C(record + n, k). Ties count as not larger, so it bounds a record of whole
+    counts too."""
+    return math.prod((n - j) / (record + n - j) for j in range(k))
+
+
 def _fisher(p: list[float], n: int) -> float:
     """Fisher's combination of ``n`` independent chances of which ``p`` are those under 1 (the rest are 1): the
     chance of a product at most theirs, the chi-square tail at 2n degrees of freedom."""
@@ -281,10 +289,14 @@ class TrendJudgement:
 
     def _judge_sizes(self, key: tuple[str, str], s: CounterRecord, now: float, counts: np.ndarray) -> None:
         """A part with a record of ``min_size_record`` episodes: its windows' episodes against the record's sizes (or
-        those frozen at its alarm). An alarm when a window has at least ``min_episodes`` episodes larger than
-        :data:`SIZE_QUANTILE` of the record's, a chance of at most ``alpha`` for that many at the record's own share
-        (the binomial tail, over the three windows), and a mean size ``size_ratio`` times the record's. ``counts``: the
-        episodes of each window, as the part's windows were just judged with."""
+        those frozen at its alarm). An alarm when a window's mean size is ``size_ratio`` times the record's and
+        either of two tests gives a chance of at most ``alpha`` (each chance times the two tests and the three
+        windows): at least ``min_episodes`` episodes larger than :data:`SIZE_QUANTILE` of the record's (the binomial
+        tail at the record's own share), or at least ``min_episodes`` larger than any of the record's, whose chance
+        for episodes alike (exchangeable) is C(n, k) / C(N + n, k) for k of a window's n over a record of N whatever
+        their distribution: a part with a long record whose sizes jump is flagged on four or five episodes, not the
+        eight or nine of the first test. ``counts``: the episodes of each window, as the part's windows were just
+        judged with."""
         frozen = self._size_baseline.get(key) if key in self._alarm else None
         n, n_past = len(s.episodes), len(s.past_sizes)
         if frozen is None and n_past + n < self.min_size_record + self.min_episodes:
@@ -297,6 +309,7 @@ class TrendJudgement:
             return
         sizes = np.array([e[1] for e in s.episodes])
         past = np.fromiter(s.past_sizes, dtype=float, count=n_past) if frozen is None else None
+        tests = 2 * len(WINDOWS_S)
         best: tuple | None = None
         for i, c in judged:
             window = sizes[n - c:].copy()  # (a fresh array, as the mask made it: its mean summed the same way)
@@ -310,21 +323,30 @@ class TrendJudgement:
             if frozen is None:
                 threshold = _higher_quantile(record, SIZE_QUANTILE)
                 share = (np.count_nonzero(record > threshold) + 1.0) / (len(record) + 1.0)
+            found = []
             large = int(np.count_nonzero(window > threshold))
-            if large < self.min_episodes:
-                continue
-            from scipy.stats import binom  # (here: importing scipy.stats costs every process 0.4 s at start)
+            if large >= self.min_episodes:
+                from scipy.stats import binom  # (here: importing scipy.stats costs every process 0.4 s at start)
 
-            p = float(binom.sf(large - 1, len(window), share)) * len(WINDOWS_S)
-            if p <= self.alpha and (best is None or p < best[0]):
-                best = (p, i, large, len(window), float(window.mean()), threshold, share, mean)
+                found.append((float(binom.sf(large - 1, c, share)) * tests,
+                              f"{large} of the last {c} episodes over {WINDOWS_S[i] / 3600:.0f} h had more than "
+                              f"{threshold:.0f} errors, which 9 in 10 of this part's own before did not"))
+            if frozen is None:
+                top = float(record.max())
+                above = int(np.count_nonzero(window > top))
+                if above >= self.min_episodes:
+                    found.append((_above_all(above, c, len(record)) * tests,
+                                  f"{above} of the last {c} episodes over {WINDOWS_S[i] / 3600:.0f} h had more than "
+                                  f"{top:.0f} errors, more than any of this part's own {len(record)} before"))
+            for p, told in found:
+                if p <= self.alpha and (best is None or p < best[0]):
+                    best = (p, told, float(window.mean()), threshold, share, mean)
         if best is None:
             return
-        p, i, large, n, size, threshold, share, mean = best
+        p, told, size, threshold, share, mean = best
         _, _, words = COUNTERS[key[1]]
-        reason = (f"{words} larger in each episode: {large} of the last {n} episodes over {WINDOWS_S[i] / 3600:.0f} h "
-                  f"had more than {threshold:.0f} errors, which 9 in 10 of this part's own before did not; "
-                  f"{size:.1f} errors an episode against its {mean:.1f} (chance {p:.1g})")
+        reason = (f"{words} larger in each episode: {told}; {size:.1f} errors an episode against its {mean:.1f} "
+                  f"(chance {p:.1g})")
         if key not in self._size_baseline:
             self._size_baseline[key] = (threshold, share, mean)
         self._alarm[key] = (now + self.hold_s, reason, _score(p), State.SUBHEALTHY, COUNTERS[key[1]][1])

@@ -3,7 +3,7 @@ import pandas as pd
 import pytest
 
 from detectors.contract import TickInput
-from detectors.schema import events_frame
+from detectors.schema import State, events_frame
 from detectors.trend_counters import LOGGED_AER as LOGGED
 from detectors.rate_spread import fit_lognormal
 from detectors.trend import TrendDetector
@@ -266,6 +266,50 @@ def test_a_saturated_part_is_judged_by_its_episodes_sizes():
     assert flagged is not None and 24 * 3600 < flagged < budget_at - 1800, (flagged, budget_at)
     unsized = first_flag(min_size_record=10**9)
     assert unsized is None or unsized > flagged + 3600, (unsized, flagged)
+
+
+def test_a_long_record_whose_sizes_jump_is_flagged_on_episodes_larger_than_all_of_it():
+    """A noisy healthy GPU's replays at 92 an hour for a day (sizes about 8 an episode, at most 14), then at 600 an
+    hour (50 an episode), sampled every 5 minutes. Its 1-hour window's mean is three times its record's after six
+    episodes of the jump, all six larger than every one of its record of 282 (a chance of 720 / (288 x ... x 283),
+    times the two tests and three windows: 3e-12): flagged 30 minutes after the jump, where the record's 90th
+    percentile needed eight episodes over it (40 minutes). A record with one burst of 200 errors in it leaves that
+    to the percentile test: nine episodes (45 minutes), as before this test was added."""
+    rng = np.random.default_rng(11)
+    day = _saturated(rng, 24, 92.0, bursts_per_day=0.0)
+    jump = _saturated(rng, 2, 600.0, bursts_per_day=0.0)
+
+    def first_flag(counts):
+        flags = _flags(TrendDetector().fit(), counts.tolist(), metric="pcie_replay_total", entity="n/gpu0")
+        at = next((t for t, level in flags if level == "subhealthy"), None)
+        return None if at is None else at - len(day) * 300.0
+
+    assert first_flag(np.concatenate((day, jump))) == 6 * 300.0
+    burst = day.copy()
+    burst[100] += 200.0
+    assert first_flag(np.concatenate((burst, jump))) == 9 * 300.0
+    det = TrendDetector().fit()
+    reasons = [e.reasons[0] for i, n in enumerate(np.concatenate((day, jump[:6])))
+               for e in tick(det, (i + 1) * 300.0, n, entity="n/gpu0", metric="pcie_replay_total", dt=300.0,
+                             others=99) if e.level == State.SUBHEALTHY]
+    assert reasons and "6 of the last 12 episodes over 1 h had more than 14 errors" in reasons[0] and \
+        "more than any of this part's own" in reasons[0], reasons
+
+
+def test_the_chance_of_episodes_larger_than_all_their_record_is_exact_for_any_distribution():
+    """C(n, k) / C(N + n, k): against shuffles of heavy-tailed and of normal sizes, and its closed form where the
+    whole window is larger."""
+    from math import comb
+
+    from detectors.trend_judge import _above_all
+
+    rng = np.random.default_rng(2)
+    for k, n, record in ((3, 5, 20), (2, 4, 10), (4, 4, 30), (1, 3, 5)):
+        for draw in (lambda size: rng.pareto(1.2, size), lambda size: rng.normal(0.0, 1.0, size)):
+            x = draw((200_000, record + n))
+            hits = ((x[:, record:] > x[:, :record].max(axis=1, keepdims=True)).sum(axis=1) >= k).mean()
+            assert hits == pytest.approx(_above_all(k, n, record), rel=0.05, abs=2e-4), (k, n, record)
+        assert _above_all(k, n, record) == pytest.approx(comb(n, k) / comb(record + n, k))
 
 
 def test_forgetting_one_replaced_part_keeps_its_neighbours_records():
