@@ -20,7 +20,7 @@ sys.path.insert(0, str(ROOT / "bench"))
 from common import cores  # noqa: E402
 
 from lab.matrix import (CELLS, check_cells, DEFAULT_FLEET, DEFAULT_NOISE, FLEETS, NOISE, SAMPLING,  # noqa: E402
-                        differences, fleet_label, parse_seeds, report, run_matrix)
+                        at_median, differences, fleet_label, parse_seeds, report, run_matrix)
 from lab.sim.faults import parse_duration  # noqa: E402
 
 
@@ -51,12 +51,17 @@ def main() -> int:
                          "figures are a run with it)")
     ap.add_argument("--out", type=Path, default=ROOT / "bench" / "results" / "matrix.json")
     ap.add_argument("--report", action="store_true", help="only print the table of the results file")
+    ap.add_argument("--at-median", type=int, metavar="N",
+                    help="then print, per cell, the N faults each side of its median lead (what moves the median)")
     ap.add_argument("--same-as", type=Path, metavar="FILE",
                     help="then compare every run with FILE's of the same key (findings digests and figures; exit 1 "
                          "when any differs): a change meant to move nothing is checked on the whole matrix")
     args = ap.parse_args()
     if args.report:
-        print(report(json.loads(args.out.read_text())))
+        results = json.loads(args.out.read_text())
+        print(report(results))
+        if args.at_median:
+            print(at_median(results, args.at_median))
         return same_as(args.out, args.same_as) if args.same_as else 0
     try:  # the arguments only: an error inside a run is a traceback, not a usage message
         seeds, quiet_seeds = parse_seeds(args.seeds), parse_seeds(args.quiet_seeds)
@@ -67,6 +72,8 @@ def main() -> int:
     results = run_matrix(args.sampling.split(","), args.noise.split(","), seeds, quiet_seeds, args.out, args.jobs,
                          args.model, progress, warmup_s, baseline=not args.no_baseline, fleet=args.fleet)
     print(report(results))
+    if args.at_median:
+        print(at_median(results, args.at_median))
     return same_as(args.out, args.same_as) if args.same_as else 0
 
 

@@ -127,6 +127,9 @@ class Evaluation:
     findings_digest: str = ""
     """sha256 of every finding the run made, in order (where the evaluation ran the pipeline itself): two runs with
     the same digest found the same, to the byte; a change meant to move nothing is checked on it (issue 56)."""
+    fault_leads: list[dict] = field(default_factory=list)
+    """Each labelled fault that fails, in the labels' order: its entity, class, template, onset-to-failure window and
+    lead (None where not flagged before it failed): which faults a cell's median lead stands on."""
 
     @property
     def all_faults(self) -> ClassScore:
@@ -186,6 +189,7 @@ def evaluate(
 
     by_class: dict[str, ClassScore] = defaultdict(ClassScore)
     windows = []
+    fault_leads: list[dict] = []
     for f in faults:
         score = by_class[f.fault]
         score.faults += 1
@@ -200,6 +204,8 @@ def evaluate(
                 score.lead_times_s.append(f.failure - early[0].ts)
         if f.failure is not None:
             windows.append(f.failure - f.onset)
+            fault_leads.append({"entity": f.entity, "fault": f.fault, "template": f.template,
+                                "window_s": f.failure - f.onset, "lead_s": f.failure - early[0].ts if early else None})
             score.hard_faults += 1
             failed = [x for x in candidates if x.state == "failed" and x.ts >= f.onset]
             if failed:
@@ -213,4 +219,5 @@ def evaluate(
     confounder = sum(1 for fl in false if any(lb.onset <= fl.ts <= (lb.failure if lb.failure is not None
                                                                     else trace_end) and holds(lb.entity, fl.entity)
                                               for lb in benign))
-    return Evaluation(dict(by_class), n_flags, true_flags, len(false), confounder, node_days, windows, false)
+    return Evaluation(dict(by_class), n_flags, true_flags, len(false), confounder, node_days, windows, false,
+                      fault_leads=fault_leads)

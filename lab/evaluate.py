@@ -167,7 +167,8 @@ def merge(evaluations: list[Evaluation]) -> Evaluation:
     return Evaluation(by_class, sum(e.flags for e in evaluations), sum(e.true_flags for e in evaluations),
                       sum(e.false_flags for e in evaluations), sum(e.confounder_flags for e in evaluations),
                       sum(e.node_days for e in evaluations), [w for e in evaluations for w in e.onset_to_failure_s],
-                      [f for e in evaluations for f in e.false_flag_list])
+                      [f for e in evaluations for f in e.false_flag_list],
+                      fault_leads=[x for e in evaluations for x in e.fault_leads])
 
 
 @dataclass

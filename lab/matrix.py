@@ -130,7 +130,8 @@ def raw(ev) -> dict:
                for name, c in ev.by_class.items()}
     return {"classes": classes, "windows_s": ev.onset_to_failure_s, "false_flags": ev.false_flags,
             "confounder_flags": ev.confounder_flags, "node_days": ev.node_days,
-            "false_flag_list": [f.as_dict() for f in ev.false_flag_list], "findings_digest": ev.findings_digest}
+            "false_flag_list": [f.as_dict() for f in ev.false_flag_list], "findings_digest": ev.findings_digest,
+            "fault_leads": ev.fault_leads}
 
 
 def fleet_label(r: dict) -> str:
@@ -218,6 +219,36 @@ def report(results: dict) -> str:
     return "\n".join(lines)
 
 
+_NOT_IN_OLDER_RUNS = ("findings_digest", "fault_leads")
+"""What a run records that older records lack: compared where both carry it."""
+
+
+def at_median(results: dict, around: int = 3) -> str:
+    """Per cell of dense runs (as :func:`report` groups them, raswarden's figures), the faults whose leads stand on
+    either side of its median lead, ``around`` each way: class, template, exporter profile, seed, window and lead.
+    A cell's median moves only when these do; runs recorded before faults' leads were kept are left out."""
+    runs = [r for r in results["runs"] if r["kind"] == "dense" and "fault_leads" in (r.get("raswarden") or {})]
+    cells: dict[tuple, list[tuple]] = {}
+    for r in runs:
+        name = fleet_label(r) + f"{r['sampling']}/{r['noise']}" + (
+            f" +{r['warmup_s'] / 3600:g}h" if r.get("warmup_s") else "")
+        for f in r["raswarden"]["fault_leads"]:
+            if f["lead_s"] is not None:
+                cells.setdefault(name, []).append((f["lead_s"], f["window_s"], f["fault"], f["template"],
+                                                   r.get("profile", ""), r["seed"]))
+    lines = []
+    for name in sorted(cells):
+        leads = sorted(cells[name])
+        m = len(leads) // 2
+        median = statistics.median(x[0] for x in leads)
+        lines.append(f"{name}: median lead {median / 3600:.2f} h of {len(leads)} leads")
+        for i in range(max(0, m - around), min(len(leads), m + around)):
+            lead, window, fault, template, profile, seed = leads[i]
+            lines.append(f"  {lead / 3600:5.2f} h of {window / 3600:4.1f} h ({lead / window:.2f})  {fault} "
+                         f"{template} {profile} seed {seed}")
+    return "\n".join(lines)
+
+
 def differences(a: dict, b: dict) -> tuple[int, list[str]]:
     """Runs of two results files compared where both have them (wall time aside): how many, and what differs in
     each that does (its findings digest first, where both carry one). A change meant to move nothing moves none."""
@@ -233,7 +264,7 @@ def differences(a: dict, b: dict) -> tuple[int, list[str]]:
             if x is None or y is None:
                 continue
             what = [k for k in sorted(set(x) | set(y)) if x.get(k) != y.get(k)
-                    and not (k == "findings_digest" and not (x.get(k) and y.get(k)))]
+                    and not (k in _NOT_IN_OLDER_RUNS and (x.get(k) in (None, "") or y.get(k) in (None, "")))]
             if what:
                 out.append(f"{r['kind']} {fleet_label(r)}{r['sampling']}/{r['noise']} seed {r['seed']} ({who}): "
                            f"{', '.join(what)}")

@@ -43,6 +43,9 @@ def test_known_answers():
     assert ev.precision == pytest.approx(5 / 8)
     d = ev.as_dict()
     assert d["all"]["lead_time_median_s"] == 6 * H and d["onset_to_failure_median_s"] == 10 * H
+    # each fault that fails, in the labels' order, with its lead where it was flagged in time
+    assert [(f["entity"], f["fault"], f["window_s"], f["lead_s"]) for f in ev.fault_leads] == [
+        ("n1/gpu0", "hbm_degradation", 10 * H, 6 * H), ("n2/gpu3", "hbm_degradation", 10 * H, None)]
     assert [(f["entity"], f["ts"]) for f in d["false_flag_list"]] == [("n5/gpu1", 6.5 * H), ("n4", 5.1 * H),
                                                                      ("n7", 30 * H)] or \
         sorted(f["entity"] for f in d["false_flag_list"]) == ["n4", "n5/gpu1", "n7"]

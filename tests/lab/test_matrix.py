@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import pytest
 
-from lab.matrix import check_cells, differences, key, pooled, report, scenario_for
+from lab.matrix import at_median, check_cells, differences, key, pooled, report, scenario_for
 from lab.sim.faults import parse_duration
 from lab.sim.scenario import Scenario
 
@@ -71,6 +71,30 @@ def test_differences_name_the_runs_whose_findings_or_figures_moved():
     old = {**_run(0.0, 2), "baseline": None}  # a record from before digests: its figures still compare
     assert differences({"runs": [old]}, {"runs": a[:1]}) == (1, ["dense 300s/realistic seed 1 (raswarden): classes"])
     assert differences({"runs": a}, {"runs": []}) == (0, [])
+
+
+def test_the_faults_each_side_of_a_cell_s_median_lead_are_named():
+    """Five runs' faults (one unflagged): the median of the four leads, and the faults on either side of it with
+    their windows; a run recorded before faults' leads were kept is left out, and the per-fault leads differ only
+    where both records carry them."""
+    runs = []
+    for seed, (lead, template) in enumerate(((1.0, "a"), (2.5, "b"), (None, "a"), (3.0, "a"), (4.0, "b")), 1):
+        r = _run(0.0, 1)
+        r["seed"], r["profile"] = seed, "stock" if seed % 2 else "full"
+        r["raswarden"] = {**r["raswarden"], "fault_leads": [
+            {"entity": "n/gpu0", "fault": "gpu_off_bus", "template": template, "window_s": 5 * 3600.0,
+             "lead_s": None if lead is None else lead * 3600.0}]}
+        runs.append(r)
+    runs.append(_run(0.0, 2))  # (no faults' leads)
+    out = at_median({"runs": runs}, 1).splitlines()
+    assert out == ["300s/realistic: median lead 2.75 h of 4 leads",
+                   "   2.50 h of  5.0 h (0.50)  gpu_off_bus b full seed 2",
+                   "   3.00 h of  5.0 h (0.60)  gpu_off_bus a full seed 4"]
+    moved = {**runs[0], "raswarden": {**runs[0]["raswarden"], "fault_leads": []}}
+    assert differences({"runs": [moved]}, {"runs": runs[:1]})[1] == [
+        "dense 300s/realistic seed 1 (raswarden): fault_leads"]
+    older = {**runs[0], "raswarden": {k: v for k, v in runs[0]["raswarden"].items() if k != "fault_leads"}}
+    assert differences({"runs": [older]}, {"runs": runs[:1]}) == (1, [])
 
 
 def test_the_live_five_minute_cell_scrapes_with_jitter_where_the_stored_one_is_on_the_grid():
