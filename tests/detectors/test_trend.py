@@ -271,8 +271,8 @@ def test_a_saturated_part_is_judged_by_its_episodes_sizes():
 def test_a_long_record_whose_sizes_jump_is_flagged_on_episodes_larger_than_all_of_it():
     """A noisy healthy GPU's replays at 92 an hour for a day (sizes about 8 an episode, at most 14), then at 600 an
     hour (50 an episode), sampled every 5 minutes. Its 1-hour window's mean is three times its record's after six
-    episodes of the jump, all six larger than every one of its record of 282 (a chance of 720 / (288 x ... x 283),
-    times the two tests and three windows: 3e-12): flagged 30 minutes after the jump, where the record's 90th
+    episodes of the jump, all six larger than every one of its record of 282 (a chance of C(12, 6) / C(294, 6),
+    times the two tests and three windows: 7e-9): flagged 30 minutes after the jump, where the record's 90th
     percentile needed eight episodes over it (40 minutes). A record with one burst of 200 errors in it leaves that
     to the percentile test: nine episodes (45 minutes), as before this test was added."""
     rng = np.random.default_rng(11)
