@@ -128,8 +128,8 @@ class Evaluation:
     """sha256 of every finding the run made, in order (where the evaluation ran the pipeline itself): two runs with
     the same digest found the same, to the byte; a change meant to move nothing is checked on it (issue 56)."""
     fault_leads: list[dict] = field(default_factory=list)
-    """Each labelled fault that fails, in the labels' order: its entity, class, template, onset-to-failure window and
-    lead (None where not flagged before it failed): which faults a cell's median lead stands on."""
+    """Each labelled fault that fails, in the labels' order: its entity, class, template, onset and failure times,
+    window and lead (None where not flagged before it failed): which faults a cell's median lead stands on."""
 
     @property
     def all_faults(self) -> ClassScore:
@@ -204,8 +204,9 @@ def evaluate(
                 score.lead_times_s.append(f.failure - early[0].ts)
         if f.failure is not None:
             windows.append(f.failure - f.onset)
-            fault_leads.append({"entity": f.entity, "fault": f.fault, "template": f.template,
-                                "window_s": f.failure - f.onset, "lead_s": f.failure - early[0].ts if early else None})
+            fault_leads.append({"entity": f.entity, "fault": f.fault, "template": f.template, "onset": f.onset,
+                                "failure": f.failure, "window_s": f.failure - f.onset,
+                                "lead_s": f.failure - early[0].ts if early else None})
             score.hard_faults += 1
             failed = [x for x in candidates if x.state == "failed" and x.ts >= f.onset]
             if failed:

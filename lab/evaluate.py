@@ -83,10 +83,12 @@ def evaluate_simulation(sim, baseline: bool, interval_s: float = TICK_S, model=N
     return evaluate_simulation_judges(sim, [(baseline, None if baseline else model)], interval_s)[0]
 
 
-def evaluate_simulation_judges(sim, judges: list[tuple[bool, object]], interval_s: float = TICK_S) -> list[Evaluation]:
+def evaluate_simulation_judges(sim, judges: list[tuple[bool, object]], interval_s: float = TICK_S,
+                               findings_out: list[list[dict]] | None = None) -> list[Evaluation]:
     """:func:`evaluate_simulation` for several judges of one simulation, each ``(baseline, model)``: the simulator
     runs once and every judge's pipeline ticks the same batches (raswarden and the static baseline of a matrix run
-    side by side, at the cost of the simulation once). Each evaluation is the one its judge's own run makes."""
+    side by side, at the cost of the simulation once). Each evaluation is the one its judge's own run makes; with
+    ``findings_out``, each judge's findings are appended to it as a list (to read what flagged a fault, and when)."""
     import numpy as np
 
     from daemon.ingest.batch import Batch
@@ -145,6 +147,8 @@ def evaluate_simulation_judges(sim, judges: list[tuple[bool, object]], interval_
                       node_days=len(sim.topo.nodes) * days, interval_s=interval_s, holds=holds, sampling_s=sampling)
         ev.findings_digest = findings_digest(findings)
         out.append(ev)
+    if findings_out is not None:
+        findings_out.extend(sinks)
     return out
 
 

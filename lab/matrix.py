@@ -100,9 +100,10 @@ def scenario_for(kind: str, sampling: str, noise: str, seed: int, warmup_s: floa
 
 
 def run_one(kind: str, sampling: str, noise: str, seed: int, model: str | None, warmup_s: float = 0.0,
-            baseline: bool = True, fleet: str = DEFAULT_FLEET) -> dict:
+            baseline: bool = True, fleet: str = DEFAULT_FLEET, findings_out: list[list[dict]] | None = None) -> dict:
     """One run of the matrix, scored for raswarden and (unless not ``baseline``: its ``baseline`` is None then) for
-    the baseline; on a fleet other than the default its record names it."""
+    the baseline; on a fleet other than the default its record names it. ``findings_out``: as
+    :func:`lab.evaluate.evaluate_simulation_judges` takes it."""
     from lab.evaluate import evaluate_simulation_judges
     from lab.sim.simulator import Simulator
     from lab.sim.faults import load_library
@@ -115,7 +116,8 @@ def run_one(kind: str, sampling: str, noise: str, seed: int, model: str | None, 
     bundle = ModelBundle.load(Path(model)) if model else None
     # one simulation, judged by raswarden and (beside it, from the same batches) by the baseline
     judged = evaluate_simulation_judges(Simulator(Scenario.from_dict(d, d["name"]), library),
-                                        [(False, bundle)] + ([(True, None)] if baseline else []))
+                                        [(False, bundle)] + ([(True, None)] if baseline else []),
+                                        findings_out=findings_out)
     ours, base = judged[0], (judged[1] if baseline else None)
     return {"kind": kind, "sampling": sampling, "noise": noise, "seed": seed, "profile": d.get("profile", "full"),
             "model": model, "warmup_s": warmup_s if kind == "dense" else 0.0, "raswarden": raw(ours),
