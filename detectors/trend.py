@@ -50,9 +50,11 @@ A part that has errors in nearly every sample (a noisy healthy GPU's PCIe replay
 more episodes when it starts to fail: its count is saturated. Its episodes' **sizes** still rise. Once a part has a
 record of at least ``min_size_record`` episodes of its own (24: two hours of a counter in every sample; Run 15), a
 window is also judged by how many of its episodes are larger than nine in ten of the record's (the binomial tail of
-that many at the record's own share, a test that bursts and heavy tails do not fool: a burst is one episode), when the
-window's episodes are also ``size_ratio`` times the record's mean size (a part whose traffic doubles has larger
-episodes too; a failing one's grow by more).
+that many at the record's own share, a test that bursts and heavy tails do not fool: a burst is one episode), and by
+how many are larger than every one of the record's (for sizes alike, k of a window's n over a record of N has the
+chance C(n, k) / C(N + n, k) whatever their distribution: a long record whose sizes jump is told in fewer episodes;
+each test's chance times two), when the window's episodes are also ``size_ratio`` times the record's mean size (a
+part whose traffic doubles has larger episodes too; a failing one's grow by more; Run 19).
 
 A part's counters of one kind of trouble (``category``: a GPU's PCIe replays, AER counters and the kernel log's
 corrected AER lines; a port's symbol errors, link error recoveries, receive errors and link integrity counters) are
