@@ -294,9 +294,9 @@ class TrendJudgement:
         windows): at least ``min_episodes`` episodes larger than :data:`SIZE_QUANTILE` of the record's (the binomial
         tail at the record's own share), or at least ``min_episodes`` larger than any of the record's, whose chance
         for episodes alike (exchangeable) is C(n, k) / C(N + n, k) for k of a window's n over a record of N whatever
-        their distribution: a part with a long record whose sizes jump is flagged on four or five episodes, not the
-        eight or nine of the first test. ``counts``: the episodes of each window, as the part's windows were just
-        judged with."""
+        their distribution: a part with a long record whose sizes jump is flagged on fewer episodes than the first
+        test needs (six against eight in tests/detectors/test_trend.py, where the mean-size gate decides).
+        ``counts``: the episodes of each window, as the part's windows were just judged with."""
         frozen = self._size_baseline.get(key) if key in self._alarm else None
         n, n_past = len(s.episodes), len(s.past_sizes)
         if frozen is None and n_past + n < self.min_size_record + self.min_episodes:

@@ -9,7 +9,8 @@ def fault_lines(record: dict, findings: list[dict], start: float, fault: str | N
                 width: int = 300) -> list[str]:
     """For each failing fault of a matrix run's ``record`` (its ``fault_leads``; of class ``fault`` only, when
     given): a line of what and when (hours from ``start``), then the run's ``findings`` on its entity or its node
-    from its onset to its failure, the first of each state (or ``every`` one), each cut to ``width`` characters."""
+    from its onset to its failure, the first of each state (or ``every`` one), each finding's line cut to ``width``
+    characters."""
     lines = []
     for f in record["raswarden"]["fault_leads"]:
         if fault and f["fault"] != fault:

@@ -230,7 +230,7 @@ def at_median(results: dict, around: int = 3) -> str:
     either side of its median lead, ``around`` each way: class, template, exporter profile, seed, window and lead.
     A cell's median moves only when these do; runs recorded before faults' leads were kept are left out."""
     runs = [r for r in results["runs"] if r["kind"] == "dense" and "fault_leads" in (r.get("raswarden") or {})]
-    cells: dict[tuple, list[tuple]] = {}
+    cells: dict[str, list[tuple]] = {}  # a cell's name -> (lead, window, class, template, profile, seed)
     for r in runs:
         name = fleet_label(r) + f"{r['sampling']}/{r['noise']}" + (
             f" +{r['warmup_s'] / 3600:g}h" if r.get("warmup_s") else "")
