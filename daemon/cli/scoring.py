@@ -161,7 +161,8 @@ def register(sub) -> None:
     m = p.add_argument_group("matrix")
     m.add_argument("--matrix", action="store_true", help="evaluate over the matrix of simulated fleets")
     m.add_argument("--sampling", default="15s,60s,300s,mixed", help="matrix cells' sampling: 10s, 15s, 60s, 300s, "
-                                                                     "mixed, 300s-live (default: issue 24's four)")
+                                                                     "mixed, 300s-live, 15s-60s, 60s-5m (default: "
+                                                                     "issue 24's four)")
     m.add_argument("--noise", default="quiet,realistic,noisy", help="matrix cells' noise (default: all)")
     m.add_argument("--seeds", default="1..3", help="dense-trace seeds per cell (default 1..3)")
     m.add_argument("--fleet", default="scalex640",

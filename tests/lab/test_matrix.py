@@ -108,6 +108,20 @@ def test_the_live_five_minute_cell_scrapes_with_jitter_where_the_stored_one_is_o
         check_cells(["301s"], ["realistic"])
 
 
+def test_the_two_mixed_cells_scrape_accelerators_and_ports_at_their_own_intervals():
+    """``15s-60s`` and ``60s-5m``: DCGM's and node_exporter's intervals apart, each live (jitter, lost scrapes), on a
+    simulator step that divides both; the scenario samples each source at its own."""
+    from lab.matrix import SAMPLING
+
+    for cell, dcgm, node in (("15s-60s", "15s", "60s"), ("60s-5m", "60s", "5m")):
+        sampling = scenario_for("dense", cell, "realistic", 1)["sampling"]
+        assert (sampling["dcgm"]["interval"], sampling["node"]["interval"]) == (dcgm, node)
+        assert all(s["jitter"] and s["missed"] > 0 for s in sampling.values())
+        resolution = SAMPLING[cell][0]
+        assert all(int(s.interval) % int(resolution) == 0
+                   for s in Scenario.from_dict(scenario_for("dense", cell, "realistic", 1)).sampling.values())
+
+
 def test_the_loaded_cell_s_quiet_weeks_are_a_fleet_idle_half_the_time():
     """Errors that come with use are tested where use changes: its quiet weeks' jobs leave hours idle between them."""
     import numpy as np
