@@ -127,6 +127,28 @@ def test_an_nvlink_that_keeps_recovering_is_flagged_from_its_first_hour_and_one_
     assert worst(run(RuleDetector(baseline=True).fit(), 60.0, inc=recoveries(1.0)), "t/gpu2") == State.SUBHEALTHY
 
 
+def test_a_limit_crossed_by_few_errors_or_under_a_burst_is_not_called_a_burst():
+    """A sample holding half of the hour's errors is a burst only while the others stay under the limit without it:
+    four NVLink recoveries in three samples (2, 1, 1: as evenly as four go into three) are four times the limit of
+    one, and a touched cable's burst on a port whose other samples run over the limit by themselves hides nothing;
+    the same burst on a quiet port is still a watch."""
+    det = RuleDetector().fit()
+    for k, n in ((1, 2.0), (16, 1.0), (31, 1.0)):  # sampled every minute, recoveries at 1, 16 and 31 minutes
+        ev = run(det, 60.0 * k, inc=recoveries(n))
+    assert worst(ev, "t/gpu2") == State.SUBHEALTHY and "in 3 samples of the last hour" in ev[0].reasons[0]
+
+    def hour(steady: float, burst: float) -> list:
+        det = RuleDetector(symbol_errors_per_hour=120).fit()
+        for k in range(1, 25):  # a 5-minute sample each for two hours; the burst in the last
+            ev = run(det, 300.0 * k, inc=symbols(steady + (burst if k == 24 else 0.0)))
+        return ev
+
+    over = hour(12.0, 200.0)  # 144 an hour without the burst: over the limit by itself
+    assert worst(over, "n/mlx5_0:1") == State.SUBHEALTHY, over
+    under = hour(1.0, 200.0)  # 12 an hour and one burst: the burst is the limit's only crossing
+    assert worst(under, "n/mlx5_0:1") == State.SUSPECT and "a burst, watched" in under[0].reasons[0]
+
+
 def test_baseline_keeps_only_the_static_thresholds():
     det = RuleDetector(baseline=True).fit()
     ev = run(det, 30, [xid(20, "n/gpu0", 63, "Row Remapper"), xid(20, "n/gpu1", 13), xid(20, "n/gpu2", 999)])
