@@ -276,11 +276,15 @@ class LevelRules:
             if len(moved) >= self.limit_min_increases and not burst:
                 out.append(Evidence(entity, State.SUBHEALTHY, category,
                                     [f"{reason}, in {len(moved)} samples of the last hour"]))
-            else:
+            elif burst or len(moved) < 2:
                 out.append(Evidence(entity, State.SUSPECT, category, [
                     f"{reason}, {largest:.0f} of the hour's {total:.0f} in one sample: a burst, watched (the limit is "
                     f"a rate that lasts: {self.limit_min_increases} samples or more, none with "
                     f"{self.limit_burst_share:.0%} of the errors unless the others reach it)"]))
+            else:  # no burst, too few samples yet
+                out.append(Evidence(entity, State.SUSPECT, category, [
+                    f"{reason}, in {len(moved)} samples of the last hour: watched (the limit is a rate that lasts: "
+                    f"{self.limit_min_increases} samples or more)"]))
 
     def _retired_pages(self, inc: pd.DataFrame, now: float) -> None:
         """A GPU with as many retired pages as DCGM's limit (single- and double-bit together, 63: its health check's

@@ -149,6 +149,16 @@ def test_a_limit_crossed_by_few_errors_or_under_a_burst_is_not_called_a_burst():
     assert worst(under, "n/mlx5_0:1") == State.SUSPECT and "a burst, watched" in under[0].reasons[0]
 
 
+def test_a_limit_crossed_in_two_samples_each_over_it_is_watched_as_too_few_not_as_a_burst():
+    """Two samples of 130 and 125 symbol errors: each over the limit of 120 by itself, so neither is a burst, and too
+    few samples for a rate that lasts; the reason says so, not that one sample held the hour."""
+    det = RuleDetector(symbol_errors_per_hour=120).fit()
+    for k in range(1, 13):
+        ev = run(det, 300.0 * k, inc=symbols({6: 130.0, 12: 125.0}.get(k, 0.0)))
+    assert worst(ev, "n/mlx5_0:1") == State.SUSPECT
+    assert "in 2 samples of the last hour: watched" in ev[0].reasons[0] and "burst" not in ev[0].reasons[0]
+
+
 def test_baseline_keeps_only_the_static_thresholds():
     det = RuleDetector(baseline=True).fit()
     ev = run(det, 30, [xid(20, "n/gpu0", 63, "Row Remapper"), xid(20, "n/gpu1", 13), xid(20, "n/gpu2", 999)])
