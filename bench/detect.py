@@ -27,7 +27,8 @@ def phase(accelerators: int, ticks: int, model: str = "") -> dict:
 
     from daemon.ingest.naming import SeriesMapper
     from daemon.judgement.pipeline import Pipeline, PipelineConfig
-    from lab.sim.simulator import Simulator, chunk_to_batch
+    from lab.sim.batches import chunk_to_batch
+    from lab.sim.simulator import Simulator
     from lab.sim.scenario import Scenario
     from daemon.ingest.timeorder import tick_index
 

@@ -39,7 +39,8 @@ def scenario(accelerators: int, hours: float) -> dict:
 
 
 def phase(accelerators: int, hours: float, out: str) -> dict:
-    from lab.sim.simulator import Simulator, chunk_to_batch
+    from lab.sim.batches import chunk_to_batch
+    from lab.sim.simulator import Simulator
     from lab.sim.scenario import Scenario
     from lab.sim.writer import simulate_to
 

@@ -96,7 +96,7 @@ def evaluate_simulation_judges(sim, judges: list[tuple[bool, object]], interval_
     from daemon.judgement.pipeline import Pipeline, SharedIngest
     from daemon.ingest.rejects import RejectLog
     from detectors.schema import events_frame
-    from lab.sim.simulator import chunk_event_rows, chunk_samples
+    from lab.sim.batches import chunk_event_rows, chunk_samples
     from daemon.ingest.timeorder import tick_index
     from daemon.topology import Topology
 

@@ -22,7 +22,8 @@ from lab.closedloop.outcome import Actions, LoopResult, repair_figures, score
 from lab.closedloop.world import (Faults, Technician, follow_advice, follow_the_scheduler, plan_jobs,
                                   return_repaired)
 from lab.sim.cluster import SimScheduler
-from lab.sim.simulator import SimChunk, Simulator, chunk_to_batch
+from lab.sim.batches import chunk_to_batch
+from lab.sim.simulator import SimChunk, Simulator
 
 def _set_pace(sim: Simulator, sched: SimScheduler, chunk: SimChunk, begin: int, end: int,
               speeds: np.ndarray) -> np.ndarray:

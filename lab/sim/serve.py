@@ -25,7 +25,8 @@ from pathlib import Path
 
 import numpy as np
 
-from lab.sim.simulator import GPU_COUNTERS, PORT_COUNTERS, STILL_REPORTED, SimChunk, Simulator, emission
+from lab.sim.batches import emission
+from lab.sim.simulator import GPU_COUNTERS, PORT_COUNTERS, STILL_REPORTED, SimChunk, Simulator
 from lab.sim.exporter_names import EXPORTER_PORTS, published_families
 from lab.sim.layout import host_octets
 

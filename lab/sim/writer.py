@@ -26,7 +26,8 @@ import yaml
 
 from daemon.ingest.batch import Batch
 from daemon.ingest.formats.columnar import ColumnarWriter
-from lab.sim.simulator import STILL_REPORTED, SimChunk, Simulator, chunk_to_batch, emission
+from lab.sim.batches import chunk_to_batch, emission
+from lab.sim.simulator import STILL_REPORTED, SimChunk, Simulator
 from lab.sim.exporter_names import Family, published_families
 
 class TraceWriter:

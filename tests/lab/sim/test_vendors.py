@@ -9,7 +9,8 @@ import pytest
 from daemon.ingest.formats.kernel_events import parse_kernel_message
 from daemon.replay import replay
 from detectors.xid_catalog import decode_nvlink5, load_decode_sheet
-from lab.sim.simulator import Simulator, chunk_to_batch
+from lab.sim.batches import chunk_to_batch
+from lab.sim.simulator import Simulator
 from lab.sim.faults import load_library
 from lab.sim.scenario import Scenario
 from lab.sim.layout import PRESETS
