@@ -77,9 +77,10 @@ def stage_cost(kind: str, sampling: str, noise: str, seed: int, hours: float, fl
     finally:
         for cls, name, method in originals:
             setattr(cls, name, method)
-    rows = [{"stage": "simulator and harness (not the tick)", "cpu_s": round(total - spent["tick"], 3)}]
-    rows += [{"stage": label, "cpu_s": round(spent[label], 3)} for label, _, _ in stages()]
-    for row in rows:
-        row["share"] = round(row["cpu_s"] / total, 4) if total else 0.0
+    spent_s = [("simulator and harness (not the tick)", total - spent["tick"])]
+    spent_s += [(label, spent[label]) for label, _, _ in stages()]
+    # (each share of the unrounded seconds: the shares of a short run's rounded ones need not add up)
+    rows = [{"stage": label, "cpu_s": round(cpu, 3), "share": round(cpu / total, 4) if total else 0.0}
+            for label, cpu in spent_s]
     return {"kind": kind, "sampling": sampling, "noise": noise, "seed": seed, "hours": hours, "fleet": fleet,
             "total_cpu_s": round(total, 3), "stages": rows}
