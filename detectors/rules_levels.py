@@ -276,7 +276,7 @@ class LevelRules:
             if len(moved) >= self.limit_min_increases and not burst:
                 out.append(Evidence(entity, State.SUBHEALTHY, category,
                                     [f"{reason}, in {len(moved)} samples of the last hour"]))
-            elif burst or len(moved) < 2:
+            elif burst:  # (one sample, or none, holds the hour: always a burst)
                 out.append(Evidence(entity, State.SUSPECT, category, [
                     f"{reason}, {largest:.0f} of the hour's {total:.0f} in one sample: a burst, watched (the limit is "
                     f"a rate that lasts: {self.limit_min_increases} samples or more, none with "

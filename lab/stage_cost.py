@@ -53,8 +53,9 @@ def stage_cost(kind: str, sampling: str, noise: str, seed: int, hours: float, fl
 
     check_cells([sampling], [noise], fleet)
     spent: collections.Counter[str] = collections.Counter()
+    timed_stages = stages()
     originals = []
-    for label, cls, name in stages():
+    for label, cls, name in timed_stages:
         method = getattr(cls, name)
         originals.append((cls, name, method))
 
@@ -78,7 +79,7 @@ def stage_cost(kind: str, sampling: str, noise: str, seed: int, hours: float, fl
         for cls, name, method in originals:
             setattr(cls, name, method)
     spent_s = [("simulator and harness (not the tick)", total - spent["tick"])]
-    spent_s += [(label, spent[label]) for label, _, _ in stages()]
+    spent_s += [(label, spent[label]) for label, _, _ in timed_stages]
     # (each share of the unrounded seconds: the shares of a short run's rounded ones need not add up)
     rows = [{"stage": label, "cpu_s": round(cpu, 3), "share": round(cpu / total, 4) if total else 0.0}
             for label, cpu in spent_s]
