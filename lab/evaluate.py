@@ -76,6 +76,11 @@ def evaluate_trace_by_vendor(path: Path, baseline: bool, interval_s: float = TIC
     return out
 
 
+TICKS_A_CHUNK = 20
+"""Ticks' worth of simulator steps made at once by :func:`evaluate_simulation_judges` (the same world in any chunks:
+larger chunks cost the simulator less a step, and hold more rows not yet ticked)."""
+
+
 def evaluate_simulation(sim, baseline: bool, interval_s: float = TICK_S, model=None) -> Evaluation:
     """Run a simulation straight through the pipeline, tick by tick without writing a trace, and score it against
     its own labels (for the evaluation matrix, where traces would be hundreds of gigabytes). The batches are the
@@ -114,25 +119,36 @@ def evaluate_simulation_judges(sim, judges: list[tuple[bool, object]], interval_
         shared = SharedIngest()
         for pipeline in pipelines:
             pipeline.share(shared)
-    steps = max(1, int(round(interval_s / sim.scenario.resolution)))
+    # The simulator's world is the same in chunks of any size (lab.sim.streams): a chunk holds many ticks' steps,
+    # and the ticks cut it where their rows end.
+    per_tick = max(1, int(round(interval_s / sim.scenario.resolution)))
     samples = None  # the rows not yet ticked: stamped past the last tick's end
     events: list[tuple] = []
     last = None
-    for chunk in sim.chunks(chunk_steps=steps):
+    for chunk in sim.chunks(chunk_steps=per_tick * TICKS_A_CHUNK):
         fresh = chunk_samples(sim, chunk)
         samples = fresh if samples is None else samples.then(fresh)
         events += chunk_event_rows(chunk)
         end = float(tick_index(np.array([chunk.ts[-1]]), interval_s)[0] * interval_s)
         # every tick replay would make up to the chunk's end: a simulator step longer than the tick (a 5-minute
         # cell's 60 s) is more than one tick of the daemon, and its kernel lines fall in the tick of their stamp
-        for now in (np.arange(last + interval_s, end + interval_s / 2, interval_s) if last is not None else [end]):
-            now = float(now)
-            tick_samples, samples = samples.split(now)
+        if last is None:  # the first tick: the end of the first tick's steps
+            last = float(tick_index(chunk.ts[min(per_tick, len(chunk.ts)) - 1:][:1], interval_s)[0] * interval_s
+                         - interval_s)
+        nows = np.arange(last + interval_s, end + interval_s / 2, interval_s)
+        cuts, at = samples.cuts(nows), 0
+        for i, now in enumerate(nows.tolist()):
+            if cuts is None:
+                tick_samples, samples = samples.split(now)
+            else:
+                tick_samples, at = samples.take(slice(at, int(cuts[i]))), int(cuts[i])
             tick_events = [e for e in events if not e[0] > now]
             events = [e for e in events if e[0] > now]
             for pipeline in pipelines:  # each its own frames: a pipeline may keep what it is given
                 pipeline.tick(now, Batch(samples=tick_samples.table(), events=events_frame(tick_events)))
             last = now
+        if cuts is not None:
+            samples = samples.take(slice(at, None))
     labels = [Fault.from_dict(x) for x in sim.labels()]
     sampling = max((s.interval for s in sim.scenario.sampling.values()), default=sim.scenario.resolution)
     days = sim.scenario.duration / 86400.0

@@ -76,6 +76,15 @@ class ChunkSamples:
             return self.take(slice(0, cut)), self.take(slice(cut, None))
         return self.take(due), self.take(~due)
 
+    def cuts(self, nows: np.ndarray) -> np.ndarray | None:
+        """Where the rows stamped at or before each of ``nows`` (ascending) end, when the rows come in the order of
+        their stamps (a simulator's do, across its chunks too: a step's jitter is under half a step); None when
+        they do not (then :meth:`split` them)."""
+        ts = self.ts
+        if len(ts) > 1 and not (ts[1:] >= ts[:-1]).all():  # (False at a NaN stamp too)
+            return None
+        return np.searchsorted(ts, nows, side="right")
+
     def then(self, other: ChunkSamples) -> ChunkSamples:
         """These rows, then ``other``'s (of the same dtypes)."""
         if not len(self.ts):

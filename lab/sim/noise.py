@@ -9,9 +9,8 @@ a retraining). Each counter's noise is a per-part rate drawn once (log-normal ar
     noise:
       symbol_error_total: {rate_per_h: 0.05, spread: 1.5, bursts_per_day: 0.3, burst_size: 5}
 
-``quiet`` is the engine's noise before this module: one homogeneous rare rate per counter, no bursts, drawn from
-the engine's own random stream, so a scenario that names no noise gives the same trace as before. The other
-presets draw from a stream of their own.
+``quiet`` is the engine's noise before this module: one homogeneous rare rate per counter, no bursts. Every
+counter's draws come from streams of their own, step by step (:mod:`lab.sim.streams`).
 
 What the presets rest on (assumptions to vary, not measurements of one fleet; docs/simulator.md): IBTA's symbol
 error budget of a healthy link is a bit error rate of 1e-12 (NVSentinel flags 120/h; a healthy 400G link sits
@@ -37,6 +36,7 @@ from dataclasses import dataclass, replace
 import numpy as np
 
 from lab.sim.faults import TemplateError
+from lab.sim.streams import StepStreams
 
 
 @dataclass(frozen=True)
@@ -118,29 +118,30 @@ def parse_noise(d: str | dict | None, where: str) -> tuple[str, dict[str, Counte
 
 
 class PartNoise:
-    """Per-part rates of one counter over ``n`` parts, and their increments step by step."""
+    """Per-part rates of one counter over ``n`` parts, and their increments step by step (``name``: the counter's,
+    naming its draws' streams, :mod:`lab.sim.streams`)."""
 
-    def __init__(self, spec: CounterNoise, n: int, rng: np.random.Generator, max_per_h: float = np.inf):
+    def __init__(self, spec: CounterNoise, n: int, rng: np.random.Generator, max_per_h: float = np.inf,
+                 name: str = ""):
         self.spec = spec
+        self.name = name
         spread = rng.normal(0.0, spec.spread, n) if spec.spread > 0 else np.zeros(n)
         self.rate_per_h = np.minimum(spec.rate_per_h * np.exp(spread), max_per_h)
 
-    def increments(self, rng: np.random.Generator, steps: int, dt: float, load: np.ndarray | None = None) -> np.ndarray:
+    def increments(self, streams: StepStreams, steps: int, dt: float, load: np.ndarray | None = None) -> np.ndarray:
         """``[parts x steps]`` errors in steps of ``dt`` seconds; ``load`` (``[parts x steps]``, 0 idle to 1 busy)
         moves a rate that follows the load (``idle_share`` below 1) between its idle and its busy rate."""
+        n, name = len(self.rate_per_h), self.name
         lam = (self.rate_per_h * dt / 3600.0)[:, None]
         if self.spec.idle_share < 1.0 and load is not None:
             lam = lam * (self.spec.idle_share + (1.0 - self.spec.idle_share) * load)
-        out = rng.poisson(np.broadcast_to(lam, (len(self.rate_per_h), steps))).astype(np.float64)
+        out = streams.poisson(f"{name}.errors", lam, n, steps).astype(np.float64)
         if self.spec.bursts_per_day > 0:
-            bursts = rng.poisson(self.spec.bursts_per_day * dt / 86400.0, out.shape)
-            hit = np.nonzero(bursts)
-            if len(hit[0]):
-                p = 1.0 / max(self.spec.burst_size, 1.0)
-                out[hit] += rng.geometric(p, len(hit[0])) * bursts[hit]
-        if self.spec.touches_per_day > 0:  # drawn only where asked: the other presets' streams stay as they were
-            touches = rng.poisson(self.spec.touches_per_day * dt / 86400.0, out.shape)
-            hit = np.nonzero(touches)
-            if len(hit[0]):
-                out[hit] += rng.geometric(1.0 / max(self.spec.touch_size, 1.0), len(hit[0])) * touches[hit]
+            bursts = streams.poisson(f"{name}.bursts", self.spec.bursts_per_day * dt / 86400.0, n, steps)
+            hit, size = streams.geometric_at(f"{name}.burst_size", 1.0 / max(self.spec.burst_size, 1.0), bursts)
+            out[hit] += size * bursts[hit]
+        if self.spec.touches_per_day > 0:
+            touches = streams.poisson(f"{name}.touches", self.spec.touches_per_day * dt / 86400.0, n, steps)
+            hit, size = streams.geometric_at(f"{name}.touch_size", 1.0 / max(self.spec.touch_size, 1.0), touches)
+            out[hit] += size * touches[hit]
         return out

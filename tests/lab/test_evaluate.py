@@ -1,5 +1,8 @@
 """raswarden evaluate's per-vendor split on a small mixed-vendor trace."""
 
+import numpy as np
+import pytest
+
 from daemon.cli import main
 from lab.evaluate import evaluate_trace_by_vendor
 from lab.sim.simulator import Simulator
@@ -121,3 +124,68 @@ def test_a_pipeline_that_keeps_its_tick_layout_judges_as_one_that_works_it_out_e
     again = run()
     assert keeping.findings_digest == again.findings_digest and keeping.flags == again.flags
     assert keeping.all_faults.faults > 0 and keeping.flags
+
+
+@pytest.mark.parametrize("resolution, sampling", [("15s", "15s"), ("60s", "5m")])
+def test_a_simulation_is_judged_alike_whatever_ticks_a_chunk_holds(monkeypatch, resolution, sampling):
+    """The simulator's world does not depend on its chunks (lab/sim/streams.py), so the evaluation makes many ticks'
+    steps at once and cuts them at the ticks: every tick's batch, row for row, and every finding are those of
+    chunks of one tick's steps (jittered, lost scrapes; a step longer than the tick too)."""
+    import yaml
+
+    import lab.evaluate
+    from daemon.judgement.pipeline import Pipeline
+    from lab.bundled import SCENARIOS
+    from lab.evaluate import evaluate_simulation
+
+    d = yaml.safe_load((SCENARIOS / "mini.yaml").read_text())
+    d.update(duration="3h", resolution=resolution,
+             sampling={"dcgm": {"interval": sampling, "jitter": "2s", "missed": 0.02},
+                       "node": {"interval": sampling, "jitter": "2s", "missed": 0.02}})
+    real_tick = Pipeline.tick
+
+    def run(ticks_a_chunk: int) -> tuple:
+        batches: list[tuple] = []
+
+        def tick(self, now, batch):
+            s = batch.samples
+            batches.append((now, np.asarray(s["ts"]).tolist(), np.asarray(s["value"]).tolist(),
+                            [str(x) for x in s["entity"]], batch.events["ts"].tolist()))
+            return real_tick(self, now, batch)
+
+        monkeypatch.setattr(Pipeline, "tick", tick)
+        monkeypatch.setattr(lab.evaluate, "TICKS_A_CHUNK", ticks_a_chunk)
+        ev = evaluate_simulation(Simulator(Scenario.from_dict(d, "mini-chunks"), load_library(LIBRARY)), False)
+        return ev, batches
+
+    one, one_batches = run(1)
+    many, many_batches = run(23)
+    assert one_batches == many_batches
+    assert one.findings_digest == many.findings_digest and one.all_faults.faults > 0
+
+
+def test_a_simulation_judged_directly_finds_what_a_replay_of_its_trace_finds(tmp_path):
+    """The matrix judges a simulation straight from the simulator's chunks; written to a trace (a chunk of up to 240
+    steps at a time) and replayed, the same scenario gives the same findings, to the byte (they were two worlds
+    while a step's draws depended on its chunk's size)."""
+    import yaml
+
+    from daemon.judgement.pipeline import PipelineConfig
+    from daemon.replay import replay
+    from lab.bundled import SCENARIOS
+    from lab.evaluate import _Collect, evaluate_simulation_judges, findings_digest
+
+    d = yaml.safe_load((SCENARIOS / "mini.yaml").read_text())
+    d.update(duration="3h", resolution="15s", noise="realistic",
+             sampling={"dcgm": {"interval": "15s", "jitter": "2s", "missed": 0.02},
+                       "node": {"interval": "60s", "jitter": "2s"}})
+
+    def sim():
+        return Simulator(Scenario.from_dict(d, "mini-trace"), load_library(LIBRARY))
+
+    direct: list[list[dict]] = []
+    evaluate_simulation_judges(sim(), [(False, None)], findings_out=direct)
+    simulate_to(sim(), tmp_path / "trace")
+    replayed = _Collect()
+    replay([tmp_path / "trace"], findings_out=replayed, config=PipelineConfig())
+    assert direct[0] and findings_digest(direct[0]) == findings_digest(replayed.findings)

@@ -4,12 +4,13 @@ count now and then, and asking for them leaves the other presets' draws as they 
 import numpy as np
 
 from lab.sim.noise import BURSTY, REALISTIC, PartNoise
+from lab.sim.streams import StepStreams
 
 
 def draws(spec, seed=11, parts=512, days=14, dt=300.0):
     rng = np.random.default_rng(seed)
-    noise = PartNoise(spec, parts, rng)
-    return noise.increments(rng, int(days * 86400 / dt), dt)
+    noise = PartNoise(spec, parts, rng, name="c")
+    return noise.increments(StepStreams(seed), int(days * 86400 / dt), dt)
 
 
 def test_touched_cables_cross_the_symbol_error_limit_in_one_sample_now_and_then():
@@ -41,12 +42,11 @@ def test_loaded_parts_err_ten_times_less_while_idle_and_links_the_same_either_wa
     noise = PartNoise(spec, parts, rng)
     load = np.zeros((parts, steps))
     load[:, steps // 2:] = 1.0
-    x = noise.increments(rng, steps, dt, load)
+    x = noise.increments(StepStreams(3), steps, dt, load)
     idle, busy = x[:, : steps // 2].sum(), x[:, steps // 2:].sum()
     assert 5.0 < busy / idle < 20.0, (idle, busy)  # bursts do not follow the load: a little under 10
     # a rate that does not follow the load draws what it drew without one
     links = NOISY["symbol_error_total"]
     a = PartNoise(links, parts, np.random.default_rng(5))
     b = PartNoise(links, parts, np.random.default_rng(5))
-    assert np.array_equal(a.increments(np.random.default_rng(6), steps, dt, load),
-                          b.increments(np.random.default_rng(6), steps, dt))
+    assert np.array_equal(a.increments(StepStreams(6), steps, dt, load), b.increments(StepStreams(6), steps, dt))

@@ -252,11 +252,20 @@ def test_healthy_gpus_log_corrected_aer_lines_in_realistic_noise_only(library):
 
 
 @pytest.mark.parametrize("steps", [1, 2, 3, 8, 9, 240])
-def test_counters_accumulate_as_a_cumulative_sum_gives_them(steps):
-    """The simulator's counters from their increments: column by column over a chunk's few steps, the same
-    additions in the same order as np.cumsum (fractional energy included), to the bit."""
-    from lab.sim.simulator import _running_sum
+def test_counters_accumulate_step_after_step_in_chunks_of_any_size(steps):
+    """The simulator's counters from their increments: each step's value the one before plus its increment
+    (fractional energy included), whether the steps come in one chunk or a step at a time, to the bit; a reset
+    starts again from its own increment."""
+    from lab.sim.simulator import _accumulate
 
     rng = np.random.default_rng(steps)
     inc = np.vstack([np.floor(rng.exponential(2.0, (40, steps))), rng.uniform(0, 1e6, (40, steps))])
-    assert np.array_equal(_running_sum(inc), np.cumsum(inc, axis=1))
+    carry = rng.uniform(0, 1e12, 80)
+    whole = _accumulate(carry.copy(), inc, [])
+    assert np.array_equal(whole, np.cumsum(np.concatenate((carry[:, None], inc), axis=1), axis=1)[:, 1:])
+    c = carry.copy()
+    one_by_one = np.hstack([_accumulate(c, inc[:, k:k + 1], []) for k in range(steps)])
+    assert np.array_equal(whole, one_by_one) and np.array_equal(c, whole[:, -1])
+    rows = np.array([3, 50])
+    reset = _accumulate(carry.copy(), inc, [(rows, steps - 1)])
+    assert np.array_equal(reset[rows, -1], inc[rows, -1]) and np.array_equal(reset[:3], whole[:3])
