@@ -132,9 +132,9 @@ def evaluate_simulation_judges(sim, judges: list[tuple[bool, object]], interval_
         end = float(tick_index(np.array([chunk.ts[-1]]), interval_s)[0] * interval_s)
         # every tick replay would make up to the chunk's end: a simulator step longer than the tick (a 5-minute
         # cell's 60 s) is more than one tick of the daemon, and its kernel lines fall in the tick of their stamp
-        if last is None:  # the first tick: the end of the first tick's steps
-            last = float(tick_index(chunk.ts[min(per_tick, len(chunk.ts)) - 1:][:1], interval_s)[0] * interval_s
-                         - interval_s)
+        if last is None:  # the first tick ends with the first tick's steps
+            first_end = chunk.ts[min(per_tick, len(chunk.ts)) - 1]
+            last = float(tick_index(np.array([first_end]), interval_s)[0] * interval_s) - interval_s
         nows = np.arange(last + interval_s, end + interval_s / 2, interval_s)
         cuts, at = samples.cuts(nows), 0
         for i, now in enumerate(nows.tolist()):
