@@ -12,6 +12,17 @@ from lab.sim.writer import simulate_to
 from tests.detectors.sim_helpers import LIBRARY
 
 
+def mini(name: str, **changes) -> Simulator:
+    """The bundled ``mini`` scenario with ``changes`` (duration, resolution, sampling, noise) as a simulator."""
+    import yaml
+
+    from lab.bundled import SCENARIOS
+
+    d = yaml.safe_load((SCENARIOS / "mini.yaml").read_text())
+    d.update(changes)
+    return Simulator(Scenario.from_dict(d, name), load_library(LIBRARY))
+
+
 def test_each_vendors_faults_flags_and_node_days_are_scored_apart(tmp_path, capsys):
     sc = Scenario.from_dict({
         "name": "m", "seed": 8, "topology": {"preset": "scalex640-mixed", "accelerators": 72}, "duration": "3h",
@@ -35,15 +46,9 @@ def test_each_vendors_faults_flags_and_node_days_are_scored_apart(tmp_path, caps
 def test_a_simulation_is_ticked_as_replay_ticks_it_when_its_step_is_longer_than_the_tick(monkeypatch):
     """A 5-minute cell's simulator steps 60 s: the daemon (and a replay of the trace) still ticks every 30 s, and a
     kernel line is read at the tick of its stamp, not at the end of the step it fell in."""
-    import yaml
-
     from daemon.judgement.pipeline import Pipeline
-    from lab.bundled import SCENARIOS
     from lab.evaluate import evaluate_simulation
 
-    d = yaml.safe_load((SCENARIOS / "mini.yaml").read_text())
-    d.update(duration="2h", resolution="60s", sampling={"dcgm": {"interval": "5m", "aligned": True},
-                                                       "node": {"interval": "5m", "aligned": True}})
     ticks: list[tuple[float, list[float], list[float]]] = []
     real_tick = Pipeline.tick
 
@@ -52,7 +57,9 @@ def test_a_simulation_is_ticked_as_replay_ticks_it_when_its_step_is_longer_than_
         return real_tick(self, now, batch)
 
     monkeypatch.setattr(Pipeline, "tick", tick)
-    ev = evaluate_simulation(Simulator(Scenario.from_dict(d, "mini-60s"), load_library(LIBRARY)), baseline=False)
+    ev = evaluate_simulation(mini("mini-60s", duration="2h", resolution="60s",
+                                  sampling={"dcgm": {"interval": "5m", "aligned": True},
+                                            "node": {"interval": "5m", "aligned": True}}), baseline=False)
     nows = [t[0] for t in ticks]
     assert all(b - a == 30.0 for a, b in zip(nows, nows[1:])) and len(nows) >= 2 * 60 * 2 - 1
     events = [(now, ts) for now, stamps, _ in ticks for ts in stamps]
@@ -64,17 +71,12 @@ def test_a_simulation_is_ticked_as_replay_ticks_it_when_its_step_is_longer_than_
 def test_judges_of_one_simulation_score_as_their_own_runs():
     """raswarden and the baseline ticked side by side from one simulation (the matrix's runs) give each the
     evaluation, findings and all, that a simulation of its own gives it."""
-    import yaml
-
-    from lab.bundled import SCENARIOS
     from lab.evaluate import evaluate_simulation, evaluate_simulation_judges
 
-    d = yaml.safe_load((SCENARIOS / "mini.yaml").read_text())
-    d.update(duration="3h", resolution="15s", sampling={"dcgm": {"interval": "15s", "jitter": "1s", "missed": 0.01},
-                                                       "node": {"interval": "60s", "jitter": "1s", "missed": 0.01}})
-
     def sim():
-        return Simulator(Scenario.from_dict(d, "mini-mixed"), load_library(LIBRARY))
+        return mini("mini-mixed", duration="3h", resolution="15s",
+                    sampling={"dcgm": {"interval": "15s", "jitter": "1s", "missed": 0.01},
+                              "node": {"interval": "60s", "jitter": "1s", "missed": 0.01}})
 
     ours, base = evaluate_simulation_judges(sim(), [(False, None), (True, None)])
     alone = [evaluate_simulation(sim(), baseline=False), evaluate_simulation(sim(), baseline=True)]
@@ -91,17 +93,11 @@ def test_a_pipeline_that_keeps_its_tick_layout_judges_as_one_that_works_it_out_e
     to the finding, by a pipeline made to work the layout out afresh every tick (every name column a new object).
     (Sampled with jitter, a tick's rows seldom repeat: the closed loop's world, sampled every step, is where it is
     kept.)"""
-    import yaml
-
     from daemon.judgement.pipeline import Pipeline
-    from lab.bundled import SCENARIOS
     from lab.evaluate import evaluate_simulation
 
-    d = yaml.safe_load((SCENARIOS / "mini.yaml").read_text())
-    d.update(duration="3h")
-
     def run():
-        return evaluate_simulation(Simulator(Scenario.from_dict(d, "mini-jitter"), load_library(LIBRARY)), False)
+        return evaluate_simulation(mini("mini-jitter", duration="3h"), False)
 
     layout = Pipeline._split_layout
     kept = []
@@ -131,17 +127,11 @@ def test_a_simulation_is_judged_alike_whatever_ticks_a_chunk_holds(monkeypatch, 
     """The simulator's world does not depend on its chunks (lab/sim/streams.py), so the evaluation makes many ticks'
     steps at once and cuts them at the ticks: every tick's batch, row for row, and every finding are those of
     chunks of one tick's steps (jittered, lost scrapes; a step longer than the tick too)."""
-    import yaml
-
     import lab.evaluate
     from daemon.judgement.pipeline import Pipeline
-    from lab.bundled import SCENARIOS
     from lab.evaluate import evaluate_simulation
 
-    d = yaml.safe_load((SCENARIOS / "mini.yaml").read_text())
-    d.update(duration="3h", resolution=resolution,
-             sampling={"dcgm": {"interval": sampling, "jitter": "2s", "missed": 0.02},
-                       "node": {"interval": sampling, "jitter": "2s", "missed": 0.02}})
+    every = {"interval": sampling, "jitter": "2s", "missed": 0.02}
     real_tick = Pipeline.tick
 
     def run(ticks_a_chunk: int) -> tuple:
@@ -155,7 +145,8 @@ def test_a_simulation_is_judged_alike_whatever_ticks_a_chunk_holds(monkeypatch, 
 
         monkeypatch.setattr(Pipeline, "tick", tick)
         monkeypatch.setattr(lab.evaluate, "TICKS_A_CHUNK", ticks_a_chunk)
-        ev = evaluate_simulation(Simulator(Scenario.from_dict(d, "mini-chunks"), load_library(LIBRARY)), False)
+        ev = evaluate_simulation(mini("mini-chunks", duration="3h", resolution=resolution,
+                                      sampling={"dcgm": every, "node": every}), False)
         return ev, batches
 
     one, one_batches = run(1)
@@ -168,20 +159,14 @@ def test_a_simulation_judged_directly_finds_what_a_replay_of_its_trace_finds(tmp
     """The matrix judges a simulation straight from the simulator's chunks; written to a trace (a chunk of up to 240
     steps at a time) and replayed, the same scenario gives the same findings, to the byte (they were two worlds
     while a step's draws depended on its chunk's size)."""
-    import yaml
-
     from daemon.judgement.pipeline import PipelineConfig
     from daemon.replay import replay
-    from lab.bundled import SCENARIOS
     from lab.evaluate import _Collect, evaluate_simulation_judges, findings_digest
 
-    d = yaml.safe_load((SCENARIOS / "mini.yaml").read_text())
-    d.update(duration="3h", resolution="15s", noise="realistic",
-             sampling={"dcgm": {"interval": "15s", "jitter": "2s", "missed": 0.02},
-                       "node": {"interval": "60s", "jitter": "2s"}})
-
     def sim():
-        return Simulator(Scenario.from_dict(d, "mini-trace"), load_library(LIBRARY))
+        return mini("mini-trace", duration="3h", resolution="15s", noise="realistic",
+                    sampling={"dcgm": {"interval": "15s", "jitter": "2s", "missed": 0.02},
+                              "node": {"interval": "60s", "jitter": "2s"}})
 
     direct: list[list[dict]] = []
     evaluate_simulation_judges(sim(), [(False, None)], findings_out=direct)
