@@ -57,26 +57,47 @@ def episodes_tail_at_most(k: np.ndarray, exposure_h: np.ndarray, log_weights: np
     lower bound on them, cheap to reach, does not already stand above ``alpha`` (most of a fleet's records are
     nothing like so unlikely).
 
-    The bound at each rate: the first term of each tail's series, ``mean^k e^-mean / k!`` for the Poisson one and
-    ``x^k (1-x)^(n-k+1) / (k B(k, n-k+1))`` for the binomial one (``x`` a span's chance of errors, ``n`` the
-    spans); the rest of either series is positive. A bound within a thousandth over ``alpha`` is not trusted."""
+    The bound at each rate is :func:`_log_tail_floor`'s. A bound within a thousandth over ``alpha`` is not
+    trusted."""
     k = np.asarray(k, dtype=float)
     exposure = np.asarray(exposure_h, dtype=float)
     w = _weights(log_weights)
-    kk, t = k[:, None], exposure[:, None]
-    mean = t * GRID_PER_H
-    low = kk * np.log(mean) - mean - gammaln(kk + 1.0)
-    if span_h is not None:
-        trials = t / span_h + 1.0
-        b = np.maximum(trials - kk + 1.0, 1e-300)
-        spans = (kk * (_span_hit(span_h) + math.log(span_h)) - b * (GRID_PER_H * span_h) - np.log(kk)
-                 - (gammaln(kk) + gammaln(b) - gammaln(kk + b)))
-        low = np.where(kk <= trials, np.minimum(low, spans), low)
+    low = _log_tail_floor(k, exposure, span_h)
     undecided = (w * np.exp(low)).sum(axis=-1) <= alpha * 1.001
     out = np.zeros(len(k), dtype=bool)
     if undecided.any():
         out[undecided] = episodes_tail(k[undecided], exposure[undecided], log_weights[undecided], span_h) <= alpha
     return out
+
+
+_LOG_HALF = math.log(0.5)
+
+
+def _log_tail_floor(k: np.ndarray, exposure_h: np.ndarray, span_h: float | None) -> np.ndarray:
+    """The log of a lower bound on :func:`_tail_grid` at each rate of the grid, ``[len(k), grid]`` (1-D ``k`` > 0
+    and ``exposure_h`` > 0), cheap to reach.
+
+    Each tail's first term, ``mean^k e^-mean / k!`` for the Poisson one and ``x^k (1-x)^(n-k+1) / (k B(k, n-k+1))``
+    for the binomial one (``x`` a span's chance of errors, ``n`` the spans): the rest of either series is positive.
+    And one half where the count is at most what the rate gives: the Poisson tail is a gamma's distribution function
+    at the mean, at least a half where the mean is at least ``k`` (a gamma's median is under its mean); the binomial
+    one a beta's at ``x``, at least a half where ``x`` is at least the beta's mean and its mode (between which its
+    median lies, both shapes at least 1). Without that half, a noisy part's record near the fleet's top was never
+    settled by the bound: its first term is the chance of exactly its count, a few hundredths of its tail."""
+    kk, t = k[:, None], exposure_h[:, None]
+    mean = t * GRID_PER_H
+    low = kk * np.log(mean) - mean - gammaln(kk + 1.0)
+    low = np.where(mean >= kk, np.maximum(low, _LOG_HALF), low)
+    if span_h is not None:
+        trials = t / span_h + 1.0
+        b = np.maximum(trials - kk + 1.0, 1e-300)
+        spans = (kk * (_span_hit(span_h) + math.log(span_h)) - b * (GRID_PER_H * span_h) - np.log(kk)
+                 - (gammaln(kk) + gammaln(b) - gammaln(kk + b)))
+        x = -np.expm1(-GRID_PER_H * span_h)
+        halfway = (kk >= 1.0) & (x >= np.maximum(kk / (trials + 1.0), (kk - 1.0) / (trials - 1.0)))
+        spans = np.where(halfway, np.maximum(spans, _LOG_HALF), spans)
+        low = np.where(kk <= trials, np.minimum(low, spans), low)
+    return low
 
 
 def _weights(log_weights: np.ndarray) -> np.ndarray:

@@ -320,9 +320,9 @@ class TrendDetector(FleetRates, TrendJudgement, InUseRecords):
             at - last[2] >= self.episode_gap_s + span / 4 if len(last) > 2
             else at - last[0] >= self.episode_gap_s)  # (an older warm state's: from tick to tick)
         if new:
-            s.episodes.append([at, x, at - span])
+            s.open_episode([at, x, at - span])
         elif s.episodes:
-            s.episodes[-1][1] += x
+            s.grow_last(x)
         s.last_active = at
         return new
 

@@ -90,12 +90,18 @@ CATEGORY_COUNTERS: dict[str, tuple[str, ...]] = {
 
 _EPISODE_TIME = itemgetter(0)
 """An episode's time (its first element)."""
+_EPISODE_SIZE = itemgetter(1)
+"""An episode's errors (its second element)."""
 
 
 class CounterRecord:
-    """One counter of one entity: its episodes of the last 12 h and its forgotten long-run history."""
+    """One counter of one entity: its episodes of the last 12 h and its forgotten long-run history.
 
-    __slots__ = ("first", "last_active", "episodes", "k_hist", "t_hist", "hist_at", "group", "past_sizes")
+    Its episodes change through :meth:`open_episode`, :meth:`grow_last` and :meth:`retire_oldest`, which keep the
+    sums of their sizes and of the past sizes (:meth:`size_sums`)."""
+
+    __slots__ = ("first", "last_active", "episodes", "k_hist", "t_hist", "hist_at", "group", "past_sizes",
+                 "size_sum", "past_sum", "whole")
 
     def __init__(self, first: float, group: tuple[str, str]):
         self.first = first  # the detector's first tick: a part without errors since has that much exposure
@@ -106,6 +112,40 @@ class CounterRecord:
         self.hist_at = first  # time up to which history has been folded in (now - longest window)
         self.group = group
         self.past_sizes: deque = deque(maxlen=SIZE_RECORD)  # errors of the latest episodes older than that
+        self.size_sum = 0.0  # the episodes' errors, summed as they came and went
+        self.past_sum = 0.0  # the past sizes', likewise
+        self.whole = True  # every size so far a whole number: the sums above exact
+
+    def open_episode(self, episode: list) -> None:
+        """Append a new ``[ts, errors, start]`` episode."""
+        self.episodes.append(episode)
+        self._added(episode[1])
+
+    def grow_last(self, errors: float) -> None:
+        """Add ``errors`` to the newest episode."""
+        self.episodes[-1][1] += errors
+        self._added(errors)
+
+    def retire_oldest(self) -> tuple[float, float]:
+        """Move the oldest episode's size into the past sizes; its ``(ts, errors)``."""
+        ts, errors = self.episodes.popleft()[:2]
+        self.size_sum -= errors
+        if len(self.past_sizes) == self.past_sizes.maxlen:
+            self.past_sum -= self.past_sizes[0]
+        self.past_sizes.append(errors)
+        self.past_sum += errors
+        return ts, errors
+
+    def _added(self, errors: float) -> None:
+        self.size_sum += errors
+        self.whole = self.whole and float(errors).is_integer()
+
+    def size_sums(self) -> tuple[float, float]:
+        """The errors of the episodes kept and of the past sizes: from the running sums while they are exact (whole
+        numbers of errors, as counters count, below 2**53), else summed afresh."""
+        if self.whole and self.size_sum + self.past_sum < 2.0 ** 53:
+            return self.size_sum, self.past_sum
+        return sum(map(_EPISODE_SIZE, self.episodes)), sum(self.past_sizes)
 
     def window_counts(self, now: float) -> list[int]:
         """The episodes of each of :data:`WINDOWS_S` (those begun after ``now`` less the window), found by bisection

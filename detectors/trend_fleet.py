@@ -63,9 +63,8 @@ class FleetRates:
         s.t_hist = s.t_hist * decay + max(0.0, horizon - start) / 3600.0
         s.k_hist *= decay
         while s.episodes and s.episodes[0][0] <= horizon:
-            ts, errors = s.episodes.popleft()[:2]
+            ts, _ = s.retire_oldest()
             s.k_hist += 0.5 ** ((horizon - ts) / self.history_halflife_s)
-            s.past_sizes.append(errors)
         s.hist_at = horizon
 
     def _prior_rate(self, metric: str) -> float:

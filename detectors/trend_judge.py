@@ -8,6 +8,8 @@ A part of :class:`detectors.trend.TrendDetector`.
 from __future__ import annotations
 
 import math
+from itertools import islice
+from operator import itemgetter
 from typing import NamedTuple
 
 import numpy as np
@@ -22,6 +24,8 @@ from detectors.rate_spread import (
 )
 from detectors.schema import State
 from detectors.trend_counters import CATEGORY_COUNTERS, COUNTERS, SIZE_QUANTILE, WINDOWS_S, CounterRecord
+
+_EPISODE_SIZE = itemgetter(1)
 
 
 class _Windows(NamedTuple):
@@ -305,6 +309,8 @@ class TrendJudgement:
         # the newest episodes (they are in time order), its record the past sizes and the episodes before it
         judged = [(i, c) for i, c in enumerate(int(x) for x in counts) if c >= self.min_episodes and (
             frozen is not None or n_past + n - c >= self.min_size_record)]
+        if judged:
+            judged = self._size_gate_open(s, frozen, judged)
         if not judged:
             return
         sizes = np.array([e[1] for e in s.episodes])
@@ -350,3 +356,26 @@ class TrendJudgement:
         if key not in self._size_baseline:
             self._size_baseline[key] = (threshold, share, mean)
         self._alarm[key] = (now + self.hold_s, reason, _score(p), State.SUBHEALTHY, COUNTERS[key[1]][1])
+
+    def _size_gate_open(self, s: CounterRecord, frozen: tuple | None, judged: list[tuple[int, int]]
+                        ) -> list[tuple[int, int]]:
+        """The windows of ``judged`` (window, its episodes) whose mean size may reach ``size_ratio`` times the
+        record's, told from sums in plain floats instead of an array a window (a noisy fleet's parts have a new
+        episode every sample, each judged here): those :meth:`_judge_sizes` then judges with numpy's means as before,
+        the others those its own gate leaves out. The record's running sums are exact for whole numbers of errors
+        (:meth:`CounterRecord.size_sums`), a window's a sum of at most a few hundred positive sizes (within a relative
+        1e-13 of numpy's); a window is left out only when it fails the gate with the sums moved 1e-12 of the whole
+        against it."""
+        n, n_past = len(s.episodes), len(s.past_sizes)
+        kept_sum, past_sum = s.size_sums()
+        window_sum = {n: kept_sum}  # (the longest window: often every episode kept)
+        for c in {c for _, c in judged if c < n}:  # (a window is the newest episodes)
+            window_sum[c] = sum(islice(map(_EPISODE_SIZE, reversed(s.episodes)), c))
+        whole = max(window_sum.values()) if frozen is not None else kept_sum + past_sum
+        slack = 1e-12 * whole
+        kept = []
+        for i, c in judged:
+            mean = frozen[2] if frozen is not None else (whole - window_sum[c] - 2.0 * slack) / (n_past + n - c)
+            if (window_sum[c] + slack) / c >= self.size_ratio * max(mean, 1.0):
+                kept.append((i, c))
+        return kept

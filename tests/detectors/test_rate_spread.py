@@ -162,3 +162,36 @@ def _log_rate_weights_of(rng: np.random.Generator) -> np.ndarray:
     from detectors.rate_spread import log_rate_weights
 
     return log_rate_weights(rng.uniform(-6.0, 0.0), rng.uniform(0.3, 2.5))
+
+
+@pytest.mark.parametrize("span", [None, 225.0 / 3600.0])
+def test_the_cheap_floor_under_a_records_chance_is_under_its_tail_at_every_rate(span):
+    """The floor ``episodes_tail_at_most`` settles records by is at most the tail at every rate of the grid, for
+    whole counts and the decayed (fractional) ones of a part's history, from a fraction of an episode to thousands;
+    and it is a half wherever the rate gives at least the count (a noisy part's record inside the fleet's spread is
+    settled without its tail)."""
+    from detectors.rate_spread import _log_tail_floor, _tail_grid
+
+    rng = np.random.default_rng(23)
+    n = 3000
+    t = np.exp(rng.uniform(np.log(0.05), np.log(300.0), n))
+    k = np.where(rng.random(n) < 0.5, np.round(np.exp(rng.uniform(0.0, 7.0, n))), np.exp(rng.uniform(-3.0, 7.0, n)))
+    floor, tail = np.exp(_log_tail_floor(k, t, span)), _tail_grid(k, t, span)
+    resolved = tail > 1e-250  # (the exact tail itself underflows further out)
+    assert (floor[resolved] <= tail[resolved] * (1.0 + 1e-9)).all()
+    if span is None:
+        assert (floor[(t[:, None] * GRID_PER_H >= k[:, None])] >= 0.5).all()
+    assert (floor >= 0.5).mean() > 0.1
+
+
+def test_a_noisy_record_inside_the_fleets_spread_is_settled_without_its_tail(monkeypatch):
+    """A part whose record is at the fleet's upper edge but well inside its spread (a chance of a few hundredths) is
+    answered by the floor alone: its tail over the grid is never worked out."""
+    import detectors.rate_spread as rate_spread
+
+    lw = np.stack([log_rate_weights(np.log(0.05), 1.5)] * 3)
+    k, t = np.array([80.0, 200.5, 30.0]), np.array([40.0, 100.0, 12.0])  # 2, 2 and 2.5 an hour
+    exact = episodes_tail(k, t, lw, 225.0 / 3600.0)
+    assert (exact > 1e-3).all()
+    monkeypatch.setattr(rate_spread, "episodes_tail", lambda *a, **kw: pytest.fail("tail worked out"))
+    assert not rate_spread.episodes_tail_at_most(k, t, lw, 1e-4, 225.0 / 3600.0).any()

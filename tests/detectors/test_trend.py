@@ -530,3 +530,49 @@ def test_a_counter_of_the_vendors_again_and_again_is_flagged_once_is_not(metric,
             fired = (j, ev[0])
     assert fired is not None and (fired[0] + 1) * 300 <= 3600, fired
     assert fired[1].level.name == "SUBHEALTHY" and fired[1].reasons[0].startswith(words + " in ")
+
+
+@pytest.mark.parametrize("seed", range(6))
+def test_the_size_gate_in_plain_sums_leaves_out_only_windows_numpy_s_gate_leaves_out(seed):
+    """The windows the sizes' judgement goes on to (:meth:`_size_gate_open`, sums kept as episodes come and go) are
+    the windows whose mean size is ``size_ratio`` times their record's as numpy's means say, on records of whole and
+    fractional sizes, frozen sizes, and windows made to stand exactly at the gate; any other it lets through stands
+    within a millionth of the gate (and is judged by numpy's means after it)."""
+    from detectors.trend_counters import CounterRecord
+
+    rng = np.random.default_rng(seed)
+    det = TrendDetector().fit()
+    left_out = 0
+    for _ in range(300):
+        s = CounterRecord(0.0, ("pcie_replay_total", ""))
+        whole = rng.random() < 0.5
+        n_all = int(rng.integers(30, 500))
+        sizes = rng.integers(1, 50, n_all).astype(float) if whole else rng.pareto(1.1, n_all) + 0.5
+        rise = int(rng.integers(0, 40))
+        if rise:
+            sizes[-rise:] *= rng.choice([1.0, 3.0, 10.0])
+        for t, x in enumerate(sizes):
+            s.open_episode([float(t), float(x), float(t)])
+            if len(s.episodes) > 144:
+                s.retire_oldest()
+        n, n_past = len(s.episodes), len(s.past_sizes)
+        kept = np.array([e[1] for e in s.episodes])
+        longest = min(n, n_past + n - det.min_size_record)  # (a window judged has a record of 24 before it)
+        windows = sorted(rng.choice(np.arange(3, longest + 1), 3))
+        past = np.array(s.past_sizes)
+        if rng.random() < 0.3:  # the middle window at the gate exactly: its mean three times its record's
+            c = int(windows[1])
+            more = det.size_ratio * np.concatenate((past, kept[:n - c])).mean() * c - kept[n - c:].sum()
+            if more > 0 and float(more).is_integer() == whole:
+                s.grow_last(float(more))
+                kept = np.array([e[1] for e in s.episodes])
+        frozen = (0.0, 0.1, float(rng.uniform(0.5, 30.0))) if rng.random() < 0.2 else None
+        judged = [(i, int(c)) for i, c in enumerate(windows)]
+
+        gate = {c: kept[n - c:].mean() / (det.size_ratio * max(
+            frozen[2] if frozen else float(np.concatenate((past, kept[:n - c])).mean()), 1.0)) for _, c in judged}
+        opened = det._size_gate_open(s, frozen, judged)
+        assert [(i, c) for i, c in judged if gate[c] >= 1.0] == [w for w in opened if gate[w[1]] >= 1.0]
+        assert all(gate[c] > 1.0 - 1e-6 for _, c in opened)
+        left_out += len(judged) - len(opened)
+    assert left_out > 300
