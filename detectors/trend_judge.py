@@ -113,18 +113,14 @@ class TrendJudgement:
         n_fixed = len(WINDOWS_S)
         n, n_w = len(keys), n_fixed + 1
         windows_h = np.array(WINDOWS_S) / 3600.0
-        k = np.zeros((n, n_w))
-        exposure = np.zeros((n, n_w))
-        k_before = np.zeros((n, n_w))
-        t_before = np.zeros((n, n_w))
+        counts, seen, half, kept, hist, priors = [], [], [], [], [], []
         young = np.zeros(n, dtype=bool)
-        prior = np.empty((n, len(GRID_PER_H)))  # the fleet's log mass, or the rate frozen at the part's alarm
         frozen = np.zeros(n, dtype=bool)
-        for i, key in enumerate(keys):
+        for i, key in enumerate(keys):  # (what each series' record says; the windows' figures below, as arrays)
             s = self._series[key]
             at = self._series_time(key, now)
             self._fold(s, at)
-            counts = s.window_counts(at)
+            row = s.window_counts(at)
             seen_h = (at - s.first) / 3600.0
             # A young record (raswarden started watching hours ago): the second window cannot be judged until the
             # record before it is as long, so a rise an hour or two in would be judged by the first window alone,
@@ -132,20 +128,27 @@ class TrendJudgement:
             # record's second half against its first.
             if 2 * windows_h[0] < seen_h < 2 * windows_h[1]:
                 young[i] = True
-                half = seen_h / 2.0
-                counts.append(s.count_since(at - half * 3600.0))
-                exposure[i, n_fixed] = half
+                half.append(seen_h / 2.0)
+                row.append(s.count_since(at - half[-1] * 3600.0))
             else:
-                counts.append(0)
-            k[i] = counts
-            exposure[i, :n_fixed] = np.minimum(windows_h, seen_h + self.episode_gap_s / 3600.0)
-            # the part's own record before each window narrows the fleet's spread to it
-            k_before[i] = s.k_hist + len(s.episodes) - k[i]
-            t_before[i] = np.maximum(s.t_hist + min(seen_h, WINDOWS_S[-1] / 3600.0) - exposure[i], 0.0)
+                half.append(0.0)
+                row.append(0)
+            counts.append(row)
+            seen.append(seen_h)
+            kept.append(s.k_hist + len(s.episodes))
+            hist.append(s.t_hist + min(seen_h, WINDOWS_S[-1] / 3600.0))
             base = self._baseline.get(key) if self._in_alarm(key) else None
             # in alarm: judged against the part's rate before the alarm, not a baseline its own fault has raised
             frozen[i] = base is not None
-            prior[i] = base if base is not None else self._fleet_log_prior(s.group)
+            priors.append(base if base is not None else self._fleet_log_prior(s.group))
+        k = np.array(counts, dtype=float)
+        exposure = np.empty((n, n_w))
+        exposure[:, :n_fixed] = np.minimum(windows_h, np.array(seen)[:, None] + self.episode_gap_s / 3600.0)
+        exposure[:, n_fixed] = half
+        # the part's own record before each window narrows the fleet's spread to it
+        k_before = np.array(kept)[:, None] - k
+        t_before = np.maximum(np.array(hist)[:, None] - exposure, 0.0)
+        prior = np.array(priors, dtype=float)  # the fleet's log mass, or the rate frozen at the part's alarm
         if young.any():  # (the half-record window of the other series: no record, never judged)
             k_before[~young, n_fixed] = t_before[~young, n_fixed] = 0.0
         else:  # (a fleet past its sixth hour: the three windows alone, no work on a fourth)
@@ -180,8 +183,8 @@ class TrendJudgement:
         span_h = np.broadcast_to(np.append(windows_h, 0.0)[:n_w], (n, n_w)).copy()
         if n_w > n_fixed:
             span_h[:, n_fixed] = exposure[:, n_fixed]
-        return [_Windows(p[i], int(np.argmin(p[i])), k[i], exposure[i], k_before[i], t_before[i], log_w[i], own[i],
-                         span_h[i]) for i in range(n)]
+        return [_Windows(*row) for row in zip(p, np.argmin(p, axis=1).tolist(), k, exposure, k_before, t_before,
+                                              log_w, own, span_h)]
 
     def _in_alarm(self, key: tuple[str, str], level: State | None = None) -> bool:
         """Series ``key``'s part is in alarm on it (of ``level``, when given), alone or together with its other
