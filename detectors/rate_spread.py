@@ -57,13 +57,17 @@ def episodes_tail_at_most(k: np.ndarray, exposure_h: np.ndarray, log_weights: np
     lower bound on them, cheap to reach, does not already stand above ``alpha`` (most of a fleet's records are
     nothing like so unlikely).
 
-    The bound at each rate is :func:`_log_tail_floor`'s. A bound within a thousandth over ``alpha`` is not
-    trusted."""
+    The bound is first the half of the mass at rates that give at least the count (:func:`_half_mass`: a noisy
+    part's record inside the fleet's spread), then for the records it leaves :func:`_log_tail_floor`'s at each
+    rate. A bound within a thousandth over ``alpha`` is not trusted."""
     k = np.asarray(k, dtype=float)
     exposure = np.asarray(exposure_h, dtype=float)
     w = _weights(log_weights)
-    low = _log_tail_floor(k, exposure, span_h)
-    undecided = (w * np.exp(low)).sum(axis=-1) <= alpha * 1.001
+    undecided = np.zeros(len(k), dtype=bool)
+    rows = np.flatnonzero(_half_mass(k, exposure, w, span_h) <= alpha * 1.001)
+    if len(rows):
+        low = _log_tail_floor(k[rows], exposure[rows], span_h)
+        undecided[rows] = (w[rows] * np.exp(low)).sum(axis=-1) <= alpha * 1.001
     out = np.zeros(len(k), dtype=bool)
     if undecided.any():
         out[undecided] = episodes_tail(k[undecided], exposure[undecided], log_weights[undecided], span_h) <= alpha
@@ -98,6 +102,25 @@ def _log_tail_floor(k: np.ndarray, exposure_h: np.ndarray, span_h: float | None)
         spans = np.where(halfway, np.maximum(spans, _LOG_HALF), spans)
         low = np.where(kk <= trials, np.minimum(low, spans), low)
     return low
+
+
+def _half_mass(k: np.ndarray, exposure_h: np.ndarray, w: np.ndarray, span_h: float | None) -> np.ndarray:
+    """A lower bound on :func:`episodes_tail` of each record (1-D ``k`` > 0 and ``exposure_h`` > 0, ``w`` the mass on
+    the grid): half the mass of the rates above those where :func:`_log_tail_floor` stands at a half (the rates giving
+    at least the count; with spans, also a span's chance at least the beta's mean and mode), found by bisection, one
+    rate further up for rounding. A record with ``k`` under 1 within the spans gets none (no half is claimed there)."""
+    edge = np.searchsorted(GRID_PER_H, k / exposure_h) + 1
+    if span_h is not None:
+        trials = exposure_h / span_h + 1.0
+        within = k <= trials
+        with np.errstate(divide="ignore", invalid="ignore"):
+            top = np.maximum(k / (trials + 1.0), (k - 1.0) / (trials - 1.0))
+            rate = -np.log1p(-np.minimum(top, 1.0)) / span_h
+        edge = np.where(within, np.maximum(edge, np.searchsorted(GRID_PER_H, rate) + 1), edge)
+        edge = np.where(within & (k < 1.0), len(GRID_PER_H), edge)
+    above = np.cumsum(w[:, ::-1], axis=1)[:, ::-1]  # the mass at each rate and above it
+    above = np.concatenate((above, np.zeros((len(k), 1))), axis=1)
+    return 0.5 * np.take_along_axis(above, np.minimum(edge, len(GRID_PER_H))[:, None], axis=1)[:, 0]
 
 
 def _weights(log_weights: np.ndarray) -> np.ndarray:

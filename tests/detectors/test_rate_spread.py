@@ -182,6 +182,15 @@ def test_the_cheap_floor_under_a_records_chance_is_under_its_tail_at_every_rate(
     if span is None:
         assert (floor[(t[:, None] * GRID_PER_H >= k[:, None])] >= 0.5).all()
     assert (floor >= 0.5).mean() > 0.1
+    # the half of the mass above where the floor stands at a half: under each record's tail, and over it nowhere
+    from detectors.rate_spread import _half_mass
+
+    lw = np.stack([log_rate_weights(m, sd) for m, sd in zip(rng.uniform(-8.0, 2.0, n), rng.uniform(0.2, 3.0, n))])
+    w = np.exp(lw - lw.max(axis=1, keepdims=True))
+    w /= w.sum(axis=1, keepdims=True)
+    half = _half_mass(k, t, w, span)
+    assert (half <= episodes_tail(k, t, lw, span) * (1.0 + 1e-9)).all()
+    assert (half <= (w * floor).sum(axis=1) * (1.0 + 1e-9)).all() and (half > 1e-3).mean() > 0.2
 
 
 def test_a_noisy_record_inside_the_fleets_spread_is_settled_without_its_tail(monkeypatch):
