@@ -90,7 +90,7 @@ CATEGORY_COUNTERS: dict[str, tuple[str, ...]] = {
 
 _EPISODE_TIME = itemgetter(0)
 """An episode's time (its first element)."""
-_EPISODE_SIZE = itemgetter(1)
+EPISODE_SIZE = itemgetter(1)
 """An episode's errors (its second element)."""
 
 
@@ -145,7 +145,7 @@ class CounterRecord:
         numbers of errors, as counters count, below 2**53), else summed afresh."""
         if self.whole and self.size_sum + self.past_sum < 2.0 ** 53:
             return self.size_sum, self.past_sum
-        return sum(map(_EPISODE_SIZE, self.episodes)), sum(self.past_sizes)
+        return sum(map(EPISODE_SIZE, self.episodes)), sum(self.past_sizes)
 
     def window_counts(self, now: float) -> list[int]:
         """The episodes of each of :data:`WINDOWS_S` (those begun after ``now`` less the window), found by bisection

@@ -9,7 +9,6 @@ from __future__ import annotations
 
 import math
 from itertools import islice
-from operator import itemgetter
 from typing import NamedTuple
 
 import numpy as np
@@ -23,9 +22,14 @@ from detectors.rate_spread import (
     record_log_weights,
 )
 from detectors.schema import State
-from detectors.trend_counters import CATEGORY_COUNTERS, COUNTERS, SIZE_QUANTILE, WINDOWS_S, CounterRecord
-
-_EPISODE_SIZE = itemgetter(1)
+from detectors.trend_counters import (
+    CATEGORY_COUNTERS,
+    COUNTERS,
+    EPISODE_SIZE,
+    SIZE_QUANTILE,
+    WINDOWS_S,
+    CounterRecord,
+)
 
 
 class _Windows(NamedTuple):
@@ -367,18 +371,18 @@ class TrendJudgement:
         episode every sample, each judged here): those :meth:`_judge_sizes` then judges with numpy's means as before,
         the others those its own gate leaves out. The record's running sums are exact for whole numbers of errors
         (:meth:`CounterRecord.size_sums`), a window's a sum of at most a few hundred positive sizes (within a relative
-        1e-13 of numpy's); a window is left out only when it fails the gate with the sums moved 1e-12 of the whole
+        1e-13 of numpy's); a window is left out only when it fails the gate with the sums moved 1e-12 of their total
         against it."""
         n, n_past = len(s.episodes), len(s.past_sizes)
         kept_sum, past_sum = s.size_sums()
         window_sum = {n: kept_sum}  # (the longest window: often every episode kept)
         for c in {c for _, c in judged if c < n}:  # (a window is the newest episodes)
-            window_sum[c] = sum(islice(map(_EPISODE_SIZE, reversed(s.episodes)), c))
-        whole = max(window_sum.values()) if frozen is not None else kept_sum + past_sum
-        slack = 1e-12 * whole
+            window_sum[c] = sum(islice(map(EPISODE_SIZE, reversed(s.episodes)), c))
+        total = max(window_sum.values()) if frozen is not None else kept_sum + past_sum
+        slack = 1e-12 * total
         kept = []
         for i, c in judged:
-            mean = frozen[2] if frozen is not None else (whole - window_sum[c] - 2.0 * slack) / (n_past + n - c)
+            mean = frozen[2] if frozen is not None else (total - window_sum[c] - 2.0 * slack) / (n_past + n - c)
             if (window_sum[c] + slack) / c >= self.size_ratio * max(mean, 1.0):
                 kept.append((i, c))
         return kept
