@@ -254,7 +254,10 @@ class LevelRules:
         them while the others are under the limit without it. Whether or not raswarden has a record of the part (one
         installed bad is flagged from its first hour). One burst over the limit is a watch; a few errors an hour
         over a limit of one (NVLink recoveries: 2, 1 and 1 in three samples) are the limit crossed, not a burst, as
-        is a burst on a part whose other samples are over the limit by themselves."""
+        is a burst on a part whose other samples are over the limit by themselves. The hour's own errors must reach
+        the limit too: the rate decays (about the last hour's errors), and a large burst an hour old still holds 1/e
+        of itself in it (a touched cable's 342 symbol errors held a port's rate over 120 an hour on, when its hour's
+        samples were three single errors: a flag of the new draw's bursty 5-minute cell, Run 22)."""
         rates = self.rate_limits_
         for key, (metric, entity) in list(self._hot.items()):
             limit, category, words = rates[metric]
@@ -273,10 +276,14 @@ class LevelRules:
             total = sum(moved)
             largest = max(moved, default=0.0)
             burst = largest >= self.limit_burst_share * total and total - largest < limit
-            if len(moved) >= self.limit_min_increases and not burst:
+            if total < limit:  # (the rate decays: errors older than the hour hold it over the limit)
+                out.append(Evidence(entity, State.SUSPECT, category, [
+                    f"{reason}, {total:.0f} of them in the last hour's samples: the rest from before it (a burst's "
+                    f"tail), watched (the limit is a rate that lasts: the hour's own errors over it)"]))
+            elif len(moved) >= self.limit_min_increases and not burst:
                 out.append(Evidence(entity, State.SUBHEALTHY, category,
                                     [f"{reason}, in {len(moved)} samples of the last hour"]))
-            elif burst:  # (one sample, or none, holds the hour: always a burst)
+            elif burst:  # (one sample holds the hour)
                 out.append(Evidence(entity, State.SUSPECT, category, [
                     f"{reason}, {largest:.0f} of the hour's {total:.0f} in one sample: a burst, watched (the limit is "
                     f"a rate that lasts: {self.limit_min_increases} samples or more, none with "

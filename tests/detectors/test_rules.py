@@ -149,6 +149,18 @@ def test_a_limit_crossed_by_few_errors_or_under_a_burst_is_not_called_a_burst():
     assert worst(under, "n/mlx5_0:1") == State.SUSPECT and "a burst, watched" in under[0].reasons[0]
 
 
+def test_a_rate_held_over_the_limit_by_an_older_bursts_tail_is_watched_as_that():
+    """An hour after a burst of 342, the decayed hourly rate still holds 342/e of it (over the limit of 120) while
+    the hour's own samples hold three single errors: a watch that says the rest is from before the hour."""
+    det = RuleDetector(symbol_errors_per_hour=120).fit()
+    for k in range(1, 37):  # 5-minute samples; the burst at k = 24, single errors at 26, 28 and 35
+        ev = run(det, 300.0 * k, inc=symbols({24: 342.0, 26: 1.0, 28: 1.0, 35: 1.0}.get(k, 0.0)))
+        if k == 30:
+            assert "a burst, watched" in ev[0].reasons[0]
+    assert worst(ev, "n/mlx5_0:1") == State.SUSPECT
+    assert "3 of them in the last hour's samples" in ev[0].reasons[0] and "a burst's tail" in ev[0].reasons[0]
+
+
 def test_a_limit_crossed_in_two_samples_each_over_it_is_watched_as_too_few_not_as_a_burst():
     """Two samples of 130 and 125 symbol errors: each over the limit of 120 by itself, so neither is a burst, and too
     few samples for a rate that lasts; the reason says so, not that one sample held the hour."""

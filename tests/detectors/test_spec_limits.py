@@ -64,3 +64,17 @@ def test_one_burst_over_the_limit_on_a_healthy_port_is_a_watch(sampling_s):
     assert not [f for f in found if f.state in ("subhealthy", "failed")], found
     watched = [f for f in found if f.state == "suspect" and any("a burst, watched" in r for r in f.reasons)]
     assert watched, found
+
+
+@pytest.mark.parametrize("sampling_s", [15.0, 300.0])
+def test_a_bursts_tail_in_the_hourly_rate_is_not_a_rate_that_lasts(sampling_s):
+    """A touched cable's burst of 342 and a single error in each of three samples after it (a bursty healthy port
+    in the simulator's 5-minute cell): an hour on, the burst is out of the hour's samples but its decayed part of
+    the hourly rate (342/e) still holds it over the limit; the three single errors are not a rate that lasts."""
+    at = {2 * 3600: 342, 2 * 3600 + 600: 1, 2 * 3600 + 1200: 1, 2 * 3600 + 3300: 1}
+
+    def touched(node, t0, t1):
+        return sum(n for t, n in at.items() if t0 < t <= t1) if node == 0 else 0
+
+    found = run(sampling_s, 5, touched)
+    assert not [f for f in found if f.state in ("subhealthy", "failed")], found
