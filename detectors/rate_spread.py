@@ -98,10 +98,16 @@ def _log_tail_floor(k: np.ndarray, exposure_h: np.ndarray, span_h: float | None)
         spans = (kk * (_span_hit(span_h) + math.log(span_h)) - b * (GRID_PER_H * span_h) - np.log(kk)
                  - (gammaln(kk) + gammaln(b) - gammaln(kk + b)))
         x = -np.expm1(-GRID_PER_H * span_h)
-        halfway = (kk >= 1.0) & (x >= np.maximum(kk / (trials + 1.0), (kk - 1.0) / (trials - 1.0)))
+        halfway = (kk >= 1.0) & (x >= _beta_half_at(kk, trials))
         spans = np.where(halfway, np.maximum(spans, _LOG_HALF), spans)
         low = np.where(kk <= trials, np.minimum(low, spans), low)
     return low
+
+
+def _beta_half_at(k: np.ndarray, trials: np.ndarray) -> np.ndarray:
+    """A span's chance of errors from which the binomial tail of ``k`` of ``trials`` spans is at least a half: the
+    beta's mean and mode, between which its median lies (``k`` at least 1, ``trials - k + 1`` at least 1)."""
+    return np.maximum(k / (trials + 1.0), (k - 1.0) / (trials - 1.0))
 
 
 def _half_mass(k: np.ndarray, exposure_h: np.ndarray, w: np.ndarray, span_h: float | None) -> np.ndarray:
@@ -114,8 +120,7 @@ def _half_mass(k: np.ndarray, exposure_h: np.ndarray, w: np.ndarray, span_h: flo
         trials = exposure_h / span_h + 1.0
         within = k <= trials
         with np.errstate(divide="ignore", invalid="ignore"):
-            top = np.maximum(k / (trials + 1.0), (k - 1.0) / (trials - 1.0))
-            rate = -np.log1p(-np.minimum(top, 1.0)) / span_h
+            rate = -np.log1p(-np.minimum(_beta_half_at(k, trials), 1.0)) / span_h
         edge = np.where(within, np.maximum(edge, np.searchsorted(GRID_PER_H, rate) + 1), edge)
         edge = np.where(within & (k < 1.0), len(GRID_PER_H), edge)
     above = np.cumsum(w[:, ::-1], axis=1)[:, ::-1]  # the mass at each rate and above it

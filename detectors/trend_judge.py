@@ -378,7 +378,7 @@ class TrendJudgement:
         window_sum = {n: kept_sum}  # (the longest window: often every episode kept)
         for c in {c for _, c in judged if c < n}:  # (a window is the newest episodes)
             window_sum[c] = sum(islice(map(EPISODE_SIZE, reversed(s.episodes)), c))
-        total = max(window_sum.values()) if frozen is not None else kept_sum + past_sum
+        total = kept_sum if frozen is not None else kept_sum + past_sum  # (the longest window's, or the record's)
         slack = 1e-12 * total
         kept = []
         for i, c in judged:
